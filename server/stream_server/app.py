@@ -1,0 +1,118 @@
+"""The ASGI application: stream routes on the hot path, Starlette for the rest.
+
+Requests under the stream base path go straight to the protocol handlers;
+health, readiness (and metrics) are small Starlette routes beside them. The
+lifespan opens the store (running recovery) and closes it with a final
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
+
+from stream_server.config import Settings
+from stream_server.protocol.handlers import ProtocolSettings, StreamRoutes
+from stream_server.protocol.http import Receive, Scope, Send
+from stream_server.streams.store import StoreLimits, StreamStore
+
+log = logging.getLogger("stream_server")
+
+
+class StreamServerApp:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = StreamStore(
+            settings.data_dir,
+            limits=StoreLimits(default_ttl=settings.default_ttl or None),
+        )
+        self.store.engine.map_size = settings.lmdb_map_size
+        self.streams = StreamRoutes(
+            self.store,
+            ProtocolSettings(
+                base_path=settings.base_path,
+                long_poll_timeout=settings.long_poll_timeout,
+                sse_reconnect_interval=settings.sse_reconnect_interval,
+                max_body_bytes=settings.max_body_bytes,
+                max_read_bytes=settings.max_read_bytes,
+                max_path_bytes=settings.max_path_bytes,
+            ),
+        )
+        self.base = settings.base_path
+        self.base_bare = settings.base_path.rstrip("/")
+        self.web = Starlette(
+            routes=[
+                Route("/healthz", self.healthz, methods=["GET", "HEAD"]),
+                Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
+            ],
+            lifespan=self.lifespan,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self.base):
+            await self.streams(scope, receive, send)
+        else:
+            await self.web(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        report = await self.store.start()
+        log.info(
+            "recovery finished in %.3fs: %d streams, %d WAL frames replayed, "
+            "%d streams trimmed (%d bytes), %d damaged, %d orphan files removed",
+            report.seconds,
+            report.streams,
+            report.wal_frames_replayed,
+            report.truncated_streams,
+            report.truncated_bytes,
+            len(report.damaged),
+            report.orphan_files_removed,
+        )
+        for sid, reason in report.damaged.items():
+            log.error("stream id %d is damaged and will not be served: %s", sid, reason)
+        log.info(
+            "serving streams under %s from %s", self.settings.base_path, self.settings.data_dir
+        )
+        try:
+            yield
+        finally:
+            await self.store.stop()
+            log.info("stopped cleanly")
+
+    async def healthz(self, request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok\n", headers={"cache-control": "no-store"})
+
+    async def readyz(self, request: Request) -> JSONResponse:
+        """Ready: recovery finished, storage has not failed closed, data dir writable."""
+        problems = []
+        if not self.store.ready:
+            problems.append("recovery not finished")
+        if self.store.failed:
+            problems.append(f"storage failed closed: {self.store.failed}")
+        if not _writable(self.settings.data_dir):
+            problems.append("data directory is not writable")
+        body = {"ready": not problems, "problems": problems, "streams": len(self.store.streams)}
+        return JSONResponse(body, status_code=503 if problems else 200,
+                            headers={"cache-control": "no-store"})
+
+
+def _writable(path) -> bool:
+    try:
+        fd, name = tempfile.mkstemp(dir=path, prefix=".probe-")
+        os.close(fd)
+        os.unlink(name)
+        return True
+    except OSError:
+        return False
+
+
+def create_app(settings: Settings | None = None) -> StreamServerApp:
+    return StreamServerApp(settings or Settings())

@@ -1,0 +1,95 @@
+"""Settings from command-line flags and environment variables (flags win).
+
+Every setting has a ``DS_*`` environment variable so that containers and the
+operator can configure the server without building a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+DEFAULT_PORT = 4437  # the protocol's registered port
+
+
+@dataclass
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    data_dir: Path = Path("./data")
+    base_path: str = "/v1/stream/"
+    long_poll_timeout: float = 30.0
+    sse_reconnect_interval: float = 60.0
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_read_bytes: int = 4 * 1024 * 1024
+    max_path_bytes: int = 1024
+    default_ttl: int = 0
+    log_level: str = "info"
+    log_format: str = "plain"
+    slow_append_seconds: float = 1.0
+    lmdb_map_size: int = 8 * 1024**3
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if not self.base_path.startswith("/"):
+            self.base_path = "/" + self.base_path
+        if not self.base_path.endswith("/"):
+            self.base_path += "/"
+        if self.log_format not in ("plain", "json"):
+            raise ValueError("log format must be 'plain' or 'json'")
+        for name in ("long_poll_timeout", "sse_reconnect_interval"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name.replace('_', '-')} must be positive")
+        for name in ("max_body_bytes", "max_read_bytes", "max_path_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be at least 1")
+
+
+HELP = {
+    "host": "interface to listen on (0.0.0.0 in a pod)",
+    "port": "TCP port (the protocol's default is 4437)",
+    "data_dir": "data directory: LMDB metadata, WAL and segment files",
+    "base_path": "URL prefix under which streams are served",
+    "long_poll_timeout": "seconds a long-poll read waits for data before 204",
+    "sse_reconnect_interval": "seconds after which an SSE response is closed (clients reconnect)",
+    "max_body_bytes": "largest request body accepted (larger: 413)",
+    "max_read_bytes": "largest chunk returned by one catch-up read",
+    "max_path_bytes": "longest stream path accepted (longer: 400)",
+    "default_ttl": "TTL in seconds for streams created without TTL or expiry (0: none)",
+    "log_level": "debug, info, warning or error",
+    "log_format": "plain or json (one object per line)",
+    "slow_append_seconds": "appends slower than this are logged with their time split",
+    "lmdb_map_size": "initial LMDB map size in bytes (grown when full)",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        env = "DS_" + f.name.upper()
+        parser.add_argument(
+            flag,
+            dest=f.name,
+            default=None,
+            help=f"{HELP[f.name]} [env {env}; default {f.default}]",
+        )
+
+
+def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
+    """Build settings: flag, else ``DS_<NAME>`` from the environment, else default."""
+    environ = dict(os.environ) if environ is None else environ
+    values = {}
+    for f in fields(Settings):
+        raw = getattr(args, f.name, None)
+        if raw is None:
+            raw = environ.get("DS_" + f.name.upper())
+        if raw is None:
+            continue
+        kind = type(f.default)
+        try:
+            values[f.name] = kind(raw)
+        except ValueError:
+            raise ValueError(f"invalid value {raw!r} for {f.name.replace('_', '-')}") from None
+    return Settings(**values)

@@ -1,0 +1,24 @@
+"""The storage engine: segment logs, shared WAL, LMDB metadata, group commit, recovery.
+
+Nothing here knows about HTTP or the protocol's rules; see docs/storage-format.md.
+"""
+
+from stream_server.engine.engine import BatchStats, Engine, LoadedState, RecoveryReport, Tail
+from stream_server.engine.errors import DamagedStream, StorageError, StorageFailed
+from stream_server.engine.layout import LayoutError
+from stream_server.engine.metadata import StreamMeta
+from stream_server.engine.pipeline import CommitPipeline
+
+__all__ = [
+    "BatchStats",
+    "CommitPipeline",
+    "DamagedStream",
+    "Engine",
+    "LayoutError",
+    "LoadedState",
+    "RecoveryReport",
+    "StorageError",
+    "StorageFailed",
+    "StreamMeta",
+    "Tail",
+]

@@ -1,0 +1,57 @@
+"""The operations a group-commit batch is made of.
+
+The stream layer decides what happens; the engine only makes it durable, in
+the order given, all or nothing per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stream_server.engine.metadata import StreamMeta
+from stream_server.engine.records import Producer
+
+
+@dataclass(slots=True)
+class PutStream:
+    path: str
+    meta: StreamMeta
+
+
+@dataclass(slots=True)
+class DeleteStream:
+    path: str
+
+
+@dataclass(slots=True)
+class CreateLog:
+    """Start a segment file whose first record will cover ``start_unit``."""
+
+    stream_id: int
+    start_unit: int
+
+
+@dataclass(slots=True)
+class Append:
+    stream_id: int
+    kind: int
+    payloads: list[bytes]
+    producer: Producer | None = None
+
+
+@dataclass(slots=True)
+class PutProducer:
+    stream_id: int
+    producer_id: str
+    epoch: int
+    seq: int
+
+
+@dataclass(slots=True)
+class DropLog:
+    """Forget a stream's data: tail, index, producers, and (after commit) its file."""
+
+    stream_id: int
+
+
+Op = PutStream | DeleteStream | CreateLog | Append | PutProducer | DropLog

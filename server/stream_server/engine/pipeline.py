@@ -1,0 +1,121 @@
+"""Group commit between the event loop and the writer thread.
+
+Operations submitted while the writer is busy with one batch form the next
+batch, so under load one WAL flush and one LMDB transaction serve many
+appends, and with no load a lone append goes out at once. All bookkeeping
+happens on the event loop; the writer thread only runs ``Engine.commit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from stream_server.engine.engine import BatchStats, Engine
+from stream_server.engine.errors import StorageError
+from stream_server.engine.ops import Op
+
+MAX_BATCH_PAYLOAD = 32 * 1024 * 1024
+
+
+class CommitPipeline:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        on_failure: Callable[[StorageError], None],
+        on_batch: Callable[[BatchStats, int], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.on_failure = on_failure
+        self.on_batch = on_batch
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: list[tuple[list[Op], asyncio.Future, int, Callable[[], None] | None]] = []
+        self._busy = False
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="writer", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Let in-flight batches finish, then stop the writer thread."""
+        while self._busy or self._waiting:
+            await asyncio.sleep(0.005)
+        if self._thread is not None:
+            self._jobs.put(None)
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            self._thread = None
+
+    def submit(
+        self, ops: list[Op], size: int = 0, apply: Callable[[], None] | None = None
+    ) -> asyncio.Future:
+        """Queue ops for the next batch; the future resolves once they are durable.
+
+        ``apply`` runs on the loop when the batch has committed, before any waiter
+        wakes and whether or not the submitter is still waiting (a client that
+        hung up does not undo a write that became durable).
+        """
+        assert self._loop is not None
+        fut = self._loop.create_future()
+        self._waiting.append((ops, fut, size, apply))
+        if not self._busy:
+            self._dispatch()
+        return fut
+
+    def _dispatch(self) -> None:
+        take = 0
+        payload = 0
+        for _, _, size, _ in self._waiting:
+            if take and payload + size > MAX_BATCH_PAYLOAD:
+                break
+            take += 1
+            payload += size
+        batch, self._waiting = self._waiting[:take], self._waiting[take:]
+        self._busy = True
+        self._jobs.put(batch)
+
+    def _run(self) -> None:
+        while True:
+            batch = self._jobs.get()
+            if batch is None:
+                return
+            ops = [op for group, _, _, _ in batch for op in group]
+            started = time.perf_counter()
+            try:
+                stats = self.engine.commit(ops)
+                result: BatchStats | BaseException = stats
+            except BaseException as exc:  # reported to every waiter, never lost
+                result = exc
+            elapsed = time.perf_counter() - started
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._done, batch, result, elapsed)
+
+    def _done(self, batch: list, result: BatchStats | BaseException, elapsed: float) -> None:
+        self._busy = False
+        if isinstance(result, BaseException):
+            # Everything queued since was validated against state that now never
+            # happened: fail it too, then let the stream layer roll back.
+            failed = batch + self._waiting
+            self._waiting = []
+            error = result if isinstance(result, StorageError) else StorageError(str(result))
+            for _, fut, _, _ in failed:
+                if not fut.done():
+                    fut.set_exception(error)
+            self.on_failure(error)
+            return
+        if self.on_batch is not None:
+            self.on_batch(result, len(batch))
+        for _, _, _, apply in batch:
+            if apply is not None:
+                apply()
+        for _, fut, _, _ in batch:
+            if not fut.done():
+                fut.set_result(result)
+        if self._waiting:
+            self._dispatch()

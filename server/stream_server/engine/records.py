@@ -1,0 +1,138 @@
+"""Segment files: one append-only file of self-describing records per stream.
+
+The exact byte layout is specified in docs/storage-format.md (format version 1);
+recovery, the server's reader and the Spark reader all depend on it, so any
+change here is a format change and bumps the layout version.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+FILE_MAGIC = b"DSSEG\x00\x01\x00"
+FILE_HEADER = struct.Struct("<8sQ")  # magic, stream id
+FILE_HEADER_SIZE = FILE_HEADER.size  # 16
+
+# crc32, payload length, kind, flags, producer-id length, first unit, timestamp (µs)
+RECORD_HEADER = struct.Struct("<IIBBHQQ")
+RECORD_HEADER_SIZE = RECORD_HEADER.size  # 28
+PRODUCER_TAIL = struct.Struct("<QQ")  # producer epoch, producer seq
+
+KIND_BYTES = 1  # opaque bytes; one unit per payload byte
+KIND_JSON = 2  # one JSON message; one unit per record
+
+FLAG_PRODUCER = 0x01
+
+MAX_PAYLOAD = 0xFFFF_FFFF
+
+
+class CorruptRecord(Exception):
+    """A record whose checksum or framing does not hold: never served."""
+
+
+@dataclass(slots=True, frozen=True)
+class Producer:
+    """The idempotent-producer tuple that wrote a record."""
+
+    id: str
+    epoch: int
+    seq: int
+
+
+@dataclass(slots=True)
+class Record:
+    pos: int  # file position of the record header
+    end: int  # file position just past the payload
+    kind: int
+    start: int  # first unit this record covers
+    timestamp_us: int
+    producer: Producer | None
+    payload: bytes | memoryview
+
+    @property
+    def units(self) -> int:
+        return record_units(self.kind, len(self.payload))
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.units
+
+
+def record_units(kind: int, payload_len: int) -> int:
+    """How many logical units (offset positions) a record occupies."""
+    return payload_len if kind == KIND_BYTES else 1
+
+
+def encode_file_header(stream_id: int) -> bytes:
+    return FILE_HEADER.pack(FILE_MAGIC, stream_id)
+
+
+def encode_record(
+    kind: int,
+    payload: bytes,
+    start: int,
+    timestamp_us: int,
+    producer: Producer | None = None,
+) -> bytes:
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError("record payload too large")
+    if producer is None:
+        pid = b""
+        tail = b""
+        flags = 0
+    else:
+        pid = producer.id.encode()
+        tail = PRODUCER_TAIL.pack(producer.epoch, producer.seq) + pid
+        flags = FLAG_PRODUCER
+    body = (
+        RECORD_HEADER.pack(0, len(payload), kind, flags, len(pid), start, timestamp_us)[4:]
+        + tail
+        + payload
+    )
+    return struct.pack("<I", zlib.crc32(body)) + body
+
+
+def iter_records(
+    buf: bytes | memoryview, base_pos: int, *, verify: bool = True
+) -> Iterator[Record]:
+    """Yield every whole record in ``buf`` (which starts at file position ``base_pos``).
+
+    Stops silently at an incomplete record at the end of the buffer (the caller
+    reads more); raises CorruptRecord on a record that is whole but wrong.
+    """
+    mv = memoryview(buf)
+    n = len(mv)
+    off = 0
+    unpack = RECORD_HEADER.unpack_from
+    while off + RECORD_HEADER_SIZE <= n:
+        crc, plen, kind, flags, pidlen, start, ts = unpack(mv, off)
+        extra = (PRODUCER_TAIL.size + pidlen) if flags & FLAG_PRODUCER else 0
+        end = off + RECORD_HEADER_SIZE + extra + plen
+        if kind not in (KIND_BYTES, KIND_JSON) or (pidlen and not flags & FLAG_PRODUCER):
+            raise CorruptRecord(f"bad record framing at file position {base_pos + off}")
+        if end > n:
+            return
+        if verify and zlib.crc32(mv[off + 4 : end]) != crc:
+            raise CorruptRecord(f"checksum mismatch at file position {base_pos + off}")
+        producer = None
+        if extra:
+            p = off + RECORD_HEADER_SIZE
+            epoch, seq = PRODUCER_TAIL.unpack_from(mv, p)
+            producer = Producer(
+                bytes(mv[p + PRODUCER_TAIL.size : p + extra]).decode(), epoch, seq
+            )
+        payload = mv[end - plen : end]
+        yield Record(base_pos + off, base_pos + end, kind, start, ts, producer, payload)
+        off = end
+
+
+def record_size(buf: bytes | memoryview, off: int = 0) -> int | None:
+    """Total size of the record starting at ``off``, or None if its header is incomplete."""
+    if len(buf) - off < RECORD_HEADER_SIZE:
+        return None
+    _, plen, _, flags, pidlen, _, _ = RECORD_HEADER.unpack_from(buf, off)
+    extra = (PRODUCER_TAIL.size + pidlen) if flags & FLAG_PRODUCER else 0
+    return RECORD_HEADER_SIZE + extra + plen

@@ -1,0 +1,443 @@
+"""One handler per protocol operation, and the mapping of refusals to responses."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from dataclasses import dataclass
+
+import orjson
+
+from stream_server.protocol import sse
+from stream_server.protocol.cursor import next_cursor
+from stream_server.protocol.headers import (
+    is_true,
+    non_negative_int,
+    parse_expires_at,
+    parse_producer,
+    parse_ttl,
+)
+from stream_server.protocol.http import (
+    COMMON,
+    PREFLIGHT,
+    Headers,
+    PayloadTooLarge,
+    Receive,
+    Scope,
+    Send,
+    query_params,
+    read_body,
+    request_headers,
+    respond,
+    text_headers,
+)
+from stream_server.protocol.offsets import NOW, START, OffsetError, format_offset, parse_offset
+from stream_server.protocol.paths import is_reserved, stream_path
+from stream_server.streams.errors import (
+    BadRequest,
+    Conflict,
+    Damaged,
+    Gone,
+    NotFound,
+    ProducerFenced,
+    SequenceGap,
+    StreamClosed,
+    StreamError,
+    Unavailable,
+)
+from stream_server.streams.model import Stream
+from stream_server.streams.store import (
+    AppendRequest,
+    CreateRequest,
+    ForkRequest,
+    ReadResult,
+    StreamStore,
+)
+
+log = logging.getLogger("stream_server.protocol")
+
+CACHE_READ = b"public, max-age=60, stale-while-revalidate=300"
+CACHE_NONE = b"no-store"
+TRUE = b"true"
+
+
+@dataclass
+class ProtocolSettings:
+    base_path: str = "/v1/stream/"
+    long_poll_timeout: float = 30.0
+    sse_reconnect_interval: float = 60.0
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_read_bytes: int = 4 * 1024 * 1024
+    max_path_bytes: int = 1024
+    max_segment_bytes: int = 255
+
+
+class StreamRoutes:
+    """The ASGI app for everything below the stream base path."""
+
+    def __init__(self, store: StreamStore, settings: ProtocolSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self.base = settings.base_path.encode()
+        self.live_readers = {"long-poll": 0, "sse": 0}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope["method"]
+        headers = request_headers(scope)
+        try:
+            path = stream_path(
+                scope.get("raw_path") or scope["path"].encode(),
+                self.base,
+                max_bytes=self.settings.max_path_bytes,
+                max_segment=self.settings.max_segment_bytes,
+            )
+            if method == "OPTIONS":
+                await respond(send, 204, list(PREFLIGHT))
+                return
+            if is_reserved(path):
+                await respond(
+                    send, 501, text_headers(), b"subscriptions (the __ds paths) are not implemented\n"
+                )
+                return
+            if method == "GET":
+                await self.get(scope, send, path, headers)
+            elif method == "POST":
+                await self.post(receive, send, path, headers)
+            elif method == "PUT":
+                await self.put(receive, send, path, headers)
+            elif method == "HEAD":
+                await self.head(send, path)
+            elif method == "DELETE":
+                await self.store.delete(path)
+                await respond(send, 204, [])
+            else:
+                await respond(
+                    send, 405, text_headers([(b"allow", b"GET, HEAD, POST, PUT, DELETE, OPTIONS")]),
+                    b"method not allowed\n",
+                )
+        except StreamError as exc:
+            await respond(send, *error_response(exc))
+        except ConnectionAbortedError:
+            return
+
+    # ------------------------------------------------------------------- PUT
+
+    async def put(self, receive: Receive, send: Send, path: str, h: dict[str, str]) -> None:
+        ttl = parse_ttl(h.get("stream-ttl"))
+        expires = parse_expires_at(h.get("stream-expires-at"))
+        if ttl is not None and expires is not None:
+            raise BadRequest("send Stream-TTL or Stream-Expires-At, not both")
+        fork = None
+        source = h.get("stream-forked-from")
+        if source is not None:
+            fork = ForkRequest(self._source_path(source), None)
+            raw_offset = h.get("stream-fork-offset")
+            if raw_offset is not None:
+                fork.offset = self._unit(raw_offset.strip(), allow_now=False)
+                if fork.offset == START:
+                    fork.offset = 0
+            sub = h.get("stream-fork-sub-offset")
+            if sub is not None:
+                fork.sub_offset = non_negative_int(sub.strip(), "Stream-Fork-Sub-Offset")
+        elif "stream-fork-offset" in h or "stream-fork-sub-offset" in h:
+            raise BadRequest("Stream-Fork-Offset needs Stream-Forked-From")
+        body = await read_body(receive, self.settings.max_body_bytes, h.get("content-length"))
+        result = await self.store.create(
+            CreateRequest(
+                path=path,
+                content_type=_content_type(h),
+                body=body,
+                ttl=ttl,
+                expires_at=expires[0] if expires else None,
+                expires_at_ts=expires[1] if expires else None,
+                closed=is_true(h.get("stream-closed")),
+                fork=fork,
+            )
+        )
+        s = result.stream
+        hs: Headers = [
+            (b"content-type", s.meta.content_type.encode()),
+            (b"stream-next-offset", format_offset(result.tail).encode()),
+            (b"cache-control", CACHE_NONE),
+        ]
+        if result.closed:
+            hs.append((b"stream-closed", TRUE))
+        if result.created:
+            hs.append((b"location", (self.settings.base_path + path).encode()))
+        await respond(send, 201 if result.created else 200, hs)
+
+    def _source_path(self, value: str) -> str:
+        """Stream-Forked-From names a path on this server: full URL path or stream path."""
+        raw = value.strip().encode()
+        if raw.startswith(self.base):
+            return stream_path(
+                raw, self.base, max_bytes=self.settings.max_path_bytes,
+                max_segment=self.settings.max_segment_bytes,
+            )
+        return stream_path(
+            self.base + raw.lstrip(b"/"), self.base, max_bytes=self.settings.max_path_bytes,
+            max_segment=self.settings.max_segment_bytes,
+        )
+
+    # ------------------------------------------------------------------ POST
+
+    async def post(self, receive: Receive, send: Send, path: str, h: dict[str, str]) -> None:
+        producer = parse_producer(h.get("producer-id"), h.get("producer-epoch"), h.get("producer-seq"))
+        seq = h.get("stream-seq")
+        body = await read_body(receive, self.settings.max_body_bytes, h.get("content-length"))
+        result = await self.store.append(
+            AppendRequest(
+                path=path,
+                content_type=_content_type(h),
+                body=body,
+                stream_seq=seq,
+                producer=producer,
+                close=is_true(h.get("stream-closed")),
+            )
+        )
+        hs: Headers = [(b"stream-next-offset", format_offset(result.tail).encode())]
+        if result.closed:
+            hs.append((b"stream-closed", TRUE))
+        status = 204
+        if result.producer is not None:
+            hs.append((b"producer-epoch", str(result.producer.epoch).encode()))
+            hs.append((b"producer-seq", str(result.producer.seq).encode()))
+            status = 204 if result.duplicate else 200
+        await respond(send, status, hs)
+
+    # ------------------------------------------------------------------ HEAD
+
+    async def head(self, send: Send, path: str) -> None:
+        s = self.store.get(path)
+        await respond(send, 200, self._meta_headers(s, s.tail) + [(b"cache-control", CACHE_NONE)])
+
+    def _meta_headers(self, s: Stream, next_unit: int) -> Headers:
+        hs: Headers = [
+            (b"content-type", s.meta.content_type.encode()),
+            (b"stream-next-offset", format_offset(next_unit).encode()),
+        ]
+        if s.meta.ttl is not None:
+            hs.append((b"stream-ttl", str(s.meta.ttl).encode()))
+        if s.meta.expires_at is not None:
+            hs.append((b"stream-expires-at", s.meta.expires_at.encode()))
+        if s.meta.closed and next_unit >= s.tail:
+            hs.append((b"stream-closed", TRUE))
+        return hs
+
+    # ------------------------------------------------------------------- GET
+
+    async def get(self, scope: Scope, send: Send, path: str, h: dict[str, str]) -> None:
+        q = query_params(scope)
+        live = q.get("live")
+        if live not in (None, "long-poll", "sse"):
+            raise BadRequest("live must be 'long-poll' or 'sse'")
+        raw_offset = q.get("offset")
+        if live is not None and raw_offset is None:
+            raise BadRequest("live reads need an offset")
+        offset = START if raw_offset is None else self._unit(raw_offset)
+        s = self.store.get(path, touch=True)
+        if offset == START:
+            unit = 0
+        elif offset == NOW:
+            unit = s.tail
+        else:
+            unit = offset
+            if unit > s.tail:
+                raise BadRequest("offset is past the end of the stream")
+        if live == "sse":
+            await self._sse(send, s, unit, q.get("cursor"))
+            return
+        if offset == NOW and live is None:
+            await self._send_read(
+                send, s, ReadResult([], unit, unit, s.tail, s.meta.closed), h, etag=False,
+                cache=CACHE_NONE,
+            )
+            return
+        if live == "long-poll":
+            await self._long_poll(send, s, unit, h, q.get("cursor"))
+            return
+        result = await self.store.read(s, unit, self.settings.max_read_bytes)
+        await self._send_read(send, s, result, h)
+
+    async def _long_poll(
+        self, send: Send, s: Stream, unit: int, h: dict[str, str], cursor: str | None
+    ) -> None:
+        if s.tail <= unit and not s.meta.closed:
+            self.live_readers["long-poll"] += 1
+            try:
+                await self.store.wait(s, unit, self.settings.long_poll_timeout)
+            finally:
+                self.live_readers["long-poll"] -= 1
+            s = self.store.get(s.path)
+        if s.tail <= unit:
+            hs: Headers = [
+                (b"stream-next-offset", format_offset(s.tail).encode()),
+                (b"stream-up-to-date", TRUE),
+                (b"cache-control", CACHE_NONE),
+            ]
+            if s.meta.closed:
+                hs.append((b"stream-closed", TRUE))
+            else:
+                hs.append((b"stream-cursor", next_cursor(cursor).encode()))
+            await respond(send, 204, hs)
+            return
+        result = await self.store.read(s, unit, self.settings.max_read_bytes)
+        await self._send_read(send, s, result, h, cursor=next_cursor(cursor))
+
+    async def _send_read(
+        self,
+        send: Send,
+        s: Stream,
+        r: ReadResult,
+        h: dict[str, str],
+        *,
+        etag: bool = True,
+        cache: bytes = CACHE_READ,
+        cursor: str | None = None,
+    ) -> None:
+        hs: Headers = [
+            (b"content-type", s.meta.content_type.encode()),
+            (b"stream-next-offset", format_offset(r.next).encode()),
+            (b"cache-control", cache),
+        ]
+        if r.up_to_date:
+            hs.append((b"stream-up-to-date", TRUE))
+        if r.closed:
+            hs.append((b"stream-closed", TRUE))
+        if cursor is not None and not r.closed:
+            hs.append((b"stream-cursor", cursor.encode()))
+        if etag:
+            tag = f'"{s.id}:{format_offset(r.start)}:{format_offset(r.next)}{":c" if r.closed else ""}"'
+            hs.append((b"etag", tag.encode()))
+            if _etag_matches(h.get("if-none-match"), tag):
+                await respond(send, 304, hs)
+                return
+        if s.is_json:
+            body = b"[" + b",".join(r.payloads) + b"]"
+        else:
+            body = r.payloads[0] if len(r.payloads) == 1 else b"".join(r.payloads)
+        await respond(send, 200, hs, body)
+
+    # ------------------------------------------------------------------- SSE
+
+    async def _sse(self, send: Send, s: Stream, unit: int, cursor: str | None) -> None:
+        text = s.is_json or s.meta.content_type.lower().startswith("text/")
+        hs: Headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        if not text:
+            hs.append((b"stream-sse-data-encoding", b"base64"))
+        await send({"type": "http.response.start", "status": 200, "headers": [*COMMON, *hs]})
+        deadline = time.monotonic() + self.settings.sse_reconnect_interval
+        self.live_readers["sse"] += 1
+        try:
+            while True:
+                result = await self.store.read(s, unit, self.settings.max_read_bytes)
+                chunks: list[bytes] = []
+                if result.payloads:
+                    if s.is_json:
+                        chunks.append(sse.data_event_text(b"[" + b",".join(result.payloads) + b"]"))
+                    elif text:
+                        chunks.append(sse.data_event_text(b"".join(result.payloads)))
+                    else:
+                        chunks.append(sse.data_event_raw(base64.b64encode(b"".join(result.payloads))))
+                unit = result.next
+                closed = s.meta.closed and unit >= s.tail
+                control: dict = {"streamNextOffset": format_offset(unit)}
+                if closed:
+                    control["streamClosed"] = True
+                    control["upToDate"] = True
+                else:
+                    cursor = next_cursor(cursor)
+                    control["streamCursor"] = cursor
+                    if unit >= s.tail:
+                        control["upToDate"] = True
+                chunks.append(sse.control_event(orjson.dumps(control)))
+                await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+                if closed:
+                    break
+                if unit < s.tail:
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await self.store.wait(s, unit, remaining)
+                current = self.store.streams.get(s.path)
+                if current is not s or s.pmeta.soft_deleted:
+                    break  # deleted while we waited
+                if s.tail <= unit and not s.meta.closed:
+                    break  # reconnect interval reached
+        except (StreamError, OSError) as exc:
+            log.debug("SSE ended: %s", exc)
+        finally:
+            self.live_readers["sse"] -= 1
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # ------------------------------------------------------------------ misc
+
+    def _unit(self, value: str, *, allow_now: bool = True) -> int:
+        try:
+            return parse_offset(value, allow_now=allow_now)
+        except OffsetError as exc:
+            raise BadRequest(str(exc)) from None
+
+
+def _content_type(h: dict[str, str]) -> str | None:
+    ct = h.get("content-type")
+    if ct is None:
+        return None
+    ct = ct.strip()
+    return ct or None
+
+
+def _etag_matches(header: str | None, tag: str) -> bool:
+    if not header:
+        return False
+    if header.strip() == "*":
+        return True
+    return any(part.strip().removeprefix("W/") == tag for part in header.split(","))
+
+
+def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
+    """Status, headers and a short plain-text reason for a refused operation."""
+    extra: Headers = []
+    if isinstance(exc, StreamClosed):
+        status = 409
+        extra = [
+            (b"stream-closed", TRUE),
+            (b"stream-next-offset", format_offset(exc.final_unit).encode()),
+        ]
+    elif isinstance(exc, SequenceGap):
+        status = 409
+        extra = [
+            (b"producer-expected-seq", str(exc.expected).encode()),
+            (b"producer-received-seq", str(exc.received).encode()),
+        ]
+    elif isinstance(exc, ProducerFenced):
+        status = 403
+        extra = [(b"producer-epoch", str(exc.current_epoch).encode())]
+    elif isinstance(exc, Conflict):
+        status = 409
+    elif isinstance(exc, BadRequest):
+        status = 400
+    elif isinstance(exc, NotFound):
+        status = 404
+    elif isinstance(exc, Gone):
+        status = 410
+    elif isinstance(exc, PayloadTooLarge):
+        status = 413
+    elif isinstance(exc, Unavailable):
+        status = 507 if exc.disk_full else 503
+        if exc.disk_full:
+            extra = [(b"retry-after", b"5")]
+    elif isinstance(exc, Damaged):
+        status = 500
+    else:
+        status = 500
+    return status, text_headers(extra), (exc.message + "\n").encode()
+
+
+__all__ = ["ProtocolSettings", "StreamRoutes"]

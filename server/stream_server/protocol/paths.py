@@ -1,0 +1,44 @@
+"""Stream paths from request URLs: refuse anything ambiguous before it reaches the store.
+
+Segment files are named by stream id, never by path, so a path cannot escape
+the data directory; these checks keep distinct spellings from meaning the same
+stream and keep hostile input out of logs and metadata.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote_to_bytes
+
+from stream_server.streams.errors import BadRequest, NotFound
+
+RESERVED_SEGMENT = "__ds"
+
+
+def stream_path(raw_path: bytes, base: bytes, *, max_bytes: int, max_segment: int) -> str:
+    """The stream path below ``base`` (no leading slash), validated."""
+    rest = raw_path[len(base) :]
+    if not rest:
+        raise NotFound("no stream path")
+    low = rest.lower()
+    for bad in (b"%2f", b"%5c", b"%00"):
+        if bad in low:
+            raise BadRequest("encoded separators and NUL are not allowed in stream paths")
+    if len(rest) > max_bytes:
+        raise BadRequest(f"stream path longer than {max_bytes} bytes")
+    try:
+        path = unquote_to_bytes(rest).decode("utf-8")
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest("stream path is not valid percent-encoded UTF-8") from None
+    if any(c < " " or c == "\x7f" or c == "\\" for c in path):
+        raise BadRequest("control characters and backslashes are not allowed in stream paths")
+    segments = path.split("/")
+    for seg in segments:
+        if seg in ("", ".", ".."):
+            raise BadRequest("empty, '.' and '..' segments are not allowed in stream paths")
+        if len(seg.encode()) > max_segment:
+            raise BadRequest(f"stream path segment longer than {max_segment} bytes")
+    return path
+
+
+def is_reserved(path: str) -> bool:
+    return path.split("/", 1)[0] == RESERVED_SEGMENT

@@ -1,0 +1,41 @@
+"""Run the app under uvicorn (uvloop and httptools where installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import uvicorn
+
+from stream_server.app import create_app
+from stream_server.config import Settings
+from stream_server.logs import configure
+
+log = logging.getLogger("stream_server")
+
+
+def serve(settings: Settings) -> int:
+    log_config = configure(settings.log_level, settings.log_format)
+    from stream_server.engine import LayoutError
+    from stream_server.engine.layout import Layout
+
+    try:
+        Layout(settings.data_dir).prepare()
+    except LayoutError as exc:
+        log.error("%s", exc)
+        return 2
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        lifespan="on",
+        access_log=False,
+        log_config=log_config,
+        timeout_graceful_shutdown=5,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else 1

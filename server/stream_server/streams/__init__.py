@@ -1,0 +1,1 @@
+"""Stream semantics: the protocol's rules over the storage engine, with no HTTP in sight."""

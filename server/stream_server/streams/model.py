@@ -1,0 +1,84 @@
+"""The in-memory view of one stream: what is committed, and what is queued on top.
+
+Readers see only the committed fields. Writers validate against the pending
+fields, which run ahead by the operations queued for the next group commit;
+if a batch fails, pending is reset to committed and nothing happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+
+from stream_server.engine.metadata import StreamMeta
+from stream_server.engine.records import KIND_BYTES, KIND_JSON
+
+JSON_TYPE = "application/json"
+
+
+def media_type(content_type: str) -> str:
+    """The comparable part of a content type: lower-cased, parameters dropped."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+@dataclass(slots=True)
+class ProducerState:
+    epoch: int
+    seq: int
+
+
+class Stream:
+    __slots__ = (
+        "changed",
+        "committed",
+        "is_json",
+        "kind",
+        "meta",
+        "p_producers",
+        "p_tail",
+        "path",
+        "pmeta",
+        "producers",
+        "read_hint",
+        "tail",
+    )
+
+    def __init__(self, path: str, meta: StreamMeta, tail: int, *, committed: bool) -> None:
+        self.path = path
+        self.meta = meta  # committed configuration and state
+        self.pmeta = replace(meta)  # pending: meta plus queued changes
+        self.tail = tail  # committed tail unit
+        self.p_tail = tail
+        self.producers: dict[str, ProducerState] = {}
+        self.p_producers: dict[str, ProducerState] = {}  # overlay of queued producer updates
+        self.committed = committed  # False until the create itself is durable
+        self.is_json = media_type(meta.content_type) == JSON_TYPE
+        self.kind = KIND_JSON if self.is_json else KIND_BYTES
+        self.changed: asyncio.Future | None = None
+        self.read_hint: tuple[int, int] | None = None
+
+    @property
+    def id(self) -> int:
+        return self.meta.id
+
+    def producer(self, producer_id: str) -> ProducerState | None:
+        return self.p_producers.get(producer_id) or self.producers.get(producer_id)
+
+    def reset_pending(self) -> None:
+        self.pmeta = replace(self.meta)
+        self.p_tail = self.tail
+        self.p_producers.clear()
+
+    def notify(self) -> None:
+        """Wake every live reader waiting on this stream."""
+        fut = self.changed
+        if fut is not None:
+            self.changed = None
+            if not fut.done():
+                fut.set_result(None)
+
+    def expired(self, now: float) -> bool:
+        m = self.meta
+        if m.expires_at_ts is not None and now >= m.expires_at_ts:
+            return True
+        return m.ttl is not None and now >= m.touched_at + m.ttl
