@@ -87,7 +87,7 @@ class StreamRoutes:
         headers = request_headers(scope)
         try:
             path = stream_path(
-                scope.get("raw_path") or scope["path"].encode(),
+                raw_path(scope),
                 self.base,
                 max_bytes=self.settings.max_path_bytes,
                 max_segment=self.settings.max_segment_bytes,
@@ -105,7 +105,7 @@ class StreamRoutes:
             elif method == "POST":
                 await self.post(receive, send, path, headers)
             elif method == "PUT":
-                await self.put(receive, send, path, headers)
+                await self.put(scope, receive, send, path, headers)
             elif method == "HEAD":
                 await self.head(send, path)
             elif method == "DELETE":
@@ -123,7 +123,9 @@ class StreamRoutes:
 
     # ------------------------------------------------------------------- PUT
 
-    async def put(self, receive: Receive, send: Send, path: str, h: dict[str, str]) -> None:
+    async def put(
+        self, scope: Scope, receive: Receive, send: Send, path: str, h: dict[str, str]
+    ) -> None:
         ttl = parse_ttl(h.get("stream-ttl"))
         expires = parse_expires_at(h.get("stream-expires-at"))
         if ttl is not None and expires is not None:
@@ -164,7 +166,7 @@ class StreamRoutes:
         if result.closed:
             hs.append((b"stream-closed", TRUE))
         if result.created:
-            hs.append((b"location", (self.settings.base_path + path).encode()))
+            hs.append((b"location", _absolute_url(scope, h, raw_path(scope)).encode()))
         await respond(send, 201 if result.created else 200, hs)
 
     def _source_path(self, value: str) -> str:
@@ -203,7 +205,7 @@ class StreamRoutes:
         if result.producer is not None:
             hs.append((b"producer-epoch", str(result.producer.epoch).encode()))
             hs.append((b"producer-seq", str(result.producer.seq).encode()))
-            status = 204 if result.duplicate else 200
+            status = 200 if result.appended else 204
         await respond(send, status, hs)
 
     # ------------------------------------------------------------------ HEAD
@@ -383,6 +385,18 @@ class StreamRoutes:
             return parse_offset(value, allow_now=allow_now)
         except OffsetError as exc:
             raise BadRequest(str(exc)) from None
+
+
+def raw_path(scope: Scope) -> bytes:
+    return scope.get("raw_path") or scope["path"].encode()
+
+
+def _absolute_url(scope: Scope, h: dict[str, str], path: bytes) -> str:
+    host = h.get("host")
+    if host is None:
+        server = scope.get("server") or ("localhost", None)
+        host = server[0] if server[1] is None else f"{server[0]}:{server[1]}"
+    return f"{scope.get('scheme', 'http')}://{host}{path.decode('latin-1')}"
 
 
 def _content_type(h: dict[str, str]) -> str | None:

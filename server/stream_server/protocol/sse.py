@@ -14,13 +14,18 @@ def data_event_text(payload: bytes) -> bytes:
     round-trips any text whose line breaks are ``\\n``.
     """
     lines = _LINE_BREAK.split(payload)
-    return b"event: data\n" + b"".join(b"data: " + line + b"\n" for line in lines) + b"\n"
+    return b"event: data\n" + b"".join(_data_line(line) for line in lines) + b"\n"
+
+
+def _data_line(line: bytes) -> bytes:
+    # Readers drop one space after "data:"; add one only when the line starts with a space.
+    return (b"data: " if line[:1] == b" " else b"data:") + line + b"\n"
 
 
 def data_event_raw(encoded: bytes) -> bytes:
     """An ``event: data`` whose payload has no line breaks (base64 text)."""
-    return b"event: data\ndata: " + encoded + b"\n\n"
+    return b"event: data\ndata:" + encoded + b"\n\n"
 
 
 def control_event(json_payload: bytes) -> bytes:
-    return b"event: control\ndata: " + json_payload + b"\n\n"
+    return b"event: control\ndata:" + json_payload + b"\n\n"

@@ -105,6 +105,7 @@ class AppendResult:
     closed: bool
     duplicate: bool = False
     producer: ProducerHeaders | None = None
+    appended: bool = False  # new data was written (not a duplicate, not close-only)
 
 
 @dataclass(slots=True)
@@ -460,7 +461,7 @@ class StreamStore:
             s.notify()
 
         await self._commit(ops, size, apply)
-        return AppendResult(tail, req.close or s.meta.closed, producer=p)
+        return AppendResult(tail, req.close or s.meta.closed, producer=p, appended=bool(payloads))
 
     def _payloads(self, body: bytes, is_json: bool, *, allow_empty_array: bool) -> list[bytes]:
         if not body:
