@@ -1,0 +1,41 @@
+# Two commands for a fresh machine: `make serve` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+EXTRAS ?= server,operator,dev
+
+.PHONY: serve test lint deps system-deps bench clean
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.server: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e '.[server]'
+	touch $@
+
+$(VENV)/.all: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+## Run the server on the embedded default: LMDB + log files in ./data, port 4437.
+serve: $(VENV)/.server
+	$(VENV)/bin/durable-streams-server serve
+
+## Install everything the tests need, then run the whole suite.
+test: deps
+	$(PY) -m pytest
+
+deps: $(VENV)/.all system-deps
+	cd e2e/conformance && npm install --no-audit --no-fund --loglevel=error
+
+## Debian packages some tests use (installed only when missing; needs root).
+system-deps:
+	@bash scripts/system-deps.sh
+
+lint: $(VENV)/.all
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) e2e/conformance/node_modules

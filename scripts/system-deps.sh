@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Debian packages used by the test suite and benchmarks, installed only if missing.
+set -euo pipefail
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v npm >/dev/null || need+=(nodejs npm)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ "$(id -u)" != 0 ]; then
+  echo "missing system packages: ${need[*]} (install them with apt-get as root)" >&2
+  exit 0
+fi
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
