@@ -393,13 +393,17 @@ class Engine:
         except OSError as exc:
             self._fail(f"WAL fdatasync failed: {exc}")
             raise StorageFailed(f"storage failed closed: {self.failed}") from exc
-        self._hook("wal")
         t2 = time.perf_counter()
         stats.fsync_seconds = t2 - t1
         # 3. metadata.
         try:
+            self._hook("wal")
             self._lmdb_write(meta_entries)
-        except lmdb.Error as exc:
+        except BaseException as exc:
+            if not isinstance(exc, lmdb.Error):
+                # Unknown state between a durable frame and its commit: stop writing.
+                self._fail(f"batch failed after its WAL flush: {exc!r}")
+                raise
             # The frame is durable but unacknowledged; take it back so that a
             # restart does not replay what we are about to report as failed.
             try:

@@ -1,0 +1,207 @@
+"""The storage engine on real files: batches, reads, checkpoints and recovery."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from stream_server.engine import Engine, LayoutError
+from stream_server.engine.engine import INDEX_GRANULARITY
+from stream_server.engine.layout import Layout
+from stream_server.engine.metadata import StreamMeta
+from stream_server.engine.ops import Append, CreateLog, DeleteStream, DropLog, PutProducer, PutStream
+from stream_server.engine.records import KIND_BYTES, KIND_JSON, Producer
+
+
+class Crash(Exception):
+    pass
+
+
+def crash(engine: Engine) -> None:
+    """Stop an engine the way kill -9 would: no checkpoint, no final flush."""
+    if engine._checkpoint_thread is not None:
+        engine._checkpoint_thread.join()
+    engine.wal.close()
+    for fd in engine._fds.values():
+        os.close(fd)
+    engine._fds.clear()
+    engine.meta.close()
+
+
+def new_stream(engine: Engine, path: str, sid: int, kind: int = KIND_BYTES, base: int = 0) -> None:
+    ct = "application/json" if kind == KIND_JSON else "application/octet-stream"
+    engine.commit([CreateLog(sid, base), PutStream(path, StreamMeta(id=sid, content_type=ct, created_at=0.0, fork_offset=base))])
+
+
+def read_all(engine: Engine, sid: int, kind: int, start: int, stop: int, max_bytes: int = 1 << 30) -> bytes:
+    out = b""
+    cur = start
+    hint = None
+    while cur < stop:
+        got, cur, hint = engine.read(sid, kind, cur, stop, max_bytes, hint)
+        out += b"".join(got)
+    return out
+
+
+def test_commit_and_read_back_across_index_granules(tmp_path):
+    e = Engine(tmp_path / "d")
+    e.open()
+    new_stream(e, "a", 1)
+    rng = random.Random(7)
+    payloads = [rng.randbytes(rng.randint(1, 3000)) for _ in range(300)]
+    for i in range(0, len(payloads), 10):
+        e.commit([Append(1, KIND_BYTES, payloads[i : i + 10])])
+    data = b"".join(payloads)
+    assert e.tails[1].unit == len(data)
+    assert e.tails[1].file_len > 20 * INDEX_GRANULARITY
+    # Every position, from a fresh index lookup and in small chunks.
+    for start in [0, 1, 2999, 40_000, len(data) // 2, len(data) - 1]:
+        got, nxt, _ = e.read(1, KIND_BYTES, start, len(data), 5000)
+        assert b"".join(got) == data[start : start + 5000]
+        assert nxt == min(len(data), start + 5000)
+    assert read_all(e, 1, KIND_BYTES, 0, len(data), 777) == data
+    e.close()
+
+
+def test_json_reads_return_whole_messages(tmp_path):
+    e = Engine(tmp_path / "d")
+    e.open()
+    new_stream(e, "j", 1, KIND_JSON)
+    msgs = [b'{"i":%d,"pad":"%s"}' % (i, b"x" * (i % 50)) for i in range(500)]
+    e.commit([Append(1, KIND_JSON, msgs)])
+    got, nxt, _ = e.read(1, KIND_JSON, 100, 500, 200)
+    assert got == msgs[100 : 100 + len(got)] and nxt == 100 + len(got)
+    assert sum(map(len, got)) <= 200 or len(got) == 1
+    got, nxt, _ = e.read(1, KIND_JSON, 499, 500, 1)
+    assert got == [msgs[499]] and nxt == 500  # at least one message, whatever the limit
+    e.close()
+
+
+def test_restart_after_clean_close_keeps_everything(tmp_path):
+    e = Engine(tmp_path / "d")
+    e.open()
+    new_stream(e, "a", 1)
+    e.commit([Append(1, KIND_BYTES, [b"abc", b"def"], Producer("p", 0, 0)), PutProducer(1, "p", 0, 0)])
+    e.close()
+    e2 = Engine(tmp_path / "d")
+    state, report = e2.open()
+    assert report.wal_frames_replayed == 0  # the final checkpoint emptied the WAL
+    assert state.streams["a"].id == 1
+    assert state.producers[1] == {"p": (0, 0)}
+    assert read_all(e2, 1, KIND_BYTES, 0, 6) == b"abcdef"
+    e2.close()
+
+
+def test_wal_replay_restores_writes_the_segment_files_lost(tmp_path):
+    e = Engine(tmp_path / "d")
+    e.open()
+    new_stream(e, "a", 1)
+    e.commit([Append(1, KIND_BYTES, [b"durable"])])
+    seg = e.layout.segment_path(1)
+    crash(e)
+    os.truncate(seg, 0)  # as if the page cache never reached the disk
+    e2 = Engine(tmp_path / "d")
+    _, report = e2.open()
+    assert report.wal_frames_replayed == 2
+    assert read_all(e2, 1, KIND_BYTES, 0, 7) == b"durable"
+    e2.close()
+
+
+@pytest.mark.parametrize(
+    ("stage", "survives"), [("segments", False), ("wal", True), ("commit", True)]
+)
+def test_crash_between_the_steps_of_a_batch(tmp_path, stage, survives):
+    """Each window of a batch: before the WAL flush the batch is gone whole;
+    after it, the batch is there whole, even if LMDB never committed."""
+    armed = {"stage": None}
+
+    def hook(s: str) -> None:
+        if s == armed["stage"]:
+            raise Crash(s)
+
+    e = Engine(tmp_path / "d", crash_hook=hook)
+    e.open()
+    new_stream(e, "a", 1)
+    e.commit([Append(1, KIND_BYTES, [b"before;"])])
+    armed["stage"] = stage
+    with pytest.raises(Crash):
+        e.commit([Append(1, KIND_BYTES, [b"maybe;"]), PutProducer(1, "p", 0, 5)])
+    crash(e)
+    e2 = Engine(tmp_path / "d")
+    state, _ = e2.open()
+    expected = b"before;maybe;" if survives else b"before;"
+    assert e2.tails[1].unit == len(expected)
+    assert read_all(e2, 1, KIND_BYTES, 0, len(expected)) == expected
+    assert (state.producers.get(1, {}).get("p") == (0, 5)) is survives
+    assert os.path.getsize(e2.layout.segment_path(1)) == e2.tails[1].file_len
+    e2.close()
+
+
+def test_delete_removes_files_and_orphans_are_collected(tmp_path):
+    e = Engine(tmp_path / "d")
+    e.open()
+    new_stream(e, "a", 1)
+    new_stream(e, "b", 2)
+    e.commit([Append(2, KIND_BYTES, [b"x"])])
+    e.commit([DeleteStream("a"), DropLog(1)])
+    assert not e.layout.segment_path(1).exists()
+    orphan = e.layout.segment_path(99)
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"left over from a crash")
+    e.close()
+    e2 = Engine(tmp_path / "d")
+    state, report = e2.open()
+    assert set(state.streams) == {"b"}
+    assert report.orphan_files_removed == 1 and not orphan.exists()
+    e2.close()
+
+
+def test_corrupt_record_in_the_middle_is_reported_not_served(tmp_path):
+    e = Engine(tmp_path / "d")
+    e.open()
+    new_stream(e, "a", 1)
+    e.commit([Append(1, KIND_BYTES, [b"A" * 100])])
+    e.commit([Append(1, KIND_BYTES, [b"B" * 100])])
+    e.close()
+    seg = Layout(tmp_path / "d").segment_path(1)
+    raw = bytearray(seg.read_bytes())
+    raw[60] ^= 0xFF  # inside the first record's payload
+    seg.write_bytes(bytes(raw))
+    e2 = Engine(tmp_path / "d")
+    e2.open()
+    from stream_server.engine import DamagedStream
+
+    with pytest.raises(DamagedStream):
+        e2.read(1, KIND_BYTES, 0, 200, 1000)
+    e2.close()
+
+
+def test_layout_refuses_foreign_and_future_directories(tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "important.txt").write_text("not ours")
+    with pytest.raises(LayoutError, match="not empty"):
+        Layout(foreign).prepare()
+    future = tmp_path / "future"
+    future.mkdir()
+    (future / "FORMAT").write_text("durable-streams-py data format 99\n")
+    with pytest.raises(LayoutError, match="not supported"):
+        Layout(future).prepare()
+
+
+def test_checkpoint_rotates_and_deletes_old_wal(tmp_path):
+    e = Engine(tmp_path / "d", checkpoint_bytes=4096)
+    e.open()
+    new_stream(e, "a", 1)
+    for _ in range(10):
+        e.commit([Append(1, KIND_BYTES, [b"z" * 1000])])
+    e._checkpoint_thread.join()
+    numbers = [int(p.stem) for p in (tmp_path / "d" / "wal").glob("*.wal")]
+    assert min(numbers) > 1  # the first WAL file was checkpointed away
+    crash(e)
+    e2 = Engine(tmp_path / "d")
+    e2.open()
+    assert read_all(e2, 1, KIND_BYTES, 0, 10_000) == b"z" * 10_000
+    e2.close()

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import pytest
+
+from stream_server.engine.records import (
+    FILE_HEADER_SIZE,
+    KIND_BYTES,
+    KIND_JSON,
+    CorruptRecord,
+    Producer,
+    encode_file_header,
+    encode_record,
+    iter_records,
+    record_size,
+)
+
+
+def test_records_round_trip_with_and_without_producer():
+    a = encode_record(KIND_BYTES, b"hello", 0, 111)
+    b = encode_record(KIND_JSON, b'{"k":1}', 5, 222, Producer("p-1", 3, 9))
+    recs = list(iter_records(a + b, 100))
+    assert [r.pos for r in recs] == [100, 100 + len(a)]
+    assert bytes(recs[0].payload) == b"hello" and recs[0].producer is None
+    assert (recs[0].start, recs[0].stop, recs[0].timestamp_us) == (0, 5, 111)
+    assert recs[1].producer == Producer("p-1", 3, 9)
+    assert (recs[1].start, recs[1].stop) == (5, 6)  # a JSON message is one unit
+    assert recs[1].end == 100 + len(a) + len(b)
+
+
+def test_incomplete_tail_is_not_yielded():
+    a = encode_record(KIND_BYTES, b"whole", 0, 1)
+    b = encode_record(KIND_BYTES, b"torn-in-half", 5, 1)
+    recs = list(iter_records(a + b[:-3], 0))
+    assert len(recs) == 1
+    assert record_size(b) == len(b)
+    assert record_size(b[:10]) is None
+
+
+def test_flipped_bit_fails_the_checksum():
+    rec = bytearray(encode_record(KIND_BYTES, b"payload", 0, 1))
+    rec[-1] ^= 0x01
+    with pytest.raises(CorruptRecord):
+        list(iter_records(bytes(rec), 0))
+
+
+def test_file_header_size():
+    assert len(encode_file_header(7)) == FILE_HEADER_SIZE == 16

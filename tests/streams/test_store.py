@@ -1,0 +1,178 @@
+"""Stream rules over a real engine in a temporary data directory."""
+
+from __future__ import annotations
+
+import pytest
+
+from stream_server.engine import StorageError
+from stream_server.streams.errors import (
+    BadRequest,
+    Conflict,
+    Gone,
+    NotFound,
+    ProducerFenced,
+    SequenceGap,
+    StreamClosed,
+    Unavailable,
+)
+from stream_server.streams.store import (
+    AppendRequest,
+    CreateRequest,
+    ForkRequest,
+    ProducerHeaders,
+    StreamStore,
+)
+
+BIN = "application/octet-stream"
+JSON = "application/json"
+
+
+@pytest.fixture
+async def store(tmp_path):
+    s = StreamStore(tmp_path / "data")
+    await s.start()
+    yield s
+    await s.stop()
+
+
+async def read_all(store: StreamStore, path: str) -> bytes:
+    s = store.get(path)
+    r = await store.read(s, 0, 1 << 30)
+    return b"".join(r.payloads)
+
+
+async def append(store, path, body, ct=BIN, **kw):
+    return await store.append(AppendRequest(path, ct, body, **kw))
+
+
+async def test_create_is_idempotent_only_with_the_same_configuration(store):
+    r = await store.create(CreateRequest("s", BIN, b"abc"))
+    assert r.created and r.tail == 3
+    again = await store.create(CreateRequest("s", "APPLICATION/OCTET-STREAM"))
+    assert not again.created and again.tail == 3
+    for req in [CreateRequest("s", "text/plain"), CreateRequest("s", BIN, ttl=5),
+                CreateRequest("s", BIN, closed=True)]:
+        with pytest.raises(Conflict):
+            await store.create(req)
+
+
+async def test_json_appends_flatten_one_level_and_validate(store):
+    await store.create(CreateRequest("j", JSON, b"[]"))
+    await append(store, "j", b'[{"a":1},[2,3]]', JSON)
+    await append(store, "j", b'"x"', JSON)
+    s = store.get("j")
+    assert s.tail == 3
+    r = await store.read(s, 0, 1 << 20)
+    assert r.payloads == [b'{"a":1}', b"[2,3]", b'"x"']
+    for bad in [b"[]", b"{nope", b""]:
+        with pytest.raises(BadRequest):
+            await append(store, "j", bad, JSON)
+    assert store.get("j").tail == 3
+
+
+async def test_producer_rules(store):
+    await store.create(CreateRequest("p", BIN))
+
+    def prod(epoch, seq):
+        return ProducerHeaders("w", epoch, seq)
+
+    with pytest.raises(SequenceGap):  # a new producer starts at 0
+        await append(store, "p", b"x", producer=prod(0, 1))
+    r = await append(store, "p", b"a", producer=prod(0, 0))
+    assert r.appended and not r.duplicate
+    dup = await append(store, "p", b"a", producer=prod(0, 0))
+    assert dup.duplicate and not dup.appended
+    with pytest.raises(SequenceGap) as gap:
+        await append(store, "p", b"c", producer=prod(0, 2))
+    assert (gap.value.expected, gap.value.received) == (1, 2)
+    with pytest.raises(BadRequest):  # a new epoch must start at 0
+        await append(store, "p", b"c", producer=prod(1, 1))
+    await append(store, "p", b"b", producer=prod(1, 0))
+    with pytest.raises(ProducerFenced) as fenced:
+        await append(store, "p", b"zombie", producer=prod(0, 1))
+    assert fenced.value.current_epoch == 1
+    assert await read_all(store, "p") == b"ab"
+
+
+async def test_closing_is_final_and_idempotent(store):
+    await store.create(CreateRequest("c", BIN, b"data"))
+    r = await append(store, "c", b"", close=True)
+    assert r.closed and r.tail == 4
+    again = await append(store, "c", b"", close=True)
+    assert again.closed
+    with pytest.raises(StreamClosed) as closed:
+        await append(store, "c", b"more")
+    assert closed.value.final_unit == 4
+
+
+async def test_stream_seq_must_increase(store):
+    await store.create(CreateRequest("q", BIN))
+    await append(store, "q", b"1", stream_seq="a")
+    with pytest.raises(Conflict):
+        await append(store, "q", b"2", stream_seq="a")
+    await append(store, "q", b"3", stream_seq="b")
+    assert await read_all(store, "q") == b"13"
+
+
+async def test_forks_stitch_and_deletion_cascades(store):
+    await store.create(CreateRequest("a", BIN, b"0123456789"))
+    await store.create(CreateRequest("b", None, fork=ForkRequest("a", 4)))
+    await append(store, "b", b"BB")
+    await append(store, "a", b"AA")  # after the fork point: not visible in b
+    await store.create(CreateRequest("c", None, fork=ForkRequest("b", None)))
+    await append(store, "c", b"C")
+    assert await read_all(store, "b") == b"0123BB"
+    assert await read_all(store, "c") == b"0123BBC"
+    await store.delete("a")
+    with pytest.raises(Gone):
+        store.get("a")
+    with pytest.raises(Conflict):
+        await store.create(CreateRequest("a", BIN))
+    await store.delete("b")
+    assert await read_all(store, "c") == b"0123BBC"  # reads through two deleted sources
+    await store.delete("c")
+    assert set(store.streams) == set()  # the cascade removed a and b
+    await store.create(CreateRequest("a", BIN))
+
+
+async def test_fork_sub_offset_stays_within_one_record(store):
+    await store.create(CreateRequest("src", BIN, b"hello"))
+    await append(store, "src", b"world")
+    await store.create(CreateRequest("f", None, fork=ForkRequest("src", 0, 3)))
+    assert await read_all(store, "f") == b"hel"
+    with pytest.raises(BadRequest):
+        await store.create(CreateRequest("g", None, fork=ForkRequest("src", 0, 6)))
+    with pytest.raises(BadRequest):
+        await store.create(CreateRequest("h", None, fork=ForkRequest("src", 11)))
+
+
+async def test_expired_streams_are_gone(store):
+    await store.create(CreateRequest("t", BIN, b"x", ttl=60))
+    s = store.get("t", touch=True)
+    s.meta.touched_at -= 61
+    with pytest.raises(NotFound):
+        store.get("t")
+
+
+async def test_a_failed_batch_changes_nothing(store, monkeypatch):
+    await store.create(CreateRequest("f", BIN, b"keep"))
+    await append(store, "f", b"1", producer=ProducerHeaders("w", 0, 0))
+    real = store.engine.commit
+    calls = {"n": 0}
+
+    def failing(ops):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StorageError("disk full", disk_full=True)
+        return real(ops)
+
+    monkeypatch.setattr(store.engine, "commit", failing)
+    with pytest.raises(Unavailable) as exc:
+        await append(store, "f", b"lost", producer=ProducerHeaders("w", 0, 1), close=True)
+    assert exc.value.disk_full
+    s = store.get("f")
+    assert (s.tail, s.p_tail, s.meta.closed, s.pmeta.closed) == (5, 5, False, False)
+    assert s.producer("w").seq == 0
+    # The same append, retried once space is back, goes through exactly once.
+    await append(store, "f", b"2", producer=ProducerHeaders("w", 0, 1))
+    assert await read_all(store, "f") == b"keep12"
