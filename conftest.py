@@ -103,3 +103,14 @@ def server_factory(tmp_path):
 def server(server_factory) -> ServerProcess:
     """One running server with a short long-poll timeout."""
     return server_factory("--long-poll-timeout", "2", "--sse-reconnect-interval", "3").start()
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory) -> ServerProcess:
+    """One server for a whole session, for tests that each use their own streams."""
+    srv = ServerProcess(
+        tmp_path_factory.mktemp("shared") / "data",
+        "--long-poll-timeout", "2", "--sse-reconnect-interval", "3",
+    ).start()
+    yield srv
+    srv.stop()

@@ -20,8 +20,8 @@ def _collect(res, n: int, out: list, *, json: bool = True) -> None:
     res.close()
 
 
-def test_create_append_and_catch_up(server):
-    url = f"{server.base}client/catch-up"
+def test_create_append_and_catch_up(shared_server):
+    url = f"{shared_server.base}client/catch-up"
     with ds.DurableStream.create(url, content_type="application/json", batching=False) as h:
         for i in range(5):
             h.append({"n": i})
@@ -35,8 +35,8 @@ def test_create_append_and_catch_up(server):
     assert head.offset.endswith(f"{6:016d}")
 
 
-def test_text_stream_and_offsets_resume(server):
-    url = f"{server.base}client/text"
+def test_text_stream_and_offsets_resume(shared_server):
+    url = f"{shared_server.base}client/text"
     with ds.DurableStream.create(url, content_type="text/plain", batching=False) as h:
         first = h.append("hello ")
         h.append("world")
@@ -47,8 +47,8 @@ def test_text_stream_and_offsets_resume(server):
 
 
 @pytest.mark.parametrize("live", ["long-poll", "sse"])
-def test_live_reads_see_new_appends(server, live):
-    url = f"{server.base}client/live-{live}"
+def test_live_reads_see_new_appends(shared_server, live):
+    url = f"{shared_server.base}client/live-{live}"
     with ds.DurableStream.create(url, content_type="application/json", batching=False) as h:
         h.append({"n": 0})
         got: list = []
@@ -63,10 +63,10 @@ def test_live_reads_see_new_appends(server, live):
     assert got == [{"n": 1}, {"n": 2}, {"n": 3}]
 
 
-def test_idempotent_producer_through_the_client(server):
+def test_idempotent_producer_through_the_client(shared_server):
     """The client has no producer API of its own: producer headers ride on the handle,
     and a retried batch with the same (id, epoch, seq) is stored once."""
-    url = f"{server.base}client/producer"
+    url = f"{shared_server.base}client/producer"
     seq = itertools.count()
     current = {"seq": 0}
 

@@ -1,0 +1,130 @@
+"""Bad input against a real server: the right status, a short reason, and no change.
+
+Each case is sent to a stream with known content; afterwards the stream's
+bytes, tail, closure and producer state must be exactly as before.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+CT = {"Content-Type": "application/octet-stream"}
+
+
+@pytest.fixture
+def fresh(shared_server):
+    """A stream holding b'seed' with one producer append; returns a snapshot function."""
+    n = {"i": 0}
+
+    def make() -> tuple[str, callable]:
+        n["i"] += 1
+        url = f"{shared_server.base}bad/{n['i']}"
+        assert httpx.put(url, headers=CT, content=b"seed").status_code == 201
+        r = httpx.post(url, headers=CT | {"Producer-Id": "w", "Producer-Epoch": "0", "Producer-Seq": "0"},
+                       content=b"!")
+        assert r.status_code == 200
+
+        def snapshot():
+            head = httpx.head(url)
+            body = httpx.get(url, params={"offset": "-1"})
+            return head.status_code, head.headers.get("stream-next-offset"), \
+                head.headers.get("stream-closed"), body.content
+
+        return url, snapshot
+
+    return make
+
+
+BAD_POSTS = [
+    ("empty body", {}, b"", 400),
+    ("content type mismatch", {"Content-Type": "text/plain"}, b"x", 409),
+    ("missing content type", {"Content-Type": ""}, b"x", 400),
+    ("partial producer headers", {"Producer-Id": "w"}, b"x", 400),
+    ("empty producer id", {"Producer-Id": "", "Producer-Epoch": "0", "Producer-Seq": "1"}, b"x", 400),
+    ("non-integer epoch", {"Producer-Id": "w", "Producer-Epoch": "x", "Producer-Seq": "1"}, b"x", 400),
+    ("epoch too large", {"Producer-Id": "w", "Producer-Epoch": str(2**53), "Producer-Seq": "0"}, b"x", 400),
+    ("sequence gap", {"Producer-Id": "w", "Producer-Epoch": "0", "Producer-Seq": "5"}, b"x", 409),
+    ("new epoch not at 0", {"Producer-Id": "w", "Producer-Epoch": "1", "Producer-Seq": "3"}, b"x", 400),
+]
+
+
+@pytest.mark.parametrize(("name", "headers", "body", "status"), BAD_POSTS, ids=[c[0] for c in BAD_POSTS])
+def test_bad_appends_change_nothing(fresh, name, headers, body, status):
+    url, snapshot = fresh()
+    before = snapshot()
+    r = httpx.post(url, headers=CT | headers, content=body)
+    assert r.status_code == status, r.text
+    assert r.text.strip(), "a refusal says why"
+    assert snapshot() == before
+
+
+def test_oversized_body_is_413_and_changes_nothing(server_factory):
+    srv = server_factory("--max-body-bytes", "1000").start()
+    url = f"{srv.base}big"
+    httpx.put(url, headers=CT, content=b"x")
+    r = httpx.post(url, headers=CT, content=b"y" * 1001)
+    assert r.status_code == 413
+    chunked = httpx.post(url, headers=CT, content=iter([b"y" * 600, b"y" * 600]))
+    assert chunked.status_code == 413
+    assert httpx.get(url).content == b"x"
+
+
+def test_bad_json_is_400_and_changes_nothing(shared_server):
+    url = f"{shared_server.base}bad/json"
+    httpx.put(url, headers={"Content-Type": "application/json"}, content=b'[{"a":1}]')
+    for body in [b"{", b"[]", b"nan", b'{"a":}']:
+        r = httpx.post(url, headers={"Content-Type": "application/json"}, content=body)
+        assert r.status_code == 400, body
+    assert httpx.get(url).json() == [{"a": 1}]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Stream-TTL": "-5"}, 400),
+        ({"Stream-TTL": "1.5"}, 400),
+        ({"Stream-Expires-At": "yesterday"}, 400),
+        ({"Stream-TTL": "10", "Stream-Expires-At": "2099-01-01T00:00:00Z"}, 400),
+        ({"Stream-Forked-From": "/v1/stream/missing"}, 404),
+        ({"Stream-Fork-Offset": "0000000000000000_0000000000000000"}, 400),
+    ],
+)
+def test_bad_creates_create_nothing(shared_server, headers, status):
+    url = f"{shared_server.base}bad/create"
+    r = httpx.put(url, headers=CT | headers)
+    assert r.status_code == status, r.text
+    assert httpx.head(url).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["/v1/stream/a/../b", "/v1/stream/a%2Fb", "/v1/stream/a%00b", "/v1/stream/a//b",
+     "/v1/stream/" + "x" * 2000],
+)
+def test_unsafe_paths_are_refused(shared_server, raw):
+    # A raw request: HTTP clients normalise "..", which would hide the case.
+    with socket.create_connection(("127.0.0.1", shared_server.port)) as sock:
+        sock.sendall(f"PUT {raw} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+        status = sock.recv(4096).split(b" ", 2)[1]
+    assert status == b"400", raw
+
+
+@pytest.mark.parametrize(
+    "offset", ["abc", "0000000000000000_00000000000000zz", "1_2", "9999999999999999_0000000000000000"]
+)
+def test_bad_offsets_are_400(fresh, offset):
+    url, _ = fresh()
+    assert httpx.get(url, params={"offset": offset}).status_code == 400
+
+
+def test_offset_past_the_tail_is_400(fresh):
+    url, _ = fresh()
+    assert httpx.get(url, params={"offset": "0000000000000000_0000000000009999"}).status_code == 400
+
+
+def test_reserved_subscription_paths_say_not_implemented(shared_server):
+    r = httpx.put(f"{shared_server.base}__ds/subscriptions/x", json={"type": "webhook"})
+    assert r.status_code == 501
