@@ -7,6 +7,7 @@ bytes, tail, closure and producer state must be exactly as before.
 from __future__ import annotations
 
 import socket
+import uuid
 
 import httpx
 import pytest
@@ -17,11 +18,8 @@ CT = {"Content-Type": "application/octet-stream"}
 @pytest.fixture
 def fresh(shared_server):
     """A stream holding b'seed' with one producer append; returns a snapshot function."""
-    n = {"i": 0}
-
     def make() -> tuple[str, callable]:
-        n["i"] += 1
-        url = f"{shared_server.base}bad/{n['i']}"
+        url = f"{shared_server.base}bad/{uuid.uuid4().hex}"
         assert httpx.put(url, headers=CT, content=b"seed").status_code == 201
         r = httpx.post(url, headers=CT | {"Producer-Id": "w", "Producer-Epoch": "0", "Producer-Seq": "0"},
                        content=b"!")
@@ -73,7 +71,7 @@ def test_oversized_body_is_413_and_changes_nothing(server_factory):
 
 
 def test_bad_json_is_400_and_changes_nothing(shared_server):
-    url = f"{shared_server.base}bad/json"
+    url = f"{shared_server.base}bad/json-{uuid.uuid4().hex}"
     httpx.put(url, headers={"Content-Type": "application/json"}, content=b'[{"a":1}]')
     for body in [b"{", b"[]", b"nan", b'{"a":}']:
         r = httpx.post(url, headers={"Content-Type": "application/json"}, content=body)
@@ -93,7 +91,7 @@ def test_bad_json_is_400_and_changes_nothing(shared_server):
     ],
 )
 def test_bad_creates_create_nothing(shared_server, headers, status):
-    url = f"{shared_server.base}bad/create"
+    url = f"{shared_server.base}bad/create-{uuid.uuid4().hex}"
     r = httpx.put(url, headers=CT | headers)
     assert r.status_code == status, r.text
     assert httpx.head(url).status_code == 404
