@@ -43,8 +43,15 @@ class ServerProcess:
 
     def start(self, *, timeout: float = 30.0) -> ServerProcess:
         cmd = [
-            sys.executable, "-m", "stream_server", "serve",
-            "--port", str(self.port), "--data-dir", str(self.data_dir), *self.args,
+            sys.executable,
+            "-m",
+            "stream_server",
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            *self.args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
@@ -110,7 +117,10 @@ def shared_server(tmp_path_factory) -> ServerProcess:
     """One server for a whole session, for tests that each use their own streams."""
     srv = ServerProcess(
         tmp_path_factory.mktemp("shared") / "data",
-        "--long-poll-timeout", "2", "--sse-reconnect-interval", "3",
+        "--long-poll-timeout",
+        "2",
+        "--sse-reconnect-interval",
+        "3",
     ).start()
     yield srv
     srv.stop()

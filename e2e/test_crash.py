@@ -71,8 +71,14 @@ async def _load_then_kill(srv, urls, producers: bool, state: dict) -> None:
                 tasks.append(
                     asyncio.create_task(
                         _writer(
-                            client, url, wid, st["acked"], st["inflight"], stop,
-                            f"p{wid}" if producers else None, start,
+                            client,
+                            url,
+                            wid,
+                            st["acked"],
+                            st["inflight"],
+                            stop,
+                            f"p{wid}" if producers else None,
+                            start,
                         )
                     )
                 )
@@ -86,7 +92,7 @@ def _messages(body: bytes) -> list[tuple[int, int]]:
     out = []
     pos = 0
     for m in MESSAGE.finditer(body):
-        assert m.start() == pos, f"garbage or torn message at byte {pos}: {body[pos:pos + 60]!r}"
+        assert m.start() == pos, f"garbage or torn message at byte {pos}: {body[pos : pos + 60]!r}"
         out.append((int(m.group(1)), int(m.group(2))))
         pos = m.end()
     assert pos == len(body), f"torn message at the tail: {body[pos:]!r}"
@@ -130,10 +136,14 @@ def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers):
     srv = server_factory(data_dir=data).start()
     urls = [f"{srv.base}crash/{i}" for i in range(STREAMS)]
     for url in urls:
-        assert httpx.put(url, headers={"Content-Type": "application/octet-stream"}).status_code == 201
+        assert (
+            httpx.put(url, headers={"Content-Type": "application/octet-stream"}).status_code == 201
+        )
     state: dict = {}
-    wid_urls = {url: [i * WRITERS_PER_STREAM + w for w in range(WRITERS_PER_STREAM)]
-                for i, url in enumerate(urls)}
+    wid_urls = {
+        url: [i * WRITERS_PER_STREAM + w for w in range(WRITERS_PER_STREAM)]
+        for i, url in enumerate(urls)
+    }
     total_acked = 0
     for _ in range(ROUNDS):
         asyncio.run(_load_then_kill(srv, urls, producers, state))
@@ -142,8 +152,10 @@ def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers):
         urls = [f"{srv.base}crash/{i}" for i in range(STREAMS)]
         for wid, st in state.items():
             st["url"] = urls[wid // WRITERS_PER_STREAM]
-        wid_urls = {url: [i * WRITERS_PER_STREAM + w for w in range(WRITERS_PER_STREAM)]
-                    for i, url in enumerate(urls)}
+        wid_urls = {
+            url: [i * WRITERS_PER_STREAM + w for w in range(WRITERS_PER_STREAM)]
+            for i, url in enumerate(urls)
+        }
         if producers:
             # Retry the appends whose outcome was unknown, with the same producer
             # tuple: each must be a duplicate (204) or be written now (200), once.
@@ -154,7 +166,8 @@ def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers):
                         content=f"<w{wid}-{seq}-retry>".encode(),
                         headers={
                             "Content-Type": "application/octet-stream",
-                            "Producer-Id": f"p{wid}", "Producer-Epoch": "0",
+                            "Producer-Id": f"p{wid}",
+                            "Producer-Epoch": "0",
                             "Producer-Seq": str(seq),
                         },
                     )
@@ -163,7 +176,9 @@ def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers):
         total_acked = sum(len(st["acked"]) for st in state.values())
     assert total_acked > 0
     # After all the crashes the streams still take appends.
-    r = httpx.post(urls[0], content=b"<w0-999999999->", headers={"Content-Type": "application/octet-stream"})
+    r = httpx.post(
+        urls[0], content=b"<w0-999999999->", headers={"Content-Type": "application/octet-stream"}
+    )
     assert r.status_code == 204, r.text
     print(f"\ncrash rounds: {ROUNDS}, acknowledged appends verified: {total_acked}")
 

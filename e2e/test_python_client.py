@@ -76,7 +76,9 @@ def test_idempotent_producer_through_the_client(shared_server):
 
     headers = {"Producer-Id": "client-test", "Producer-Epoch": "0", "Producer-Seq": next_seq}
     ds.DurableStream.create(url, content_type="application/json").close()
-    with ds.DurableStream(url, headers=headers, content_type="application/json", batching=False) as h:
+    with ds.DurableStream(
+        url, headers=headers, content_type="application/json", batching=False
+    ) as h:
         h.append({"n": 0})
         h.append({"n": 1})
     # A retry of seq 1 (same tuple) is acknowledged but not stored again.

@@ -18,18 +18,26 @@ CT = {"Content-Type": "application/octet-stream"}
 @pytest.fixture
 def fresh(shared_server):
     """A stream holding b'seed' with one producer append; returns a snapshot function."""
+
     def make() -> tuple[str, callable]:
         url = f"{shared_server.base}bad/{uuid.uuid4().hex}"
         assert httpx.put(url, headers=CT, content=b"seed").status_code == 201
-        r = httpx.post(url, headers=CT | {"Producer-Id": "w", "Producer-Epoch": "0", "Producer-Seq": "0"},
-                       content=b"!")
+        r = httpx.post(
+            url,
+            headers=CT | {"Producer-Id": "w", "Producer-Epoch": "0", "Producer-Seq": "0"},
+            content=b"!",
+        )
         assert r.status_code == 200
 
         def snapshot():
             head = httpx.head(url)
             body = httpx.get(url, params={"offset": "-1"})
-            return head.status_code, head.headers.get("stream-next-offset"), \
-                head.headers.get("stream-closed"), body.content
+            return (
+                head.status_code,
+                head.headers.get("stream-next-offset"),
+                head.headers.get("stream-closed"),
+                body.content,
+            )
 
         return url, snapshot
 
@@ -41,15 +49,37 @@ BAD_POSTS = [
     ("content type mismatch", {"Content-Type": "text/plain"}, b"x", 409),
     ("missing content type", {"Content-Type": ""}, b"x", 400),
     ("partial producer headers", {"Producer-Id": "w"}, b"x", 400),
-    ("empty producer id", {"Producer-Id": "", "Producer-Epoch": "0", "Producer-Seq": "1"}, b"x", 400),
-    ("non-integer epoch", {"Producer-Id": "w", "Producer-Epoch": "x", "Producer-Seq": "1"}, b"x", 400),
-    ("epoch too large", {"Producer-Id": "w", "Producer-Epoch": str(2**53), "Producer-Seq": "0"}, b"x", 400),
+    (
+        "empty producer id",
+        {"Producer-Id": "", "Producer-Epoch": "0", "Producer-Seq": "1"},
+        b"x",
+        400,
+    ),
+    (
+        "non-integer epoch",
+        {"Producer-Id": "w", "Producer-Epoch": "x", "Producer-Seq": "1"},
+        b"x",
+        400,
+    ),
+    (
+        "epoch too large",
+        {"Producer-Id": "w", "Producer-Epoch": str(2**53), "Producer-Seq": "0"},
+        b"x",
+        400,
+    ),
     ("sequence gap", {"Producer-Id": "w", "Producer-Epoch": "0", "Producer-Seq": "5"}, b"x", 409),
-    ("new epoch not at 0", {"Producer-Id": "w", "Producer-Epoch": "1", "Producer-Seq": "3"}, b"x", 400),
+    (
+        "new epoch not at 0",
+        {"Producer-Id": "w", "Producer-Epoch": "1", "Producer-Seq": "3"},
+        b"x",
+        400,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "headers", "body", "status"), BAD_POSTS, ids=[c[0] for c in BAD_POSTS])
+@pytest.mark.parametrize(
+    ("name", "headers", "body", "status"), BAD_POSTS, ids=[c[0] for c in BAD_POSTS]
+)
 def test_bad_appends_change_nothing(fresh, name, headers, body, status):
     url, snapshot = fresh()
     before = snapshot()
@@ -99,8 +129,13 @@ def test_bad_creates_create_nothing(shared_server, headers, status):
 
 @pytest.mark.parametrize(
     "raw",
-    ["/v1/stream/a/../b", "/v1/stream/a%2Fb", "/v1/stream/a%00b", "/v1/stream/a//b",
-     "/v1/stream/" + "x" * 2000],
+    [
+        "/v1/stream/a/../b",
+        "/v1/stream/a%2Fb",
+        "/v1/stream/a%00b",
+        "/v1/stream/a//b",
+        "/v1/stream/" + "x" * 2000,
+    ],
 )
 def test_unsafe_paths_are_refused(shared_server, raw):
     # A raw request: HTTP clients normalise "..", which would hide the case.
@@ -111,7 +146,8 @@ def test_unsafe_paths_are_refused(shared_server, raw):
 
 
 @pytest.mark.parametrize(
-    "offset", ["abc", "0000000000000000_00000000000000zz", "1_2", "9999999999999999_0000000000000000"]
+    "offset",
+    ["abc", "0000000000000000_00000000000000zz", "1_2", "9999999999999999_0000000000000000"],
 )
 def test_bad_offsets_are_400(fresh, offset):
     url, _ = fresh()

@@ -38,7 +38,9 @@ def test_official_conformance_suite(server_factory):
     )
     report = json.loads(results.read_text())
     failed = [
-        " > ".join([*t["ancestorTitles"], t["title"]]) + "\n    " + (t["failureMessages"] or [""])[0][:300]
+        " > ".join([*t["ancestorTitles"], t["title"]])
+        + "\n    "
+        + (t["failureMessages"] or [""])[0][:300]
         for f in report["testResults"]
         for t in f["assertionResults"]
         if t["status"] == "failed"

@@ -100,8 +100,9 @@ class StreamServerApp:
         if not _writable(self.settings.data_dir):
             problems.append("data directory is not writable")
         body = {"ready": not problems, "problems": problems, "streams": len(self.store.streams)}
-        return JSONResponse(body, status_code=503 if problems else 200,
-                            headers={"cache-control": "no-store"})
+        return JSONResponse(
+            body, status_code=503 if problems else 200, headers={"cache-control": "no-store"}
+        )
 
 
 def _writable(path) -> bool:

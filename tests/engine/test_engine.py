@@ -11,7 +11,14 @@ from stream_server.engine import Engine, LayoutError
 from stream_server.engine.engine import INDEX_GRANULARITY
 from stream_server.engine.layout import Layout
 from stream_server.engine.metadata import StreamMeta
-from stream_server.engine.ops import Append, CreateLog, DeleteStream, DropLog, PutProducer, PutStream
+from stream_server.engine.ops import (
+    Append,
+    CreateLog,
+    DeleteStream,
+    DropLog,
+    PutProducer,
+    PutStream,
+)
 from stream_server.engine.records import KIND_BYTES, KIND_JSON, Producer
 
 
@@ -32,10 +39,17 @@ def crash(engine: Engine) -> None:
 
 def new_stream(engine: Engine, path: str, sid: int, kind: int = KIND_BYTES, base: int = 0) -> None:
     ct = "application/json" if kind == KIND_JSON else "application/octet-stream"
-    engine.commit([CreateLog(sid, base), PutStream(path, StreamMeta(id=sid, content_type=ct, created_at=0.0, fork_offset=base))])
+    engine.commit(
+        [
+            CreateLog(sid, base),
+            PutStream(path, StreamMeta(id=sid, content_type=ct, created_at=0.0, fork_offset=base)),
+        ]
+    )
 
 
-def read_all(engine: Engine, sid: int, kind: int, start: int, stop: int, max_bytes: int = 1 << 30) -> bytes:
+def read_all(
+    engine: Engine, sid: int, kind: int, start: int, stop: int, max_bytes: int = 1 << 30
+) -> bytes:
     out = b""
     cur = start
     hint = None
@@ -83,7 +97,9 @@ def test_restart_after_clean_close_keeps_everything(tmp_path):
     e = Engine(tmp_path / "d")
     e.open()
     new_stream(e, "a", 1)
-    e.commit([Append(1, KIND_BYTES, [b"abc", b"def"], Producer("p", 0, 0)), PutProducer(1, "p", 0, 0)])
+    e.commit(
+        [Append(1, KIND_BYTES, [b"abc", b"def"], Producer("p", 0, 0)), PutProducer(1, "p", 0, 0)]
+    )
     e.close()
     e2 = Engine(tmp_path / "d")
     state, report = e2.open()

@@ -41,5 +41,6 @@ def test_writer_appends_and_rotates(tmp_path):
     w2.append(_frame(2))
     w2.close()
     assert [p.name for p in wal.wal_files(tmp_path)] == [
-        "0000000000000001.wal", "0000000000000002.wal",
+        "0000000000000001.wal",
+        "0000000000000002.wal",
     ]

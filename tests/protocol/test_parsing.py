@@ -19,7 +19,9 @@ from stream_server.protocol.paths import is_reserved, stream_path
 from stream_server.streams.errors import BadRequest, NotFound
 
 
-@given(st.integers(min_value=0, max_value=10**16 - 1), st.integers(min_value=0, max_value=10**16 - 1))
+@given(
+    st.integers(min_value=0, max_value=10**16 - 1), st.integers(min_value=0, max_value=10**16 - 1)
+)
 def test_offsets_sort_like_positions_and_round_trip(a, b):
     fa, fb = format_offset(a), format_offset(b)
     assert (fa < fb) == (a < b)
@@ -28,8 +30,18 @@ def test_offsets_sort_like_positions_and_round_trip(a, b):
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "abc", "1", "0000000000000000_000000000000001", "0000000000000001_0000000000000000",
-            "0000000000000000_000000000000000x", "-2", "NOW", " 0000000000000000_0000000000000000"],
+    "bad",
+    [
+        "",
+        "abc",
+        "1",
+        "0000000000000000_000000000000001",
+        "0000000000000001_0000000000000000",
+        "0000000000000000_000000000000000x",
+        "-2",
+        "NOW",
+        " 0000000000000000_0000000000000000",
+    ],
 )
 def test_malformed_offsets_are_refused(bad):
     with pytest.raises(OffsetError):
@@ -72,8 +84,14 @@ def test_producer_headers_all_or_nothing():
     assert parse_producer(None, None, None) is None
     p = parse_producer("a", "1", "2")
     assert (p.id, p.epoch, p.seq) == ("a", 1, 2)
-    for args in [("a", None, None), ("", "0", "0"), ("a", "-1", "0"), ("a", "0", "x"),
-                 ("a", str(2**53), "0"), ("a", "0", "01")]:
+    for args in [
+        ("a", None, None),
+        ("", "0", "0"),
+        ("a", "-1", "0"),
+        ("a", "0", "x"),
+        ("a", str(2**53), "0"),
+        ("a", "0", "01"),
+    ]:
         with pytest.raises(BadRequest):
             parse_producer(*args)
 
@@ -91,8 +109,21 @@ def test_paths_decode_and_keep_unicode():
 
 
 @pytest.mark.parametrize(
-    "raw", [b"a/../b", b"..", b"a//b", b"a/./b", b"a%2Fb", b"a%2fb", b"a%00b", b"a%5Cb",
-            b"a\\b", b"%ff%fe", b"a/" + b"x" * 300, b"x" * 1100],
+    "raw",
+    [
+        b"a/../b",
+        b"..",
+        b"a//b",
+        b"a/./b",
+        b"a%2Fb",
+        b"a%2fb",
+        b"a%00b",
+        b"a%5Cb",
+        b"a\\b",
+        b"%ff%fe",
+        b"a/" + b"x" * 300,
+        b"x" * 1100,
+    ],
 )
 def test_unsafe_paths_are_refused(raw):
     with pytest.raises(BadRequest):

@@ -50,8 +50,11 @@ async def test_create_is_idempotent_only_with_the_same_configuration(store):
     assert r.created and r.tail == 3
     again = await store.create(CreateRequest("s", "APPLICATION/OCTET-STREAM"))
     assert not again.created and again.tail == 3
-    for req in [CreateRequest("s", "text/plain"), CreateRequest("s", BIN, ttl=5),
-                CreateRequest("s", BIN, closed=True)]:
+    for req in [
+        CreateRequest("s", "text/plain"),
+        CreateRequest("s", BIN, ttl=5),
+        CreateRequest("s", BIN, closed=True),
+    ]:
         with pytest.raises(Conflict):
             await store.create(req)
 

@@ -72,6 +72,7 @@ log = logging.getLogger("stream_server.engine")
 INDEX_GRANULARITY = 16 * 1024  # at most this many bytes scanned to find a unit
 CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
 WRITER_FDS = 256
+HINT_REACH = 4096  # units a read hint may be behind the start and still be used
 
 
 @dataclass(slots=True)
@@ -256,7 +257,11 @@ class Engine:
         new_tail = Tail(good_pos, good_unit, tail.base)
         self.tails[sid] = new_tail
         with self.meta.env.begin(write=True) as txn:
-            txn.put(id_key(sid), TAIL.pack(new_tail.file_len, new_tail.unit, new_tail.base), db=self.meta.dbs[DB_TAILS])
+            txn.put(
+                id_key(sid),
+                TAIL.pack(new_tail.file_len, new_tail.unit, new_tail.base),
+                db=self.meta.dbs[DB_TAILS],
+            )
             cur = txn.cursor(db=self.meta.dbs[DB_INDEX])
             if cur.set_range(index_key(sid, good_unit + 1)):
                 while cur.key()[:8] == id_key(sid):
@@ -266,7 +271,7 @@ class Engine:
         report.truncated_bytes += tail.file_len - good_pos
 
     def _verify_tail_records(self, sid: int, tail: Tail) -> None:
-        pos, unit = self._index_floor(sid, None, max_pos=tail.file_len)
+        pos, _ = self._index_floor(sid, None, max_pos=tail.file_len)
         with open(self.layout.segment_path(sid), "rb") as fh:
             fh.seek(pos)
             data = fh.read(tail.file_len - pos)
@@ -547,7 +552,9 @@ class Engine:
 
     # ------------------------------------------------------------------- read
 
-    def _index_floor(self, sid: int, unit: int | None, *, max_pos: int | None = None) -> tuple[int, int]:
+    def _index_floor(
+        self, sid: int, unit: int | None, *, max_pos: int | None = None
+    ) -> tuple[int, int]:
         """The last indexed (file position, unit) at or before ``unit`` (or ``max_pos``)."""
         assert self.meta is not None
         prefix = id_key(sid)
@@ -605,10 +612,10 @@ class Engine:
             raise DamagedStream(self.damaged[sid])
         if start >= stop:
             return [], start, hint or (start, -1)
-        if hint is not None and hint[0] <= start and hint[1] >= 0:
-            pos, unit = hint[1], hint[0]
+        if hint is not None and hint[1] >= 0 and 0 <= start - hint[0] <= HINT_REACH:
+            pos = hint[1]  # continuing where the last read stopped: no index lookup
         else:
-            pos, unit = self._index_floor(sid, start)
+            pos, _ = self._index_floor(sid, start)
         out: list[bytes] = []
         total = 0
         cur = start

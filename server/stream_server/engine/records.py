@@ -121,9 +121,7 @@ def iter_records(
         if extra:
             p = off + RECORD_HEADER_SIZE
             epoch, seq = PRODUCER_TAIL.unpack_from(mv, p)
-            producer = Producer(
-                bytes(mv[p + PRODUCER_TAIL.size : p + extra]).decode(), epoch, seq
-            )
+            producer = Producer(bytes(mv[p + PRODUCER_TAIL.size : p + extra]).decode(), epoch, seq)
         payload = mv[end - plen : end]
         yield Record(base_pos + off, base_pos + end, kind, start, ts, producer, payload)
         off = end

@@ -37,7 +37,9 @@ class WalCorrupt(Exception):
 @dataclass(slots=True)
 class Frame:
     lsn: int
-    entries: list[tuple]  # (PUT, db, key, value) | (DELETE, db, key) | ... | (WRITE, sid, pos, data)
+    entries: list[
+        tuple
+    ]  # (PUT, db, key, value) | (DELETE, db, key) | ... | (WRITE, sid, pos, data)
     end: int  # file position just past the frame
 
 

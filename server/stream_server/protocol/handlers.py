@@ -97,7 +97,10 @@ class StreamRoutes:
                 return
             if is_reserved(path):
                 await respond(
-                    send, 501, text_headers(), b"subscriptions (the __ds paths) are not implemented\n"
+                    send,
+                    501,
+                    text_headers(),
+                    b"subscriptions (the __ds paths) are not implemented\n",
                 )
                 return
             if method == "GET":
@@ -113,7 +116,9 @@ class StreamRoutes:
                 await respond(send, 204, [])
             else:
                 await respond(
-                    send, 405, text_headers([(b"allow", b"GET, HEAD, POST, PUT, DELETE, OPTIONS")]),
+                    send,
+                    405,
+                    text_headers([(b"allow", b"GET, HEAD, POST, PUT, DELETE, OPTIONS")]),
                     b"method not allowed\n",
                 )
         except StreamError as exc:
@@ -174,18 +179,24 @@ class StreamRoutes:
         raw = value.strip().encode()
         if raw.startswith(self.base):
             return stream_path(
-                raw, self.base, max_bytes=self.settings.max_path_bytes,
+                raw,
+                self.base,
+                max_bytes=self.settings.max_path_bytes,
                 max_segment=self.settings.max_segment_bytes,
             )
         return stream_path(
-            self.base + raw.lstrip(b"/"), self.base, max_bytes=self.settings.max_path_bytes,
+            self.base + raw.lstrip(b"/"),
+            self.base,
+            max_bytes=self.settings.max_path_bytes,
             max_segment=self.settings.max_segment_bytes,
         )
 
     # ------------------------------------------------------------------ POST
 
     async def post(self, receive: Receive, send: Send, path: str, h: dict[str, str]) -> None:
-        producer = parse_producer(h.get("producer-id"), h.get("producer-epoch"), h.get("producer-seq"))
+        producer = parse_producer(
+            h.get("producer-id"), h.get("producer-epoch"), h.get("producer-seq")
+        )
         seq = h.get("stream-seq")
         body = await read_body(receive, self.settings.max_body_bytes, h.get("content-length"))
         result = await self.store.append(
@@ -212,7 +223,7 @@ class StreamRoutes:
 
     async def head(self, send: Send, path: str) -> None:
         s = self.store.get(path)
-        await respond(send, 200, self._meta_headers(s, s.tail) + [(b"cache-control", CACHE_NONE)])
+        await respond(send, 200, [*self._meta_headers(s, s.tail), (b"cache-control", CACHE_NONE)])
 
     def _meta_headers(self, s: Stream, next_unit: int) -> Headers:
         hs: Headers = [
@@ -252,7 +263,11 @@ class StreamRoutes:
             return
         if offset == NOW and live is None:
             await self._send_read(
-                send, s, ReadResult([], unit, unit, s.tail, s.meta.closed), h, etag=False,
+                send,
+                s,
+                ReadResult([], unit, unit, s.tail, s.meta.closed),
+                h,
+                etag=False,
                 cache=CACHE_NONE,
             )
             return
@@ -345,7 +360,9 @@ class StreamRoutes:
                     elif text:
                         chunks.append(sse.data_event_text(b"".join(result.payloads)))
                     else:
-                        chunks.append(sse.data_event_raw(base64.b64encode(b"".join(result.payloads))))
+                        chunks.append(
+                            sse.data_event_raw(base64.b64encode(b"".join(result.payloads)))
+                        )
                 unit = result.next
                 closed = s.meta.closed and unit >= s.tail
                 control: dict = {"streamNextOffset": format_offset(unit)}
@@ -358,7 +375,9 @@ class StreamRoutes:
                     if unit >= s.tail:
                         control["upToDate"] = True
                 chunks.append(sse.control_event(orjson.dumps(control)))
-                await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+                await send(
+                    {"type": "http.response.body", "body": b"".join(chunks), "more_body": True}
+                )
                 if closed:
                     break
                 if unit < s.tail:

@@ -32,9 +32,7 @@ def parse_ttl(value: str | None) -> int | None:
     return non_negative_int(value.strip(), "Stream-TTL")
 
 
-_RFC3339 = re.compile(
-    r"\A\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z"
-)
+_RFC3339 = re.compile(r"\A\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z")
 
 
 def parse_expires_at(value: str | None) -> tuple[str, float] | None:
@@ -50,9 +48,7 @@ def parse_expires_at(value: str | None) -> tuple[str, float] | None:
     return text, ts
 
 
-def parse_producer(
-    pid: str | None, epoch: str | None, seq: str | None
-) -> ProducerHeaders | None:
+def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> ProducerHeaders | None:
     given = [v is not None for v in (pid, epoch, seq)]
     if not any(given):
         return None

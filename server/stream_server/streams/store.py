@@ -9,6 +9,7 @@ the effect becomes visible to readers only when its batch is durable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -177,7 +178,9 @@ class StreamStore:
             for pid, (epoch, seq) in state.producers.get(meta.id, {}).items():
                 s.producers[pid] = ProducerState(epoch, seq)
             self.streams[path] = s
-        self.next_id = max(state.next_stream_id, max((m.id for m in state.streams.values()), default=0) + 1)
+        self.next_id = max(
+            state.next_stream_id, max((m.id for m in state.streams.values()), default=0) + 1
+        )
         self.pipeline.start()
         self._sweeper = asyncio.create_task(self._sweep_forever())
         self.recovery = report
@@ -190,10 +193,8 @@ class StreamStore:
             self._sweeper.cancel()
         for s in self.streams.values():
             s.notify()
-        try:
+        with contextlib.suppress(StreamError):
             await self._flush_touched()
-        except StreamError:
-            pass
         await self.pipeline.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self._readers.shutdown(wait=True)
@@ -411,14 +412,21 @@ class StreamStore:
                 if self.events.on_producer:
                     self.events.on_producer("duplicate")
                 return AppendResult(
-                    s.p_tail, m.closed, duplicate=True, producer=ProducerHeaders(p.id, p.epoch, cur.seq)
+                    s.p_tail,
+                    m.closed,
+                    duplicate=True,
+                    producer=ProducerHeaders(p.id, p.epoch, cur.seq),
                 )
             elif p.seq > cur.seq + 1:
                 if self.events.on_producer:
                     self.events.on_producer("gap")
                 raise SequenceGap(cur.seq + 1, p.seq)
             pstate = ProducerState(p.epoch, p.seq)
-        if req.stream_seq is not None and m.stream_seq is not None and req.stream_seq <= m.stream_seq:
+        if (
+            req.stream_seq is not None
+            and m.stream_seq is not None
+            and req.stream_seq <= m.stream_seq
+        ):
             raise Conflict("Stream-Seq is not greater than the last one")
 
         payloads = self._payloads(req.body, s.is_json, allow_empty_array=False) if req.body else []
