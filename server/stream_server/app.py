@@ -12,17 +12,20 @@ import contextlib
 import logging
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from stream_server.config import Settings
+from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import ProtocolSettings, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
-from stream_server.streams.store import StoreLimits, StreamStore
+from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 
 log = logging.getLogger("stream_server")
 
@@ -30,9 +33,11 @@ log = logging.getLogger("stream_server")
 class StreamServerApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.metrics = Metrics() if settings.metrics else None
         self.store = StreamStore(
             settings.data_dir,
             limits=StoreLimits(default_ttl=settings.default_ttl or None),
+            events=self._events(),
         )
         self.store.engine.map_size = settings.lmdb_map_size
         self.streams = StreamRoutes(
@@ -44,23 +49,76 @@ class StreamServerApp:
                 max_body_bytes=settings.max_body_bytes,
                 max_read_bytes=settings.max_read_bytes,
                 max_path_bytes=settings.max_path_bytes,
+                slow_append_seconds=settings.slow_append_seconds,
             ),
+            self.metrics,
         )
         self.base = settings.base_path
         self.base_bare = settings.base_path.rstrip("/")
-        self.web = Starlette(
-            routes=[
-                Route("/healthz", self.healthz, methods=["GET", "HEAD"]),
-                Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
-            ],
-            lifespan=self.lifespan,
-        )
+        routes = [
+            Route("/healthz", self.healthz, methods=["GET", "HEAD"]),
+            Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
+        ]
+        if self.metrics is not None:
+            routes.append(Route("/metrics", self.metrics_endpoint, methods=["GET"]))
+            self.metrics.bind(
+                streams=lambda: len(self.store.streams),
+                live=lambda mode: self.streams.live_readers[mode],
+                data_dir=str(settings.data_dir),
+                segment_bytes=lambda: sum(
+                    t.file_len for t in list(self.store.engine.tails.values())
+                ),
+                ready=lambda: self.store.ready and not self.store.failed,
+                failed=lambda: bool(self.store.failed),
+            )
+        self.web = Starlette(routes=routes, lifespan=self.lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(self.base):
-            await self.streams(scope, receive, send)
+            if self.metrics is None:
+                await self.streams(scope, receive, send)
+            else:
+                await self._measured(scope, receive, send)
         else:
             await self.web(scope, receive, send)
+
+    async def _measured(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream requests with their method, status and duration recorded."""
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.streams(scope, receive, send_and_note)
+        finally:
+            assert self.metrics is not None
+            self.metrics.on_request(scope["method"], status, time.perf_counter() - started)
+
+    def _events(self) -> StoreEvents:
+        m = self.metrics
+        if m is None:
+            return StoreEvents()
+
+        def created(stream) -> None:
+            m.streams_created.inc()
+            if stream.meta.fork_from is not None:
+                m.forks_created.inc()
+
+        def failed(error) -> None:
+            m.batch_failures.labels("disk_full" if error.disk_full else "error").inc()
+
+        return StoreEvents(
+            on_batch=m.on_batch,
+            on_created=created,
+            on_deleted=lambda path, reason: m.streams_deleted.labels(reason).inc(),
+            on_producer=lambda event: m.producer_events.labels(event).inc(),
+            on_failure=failed,
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -78,14 +136,34 @@ class StreamServerApp:
         )
         for sid, reason in report.damaged.items():
             log.error("stream id %d is damaged and will not be served: %s", sid, reason)
+        if self.metrics is not None:
+            self.metrics.recovery_seconds.set(report.seconds)
+            self.metrics.recovery_streams.set(report.streams)
+            self.metrics.recovery_frames.set(report.wal_frames_replayed)
         log.info(
-            "serving streams under %s from %s", self.settings.base_path, self.settings.data_dir
+            "serving streams under %s from %s",
+            self.settings.base_path,
+            self.settings.data_dir,
+            extra={
+                "fields": {
+                    "event": "recovery",
+                    "seconds": report.seconds,
+                    "streams": report.streams,
+                    "wal_frames": report.wal_frames_replayed,
+                    "trimmed_streams": report.truncated_streams,
+                    "damaged": len(report.damaged),
+                }
+            },
         )
         try:
             yield
         finally:
             await self.store.stop()
             log.info("stopped cleanly")
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        assert self.metrics is not None
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(self, request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok\n", headers={"cache-control": "no-store"})

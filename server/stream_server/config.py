@@ -30,6 +30,7 @@ class Settings:
     log_format: str = "plain"
     slow_append_seconds: float = 1.0
     lmdb_map_size: int = 8 * 1024**3
+    metrics: bool = True
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -62,7 +63,17 @@ HELP = {
     "log_format": "plain or json (one object per line)",
     "slow_append_seconds": "appends slower than this are logged with their time split",
     "lmdb_map_size": "initial LMDB map size in bytes (grown when full)",
+    "metrics": "serve Prometheus metrics on /metrics (true/false)",
 }
+
+
+def _parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +100,7 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = Non
             continue
         kind = type(f.default)
         try:
-            values[f.name] = kind(raw)
+            values[f.name] = _parse_bool(raw) if kind is bool else kind(raw)
         except ValueError:
             raise ValueError(f"invalid value {raw!r} for {f.name.replace('_', '-')}") from None
     return Settings(**values)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from stream_server.metrics import Metrics
 from stream_server.protocol import sse
 from stream_server.protocol.cursor import next_cursor
 from stream_server.protocol.headers import (
@@ -71,14 +72,18 @@ class ProtocolSettings:
     max_read_bytes: int = 4 * 1024 * 1024
     max_path_bytes: int = 1024
     max_segment_bytes: int = 255
+    slow_append_seconds: float = 1.0
 
 
 class StreamRoutes:
     """The ASGI app for everything below the stream base path."""
 
-    def __init__(self, store: StreamStore, settings: ProtocolSettings) -> None:
+    def __init__(
+        self, store: StreamStore, settings: ProtocolSettings, metrics: Metrics | None = None
+    ) -> None:
         self.store = store
         self.settings = settings
+        self.metrics = metrics
         self.base = settings.base_path.encode()
         self.live_readers = {"long-poll": 0, "sse": 0}
 
@@ -194,6 +199,7 @@ class StreamRoutes:
     # ------------------------------------------------------------------ POST
 
     async def post(self, receive: Receive, send: Send, path: str, h: dict[str, str]) -> None:
+        started = time.perf_counter()
         producer = parse_producer(
             h.get("producer-id"), h.get("producer-epoch"), h.get("producer-seq")
         )
@@ -209,6 +215,8 @@ class StreamRoutes:
                 close=is_true(h.get("stream-closed")),
             )
         )
+        if result.appended or result.batch is not None:
+            self._observe_append(path, started, result.batch)
         hs: Headers = [(b"stream-next-offset", format_offset(result.tail).encode())]
         if result.closed:
             hs.append((b"stream-closed", TRUE))
@@ -218,6 +226,30 @@ class StreamRoutes:
             hs.append((b"producer-seq", str(result.producer.seq).encode()))
             status = 200 if result.appended else 204
         await respond(send, status, hs)
+
+    def _observe_append(self, path: str, started: float, batch) -> None:
+        elapsed = time.perf_counter() - started
+        if self.metrics is not None:
+            self.metrics.append_seconds.observe(elapsed)
+        if elapsed >= self.settings.slow_append_seconds:
+            split = {
+                "seconds": round(elapsed, 6),
+                "write_seconds": round(batch.write_seconds, 6) if batch else None,
+                "fsync_seconds": round(batch.fsync_seconds, 6) if batch else None,
+                "commit_seconds": round(batch.commit_seconds, 6) if batch else None,
+                "batch_appends": batch.appends if batch else None,
+            }
+            if self.metrics is not None:
+                self.metrics.slow_appends.inc()
+            log.warning(
+                "slow append to %s: %.3fs (write %ss, fsync %ss, commit %ss)",
+                path,
+                elapsed,
+                split["write_seconds"],
+                split["fsync_seconds"],
+                split["commit_seconds"],
+                extra={"fields": {"event": "slow_append", "stream": path, **split}},
+            )
 
     # ------------------------------------------------------------------ HEAD
 
@@ -275,7 +307,14 @@ class StreamRoutes:
             await self._long_poll(send, s, unit, h, q.get("cursor"))
             return
         result = await self.store.read(s, unit, self.settings.max_read_bytes)
+        self._observe_read(result)
         await self._send_read(send, s, result, h)
+
+    def _observe_read(self, result: ReadResult) -> None:
+        if self.metrics is not None:
+            size = sum(map(len, result.payloads))
+            self.metrics.read_size.observe(size)
+            self.metrics.read_bytes.inc(size)
 
     async def _long_poll(
         self, send: Send, s: Stream, unit: int, h: dict[str, str], cursor: str | None
@@ -300,6 +339,7 @@ class StreamRoutes:
             await respond(send, 204, hs)
             return
         result = await self.store.read(s, unit, self.settings.max_read_bytes)
+        self._observe_read(result)
         await self._send_read(send, s, result, h, cursor=next_cursor(cursor))
 
     async def _send_read(
@@ -353,6 +393,8 @@ class StreamRoutes:
         try:
             while True:
                 result = await self.store.read(s, unit, self.settings.max_read_bytes)
+                if self.metrics is not None:
+                    self.metrics.read_bytes.inc(sum(map(len, result.payloads)))
                 chunks: list[bytes] = []
                 if result.payloads:
                     if s.is_json:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stream_server.engine import (
+    BatchStats,
     DamagedStream,
     Engine,
     RecoveryReport,
@@ -107,6 +108,7 @@ class AppendResult:
     duplicate: bool = False
     producer: ProducerHeaders | None = None
     appended: bool = False  # new data was written (not a duplicate, not close-only)
+    batch: BatchStats | None = None  # where the commit's time went
 
 
 @dataclass(slots=True)
@@ -128,7 +130,8 @@ class StoreEvents:
 
     on_batch: Callable | None = None
     on_created: Callable[[Stream], None] | None = None
-    on_deleted: Callable[[str], None] | None = None
+    on_deleted: Callable[[str, str], None] | None = None  # path, "deleted" | "expired"
+    on_failure: Callable[[StorageError], None] | None = None
     on_producer: Callable[[str], None] | None = None  # "duplicate" | "fenced" | "gap"
 
 
@@ -468,8 +471,10 @@ class StreamStore:
                     del s.p_producers[pid]
             s.notify()
 
-        await self._commit(ops, size, apply)
-        return AppendResult(tail, req.close or s.meta.closed, producer=p, appended=bool(payloads))
+        stats = await self._commit(ops, size, apply)
+        return AppendResult(
+            tail, req.close or s.meta.closed, producer=p, appended=bool(payloads), batch=stats
+        )
 
     def _payloads(self, body: bytes, is_json: bool, *, allow_empty_array: bool) -> list[bytes]:
         if not body:
@@ -482,10 +487,10 @@ class StreamStore:
 
     async def delete(self, path: str) -> None:
         s = self.get(path)
-        ops, apply = self._queue_delete(s)
+        ops, apply = self._queue_delete(s, "deleted")
         await self._commit(ops, 0, apply)
 
-    def _queue_delete(self, s: Stream) -> tuple[list[Op], Callable[[], None]]:
+    def _queue_delete(self, s: Stream, reason: str) -> tuple[list[Op], Callable[[], None]]:
         """Ops and commit action that delete ``s``: soft if forks read through it."""
         if s.pmeta.refcount > 0:
             s.pmeta.soft_deleted = True
@@ -495,7 +500,7 @@ class StreamStore:
                 s.meta = meta
                 s.notify()
                 if self.events.on_deleted:
-                    self.events.on_deleted(s.path)
+                    self.events.on_deleted(s.path, reason)
 
             return [PutStream(s.path, replace(meta))], apply_soft
         ops: list[Op] = []
@@ -526,7 +531,7 @@ class StreamStore:
                     del self._pending_deleted[g.path]
                 g.notify()
                 if self.events.on_deleted:
-                    self.events.on_deleted(g.path)
+                    self.events.on_deleted(g.path, reason)
             for parent, meta in updated:
                 parent.meta.refcount = meta.refcount
 
@@ -537,7 +542,7 @@ class StreamStore:
         if s.path in self._expiring or s.pmeta.soft_deleted:
             return
         self._expiring.add(s.path)
-        ops, apply = self._queue_delete(s)
+        ops, apply = self._queue_delete(s, "expired")
 
         async def run() -> None:
             try:
@@ -551,10 +556,10 @@ class StreamStore:
 
     # --------------------------------------------------------------- commit
 
-    async def _commit(self, ops: list[Op], size: int, apply: Callable[[], None]) -> None:
+    async def _commit(self, ops: list[Op], size: int, apply: Callable[[], None]) -> BatchStats:
         fut = self.pipeline.submit(ops, size, apply)
         try:
-            await asyncio.shield(fut)
+            return await asyncio.shield(fut)
         except StorageFailed as exc:
             raise Unavailable(str(exc)) from None
         except StorageError as exc:
@@ -563,6 +568,8 @@ class StreamStore:
     def _on_failure(self, error: StorageError) -> None:
         """A batch failed: forget every queued change, as if it had never been asked."""
         log.error("write batch failed, queued changes rolled back: %s", error)
+        if self.events.on_failure:
+            self.events.on_failure(error)
         for path, s in list(self.streams.items()):
             if not s.committed:
                 del self.streams[path]

@@ -1,0 +1,181 @@
+"""Prometheus metrics: where the time of a durable append goes, and the rest.
+
+Names follow Prometheus conventions (base units, ``_seconds``, ``_bytes``,
+``_total``). Labels are bounded: HTTP method, status code, mode, event kind;
+never a stream path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from stream_server.engine import BatchStats
+
+disable_created_metrics()  # the *_created series only add noise to every scrape
+
+PREFIX = "durable_streams"
+
+# Tens of microseconds (a cached fsync) to seconds (a struggling disk).
+LATENCY_BUCKETS = (
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+SIZE_BUCKETS = tuple(64 * 4**i for i in range(11))  # 64 B .. 64 MiB
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"})
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        r = self.registry
+
+        def hist(name: str, doc: str, buckets=LATENCY_BUCKETS, labels=()) -> Histogram:
+            return Histogram(f"{PREFIX}_{name}", doc, labels, registry=r, buckets=buckets)
+
+        def counter(name: str, doc: str, labels=()) -> Counter:
+            return Counter(f"{PREFIX}_{name}", doc, labels, registry=r)
+
+        def gauge(name: str, doc: str, labels=()) -> Gauge:
+            return Gauge(f"{PREFIX}_{name}", doc, labels, registry=r)
+
+        self.append_seconds = hist(
+            "append_duration_seconds", "Append latency, request received to durable."
+        )
+        self.fsync_seconds = hist("fsync_duration_seconds", "WAL fdatasync time per batch.")
+        self.write_seconds = hist(
+            "segment_write_duration_seconds", "Time to write a batch's records to segment files."
+        )
+        self.commit_seconds = hist(
+            "metadata_commit_duration_seconds", "LMDB commit time per batch."
+        )
+        self.batch_appends = hist(
+            "batch_appends", "Appended records per group-commit batch.", COUNT_BUCKETS
+        )
+        self.batch_requests = hist(
+            "batch_requests", "Write requests per group-commit batch.", COUNT_BUCKETS
+        )
+        self.batch_bytes = hist(
+            "batch_bytes", "Payload bytes per group-commit batch.", SIZE_BUCKETS
+        )
+        self.request_seconds = hist(
+            "http_request_duration_seconds",
+            "HTTP request duration (live reads: until the response ends).",
+            labels=("method", "status_class"),
+        )
+        self.read_size = hist("read_size_bytes", "Bytes returned per catch-up read.", SIZE_BUCKETS)
+
+        self.appends = counter("appends_total", "Appended records (JSON messages count one each).")
+        self.appended_bytes = counter("appended_bytes_total", "Payload bytes appended.")
+        self.read_bytes = counter("read_bytes_total", "Payload bytes served by reads.")
+        self.requests = counter("http_requests_total", "HTTP requests.", ("method", "code"))
+        self.producer_events = counter(
+            "producer_events_total", "Idempotent-producer outcomes.", ("event",)
+        )
+        self.streams_created = counter("streams_created_total", "Streams created.")
+        self.forks_created = counter("forks_created_total", "Forks created.")
+        self.streams_deleted = counter(
+            "streams_deleted_total", "Streams deleted, by reason.", ("reason",)
+        )
+        self.batches = counter("batches_total", "Group-commit batches committed.")
+        self.batch_failures = counter(
+            "batch_failures_total", "Group-commit batches that failed.", ("reason",)
+        )
+        self.slow_appends = counter("slow_appends_total", "Appends over the slow threshold.")
+
+        self.streams = gauge("streams", "Streams held (including soft-deleted).")
+        self.live_readers = gauge("live_readers", "Open live reads.", ("mode",))
+        self.disk_bytes = gauge("disk_bytes", "Bytes of the data directory on disk.", ("part",))
+        self.disk_free = gauge("disk_free_bytes", "Free bytes on the data directory's filesystem.")
+        self.disk_total = gauge("disk_total_bytes", "Size of the data directory's filesystem.")
+        self.recovery_seconds = gauge("recovery_duration_seconds", "Recovery time at start.")
+        self.recovery_streams = gauge("recovery_streams", "Streams recovered at start.")
+        self.recovery_frames = gauge("recovery_wal_frames", "WAL frames replayed at start.")
+        self.ready = gauge("ready", "1 when recovery finished and storage is healthy.")
+        self.storage_failed = gauge("storage_failed", "1 when storage failed closed.")
+
+    # Wiring -------------------------------------------------------------------
+
+    def bind(
+        self,
+        *,
+        streams: Callable[[], int],
+        live: Callable[[str], int],
+        data_dir: str,
+        segment_bytes: Callable[[], int],
+        ready: Callable[[], bool],
+        failed: Callable[[], bool],
+    ) -> None:
+        """Gauges computed at scrape time from the running server."""
+        self.streams.set_function(streams)
+        for mode in ("long-poll", "sse"):
+            self.live_readers.labels(mode).set_function(lambda m=mode: live(m))
+        self.disk_bytes.labels("segments").set_function(segment_bytes)
+        self.disk_bytes.labels("wal").set_function(lambda: _dir_size(os.path.join(data_dir, "wal")))
+        self.disk_bytes.labels("metadata").set_function(
+            lambda: _dir_size(os.path.join(data_dir, "meta"))
+        )
+        self.disk_free.set_function(lambda: _disk(data_dir).free)
+        self.disk_total.set_function(lambda: _disk(data_dir).total)
+        self.ready.set_function(lambda: 1.0 if ready() else 0.0)
+        self.storage_failed.set_function(lambda: 1.0 if failed() else 0.0)
+        for event in ("duplicate", "fenced", "gap"):
+            self.producer_events.labels(event)
+        for reason in ("deleted", "expired"):
+            self.streams_deleted.labels(reason)
+        for reason in ("disk_full", "error"):
+            self.batch_failures.labels(reason)
+
+    def on_batch(self, stats: BatchStats, requests: int) -> None:
+        self.batches.inc()
+        self.batch_requests.observe(requests)
+        self.batch_appends.observe(stats.appends)
+        self.batch_bytes.observe(stats.bytes)
+        self.write_seconds.observe(stats.write_seconds)
+        self.fsync_seconds.observe(stats.fsync_seconds)
+        self.commit_seconds.observe(stats.commit_seconds)
+        self.appends.inc(stats.appends)
+        self.appended_bytes.inc(stats.bytes)
+
+    def on_request(self, method: str, status: int, seconds: float) -> None:
+        m = method if method in METHODS else "other"
+        self.requests.labels(m, str(status)).inc()
+        self.request_seconds.labels(m, f"{status // 100}xx").observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _dir_size(path: str) -> float:
+    total = 0
+    try:
+        with os.scandir(path) as it:
+            for entry in it:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
+    except OSError:
+        return 0.0
+    return float(total)
+
+
+def _disk(path: str):
+    try:
+        return shutil.disk_usage(path)
+    except OSError:
+        return shutil._ntuple_diskusage(0, 0, 0)  # type: ignore[attr-defined]
