@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,11 @@ from stream_server.engine.ops import (
 )
 from stream_server.engine.records import (
     FILE_HEADER_SIZE,
+    FLAG_PRODUCER,
     KIND_JSON,
+    PRODUCER_TAIL,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
     CorruptRecord,
     encode_file_header,
     encode_record,
@@ -616,48 +621,59 @@ class Engine:
             pos = hint[1]  # continuing where the last read stopped: no index lookup
         else:
             pos, _ = self._index_floor(sid, start)
-        out: list[bytes] = []
+        out: list = []  # memoryview slices of the read buffers: joined once by the caller
         total = 0
         cur = start
         chunk = max(256 * 1024, min(max_bytes + 64 * 1024, 8 * 1024 * 1024))
+        unpack = RECORD_HEADER.unpack_from
+        crc32 = zlib.crc32
+        json = kind == KIND_JSON
         fd = os.open(self.layout.segment_path(sid), os.O_RDONLY)
         try:
             while cur < stop and total < max_bytes:
                 buf = os.pread(fd, chunk, pos)
                 if not buf:
                     raise DamagedStream(f"stream id {sid}: log ends before unit {stop}")
-                advanced = False
-                try:
-                    for rec in iter_records(buf, pos):
-                        advanced = True
-                        pos = rec.end
-                        rstop = rec.stop
-                        if rstop <= cur:
-                            continue
-                        payload = rec.payload
-                        if kind == KIND_JSON:
-                            if out and total + len(payload) > max_bytes:
-                                pos = rec.pos
-                                return out, cur, (cur, pos)
-                            out.append(bytes(payload))
-                            total += len(payload)
-                            cur = rstop
-                        else:
-                            skip = cur - rec.start
-                            take = min(len(payload) - skip, stop - cur, max_bytes - total)
-                            out.append(bytes(payload[skip : skip + take]))
-                            total += take
-                            cur += take
-                            if cur < rstop:  # stopped inside this record
-                                return out, cur, (rec.start, rec.pos)
-                        if cur >= stop or total >= max_bytes:
-                            return out, cur, (cur, pos)
-                except CorruptRecord as exc:
-                    self.damaged[sid] = str(exc)
-                    raise DamagedStream(str(exc)) from exc
-                if not advanced:  # one record larger than the buffer
-                    size = record_size(buf)
-                    chunk = max(chunk, (size or 0) + 64)
+                mv = memoryview(buf)
+                n = len(mv)
+                off = 0
+                # The hot loop of every catch-up read: no per-record objects.
+                while off + RECORD_HEADER_SIZE <= n:
+                    crc, plen, rkind, flags, pidlen, rstart, _ = unpack(mv, off)
+                    end = off + RECORD_HEADER_SIZE + plen
+                    if flags & FLAG_PRODUCER:
+                        end += PRODUCER_TAIL.size + pidlen
+                    if end > n:
+                        break
+                    if crc32(mv[off + 4 : end]) != crc or rkind != kind:
+                        msg = f"stream id {sid}: bad record at file position {pos + off}"
+                        self.damaged[sid] = msg
+                        raise DamagedStream(msg)
+                    rstop = rstart + (1 if json else plen)
+                    if rstop <= cur:
+                        off = end
+                        continue
+                    if json:
+                        if out and total + plen > max_bytes:
+                            return out, cur, (cur, pos + off)
+                        out.append(mv[end - plen : end])
+                        total += plen
+                        cur = rstop
+                    else:
+                        skip = cur - rstart
+                        take = min(plen - skip, stop - cur, max_bytes - total)
+                        first = end - plen + skip
+                        out.append(mv[first : first + take])
+                        total += take
+                        cur += take
+                        if cur < rstop:  # stopped inside this record
+                            return out, cur, (rstart, pos + off)
+                    off = end
+                    if cur >= stop or total >= max_bytes:
+                        return out, cur, (cur, pos + off)
+                if off == 0:  # one record larger than the buffer
+                    chunk = max(chunk, (record_size(buf) or 0) + 64)
+                pos += off
         finally:
             os.close(fd)
         return out, cur, (cur, pos)

@@ -371,7 +371,7 @@ class StreamRoutes:
                 await respond(send, 304, hs)
                 return
         if s.is_json:
-            body = b"[" + b",".join(r.payloads) + b"]"
+            body = json_array(r.payloads)
         else:
             body = r.payloads[0] if len(r.payloads) == 1 else b"".join(r.payloads)
         await respond(send, 200, hs, body)
@@ -398,7 +398,7 @@ class StreamRoutes:
                 chunks: list[bytes] = []
                 if result.payloads:
                     if s.is_json:
-                        chunks.append(sse.data_event_text(b"[" + b",".join(result.payloads) + b"]"))
+                        chunks.append(sse.data_event_text(json_array(result.payloads)))
                     elif text:
                         chunks.append(sse.data_event_text(b"".join(result.payloads)))
                     else:
@@ -446,6 +446,18 @@ class StreamRoutes:
             return parse_offset(value, allow_now=allow_now)
         except OffsetError as exc:
             raise BadRequest(str(exc)) from None
+
+
+def json_array(messages: list) -> bytes:
+    """``[m1,m2,...]`` with a single copy of the message bytes."""
+    if not messages:
+        return b"[]"
+    parts = [b"["]
+    for m in messages:
+        parts.append(m)
+        parts.append(b",")
+    parts[-1] = b"]"
+    return b"".join(parts)
 
 
 def raw_path(scope: Scope) -> bytes:
