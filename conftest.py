@@ -30,12 +30,13 @@ class ServerProcess:
         self.args = list(args)
         self.env = env or {}
         self.port = free_port()
+        self.scheme = "http"
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-server.log"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def base(self) -> str:
@@ -62,7 +63,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=1, verify=False).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

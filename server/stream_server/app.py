@@ -14,6 +14,7 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -21,10 +22,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from stream_server.auth import TokenAuth
 from stream_server.config import Settings
 from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import ProtocolSettings, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
+from stream_server.ratelimit import RateLimiter
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 
 log = logging.getLogger("stream_server")
@@ -36,8 +39,21 @@ class StreamServerApp:
         self.metrics = Metrics() if settings.metrics else None
         self.store = StreamStore(
             settings.data_dir,
-            limits=StoreLimits(default_ttl=settings.default_ttl or None),
+            limits=StoreLimits(
+                default_ttl=settings.default_ttl or None,
+                max_streams=settings.max_streams or None,
+            ),
             events=self._events(),
+        )
+        auth = (
+            TokenAuth.from_file(Path(settings.auth_tokens_file))
+            if settings.auth_tokens_file
+            else None
+        )
+        limiter = (
+            RateLimiter(settings.rate_limit, settings.rate_burst)
+            if settings.rate_limit > 0
+            else None
         )
         self.store.engine.map_size = settings.lmdb_map_size
         self.streams = StreamRoutes(
@@ -50,8 +66,12 @@ class StreamServerApp:
                 max_read_bytes=settings.max_read_bytes,
                 max_path_bytes=settings.max_path_bytes,
                 slow_append_seconds=settings.slow_append_seconds,
+                max_live_readers=settings.max_live_readers,
+                body_timeout=settings.body_timeout,
             ),
             self.metrics,
+            auth=auth,
+            limiter=limiter,
         )
         self.base = settings.base_path
         self.base_bare = settings.base_path.rstrip("/")

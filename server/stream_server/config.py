@@ -31,6 +31,14 @@ class Settings:
     slow_append_seconds: float = 1.0
     lmdb_map_size: int = 8 * 1024**3
     metrics: bool = True
+    auth_tokens_file: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    rate_limit: float = 0.0
+    rate_burst: int = 100
+    max_streams: int = 0
+    max_live_readers: int = 10000
+    body_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -43,7 +51,9 @@ class Settings:
         for name in ("long_poll_timeout", "sse_reconnect_interval"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.replace('_', '-')} must be positive")
-        for name in ("max_body_bytes", "max_read_bytes", "max_path_bytes"):
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together")
+        for name in ("max_body_bytes", "max_read_bytes", "max_path_bytes", "rate_burst"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1")
 
@@ -64,6 +74,14 @@ HELP = {
     "slow_append_seconds": "appends slower than this are logged with their time split",
     "lmdb_map_size": "initial LMDB map size in bytes (grown when full)",
     "metrics": "serve Prometheus metrics on /metrics (true/false)",
+    "auth_tokens_file": "JSON file of bearer tokens with scopes and path prefixes (empty: no auth)",
+    "tls_cert": "TLS certificate file (PEM); with --tls-key, serve HTTPS",
+    "tls_key": "TLS private key file (PEM)",
+    "rate_limit": "requests per second allowed per client or token (0: unlimited)",
+    "rate_burst": "requests a client may send at once before the rate applies",
+    "max_streams": "most streams the server holds (0: unlimited; more: 503)",
+    "max_live_readers": "most concurrent long-poll and SSE readers (more: 503)",
+    "body_timeout": "seconds a request body may stall before the request fails (408)",
 }
 
 

@@ -8,6 +8,7 @@ import logging
 import uvicorn
 
 from stream_server.app import create_app
+from stream_server.auth import AuthConfigError
 from stream_server.config import Settings
 from stream_server.logs import configure
 
@@ -21,11 +22,12 @@ def serve(settings: Settings) -> int:
 
     try:
         Layout(settings.data_dir).prepare()
-    except LayoutError as exc:
+        app = create_app(settings)
+    except (LayoutError, AuthConfigError) as exc:
         log.error("%s", exc)
         return 2
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
@@ -35,6 +37,10 @@ def serve(settings: Settings) -> int:
         log_config=log_config,
         timeout_graceful_shutdown=5,
         server_header=False,
+        ssl_certfile=settings.tls_cert or None,
+        ssl_keyfile=settings.tls_key or None,
+        limit_concurrency=None,
+        h11_max_incomplete_event_size=64 * 1024,
     )
     server = uvicorn.Server(config)
     server.run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import time
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from stream_server.auth import Denied, TokenAuth
 from stream_server.metrics import Metrics
 from stream_server.protocol import sse
 from stream_server.protocol.cursor import next_cursor
@@ -25,6 +27,7 @@ from stream_server.protocol.http import (
     Headers,
     PayloadTooLarge,
     Receive,
+    RequestTimeout,
     Scope,
     Send,
     query_params,
@@ -35,6 +38,7 @@ from stream_server.protocol.http import (
 )
 from stream_server.protocol.offsets import NOW, START, OffsetError, format_offset, parse_offset
 from stream_server.protocol.paths import is_reserved, stream_path
+from stream_server.ratelimit import RateLimiter, retry_after
 from stream_server.streams.errors import (
     BadRequest,
     Conflict,
@@ -73,22 +77,33 @@ class ProtocolSettings:
     max_path_bytes: int = 1024
     max_segment_bytes: int = 255
     slow_append_seconds: float = 1.0
+    max_live_readers: int = 10000
+    body_timeout: float = 30.0
 
 
 class StreamRoutes:
     """The ASGI app for everything below the stream base path."""
 
     def __init__(
-        self, store: StreamStore, settings: ProtocolSettings, metrics: Metrics | None = None
+        self,
+        store: StreamStore,
+        settings: ProtocolSettings,
+        metrics: Metrics | None = None,
+        *,
+        auth: TokenAuth | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.metrics = metrics
+        self.auth = auth
+        self.limiter = limiter
         self.base = settings.base_path.encode()
         self.live_readers = {"long-poll": 0, "sse": 0}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
+        send = self._bounded(send)
         headers = request_headers(scope)
         try:
             path = stream_path(
@@ -100,6 +115,11 @@ class StreamRoutes:
             if method == "OPTIONS":
                 await respond(send, 204, list(PREFLIGHT))
                 return
+            if self.auth is not None or self.limiter is not None:
+                refusal = self._admit(scope, method, path, headers)
+                if refusal is not None:
+                    await respond(send, *refusal)
+                    return
             if is_reserved(path):
                 await respond(
                     send,
@@ -128,8 +148,54 @@ class StreamRoutes:
                 )
         except StreamError as exc:
             await respond(send, *error_response(exc))
-        except ConnectionAbortedError:
+        except (ConnectionAbortedError, OSError):
             return
+
+    def _bounded(self, send: Send) -> Send:
+        """A send that gives up on a client that stops reading (frees the handler)."""
+        timeout = self.settings.body_timeout
+
+        async def bounded(message) -> None:
+            try:
+                await asyncio.wait_for(send(message), timeout)
+            except TimeoutError:
+                raise ConnectionAbortedError("client stopped reading") from None
+
+        return bounded
+
+    def _live_slot(self) -> None:
+        if sum(self.live_readers.values()) >= self.settings.max_live_readers:
+            raise Unavailable("too many live readers; retry later")
+
+    def _admit(
+        self, scope: Scope, method: str, path: str, h: dict[str, str]
+    ) -> tuple[int, Headers, bytes] | None:
+        """Authentication, authorisation and rate limiting; a refusal, or None."""
+        client = (scope.get("client") or ("?", 0))[0]
+        if self.auth is not None:
+            source = h.get("stream-forked-from") if method == "PUT" else None
+            try:
+                principal = self.auth.check(
+                    h.get("authorization"),
+                    method,
+                    path,
+                    self._source_path(source) if source else None,
+                )
+            except Denied as exc:
+                extra: Headers = []
+                if exc.status == 401:
+                    extra = [(b"www-authenticate", b'Bearer realm="durable-streams"')]
+                return exc.status, text_headers(extra), (exc.reason + "\n").encode()
+            client = "token:" + principal.name
+        if self.limiter is not None:
+            wait = self.limiter.acquire(client)
+            if wait > 0:
+                return (
+                    429,
+                    text_headers([(b"retry-after", retry_after(wait).encode())]),
+                    b"rate limit exceeded\n",
+                )
+        return None
 
     # ------------------------------------------------------------------- PUT
 
@@ -154,7 +220,12 @@ class StreamRoutes:
                 fork.sub_offset = non_negative_int(sub.strip(), "Stream-Fork-Sub-Offset")
         elif "stream-fork-offset" in h or "stream-fork-sub-offset" in h:
             raise BadRequest("Stream-Fork-Offset needs Stream-Forked-From")
-        body = await read_body(receive, self.settings.max_body_bytes, h.get("content-length"))
+        body = await read_body(
+            receive,
+            self.settings.max_body_bytes,
+            h.get("content-length"),
+            self.settings.body_timeout,
+        )
         result = await self.store.create(
             CreateRequest(
                 path=path,
@@ -204,7 +275,12 @@ class StreamRoutes:
             h.get("producer-id"), h.get("producer-epoch"), h.get("producer-seq")
         )
         seq = h.get("stream-seq")
-        body = await read_body(receive, self.settings.max_body_bytes, h.get("content-length"))
+        body = await read_body(
+            receive,
+            self.settings.max_body_bytes,
+            h.get("content-length"),
+            self.settings.body_timeout,
+        )
         result = await self.store.append(
             AppendRequest(
                 path=path,
@@ -290,6 +366,8 @@ class StreamRoutes:
             unit = offset
             if unit > s.tail:
                 raise BadRequest("offset is past the end of the stream")
+        if live is not None:
+            self._live_slot()
         if live == "sse":
             await self._sse(send, s, unit, q.get("cursor"))
             return
@@ -516,10 +594,12 @@ def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
         status = 410
     elif isinstance(exc, PayloadTooLarge):
         status = 413
+    elif isinstance(exc, RequestTimeout):
+        status = 408
+        extra = [(b"connection", b"close")]
     elif isinstance(exc, Unavailable):
         status = 507 if exc.disk_full else 503
-        if exc.disk_full:
-            extra = [(b"retry-after", b"5")]
+        extra = [(b"retry-after", b"5" if exc.disk_full else b"1")]
     elif isinstance(exc, Damaged):
         status = 500
     else:

@@ -7,6 +7,7 @@ would be a measurable share of it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -48,6 +49,10 @@ class PayloadTooLarge(StreamError):
     pass
 
 
+class RequestTimeout(StreamError):
+    """The client stopped sending its body: 408, and the connection is not kept."""
+
+
 def request_headers(scope: Scope) -> dict[str, str]:
     out: dict[str, str] = {}
     for raw_name, raw_value in scope["headers"]:
@@ -64,8 +69,14 @@ def query_params(scope: Scope) -> dict[str, str]:
     return dict(parse_qsl(qs.decode("latin-1"), keep_blank_values=True))
 
 
-async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
-    """The whole request body, refused with 413 as soon as it passes ``limit``."""
+async def read_body(
+    receive: Receive, limit: int, declared: str | None, idle_timeout: float = 30.0
+) -> bytes:
+    """The whole request body, refused with 413 as soon as it passes ``limit``.
+
+    A client that trickles its body slower than one chunk per ``idle_timeout``
+    seconds is cut off (408) rather than holding the request open forever.
+    """
     if declared is not None:
         try:
             if int(declared) > limit:
@@ -75,7 +86,10 @@ async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), idle_timeout)
+        except TimeoutError:
+            raise RequestTimeout(f"request body stalled for {idle_timeout:g}s") from None
         if message["type"] == "http.disconnect":
             raise ConnectionAbortedError("client went away")
         chunk = message.get("body", b"")
