@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from stream_server.auth import TokenAuth
 from stream_server.config import Settings
+from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import ProtocolSettings, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
@@ -56,6 +57,7 @@ class StreamServerApp:
             else None
         )
         self.store.engine.map_size = settings.lmdb_map_size
+        self.store.engine.fault_hook = hook_from_env(os.environ.get("DS_FAULT"))
         self.streams = StreamRoutes(
             self.store,
             ProtocolSettings(

@@ -137,7 +137,7 @@ def test_crash_between_the_steps_of_a_batch(tmp_path, stage, survives):
         if s == armed["stage"]:
             raise Crash(s)
 
-    e = Engine(tmp_path / "d", crash_hook=hook)
+    e = Engine(tmp_path / "d", fault_hook=hook)
     e.open()
     new_stream(e, "a", 1)
     e.commit([Append(1, KIND_BYTES, [b"before;"])])

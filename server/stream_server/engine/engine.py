@@ -124,7 +124,7 @@ class Engine:
         *,
         map_size: int = 1 << 33,
         checkpoint_bytes: int = CHECKPOINT_BYTES,
-        crash_hook=None,
+        fault_hook=None,
     ) -> None:
         self.layout = Layout(Path(data_dir))
         self.map_size = map_size
@@ -139,9 +139,10 @@ class Engine:
         self._dirty: set[int] = set()
         self._checkpoint_thread: threading.Thread | None = None
         self._checkpoint_lock = threading.Lock()
-        # Test hook: called with a stage name ("segments", "wal", "commit") so fault
-        # tests can stop the process between the steps of a batch.
-        self._crash_hook = crash_hook
+        # Fault hook: called with a stage name ("segments", "fsync", "wal", "commit")
+        # so fault tests can stop the process between the steps of a batch, or
+        # make the flush fail (see stream_server.faults).
+        self.fault_hook = fault_hook
 
     # ------------------------------------------------------------------ start
 
@@ -399,6 +400,7 @@ class Engine:
                 f"write failed: {exc.strerror or exc}", disk_full=exc.errno == errno.ENOSPC
             ) from exc
         try:
+            self._hook("fsync")
             self.wal.sync()
         except OSError as exc:
             self._fail(f"WAL fdatasync failed: {exc}")
@@ -470,8 +472,8 @@ class Engine:
             log.critical("storage failed closed, refusing all writes until restart: %s", reason)
 
     def _hook(self, stage: str) -> None:
-        if self._crash_hook is not None:
-            self._crash_hook(stage)
+        if self.fault_hook is not None:
+            self.fault_hook(stage)
 
     def _writer_fd(self, sid: int) -> int:
         fd = self._fds.get(sid)
