@@ -112,8 +112,12 @@ def snapshot(srv, paths) -> dict:
     for p in paths:
         h = httpx.head(f"{srv.base}{p}")
         body = read_all(f"{srv.base}{p}") if h.status_code == 200 else b""
-        out[p] = (h.status_code, h.headers.get("stream-next-offset"),
-                  h.headers.get("stream-closed"), hashlib.sha256(body).hexdigest())
+        out[p] = (
+            h.status_code,
+            h.headers.get("stream-next-offset"),
+            h.headers.get("stream-closed"),
+            hashlib.sha256(body).hexdigest(),
+        )
     return out
 
 
@@ -122,7 +126,7 @@ def test_five_restarts_change_nothing(server_factory, tmp_path):
     srv = server_factory(data_dir=data).start()
     paths = ["r/bin", "r/json", "r/closed", "r/fork", "r/gone"]
     httpx.put(f"{srv.base}r/bin", headers=BIN, content=b"x" * 5000)
-    httpx.put(f"{srv.base}r/json", headers={"Content-Type": "application/json"}, content=b'[1,2,3]')
+    httpx.put(f"{srv.base}r/json", headers={"Content-Type": "application/json"}, content=b"[1,2,3]")
     httpx.put(f"{srv.base}r/closed", headers=BIN | {"Stream-Closed": "true"}, content=b"end")
     httpx.put(f"{srv.base}r/fork", headers={"Stream-Forked-From": "/v1/stream/r/bin"})
     httpx.post(f"{srv.base}r/fork", headers=BIN, content=b"own")
@@ -167,7 +171,6 @@ def test_disk_full_gives_507_and_recovers_when_space_returns(server_factory, tmp
         with open(filler, "wb") as fh:
             fh.write(b"\0" * max(0, free - 3 * 1024 * 1024))
         acked = b""
-        chunk = 0
         status = 204
         for _ in range(200):
             body = uuid.uuid4().hex.encode() * 2048  # 64 KiB
@@ -175,7 +178,6 @@ def test_disk_full_gives_507_and_recovers_when_space_returns(server_factory, tmp
             if status != 204:
                 break
             acked += body
-            chunk += 1
         assert status == 507, status
         assert httpx.post(url, headers=BIN, content=b"y" * 65536).status_code == 507
         assert read_all(url) == acked  # nothing partial became visible
@@ -201,7 +203,9 @@ async def _mixed_load(srv, oracle: dict, stop: asyncio.Event) -> None:
                 name = f"m/{n}-{rng.randrange(4)}"
                 url = f"{srv.base}{name}"
                 op = rng.random()
-                st = oracle.setdefault(name, {"state": "absent", "data": b"", "maybe": b"", "seq": 0})
+                st = oracle.setdefault(
+                    name, {"state": "absent", "data": b"", "maybe": b"", "seq": 0}
+                )
                 try:
                     if st["state"] == "absent":
                         r = await c.put(url, headers=BIN)
@@ -219,12 +223,17 @@ async def _mixed_load(srv, oracle: dict, stop: asyncio.Event) -> None:
                         fork = f"{srv.base}{name}-fork-{uuid.uuid4().hex[:6]}"
                         r = await c.put(fork, headers={"Stream-Forked-From": f"/v1/stream/{name}"})
                         if r.status_code == 201:
-                            oracle.setdefault("_forks", []).append((fork.rsplit("/v1/stream/", 1)[1], st["data"]))
+                            oracle.setdefault("_forks", []).append(
+                                (fork.rsplit("/v1/stream/", 1)[1], st["data"])
+                            )
                     else:
                         body = f"<{n}:{rng.randrange(10**9)}>".encode()
                         st["maybe"] = body
-                        h = BIN | {"Producer-Id": f"p{n}", "Producer-Epoch": "0",
-                                   "Producer-Seq": str(st["seq"])}
+                        h = BIN | {
+                            "Producer-Id": f"p{n}",
+                            "Producer-Epoch": "0",
+                            "Producer-Seq": str(st["seq"]),
+                        }
                         r = await c.post(url, headers=h, content=body)
                         if r.status_code == 200:
                             st["data"] += body
