@@ -31,6 +31,7 @@ class Stream:
     __slots__ = (
         "changed",
         "committed",
+        "created",
         "is_json",
         "kind",
         "meta",
@@ -52,6 +53,7 @@ class Stream:
         self.producers: dict[str, ProducerState] = {}
         self.p_producers: dict[str, ProducerState] = {}  # overlay of queued producer updates
         self.committed = committed  # False until the create itself is durable
+        self.created: asyncio.Future | None = None  # resolves True/False when the create settles
         self.is_json = media_type(meta.content_type) == JSON_TYPE
         self.kind = KIND_JSON if self.is_json else KIND_BYTES
         self.changed: asyncio.Future | None = None

@@ -166,6 +166,7 @@ class StreamStore:
         self._pending_deleted: dict[str, Stream] = {}
         self._touched: set[str] = set()
         self._expiring: set[str] = set()
+        self._timed: set[str] = set()  # streams with a TTL or Expires-At: the sweeper's list
         self._sweeper: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -181,6 +182,8 @@ class StreamStore:
             for pid, (epoch, seq) in state.producers.get(meta.id, {}).items():
                 s.producers[pid] = ProducerState(epoch, seq)
             self.streams[path] = s
+            if meta.ttl is not None or meta.expires_at_ts is not None:
+                self._timed.add(path)
         self.next_id = max(
             state.next_stream_id, max((m.id for m in state.streams.values()), default=0) + 1
         )
@@ -288,11 +291,16 @@ class StreamStore:
             src_meta = replace(source.pmeta)
             ops.append(PutStream(source.path, replace(src_meta)))
         self.streams[req.path] = s
+        s.created = asyncio.get_running_loop().create_future()
         tail = s.p_tail
 
         def apply() -> None:
             s.committed = True
             s.tail = tail
+            assert s.created is not None
+            s.created.set_result(True)
+            if meta.ttl is not None or meta.expires_at_ts is not None:
+                self._timed.add(s.path)
             if source is not None and src_meta is not None:
                 source.meta.refcount = src_meta.refcount
             if self.events.on_created:
@@ -314,27 +322,17 @@ class StreamStore:
         if req.fork is not None:
             same = same and req.fork.source == m.fork_from
             if same and req.fork.offset is not None:
-                src = self.streams.get(req.fork.source)
-                want = req.fork.offset + req.fork.sub_offset
-                if src is not None and src.is_json and req.fork.sub_offset:
-                    same = m.fork_offset == req.fork.offset + req.fork.sub_offset
-                else:
-                    same = m.fork_offset == want
+                same = m.fork_offset == req.fork.offset + req.fork.sub_offset
         elif m.fork_from is not None:
             same = False
         if not same:
             raise Conflict("stream already exists with a different configuration")
         if not s.committed:
-            await self._wait_committed(s)
-        return CreateResult(s, False, s.tail, s.meta.closed)
-
-    async def _wait_committed(self, s: Stream) -> None:
-        for _ in range(2000):
-            if s.committed:
-                return
-            await asyncio.sleep(0.001)
-            if self.streams.get(s.path) is not s:
+            # A concurrent create of the same stream is in flight: answer once it is durable.
+            assert s.created is not None
+            if not await asyncio.shield(s.created):
                 raise Unavailable("the concurrent create of this stream failed")
+        return CreateResult(s, False, s.tail, s.meta.closed)
 
     def _resolve_fork(self, req: CreateRequest) -> tuple[Stream, int]:
         assert req.fork is not None
@@ -573,6 +571,8 @@ class StreamStore:
         for path, s in list(self.streams.items()):
             if not s.committed:
                 del self.streams[path]
+                if s.created is not None and not s.created.done():
+                    s.created.set_result(False)
             else:
                 s.reset_pending()
         for path, s in self._pending_deleted.items():
@@ -663,11 +663,13 @@ class StreamStore:
     def sweep(self) -> int:
         """Expire every stream whose TTL or Expires-At has passed."""
         now = time.time()
-        expired = [
-            s
-            for s in list(self.streams.values())
-            if s.committed and not s.pmeta.soft_deleted and s.expired(now)
-        ]
+        expired = []
+        for path in list(self._timed):
+            s = self.streams.get(path)
+            if s is None:
+                self._timed.discard(path)
+            elif s.committed and not s.pmeta.soft_deleted and s.expired(now):
+                expired.append(s)
         for s in expired:
             self._expire(s)
         return len(expired)
