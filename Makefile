@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 EXTRAS ?= server,operator,dev
 
-.PHONY: serve test lint deps system-deps bench clean
+.PHONY: serve test test-long lint deps system-deps bench clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -25,6 +25,10 @@ serve: $(VENV)/.server
 ## Install everything the tests need, then run the whole suite.
 test: deps
 	$(PY) -m pytest
+
+## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests.
+test-long: deps
+	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 $(PY) -m pytest e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py
 
 deps: $(VENV)/.all system-deps
 	cd e2e/conformance && npm install --no-audit --no-fund --loglevel=error

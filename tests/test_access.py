@@ -213,3 +213,14 @@ def test_stream_and_live_reader_limits(server_factory):
             return [third.status_code, *(r.status_code for r in done)]
 
     assert asyncio.run(live()) == [503, 200, 200]
+
+
+def test_oversized_or_too_many_headers_are_431(shared_server):
+    def status(extra: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", shared_server.port), timeout=10) as s:
+            s.sendall(b"GET /v1/stream/h HTTP/1.1\r\nHost: a\r\n" + extra + b"\r\n")
+            return s.recv(200).split(b" ", 2)[1]
+
+    assert status(b"X-Big: " + b"a" * 100_000 + b"\r\n") == b"431"
+    assert status(b"".join(b"X-H%d: v\r\n" % i for i in range(500))) == b"431"
+    assert status(b"X-Fine: v\r\n") == b"404"

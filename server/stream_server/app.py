@@ -27,7 +27,7 @@ from stream_server.config import Settings
 from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import ProtocolSettings, StreamRoutes
-from stream_server.protocol.http import Receive, Scope, Send
+from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.ratelimit import RateLimiter
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 
@@ -96,6 +96,14 @@ class StreamServerApp:
         self.web = Starlette(routes=routes, lifespan=self.lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._headers_too_large(scope):
+            await respond(
+                send,
+                431,
+                text_headers([(b"connection", b"close")]),
+                b"request headers too large or too many\n",
+            )
+            return
         if scope["type"] == "http" and scope["path"].startswith(self.base):
             if self.metrics is None:
                 await self.streams(scope, receive, send)
@@ -103,6 +111,12 @@ class StreamServerApp:
                 await self._measured(scope, receive, send)
         else:
             await self.web(scope, receive, send)
+
+    def _headers_too_large(self, scope: Scope) -> bool:
+        headers = scope["headers"]
+        if len(headers) > self.settings.max_headers:
+            return True
+        return sum(len(k) + len(v) for k, v in headers) > self.settings.max_header_bytes
 
     async def _measured(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream requests with their method, status and duration recorded."""

@@ -39,6 +39,8 @@ class Settings:
     max_streams: int = 0
     max_live_readers: int = 10000
     body_timeout: float = 30.0
+    max_header_bytes: int = 65536
+    max_headers: int = 100
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -82,6 +84,8 @@ HELP = {
     "max_streams": "most streams the server holds (0: unlimited; more: 503)",
     "max_live_readers": "most concurrent long-poll and SSE readers (more: 503)",
     "body_timeout": "seconds a request body may stall before the request fails (408)",
+    "max_header_bytes": "largest total size of request headers (larger: 431)",
+    "max_headers": "most request headers (more: 431)",
 }
 
 
