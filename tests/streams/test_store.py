@@ -179,3 +179,24 @@ async def test_a_failed_batch_changes_nothing(store, monkeypatch):
     # The same append, retried once space is back, goes through exactly once.
     await append(store, "f", b"2", producer=ProducerHeaders("w", 0, 1))
     assert await read_all(store, "f") == b"keep12"
+
+
+async def test_default_and_inherited_ttls_do_not_break_idempotent_creates(tmp_path):
+    from stream_server.streams.store import StoreLimits
+
+    store = StreamStore(tmp_path / "data", limits=StoreLimits(default_ttl=3600))
+    await store.start()
+    try:
+        first = await store.create(CreateRequest("d", BIN))
+        assert first.stream.meta.ttl == 3600
+        assert not (await store.create(CreateRequest("d", BIN))).created
+        with pytest.raises(Conflict):
+            await store.create(CreateRequest("d", BIN, ttl=5))
+        await store.create(CreateRequest("src", BIN, ttl=60))
+        fork = await store.create(CreateRequest("f", None, fork=ForkRequest("src", None)))
+        assert fork.stream.meta.ttl == 60  # inherited from the source
+        assert not (
+            await store.create(CreateRequest("f", None, fork=ForkRequest("src", None)))
+        ).created
+    finally:
+        await store.stop()

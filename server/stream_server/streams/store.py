@@ -254,11 +254,14 @@ class StreamStore:
                 content_type = source.meta.content_type
             elif media_type(content_type) != media_type(source.meta.content_type):
                 raise Conflict("content type differs from the source stream's")
-            if ttl is None and expires_at is None:
-                ttl = source.meta.ttl
-                expires_at, expires_at_ts = source.meta.expires_at, source.meta.expires_at_ts
+        expiry_from = "request"
+        if req.fork is not None and ttl is None and expires_at is None:
+            ttl = source.meta.ttl
+            expires_at, expires_at_ts = source.meta.expires_at, source.meta.expires_at_ts
+            expiry_from = "source"
         if ttl is None and expires_at is None and self.limits.default_ttl:
             ttl = self.limits.default_ttl
+            expiry_from = "default"
         content_type = content_type or DEFAULT_CONTENT_TYPE
         is_json = media_type(content_type) == JSON_TYPE
         payloads = self._payloads(req.body, is_json, allow_empty_array=True)
@@ -276,6 +279,7 @@ class StreamStore:
             fork_from=source.path if source else None,
             fork_offset=fork_unit,
             touched_at=now,
+            extra={"expiry_from": expiry_from},
         )
         s = Stream(req.path, meta, fork_unit, committed=False)
         ops: list[Op] = [CreateLog(sid, fork_unit)]
@@ -314,10 +318,22 @@ class StreamStore:
         if s.pmeta.soft_deleted:
             raise Conflict("a deleted stream at this path is still referenced by forks")
         m = s.pmeta
+        if (
+            req.ttl is None
+            and req.expires_at is None
+            and m.extra.get("expiry_from")
+            in (
+                "source",
+                "default",
+            )
+        ):
+            same_expiry = True  # the expiry was not asked for the first time either
+        else:
+            same_expiry = (req.ttl, req.expires_at_ts) == (m.ttl, m.expires_at_ts)
         same = (
             media_type(req.content_type or m.content_type) == media_type(m.content_type)
             and req.closed == m.closed
-            and (req.ttl, req.expires_at_ts) == (m.ttl, m.expires_at_ts)
+            and same_expiry
         )
         if req.fork is not None:
             same = same and req.fork.source == m.fork_from
