@@ -200,3 +200,31 @@ async def test_default_and_inherited_ttls_do_not_break_idempotent_creates(tmp_pa
         ).created
     finally:
         await store.stop()
+
+
+async def test_a_duplicate_is_acknowledged_only_once_its_original_is_durable(store, monkeypatch):
+    import asyncio
+    import threading
+
+    await store.create(CreateRequest("d", BIN))
+    gate = threading.Event()
+    real = store.engine.commit
+
+    def slow_then_fail(ops):
+        gate.wait(10)
+        raise StorageError("disk full", disk_full=True)
+
+    monkeypatch.setattr(store.engine, "commit", slow_then_fail)
+    prod = ProducerHeaders("w", 0, 0)
+    original = asyncio.create_task(append(store, "d", b"x", producer=prod))
+    await asyncio.sleep(0.05)
+    retry = asyncio.create_task(append(store, "d", b"x", producer=prod))
+    await asyncio.sleep(0.05)
+    assert not retry.done()  # not acknowledged while the original is in flight
+    gate.set()
+    for task in (original, retry):
+        with pytest.raises(Unavailable):
+            await task
+    monkeypatch.setattr(store.engine, "commit", real)
+    r = await append(store, "d", b"x", producer=prod)
+    assert r.appended and await read_all(store, "d") == b"x"

@@ -310,7 +310,7 @@ class StreamStore:
             if self.events.on_created:
                 self.events.on_created(s)
 
-        await self._commit(ops, size, apply)
+        await self._commit(ops, size, apply, s)
         return CreateResult(s, True, tail, req.closed)
 
     async def _recreate(self, s: Stream, req: CreateRequest) -> CreateResult:
@@ -401,9 +401,11 @@ class StreamStore:
             raise BadRequest("empty body: an append needs data (or Stream-Closed: true)")
         if m.closed:
             if p is not None and m.closed_by == (p.id, p.epoch, p.seq):
-                return AppendResult(s.p_tail, True, duplicate=True, producer=p)
+                await self._settled(s)
+                return AppendResult(s.tail, True, duplicate=True, producer=p)
             if req.close and not req.body:
-                return AppendResult(s.p_tail, True)
+                await self._settled(s)
+                return AppendResult(s.tail, True)
             raise StreamClosed("stream is closed", s.p_tail)
         if req.body and (
             req.content_type is None or media_type(req.content_type) != media_type(m.content_type)
@@ -428,9 +430,12 @@ class StreamStore:
             elif p.seq <= cur.seq:
                 if self.events.on_producer:
                     self.events.on_producer("duplicate")
+                # The original may still be on its way to disk: a duplicate is
+                # acknowledged only once the original is.
+                await self._settled(s)
                 return AppendResult(
-                    s.p_tail,
-                    m.closed,
+                    s.tail,
+                    s.meta.closed,
                     duplicate=True,
                     producer=ProducerHeaders(p.id, p.epoch, cur.seq),
                 )
@@ -485,7 +490,7 @@ class StreamStore:
                     del s.p_producers[pid]
             s.notify()
 
-        stats = await self._commit(ops, size, apply)
+        stats = await self._commit(ops, size, apply, s)
         return AppendResult(
             tail, req.close or s.meta.closed, producer=p, appended=bool(payloads), batch=stats
         )
@@ -502,7 +507,7 @@ class StreamStore:
     async def delete(self, path: str) -> None:
         s = self.get(path)
         ops, apply = self._queue_delete(s, "deleted")
-        await self._commit(ops, 0, apply)
+        await self._commit(ops, 0, apply, s)
 
     def _queue_delete(self, s: Stream, reason: str) -> tuple[list[Op], Callable[[], None]]:
         """Ops and commit action that delete ``s``: soft if forks read through it."""
@@ -570,14 +575,28 @@ class StreamStore:
 
     # --------------------------------------------------------------- commit
 
-    async def _commit(self, ops: list[Op], size: int, apply: Callable[[], None]) -> BatchStats:
+    async def _commit(
+        self, ops: list[Op], size: int, apply: Callable[[], None], *streams: Stream
+    ) -> BatchStats:
         fut = self.pipeline.submit(ops, size, apply)
+        for st in streams:
+            st.inflight = fut
         try:
             return await asyncio.shield(fut)
         except StorageFailed as exc:
             raise Unavailable(str(exc)) from None
         except StorageError as exc:
             raise Unavailable(str(exc), disk_full=exc.disk_full) from None
+
+    async def _settled(self, s: Stream) -> None:
+        """Wait until every change already queued for ``s`` is durable (or failed)."""
+        fut = s.inflight
+        if fut is None or fut.done() and not fut.cancelled() and fut.exception() is None:
+            return
+        try:
+            await asyncio.shield(fut)
+        except StorageError as exc:
+            raise Unavailable(f"an earlier write to this stream failed: {exc}") from None
 
     def _on_failure(self, error: StorageError) -> None:
         """A batch failed: forget every queued change, as if it had never been asked."""
