@@ -55,7 +55,9 @@ class Stream:
         self.p_producers: dict[str, ProducerState] = {}  # overlay of queued producer updates
         self.committed = committed  # False until the create itself is durable
         self.created: asyncio.Future | None = None  # resolves True/False when the create settles
-        self.inflight: asyncio.Future | None = None  # the last batch that carries this stream's changes
+        self.inflight: asyncio.Future | None = (
+            None  # the last batch that carries this stream's changes
+        )
         self.is_json = media_type(meta.content_type) == JSON_TYPE
         self.kind = KIND_JSON if self.is_json else KIND_BYTES
         self.changed: asyncio.Future | None = None

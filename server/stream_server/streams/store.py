@@ -591,7 +591,7 @@ class StreamStore:
     async def _settled(self, s: Stream) -> None:
         """Wait until every change already queued for ``s`` is durable (or failed)."""
         fut = s.inflight
-        if fut is None or fut.done() and not fut.cancelled() and fut.exception() is None:
+        if fut is None or (fut.done() and not fut.cancelled() and fut.exception() is None):
             return
         try:
             await asyncio.shield(fut)
