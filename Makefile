@@ -32,6 +32,11 @@ test-long: deps
 
 deps: $(VENV)/.all system-deps
 	cd e2e/conformance && npm install --no-audit --no-fund --loglevel=error
+	cd e2e/bench && npm install --no-audit --no-fund --loglevel=error
+
+## The side-by-side benchmark against the Node reference server (a few minutes).
+bench: deps
+	$(PY) e2e/bench/run.py
 
 ## Debian packages some tests use (installed only when missing; needs root).
 system-deps:

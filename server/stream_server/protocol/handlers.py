@@ -152,10 +152,19 @@ class StreamRoutes:
             return
 
     def _bounded(self, send: Send) -> Send:
-        """A send that gives up on a client that stops reading (frees the handler)."""
+        """A send that gives up on a client that stops reading (frees the handler).
+
+        Only streamed and large bodies can block on a full socket buffer; small
+        responses are buffered by the transport at once, so they skip the timer.
+        """
         timeout = self.settings.body_timeout
 
         async def bounded(message) -> None:
+            if message["type"] != "http.response.body" or (
+                not message.get("more_body") and len(message.get("body", b"")) < 65536
+            ):
+                await send(message)
+                return
             try:
                 await asyncio.wait_for(send(message), timeout)
             except TimeoutError:
