@@ -72,31 +72,71 @@ class Server:
     def command(self) -> list[str]:
         assert self.data_dir is not None
         if self.name == "ours":
-            return [sys.executable, "-m", "stream_server", "serve", "--port", str(self.port),
-                    "--data-dir", str(self.data_dir), "--long-poll-timeout", str(LONG_POLL_SECONDS),
-                    "--log-level", "warning", "--max-live-readers", "100000"]
+            return [
+                sys.executable,
+                "-m",
+                "stream_server",
+                "serve",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+                "--long-poll-timeout",
+                str(LONG_POLL_SECONDS),
+                "--log-level",
+                "warning",
+                "--max-live-readers",
+                "100000",
+            ]
         if self.name == "reference":
-            return ["node", str(HERE / "reference_server.mjs"), str(self.port), str(self.data_dir),
-                    str(LONG_POLL_SECONDS * 1000)]
-        return [sys.executable, "-m", "uvicorn", "ceiling_app:app", "--port", str(self.port),
-                "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
+            return [
+                "node",
+                str(HERE / "reference_server.mjs"),
+                str(self.port),
+                str(self.data_dir),
+                str(LONG_POLL_SECONDS * 1000),
+            ]
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "ceiling_app:app",
+            "--port",
+            str(self.port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
 
     def start(self, data_dir: Path | None = None) -> Server:
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix=f"bench-{self.name}-"))
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
-            self.command(), cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            self.command(),
+            cwd=HERE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(HERE)},
         )
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.proc.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(
+                    f"{self.name} exited: {self.proc.stderr.read().decode()[-2000:]}"
+                )
             try:
                 if self.name == "ours":
                     ok = httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
                 else:
-                    ok = httpx.head(self.stream("__bench_probe"), timeout=2).status_code in (404, 405, 204)
+                    ok = httpx.head(self.stream("__bench_probe"), timeout=2).status_code in (
+                        404,
+                        405,
+                        204,
+                    )
                 if ok:
                     return self
             except httpx.HTTPError:
@@ -142,16 +182,36 @@ end
 """
 
 
-def wrk(url: str, *, connections: int, threads: int, seconds: float, streams: int, prefix: str,
-        size: int = 100) -> dict:
+def wrk(
+    url: str,
+    *,
+    connections: int,
+    threads: int,
+    seconds: float,
+    streams: int,
+    prefix: str,
+    size: int = 100,
+) -> dict:
     pick = "0" if streams == 1 else f"(id * 7919 + n) % {streams}"
     script = WRK_APPEND.format(size=size, pick=pick, prefix=prefix)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
         fh.write(script)
     try:
         out = subprocess.run(
-            ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", fh.name, url],
-            capture_output=True, text=True, timeout=seconds + 60, check=True,
+            [
+                "wrk",
+                f"-t{threads}",
+                f"-c{connections}",
+                f"-d{seconds}s",
+                "--latency",
+                "-s",
+                fh.name,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=True,
         ).stdout
     finally:
         os.unlink(fh.name)
@@ -210,7 +270,9 @@ async def _read_all(url: str) -> dict:
             started = time.perf_counter()
             total, offset, requests = 0, "-1", 0
             while True:
-                r = await c.get(url, params={"offset": offset}, headers={"Accept-Encoding": "identity"})
+                r = await c.get(
+                    url, params={"offset": offset}, headers={"Accept-Encoding": "identity"}
+                )
                 total += len(r.content)
                 requests += 1
                 offset = r.headers["stream-next-offset"]
@@ -255,8 +317,10 @@ async def _live(url: str, rounds: int) -> dict:
     head = await rr.readuntil(b"\r\n\r\n")
     offset = re.search(rb"(?i)stream-next-offset: *(\S+)", head).group(1).decode()
     lat = []
-    post = (f"POST {path} HTTP/1.1\r\nHost: b\r\nContent-Type: application/octet-stream\r\n"
-            f"Content-Length: 100\r\n\r\n").encode() + b"y" * 100
+    post = (
+        f"POST {path} HTTP/1.1\r\nHost: b\r\nContent-Type: application/octet-stream\r\n"
+        f"Content-Length: 100\r\n\r\n"
+    ).encode() + b"y" * 100
     for _ in range(rounds):
         rw.write(f"GET {path}?offset={offset}&live=long-poll HTTP/1.1\r\nHost: b\r\n\r\n".encode())
         await asyncio.sleep(0.005)  # let the reader reach the server and wait
@@ -270,7 +334,11 @@ async def _live(url: str, rounds: int) -> dict:
     for w in (rw, ww):
         w.close()
     lat.sort()
-    return {"value": statistics.median(lat), "unit": "ms p50", "p99_ms": lat[int(len(lat) * 0.99) - 1]}
+    return {
+        "value": statistics.median(lat),
+        "unit": "ms p50",
+        "p99_ms": lat[int(len(lat) * 0.99) - 1],
+    }
 
 
 def idle_readers(srv: Server, *, readers: int, streams: int) -> dict:
@@ -302,7 +370,7 @@ async def _idle(srv: Server, readers: int, streams: int) -> dict:
     await asyncio.sleep(max(2.0, readers / 250))  # all connected and waiting
     rss_idle = rss_bytes(srv.proc.pid)
     writers = []
-    for s in range(streams):
+    for _ in range(streams):
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
         writers.append((reader, writer))
     for s, (_, writer) in enumerate(writers):
@@ -317,7 +385,10 @@ async def _idle(srv: Server, readers: int, streams: int) -> dict:
     lat = sorted((wake[i] - sent[i % streams]) * 1000 for i in range(readers))
     woken = sum(1 for code in statuses.values() if code == b"200")
     return {
-        "value": lat[int(len(lat) * 0.99) - 1], "unit": "ms p99", "woken": woken, "readers": readers,
+        "value": lat[int(len(lat) * 0.99) - 1],
+        "unit": "ms p99",
+        "woken": woken,
+        "readers": readers,
         "bytes_per_waiter": max(0, rss_idle - rss_before) / readers,
     }
 
@@ -330,8 +401,13 @@ def restart(srv: Server, *, streams: int, mib: int) -> dict:
     srv.stop()
     srv.start(srv.data_dir)
     seconds = srv.ready_seconds()
-    return {"value": seconds, "unit": "s to ready", "rss_mib": rss_bytes(srv.proc.pid) / 2**20,
-            "streams": streams, "mib": mib}
+    return {
+        "value": seconds,
+        "unit": "s to ready",
+        "rss_mib": rss_bytes(srv.proc.pid) / 2**20,
+        "streams": streams,
+        "mib": mib,
+    }
 
 
 async def _fill(srv: Server, streams: int, body: bytes) -> None:
@@ -347,6 +423,7 @@ async def _fill(srv: Server, streams: int, body: bytes) -> None:
 
 
 # ------------------------------------------------------------------- driver
+
 
 @dataclass
 class Workload:
@@ -365,31 +442,71 @@ def profile(quick: bool) -> list[Workload]:
     many = (2000, 20) if quick else (100_000, 1024)
     idle = (200, 20) if quick else (1000, 100)
     return [
-        Workload("appends_64x64", "64 conns, 64 streams (appends/s)",
-                 lambda s: appends(s, streams=64, seconds=secs), "higher",
-                 ">= 7x ref and >= 60% ceiling",
-                 lambda o, r, c: None if r is None else o >= 7 * r and (c is None or o >= 0.6 * c)),
-        Workload("appends_64x1", "64 conns, 1 stream (appends/s)",
-                 lambda s: appends(s, streams=1, seconds=secs), "higher", ">= 15x ref",
-                 lambda o, r, c: None if r is None else o >= 15 * r),
-        Workload("sequential", "1 client sequential (p50 ms)",
-                 lambda s: sequential(s, seconds=secs), "lower", "<= 0.5x ref",
-                 lambda o, r, c: None if r is None else o <= 0.5 * r),
-        Workload("catchup_bin", f"catch-up {mib} MiB binary (MiB/s)",
-                 lambda s: catch_up(s, mib=mib, json_mode=False), "higher", ">= 6x ref",
-                 lambda o, r, c: None if r is None else o >= 6 * r),
-        Workload("catchup_json", f"catch-up {mib} MiB JSON (MiB/s)",
-                 lambda s: catch_up(s, mib=mib, json_mode=True), "higher", ">= 6x ref",
-                 lambda o, r, c: None if r is None else o >= 6 * r),
-        Workload("live", "live long-poll POST->reader (p50 ms)",
-                 lambda s: live_latency(s, rounds=50 if quick else 300), "lower", "<= 0.5x ref",
-                 lambda o, r, c: None if r is None else o <= 0.5 * r),
-        Workload("idle_readers", f"{idle[0]} idle long-polls / {idle[1]} streams (wake p99 ms)",
-                 lambda s: idle_readers(s, readers=idle[0], streams=idle[1]), "lower",
-                 "all woken, p99 <= 50 ms", lambda o, r, c: o <= 50),
-        Workload("restart", f"{many[0]} streams / {many[1]} MiB restart (s to ready)",
-                 lambda s: restart(s, streams=many[0], mib=many[1]), "lower", "<= 10 s",
-                 lambda o, r, c: o <= 10, reference=False),
+        Workload(
+            "appends_64x64",
+            "64 conns, 64 streams (appends/s)",
+            lambda s: appends(s, streams=64, seconds=secs),
+            "higher",
+            ">= 7x ref and >= 60% ceiling",
+            lambda o, r, c: None if r is None else o >= 7 * r and (c is None or o >= 0.6 * c),
+        ),
+        Workload(
+            "appends_64x1",
+            "64 conns, 1 stream (appends/s)",
+            lambda s: appends(s, streams=1, seconds=secs),
+            "higher",
+            ">= 15x ref",
+            lambda o, r, c: None if r is None else o >= 15 * r,
+        ),
+        Workload(
+            "sequential",
+            "1 client sequential (p50 ms)",
+            lambda s: sequential(s, seconds=secs),
+            "lower",
+            "<= 0.5x ref",
+            lambda o, r, c: None if r is None else o <= 0.5 * r,
+        ),
+        Workload(
+            "catchup_bin",
+            f"catch-up {mib} MiB binary (MiB/s)",
+            lambda s: catch_up(s, mib=mib, json_mode=False),
+            "higher",
+            ">= 6x ref",
+            lambda o, r, c: None if r is None else o >= 6 * r,
+        ),
+        Workload(
+            "catchup_json",
+            f"catch-up {mib} MiB JSON (MiB/s)",
+            lambda s: catch_up(s, mib=mib, json_mode=True),
+            "higher",
+            ">= 6x ref",
+            lambda o, r, c: None if r is None else o >= 6 * r,
+        ),
+        Workload(
+            "live",
+            "live long-poll POST->reader (p50 ms)",
+            lambda s: live_latency(s, rounds=50 if quick else 300),
+            "lower",
+            "<= 0.5x ref",
+            lambda o, r, c: None if r is None else o <= 0.5 * r,
+        ),
+        Workload(
+            "idle_readers",
+            f"{idle[0]} idle long-polls / {idle[1]} streams (wake p99 ms)",
+            lambda s: idle_readers(s, readers=idle[0], streams=idle[1]),
+            "lower",
+            "all woken, p99 <= 50 ms",
+            lambda o, r, c: o <= 50,
+        ),
+        Workload(
+            "restart",
+            f"{many[0]} streams / {many[1]} MiB restart (s to ready)",
+            lambda s: restart(s, streams=many[0], mib=many[1]),
+            "lower",
+            "<= 10 s",
+            lambda o, r, c: o <= 10,
+            reference=False,
+        ),
     ]
 
 
@@ -398,8 +515,14 @@ def run(servers: list[str], quick: bool, only: set[str] | None) -> list[dict]:
     if "ceiling" in servers:
         srv = Server("ceiling").start()
         try:
-            ceiling = wrk(srv.url, connections=64, threads=2, seconds=3 if quick else 10,
-                          streams=64, prefix="c")["rps"]
+            ceiling = wrk(
+                srv.url,
+                connections=64,
+                threads=2,
+                seconds=3 if quick else 10,
+                streams=64,
+                prefix="c",
+            )["rps"]
         finally:
             srv.cleanup()
     rows = []
@@ -418,13 +541,34 @@ def run(servers: list[str], quick: bool, only: set[str] | None) -> list[dict]:
         ours = results.get("ours", {}).get("value")
         ref = results.get("reference", {}).get("value")
         ratio = ours / ref if ours is not None and ref else None
-        met = w.check(ours, ref, ceiling if w.key == "appends_64x64" else None) if ours is not None else None
-        rows.append({"workload": w.key, "title": w.title, "ours": results.get("ours"),
-                     "reference": results.get("reference"), "ratio": ratio, "target": w.target,
-                     "met": met})
-    return [{"workload": "ceiling", "title": "Starlette POST->204 ceiling (req/s)",
-             "ours": {"value": ceiling} if ceiling else None, "reference": None, "ratio": None,
-             "target": "", "met": None}, *rows]
+        met = (
+            w.check(ours, ref, ceiling if w.key == "appends_64x64" else None)
+            if ours is not None
+            else None
+        )
+        rows.append(
+            {
+                "workload": w.key,
+                "title": w.title,
+                "ours": results.get("ours"),
+                "reference": results.get("reference"),
+                "ratio": ratio,
+                "target": w.target,
+                "met": met,
+            }
+        )
+    return [
+        {
+            "workload": "ceiling",
+            "title": "Starlette POST->204 ceiling (req/s)",
+            "ours": {"value": ceiling} if ceiling else None,
+            "reference": None,
+            "ratio": None,
+            "target": "",
+            "met": None,
+        },
+        *rows,
+    ]
 
 
 def fmt(v) -> str:
@@ -434,26 +578,37 @@ def fmt(v) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"| {'workload':46} | {'ours':>10} | {'reference':>10} | {'ours/ref':>8} | {'target':28} | met |",
-             f"|{'-' * 48}|{'-' * 12}|{'-' * 12}|{'-' * 10}|{'-' * 30}|-----|"]
+    lines = [
+        f"| {'workload':46} | {'ours':>10} | {'reference':>10} | {'ours/ref':>8} | {'target':28} | met |",
+        f"|{'-' * 48}|{'-' * 12}|{'-' * 12}|{'-' * 10}|{'-' * 30}|-----|",
+    ]
     for r in rows:
         ours = (r["ours"] or {}).get("value")
         ref = (r["reference"] or {}).get("value")
         ratio = f"{r['ratio']:.1f}x" if r["ratio"] else "-"
         met = {True: "yes", False: "NO", None: ""}[r["met"]]
-        lines.append(f"| {r['title']:46} | {fmt(ours):>10} | {fmt(ref):>10} | {ratio:>8} | {r['target']:28} | {met:3} |")
+        lines.append(
+            f"| {r['title']:46} | {fmt(ours):>10} | {fmt(ref):>10} | {ratio:>8} | {r['target']:28} | {met:3} |"
+        )
     return "\n".join(lines)
 
 
 def ensure_tools(servers: list[str]) -> None:
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk; `make system-deps` does it)")
-    if "reference" in servers and not (HERE / "node_modules" / "@durable-streams" / "server").exists():
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE, check=True)
+    if (
+        "reference" in servers
+        and not (HERE / "node_modules" / "@durable-streams" / "server").exists()
+    ):
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE, check=True
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="short smoke profile")
     ap.add_argument("--servers", default="ours,reference,ceiling")
     ap.add_argument("--only", default="", help="comma-separated workload keys")

@@ -22,9 +22,18 @@ HERE = Path(__file__).parent
 def test_quick_benchmark_produces_the_table(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(HERE / "run.py"), "--quick", "--only", "appends_64x64,live",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(HERE / "run.py"),
+            "--quick",
+            "--only",
+            "appends_64x64,live",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
