@@ -4,6 +4,9 @@ set -euo pipefail
 need=()
 command -v wrk >/dev/null || need+=(wrk)
 command -v npm >/dev/null || need+=(nodejs npm)
+command -v prometheus >/dev/null || need+=(prometheus)
+command -v openssl >/dev/null || need+=(openssl)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ]; then
   echo "missing system packages: ${need[*]} (install them with apt-get as root)" >&2
