@@ -66,7 +66,9 @@ def test_promtool_checks_and_unit_tests_the_rules():
     subprocess.run(["promtool", "check", "rules", str(ALERTS)], check=True, capture_output=True)
     test = subprocess.run(
         ["promtool", "test", "rules", "alerts.test.yaml"],
-        cwd=ALERTS.parent, capture_output=True, text=True,
+        cwd=ALERTS.parent,
+        capture_output=True,
+        text=True,
     )
     assert test.returncode == 0, test.stdout + test.stderr
 
@@ -76,7 +78,10 @@ def _traffic(srv, stop: threading.Event) -> None:
     with httpx.Client(timeout=10) as c:
         url = f"{srv.base}obs/{uuid.uuid4().hex}"
         c.put(url, headers=ct)
-        c.put(f"{srv.base}obs/fork-{uuid.uuid4().hex}", headers={"Stream-Forked-From": url.split(srv.url, 1)[1]})
+        c.put(
+            f"{srv.base}obs/fork-{uuid.uuid4().hex}",
+            headers={"Stream-Forked-From": url.split(srv.url, 1)[1]},
+        )
         seq = 0
         while not stop.is_set():
             c.post(url, headers=ct, content=b"x" * 100)
@@ -101,14 +106,22 @@ def test_real_prometheus_scrapes_and_every_query_answers(server_factory, tmp_pat
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(ALERTS)],
         "scrape_configs": [
-            {"job_name": "durable-streams", "static_configs": [{"targets": [f"127.0.0.1:{srv.port}"]}]}
+            {
+                "job_name": "durable-streams",
+                "static_configs": [{"targets": [f"127.0.0.1:{srv.port}"]}],
+            }
         ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     prom = subprocess.Popen(
-        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            "prometheus",
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     api = f"http://127.0.0.1:{port}/api/v1"
 
@@ -122,7 +135,7 @@ def test_real_prometheus_scrapes_and_every_query_answers(server_factory, tmp_pat
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if query('sum(rate(durable_streams_appends_total[20s])) > 0'):
+                if query("sum(rate(durable_streams_appends_total[20s])) > 0"):
                     break
             except (httpx.HTTPError, AssertionError, ValueError):
                 pass
@@ -132,7 +145,7 @@ def test_real_prometheus_scrapes_and_every_query_answers(server_factory, tmp_pat
         time.sleep(3)  # a few more scrapes, so every rate has two samples in its window
         empty = [(title, expr) for title, expr in panel_queries() if not query(expr)]
         assert not empty, f"panels without data: {empty}"
-        for name, expr in alert_exprs():
+        for _name, expr in alert_exprs():
             query(expr)  # no error; firing or not is promtool's business
         rules = httpx.get(f"{api}/rules", timeout=10).json()["data"]["groups"]
         loaded = [r for g in rules for r in g["rules"]]
