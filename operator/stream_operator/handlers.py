@@ -1,0 +1,137 @@
+"""The kopf handlers: thin glue between events and the pure functions.
+
+One reconcile for create, update and resume (idempotent by construction), a
+timer that keeps the status true to what the StatefulSet reports, and a
+delete handler that honours the PVC retention setting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from stream_operator import GROUP, PLURAL, VERSION
+from stream_operator.apply import (
+    apply,
+    delete_pvcs,
+    expand_pvcs,
+    read,
+    servicemonitor_crd_exists,
+)
+from stream_operator.render import desired_objects, endpoint
+from stream_operator.spec import quantity_bytes, refused_change, with_defaults
+from stream_operator.status import compute_status
+
+APPLIED_SPEC = f"{GROUP}/applied-spec"
+_api: client.ApiClient | None = None
+
+
+def api() -> client.ApiClient:
+    """In-cluster credentials in a pod, else the kubeconfig (set once, shared)."""
+    global _api
+    if _api is None:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        _api = client.ApiClient()
+    return _api
+
+
+def use_api_client(api_client: client.ApiClient) -> None:
+    """Point the handlers at a given API server (tests, embedding)."""
+    global _api
+    _api = api_client
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 60
+
+
+def _applied_spec(statefulset: dict[str, Any] | None) -> dict[str, Any] | None:
+    if statefulset is None:
+        return None
+    raw = ((statefulset.get("metadata") or {}).get("annotations") or {}).get(APPLIED_SPEC)
+    return json.loads(raw) if raw else None
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile(
+    name: str, namespace: str, uid: str, spec: dict[str, Any], body: kopf.Body,
+    patch: kopf.Patch, meta: dict[str, Any], status: dict[str, Any], logger: logging.Logger,
+    **_: Any,
+) -> None:
+    ac = api()
+    sts = read(ac, "StatefulSet", namespace, name)
+    refused = refused_change(_applied_spec(sts), dict(spec))
+    if refused:
+        kopf.warn(body, reason="ChangeRefused", message=refused)
+        logger.warning("refusing change: %s", refused)
+        patch.status.update(compute_status(
+            spec=dict(spec), generation=meta.get("generation"), statefulset=sts,
+            endpoint=endpoint(name, namespace, spec), refused=refused, previous=dict(status),
+        ))
+        return
+    full = with_defaults(dict(spec))
+    objs = desired_objects(name, namespace, uid, dict(spec), servicemonitor_crd=servicemonitor_crd_exists(ac))
+    for obj in objs:
+        if obj["kind"] == "StatefulSet":
+            obj["metadata"]["annotations"][APPLIED_SPEC] = json.dumps(
+                {"storage": full["storage"]}, sort_keys=True
+            )
+        outcome = apply(ac, obj)
+        if outcome != "unchanged":
+            kopf.info(body, reason=outcome.capitalize(), message=f"{outcome} {obj['kind']} {obj['metadata']['name']}")
+    grown = expand_pvcs(ac, namespace, name, full["storage"]["size"], quantity_bytes)
+    if grown:
+        kopf.info(body, reason="Expanding", message=f"storage {full['storage']['size']} requested for {', '.join(grown)}")
+    sts = read(ac, "StatefulSet", namespace, name)
+    patch.status.update(compute_status(
+        spec=dict(spec), generation=meta.get("generation"), statefulset=sts,
+        endpoint=endpoint(name, namespace, spec), previous=dict(status),
+    ))
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=5.0, initial_delay=1.0, idle=0)
+def refresh_status(
+    name: str, namespace: str, spec: dict[str, Any], meta: dict[str, Any],
+    status: dict[str, Any], patch: kopf.Patch, **_: Any,
+) -> None:
+    sts = read(api(), "StatefulSet", namespace, name)
+    refused = refused_change(_applied_spec(sts), dict(spec))
+    new = compute_status(
+        spec=dict(spec), generation=meta.get("generation"), statefulset=sts,
+        endpoint=endpoint(name, namespace, spec), refused=refused, previous=dict(status),
+    )
+    if {k: v for k, v in new.items() if k != "conditions"} != {
+        k: v for k, v in dict(status).items() if k in new and k != "conditions"
+    } or _condition_states(new) != _condition_states(dict(status)):
+        patch.status.update(new)
+
+
+def _condition_states(status: dict[str, Any]) -> list[tuple]:
+    return sorted((c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or [])
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+def cleanup(name: str, namespace: str, spec: dict[str, Any], body: kopf.Body,
+            logger: logging.Logger, **_: Any) -> None:
+    """Owned objects go by garbage collection; PVCs follow the retention setting."""
+    if with_defaults(dict(spec))["storage"]["pvcRetention"] == "Delete":
+        deleted = delete_pvcs(api(), namespace, name)
+        logger.info("deleted PVCs %s", deleted)
+    else:
+        logger.info("keeping the PVCs of %s (pvcRetention: Retain)", name)

@@ -1,0 +1,264 @@
+"""What a DurableStream becomes: the desired Kubernetes objects, as plain dicts.
+
+Pure functions of (name, namespace, uid, spec): no API calls, so every
+object the operator would apply is unit-tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from stream_operator import GROUP, KIND, VERSION
+from stream_operator.spec import with_defaults
+
+DATA_DIR = "/data"
+CONTAINER_PORT = 4437
+CONFIG_HASH = f"{GROUP}/config-hash"
+STORAGE_SIZE = f"{GROUP}/storage-size"
+MANAGED_BY = "durable-streams-operator"
+
+
+def labels(name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "durable-streams",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def selector(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "durable-streams", "app.kubernetes.io/instance": name}
+
+
+def owner_reference(name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(name: str, namespace: str, uid: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels(extra.pop("instance", name)),
+        "ownerReferences": [owner_reference(extra.pop("owner", name), uid)],
+        **extra,
+    }
+
+
+def headless_name(name: str) -> str:
+    return f"{name}-headless"
+
+
+def endpoint(name: str, namespace: str, spec: dict[str, Any]) -> str:
+    s = with_defaults(spec)
+    scheme = "https" if s["server"].get("tlsSecretName") else "http"
+    return f"{scheme}://{name}.{namespace}.svc:{s['service']['port']}/v1/stream/"
+
+
+def server_env(spec: dict[str, Any]) -> dict[str, str]:
+    """The server's settings, as the DS_* variables it reads (see stream_server.config)."""
+    srv = with_defaults(spec)["server"]
+    env = {
+        "DS_HOST": "0.0.0.0",
+        "DS_PORT": str(CONTAINER_PORT),
+        "DS_DATA_DIR": DATA_DIR,
+        "DS_LONG_POLL_TIMEOUT": str(srv["longPollTimeoutSeconds"]),
+        "DS_SSE_RECONNECT_INTERVAL": str(srv["sseReconnectIntervalSeconds"]),
+        "DS_MAX_BODY_BYTES": str(srv["maxBodyBytes"]),
+        "DS_DEFAULT_TTL": str(srv["defaultTTLSeconds"]),
+        "DS_LOG_LEVEL": srv["logLevel"],
+        "DS_LOG_FORMAT": srv["logFormat"],
+    }
+    if srv.get("authTokensSecret"):
+        env["DS_AUTH_TOKENS_FILE"] = "/etc/durable-streams/auth/" + srv["authTokensSecret"].get("key", "tokens.json")
+    if srv.get("tlsSecretName"):
+        env["DS_TLS_CERT"] = "/etc/durable-streams/tls/tls.crt"
+        env["DS_TLS_KEY"] = "/etc/durable-streams/tls/tls.key"
+    if srv.get("rateLimit"):
+        env["DS_RATE_LIMIT"] = str(srv["rateLimit"].get("requestsPerSecond", 0))
+        env["DS_RATE_BURST"] = str(srv["rateLimit"].get("burst", 100))
+    return env
+
+
+def config_hash(spec: dict[str, Any]) -> str:
+    """Changes whenever the pods must restart: server settings, image, resources, mounts."""
+    s = with_defaults(spec)
+    relevant = {k: s[k] for k in ("image", "imagePullPolicy", "server", "resources", "scheduling")}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def render_configmap(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(f"{name}-config", namespace, uid, instance=name, owner=name),
+        "data": server_env(spec),
+    }
+
+
+def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    s = with_defaults(spec)
+    srv = s["server"]
+    tls = bool(srv.get("tlsSecretName"))
+    scheme = "HTTPS" if tls else "HTTP"
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    mounts = [{"name": "data", "mountPath": DATA_DIR}, {"name": "tmp", "mountPath": "/tmp"}]
+    if srv.get("authTokensSecret"):
+        volumes.append({"name": "auth", "secret": {"secretName": srv["authTokensSecret"]["name"]}})
+        mounts.append({"name": "auth", "mountPath": "/etc/durable-streams/auth", "readOnly": True})
+    if tls:
+        volumes.append({"name": "tls", "secret": {"secretName": srv["tlsSecretName"]}})
+        mounts.append({"name": "tls", "mountPath": "/etc/durable-streams/tls", "readOnly": True})
+    container = {
+        "name": "server",
+        "image": s["image"],
+        "imagePullPolicy": s["imagePullPolicy"],
+        "args": ["serve"],
+        "envFrom": [{"configMapRef": {"name": f"{name}-config"}}],
+        "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http", "scheme": scheme},
+            "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
+            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6,
+        },
+        # Recovery after a crash replays the WAL: give it time before liveness counts.
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
+            "periodSeconds": 2, "failureThreshold": 150,
+        },
+        "resources": s["resources"],
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": s["storage"]["size"]}},
+    }
+    if s["storage"].get("storageClassName"):
+        pvc_spec["storageClassName"] = s["storage"]["storageClassName"]
+    sched = s["scheduling"]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        # SIGTERM, then in-flight batches finish and a final checkpoint runs.
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {
+            "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001, "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "enableServiceLinks": False,
+    }
+    for key in ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints", "priorityClassName"):
+        if sched.get(key):
+            pod_spec[key] = sched[key]
+    retention = s["storage"]["pvcRetention"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(name, namespace, uid, annotations={STORAGE_SIZE: s["storage"]["size"]}),
+        "spec": {
+            "replicas": s["replicas"],
+            "serviceName": headless_name(name),
+            # Pods are independent servers with their own volumes: start them together.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector(name)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": retention, "whenScaled": "Retain"},
+            "template": {
+                "metadata": {"labels": labels(name), "annotations": {CONFIG_HASH: config_hash(spec)}},
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [
+                {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                 "metadata": {"name": "data", "labels": selector(name)}, "spec": pvc_spec}
+            ],
+        },
+    }
+
+
+def render_headless_service(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(headless_name(name), namespace, uid, instance=name, owner=name),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector(name),
+            "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def render_service(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    s = with_defaults(spec)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, namespace, uid),
+        "spec": {
+            "type": s["service"]["type"],
+            "selector": selector(name),
+            # Each pod holds its own streams: keep a client on the pod it started with.
+            "sessionAffinity": "ClientIP",
+            "ports": [{"name": "http", "port": s["service"]["port"], "targetPort": "http"}],
+        },
+    }
+
+
+def render_pdb(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(name, namespace, uid),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(name)}},
+    }
+
+
+def render_servicemonitor(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    s = with_defaults(spec)
+    tls = bool(s["server"].get("tlsSecretName"))
+    endpoint_spec: dict[str, Any] = {
+        "port": "http", "path": "/metrics", "interval": s["metrics"]["serviceMonitor"]["interval"],
+        "scheme": "https" if tls else "http",
+    }
+    if tls:
+        endpoint_spec["tlsConfig"] = {"insecureSkipVerify": True}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _meta(name, namespace, uid),
+        "spec": {"selector": {"matchLabels": selector(name)}, "endpoints": [endpoint_spec]},
+    }
+
+
+def desired_objects(
+    name: str, namespace: str, uid: str, spec: dict[str, Any], *, servicemonitor_crd: bool
+) -> list[dict[str, Any]]:
+    """Every object a DurableStream owns, in the order they should be applied."""
+    objs = [
+        render_configmap(name, namespace, uid, spec),
+        render_headless_service(name, namespace, uid, spec),
+        render_service(name, namespace, uid, spec),
+        render_pdb(name, namespace, uid, spec),
+        render_statefulset(name, namespace, uid, spec),
+    ]
+    if servicemonitor_crd and with_defaults(spec)["metrics"]["serviceMonitor"]["enabled"]:
+        objs.append(render_servicemonitor(name, namespace, uid, spec))
+    return objs

@@ -1,0 +1,101 @@
+"""What a DurableStream spec becomes (pure functions, no cluster)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stream_operator import GROUP
+from stream_operator.render import (
+    CONFIG_HASH,
+    config_hash,
+    desired_objects,
+    endpoint,
+    render_statefulset,
+    server_env,
+)
+from stream_operator.spec import quantity_bytes, refused_change, with_defaults
+
+UID = "1234-uid"
+
+
+def test_defaults_fill_a_bare_spec():
+    s = with_defaults({})
+    assert s["replicas"] == 1 and s["storage"] == {"size": "10Gi", "pvcRetention": "Retain"}
+    assert with_defaults({"server": {"logLevel": "debug"}})["server"]["longPollTimeoutSeconds"] == 30
+
+
+def test_objects_and_owner_references():
+    objs = desired_objects("ev", "ns", UID, {}, servicemonitor_crd=False)
+    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "Service", "PodDisruptionBudget", "StatefulSet"]
+    for o in objs:
+        ref = o["metadata"]["ownerReferences"][0]
+        assert ref == {"apiVersion": f"{GROUP}/v1alpha1", "kind": "DurableStream", "name": "ev",
+                       "uid": UID, "controller": True, "blockOwnerDeletion": True}
+        assert o["metadata"]["namespace"] == "ns"
+    headless = objs[1]
+    assert headless["metadata"]["name"] == "ev-headless" and headless["spec"]["clusterIP"] == "None"
+
+
+def test_servicemonitor_only_when_asked_and_the_crd_exists():
+    spec = {"metrics": {"serviceMonitor": {"enabled": True}}}
+    assert "ServiceMonitor" not in [o["kind"] for o in desired_objects("a", "n", UID, spec, servicemonitor_crd=False)]
+    assert "ServiceMonitor" not in [o["kind"] for o in desired_objects("a", "n", UID, {}, servicemonitor_crd=True)]
+    sm = desired_objects("a", "n", UID, spec, servicemonitor_crd=True)[-1]
+    assert sm["kind"] == "ServiceMonitor" and sm["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+def test_statefulset_runs_the_server_as_configured():
+    spec = {
+        "image": "registry/ds:1.2", "replicas": 3,
+        "storage": {"size": "5Gi", "storageClassName": "fast", "pvcRetention": "Delete"},
+        "server": {"longPollTimeoutSeconds": 12, "authTokensSecret": {"name": "tokens"},
+                   "tlsSecretName": "certs"},
+        "scheduling": {"nodeSelector": {"disk": "ssd"}},
+    }
+    sts = render_statefulset("ev", "ns", UID, spec)
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["image"] == "registry/ds:1.2" and c["args"] == ["serve"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert c["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0
+    assert pod["terminationGracePeriodSeconds"] >= 30
+    assert pod["nodeSelector"] == {"disk": "ssd"}
+    assert sts["spec"]["replicas"] == 3
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["storageClassName"] == "fast"
+    assert claim["resources"]["requests"]["storage"] == "5Gi"
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    assert {v["name"] for v in pod["volumes"]} == {"tmp", "auth", "tls"}
+    env = server_env(spec)
+    assert env["DS_HOST"] == "0.0.0.0" and env["DS_DATA_DIR"] == "/data"
+    assert env["DS_LONG_POLL_TIMEOUT"] == "12"
+    assert env["DS_AUTH_TOKENS_FILE"].endswith("tokens.json")
+    assert env["DS_TLS_CERT"].endswith("tls.crt")
+    assert endpoint("ev", "ns", spec) == "https://ev.ns.svc:4437/v1/stream/"
+
+
+def test_config_hash_rolls_pods_only_for_pod_changes():
+    base = {"replicas": 1, "storage": {"size": "1Gi"}}
+    h = config_hash(base)
+    assert config_hash({**base, "replicas": 5}) == h  # scaling is not a restart
+    assert config_hash({**base, "storage": {"size": "2Gi"}}) == h  # growth goes to the PVCs
+    assert config_hash({**base, "image": "x:2"}) != h
+    assert config_hash({**base, "server": {"logLevel": "debug"}}) != h
+    assert config_hash({**base, "resources": {"limits": {"memory": "2Gi"}}}) != h
+    sts = render_statefulset("a", "n", UID, {**base, "image": "x:2"})
+    assert sts["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH] == config_hash({**base, "image": "x:2"})
+
+
+@pytest.mark.parametrize(("text", "n"), [("1Gi", 2**30), ("500Mi", 500 * 2**20), ("2G", 2 * 10**9), ("1.5Ti", int(1.5 * 2**40))])
+def test_quantities(text, n):
+    assert quantity_bytes(text) == n
+
+
+def test_refused_changes():
+    old = {"storage": {"size": "10Gi", "storageClassName": "fast"}}
+    assert refused_change(None, old) is None
+    assert refused_change(old, {"storage": {"size": "20Gi", "storageClassName": "fast"}}) is None
+    assert "shrink" in refused_change(old, {"storage": {"size": "5Gi", "storageClassName": "fast"}})
+    assert "storageClassName" in refused_change(old, {"storage": {"size": "10Gi", "storageClassName": "slow"}})

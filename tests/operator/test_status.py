@@ -1,0 +1,53 @@
+"""Status from observation (pure functions, no cluster)."""
+
+from __future__ import annotations
+
+from stream_operator.status import compute_status
+
+
+def sts(replicas=3, ready=3, updated=3, generation=2, observed=2, cur="r1", upd="r1"):
+    return {"metadata": {"generation": generation},
+            "status": {"replicas": replicas, "readyReplicas": ready, "updatedReplicas": updated,
+                       "observedGeneration": observed, "currentRevision": cur, "updateRevision": upd}}
+
+
+def conds(status):
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_no_statefulset_yet_is_pending():
+    s = compute_status(spec={}, generation=1, statefulset=None, endpoint="e")
+    assert s["phase"] == "Pending" and s["readyReplicas"] == 0
+    assert conds(s)["Ready"][0] == "False" and s["observedGeneration"] == 1
+
+
+def test_all_ready():
+    s = compute_status(spec={"replicas": 3}, generation=4, statefulset=sts(), endpoint="http://x")
+    assert s["phase"] == "Ready" and s["readyReplicas"] == 3 and s["endpoint"] == "http://x"
+    assert conds(s)["Ready"] == ("True", "AllReplicasReady")
+    assert conds(s)["Progressing"][0] == "False" and conds(s)["Degraded"][0] == "False"
+
+
+def test_rolling_update_is_progressing():
+    s = compute_status(spec={"replicas": 3}, generation=5, statefulset=sts(updated=1, cur="r1", upd="r2"), endpoint="e")
+    assert s["phase"] == "Progressing" and conds(s)["Progressing"] == ("True", "RollingUpdate")
+
+
+def test_lost_pod_is_degraded():
+    s = compute_status(spec={"replicas": 3}, generation=5, statefulset=sts(ready=2), endpoint="e")
+    assert s["phase"] == "Degraded" and conds(s)["Degraded"] == ("True", "PodsNotReady")
+
+
+def test_refused_change_is_said():
+    s = compute_status(spec={"replicas": 3}, generation=5, statefulset=sts(), endpoint="e", refused="cannot shrink")
+    assert conds(s)["Accepted"] == ("False", "ChangeRefused")
+    assert s["phase"] == "Degraded"
+
+
+def test_transition_times_are_kept_while_the_status_holds():
+    first = compute_status(spec={"replicas": 3}, generation=1, statefulset=sts(), endpoint="e")
+    first["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    again = compute_status(spec={"replicas": 3}, generation=1, statefulset=sts(), endpoint="e", previous=first)
+    assert again["conditions"][0]["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+    flipped = compute_status(spec={"replicas": 3}, generation=1, statefulset=sts(ready=1), endpoint="e", previous=first)
+    assert flipped["conditions"][0]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
