@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from get_tools import ensure  # noqa: E402
+from get_tools import ensure
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "durable-streams"
@@ -48,9 +48,19 @@ EXAMPLE = {
 def render() -> dict[str, str]:
     helm = ensure() / "helm"
     out = subprocess.run(
-        [str(helm), "template", "durable-streams", str(CHART), "--namespace", NAMESPACE,
-         "--set", "alerts.enabled=true"],
-        capture_output=True, text=True, check=True,
+        [
+            str(helm),
+            "template",
+            "durable-streams",
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            "alerts.enabled=true",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     files: dict[str, str] = {}
@@ -78,7 +88,9 @@ def main() -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     if stale:
-        print(f"manifests out of date: {stale}; run python scripts/gen_manifests.py", file=sys.stderr)
+        print(
+            f"manifests out of date: {stale}; run python scripts/gen_manifests.py", file=sys.stderr
+        )
         return 1
     return 0
 

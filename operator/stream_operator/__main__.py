@@ -10,10 +10,17 @@ import kopf
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="durable-streams-operator", description=__doc__)
-    ap.add_argument("--namespace", action="append", default=[],
-                    help="watch only this namespace (repeatable; default: all)")
-    ap.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
-                    help="liveness endpoint for the operator pod")
+    ap.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeatable; default: all)",
+    )
+    ap.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        help="liveness endpoint for the operator pod",
+    )
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     import stream_operator.handlers  # noqa: F401  (registers the handlers)

@@ -38,7 +38,9 @@ def _stamped(obj: dict[str, Any]) -> dict[str, Any]:
     return stamped
 
 
-def read(api_client: client.ApiClient, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+def read(
+    api_client: client.ApiClient, kind: str, namespace: str, name: str
+) -> dict[str, Any] | None:
     try:
         if kind in _CUSTOM:
             group, version, plural = _CUSTOM[kind]
@@ -70,9 +72,11 @@ def apply(api_client: client.ApiClient, obj: dict[str, Any]) -> str:
     patch = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
     if kind == "StatefulSet":
         # Claim templates are immutable; volumes grow by patching the PVCs instead.
-        patch["spec"] = {k: v for k, v in patch["spec"].items()
-                         if k not in ("volumeClaimTemplates", "selector", "serviceName",
-                                      "podManagementPolicy")}
+        patch["spec"] = {
+            k: v
+            for k, v in patch["spec"].items()
+            if k not in ("volumeClaimTemplates", "selector", "serviceName", "podManagementPolicy")
+        }
     _patch(api_client, kind, namespace, name, patch)
     return "patched"
 
@@ -111,22 +115,29 @@ def instance_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> li
         pvc_name = raw["metadata"]["name"]
         labels = raw["metadata"].get("labels") or {}
         # Filter again: not every API server (or emulator) honours label selectors.
-        if pvc_name.startswith(prefix) and pvc_name[len(prefix):].isdigit() and \
-                labels.get("app.kubernetes.io/instance") == name:
+        if (
+            pvc_name.startswith(prefix)
+            and pvc_name[len(prefix) :].isdigit()
+            and labels.get("app.kubernetes.io/instance") == name
+        ):
             out.append(raw)
     return out
 
 
-def expand_pvcs(api_client: client.ApiClient, namespace: str, name: str, size: str,
-                size_bytes) -> list[str]:
+def expand_pvcs(
+    api_client: client.ApiClient, namespace: str, name: str, size: str, size_bytes
+) -> list[str]:
     """Ask for ``size`` on every PVC that is smaller; returns the names patched."""
     core = client.CoreV1Api(api_client)
     grown = []
     for pvc in instance_pvcs(api_client, namespace, name):
-        current = ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        current = (
+            ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        )
         if current is None or size_bytes(current) < size_bytes(size):
             core.patch_namespaced_persistent_volume_claim(
-                pvc["metadata"]["name"], namespace,
+                pvc["metadata"]["name"],
+                namespace,
                 {"spec": {"resources": {"requests": {"storage": size}}}},
             )
             grown.append(pvc["metadata"]["name"])

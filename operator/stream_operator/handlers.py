@@ -70,8 +70,15 @@ def _applied_spec(statefulset: dict[str, Any] | None) -> dict[str, Any] | None:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def reconcile(
-    name: str, namespace: str, uid: str, spec: dict[str, Any], body: kopf.Body,
-    patch: kopf.Patch, meta: dict[str, Any], status: dict[str, Any], logger: logging.Logger,
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: dict[str, Any],
+    body: kopf.Body,
+    patch: kopf.Patch,
+    meta: dict[str, Any],
+    status: dict[str, Any],
+    logger: logging.Logger,
     **_: Any,
 ) -> None:
     ac = api()
@@ -80,13 +87,21 @@ def reconcile(
     if refused:
         kopf.warn(body, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
-        patch.status.update(compute_status(
-            spec=dict(spec), generation=meta.get("generation"), statefulset=sts,
-            endpoint=endpoint(name, namespace, spec), refused=refused, previous=dict(status),
-        ))
+        patch.status.update(
+            compute_status(
+                spec=dict(spec),
+                generation=meta.get("generation"),
+                statefulset=sts,
+                endpoint=endpoint(name, namespace, spec),
+                refused=refused,
+                previous=dict(status),
+            )
+        )
         return
     full = with_defaults(dict(spec))
-    objs = desired_objects(name, namespace, uid, dict(spec), servicemonitor_crd=servicemonitor_crd_exists(ac))
+    objs = desired_objects(
+        name, namespace, uid, dict(spec), servicemonitor_crd=servicemonitor_crd_exists(ac)
+    )
     for obj in objs:
         if obj["kind"] == "StatefulSet":
             obj["metadata"]["annotations"][APPLIED_SPEC] = json.dumps(
@@ -94,27 +109,49 @@ def reconcile(
             )
         outcome = apply(ac, obj)
         if outcome != "unchanged":
-            kopf.info(body, reason=outcome.capitalize(), message=f"{outcome} {obj['kind']} {obj['metadata']['name']}")
+            kopf.info(
+                body,
+                reason=outcome.capitalize(),
+                message=f"{outcome} {obj['kind']} {obj['metadata']['name']}",
+            )
     grown = expand_pvcs(ac, namespace, name, full["storage"]["size"], quantity_bytes)
     if grown:
-        kopf.info(body, reason="Expanding", message=f"storage {full['storage']['size']} requested for {', '.join(grown)}")
+        kopf.info(
+            body,
+            reason="Expanding",
+            message=f"storage {full['storage']['size']} requested for {', '.join(grown)}",
+        )
     sts = read(ac, "StatefulSet", namespace, name)
-    patch.status.update(compute_status(
-        spec=dict(spec), generation=meta.get("generation"), statefulset=sts,
-        endpoint=endpoint(name, namespace, spec), previous=dict(status),
-    ))
+    patch.status.update(
+        compute_status(
+            spec=dict(spec),
+            generation=meta.get("generation"),
+            statefulset=sts,
+            endpoint=endpoint(name, namespace, spec),
+            previous=dict(status),
+        )
+    )
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=5.0, initial_delay=1.0, idle=0)
 def refresh_status(
-    name: str, namespace: str, spec: dict[str, Any], meta: dict[str, Any],
-    status: dict[str, Any], patch: kopf.Patch, **_: Any,
+    name: str,
+    namespace: str,
+    spec: dict[str, Any],
+    meta: dict[str, Any],
+    status: dict[str, Any],
+    patch: kopf.Patch,
+    **_: Any,
 ) -> None:
     sts = read(api(), "StatefulSet", namespace, name)
     refused = refused_change(_applied_spec(sts), dict(spec))
     new = compute_status(
-        spec=dict(spec), generation=meta.get("generation"), statefulset=sts,
-        endpoint=endpoint(name, namespace, spec), refused=refused, previous=dict(status),
+        spec=dict(spec),
+        generation=meta.get("generation"),
+        statefulset=sts,
+        endpoint=endpoint(name, namespace, spec),
+        refused=refused,
+        previous=dict(status),
     )
     if {k: v for k, v in new.items() if k != "conditions"} != {
         k: v for k, v in dict(status).items() if k in new and k != "conditions"
@@ -123,12 +160,20 @@ def refresh_status(
 
 
 def _condition_states(status: dict[str, Any]) -> list[tuple]:
-    return sorted((c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or [])
+    return sorted(
+        (c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []
+    )
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-def cleanup(name: str, namespace: str, spec: dict[str, Any], body: kopf.Body,
-            logger: logging.Logger, **_: Any) -> None:
+def cleanup(
+    name: str,
+    namespace: str,
+    spec: dict[str, Any],
+    body: kopf.Body,
+    logger: logging.Logger,
+    **_: Any,
+) -> None:
     """Owned objects go by garbage collection; PVCs follow the retention setting."""
     if with_defaults(dict(spec))["storage"]["pvcRetention"] == "Delete":
         deleted = delete_pvcs(api(), namespace, name)

@@ -78,7 +78,9 @@ def server_env(spec: dict[str, Any]) -> dict[str, str]:
         "DS_LOG_FORMAT": srv["logFormat"],
     }
     if srv.get("authTokensSecret"):
-        env["DS_AUTH_TOKENS_FILE"] = "/etc/durable-streams/auth/" + srv["authTokensSecret"].get("key", "tokens.json")
+        env["DS_AUTH_TOKENS_FILE"] = "/etc/durable-streams/auth/" + srv["authTokensSecret"].get(
+            "key", "tokens.json"
+        )
     if srv.get("tlsSecretName"):
         env["DS_TLS_CERT"] = "/etc/durable-streams/tls/tls.crt"
         env["DS_TLS_KEY"] = "/etc/durable-streams/tls/tls.key"
@@ -126,16 +128,21 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "http", "scheme": scheme},
-            "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 2,
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 2,
         },
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
-            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6,
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 6,
         },
         # Recovery after a crash replays the WAL: give it time before liveness counts.
         "startupProbe": {
             "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
-            "periodSeconds": 2, "failureThreshold": 150,
+            "periodSeconds": 2,
+            "failureThreshold": 150,
         },
         "resources": s["resources"],
         "volumeMounts": mounts,
@@ -159,12 +166,21 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         # SIGTERM, then in-flight batches finish and a final checkpoint runs.
         "terminationGracePeriodSeconds": 30,
         "securityContext": {
-            "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001, "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "fsGroup": 10001,
+            "runAsNonRoot": True,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "enableServiceLinks": False,
     }
-    for key in ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints", "priorityClassName"):
+    for key in (
+        "nodeSelector",
+        "affinity",
+        "tolerations",
+        "topologySpreadConstraints",
+        "priorityClassName",
+    ):
         if sched.get(key):
             pod_spec[key] = sched[key]
     retention = s["storage"]["pvcRetention"]
@@ -179,20 +195,32 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(name)},
             "updateStrategy": {"type": "RollingUpdate"},
-            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": retention, "whenScaled": "Retain"},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": retention,
+                "whenScaled": "Retain",
+            },
             "template": {
-                "metadata": {"labels": labels(name), "annotations": {CONFIG_HASH: config_hash(spec)}},
+                "metadata": {
+                    "labels": labels(name),
+                    "annotations": {CONFIG_HASH: config_hash(spec)},
+                },
                 "spec": pod_spec,
             },
             "volumeClaimTemplates": [
-                {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                 "metadata": {"name": "data", "labels": selector(name)}, "spec": pvc_spec}
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "data", "labels": selector(name)},
+                    "spec": pvc_spec,
+                }
             ],
         },
     }
 
 
-def render_headless_service(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+def render_headless_service(
+    name: str, namespace: str, uid: str, spec: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -231,11 +259,15 @@ def render_pdb(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dic
     }
 
 
-def render_servicemonitor(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+def render_servicemonitor(
+    name: str, namespace: str, uid: str, spec: dict[str, Any]
+) -> dict[str, Any]:
     s = with_defaults(spec)
     tls = bool(s["server"].get("tlsSecretName"))
     endpoint_spec: dict[str, Any] = {
-        "port": "http", "path": "/metrics", "interval": s["metrics"]["serviceMonitor"]["interval"],
+        "port": "http",
+        "path": "/metrics",
+        "interval": s["metrics"]["serviceMonitor"]["interval"],
         "scheme": "https" if tls else "http",
     }
     if tls:

@@ -18,7 +18,12 @@ def _now() -> str:
 
 
 def condition(ctype: str, ok: bool, reason: str, message: str) -> dict[str, str]:
-    return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
+    return {
+        "type": ctype,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+    }
 
 
 def compute_status(
@@ -55,18 +60,30 @@ def compute_status(
         all_ready = ready >= want and not rolling
         if all_ready:
             phase = "Ready"
-            conditions.append(condition("Ready", True, "AllReplicasReady", f"{ready}/{want} servers ready"))
+            conditions.append(
+                condition("Ready", True, "AllReplicasReady", f"{ready}/{want} servers ready")
+            )
         else:
             phase = "Progressing" if rolling else "Degraded"
-            conditions.append(condition("Ready", False, "ReplicasNotReady", f"{ready}/{want} servers ready"))
+            conditions.append(
+                condition("Ready", False, "ReplicasNotReady", f"{ready}/{want} servers ready")
+            )
         conditions.append(
-            condition("Progressing", bool(rolling), "RollingUpdate" if rolling else "Stable",
-                      f"{updated}/{want} servers on the current revision")
+            condition(
+                "Progressing",
+                bool(rolling),
+                "RollingUpdate" if rolling else "Stable",
+                f"{updated}/{want} servers on the current revision",
+            )
         )
         degraded = ready < want and not rolling
         conditions.append(
-            condition("Degraded", degraded, "PodsNotReady" if degraded else "AsExpected",
-                      f"{want - ready} server(s) not ready" if degraded else "all servers ready")
+            condition(
+                "Degraded",
+                degraded,
+                "PodsNotReady" if degraded else "AsExpected",
+                f"{want - ready} server(s) not ready" if degraded else "all servers ready",
+            )
         )
     if refused:
         conditions.append(condition("Accepted", False, "ChangeRefused", refused))
@@ -84,7 +101,9 @@ def compute_status(
     }
 
 
-def _stamp(conditions: list[dict[str, str]], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _stamp(
+    conditions: list[dict[str, str]], previous: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Keep lastTransitionTime unless the condition's status changed."""
     before = {c.get("type"): c for c in previous}
     out = []

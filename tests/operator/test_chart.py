@@ -38,7 +38,9 @@ def validate(docs: list[dict]) -> None:
     text = yaml.safe_dump_all(docs)
     proc = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "-k", K8S_VERSION, "-"],
-        input=text, capture_output=True, text=True,
+        input=text,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -50,7 +52,11 @@ def crd_schema() -> dict:
 
 def _strip_k8s_extensions(schema):
     if isinstance(schema, dict):
-        return {k: _strip_k8s_extensions(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+        return {
+            k: _strip_k8s_extensions(v)
+            for k, v in schema.items()
+            if not k.startswith("x-kubernetes")
+        }
     if isinstance(schema, list):
         return [_strip_k8s_extensions(v) for v in schema]
     return schema
@@ -67,15 +73,29 @@ def test_helm_lint(helm):
 
 @pytest.mark.parametrize(
     "sets",
-    [(), ("alerts.enabled=true", "example.enabled=true", "operator.watchNamespaces={a,b}",
-          "operator.logVerbose=true", "serviceAccount.name=custom")],
+    [
+        (),
+        (
+            "alerts.enabled=true",
+            "example.enabled=true",
+            "operator.watchNamespaces={a,b}",
+            "operator.logVerbose=true",
+            "serviceAccount.name=custom",
+        ),
+    ],
     ids=["defaults", "everything"],
 )
 def test_rendered_chart_validates(helm, sets):
     docs = template(helm, *sets)
     kinds = {d["kind"] for d in docs}
-    assert {"CustomResourceDefinition", "Deployment", "ClusterRole", "ClusterRoleBinding",
-            "ServiceAccount", "ConfigMap"} <= kinds
+    assert {
+        "CustomResourceDefinition",
+        "Deployment",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ServiceAccount",
+        "ConfigMap",
+    } <= kinds
     validate([d for d in docs if d["kind"] not in ("DurableStream", "PrometheusRule")])
     for d in docs:
         if d["kind"] == "DurableStream":
@@ -87,14 +107,20 @@ def test_rendered_chart_validates(helm, sets):
 
 
 def test_values_schema_rejects_bad_values(helm):
-    proc = subprocess.run([helm, "template", "rel", str(CHART), "--set", "operator.image.pullPolicy=Sometimes"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [helm, "template", "rel", str(CHART), "--set", "operator.image.pullPolicy=Sometimes"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0 and "pullPolicy" in proc.stderr
 
 
 def test_manifests_are_generated_from_the_chart_and_validate():
-    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_manifests.py"), "--check"],
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_manifests.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stderr
     for path in sorted((ROOT / "manifests").rglob("*.yaml")):
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -108,8 +134,12 @@ def test_manifests_are_generated_from_the_chart_and_validate():
 
 def test_chart_ships_the_current_dashboard_and_alerts():
     obs = ROOT / "observability"
-    assert (CHART / "files" / "dashboard.json").read_text() == (obs / "grafana" / "durable-streams.json").read_text()
-    assert (CHART / "files" / "alerts.yaml").read_text() == (obs / "prometheus" / "alerts.yaml").read_text()
+    assert (CHART / "files" / "dashboard.json").read_text() == (
+        obs / "grafana" / "durable-streams.json"
+    ).read_text()
+    assert (CHART / "files" / "alerts.yaml").read_text() == (
+        obs / "prometheus" / "alerts.yaml"
+    ).read_text()
 
 
 def test_crd_schema_defaults_ranges_and_immutability():
@@ -117,13 +147,30 @@ def test_crd_schema_defaults_ranges_and_immutability():
     assert schema["replicas"]["minimum"] == 1
     rules = {r["message"] for r in schema["storage"]["x-kubernetes-validations"]}
     assert rules == {"storageClassName cannot change", "storage size can only grow"}
-    validate_cr({"apiVersion": "streams.pyds.dev/v1alpha1", "kind": "DurableStream",
-                 "metadata": {"name": "x"}, "spec": {"replicas": 2, "storage": {"size": "1Gi"}}})
-    for bad in ({"replicas": 0}, {"storage": {"size": "lots"}}, {"server": {"logLevel": "loud"}},
-                {"service": {"port": 70000}}, {"storage": {"pvcRetention": "Maybe"}}):
+    validate_cr(
+        {
+            "apiVersion": "streams.pyds.dev/v1alpha1",
+            "kind": "DurableStream",
+            "metadata": {"name": "x"},
+            "spec": {"replicas": 2, "storage": {"size": "1Gi"}},
+        }
+    )
+    for bad in (
+        {"replicas": 0},
+        {"storage": {"size": "lots"}},
+        {"server": {"logLevel": "loud"}},
+        {"service": {"port": 70000}},
+        {"storage": {"pvcRetention": "Maybe"}},
+    ):
         with pytest.raises(jsonschema.ValidationError):
-            validate_cr({"apiVersion": "streams.pyds.dev/v1alpha1", "kind": "DurableStream",
-                         "metadata": {"name": "x"}, "spec": bad})
+            validate_cr(
+                {
+                    "apiVersion": "streams.pyds.dev/v1alpha1",
+                    "kind": "DurableStream",
+                    "metadata": {"name": "x"},
+                    "spec": bad,
+                }
+            )
     crd = yaml.safe_load((CHART / "crds" / "durablestreams.yaml").read_text())
     assert crd["spec"]["names"]["shortNames"][0] == "dstream"  # "ds" is DaemonSet
     columns = {c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}

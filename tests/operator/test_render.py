@@ -21,16 +21,30 @@ UID = "1234-uid"
 def test_defaults_fill_a_bare_spec():
     s = with_defaults({})
     assert s["replicas"] == 1 and s["storage"] == {"size": "10Gi", "pvcRetention": "Retain"}
-    assert with_defaults({"server": {"logLevel": "debug"}})["server"]["longPollTimeoutSeconds"] == 30
+    assert (
+        with_defaults({"server": {"logLevel": "debug"}})["server"]["longPollTimeoutSeconds"] == 30
+    )
 
 
 def test_objects_and_owner_references():
     objs = desired_objects("ev", "ns", UID, {}, servicemonitor_crd=False)
-    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "Service", "PodDisruptionBudget", "StatefulSet"]
+    assert [o["kind"] for o in objs] == [
+        "ConfigMap",
+        "Service",
+        "Service",
+        "PodDisruptionBudget",
+        "StatefulSet",
+    ]
     for o in objs:
         ref = o["metadata"]["ownerReferences"][0]
-        assert ref == {"apiVersion": f"{GROUP}/v1alpha1", "kind": "DurableStream", "name": "ev",
-                       "uid": UID, "controller": True, "blockOwnerDeletion": True}
+        assert ref == {
+            "apiVersion": f"{GROUP}/v1alpha1",
+            "kind": "DurableStream",
+            "name": "ev",
+            "uid": UID,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
         assert o["metadata"]["namespace"] == "ns"
     headless = objs[1]
     assert headless["metadata"]["name"] == "ev-headless" and headless["spec"]["clusterIP"] == "None"
@@ -38,18 +52,26 @@ def test_objects_and_owner_references():
 
 def test_servicemonitor_only_when_asked_and_the_crd_exists():
     spec = {"metrics": {"serviceMonitor": {"enabled": True}}}
-    assert "ServiceMonitor" not in [o["kind"] for o in desired_objects("a", "n", UID, spec, servicemonitor_crd=False)]
-    assert "ServiceMonitor" not in [o["kind"] for o in desired_objects("a", "n", UID, {}, servicemonitor_crd=True)]
+    assert "ServiceMonitor" not in [
+        o["kind"] for o in desired_objects("a", "n", UID, spec, servicemonitor_crd=False)
+    ]
+    assert "ServiceMonitor" not in [
+        o["kind"] for o in desired_objects("a", "n", UID, {}, servicemonitor_crd=True)
+    ]
     sm = desired_objects("a", "n", UID, spec, servicemonitor_crd=True)[-1]
     assert sm["kind"] == "ServiceMonitor" and sm["spec"]["endpoints"][0]["path"] == "/metrics"
 
 
 def test_statefulset_runs_the_server_as_configured():
     spec = {
-        "image": "registry/ds:1.2", "replicas": 3,
+        "image": "registry/ds:1.2",
+        "replicas": 3,
         "storage": {"size": "5Gi", "storageClassName": "fast", "pvcRetention": "Delete"},
-        "server": {"longPollTimeoutSeconds": 12, "authTokensSecret": {"name": "tokens"},
-                   "tlsSecretName": "certs"},
+        "server": {
+            "longPollTimeoutSeconds": 12,
+            "authTokensSecret": {"name": "tokens"},
+            "tlsSecretName": "certs",
+        },
         "scheduling": {"nodeSelector": {"disk": "ssd"}},
     }
     sts = render_statefulset("ev", "ns", UID, spec)
@@ -85,10 +107,15 @@ def test_config_hash_rolls_pods_only_for_pod_changes():
     assert config_hash({**base, "server": {"logLevel": "debug"}}) != h
     assert config_hash({**base, "resources": {"limits": {"memory": "2Gi"}}}) != h
     sts = render_statefulset("a", "n", UID, {**base, "image": "x:2"})
-    assert sts["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH] == config_hash({**base, "image": "x:2"})
+    assert sts["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH] == config_hash(
+        {**base, "image": "x:2"}
+    )
 
 
-@pytest.mark.parametrize(("text", "n"), [("1Gi", 2**30), ("500Mi", 500 * 2**20), ("2G", 2 * 10**9), ("1.5Ti", int(1.5 * 2**40))])
+@pytest.mark.parametrize(
+    ("text", "n"),
+    [("1Gi", 2**30), ("500Mi", 500 * 2**20), ("2G", 2 * 10**9), ("1.5Ti", int(1.5 * 2**40))],
+)
 def test_quantities(text, n):
     assert quantity_bytes(text) == n
 
@@ -98,4 +125,6 @@ def test_refused_changes():
     assert refused_change(None, old) is None
     assert refused_change(old, {"storage": {"size": "20Gi", "storageClassName": "fast"}}) is None
     assert "shrink" in refused_change(old, {"storage": {"size": "5Gi", "storageClassName": "fast"}})
-    assert "storageClassName" in refused_change(old, {"storage": {"size": "10Gi", "storageClassName": "slow"}})
+    assert "storageClassName" in refused_change(
+        old, {"storage": {"size": "10Gi", "storageClassName": "slow"}}
+    )

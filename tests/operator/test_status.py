@@ -6,9 +6,17 @@ from stream_operator.status import compute_status
 
 
 def sts(replicas=3, ready=3, updated=3, generation=2, observed=2, cur="r1", upd="r1"):
-    return {"metadata": {"generation": generation},
-            "status": {"replicas": replicas, "readyReplicas": ready, "updatedReplicas": updated,
-                       "observedGeneration": observed, "currentRevision": cur, "updateRevision": upd}}
+    return {
+        "metadata": {"generation": generation},
+        "status": {
+            "replicas": replicas,
+            "readyReplicas": ready,
+            "updatedReplicas": updated,
+            "observedGeneration": observed,
+            "currentRevision": cur,
+            "updateRevision": upd,
+        },
+    }
 
 
 def conds(status):
@@ -29,7 +37,12 @@ def test_all_ready():
 
 
 def test_rolling_update_is_progressing():
-    s = compute_status(spec={"replicas": 3}, generation=5, statefulset=sts(updated=1, cur="r1", upd="r2"), endpoint="e")
+    s = compute_status(
+        spec={"replicas": 3},
+        generation=5,
+        statefulset=sts(updated=1, cur="r1", upd="r2"),
+        endpoint="e",
+    )
     assert s["phase"] == "Progressing" and conds(s)["Progressing"] == ("True", "RollingUpdate")
 
 
@@ -39,7 +52,9 @@ def test_lost_pod_is_degraded():
 
 
 def test_refused_change_is_said():
-    s = compute_status(spec={"replicas": 3}, generation=5, statefulset=sts(), endpoint="e", refused="cannot shrink")
+    s = compute_status(
+        spec={"replicas": 3}, generation=5, statefulset=sts(), endpoint="e", refused="cannot shrink"
+    )
     assert conds(s)["Accepted"] == ("False", "ChangeRefused")
     assert s["phase"] == "Degraded"
 
@@ -47,7 +62,11 @@ def test_refused_change_is_said():
 def test_transition_times_are_kept_while_the_status_holds():
     first = compute_status(spec={"replicas": 3}, generation=1, statefulset=sts(), endpoint="e")
     first["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
-    again = compute_status(spec={"replicas": 3}, generation=1, statefulset=sts(), endpoint="e", previous=first)
+    again = compute_status(
+        spec={"replicas": 3}, generation=1, statefulset=sts(), endpoint="e", previous=first
+    )
     assert again["conditions"][0]["lastTransitionTime"] == "2020-01-01T00:00:00Z"
-    flipped = compute_status(spec={"replicas": 3}, generation=1, statefulset=sts(ready=1), endpoint="e", previous=first)
+    flipped = compute_status(
+        spec={"replicas": 3}, generation=1, statefulset=sts(ready=1), endpoint="e", previous=first
+    )
     assert flipped["conditions"][0]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
