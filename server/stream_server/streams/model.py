@@ -42,6 +42,7 @@ class Stream:
         "pmeta",
         "producers",
         "read_hint",
+        "recent",
         "tail",
     )
 
@@ -62,6 +63,8 @@ class Stream:
         self.kind = KIND_JSON if self.is_json else KIND_BYTES
         self.changed: asyncio.Future | None = None
         self.read_hint: tuple[int, int] | None = None
+        # (first unit, stop unit, payloads, bytes) of the last commits while readers wait
+        self.recent: tuple[int, int, list, int] | None = None
 
     @property
     def id(self) -> int:

@@ -477,9 +477,12 @@ class StreamStore:
             ops.append(PutStream(s.path, replace(new_meta)))
             self._touched.discard(s.path)
         tail = s.p_tail
+        first = tail - _units(s.kind, payloads)
         pid = p.id if p is not None else None
 
         def apply() -> None:
+            if payloads:
+                _remember_recent(s, first, tail, payloads)
             s.tail = tail
             if new_meta is not None:
                 new_meta.touched_at = max(new_meta.touched_at, s.meta.touched_at)
@@ -623,6 +626,10 @@ class StreamStore:
         closed = s.meta.closed
         if start >= tail:
             return ReadResult([], start, start, tail, closed)
+        recent = _from_recent(s, start, tail, max_bytes)
+        if recent is not None:
+            payloads, nxt = recent
+            return ReadResult(payloads, start, nxt, tail, closed and nxt >= tail)
         loop = asyncio.get_running_loop()
         payloads: list[bytes] = []
         cur = start
@@ -721,6 +728,54 @@ class StreamStore:
         self._touched.clear()
         if ops:
             await self._commit(ops, 0, lambda: None)
+
+
+RECENT_MAX_BYTES = 1 << 20
+
+
+def _remember_recent(s: Stream, first: int, stop: int, payloads: list[bytes]) -> None:
+    """Keep a just-committed append in memory while live readers wait on the stream.
+
+    Woken long-poll and SSE readers then get it without a disk read or a thread
+    hop. Only streams with waiters keep anything, and at most about 1 MiB each.
+    """
+    if s.changed is None:
+        s.recent = None
+        return
+    r = s.recent
+    if r is not None and r[1] == first and r[3] + sum(map(len, payloads)) <= RECENT_MAX_BYTES:
+        s.recent = (r[0], stop, r[2] + payloads, r[3] + sum(map(len, payloads)))
+    else:
+        size = sum(map(len, payloads))
+        s.recent = (first, stop, list(payloads), size) if size <= RECENT_MAX_BYTES else None
+
+
+def _from_recent(s: Stream, start: int, tail: int, max_bytes: int) -> tuple[list, int] | None:
+    r = s.recent
+    if r is None or not (r[0] <= start < r[1] == tail) or start < s.meta.fork_offset:
+        return None
+    out: list = []
+    unit, total = r[0], 0
+    for payload in r[2]:
+        units = len(payload) if s.kind == KIND_BYTES else 1
+        if unit + units <= start:
+            unit += units
+            continue
+        if s.kind == KIND_BYTES:
+            part = memoryview(payload)[start - unit if unit < start else 0 :]
+            part = part[: max_bytes - total]
+            out.append(part)
+            total += len(part)
+            unit = max(unit, start) + len(part)
+        else:
+            if out and total + len(payload) > max_bytes:
+                break
+            out.append(payload)
+            total += len(payload)
+            unit += 1
+        if total >= max_bytes:
+            break
+    return out, unit
 
 
 def _units(kind: int, payloads: list[bytes]) -> int:
