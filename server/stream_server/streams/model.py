@@ -29,7 +29,6 @@ class ProducerState:
 
 class Stream:
     __slots__ = (
-        "changed",
         "committed",
         "created",
         "inflight",
@@ -44,6 +43,7 @@ class Stream:
         "read_hint",
         "recent",
         "tail",
+        "waiters",
     )
 
     def __init__(self, path: str, meta: StreamMeta, tail: int, *, committed: bool) -> None:
@@ -61,7 +61,7 @@ class Stream:
         )
         self.is_json = media_type(meta.content_type) == JSON_TYPE
         self.kind = KIND_JSON if self.is_json else KIND_BYTES
-        self.changed: asyncio.Future | None = None
+        self.waiters: set[asyncio.Future] = set()  # live readers waiting for a change
         self.read_hint: tuple[int, int] | None = None
         # (first unit, stop unit, payloads, bytes) of the last commits while readers wait
         self.recent: tuple[int, int, list, int] | None = None
@@ -80,11 +80,11 @@ class Stream:
 
     def notify(self) -> None:
         """Wake every live reader waiting on this stream."""
-        fut = self.changed
-        if fut is not None:
-            self.changed = None
-            if not fut.done():
-                fut.set_result(None)
+        if self.waiters:
+            for w in self.waiters:
+                if not w.done():
+                    w.set_result(True)
+            self.waiters.clear()
 
     def expired(self, now: float) -> bool:
         m = self.meta

@@ -680,14 +680,17 @@ class StreamStore:
         """Wait until ``s`` has data past ``unit``, is closed, or goes away; False on timeout."""
         if s.tail > unit or s.meta.closed:
             return True
-        fut = s.changed
-        if fut is None:
-            fut = s.changed = asyncio.get_running_loop().create_future()
+        # One future and one timer per waiter: with thousands of idle long-polls,
+        # what a wake-up costs per reader is what bounds the last reader's latency.
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        s.waiters.add(waiter)
+        timer = loop.call_later(timeout, _time_out, waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
-            return False
-        return True
+            return await waiter
+        finally:
+            timer.cancel()
+            s.waiters.discard(waiter)
 
     # ------------------------------------------------------------------ upkeep
 
@@ -733,13 +736,18 @@ class StreamStore:
 RECENT_MAX_BYTES = 1 << 20
 
 
+def _time_out(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 def _remember_recent(s: Stream, first: int, stop: int, payloads: list[bytes]) -> None:
     """Keep a just-committed append in memory while live readers wait on the stream.
 
     Woken long-poll and SSE readers then get it without a disk read or a thread
     hop. Only streams with waiters keep anything, and at most about 1 MiB each.
     """
-    if s.changed is None:
+    if not s.waiters:
         s.recent = None
         return
     r = s.recent
