@@ -1,8 +1,13 @@
-"""Builds grafana/durable-streams.json from the panel list below.
+"""Builds grafana/durable-streams.json from the rows and panels below.
 
 The dashboard is data, but writing its JSON by hand invites drift: the rows
 and queries live here, and ``python observability/build_dashboard.py``
 regenerates the file (a test checks that the committed copy is current).
+
+Every metric selector carries ``SEL``, so the namespace, pod and instance
+variables filter every panel. Outside Kubernetes the targets have no
+namespace or pod label; the variables' "All" value ``.*`` also matches an
+absent label.
 """
 
 from __future__ import annotations
@@ -11,130 +16,175 @@ import json
 from pathlib import Path
 
 OUT = Path(__file__).parent / "grafana" / "durable-streams.json"
-SEL = 'namespace=~"$namespace", pod=~"$pod"'
 P = "durable_streams"
+SEL = 'namespace=~"$namespace", pod=~"$pod", instance=~"$instance"'
+RATE = "$__rate_interval"
+TARGET = "namespace, pod, instance"  # one series per scraped server
+TARGET_LEGEND = "{{pod}} {{instance}}"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+CODE_4XX = 'code=~"4.."'
+CODE_5XX = 'code=~"5.."'
 
 
 def q(expr: str, legend: str = "") -> dict:
     return {"expr": expr, "legendFormat": legend}
 
 
-def quantiles(metric: str, by: str = "") -> list[dict]:
-    group = f"le{', ' + by if by else ''}"
+def sel(metric: str, extra: str = "") -> str:
+    return f"{metric}{{{SEL}{', ' + extra if extra else ''}}}"
+
+
+def rate(metric: str, legend: str, by: str = "", extra: str = "") -> dict:
+    inner = f"rate({sel(f'{P}_{metric}', extra)}[{RATE}])"
+    return q(f"sum by ({by}) ({inner})" if by else f"sum({inner})", legend)
+
+
+def quantiles(metric: str) -> list[dict]:
+    """p50/p95/p99 over every selected server (histograms have no labels but le)."""
     return [
         q(
-            f"histogram_quantile({p}, sum by ({group}) (rate({P}_{metric}_bucket{{{SEL}}}[$__rate_interval])))",
-            f"p{int(p * 100)}{' {{' + by + '}}' if by else ''}",
+            f"histogram_quantile({p}, sum by (le) (rate({sel(f'{P}_{metric}_bucket')}[{RATE}])))",
+            f"p{round(p * 100)}",
         )
         for p in (0.5, 0.95, 0.99)
     ]
 
 
-def rate(metric: str, legend: str, by: str = "") -> dict:
-    inner = f"rate({P}_{metric}{{{SEL}}}[$__rate_interval])"
-    return q(f"sum by ({by}) ({inner})" if by else f"sum({inner})", legend)
+def gauge(metric: str, legend: str, agg: str = "sum", by: str = "") -> dict:
+    expr = f"{agg} by ({by}) ({sel(f'{P}_{metric}')})" if by else f"{agg}({sel(f'{P}_{metric}')})"
+    return q(expr, legend)
 
 
-ROWS: list[tuple[str, list[tuple[str, str, str, list[dict]]]]] = [
+def process(metric_or_expr: str) -> dict:
+    """A process_* series of the durable-streams servers only: the same names come
+    from every Python (and Go) target in a shared Prometheus, so keep the series
+    whose target also exposes durable_streams_ready."""
+    expr = metric_or_expr if "(" in metric_or_expr else sel(metric_or_expr)
+    return q(f"{expr} and on (job, instance) {sel(f'{P}_ready')}", TARGET_LEGEND)
+
+
+def panel(kind: str, title: str, unit: str, targets: list[dict], **extra) -> dict:
+    return {"type": kind, "title": title, "unit": unit, "targets": targets, **extra}
+
+
+def stat(title: str, unit: str, targets: list[dict], **extra) -> dict:
+    return panel("stat", title, unit, targets, **extra)
+
+
+def ts(title: str, unit: str, targets: list[dict], **extra) -> dict:
+    return panel("timeseries", title, unit, targets, **extra)
+
+
+def thresholds(*steps: tuple[float | None, str]) -> dict:
+    return {"mode": "absolute", "steps": [{"value": v, "color": c} for v, c in steps]}
+
+
+def five_xx_ratio() -> str:
+    all_ = f"sum(rate({sel(f'{P}_http_requests_total')}[{RATE}]))"
+    bad = f"sum(rate({sel(f'{P}_http_requests_total', CODE_5XX)}[{RATE}]))"
+    return f"({bad} or vector(0)) / {all_}"
+
+
+ROWS: list[tuple[str, list[dict]]] = [
     (
         "Overview",
         [
-            ("stat", "Ready pods", "none", [q(f"sum({P}_ready{{{SEL}}})", "ready")]),
-            ("stat", "Streams", "none", [q(f"sum({P}_streams{{{SEL}}})", "streams")]),
-            ("stat", "Appends / s", "ops", [rate("appends_total", "appends/s")]),
-            ("stat", "Live readers", "none", [q(f"sum({P}_live_readers{{{SEL}}})", "readers")]),
-            (
-                "stat",
+            stat(
+                "Ready / scraped servers",
+                "none",
+                [gauge("ready", "ready"), gauge("ready", "scraped", agg="count")],
+            ),
+            stat("Streams", "short", [gauge("streams", "streams")]),
+            stat("Appends / s", "ops", [rate("appends_total", "appends/s")]),
+            stat("Live readers", "short", [gauge("live_readers", "readers")]),
+            stat(
                 "Storage failed closed",
                 "none",
-                [q(f"max({P}_storage_failed{{{SEL}}})", "failed")],
+                [gauge("storage_failed", "failed", agg="max")],
+                thresholds=thresholds((None, "green"), (1, "red")),
+            ),
+            stat(
+                "Lowest free disk",
+                "percentunit",
+                [q(f"min({sel(f'{P}_disk_free_bytes')} / {sel(f'{P}_disk_total_bytes')})", "free")],
+                thresholds=thresholds((None, "red"), (0.1, "orange"), (0.2, "green")),
             ),
         ],
     ),
     (
-        "Durable append latency",
+        "Append and fsync latency",
         [
-            (
-                "timeseries",
+            ts(
                 "Append latency (request received to durable)",
                 "s",
                 quantiles("append_duration_seconds"),
             ),
-            ("timeseries", "WAL fsync latency", "s", quantiles("fsync_duration_seconds")),
-            (
-                "timeseries",
-                "LMDB metadata commit latency",
+            ts("WAL fsync latency per batch", "s", quantiles("fsync_duration_seconds")),
+        ],
+    ),
+    (
+        "Segment write and metadata commit latency",
+        [
+            ts("Segment write latency per batch", "s", quantiles("segment_write_duration_seconds")),
+            ts(
+                "LMDB metadata commit latency per batch",
                 "s",
                 quantiles("metadata_commit_duration_seconds"),
-            ),
-            (
-                "timeseries",
-                "Segment write latency",
-                "s",
-                quantiles("segment_write_duration_seconds"),
             ),
         ],
     ),
     (
         "Throughput",
         [
-            ("timeseries", "Appends / s", "ops", [rate("appends_total", "appends")]),
-            (
-                "timeseries",
-                "Bytes / s",
+            ts("Appends / s", "ops", [rate("appends_total", "appends")]),
+            ts(
+                "Bytes / s appended and read",
                 "Bps",
                 [rate("appended_bytes_total", "appended"), rate("read_bytes_total", "read")],
             ),
-            (
-                "timeseries",
-                "Requests / s by code",
+            ts(
+                "Requests / s by method and code",
                 "reqps",
                 [rate("http_requests_total", "{{method}} {{code}}", "method, code")],
             ),
-            (
-                "timeseries",
+            ts(
                 "Request latency p99 by method",
                 "s",
                 [
                     q(
-                        f"histogram_quantile(0.99, sum by (le, method) (rate({P}_http_request_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+                        "histogram_quantile(0.99, sum by (le, method) "
+                        f"(rate({sel(f'{P}_http_request_duration_seconds_bucket')}[{RATE}])))",
                         "{{method}}",
                     )
                 ],
             ),
+            ts("Bytes per catch-up read", "bytes", quantiles("read_size_bytes")),
         ],
     ),
     (
         "Group commit",
         [
-            ("timeseries", "Appends per batch", "none", quantiles("batch_appends")),
-            ("timeseries", "Requests per batch", "none", quantiles("batch_requests")),
-            ("timeseries", "Bytes per batch", "bytes", quantiles("batch_bytes")),
-            ("timeseries", "Batches / s", "ops", [rate("batches_total", "batches")]),
+            ts("Appends per batch", "short", quantiles("batch_appends")),
+            ts("Requests per batch", "short", quantiles("batch_requests")),
+            ts("Bytes per batch", "bytes", quantiles("batch_bytes")),
+            ts("Batches / s", "ops", [rate("batches_total", "batches")]),
         ],
     ),
     (
-        "Streams and readers",
+        "Readers and streams",
         [
-            (
-                "timeseries",
-                "Live readers by mode",
-                "none",
-                [q(f"sum by (mode) ({P}_live_readers{{{SEL}}})", "{{mode}}")],
-            ),
-            ("timeseries", "Streams", "none", [q(f"sum({P}_streams{{{SEL}}})", "streams")]),
-            (
-                "timeseries",
-                "Created, forked, deleted / s",
+            ts("Live readers by mode", "short", [gauge("live_readers", "{{mode}}", by="mode")]),
+            ts("Streams", "short", [gauge("streams", TARGET_LEGEND, by=TARGET)]),
+            ts(
+                "Streams created, forked, deleted, expired / s",
                 "ops",
                 [
                     rate("streams_created_total", "created"),
-                    rate("forks_created_total", "forks"),
+                    rate("forks_created_total", "forked"),
                     rate("streams_deleted_total", "{{reason}}", "reason"),
                 ],
             ),
-            (
-                "timeseries",
+            ts(
                 "Producer duplicates, fencing, gaps / s",
                 "ops",
                 [rate("producer_events_total", "{{event}}", "event")],
@@ -144,99 +194,142 @@ ROWS: list[tuple[str, list[tuple[str, str, str, list[dict]]]]] = [
     (
         "Errors",
         [
-            (
-                "timeseries",
+            ts(
                 "4xx and 5xx / s",
                 "reqps",
                 [
                     q(
-                        f'sum(rate({P}_http_requests_total{{{SEL}, code=~"4.."}}[$__rate_interval])) or vector(0)',
+                        f"sum(rate({sel(f'{P}_http_requests_total', CODE_4XX)}[{RATE}])) or vector(0)",
                         "4xx",
                     ),
                     q(
-                        f'sum(rate({P}_http_requests_total{{{SEL}, code=~"5.."}}[$__rate_interval])) or vector(0)',
+                        f"sum(rate({sel(f'{P}_http_requests_total', CODE_5XX)}[{RATE}])) or vector(0)",
                         "5xx",
                     ),
                 ],
             ),
-            (
-                "timeseries",
-                "Batch failures / s",
+            ts("5xx ratio", "percentunit", [q(five_xx_ratio(), "5xx / all")]),
+            ts(
+                "Batch failures / s by reason",
                 "ops",
                 [rate("batch_failures_total", "{{reason}}", "reason")],
             ),
-            ("timeseries", "Slow appends / s", "ops", [rate("slow_appends_total", "slow")]),
+            ts("Slow appends / s", "ops", [rate("slow_appends_total", "slow appends")]),
         ],
     ),
     (
         "Disk",
         [
-            (
-                "timeseries",
-                "Bytes on disk by part",
-                "bytes",
-                [q(f"sum by (part) ({P}_disk_bytes{{{SEL}}})", "{{part}}")],
-            ),
-            (
-                "timeseries",
+            ts("Bytes on disk by part", "bytes", [gauge("disk_bytes", "{{part}}", by="part")]),
+            ts(
                 "Free space ratio",
                 "percentunit",
-                [q(f"min({P}_disk_free_bytes{{{SEL}}} / {P}_disk_total_bytes{{{SEL}}})", "free")],
+                [
+                    q(
+                        f"{sel(f'{P}_disk_free_bytes')} / {sel(f'{P}_disk_total_bytes')}",
+                        TARGET_LEGEND,
+                    )
+                ],
             ),
+            ts("Free bytes", "bytes", [gauge("disk_free_bytes", TARGET_LEGEND, by=TARGET)]),
         ],
     ),
     (
-        "Recovery",
+        "Recovery (at the last start)",
         [
-            (
-                "stat",
-                "Recovery duration at start",
-                "s",
-                [q(f"max({P}_recovery_duration_seconds{{{SEL}}})", "seconds")],
+            stat(
+                "Longest recovery", "s", [gauge("recovery_duration_seconds", "seconds", agg="max")]
             ),
-            (
-                "stat",
-                "Streams recovered",
-                "none",
-                [q(f"sum({P}_recovery_streams{{{SEL}}})", "streams")],
-            ),
-            (
-                "stat",
-                "WAL frames replayed",
-                "none",
-                [q(f"sum({P}_recovery_wal_frames{{{SEL}}})", "frames")],
-            ),
+            stat("Streams recovered", "short", [gauge("recovery_streams", "streams")]),
+            stat("WAL frames replayed", "short", [gauge("recovery_wal_frames", "frames")]),
         ],
     ),
     (
         "Process",
         [
-            (
-                "timeseries",
-                "Resident memory",
-                "bytes",
-                [q(f"sum by (pod) (process_resident_memory_bytes{{{SEL}}})", "{{pod}}")],
+            ts("Resident memory", "bytes", [process("process_resident_memory_bytes")]),
+            ts(
+                "CPU (cores)",
+                "short",
+                [process(f"rate({sel('process_cpu_seconds_total')}[{RATE}])")],
             ),
-            (
-                "timeseries",
-                "CPU",
-                "percentunit",
-                [
-                    q(
-                        f"sum by (pod) (rate(process_cpu_seconds_total{{{SEL}}}[$__rate_interval]))",
-                        "{{pod}}",
-                    )
-                ],
-            ),
-            (
-                "timeseries",
-                "Open file descriptors",
-                "none",
-                [q(f"sum by (pod) (process_open_fds{{{SEL}}})", "{{pod}}")],
-            ),
+            ts("Open file descriptors", "short", [process("process_open_fds")]),
         ],
     ),
 ]
+
+
+def _variable(name: str, label: str, query: str) -> dict:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": f"{name}-variable"},
+        "refresh": 2,  # on time range change
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "options": [],
+        "sort": 1,
+        "hide": 0,
+    }
+
+
+VARIABLES = [
+    {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {},
+        "options": [],
+        "refresh": 1,
+        "regex": "",
+        "hide": 0,
+    },
+    _variable("namespace", "Namespace", f"label_values({P}_ready, namespace)"),
+    _variable("pod", "Pod", f'label_values({P}_ready{{namespace=~"$namespace"}}, pod)'),
+    _variable(
+        "instance",
+        "Instance",
+        f'label_values({P}_ready{{namespace=~"$namespace", pod=~"$pod"}}, instance)',
+    ),
+]
+
+
+def _panel_json(spec: dict, pid: int, grid: dict) -> dict:
+    defaults: dict = {"unit": spec["unit"]}
+    if "thresholds" in spec:
+        defaults["thresholds"] = spec["thresholds"]
+        defaults["color"] = {"mode": "thresholds"}
+    out = {
+        "type": spec["type"],
+        "id": pid,
+        "title": spec["title"],
+        "datasource": DATASOURCE,
+        "gridPos": grid,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "range": True, **t}
+            for i, t in enumerate(spec["targets"])
+        ],
+    }
+    if spec["type"] == "stat":
+        out["options"] = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value" if "thresholds" in spec else "none",
+            "graphMode": "area",
+            "textMode": "auto",
+        }
+    else:
+        out["options"] = {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+    return out
 
 
 def build() -> dict:
@@ -256,73 +349,33 @@ def build() -> dict:
         )
         pid += 1
         y += 1
-        width = 24 // len(row)
-        for i, (kind, ptitle, unit, targets) in enumerate(row):
-            panel = {
-                "type": kind,
-                "id": pid,
-                "title": ptitle,
-                "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                "gridPos": {"h": 4 if kind == "stat" else 8, "w": width, "x": i * width, "y": y},
-                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-                "options": {},
-                "targets": [
-                    {
-                        "refId": chr(65 + j),
-                        "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                        **t,
-                    }
-                    for j, t in enumerate(targets)
-                ],
-            }
-            if kind == "timeseries":
-                panel["options"] = {
-                    "legend": {"displayMode": "list", "placement": "bottom"},
-                    "tooltip": {"mode": "multi"},
-                }
-            panels.append(panel)
+        height = 4 if all(p["type"] == "stat" for p in row) else 8
+        x = 0
+        for i, spec in enumerate(row):
+            # Share the 24 columns out; the first panels take the remainder.
+            width = 24 // len(row) + (1 if i < 24 % len(row) else 0)
+            panels.append(_panel_json(spec, pid, {"h": height, "w": width, "x": x, "y": y}))
             pid += 1
-        y += 4 if all(k == "stat" for k, *_ in row) else 8
-    variables = [
-        {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
-        {
-            "name": "namespace",
-            "type": "query",
-            "label": "Namespace",
-            "includeAll": True,
-            "multi": True,
-            "allValue": ".*",
-            "refresh": 2,
-            "datasource": {"type": "prometheus", "uid": "${datasource}"},
-            "query": {"query": f"label_values({P}_ready, namespace)", "refId": "ns"},
-        },
-        {
-            "name": "pod",
-            "type": "query",
-            "label": "Pod",
-            "includeAll": True,
-            "multi": True,
-            "allValue": ".*",
-            "refresh": 2,
-            "datasource": {"type": "prometheus", "uid": "${datasource}"},
-            "query": {
-                "query": f'label_values({P}_ready{{namespace=~"$namespace"}}, pod)',
-                "refId": "pod",
-            },
-        },
-    ]
+            x += width
+        y += height
     return {
+        "id": None,
         "uid": "durable-streams",
         "title": "Durable Streams",
+        "description": "Durable Streams servers: durable-append latency, group commit, "
+        "throughput, readers, errors, disk, recovery. Source: observability/build_dashboard.py",
         "tags": ["durable-streams"],
         "schemaVersion": 39,
         "version": 1,
         "editable": True,
+        "graphTooltip": 1,
         "refresh": "30s",
         "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
         "timezone": "browser",
-        "templating": {"list": variables},
+        "templating": {"list": VARIABLES},
         "annotations": {"list": []},
+        "links": [],
         "panels": panels,
     }
 

@@ -18,6 +18,7 @@ CONTAINER_PORT = 4437
 CONFIG_HASH = f"{GROUP}/config-hash"
 STORAGE_SIZE = f"{GROUP}/storage-size"
 MANAGED_BY = "durable-streams-operator"
+COMPONENT = "app.kubernetes.io/component"
 
 
 def labels(name: str) -> dict[str, str]:
@@ -236,10 +237,12 @@ def render_headless_service(
 
 def render_service(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
     s = with_defaults(spec)
+    meta = _meta(name, namespace, uid)
+    meta["labels"][COMPONENT] = "client"
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(name, namespace, uid),
+        "metadata": meta,
         "spec": {
             "type": s["service"]["type"],
             "selector": selector(name),
@@ -276,7 +279,13 @@ def render_servicemonitor(
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
         "metadata": _meta(name, namespace, uid),
-        "spec": {"selector": {"matchLabels": selector(name)}, "endpoints": [endpoint_spec]},
+        "spec": {
+            # job="durable-streams" for every instance: what the alerts match on.
+            "jobLabel": "app.kubernetes.io/name",
+            # The client Service only: the headless one would scrape every pod twice.
+            "selector": {"matchLabels": {**selector(name), COMPONENT: "client"}},
+            "endpoints": [endpoint_spec],
+        },
     }
 
 

@@ -1,13 +1,45 @@
-"""The dashboard and the alerts against a real Prometheus scraping a real server.
+"""A real Prometheus scrapes real servers under traffic; every dashboard query
+and every alert expression runs through its HTTP API.
 
-Every query of every dashboard panel and every alert expression runs through
-Prometheus's HTTP API without error; panel queries return data once traffic
-has flowed. ``promtool`` checks and unit-tests the alert rules.
+Two servers, labelled as the Prometheus Operator would label pods
+(namespace ``obs``, pods ``ds-0`` and ``ds-1``, job ``orders`` as if named
+after a DurableStream's Service): ``ds-0`` takes steady
+traffic (creates, a fork, a TTL'd stream, appends, idempotent-producer
+duplicates, catch-up reads, long-poll and SSE readers, 404s and 409s);
+``ds-1`` is made to fail closed (an injected EIO on a WAL flush) once
+Prometheus has scraped it healthy. Prometheus also scrapes itself: a
+non-durable-streams target whose ``process_*`` series the dashboard must
+leave out.
+
+What is checked:
+
+* the dashboard's template variables (``label_values``) find the namespace,
+  both pods and both instances;
+* every query of every panel (variables set to "All", ``$__rate_interval``
+  15s) returns at least one series. Nothing is allowed to be empty: the
+  server creates its labelled counters (producer events, deletions by reason,
+  batch failures by reason) at zero, so even "nothing happened" is a series.
+  NaN is allowed only from ``histogram_quantile`` (a zero rate over the window,
+  e.g. a method that saw no request), and then only for some series: each
+  quantile query must give at least one finite value, since traffic keeps
+  every histogram moving. Every other value must be finite;
+* panels that traffic must move are positive; the pod variable narrows;
+  the process row holds the two servers and not Prometheus;
+* every alert expression answers; the rules loaded with health ok; and the
+  alerts that must react do so on the failed server only: storage failed
+  closed and batch failures firing, not-ready and 5xx ratio pending (their
+  ``for:`` is minutes), nothing deterministic about ds-0. (Latency and disk
+  alerts depend on the machine, so they are not asserted either way.) Then
+  ds-1 is killed and its target-down alert goes pending;
+* the healthy server's JSON log has the slow-append line (its threshold is 0
+  here, so every append is "slow" and the slow-append panel has data).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 import subprocess
 import threading
@@ -21,138 +53,394 @@ import yaml
 
 from conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-OBS = ROOT / "observability"
+OBS = Path(__file__).resolve().parents[2] / "observability"
 DASHBOARD = OBS / "grafana" / "durable-streams.json"
 ALERTS = OBS / "prometheus" / "alerts.yaml"
+BIN = {"Content-Type": "application/octet-stream"}
+ALL = {"namespace": ".*", "pod": ".*", "instance": ".*"}
+RATE_INTERVAL = "15s"  # what Grafana would pick for a 1 s scrape interval and a short range
+DEADLINE = 60.0  # seconds to wait for Prometheus to see everything; normally 10-20
 
-needs_prometheus = pytest.mark.skipif(
-    shutil.which("prometheus") is None or shutil.which("promtool") is None,
-    reason="Debian's prometheus package is not installed (make system-deps installs it)",
+pytestmark = pytest.mark.skipif(
+    shutil.which("prometheus") is None,
+    reason="prometheus missing: install Debian's prometheus package (make system-deps does)",
 )
 
 
-def test_dashboard_json_is_generated_from_its_source():
-    import importlib.util
+def substitute(expr: str, values: dict[str, str]) -> str:
+    expr = expr.replace("$__rate_interval", RATE_INTERVAL)
+    for name, value in values.items():
+        expr = expr.replace(f"${{{name}}}", value).replace(f"${name}", value)
+    assert "$" not in expr, expr
+    return expr
 
-    spec = importlib.util.spec_from_file_location("build_dashboard", OBS / "build_dashboard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert DASHBOARD.read_text() == module.render(), "run python observability/build_dashboard.py"
 
-
-def panel_queries() -> list[tuple[str, str]]:
+def panel_queries(values: dict[str, str] = ALL) -> list[tuple[str, str]]:
     dash = json.loads(DASHBOARD.read_text())
-    out = []
-    for panel in dash["panels"]:
-        for target in panel.get("targets", []):
-            expr = (
-                target["expr"]
-                .replace("$__rate_interval", "20s")
-                .replace("$namespace", ".*")
-                .replace("$pod", ".*")
-            )
-            out.append((panel["title"], expr))
-    return out
+    return [
+        (p["title"], substitute(t["expr"], values))
+        for p in dash["panels"]
+        for t in p.get("targets", [])
+    ]
 
 
-def alert_exprs() -> list[tuple[str, str]]:
-    rules = yaml.safe_load(ALERTS.read_text())
-    return [(r["alert"], r["expr"]) for g in rules["groups"] for r in g["rules"]]
-
-
-@needs_prometheus
-def test_promtool_checks_and_unit_tests_the_rules():
-    subprocess.run(["promtool", "check", "rules", str(ALERTS)], check=True, capture_output=True)
-    test = subprocess.run(
-        ["promtool", "test", "rules", "alerts.test.yaml"],
-        cwd=ALERTS.parent,
-        capture_output=True,
-        text=True,
-    )
-    assert test.returncode == 0, test.stdout + test.stderr
-
-
-def _traffic(srv, stop: threading.Event) -> None:
-    ct = {"Content-Type": "application/octet-stream"}
-    with httpx.Client(timeout=10) as c:
-        url = f"{srv.base}obs/{uuid.uuid4().hex}"
-        c.put(url, headers=ct)
-        c.put(
-            f"{srv.base}obs/fork-{uuid.uuid4().hex}",
-            headers={"Stream-Forked-From": url.split(srv.url, 1)[1]},
-        )
-        seq = 0
-        while not stop.is_set():
-            c.post(url, headers=ct, content=b"x" * 100)
-            p = {"Producer-Id": "obs", "Producer-Epoch": "0", "Producer-Seq": str(seq)}
-            c.post(url, headers=ct | p, content=b"p")
-            c.post(url, headers=ct | p, content=b"p")  # duplicate
-            seq += 1
-            c.get(url, params={"offset": "-1"})
-            c.post(url, headers={"Content-Type": "text/plain"}, content=b"bad")  # 409
-            c.get(url, params={"offset": "now", "live": "long-poll"}, timeout=5)
-            time.sleep(0.05)
-
-
-@needs_prometheus
-def test_real_prometheus_scrapes_and_every_query_answers(server_factory, tmp_path):
-    srv = server_factory("--long-poll-timeout", "0.2").start()
-    stop = threading.Event()
-    traffic = threading.Thread(target=_traffic, args=(srv, stop), daemon=True)
-    traffic.start()
-    port = free_port()
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(ALERTS)],
-        "scrape_configs": [
-            {
-                "job_name": "durable-streams",
-                "static_configs": [{"targets": [f"127.0.0.1:{srv.port}"]}],
-            }
-        ],
+def variables() -> dict[str, str]:
+    dash = json.loads(DASHBOARD.read_text())
+    return {
+        v["name"]: v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    prom = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    api = f"http://127.0.0.1:{port}/api/v1"
 
-    def query(expr: str) -> list:
-        r = httpx.get(f"{api}/query", params={"query": expr}, timeout=10)
+
+def alert_rules() -> list[dict]:
+    return [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+
+
+class Prometheus:
+    def __init__(self, tmp_path: Path, targets: list[tuple[str, dict]]) -> None:
+        self.port = free_port()
+        self.api = f"http://127.0.0.1:{self.port}/api/v1"
+        self.log_path = tmp_path / "prometheus.log"
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(ALERTS)],
+            "scrape_configs": [
+                {
+                    # As the Prometheus Operator names a ServiceMonitor's job: after
+                    # the Service (the DurableStream), not after the application.
+                    "job_name": "orders",
+                    "static_configs": [
+                        {"targets": [address], "labels": labels} for address, labels in targets
+                    ],
+                },
+                {
+                    "job_name": "prometheus",
+                    "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}],
+                },
+            ],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={tmp_path / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def get(self, path: str, **params) -> dict | list:
+        r = httpx.get(f"{self.api}/{path}", params=params, timeout=10)
         body = r.json()
-        assert r.status_code == 200 and body["status"] == "success", (expr, body)
-        return body["data"]["result"]
+        assert r.status_code == 200 and body["status"] == "success", (path, params, body)
+        return body["data"]
 
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+    def query(self, expr: str) -> list[dict]:
+        data = self.get("query", query=expr)
+        assert data["resultType"] == "vector", (expr, data)
+        return data["result"]
+
+    def values(self, expr: str) -> list[float]:
+        return [float(s["value"][1]) for s in self.query(expr)]
+
+    def label_values(self, query: str) -> list[str]:
+        """Grafana's label_values(selector, label), through the series API."""
+        m = re.fullmatch(r"label_values\((.+), (\w+)\)", query)
+        assert m, query
+        series = self.get("series", **{"match[]": m.group(1)})
+        return sorted({s[m.group(2)] for s in series if m.group(2) in s})
+
+    def alerts(self) -> list[dict]:
+        return self.get("alerts")["alerts"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
             try:
-                if query("sum(rate(durable_streams_appends_total[20s])) > 0"):
-                    break
-            except (httpx.HTTPError, AssertionError, ValueError):
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("Prometheus never saw traffic: " + prom.stderr.read1(4000).decode())
-        time.sleep(3)  # a few more scrapes, so every rate has two samples in its window
-        empty = [(title, expr) for title, expr in panel_queries() if not query(expr)]
-        assert not empty, f"panels without data: {empty}"
-        for _name, expr in alert_exprs():
-            query(expr)  # no error; firing or not is promtool's business
-        rules = httpx.get(f"{api}/rules", timeout=10).json()["data"]["groups"]
-        loaded = [r for g in rules for r in g["rules"]]
-        assert len(loaded) == len(alert_exprs())
-        assert all(r["health"] == "ok" for r in loaded), loaded
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wait_for(what: str, check, prom: Prometheus, errors: list[Exception]) -> None:
+    """Poll until check() returns no problems; fail with the last ones, or at
+    once if a traffic thread failed."""
+    deadline = time.monotonic() + DEADLINE
+    problems = ["not checked yet"]
+    while time.monotonic() < deadline:
+        assert not errors, f"traffic failed: {errors!r}"
+        try:
+            problems = check()
+        except (httpx.HTTPError, AssertionError, ValueError) as exc:
+            problems = [repr(exc)]
+        if not problems:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{what}: {problems}\n--- prometheus log ---\n{prom.log()}")
+
+
+# Traffic ---------------------------------------------------------------------
+
+
+def setup_streams(srv) -> str:
+    """One-off traffic, each response checked; returns the stream to append to."""
+    with httpx.Client(timeout=10) as c:
+        name = f"obs/{uuid.uuid4().hex}"
+        url = srv.base + name
+        assert c.put(url, headers=BIN).status_code == 201
+        assert c.put(url, headers=BIN).status_code in (200, 204)  # idempotent re-create
+        fork = c.put(f"{url}-fork", headers=BIN | {"Stream-Forked-From": name})
+        assert fork.status_code == 201, fork.text
+        assert c.put(f"{url}-gone", headers=BIN).status_code == 201
+        assert c.delete(f"{url}-gone").status_code in (200, 204)
+        assert c.put(f"{url}-ttl", headers=BIN | {"Stream-TTL": "1"}).status_code == 201
+        assert c.get(f"{url}-missing", params={"offset": "-1"}).status_code == 404
+        return url
+
+
+def append_loop(c: httpx.Client, url: str, seq: int) -> None:
+    assert c.post(url, headers=BIN, content=b"x" * 100).status_code == 204
+    producer = {"Producer-Id": "obs", "Producer-Epoch": "0", "Producer-Seq": str(seq)}
+    assert c.post(url, headers=BIN | producer, content=b"p").status_code == 200
+    assert c.post(url, headers=BIN | producer, content=b"p").status_code == 204  # duplicate
+    assert c.get(url, params={"offset": "-1"}).status_code == 200  # catch-up read
+    wrong_type = c.post(url, headers={"Content-Type": "text/plain"}, content=b"no")
+    assert wrong_type.status_code == 409
+    assert c.get(f"{url}-missing", params={"offset": "-1"}).status_code == 404
+
+
+def in_thread(errors: list[Exception], body) -> threading.Thread:
+    def loop() -> None:
+        try:
+            body()
+        except Exception as exc:  # reported by the test, not lost in a thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+# The test --------------------------------------------------------------------
+
+
+def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
+    healthy = server_factory(
+        "--long-poll-timeout",
+        "1",
+        "--sse-reconnect-interval",
+        "2",
+        "--slow-append-seconds",
+        "0",
+        "--log-format",
+        "json",
+    ).start()
+    failing = server_factory(env={"DS_FAULT": "eio:fsync:3"}).start()
+    pods = {"ds-0": f"127.0.0.1:{healthy.port}", "ds-1": f"127.0.0.1:{failing.port}"}
+    url = setup_streams(healthy)
+    quiet = url + "-quiet"
+    assert httpx.put(quiet, headers=BIN).status_code == 201
+
+    stop = threading.Event()
+    errors: list[Exception] = []
+
+    def appends() -> None:
+        with httpx.Client(timeout=10) as c:
+            seq = 0
+            while not stop.is_set():
+                append_loop(c, url, seq)
+                seq += 1
+                time.sleep(0.02)
+
+    def long_polls() -> None:
+        with httpx.Client(timeout=10) as c:
+            tail = c.head(quiet).headers["Stream-Next-Offset"]
+            while not stop.is_set():
+                r = c.get(quiet, params={"offset": tail, "live": "long-poll"})
+                assert r.status_code == 204, r.status_code  # nobody writes: times out
+
+    def sse() -> None:
+        with httpx.Client(timeout=10) as c:
+            while not stop.is_set():
+                with c.stream("GET", url, params={"offset": "now", "live": "sse"}) as r:
+                    assert r.status_code == 200
+                    for _ in r.iter_bytes():  # the server ends it every 2 s
+                        if stop.is_set():
+                            break
+
+    threads = [in_thread(errors, body) for body in (appends, long_polls, sse)]
+    prom = None
+    try:
+        prom = Prometheus(
+            tmp_path,
+            [(address, {"namespace": "obs", "pod": pod}) for pod, address in pods.items()],
+        )
+
+        # 1. Both targets scraped healthy, with their failure counters at 0.
+        def scraped() -> list[str]:
+            problems = []
+            up = {s["metric"]["pod"]: s["value"][1] for s in prom.query('up{namespace="obs"}')}
+            if up != {"ds-0": "1", "ds-1": "1"}:
+                problems.append(f"up: {up}")
+            if not prom.query('durable_streams_batch_failures_total{pod="ds-1"} == 0'):
+                problems.append("ds-1 batch failures not scraped at 0 yet")
+            if not prom.query('durable_streams_storage_failed{pod="ds-1"} == 0'):
+                problems.append("ds-1 not scraped healthy yet")
+            return problems
+
+        wait_for("targets scraped", scraped, prom, errors)
+
+        # 2. Make ds-1 fail closed: its third WAL flush fails.
+        with httpx.Client(timeout=10) as c:
+            target = failing.base + "broken"
+            assert c.put(target, headers=BIN).status_code == 201
+            statuses = [c.post(target, headers=BIN, content=b"x").status_code for _ in range(5)]
+        assert 503 in statuses, statuses
+        assert statuses[statuses.index(503) :] == [503] * (len(statuses) - statuses.index(503))
+        assert httpx.get(f"{failing.url}/readyz").status_code == 503
+
+        give_up = threading.Event()
+
+        def refused_writes() -> None:  # clients go on trying; a rate needs more than one 503
+            with httpx.Client(timeout=10) as c:
+                while not (stop.is_set() or give_up.is_set()):
+                    assert c.post(target, headers=BIN, content=b"x").status_code == 503
+                    time.sleep(0.1)
+
+        refusals = in_thread(errors, refused_writes)
+        threads.append(refusals)
+
+        # 3. Everything the dashboard and the alerts need is in Prometheus.
+        def dashboard_answers() -> list[str]:
+            problems = []
+            for title, expr in panel_queries():
+                values = prom.values(expr)
+                finite = [v for v in values if math.isfinite(v)]
+                if not values:
+                    problems.append(f"empty: {title}: {expr}")
+                elif "histogram_quantile" in expr:
+                    if not finite:
+                        problems.append(f"only NaN: {title}: {expr}")
+                elif len(finite) != len(values):
+                    problems.append(f"not finite {values}: {title}: {expr}")
+            return problems
+
+        wait_for("every panel query has data", dashboard_answers, prom, errors)
+
+        def traffic_seen() -> list[str]:
+            must_be_positive = [
+                f'sum(rate(durable_streams_appends_total{{pod="ds-0"}}[{RATE_INTERVAL}]))',
+                f'sum(rate(durable_streams_slow_appends_total{{pod="ds-0"}}[{RATE_INTERVAL}]))',
+                f'sum(rate(durable_streams_read_bytes_total{{pod="ds-0"}}[{RATE_INTERVAL}]))',
+                f'sum(rate(durable_streams_producer_events_total{{event="duplicate"}}[{RATE_INTERVAL}]))',
+                f'sum(rate(durable_streams_http_requests_total{{code="409"}}[{RATE_INTERVAL}]))',
+                f'sum(rate(durable_streams_http_requests_total{{code="404"}}[{RATE_INTERVAL}]))',
+                'max_over_time(durable_streams_live_readers{pod="ds-0", mode="long-poll"}[30s])',
+                'max_over_time(durable_streams_live_readers{pod="ds-0", mode="sse"}[30s])',
+                'durable_streams_forks_created_total{pod="ds-0"}',
+                'durable_streams_streams_deleted_total{pod="ds-0", reason="deleted"}',
+                'durable_streams_streams_deleted_total{pod="ds-0", reason="expired"}',
+                'durable_streams_batch_failures_total{pod="ds-1", reason="error"}',
+                'durable_streams_http_requests_total{pod="ds-1", code="503"}',
+            ]
+            return [e for e in must_be_positive if not any(v > 0 for v in prom.values(e))]
+
+        wait_for("traffic visible in Prometheus", traffic_seen, prom, errors)
+
+        def alerts_react() -> list[str]:
+            got = {
+                (
+                    a["labels"]["alertname"],
+                    a["labels"].get("pod"),
+                    a["labels"].get("reason"),
+                    a["state"],
+                )
+                for a in prom.alerts()
+            }
+            want = {
+                ("DurableStreamsStorageFailedClosed", "ds-1", None, "firing"),
+                ("DurableStreamsBatchFailures", "ds-1", "error", "firing"),
+                ("DurableStreamsNotReady", "ds-1", None, "pending"),
+                ("DurableStreamsErrorRate", "ds-1", None, "pending"),
+            }
+            problems = [f"missing {w}" for w in sorted(want - got)]
+            machine_dependent = {
+                "DurableStreamsFsyncSlow",
+                "DurableStreamsAppendSlow",
+                "DurableStreamsDiskNearlyFull",
+            }
+            unexpected = sorted(a for a in got - want if a[0] not in machine_dependent)
+            return problems + [f"unexpected {a}" for a in unexpected]
+
+        wait_for("alerts on the failed server", alerts_react, prom, errors)
+
+        # 4. Template variables.
+        found = {name: prom.label_values(substitute(q, ALL)) for name, q in variables().items()}
+        assert found == {
+            "namespace": ["obs"],
+            "pod": ["ds-0", "ds-1"],
+            "instance": sorted(pods.values()),
+        }
+
+        # 5. Every panel query answers with the variables set to one pod too, and narrows.
+        ds0 = {"namespace": "obs", "pod": "ds-0", "instance": pods["ds-0"]}
+        for _title, expr in panel_queries(ds0):
+            prom.query(expr)
+        by_title = dict(panel_queries(ds0))
+        assert prom.values(by_title["Storage failed closed"]) == [0.0]
+        assert prom.values(dict(panel_queries())["Storage failed closed"]) == [1.0]
+        ready = [e for t, e in panel_queries() if t == "Ready / scraped servers"]
+        assert [prom.values(e) for e in ready] == [[1.0], [2.0]]
+
+        # 6. The process row holds the two servers and not Prometheus itself.
+        for title in ("Resident memory", "CPU (cores)", "Open file descriptors"):
+            series = prom.query(dict(panel_queries())[title])
+            seen = sorted(str(s["metric"].get("pod")) for s in series)
+            assert seen == ["ds-0", "ds-1"], (title, series)
+
+        # 7. A server that stops answering is seen down (pending: `for: 5m`).
+        give_up.set()
+        refusals.join(10)
+        failing.kill()
+
+        def down() -> list[str]:
+            pending = {
+                (a["labels"].get("pod"), a["state"])
+                for a in prom.alerts()
+                if a["labels"]["alertname"] == "DurableStreamsTargetDown"
+            }
+            return [] if pending == {("ds-1", "pending")} else [f"TargetDown: {pending}"]
+
+        wait_for("target down", down, prom, errors)
+
+        # 8. Every alert expression answers; every rule loaded and is healthy.
+        for rule in alert_rules():
+            prom.query(rule["expr"])
+        loaded = [r for g in prom.get("rules")["groups"] for r in g["rules"]]
+        assert sorted(r["name"] for r in loaded) == sorted(r["alert"] for r in alert_rules())
+        assert all(r["health"] == "ok" and not r.get("lastError") for r in loaded), loaded
     finally:
         stop.set()
-        prom.terminate()
-        prom.wait(10)
-        traffic.join(10)
+        if prom is not None:
+            prom.stop()
+        for t in threads:
+            t.join(10)
+    assert not errors, errors
+
+    # 9. The slow-append log line, as docs/observability.md shows it.
+    lines = [json.loads(x) for x in healthy.log_path.read_text().splitlines() if x.startswith("{")]
+    slow = [x for x in lines if x.get("event") == "slow_append"]
+    assert slow, healthy.log()
+    line = slow[0]
+    assert line["level"] == "warning" and line["logger"] == "stream_server.protocol"
+    assert line["msg"].startswith("slow append to obs/")
+    assert line["stream"].startswith("obs/")
+    for field in ("seconds", "write_seconds", "fsync_seconds", "commit_seconds"):
+        assert isinstance(line[field], float), (field, line)
+    assert isinstance(line["batch_appends"], int) and line["batch_appends"] >= 1

@@ -128,3 +128,15 @@ def test_refused_changes():
     assert "storageClassName" in refused_change(
         old, {"storage": {"size": "10Gi", "storageClassName": "slow"}}
     )
+
+
+def test_servicemonitor_scrapes_each_pod_once_under_one_job_label():
+    objs = desired_objects(
+        "a", "n", UID, {"metrics": {"serviceMonitor": {"enabled": True}}}, servicemonitor_crd=True
+    )
+    client_svc = objs[2]
+    sm = objs[-1]
+    assert sm["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    wanted = sm["spec"]["selector"]["matchLabels"]
+    assert wanted.items() <= client_svc["metadata"]["labels"].items()
+    assert not wanted.items() <= objs[1]["metadata"]["labels"].items()  # not the headless Service
