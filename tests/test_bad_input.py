@@ -162,3 +162,16 @@ def test_offset_past_the_tail_is_400(fresh):
 def test_reserved_subscription_paths_say_not_implemented(shared_server):
     r = httpx.put(f"{shared_server.base}__ds/subscriptions/x", json={"type": "webhook"})
     assert r.status_code == 501
+
+
+def test_unicode_spellings_never_share_a_stream(shared_server):
+    """NFC and NFD spellings are different paths: two streams, never one file."""
+    nfc = "caf\u00e9"
+    nfd = "cafe\u0301"
+    tag = uuid.uuid4().hex
+    for name, body in ((nfc, b"composed"), (nfd, b"decomposed")):
+        url = f"{shared_server.base}u-{tag}/" + httpx.URL(name).raw_path.decode()
+        assert httpx.put(url, headers=CT, content=body).status_code == 201
+    for name, body in ((nfc, b"composed"), (nfd, b"decomposed")):
+        url = f"{shared_server.base}u-{tag}/" + httpx.URL(name).raw_path.decode()
+        assert httpx.get(url).content == body

@@ -221,3 +221,17 @@ def test_checkpoint_rotates_and_deletes_old_wal(tmp_path):
     e2.open()
     assert read_all(e2, 1, KIND_BYTES, 0, 10_000) == b"z" * 10_000
     e2.close()
+
+
+def test_lmdb_map_full_grows_the_map(tmp_path):
+    e = Engine(tmp_path / "d", map_size=256 * 1024)
+    e.open()
+    before = e.meta.env.info()["map_size"]
+    for i in range(1, 400):
+        new_stream(e, f"s/{i}/" + "x" * 200, i)
+    assert e.meta.env.info()["map_size"] > before
+    e.close()
+    e2 = Engine(tmp_path / "d", map_size=256 * 1024)
+    state, _ = e2.open()
+    assert len(state.streams) == 399
+    e2.close()
