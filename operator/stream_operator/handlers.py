@@ -87,16 +87,7 @@ def reconcile(
     if refused:
         kopf.warn(body, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
-        patch.status.update(
-            compute_status(
-                spec=dict(spec),
-                generation=meta.get("generation"),
-                statefulset=sts,
-                endpoint=endpoint(name, namespace, spec),
-                refused=refused,
-                previous=dict(status),
-            )
-        )
+        patch.status.update(_observed(name, namespace, spec, meta, status, sts, refused))
         return
     full = with_defaults(dict(spec))
     objs = desired_objects(
@@ -122,14 +113,17 @@ def reconcile(
             message=f"storage {full['storage']['size']} requested for {', '.join(grown)}",
         )
     sts = read(ac, "StatefulSet", namespace, name)
-    patch.status.update(
-        compute_status(
-            spec=dict(spec),
-            generation=meta.get("generation"),
-            statefulset=sts,
-            endpoint=endpoint(name, namespace, spec),
-            previous=dict(status),
-        )
+    patch.status.update(_observed(name, namespace, spec, meta, status, sts, None))
+
+
+def _observed(name, namespace, spec, meta, status, sts, refused: str | None) -> dict[str, Any]:
+    return compute_status(
+        spec=dict(spec),
+        generation=meta.get("generation"),
+        statefulset=sts,
+        endpoint=endpoint(name, namespace, spec),
+        refused=refused,
+        previous=dict(status),
     )
 
 
@@ -145,14 +139,7 @@ def refresh_status(
 ) -> None:
     sts = read(api(), "StatefulSet", namespace, name)
     refused = refused_change(_applied_spec(sts), dict(spec))
-    new = compute_status(
-        spec=dict(spec),
-        generation=meta.get("generation"),
-        statefulset=sts,
-        endpoint=endpoint(name, namespace, spec),
-        refused=refused,
-        previous=dict(status),
-    )
+    new = _observed(name, namespace, spec, meta, status, sts, refused)
     if {k: v for k, v in new.items() if k != "conditions"} != {
         k: v for k, v in dict(status).items() if k in new and k != "conditions"
     } or _condition_states(new) != _condition_states(dict(status)):
