@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-EXTRAS ?= server,operator,dev
+EXTRAS ?= server,operator,spark,dev
 
 .PHONY: serve test test-long lint deps system-deps bench clean
 

@@ -7,6 +7,7 @@ command -v npm >/dev/null || need+=(nodejs npm)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v openssl >/dev/null || need+=(openssl)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ]; then
   echo "missing system packages: ${need[*]} (install them with apt-get as root)" >&2

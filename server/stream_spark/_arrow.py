@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stream_spark._reader import KIND_JSON, Slice, read_slice
+from stream_spark._reader import KIND_JSON, Producer, Slice, read_slice
 
 # The data source's columns as (name, Spark SQL type); the Arrow schema is derived
 # from them by Spark's own conversion, so both sides always agree.
@@ -49,78 +49,55 @@ def wire_offsets(units: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(ZERO, digits, "")
 
 
-class _Builder:
-    """Columns of one batch, filled row by row from a slice."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.offsets = array("i", [0])
-        self.units = array("q")
-        self.next_units = array("q")
-        self.times = array("q")
-        self.pids: list[str | None] = []
-        self.epochs: list[int | None] = []
-        self.seqs: list[int | None] = []
-        self.producers = False
-
-    def __len__(self) -> int:
-        return len(self.units)
-
-    def add(self, start: int, stop: int, ts: int, producer, payload: memoryview) -> None:
-        self.data += payload
-        if len(self.data) > MAX_BATCH_BYTES:
-            raise ValueError("a single record larger than 2 GiB cannot be returned to Spark")
-        self.offsets.append(len(self.data))
-        self.units.append(start)
-        self.next_units.append(stop)
-        self.times.append(ts)
-        if producer is None:
-            self.pids.append(None)
-            self.epochs.append(None)
-            self.seqs.append(None)
-        else:
-            self.producers = True
-            self.pids.append(producer.id)
-            self.epochs.append(producer.epoch)
-            self.seqs.append(producer.seq)
-
-    def batch(self, sl: Slice, schema: pa.Schema, is_json: bool) -> pa.RecordBatch:
-        n = len(self.units)
-        bufs = [None, pa.py_buffer(self.offsets), pa.py_buffer(self.data)]
-        payload = pa.Array.from_buffers(pa.binary(), n, bufs)
-        units = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.units)])
-        nexts = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.next_units)])
-        times = pa.Array.from_buffers(
-            schema.field("timestamp").type, n, [None, pa.py_buffer(self.times)]
-        )
-        if self.producers:
-            pids = pa.array(self.pids, pa.string())
-            epochs = pa.array(self.epochs, pa.int64())
-            seqs = pa.array(self.seqs, pa.int64())
-        else:
-            pids, epochs, seqs = (
-                pa.nulls(n, pa.string()),
-                pa.nulls(n, pa.int64()),
-                pa.nulls(n, pa.int64()),
-            )
-        json = pa.Array.from_buffers(pa.string(), n, bufs) if is_json else pa.nulls(n, pa.string())
-        columns = {
-            "stream": pa.repeat(sl.stream, n),
-            "offset": wire_offsets(units),
-            "next_offset": wire_offsets(nexts),
-            "unit": units,
-            "next_unit": nexts,
-            "timestamp": times,
-            "content_type": pa.repeat(sl.content_type, n),
-            "payload": payload,
-            "json": json,
-            "producer_id": pids,
-            "producer_epoch": epochs,
-            "producer_seq": seqs,
-            "origin": pa.repeat(sl.origin, n),
-        }
-        arrays = [columns[f.name].cast(f.type) for f in schema]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+def _batch(
+    sl: Slice,
+    schema: pa.Schema,
+    is_json: bool,
+    data: bytearray,
+    offsets: array,
+    starts: array,
+    stops: array,
+    times: array,
+    producers: list[tuple[int, Producer]],
+) -> pa.RecordBatch:
+    n = len(starts)
+    if len(data) > MAX_BATCH_BYTES:
+        raise ValueError(f"stream {sl.stream!r}: a record over 2 GiB cannot be returned to Spark")
+    bufs = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    payload = pa.Array.from_buffers(pa.binary(), n, bufs)
+    units = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(starts)])
+    nexts = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(stops)])
+    stamps = pa.Array.from_buffers(schema.field("timestamp").type, n, [None, pa.py_buffer(times)])
+    if producers:
+        pids: list[str | None] = [None] * n
+        epochs: list[int | None] = [None] * n
+        seqs: list[int | None] = [None] * n
+        for i, p in producers:
+            pids[i], epochs[i], seqs[i] = p.id, p.epoch, p.seq
+        pid_col = pa.array(pids, pa.string())
+        epoch_col, seq_col = pa.array(epochs, pa.int64()), pa.array(seqs, pa.int64())
+    else:
+        pid_col = pa.nulls(n, pa.string())
+        epoch_col, seq_col = pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())
+    columns = {
+        "stream": pa.repeat(sl.stream, n),
+        "offset": wire_offsets(units),
+        "next_offset": wire_offsets(nexts),
+        "unit": units,
+        "next_unit": nexts,
+        "timestamp": stamps,
+        "content_type": pa.repeat(sl.content_type, n),
+        "payload": payload,
+        "json": pa.Array.from_buffers(pa.string(), n, bufs)
+        if is_json
+        else pa.nulls(n, pa.string()),
+        "producer_id": pid_col,
+        "producer_epoch": epoch_col,
+        "producer_seq": seq_col,
+        "origin": pa.repeat(sl.origin, n),
+    }
+    arrays = [columns[f.name].cast(f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def slice_batches(
@@ -132,15 +109,32 @@ def slice_batches(
     time_from_us: int | None = None,
     time_to_us: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of at most about 8 MiB of payload or 64 Ki rows."""
+    """Record batches of at most about 8 MiB of payload or 64 Ki rows.
+
+    The per-row loop is the hot path of every read of small records (JSON
+    messages): columns are plain arrays and locals, one append each.
+    """
     is_json = sl.kind == KIND_JSON
-    b = _Builder()
-    for row in read_slice(
-        data_dir, sl, verify=verify, time_from_us=time_from_us, time_to_us=time_to_us
-    ):
-        b.add(row.start, row.stop, row.timestamp_us, row.producer, row.payload)
-        if len(b.data) >= BATCH_BYTES or len(b) >= BATCH_ROWS:
-            yield b.batch(sl, schema, is_json)
-            b = _Builder()
-    if len(b):
-        yield b.batch(sl, schema, is_json)
+    rows = read_slice(data_dir, sl, verify=verify, time_from_us=time_from_us, time_to_us=time_to_us)
+    done = False
+    while not done:
+        data = bytearray()
+        offsets = array("i", [0])
+        starts, stops, times = array("q"), array("q"), array("q")
+        producers: list[tuple[int, Producer]] = []
+        n = 0
+        done = True
+        for row in rows:
+            data += row.payload
+            offsets.append(len(data))
+            starts.append(row.start)
+            stops.append(row.stop)
+            times.append(row.timestamp_us)
+            if row.producer is not None:
+                producers.append((n, row.producer))
+            n += 1
+            if n >= BATCH_ROWS or len(data) >= BATCH_BYTES:
+                done = False
+                break
+        if n:
+            yield _batch(sl, schema, is_json, data, offsets, starts, stops, times, producers)

@@ -18,6 +18,7 @@ from stream_spark._reader import Cut, MetaReader, Piece, Slice, StreamInfo, segm
 
 FORKS_STITCH = "stitch"  # a fork reads as the protocol reads it: inherited records, then its own
 FORKS_OWN = "own"  # only the records a stream's own log holds (no double counting across forks)
+MIN_SHARE = 4 * 1024 * 1024  # smallest partition min_partitions may ask for
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,9 @@ def _span(meta: MetaReader, stream: str, piece: Piece) -> _Span:
     return _Span(stream, piece, pos, end)
 
 
-def _slice(cut: Cut, meta: MetaReader, span: _Span, first: int, last: int, pos: int, size: int):
+def _slice(
+    cut: Cut, meta: MetaReader, span: _Span, first: int, last: int, pos: int, size: int
+) -> Slice:
     p = span.piece
     return Slice(
         stream=span.stream,
@@ -117,12 +120,15 @@ def plan(
     forks: str = FORKS_STITCH,
     target_bytes: int = 128 * 1024 * 1024,
     min_partitions: int = 1,
+    min_share: int = MIN_SHARE,
 ) -> list[list[Slice]]:
     """Slices packed into partitions of about ``target_bytes`` (balanced, in path order).
 
     The number of partitions is what the target asks for, or ``min_partitions``
     when that is more; every partition then gets an equal share, so that the
-    last task is not the only one still running.
+    last task is not the only one still running. ``min_partitions`` never
+    makes partitions smaller than ``min_share``: below that a task costs more
+    to start than to run.
     """
     spans = [
         _span(meta, path, piece)
@@ -132,7 +138,8 @@ def plan(
     if not spans:
         return []
     total = sum(s.size for s in spans)
-    n = max(min_partitions, math.ceil(total / max(target_bytes, 1)))
+    wanted = min(min_partitions, math.ceil(total / max(min_share, 1)))
+    n = max(wanted, math.ceil(total / max(target_bytes, 1)), 1)
     share = max(math.ceil(total / n), 1)
     slices: list[Slice] = []
     for span in spans:

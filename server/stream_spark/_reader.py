@@ -53,6 +53,7 @@ from stream_server.engine.records import (
 
 JSON_TYPE = "application/json"
 READ_CHUNK = 8 * 1024 * 1024
+INDEX_BATCH = 4096  # index entries per read transaction (about 64 MiB of segment file)
 
 
 class FormatError(Exception):
@@ -185,18 +186,29 @@ class MetaReader:
     def close(self) -> None:
         self.env.close()
 
+    def _begin(self) -> lmdb.Transaction:
+        """A read transaction; adopts the map size if the server grew it meanwhile."""
+        try:
+            return self.env.begin(buffers=False)
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)
+            return self.env.begin(buffers=False)
+
     def cut(self, now: float | None = None) -> Cut:
-        """Streams and committed tails from one read transaction."""
+        """Streams and committed tails from one read transaction.
+
+        The transaction only copies raw values out; decoding happens after it
+        ends, so that it stays as short as the number of streams allows.
+        """
         now = time.time() if now is None else now
-        metas: dict[str, StreamMeta] = {}
-        tails: dict[int, tuple[int, int, int]] = {}
-        with self.env.begin(buffers=False) as txn:
-            for key, value in txn.cursor(db=self.dbs[DB_STREAMS]):
-                metas[key.decode("utf-8", "surrogatepass")] = StreamMeta.decode(value)
-            for key, value in txn.cursor(db=self.dbs[DB_TAILS]):
-                tails[U64_BE.unpack(key)[0]] = TAIL.unpack(value)
+        with self._begin() as txn:
+            raw_streams = list(txn.cursor(db=self.dbs[DB_STREAMS]))
+            raw_tails = list(txn.cursor(db=self.dbs[DB_TAILS]))
+        tails = {U64_BE.unpack(key)[0]: TAIL.unpack(value) for key, value in raw_tails}
         streams: dict[str, StreamInfo] = {}
-        for path, m in metas.items():
+        for key, value in raw_streams:
+            path = key.decode("utf-8", "surrogatepass")
+            m = StreamMeta.decode(value)
             tail = tails.get(m.id)
             if tail is None:  # no log (cannot happen in a committed cut): nothing to read
                 continue
@@ -220,7 +232,7 @@ class MetaReader:
     def index_floor(self, owner: StreamInfo, unit: int) -> tuple[int, int]:
         """(file position, unit) of the last indexed record start at or before ``unit``."""
         prefix = id_key(owner.id)
-        with self.env.begin() as txn:
+        with self._begin() as txn:
             cur = txn.cursor(db=self.dbs[DB_INDEX])
             found = cur.prev() if cur.set_range(index_key(owner.id, unit + 1)) else cur.last()
             if found and cur.key()[:8] == prefix:
@@ -228,28 +240,37 @@ class MetaReader:
                 return U64.unpack(cur.value())[0], idx_unit
         return FILE_HEADER_SIZE, owner.base
 
-    def boundaries(self, owner: StreamInfo, lo: int, hi: int) -> list[tuple[int, int]]:
+    def boundaries(self, owner: StreamInfo, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """Indexed record starts (unit, file position) with ``lo < unit < hi``, in order.
 
         About one per 16 KiB of segment file: the places where a long piece can
         be split into partitions (or a trigger can stop) without cutting a record.
+        Read in batches, one short transaction each: entries below a committed
+        tail never change, so the batches join up exactly.
         """
         prefix = id_key(owner.id)
-        out: list[tuple[int, int]] = []
-        with self.env.begin() as txn:
-            cur = txn.cursor(db=self.dbs[DB_INDEX])
-            if not cur.set_range(index_key(owner.id, lo + 1)):
-                return out
-            for key, value in cur:
+        start = index_key(owner.id, lo + 1)
+        while True:
+            batch: list[tuple[bytes, bytes]] = []
+            with self._begin() as txn:
+                cur = txn.cursor(db=self.dbs[DB_INDEX])
+                if cur.set_range(start):
+                    for key, value in cur:
+                        batch.append((key, value))
+                        if len(batch) >= INDEX_BATCH:
+                            break
+            for key, value in batch:
                 if key[:8] != prefix:
-                    break
+                    return
                 _, unit = INDEX_KEY.unpack(key)
                 if unit >= hi:
-                    break
+                    return
                 pos = U64.unpack(value)[0]
                 if pos < owner.file_len:
-                    out.append((unit, pos))
-        return out
+                    yield unit, pos
+            if len(batch) < INDEX_BATCH:
+                return
+            start = batch[-1][0] + b"\x00"
 
 
 def _expired(m: StreamMeta, now: float) -> bool:
@@ -319,7 +340,9 @@ def read_slice(
         ) from None
     try:
         pos = sl.pos
-        chunk = READ_CHUNK
+        # Reads cost what they return: a small slice of a long file (a fork's
+        # inherited piece, a short offset range) reads about its own size.
+        chunk = min(READ_CHUNK, sl.size + 64 * 1024)
         while pos < sl.end_pos:
             want = min(chunk, sl.end_pos - pos)
             buf = os.pread(fd, want, pos)
@@ -367,6 +390,8 @@ def read_slice(
                 chunk = max(chunk, size)
                 continue
             pos = consumed
+            if chunk < READ_CHUNK:  # the estimate was short: grow back to full-size reads
+                chunk = min(chunk * 2, READ_CHUNK)
     finally:
         os.close(fd)
 

@@ -122,7 +122,9 @@ def test_manifests_are_generated_from_the_chart_and_validate():
         text=True,
     )
     assert check.returncode == 0, check.stderr
-    for path in sorted((ROOT / "manifests").rglob("*.yaml")):
+    # manifests/spark/ holds Spark Operator resources: tests/spark validates them
+    # against that operator's published schemas.
+    for path in sorted(p for p in (ROOT / "manifests").rglob("*.yaml") if "spark" not in p.parts):
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         builtin = [d for d in docs if d["kind"] not in ("DurableStream", "PrometheusRule")]
         if builtin:

@@ -84,8 +84,16 @@ def conf_pairs(items: list[str]) -> dict[str, str]:
 
 
 def read(spark: Any, args: argparse.Namespace, **extra: str) -> Any:
-    """The source over ``args.data_dir`` with the shared options applied."""
-    reader = spark.read.format(FORMAT_NAME).option("streams", args.streams)
+    """The source over ``args.data_dir`` with the shared options applied.
+
+    At least one partition per core: the source cannot see the cluster's size,
+    and a small read packed into one partition would leave the other cores idle.
+    """
+    reader = (
+        spark.read.format(FORMAT_NAME)
+        .option("streams", args.streams)
+        .option("minPartitions", str(spark.sparkContext.defaultParallelism))
+    )
     if args.include_deleted:
         reader = reader.option("includeDeleted", "true")
     if args.partition_size:

@@ -5,8 +5,9 @@ Writes two Parquet tables under ``--out``:
 ``by_hour``   stream, hour (UTC), records, bytes, producers, first_time,
               last_time, append_rate (records per second over the hour)
 ``by_stream`` stream, records, bytes, producers, first_time, last_time,
-              append_rate (records per second between the first and the last
-              record; null with fewer than two distinct times), tail_offset
+              append_rate ((records - 1) / seconds from the first to the last
+              record: the arrival rate; null when they share one instant),
+              tail_offset
 
 A record is one stored append unit: one append of a binary or text stream,
 one message of a JSON stream. Forks count their own records only by default

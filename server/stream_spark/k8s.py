@@ -1,0 +1,422 @@
+"""Spark on Kubernetes for a DurableStream: what ``spec.analytics`` becomes, as plain dicts.
+
+Pure functions, like the operator's render module, so the operator can call
+them and tests can check them without a cluster:
+
+- ``render_scheduled_applications`` -> one ScheduledSparkApplication (Spark
+  Operator, ``sparkoperator.k8s.io/v1beta2``) per server replica and job;
+- ``render_application`` -> a one-off SparkApplication;
+- ``spark_submit_argv`` and ``render_pod_template`` -> the same job with
+  plain ``spark-submit --master k8s://...`` and pod template files.
+
+Why per replica: each server pod is an independent server with its own
+ReadWriteOnce volume (PVC ``data-<name>-<i>``). A ReadWriteOnce volume can be
+mounted only on the node where it is attached, so a job that reads it live
+must run its driver and executors on the server pod's node
+(``volumeAccess: coschedule``: required podAffinity on
+``kubernetes.io/hostname``) and mounts it read-only; the data source opens
+LMDB read-only without locks and reads only committed data. With
+``volumeAccess: claim`` the job mounts another claim instead (a VolumeSnapshot
+clone made ready with ``python -m stream_spark.prepare``, or ReadWriteMany
+storage), with no affinity. Both the driver (it plans from LMDB) and the
+executors (they read segment files) mount the volume.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from typing import Any
+
+SPARK_GROUP = "sparkoperator.k8s.io"
+SPARK_VERSION_API = "v1beta2"
+DS_API_VERSION = "streams.pyds.dev/v1alpha1"  # stream_operator's GROUP/VERSION
+DS_KIND = "DurableStream"
+DATA_MOUNT = "/data"
+OUTPUT_MOUNT = "/output"
+JOB_FILES = {
+    "stream-stats": "local:///opt/stream_spark/jobs/stats.py",
+    "extract": "local:///opt/stream_spark/jobs/extract.py",
+}
+SPARK_UID = 185  # the user of the job image (as in Apache Spark's images)
+NAME_LIMIT = 40  # the Spark Operator adds "-<10-digit time>", then "-driver" / "-ui-svc"
+
+DEFAULTS: dict[str, Any] = {
+    "enabled": False,
+    "image": "durable-streams-spark:0.1.0",
+    "imagePullPolicy": "IfNotPresent",
+    "schedule": "@hourly",
+    "suspend": False,
+    "concurrencyPolicy": "Forbid",
+    "volumeAccess": "coschedule",
+    "serviceAccount": "spark",
+    "sparkVersion": "4.3.0",
+    "driver": {"cores": 1, "memory": "1g"},
+    "executor": {"instances": 1, "cores": 1, "memory": "1g"},
+    "sparkConf": {},
+    "output": {"claimName": None, "uri": None},
+    "jobs": [{"name": "stats", "type": "stream-stats"}],
+}
+
+# spec.analytics in the DurableStream CRD (openAPIV3Schema), for the operator's chart.
+ANALYTICS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "enabled": {"type": "boolean", "default": False},
+        "image": {"type": "string"},
+        "imagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
+        "schedule": {"type": "string", "minLength": 1},
+        "timeZone": {"type": "string"},
+        "suspend": {"type": "boolean"},
+        "concurrencyPolicy": {"type": "string", "enum": ["Allow", "Forbid", "Replace"]},
+        "volumeAccess": {"type": "string", "enum": ["coschedule", "claim"]},
+        "claimName": {"type": "string"},
+        "serviceAccount": {"type": "string"},
+        "sparkVersion": {"type": "string"},
+        "driver": {
+            "type": "object",
+            "properties": {
+                "cores": {"type": "integer", "minimum": 1},
+                "memory": {"type": "string"},
+            },
+        },
+        "executor": {
+            "type": "object",
+            "properties": {
+                "instances": {"type": "integer", "minimum": 1},
+                "cores": {"type": "integer", "minimum": 1},
+                "memory": {"type": "string"},
+            },
+        },
+        "sparkConf": {"type": "object", "additionalProperties": {"type": "string"}},
+        "output": {
+            "type": "object",
+            "properties": {"claimName": {"type": "string"}, "uri": {"type": "string"}},
+        },
+        "jobs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "type"],
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+                    "type": {"type": "string", "enum": sorted(JOB_FILES)},
+                    "streams": {"type": "string"},
+                    "fields": {"type": "array", "items": {"type": "string"}},
+                    "args": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+
+
+class AnalyticsError(ValueError):
+    """A spec.analytics the renderer cannot turn into jobs (the reason is the message)."""
+
+
+def with_defaults(analytics: dict[str, Any] | None) -> dict[str, Any]:
+    """spec.analytics with every default filled in (deep, input untouched)."""
+    out = copy.deepcopy(DEFAULTS)
+    for key, value in copy.deepcopy(dict(analytics or {})).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def validate(a: dict[str, Any]) -> None:
+    """The rules the schema cannot say; raises AnalyticsError."""
+    if a["volumeAccess"] == "claim" and not a.get("claimName"):
+        raise AnalyticsError("volumeAccess 'claim' needs analytics.claimName")
+    if not a["output"].get("claimName") and not a["output"].get("uri"):
+        raise AnalyticsError("analytics.output needs a claimName or a uri for the Parquet files")
+    names = [j["name"] for j in a["jobs"]]
+    if len(set(names)) != len(names):
+        raise AnalyticsError("analytics.jobs names must be distinct")
+    for job in a["jobs"]:
+        if job["type"] not in JOB_FILES:
+            raise AnalyticsError(f"unknown job type {job['type']!r}")
+        if job["type"] == "extract" and not job.get("fields"):
+            raise AnalyticsError(f"extract job {job['name']!r} needs fields")
+
+
+def short_name(*parts: str, limit: int = NAME_LIMIT) -> str:
+    """A DNS-1123 label from ``parts``, shortened with a hash to stay unique."""
+    name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: limit - 9].rstrip('-')}-{digest}"
+
+
+def labels(name: str, replica: int, job: str) -> dict[str, str]:
+    """The server's selector labels (as stream_operator.render) plus the job's own."""
+    return {
+        "app.kubernetes.io/name": "durable-streams",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "analytics",
+        "app.kubernetes.io/managed-by": "durable-streams-operator",
+        "streams.pyds.dev/replica": str(replica),
+        "streams.pyds.dev/job": job,
+    }
+
+
+def server_pod(name: str, replica: int) -> str:
+    return f"{name}-{replica}"
+
+
+def data_claim(name: str, replica: int, a: dict[str, Any]) -> str:
+    """The claim the job reads: the replica's own, or the one ``claimName`` names."""
+    if a["volumeAccess"] == "claim":
+        return str(a["claimName"]).replace("{replica}", str(replica))
+    return f"data-{name}-{replica}"  # volumeClaimTemplate "data" of StatefulSet <name>
+
+
+def affinity(name: str, replica: int) -> dict[str, Any]:
+    """Run on the node of server pod ``<name>-<replica>``, where its RWO volume is attached."""
+    return {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/name": "durable-streams",
+                            "app.kubernetes.io/instance": name,
+                            "statefulset.kubernetes.io/pod-name": server_pod(name, replica),
+                        }
+                    },
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+
+
+def output_dir(name: str, replica: int, job: dict[str, Any], a: dict[str, Any]) -> str:
+    base = a["output"].get("uri") or OUTPUT_MOUNT
+    return f"{base.rstrip('/')}/{server_pod(name, replica)}/{job['name']}"
+
+
+def job_arguments(name: str, replica: int, job: dict[str, Any], a: dict[str, Any]) -> list[str]:
+    args = [DATA_MOUNT, "--out", output_dir(name, replica, job, a)]
+    if job.get("streams"):
+        args += ["--streams", job["streams"]]
+    for spec in job.get("fields", []):
+        args += ["--field", spec]
+    return args + list(job.get("args", []))
+
+
+def _volumes(name: str, replica: int, a: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "data",
+            "persistentVolumeClaim": {"claimName": data_claim(name, replica, a), "readOnly": True},
+        }
+    ]
+    mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}]
+    if a["output"].get("claimName") and not a["output"].get("uri"):
+        volumes.append(
+            {"name": "output", "persistentVolumeClaim": {"claimName": a["output"]["claimName"]}}
+        )
+        mounts.append({"name": "output", "mountPath": OUTPUT_MOUNT})
+    return volumes, mounts
+
+
+def application_spec(name: str, replica: int, job: dict[str, Any], a: dict[str, Any]) -> dict:
+    """A SparkApplicationSpec (the ``spec`` of a SparkApplication, the ``template`` of a
+    ScheduledSparkApplication) for one job over one replica's data."""
+    volumes, mounts = _volumes(name, replica, a)
+    pod_labels = labels(name, replica, job["name"])
+    security = {"runAsNonRoot": True, "runAsUser": SPARK_UID, "fsGroup": SPARK_UID}
+    roles: dict[str, dict[str, Any]] = {}
+    for role in ("driver", "executor"):
+        # Separate copies per role: callers (and YAML dumpers) may treat them as distinct.
+        r: dict[str, Any] = copy.deepcopy(
+            {
+                **a[role],
+                "labels": pod_labels,
+                "volumeMounts": mounts,
+                "podSecurityContext": security,
+            }
+        )
+        if role == "driver":
+            r["serviceAccount"] = a["serviceAccount"]
+        if a["volumeAccess"] == "coschedule":
+            r["affinity"] = affinity(name, replica)
+        roles[role] = r
+    return {
+        "type": "Python",
+        "pythonVersion": "3",
+        "mode": "cluster",
+        "image": a["image"],
+        "imagePullPolicy": a["imagePullPolicy"],
+        "mainApplicationFile": JOB_FILES[job["type"]],
+        "arguments": job_arguments(name, replica, job, a),
+        "sparkVersion": a["sparkVersion"],
+        "sparkConf": {"spark.sql.session.timeZone": "UTC", **a["sparkConf"]},
+        "restartPolicy": {"type": "Never"},
+        "volumes": volumes,
+        "driver": roles["driver"],
+        "executor": roles["executor"],
+    }
+
+
+def _metadata(name: str, namespace: str, uid: str, obj_name: str, replica: int, job: str) -> dict:
+    return {
+        "name": obj_name,
+        "namespace": namespace,
+        "labels": labels(name, replica, job),
+        "ownerReferences": [
+            {
+                "apiVersion": DS_API_VERSION,
+                "kind": DS_KIND,
+                "name": name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+
+
+def _replicas(spec: dict[str, Any]) -> int:
+    return int(spec.get("replicas", 1))
+
+
+def render_scheduled_applications(
+    name: str, namespace: str, uid: str, spec: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every ScheduledSparkApplication a DurableStream's ``spec.analytics`` asks for.
+
+    Empty when analytics is not enabled. Raises AnalyticsError for a spec it
+    cannot carry out (the operator reports it in a condition).
+    """
+    a = with_defaults(spec.get("analytics"))
+    if not a["enabled"]:
+        return []
+    validate(a)
+    out = []
+    for replica in range(_replicas(spec)):
+        for job in a["jobs"]:
+            obj_spec: dict[str, Any] = {
+                "schedule": a["schedule"],
+                "concurrencyPolicy": a["concurrencyPolicy"],
+                "suspend": bool(a["suspend"]),
+                "successfulRunHistoryLimit": 3,
+                "failedRunHistoryLimit": 3,
+                "template": application_spec(name, replica, job, a),
+            }
+            if a.get("timeZone"):
+                obj_spec["timeZone"] = a["timeZone"]
+            out.append(
+                {
+                    "apiVersion": f"{SPARK_GROUP}/{SPARK_VERSION_API}",
+                    "kind": "ScheduledSparkApplication",
+                    "metadata": _metadata(
+                        name,
+                        namespace,
+                        uid,
+                        short_name(name, str(replica), job["name"]),
+                        replica,
+                        job["name"],
+                    ),
+                    "spec": obj_spec,
+                }
+            )
+    return out
+
+
+def render_application(
+    name: str, namespace: str, uid: str, spec: dict[str, Any], *, replica: int, job: str, run: str
+) -> dict[str, Any]:
+    """One run of job ``job`` over replica ``replica`` now, named after ``run``."""
+    a = with_defaults(spec.get("analytics"))
+    validate(a)
+    jobs = {j["name"]: j for j in a["jobs"]}
+    if job not in jobs:
+        raise AnalyticsError(f"no analytics job named {job!r}")
+    return {
+        "apiVersion": f"{SPARK_GROUP}/{SPARK_VERSION_API}",
+        "kind": "SparkApplication",
+        "metadata": _metadata(
+            name, namespace, uid, short_name(name, str(replica), job, run), replica, job
+        ),
+        "spec": application_spec(name, replica, jobs[job], a),
+    }
+
+
+def render_pod_template(name: str, replica: int, spec: dict[str, Any], job: str) -> dict:
+    """A pod template file for spark-submit (driver and executor alike).
+
+    spark-submit cannot express affinity through ``--conf``; a template can.
+    Volumes are given with ``--conf`` (see ``spark_submit_argv``), which Spark
+    adds to the template's pods.
+    """
+    a = with_defaults(spec.get("analytics"))
+    pod_spec: dict[str, Any] = {
+        "securityContext": {"runAsNonRoot": True, "runAsUser": SPARK_UID, "fsGroup": SPARK_UID},
+        "containers": [{"name": "spark"}],
+    }
+    if a["volumeAccess"] == "coschedule":
+        pod_spec["affinity"] = affinity(name, replica)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": labels(name, replica, job)},
+        "spec": pod_spec,
+    }
+
+
+def spark_submit_argv(
+    name: str,
+    namespace: str,
+    spec: dict[str, Any],
+    *,
+    replica: int,
+    job: str,
+    api_server: str,
+    pod_template: str,
+) -> list[str]:
+    """The ``spark-submit --master k8s://...`` equivalent of one SparkApplication run."""
+    a = with_defaults(spec.get("analytics"))
+    validate(a)
+    jobs = {j["name"]: j for j in a["jobs"]}
+    if job not in jobs:
+        raise AnalyticsError(f"no analytics job named {job!r}")
+    conf: dict[str, str] = {
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.container.image": a["image"],
+        "spark.kubernetes.container.image.pullPolicy": a["imagePullPolicy"],
+        "spark.kubernetes.authenticate.driver.serviceAccountName": a["serviceAccount"],
+        "spark.kubernetes.driver.podTemplateFile": pod_template,
+        "spark.kubernetes.executor.podTemplateFile": pod_template,
+        "spark.driver.cores": str(a["driver"]["cores"]),
+        "spark.driver.memory": a["driver"]["memory"],
+        "spark.executor.instances": str(a["executor"]["instances"]),
+        "spark.executor.cores": str(a["executor"]["cores"]),
+        "spark.executor.memory": a["executor"]["memory"],
+        "spark.sql.session.timeZone": "UTC",
+    }
+    volumes, mounts = _volumes(name, replica, a)
+    for vol, mount in zip(volumes, mounts, strict=True):
+        for role in ("driver", "executor"):
+            prefix = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.{vol['name']}"
+            conf[f"{prefix}.options.claimName"] = vol["persistentVolumeClaim"]["claimName"]
+            conf[f"{prefix}.mount.path"] = mount["mountPath"]
+            conf[f"{prefix}.mount.readOnly"] = "true" if mount.get("readOnly") else "false"
+    conf.update(a["sparkConf"])
+    argv = [
+        "spark-submit",
+        "--master",
+        f"k8s://{api_server}",
+        "--deploy-mode",
+        "cluster",
+        "--name",
+        short_name(name, str(replica), job),
+    ]
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    return [*argv, JOB_FILES[jobs[job]["type"]], *job_arguments(name, replica, jobs[job], a)]

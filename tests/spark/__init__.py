@@ -1,0 +1,1 @@
+"""Spark analytics tests (a package, so that its conftest does not shadow the root one)."""
