@@ -234,6 +234,9 @@ class StreamStore:
     # ------------------------------------------------------------------ create
 
     async def create(self, req: CreateRequest) -> CreateResult:
+        # The one disk read a create may need happens first, off the loop; from
+        # here on everything is checked and reserved in one synchronous step.
+        boundary = await self._sub_offset_boundary(req.fork)
         now = time.time()
         existing = self.streams.get(req.path)
         if existing is not None and existing.committed and existing.expired(now):
@@ -249,7 +252,7 @@ class StreamStore:
         content_type = req.content_type
         ttl, expires_at, expires_at_ts = req.ttl, req.expires_at, req.expires_at_ts
         if req.fork is not None:
-            source, fork_unit = self._resolve_fork(req)
+            source, fork_unit = self._resolve_fork(req, boundary)
             if content_type is None:
                 content_type = source.meta.content_type
             elif media_type(content_type) != media_type(source.meta.content_type):
@@ -350,7 +353,7 @@ class StreamStore:
                 raise Unavailable("the concurrent create of this stream failed")
         return CreateResult(s, False, s.tail, s.meta.closed)
 
-    def _resolve_fork(self, req: CreateRequest) -> tuple[Stream, int]:
+    def _resolve_fork(self, req: CreateRequest, boundary: int | None) -> tuple[Stream, int]:
         assert req.fork is not None
         f = req.fork
         src = self.streams.get(f.source)
@@ -365,31 +368,41 @@ class StreamStore:
         if unit > src.tail or unit < 0:
             raise BadRequest("fork offset is beyond the source stream's tail")
         if f.sub_offset:
-            unit = self._resolve_sub_offset(src, unit, f.sub_offset)
+            unit = self._resolve_sub_offset(src, unit, f.sub_offset, boundary)
         return src, unit
 
-    def _resolve_sub_offset(self, src: Stream, anchor: int, sub: int) -> int:
+    def _resolve_sub_offset(self, src: Stream, anchor: int, sub: int, boundary: int | None) -> int:
         """Move a fork point ``sub`` units past ``anchor``, within the next record.
 
         For JSON streams a unit is one message; otherwise one payload byte. The
-        fork point may not pass the end of the data that begins at ``anchor``.
+        fork point may not pass the end of the data that begins at ``anchor``
+        (``boundary``, read from the log before validation began).
         """
         target = anchor + sub
         if target > src.tail:
             raise BadRequest("fork sub-offset is past the end of the source stream")
         if src.is_json:
             return target
-        boundary = self._next_boundary(src, anchor)
+        if boundary is None:
+            raise Conflict("the fork source changed while the fork was being created; retry")
         if target > boundary:
             raise BadRequest("fork sub-offset is past the next data boundary")
         return target
 
-    def _next_boundary(self, src: Stream, unit: int) -> int:
-        """End unit of the record that covers ``unit`` in ``src``, through fork pieces."""
+    async def _sub_offset_boundary(self, fork: ForkRequest | None) -> int | None:
+        """End unit of the source record a binary sub-offset fork starts in, read off the loop."""
+        if fork is None or not fork.sub_offset or fork.offset is None:
+            return None
+        src = self.streams.get(fork.source)
+        if src is None or not src.committed or src.is_json:
+            return None
         for owner, lo, hi in self._chain(src, src.tail):
-            if lo <= unit < hi:
-                return min(self.engine.record_end(owner.id, unit), hi)
-        return unit
+            if lo <= fork.offset < hi:
+                end = await asyncio.get_running_loop().run_in_executor(
+                    self._readers, self.engine.record_end, owner.id, fork.offset
+                )
+                return min(end, hi)
+        return fork.offset
 
     # ------------------------------------------------------------------ append
 
