@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from stream_server.auth import TokenAuth
 from stream_server.config import Settings
+from stream_server.engine import Engine
 from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import ProtocolSettings, StreamRoutes
@@ -45,6 +46,11 @@ class StreamServerApp:
                 max_streams=settings.max_streams or None,
             ),
             events=self._events(),
+            engine=Engine(
+                settings.data_dir,
+                map_size=settings.lmdb_map_size,
+                fault_hook=hook_from_env(os.environ.get("DS_FAULT")),
+            ),
         )
         auth = (
             TokenAuth.from_file(Path(settings.auth_tokens_file))
@@ -56,8 +62,6 @@ class StreamServerApp:
             if settings.rate_limit > 0
             else None
         )
-        self.store.engine.map_size = settings.lmdb_map_size
-        self.store.engine.fault_hook = hook_from_env(os.environ.get("DS_FAULT"))
         self.streams = StreamRoutes(
             self.store,
             ProtocolSettings(
