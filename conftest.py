@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -125,3 +126,28 @@ def shared_server(tmp_path_factory) -> ServerProcess:
     ).start()
     yield srv
     srv.stop()
+
+
+def read_all(url: str, *, timeout: float = 10) -> bytes:
+    """A stream's whole content, following Stream-Next-Offset until up to date."""
+    out, offset = b"", "-1"
+    with httpx.Client(timeout=timeout) as c:
+        while True:
+            r = c.get(url, params={"offset": offset})
+            assert r.status_code == 200, (url, r.status_code, r.text)
+            out += r.content
+            offset = r.headers["stream-next-offset"]
+            if r.headers.get("stream-up-to-date") == "true":
+                return out
+
+
+def stream_state(url: str) -> tuple:
+    """Everything a client can observe of a stream: status, tail, closure, content hash."""
+    h = httpx.head(url, timeout=10)
+    body = read_all(url) if h.status_code == 200 else b""
+    return (
+        h.status_code,
+        h.headers.get("stream-next-offset"),
+        h.headers.get("stream-closed"),
+        hashlib.sha256(body).hexdigest(),
+    )

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import read_all
 from stream_server.engine.layout import Layout
 from stream_server.engine.records import KIND_BYTES, encode_record
 
@@ -99,22 +100,9 @@ def _messages(body: bytes) -> list[tuple[int, int]]:
     return out
 
 
-def _read_all(url: str) -> bytes:
-    out = b""
-    offset = "-1"
-    with httpx.Client(timeout=10) as c:
-        while True:
-            r = c.get(url, params={"offset": offset})
-            assert r.status_code == 200, r.text
-            out += r.content
-            offset = r.headers["stream-next-offset"]
-            if r.headers.get("stream-up-to-date") == "true":
-                return out
-
-
 def _verify(state: dict, wid_urls: dict) -> None:
     for url, wids in wid_urls.items():
-        got = _messages(_read_all(url))
+        got = _messages(read_all(url))
         for wid in wids:
             seqs = [s for w, s in got if w == wid]
             st = state[wid]
@@ -195,7 +183,7 @@ def test_torn_tail_recovers_to_last_whole_record(server_factory, tmp_path, kill)
     httpx.put(url, headers={"Content-Type": "text/plain"}, content=b"first;")
     for i in range(20):
         httpx.post(url, headers={"Content-Type": "text/plain"}, content=f"m{i};".encode())
-    expected = _read_all(url)
+    expected = read_all(url)
     if kill:
         srv.kill()
     else:
@@ -206,10 +194,10 @@ def test_torn_tail_recovers_to_last_whole_record(server_factory, tmp_path, kill)
         fh.write(whole[: len(whole) // 2])  # a record torn in half
     srv = server_factory(data_dir=data).start()
     url = f"{srv.base}torn"
-    assert _read_all(url) == expected
+    assert read_all(url) == expected
     r = httpx.post(url, headers={"Content-Type": "text/plain"}, content=b"after;")
     assert r.status_code == 204
-    assert _read_all(url) == expected + b"after;"
+    assert read_all(url) == expected + b"after;"
     srv.stop()
     srv = server_factory(data_dir=data).start()
-    assert _read_all(f"{srv.base}torn") == expected + b"after;"
+    assert read_all(f"{srv.base}torn") == expected + b"after;"

@@ -11,7 +11,6 @@ acknowledged effect.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import random
 import shutil
@@ -21,21 +20,11 @@ import uuid
 import httpx
 import pytest
 
+from conftest import read_all, stream_state
 from stream_server.engine.layout import Layout
 
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 BIN = {"Content-Type": "application/octet-stream"}
-
-
-def read_all(url: str) -> bytes:
-    out, offset = b"", "-1"
-    while True:
-        r = httpx.get(url, params={"offset": offset})
-        assert r.status_code == 200, (r.status_code, r.text)
-        out += r.content
-        offset = r.headers["stream-next-offset"]
-        if r.headers.get("stream-up-to-date") == "true":
-            return out
 
 
 @pytest.mark.parametrize("stage", ["segments", "fsync", "wal", "commit"])
@@ -108,17 +97,7 @@ def test_corrupt_record_is_refused_and_other_streams_served(server_factory, tmp_
 
 
 def snapshot(srv, paths) -> dict:
-    out = {}
-    for p in paths:
-        h = httpx.head(f"{srv.base}{p}")
-        body = read_all(f"{srv.base}{p}") if h.status_code == 200 else b""
-        out[p] = (
-            h.status_code,
-            h.headers.get("stream-next-offset"),
-            h.headers.get("stream-closed"),
-            hashlib.sha256(body).hexdigest(),
-        )
-    return out
+    return {p: stream_state(f"{srv.base}{p}") for p in paths}
 
 
 def test_five_restarts_change_nothing(server_factory, tmp_path):

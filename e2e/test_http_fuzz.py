@@ -10,7 +10,6 @@ FUZZ_EXAMPLES (default 250) sets the number of requests per run.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 
@@ -18,6 +17,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from conftest import stream_state
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "250"))
 STREAMS = {
@@ -99,25 +100,6 @@ def _raw_request(
     return int(head.split(b" ", 2)[1])
 
 
-def _state(srv, path: str):
-    h = httpx.head(f"{srv.base}{path}", timeout=10)
-    body = b""
-    if h.status_code == 200:
-        offset = "-1"
-        while True:
-            r = httpx.get(f"{srv.base}{path}", params={"offset": offset}, timeout=10)
-            body += r.content
-            offset = r.headers["stream-next-offset"]
-            if r.headers.get("stream-up-to-date"):
-                break
-    return (
-        h.status_code,
-        h.headers.get("stream-next-offset"),
-        h.headers.get("stream-closed"),
-        hashlib.sha256(body).hexdigest(),
-    )
-
-
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory):
     from conftest import ServerProcess
@@ -154,10 +136,17 @@ def test_fuzz_http_surface(fuzz_server, method, target, tail, query, headers, bo
     # Deleting a seeded stream is a legitimate 2xx: keep the fuzz on its targets.
     if method == "DELETE" and not tail.split("?", 1)[0]:
         method = "HEAD"
-    before = _state(fuzz_server, target)
+    before = stream_state(f"{fuzz_server.base}{target}")
     status = _raw_request(
         fuzz_server.port, method, f"/v1/stream/{target}{tail}{query}", headers, body
     )
     assert status < 500, (method, target + tail + query, headers, body, status)
     if 400 <= status < 500 or status == 0:
-        assert _state(fuzz_server, target) == before, (method, tail, query, headers, body, status)
+        assert stream_state(f"{fuzz_server.base}{target}") == before, (
+            method,
+            tail,
+            query,
+            headers,
+            body,
+            status,
+        )

@@ -12,6 +12,8 @@ import uuid
 import httpx
 import pytest
 
+from conftest import stream_state
+
 CT = {"Content-Type": "application/octet-stream"}
 
 
@@ -30,14 +32,7 @@ def fresh(shared_server):
         assert r.status_code == 200
 
         def snapshot():
-            head = httpx.head(url)
-            body = httpx.get(url, params={"offset": "-1"})
-            return (
-                head.status_code,
-                head.headers.get("stream-next-offset"),
-                head.headers.get("stream-closed"),
-                body.content,
-            )
+            return stream_state(url)
 
         return url, snapshot
 
