@@ -108,12 +108,6 @@ def server_factory(tmp_path):
         srv.stop()
 
 
-@pytest.fixture
-def server(server_factory) -> ServerProcess:
-    """One running server with a short long-poll timeout."""
-    return server_factory("--long-poll-timeout", "2", "--sse-reconnect-interval", "3").start()
-
-
 @pytest.fixture(scope="session")
 def shared_server(tmp_path_factory) -> ServerProcess:
     """One server for a whole session, for tests that each use their own streams."""

@@ -8,6 +8,7 @@ checkpoint.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -203,7 +204,9 @@ class StreamServerApp:
 
     async def metrics_endpoint(self, request: Request) -> Response:
         assert self.metrics is not None
-        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        # Scrape-time gauges stat the data directory: keep that off the event loop.
+        body = await asyncio.to_thread(self.metrics.exposition)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(self, request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok\n", headers={"cache-control": "no-store"})
@@ -215,7 +218,7 @@ class StreamServerApp:
             problems.append("recovery not finished")
         if self.store.failed:
             problems.append(f"storage failed closed: {self.store.failed}")
-        if not _writable(self.settings.data_dir):
+        if not await asyncio.to_thread(_writable, self.settings.data_dir):
             problems.append("data directory is not writable")
         body = {"ready": not problems, "problems": problems, "streams": len(self.store.streams)}
         return JSONResponse(
