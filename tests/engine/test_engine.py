@@ -235,3 +235,23 @@ def test_lmdb_map_full_grows_the_map(tmp_path):
     state, _ = e2.open()
     assert len(state.streams) == 399
     e2.close()
+
+
+def test_a_file_shorter_than_its_tail_recovers_to_the_last_whole_record(tmp_path):
+    e = Engine(tmp_path / "d")
+    e.open()
+    new_stream(e, "a", 1)
+    payloads = [bytes([65 + i % 26]) * 3000 for i in range(40)]  # crosses index granules
+    e.commit([Append(1, KIND_BYTES, payloads)])
+    e.close()
+    seg = Layout(tmp_path / "d").segment_path(1)
+    os.truncate(seg, seg.stat().st_size - 100)  # the last record loses its end
+    e2 = Engine(tmp_path / "d")
+    _, report = e2.open()
+    assert report.truncated_streams == 1
+    whole = b"".join(payloads[:-1])
+    assert e2.tails[1].unit == len(whole)
+    assert read_all(e2, 1, KIND_BYTES, 0, len(whole)) == whole
+    e2.commit([Append(1, KIND_BYTES, [b"after"])])  # and it takes appends at the new tail
+    assert read_all(e2, 1, KIND_BYTES, len(whole), len(whole) + 5) == b"after"
+    e2.close()

@@ -43,6 +43,7 @@ from stream_server.engine.metadata import (
     U64_BE,
     Metadata,
     StreamMeta,
+    delete_prefix,
     id_key,
     index_key,
     producer_key,
@@ -268,11 +269,10 @@ class Engine:
                 TAIL.pack(new_tail.file_len, new_tail.unit, new_tail.base),
                 db=self.meta.dbs[DB_TAILS],
             )
-            cur = txn.cursor(db=self.meta.dbs[DB_INDEX])
-            if cur.set_range(index_key(sid, good_unit + 1)):
-                while cur.key()[:8] == id_key(sid):
-                    if not cur.delete() or not cur.key():
-                        break
+            # Index entries past the recovered tail point at bytes that are gone.
+            delete_prefix(
+                txn, self.meta.dbs[DB_INDEX], id_key(sid), start=index_key(sid, good_unit + 1)
+            )
         report.truncated_streams += 1
         report.truncated_bytes += tail.file_len - good_pos
 

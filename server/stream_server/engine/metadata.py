@@ -126,9 +126,10 @@ class Metadata:
         self.env.close()
 
 
-def delete_prefix(txn: lmdb.Transaction, db, prefix: bytes) -> None:
+def delete_prefix(txn: lmdb.Transaction, db, prefix: bytes, start: bytes | None = None) -> None:
+    """Delete every key that starts with ``prefix`` (from ``start`` on, if given)."""
     cur = txn.cursor(db=db)
-    if not cur.set_range(prefix):
+    if not cur.set_range(start or prefix):
         return
     while cur.key().startswith(prefix):
         if not cur.delete():
