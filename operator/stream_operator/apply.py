@@ -17,6 +17,8 @@ from kubernetes.client.exceptions import ApiException
 from stream_operator import GROUP
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
+FIELD_MANAGER = "durable-streams-operator"
+MERGE_PATCH = "application/merge-patch+json"
 
 # kind -> (api class, read, create, patch) method names
 _TYPED = {
@@ -69,15 +71,12 @@ def apply(api_client: client.ApiClient, obj: dict[str, Any]) -> str:
     annotations = (live.get("metadata") or {}).get("annotations") or {}
     if annotations.get(APPLIED_HASH) == desired["metadata"]["annotations"][APPLIED_HASH]:
         return "unchanged"
-    patch = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
     if kind == "StatefulSet":
-        # Claim templates are immutable; volumes grow by patching the PVCs instead.
-        patch["spec"] = {
-            k: v
-            for k, v in patch["spec"].items()
-            if k not in ("volumeClaimTemplates", "selector", "serviceName", "podManagementPolicy")
-        }
-    _patch(api_client, kind, namespace, name, patch)
+        # These fields cannot change after creation; volumes grow by patching the PVCs.
+        for field in ("volumeClaimTemplates", "selector", "serviceName", "podManagementPolicy"):
+            if field in (live.get("spec") or {}):
+                desired["spec"][field] = live["spec"][field]
+    _patch(api_client, kind, namespace, name, desired)
     return "patched"
 
 
@@ -93,14 +92,20 @@ def _create(api_client: client.ApiClient, kind: str, namespace: str, body: dict[
 
 
 def _patch(api_client: client.ApiClient, kind: str, namespace: str, name: str, body: dict) -> None:
+    """Server-side apply, forced: fields the operator stops rendering are removed."""
+    options = {
+        "field_manager": FIELD_MANAGER,
+        "force": True,
+        "_content_type": "application/apply-patch+yaml",
+    }
     if kind in _CUSTOM:
         group, version, plural = _CUSTOM[kind]
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-            group, version, namespace, plural, name, body
+            group, version, namespace, plural, name, body, **options
         )
         return
     api_cls, noun = _TYPED[kind]
-    getattr(api_cls(api_client), f"patch_namespaced_{noun}")(name, namespace, body)
+    getattr(api_cls(api_client), f"patch_namespaced_{noun}")(name, namespace, body, **options)
 
 
 def instance_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -139,6 +144,7 @@ def expand_pvcs(
                 pvc["metadata"]["name"],
                 namespace,
                 {"spec": {"resources": {"requests": {"storage": size}}}},
+                _content_type=MERGE_PATCH,
             )
             grown.append(pvc["metadata"]["name"])
     return grown

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -27,6 +28,8 @@ from stream_operator.spec import quantity_bytes, refused_change, with_defaults
 from stream_operator.status import compute_status
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
+# How often the status is compared with what the StatefulSet reports (seconds).
+STATUS_INTERVAL = float(os.environ.get("DS_OPERATOR_STATUS_INTERVAL", "5"))
 _api: client.ApiClient | None = None
 
 
@@ -127,7 +130,7 @@ def _observed(name, namespace, spec, meta, status, sts, refused: str | None) -> 
     )
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=5.0, initial_delay=1.0, idle=0)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=STATUS_INTERVAL, initial_delay=1.0)
 def refresh_status(
     name: str,
     namespace: str,

@@ -1,0 +1,409 @@
+"""A Kubernetes API server for tests: kmock's emulator, made to behave like the real one.
+
+kmock keeps objects in memory and serves list, watch, create, patch and
+delete over real HTTP, but stamps nothing and validates nothing. The
+operator's correctness depends on exactly those details, so ``ApiServer``
+adds them, the way kube-apiserver does them:
+
+- ``uid``, ``creationTimestamp``, a global ``resourceVersion`` on every
+  write, ``generation`` bumped only when something outside metadata and
+  status changes, no-op patches that change nothing (no event, no bump);
+- the status subresource: a patch to ``/status`` changes only the status,
+  any other patch leaves the status alone;
+- merge patch, JSON patch (a failed ``test`` op is 422, as kopf expects) and
+  server-side apply (the applier's top-level fields replace the live ones);
+- custom resources validated against their CRD's OpenAPI schema (422), and a
+  CRD created through the API becomes a served resource;
+- lists honour equality label selectors and return the real resourceVersion;
+  watches resume from a resourceVersion instead of replaying everything;
+- deletion waits for finalizers, then garbage-collects the objects that name
+  the deleted one as their owner (background propagation).
+
+What it still does not do: CEL rules, defaulting from the schema, admission,
+and any controller (no pods appear; tests play the controllers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonpatch
+import jsonpointer
+import jsonschema
+import kmock
+import yaml
+from kmock._internal import dicts, enums, rendering
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD_FILE = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
+
+# The group/version/plural of the kinds tests touch, for URL building.
+KINDS: dict[str, tuple[str, str, str]] = {
+    "ConfigMap": ("", "v1", "configmaps"),
+    "Service": ("", "v1", "services"),
+    "Event": ("", "v1", "events"),
+    "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
+    "Pod": ("", "v1", "pods"),
+    "StatefulSet": ("apps", "v1", "statefulsets"),
+    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "CustomResourceDefinition": ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+    "DurableStream": ("streams.pyds.dev", "v1alpha1", "durablestreams"),
+    "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
+    "ScheduledSparkApplication": ("sparkoperator.k8s.io", "v1beta2", "scheduledsparkapplications"),
+}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _body(obj: dict[str, Any]) -> dict[str, Any]:
+    """What counts for ``generation``: everything but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def _labels_match(obj: dict[str, Any], selector: str | None) -> bool:
+    if not selector:
+        return True
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in selector.split(","):
+        key, _, value = term.partition("=")
+        if labels.get(key.strip()) != value.lstrip("=").strip():
+            return False
+    return True
+
+
+class ApiServer(kmock.KubernetesEmulator):
+    """kmock's emulator with the API server behaviour listed in the module docstring."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self._rv = 0
+        self._schemas: dict[Any, dict[str, Any]] = {}
+        self._status_subresource: set[Any] = set()
+        self.resources.load_bundled()
+        for res, info in list(self.resources.items()):
+            if "status" in info.subresources:
+                self._status_subresource.add(res)
+
+    # -- resources -----------------------------------------------------------------------
+
+    def install_crd(self, crd: dict[str, Any]) -> None:
+        """Serve a CRD's resource (discovery, schema validation, status subresource)."""
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if not version.get("served", True):
+                continue
+            res = kmock.resource(spec["group"], version["name"], spec["names"]["plural"])
+            subresources = set((version.get("subresources") or {}).keys())
+            self.resources[res] = kmock.ResourceInfo(
+                kind=spec["names"]["kind"],
+                singular=spec["names"].get("singular"),
+                namespaced=spec["scope"] == "Namespaced",
+                shortnames=spec["names"].get("shortNames", []),
+                verbs=["create", "delete", "get", "list", "patch", "update", "watch"],
+                subresources=subresources,
+            )
+            if "status" in subresources:
+                self._status_subresource.add(res)
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if schema:
+                self._schemas[res] = schema
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _validate(self, resource: Any, obj: dict[str, Any]) -> None:
+        schema = self._schemas.get(resource)
+        if schema is None:
+            return
+        try:
+            jsonschema.validate(_body(obj) | {"status": obj.get("status") or {}}, _strip(schema))
+        except jsonschema.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.absolute_path) or "<root>"
+            raise kmock.KubernetesError(422, "Invalid", f"{where}: {exc.message}") from None
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        if request.resource is None or request.action not in (
+            enums.action.CREATE,
+            enums.action.UPDATE,
+            enums.action.DELETE,
+        ):
+            return await kmock.KubernetesScaffold._handle(self, request)
+        async with self._lock:
+            if request.action == enums.action.CREATE:
+                await self._create(request)
+            elif request.action == enums.action.UPDATE and request.name is not None:
+                await self._update(request)
+            elif request.action == enums.action.DELETE and request.name is not None:
+                await self._delete(request)
+        return await kmock.KubernetesScaffold._handle(self, request)
+
+    async def _create(self, request: rendering.Request) -> None:
+        obj = copy.deepcopy(request.data or {})
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        namespace = request.namespace or meta.get("namespace")
+        key = (request.resource, namespace, meta.get("name"))
+        if key in self._objects and not self._objects[key].deleted:
+            raise kmock.KubernetesError(409, "AlreadyExists", f"{meta.get('name')} already exists")
+        if not meta.get("name"):
+            raise kmock.KubernetesError(422, "Invalid", "metadata.name: Required value")
+        if namespace:
+            meta["namespace"] = namespace
+        if request.resource in self._status_subresource:
+            obj.pop("status", None)
+        self._validate(request.resource, obj)
+        meta.update(
+            uid=str(uuid.uuid4()),
+            creationTimestamp=_now(),
+            resourceVersion=self._next_rv(),
+            generation=1,
+        )
+        self._store(key, obj)
+        if request.resource.plural == "customresourcedefinitions":
+            self.install_crd(obj)
+        await self._buses[request.resource].put({"type": "ADDED", "object": obj})
+
+    async def _update(self, request: rendering.Request) -> None:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self._objects or self._objects[key].deleted:
+            raise kmock.KubernetesObjectNotFoundError()
+        old = copy.deepcopy(self._objects[key].raw)
+        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
+        new = _patched(old, request.data, ctype)
+        if request.subresource == "status":
+            new = {**old, "status": new.get("status")}
+        elif request.resource in self._status_subresource:
+            new = {k: v for k, v in new.items() if k != "status"}
+            if "status" in old:
+                new["status"] = old["status"]
+        for field in ("uid", "creationTimestamp", "name", "namespace", "generation"):
+            if field in old["metadata"]:
+                new.setdefault("metadata", {})[field] = old["metadata"][field]
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return  # a no-op write: no new version, no event
+        self._validate(request.resource, new)
+        if _body(new) != _body(old):
+            new["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._store(key, new)
+        await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            await self._remove(key)
+
+    async def _delete(self, request: rendering.Request) -> None:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self._objects or self._objects[key].deleted:
+            raise kmock.KubernetesObjectNotFoundError()
+        obj = copy.deepcopy(self._objects[key].raw)
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        if meta.get("finalizers"):
+            meta["deletionTimestamp"] = _now()
+            meta["resourceVersion"] = self._next_rv()
+            self._store(key, obj)
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": obj})
+            return
+        await self._remove(key)
+
+    async def _remove(self, key: tuple) -> None:
+        """Delete for good, then collect the dependents (background cascading deletion)."""
+        obj = self._objects[key].raw
+        self._objects[key].delete()
+        await self._buses[key[0]].put({"type": "DELETED", "object": obj})
+        uid = obj["metadata"].get("uid")
+        for other_key, other in list(self._objects.items()):
+            if other.deleted:
+                continue
+            owners = (other.raw.get("metadata") or {}).get("ownerReferences") or []
+            if any(ref.get("uid") == uid for ref in owners):
+                await self._remove(other_key)
+
+    def _store(self, key: tuple, obj: dict[str, Any]) -> None:
+        if key in self._objects:
+            self._objects[key].create(obj)  # appends a version to the object's history
+        else:
+            self._objects[key] = obj
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _matching(self, request: rendering.Request) -> list[dict[str, Any]]:
+        selector = request.params.get("labelSelector")
+        out = []
+        for (res, namespace, _name), obj in self._objects.items():
+            if res != request.resource or obj.deleted:
+                continue
+            if request.namespace is not None and namespace != request.namespace:
+                continue
+            if request.name is not None and _name != request.name:
+                continue
+            if _labels_match(obj.raw, selector):
+                out.append(obj.raw)
+        return out
+
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        if request.resource not in self._get_resources():
+            raise kmock.KubernetesResourceNotFoundError()
+        async with self._lock:
+            return {"metadata": {"resourceVersion": str(self._rv)}, "items": self._matching(request)}
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        yield b""
+        try:
+            since = int(request.params.get("resourceVersion") or 0)
+        except ValueError:
+            since = 0
+        selector = request.params.get("labelSelector")
+        async with self._lock:
+            replay = [
+                {"type": "ADDED", "object": obj}
+                for obj in self._matching(request)
+                if int(obj["metadata"]["resourceVersion"]) > since
+            ]
+        for event in replay:
+            yield event
+        async for event in self._buses[request.resource]:
+            obj = event.get("object") or {}
+            meta = obj.get("metadata") or {}
+            if request.namespace is not None and meta.get("namespace") != request.namespace:
+                continue
+            if request.name is not None and meta.get("name") != request.name:
+                continue
+            if _labels_match(obj, selector):
+                yield event
+
+
+def _patched(old: dict[str, Any], data: Any, content_type: str) -> dict[str, Any]:
+    if content_type == "application/json-patch+json" or isinstance(data, list):
+        try:
+            return jsonpatch.apply_patch(old, data or [], in_place=False)
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+            raise kmock.KubernetesError(422, "Invalid", f"the JSON patch failed: {exc}") from None
+    if content_type == "application/apply-patch+yaml":
+        # Server-side apply with one field manager: its top-level fields win whole.
+        new = {**old, **{k: v for k, v in (data or {}).items() if k != "metadata"}}
+        meta = dict(old.get("metadata") or {})
+        for key, value in ((data or {}).get("metadata") or {}).items():
+            if isinstance(value, dict):
+                meta[key] = {**(meta.get(key) or {}), **value}
+            else:
+                meta[key] = value
+        new["metadata"] = meta
+        return new
+    try:
+        return dict(dicts.merge_patch_dict(old, data or {}))
+    except ValueError as exc:
+        raise kmock.KubernetesError(422, "Invalid", str(exc)) from None
+
+
+def _strip(schema: Any) -> Any:
+    """An OpenAPI v3 schema as plain JSON Schema (drop the x-kubernetes-* extensions)."""
+    if isinstance(schema, dict):
+        out = {k: _strip(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+        if schema.get("x-kubernetes-preserve-unknown-fields") or schema.get(
+            "x-kubernetes-int-or-string"
+        ):
+            out.pop("type", None)
+        return out
+    if isinstance(schema, list):
+        return [_strip(v) for v in schema]
+    return schema
+
+
+# -- running it ----------------------------------------------------------------------------
+
+
+class Cluster:
+    """A running ``ApiServer`` on a real port (in its own thread) and a REST client for it."""
+
+    def __init__(self) -> None:
+        self.api = ApiServer()
+        self.url = ""
+        self.http: httpx.Client | None = None
+
+    @staticmethod
+    def path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
+        group, version, plural = KINDS[kind]
+        base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+        if namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{plural}"
+        return f"{base}/{name}" if name else base
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        r = self.http.get(self.path(kind, namespace, name))
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        return r.json()
+
+    def list(self, kind: str, namespace: str | None = None, selector: str = "") -> list[dict]:
+        params = {"labelSelector": selector} if selector else {}
+        r = self.http.get(self.path(kind, namespace), params=params)
+        if r.status_code == 404:
+            return []
+        r.raise_for_status()
+        return r.json()["items"]
+
+    def create(self, obj: dict[str, Any]) -> httpx.Response:
+        namespace = obj["metadata"].get("namespace")
+        return self.http.post(self.path(obj["kind"], namespace), json=obj)
+
+    def patch(
+        self, kind: str, namespace: str | None, name: str, body: Any, *, status: bool = False
+    ) -> httpx.Response:
+        url = self.path(kind, namespace, name) + ("/status" if status else "")
+        headers = {"Content-Type": "application/merge-patch+json"}
+        return self.http.patch(url, json=body, headers=headers)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> httpx.Response:
+        return self.http.delete(self.path(kind, namespace, name))
+
+    def install_crd_file(self, path: Path) -> None:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                self.create(doc).raise_for_status()
+
+
+@contextmanager
+def cluster() -> Iterator[Cluster]:
+    """An API server with the DurableStream CRD installed, for the length of the block."""
+    c = Cluster()
+    started = threading.Event()
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    async def serve() -> None:
+        async with c.api, kmock.Server(c.api) as server:
+            c.url = str(server.url).rstrip("/")
+            started.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise RuntimeError("the emulated API server did not start")
+    c.http = httpx.Client(base_url=c.url, timeout=10)
+    try:
+        c.install_crd_file(CRD_FILE)
+        yield c
+    finally:
+        c.http.close()
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)

@@ -1,0 +1,80 @@
+"""Run the real kopf operator, with its real handlers, against a ``testkit.kube.Cluster``.
+
+kopf runs in its own thread and event loop (on stop it cancels tasks it did
+not create, so it must not share pytest's loop); the handlers' kubernetes
+client is pointed at the same API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+from testkit.kube import Cluster
+
+# Status refreshes every second in tests instead of every five.
+os.environ.setdefault("DS_OPERATOR_STATUS_INTERVAL", "1")
+
+_server_url: list[str] = [""]
+_login_registered = False
+
+
+def _registry() -> kopf.OperatorRegistry:
+    global _login_registered
+    import stream_operator.handlers  # noqa: F401  (registers the handlers)
+
+    registry = kopf.get_default_registry()
+    if not _login_registered:
+
+        @kopf.on.login(registry=registry)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=_server_url[0], insecure=True)
+
+        _login_registered = True
+    return registry
+
+
+@contextmanager
+def running_operator(cluster: Cluster) -> Iterator[None]:
+    """The operator, cluster-wide (kmock cannot parse ``/api/v1/namespaces``, which kopf
+    lists when given namespaces), for the length of the block."""
+    from stream_operator import handlers
+
+    registry = _registry()
+    _server_url[0] = cluster.url
+    handlers.use_api_client(client.ApiClient(client.Configuration(host=cluster.url)))
+    stop, ready = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(
+                kopf.operator(
+                    registry=registry,
+                    standalone=True,
+                    clusterwide=True,
+                    stop_flag=stop,
+                    ready_flag=ready,
+                )
+            )
+        except BaseException as exc:  # reported to the test below
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True, name="kopf")
+    thread.start()
+    try:
+        if not ready.wait(15):
+            raise RuntimeError(f"the operator did not start: {failure}")
+        yield
+    finally:
+        stop.set()
+        thread.join(20)
+    if failure:
+        raise failure[0]
