@@ -152,10 +152,12 @@ class ApiServer(kmock.KubernetesEmulator):
         return await kmock.KubernetesScaffold._handle(self, request)
 
     async def _create(self, request: rendering.Request) -> None:
+        sent = (request.data or {}).get("metadata") or {}
+        if not sent.get("name") and sent.get("generateName"):
+            # Named in the request itself, so that kmock's response finds the new object.
+            sent["name"] = sent["generateName"] + uuid.uuid4().hex[:5]
         obj = copy.deepcopy(request.data or {})
         meta = obj.setdefault("metadata", {})
-        if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         namespace = request.namespace or meta.get("namespace")
         key = (request.resource, namespace, meta.get("name"))
         if key in self._objects and not self._objects[key].deleted:
@@ -261,7 +263,10 @@ class ApiServer(kmock.KubernetesEmulator):
         if request.resource not in self._get_resources():
             raise kmock.KubernetesResourceNotFoundError()
         async with self._lock:
-            return {"metadata": {"resourceVersion": str(self._rv)}, "items": self._matching(request)}
+            return {
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": self._matching(request),
+            }
 
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
         yield b""

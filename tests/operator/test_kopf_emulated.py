@@ -121,3 +121,176 @@ def test_create_renders_every_object_with_owner_references(kube: Cluster):
     assert st["observedGeneration"] == 1
     events = [e for e in kube.list("Event", NS) if e["involvedObject"]["name"] == "events"]
     assert any(e["reason"] == "Created" for e in events), events
+
+
+def _ready(kube: Cluster, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Create a DurableStream, play its controller, wait until the operator says Ready."""
+    kube.create(durable_stream(name, spec)).raise_for_status()
+    wait_for(lambda: kube.get("StatefulSet", NS, name), message="StatefulSet")
+    play_statefulset_controller(kube, name)
+    wait_for(lambda: status_of(kube, name).get("phase") == "Ready", message="Ready")
+    return kube.get("StatefulSet", NS, name)
+
+
+def test_update_image_and_replicas_rolls_the_statefulset(kube: Cluster):
+    before = _ready(kube, "events")
+    kube.patch(KIND, NS, "events", {"spec": {"image": "durable-streams-py:0.2.0", "replicas": 3}})
+    after = wait_for(
+        lambda: (s := kube.get("StatefulSet", NS, "events"))["spec"]["replicas"] == 3 and s,
+        message="replicas 3",
+    )
+    container = after["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "durable-streams-py:0.2.0"
+    hash_key = "streams.pyds.dev/config-hash"
+    old_hash = before["spec"]["template"]["metadata"]["annotations"][hash_key]
+    assert after["spec"]["template"]["metadata"]["annotations"][hash_key] != old_hash
+    # The rollout has not been reported yet: the status says it is progressing.
+    wait_for(
+        lambda: condition(kube, "events", "Progressing").get("status") == "True",
+        message="Progressing",
+    )
+    assert status_of(kube, "events")["phase"] == "Progressing"
+    play_statefulset_controller(kube, "events")
+    wait_for(lambda: status_of(kube, "events").get("phase") == "Ready", message="Ready again")
+    assert status_of(kube, "events")["observedGeneration"] == 2
+
+
+def test_a_server_setting_changes_the_configmap_and_rolls_the_pods(kube: Cluster):
+    before = _ready(kube, "events")
+    kube.patch(KIND, NS, "events", {"spec": {"server": {"longPollTimeoutSeconds": 5}}})
+    wait_for(
+        lambda: kube.get("ConfigMap", NS, "events-config")["data"]["DS_LONG_POLL_TIMEOUT"] == "5",
+        message="the new setting in the ConfigMap",
+    )
+    after = kube.get("StatefulSet", NS, "events")
+    key = "streams.pyds.dev/config-hash"
+    assert (
+        after["spec"]["template"]["metadata"]["annotations"][key]
+        != before["spec"]["template"]["metadata"]["annotations"][key]
+    )
+
+
+def test_storage_growth_expands_every_pvc(kube: Cluster):
+    _ready(kube, "events", {"replicas": 2, "storage": {"size": "1Gi"}})
+    kube.patch(KIND, NS, "events", {"spec": {"storage": {"size": "5Gi"}}})
+
+    def sizes() -> list[str]:
+        return [
+            kube.get("PersistentVolumeClaim", NS, f"data-events-{i}")["spec"]["resources"][
+                "requests"
+            ]["storage"]
+            for i in range(2)
+        ]
+
+    wait_for(lambda: sizes() == ["5Gi", "5Gi"], message="both PVCs at 5Gi")
+    # The claim template cannot change on a live StatefulSet: it is left as it was.
+    sts = kube.get("StatefulSet", NS, "events")
+    template = sts["spec"]["volumeClaimTemplates"][0]
+    assert template["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    events = [e for e in kube.list("Event", NS) if e["involvedObject"]["name"] == "events"]
+    assert any(e["reason"] == "Expanding" for e in events)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason_part"),
+    [
+        ({"storage": {"size": "1Gi"}}, "cannot shrink"),
+        ({"storage": {"storageClassName": "slow"}}, "storageClassName cannot change"),
+    ],
+)
+def test_a_change_that_cannot_be_carried_out_is_refused_whole(kube: Cluster, change, reason_part):
+    before = _ready(kube, "events", {"storage": {"size": "2Gi"}, "image": "img:1"})
+    # The refused change comes with a harmless one: neither is applied (never half-applied).
+    kube.patch(KIND, NS, "events", {"spec": {**change, "image": "img:2"}})
+    wait_for(
+        lambda: condition(kube, "events", "Accepted").get("status") == "False",
+        message="Accepted=False",
+    )
+    accepted = condition(kube, "events", "Accepted")
+    assert accepted["reason"] == "ChangeRefused" and reason_part in accepted["message"]
+    assert status_of(kube, "events")["phase"] == "Degraded"
+    sts = kube.get("StatefulSet", NS, "events")
+    assert sts["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert sts["spec"]["template"]["spec"]["containers"][0]["image"] == "img:1"
+    pvc = kube.get("PersistentVolumeClaim", NS, "data-events-0")
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    events = [e for e in kube.list("Event", NS) if e["involvedObject"]["name"] == "events"]
+    assert any(e["reason"] == "ChangeRefused" for e in events)
+    # Undoing the refused part lets the rest through.
+    undo = {"storage": {"size": "2Gi", "storageClassName": None}, "image": "img:2"}
+    kube.patch(KIND, NS, "events", {"spec": undo})
+    wait_for(
+        lambda: (
+            kube.get("StatefulSet", NS, "events")["spec"]["template"]["spec"]["containers"][0][
+                "image"
+            ]
+            == "img:2"
+        ),
+        message="the harmless change applied after the undo",
+    )
+    wait_for(
+        lambda: condition(kube, "events", "Accepted").get("status") == "True",
+        message="Accepted=True",
+    )
+
+
+def test_degraded_when_a_pod_is_not_ready_and_recovers(kube: Cluster):
+    _ready(kube, "events", {"replicas": 3})
+    play_statefulset_controller(kube, "events", ready=2)
+    wait_for(lambda: status_of(kube, "events").get("phase") == "Degraded", message="Degraded")
+    degraded = condition(kube, "events", "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "PodsNotReady"
+    assert status_of(kube, "events")["readyReplicas"] == 2
+    play_statefulset_controller(kube, "events")
+    wait_for(lambda: status_of(kube, "events").get("phase") == "Ready", message="Ready")
+    assert condition(kube, "events", "Degraded")["status"] == "False"
+
+
+@pytest.mark.parametrize("retention", ["Retain", "Delete"])
+def test_delete_follows_the_pvc_retention(kube: Cluster, retention: str):
+    _ready(kube, "events", {"replicas": 2, "storage": {"pvcRetention": retention}})
+    assert kube.get(KIND, NS, "events")["metadata"]["finalizers"]
+    kube.delete(KIND, NS, "events").raise_for_status()
+    wait_for(lambda: kube.get(KIND, NS, "events") is None, message="the DurableStream gone")
+    # Owned objects go by garbage collection (owner references).
+    assert kube.get("StatefulSet", NS, "events") is None
+    assert kube.get("ConfigMap", NS, "events-config") is None
+    pvcs = {p["metadata"]["name"] for p in kube.list("PersistentVolumeClaim", NS)}
+    if retention == "Retain":
+        assert pvcs == {"data-events-0", "data-events-1"}
+    else:
+        assert pvcs == set()
+
+
+def test_operator_restart_touches_nothing_that_is_already_right():
+    with cluster() as kube:
+        with running_operator(kube):
+            _ready(kube, "events", {"replicas": 2})
+            time.sleep(1.5)  # let the status timer settle
+        owned = [
+            ("ConfigMap", "events-config"),
+            ("Service", "events"),
+            ("Service", "events-headless"),
+            ("PodDisruptionBudget", "events"),
+            ("StatefulSet", "events"),
+            ("PersistentVolumeClaim", "data-events-0"),
+        ]
+        versions = {k: kube.get(*k[:1], NS, k[1])["metadata"]["resourceVersion"] for k in owned}
+        ds_version = kube.get(KIND, NS, "events")["metadata"]["resourceVersion"]
+        with running_operator(kube):
+            time.sleep(4)  # resume handlers and several status timer ticks
+            after = {k: kube.get(*k[:1], NS, k[1])["metadata"]["resourceVersion"] for k in owned}
+            assert after == versions
+            assert kube.get(KIND, NS, "events")["metadata"]["resourceVersion"] == ds_version
+            created = [
+                e
+                for e in kube.list("Event", NS)
+                if e["reason"] == "Created" and e["involvedObject"]["name"] == "events"
+            ]
+            assert len(created) == 5  # from the first run only
+            # And it is still watching: a change made now is carried out.
+            kube.patch(KIND, NS, "events", {"spec": {"replicas": 3}})
+            wait_for(
+                lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 3,
+                message="replicas 3 after the restart",
+            )
