@@ -1,0 +1,111 @@
+"""End to end on an emulated cluster: operator -> StatefulSet -> real server processes.
+
+The test plays the kubelet (testkit.kubelet): the StatefulSet the operator
+renders becomes real ``stream_server`` processes with the rendered args and
+ConfigMap env, one data directory per PVC. Real HTTP traffic goes through
+them; the DurableStream's status must follow what they really do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from stream_operator import GROUP, KIND, VERSION
+from testkit.kube import Cluster, cluster
+from testkit.kubelet import Kubelet
+from testkit.operator import running_operator
+
+NS = "default"
+
+
+def wait_for(what: Callable[[], Any], *, timeout: float = 45.0, message: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        time.sleep(0.1)
+
+
+def status(kube: Cluster) -> dict[str, Any]:
+    return (kube.get(KIND, NS, "events") or {}).get("status") or {}
+
+
+def phase_is(kube: Cluster, phase: str, ready: int) -> bool:
+    st = status(kube)
+    return st.get("phase") == phase and st.get("readyReplicas") == ready
+
+
+def test_status_follows_real_server_pods(tmp_path: Path):
+    spec = {"replicas": 2, "server": {"maxBodyBytes": 1024, "logFormat": "plain"}}
+    with (
+        cluster() as kube,
+        running_operator(kube),
+        Kubelet(kube, NS, "events", tmp_path, restart_delay=3.0) as kubelet,
+    ):
+        kube.create(
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "metadata": {"name": "events", "namespace": NS},
+                "spec": spec,
+            }
+        ).raise_for_status()
+        wait_for(lambda: phase_is(kube, "Ready", 2), message="Ready with 2 servers")
+        assert status(kube)["endpoint"] == "http://events.default.svc:4437/v1/stream/"
+        assert {c["type"]: c["status"] for c in status(kube)["conditions"]} == {
+            "Ready": "True",
+            "Progressing": "False",
+            "Degraded": "False",
+            "Accepted": "True",
+        }
+
+        # Real traffic through every pod; the spec's body limit reached the servers.
+        pods = {p.ordinal: p for p in kubelet.ready_pods()}
+        for pod in pods.values():
+            url = f"{pod.url}/v1/stream/orders"
+            assert httpx.put(url, headers={"Content-Type": "text/plain"}).status_code == 201
+            assert httpx.post(
+                url, content=b"first", headers={"Content-Type": "text/plain"}
+            ).is_success
+            too_big = httpx.post(url, content=b"x" * 2000, headers={"Content-Type": "text/plain"})
+            assert too_big.status_code == 413
+            assert httpx.get(url, params={"offset": "-1"}).content == b"first"
+
+        # A pod dies: the status degrades, then recovers when its replacement is ready,
+        # and the replacement finds what was acknowledged on its volume.
+        kubelet.delete_pod(1)
+        wait_for(lambda: phase_is(kube, "Degraded", 1), message="Degraded with 1 server")
+        degraded = {c["type"]: c for c in status(kube)["conditions"]}["Degraded"]
+        assert degraded["status"] == "True" and degraded["reason"] == "PodsNotReady"
+        wait_for(lambda: phase_is(kube, "Ready", 2), message="Ready again")
+        pod1 = {p.ordinal: p for p in kubelet.ready_pods()}[1]
+        assert pod1.port != pods[1].port  # a new process
+        assert httpx.get(f"{pod1.url}/v1/stream/orders", params={"offset": "-1"}).content == (
+            b"first"
+        )
+
+        # A setting change rolls the pods one by one; the new limit is in force after.
+        kube.patch(KIND, NS, "events", {"spec": {"server": {"maxBodyBytes": 4096}}})
+        wait_for(lambda: status(kube).get("phase") == "Progressing", message="Progressing")
+        wait_for(
+            lambda: phase_is(kube, "Ready", 2) and status(kube).get("observedGeneration") == 2,
+            message="Ready after the rollout",
+        )
+        for pod in kubelet.ready_pods():
+            url = f"{pod.url}/v1/stream/orders"
+            ok = httpx.post(url, content=b"y" * 2000, headers={"Content-Type": "text/plain"})
+            assert ok.is_success, ok.text
+            assert httpx.get(url, params={"offset": "-1"}).content == b"first" + b"y" * 2000
+
+        # Deleting the DurableStream takes the pods away (their StatefulSet is collected).
+        kube.delete(KIND, NS, "events").raise_for_status()
+        wait_for(lambda: not kubelet.pods, message="the pods gone")
+        assert kube.get("StatefulSet", NS, "events") is None
