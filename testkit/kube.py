@@ -128,7 +128,9 @@ class ApiServer(kmock.KubernetesEmulator):
         if schema is None:
             return
         try:
-            jsonschema.validate(_body(obj) | {"status": obj.get("status") or {}}, _strip(schema))
+            jsonschema.validate(
+                _body(obj) | {"status": obj.get("status") or {}}, openapi_as_jsonschema(schema)
+            )
         except jsonschema.ValidationError as exc:
             where = ".".join(str(p) for p in exc.absolute_path) or "<root>"
             raise kmock.KubernetesError(422, "Invalid", f"{where}: {exc.message}") from None
@@ -317,17 +319,21 @@ def _patched(old: dict[str, Any], data: Any, content_type: str) -> dict[str, Any
         raise kmock.KubernetesError(422, "Invalid", str(exc)) from None
 
 
-def _strip(schema: Any) -> Any:
+def openapi_as_jsonschema(schema: Any) -> Any:
     """An OpenAPI v3 schema as plain JSON Schema (drop the x-kubernetes-* extensions)."""
     if isinstance(schema, dict):
-        out = {k: _strip(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+        out = {
+            k: openapi_as_jsonschema(v)
+            for k, v in schema.items()
+            if not k.startswith("x-kubernetes-")
+        }
         if schema.get("x-kubernetes-preserve-unknown-fields") or schema.get(
             "x-kubernetes-int-or-string"
         ):
             out.pop("type", None)
         return out
     if isinstance(schema, list):
-        return [_strip(v) for v in schema]
+        return [openapi_as_jsonschema(v) for v in schema]
     return schema
 
 

@@ -11,6 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
+from testkit.kube import openapi_as_jsonschema
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "durable-streams"
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -50,20 +52,8 @@ def crd_schema() -> dict:
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def _strip_k8s_extensions(schema):
-    if isinstance(schema, dict):
-        return {
-            k: _strip_k8s_extensions(v)
-            for k, v in schema.items()
-            if not k.startswith("x-kubernetes")
-        }
-    if isinstance(schema, list):
-        return [_strip_k8s_extensions(v) for v in schema]
-    return schema
-
-
 def validate_cr(obj: dict) -> None:
-    jsonschema.validate(obj, _strip_k8s_extensions(crd_schema()))
+    jsonschema.validate(obj, openapi_as_jsonschema(crd_schema()))
 
 
 def test_helm_lint(helm):
