@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
+import json
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -45,6 +46,8 @@ from kmock._internal import dicts, enums, rendering
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
+# The published openAPIV3Schema of the Spark Operator's CRD (see tests/spark/crds/README.md).
+SPARK_CRD_SCHEMA = ROOT / "tests" / "spark" / "crds" / "scheduledsparkapplications.json"
 
 # The group/version/plural of the kinds tests touch, for URL building.
 KINDS: dict[str, tuple[str, str, str]] = {
@@ -128,9 +131,7 @@ class ApiServer(kmock.KubernetesEmulator):
         if schema is None:
             return
         try:
-            jsonschema.validate(
-                _body(obj) | {"status": obj.get("status") or {}}, openapi_as_jsonschema(schema)
-            )
+            jsonschema.validate(obj, openapi_as_jsonschema(schema))
         except jsonschema.ValidationError as exc:
             where = ".".join(str(p) for p in exc.absolute_path) or "<root>"
             raise kmock.KubernetesError(422, "Invalid", f"{where}: {exc.message}") from None
@@ -385,6 +386,35 @@ class Cluster:
 
     def delete(self, kind: str, namespace: str | None, name: str) -> httpx.Response:
         return self.http.delete(self.path(kind, namespace, name))
+
+    def install_spark_operator_crd(self) -> None:
+        """The Spark Operator's ScheduledSparkApplication CRD, with its published schema."""
+        published = json.loads(SPARK_CRD_SCHEMA.read_text())
+        self.create(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": "scheduledsparkapplications.sparkoperator.k8s.io"},
+                "spec": {
+                    "group": "sparkoperator.k8s.io",
+                    "scope": "Namespaced",
+                    "names": {
+                        "kind": "ScheduledSparkApplication",
+                        "plural": "scheduledsparkapplications",
+                        "singular": "scheduledsparkapplication",
+                    },
+                    "versions": [
+                        {
+                            "name": "v1beta2",
+                            "served": True,
+                            "storage": True,
+                            "subresources": {"status": {}},
+                            "schema": {"openAPIV3Schema": published["openAPIV3Schema"]},
+                        }
+                    ],
+                },
+            }
+        ).raise_for_status()
 
     def install_crd_file(self, path: Path) -> None:
         for doc in yaml.safe_load_all(path.read_text()):

@@ -27,7 +27,10 @@ _TYPED = {
     "StatefulSet": (client.AppsV1Api, "stateful_set"),
     "PodDisruptionBudget": (client.PolicyV1Api, "pod_disruption_budget"),
 }
-_CUSTOM = {"ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors")}
+_CUSTOM = {
+    "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
+    "ScheduledSparkApplication": ("sparkoperator.k8s.io", "v1beta2", "scheduledsparkapplications"),
+}
 
 
 def object_hash(obj: dict[str, Any]) -> str:
@@ -163,13 +166,39 @@ def delete_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> list
     return deleted
 
 
-def servicemonitor_crd_exists(api_client: client.ApiClient) -> bool:
+def crd_exists(api_client: client.ApiClient, kind: str) -> bool:
+    """Whether the cluster serves ``kind`` (one of the custom kinds the operator may create)."""
+    group, _, plural = _CUSTOM[kind]
     try:
-        client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
-            "servicemonitors.monitoring.coreos.com"
-        )
+        client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{plural}.{group}")
         return True
     except ApiException as exc:
         if exc.status in (403, 404):
             return False
         raise
+
+
+def prune(
+    api_client: client.ApiClient, kind: str, namespace: str, selector: dict[str, str], keep: set
+) -> list[str]:
+    """Delete the ``kind`` objects matching ``selector`` whose names are not in ``keep``."""
+    group, version, plural = _CUSTOM[kind]
+    api = client.CustomObjectsApi(api_client)
+    label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    items = api.list_namespaced_custom_object(
+        group, version, namespace, plural, label_selector=label_selector
+    )["items"]
+    deleted = []
+    for obj in items:
+        labels = obj["metadata"].get("labels") or {}
+        name = obj["metadata"]["name"]
+        # Filter again: not every API server (or emulator) honours label selectors.
+        if name in keep or any(labels.get(k) != v for k, v in selector.items()):
+            continue
+        try:
+            api.delete_namespaced_custom_object(group, version, namespace, plural, name)
+            deleted.append(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return deleted

@@ -18,14 +18,16 @@ from kubernetes import client, config
 from stream_operator import GROUP, PLURAL, VERSION
 from stream_operator.apply import (
     apply,
+    crd_exists,
     delete_pvcs,
     expand_pvcs,
+    prune,
     read,
-    servicemonitor_crd_exists,
 )
 from stream_operator.render import desired_objects, endpoint
 from stream_operator.spec import quantity_bytes, refused_change, with_defaults
-from stream_operator.status import compute_status
+from stream_operator.status import compute_status, condition
+from stream_spark.k8s import AnalyticsError, render_scheduled_applications
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
 # How often the status is compared with what the StatefulSet reports (seconds).
@@ -90,24 +92,20 @@ def reconcile(
     if refused:
         kopf.warn(body, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
-        patch.status.update(_observed(name, namespace, spec, meta, status, sts, refused))
+        patch.status.update(
+            _observed(name, namespace, spec, meta, status, sts, refused, _analytics_of(status))
+        )
         return
     full = with_defaults(dict(spec))
     objs = desired_objects(
-        name, namespace, uid, dict(spec), servicemonitor_crd=servicemonitor_crd_exists(ac)
+        name, namespace, uid, dict(spec), servicemonitor_crd=crd_exists(ac, "ServiceMonitor")
     )
     for obj in objs:
         if obj["kind"] == "StatefulSet":
             obj["metadata"]["annotations"][APPLIED_SPEC] = json.dumps(
                 {"storage": full["storage"]}, sort_keys=True
             )
-        outcome = apply(ac, obj)
-        if outcome != "unchanged":
-            kopf.info(
-                body,
-                reason=outcome.capitalize(),
-                message=f"{outcome} {obj['kind']} {obj['metadata']['name']}",
-            )
+        _apply_and_tell(ac, obj, body)
     grown = expand_pvcs(ac, namespace, name, full["storage"]["size"], quantity_bytes)
     if grown:
         kopf.info(
@@ -115,11 +113,61 @@ def reconcile(
             reason="Expanding",
             message=f"storage {full['storage']['size']} requested for {', '.join(grown)}",
         )
+    analytics = _reconcile_analytics(ac, name, namespace, uid, dict(spec), body)
     sts = read(ac, "StatefulSet", namespace, name)
-    patch.status.update(_observed(name, namespace, spec, meta, status, sts, None))
+    patch.status.update(_observed(name, namespace, spec, meta, status, sts, None, analytics))
 
 
-def _observed(name, namespace, spec, meta, status, sts, refused: str | None) -> dict[str, Any]:
+def _apply_and_tell(ac: client.ApiClient, obj: dict[str, Any], body: kopf.Body) -> None:
+    outcome = apply(ac, obj)
+    if outcome != "unchanged":
+        kopf.info(
+            body,
+            reason=outcome.capitalize(),
+            message=f"{outcome} {obj['kind']} {obj['metadata']['name']}",
+        )
+
+
+def _reconcile_analytics(
+    ac: client.ApiClient, name: str, namespace: str, uid: str, spec: dict, body: kopf.Body
+) -> list[dict[str, Any]]:
+    """ScheduledSparkApplications for ``spec.analytics``; returns the Analytics condition.
+
+    Analytics is optional and separate: a spec it cannot carry out (or a cluster
+    without the Spark Operator) is reported in its own condition and leaves the
+    stream servers, and the jobs already scheduled, as they are.
+    """
+    try:
+        wanted = render_scheduled_applications(name, namespace, uid, spec)
+    except AnalyticsError as exc:
+        kopf.warn(body, reason="InvalidAnalytics", message=str(exc))
+        return [condition("Analytics", False, "InvalidAnalytics", str(exc))]
+    if not crd_exists(ac, "ScheduledSparkApplication"):
+        if not wanted:
+            return []
+        message = "spec.analytics is enabled, but the Spark Operator is not installed"
+        return [condition("Analytics", False, "SparkOperatorMissing", message)]
+    for obj in wanted:
+        _apply_and_tell(ac, obj, body)
+    selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "analytics"}
+    keep = {obj["metadata"]["name"] for obj in wanted}
+    for gone in prune(ac, "ScheduledSparkApplication", namespace, selector, keep):
+        kopf.info(body, reason="Deleted", message=f"deleted ScheduledSparkApplication {gone}")
+    if not wanted:
+        return []
+    schedule = wanted[0]["spec"]["schedule"]
+    message = f"{len(wanted)} ScheduledSparkApplication(s), schedule {schedule}"
+    return [condition("Analytics", True, "Scheduled", message)]
+
+
+def _analytics_of(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Analytics condition as the last reconcile left it (the timer does not redo it)."""
+    return [c for c in (status.get("conditions") or []) if c.get("type") == "Analytics"]
+
+
+def _observed(
+    name, namespace, spec, meta, status, sts, refused: str | None, extra: list[dict[str, Any]]
+) -> dict[str, Any]:
     return compute_status(
         spec=dict(spec),
         generation=meta.get("generation"),
@@ -127,6 +175,7 @@ def _observed(name, namespace, spec, meta, status, sts, refused: str | None) -> 
         endpoint=endpoint(name, namespace, spec),
         refused=refused,
         previous=dict(status),
+        extra=extra,
     )
 
 
@@ -134,15 +183,24 @@ def _observed(name, namespace, spec, meta, status, sts, refused: str | None) -> 
 def refresh_status(
     name: str,
     namespace: str,
+    uid: str,
     spec: dict[str, Any],
     meta: dict[str, Any],
     status: dict[str, Any],
+    body: kopf.Body,
     patch: kopf.Patch,
     **_: Any,
 ) -> None:
-    sts = read(api(), "StatefulSet", namespace, name)
+    ac = api()
+    sts = read(ac, "StatefulSet", namespace, name)
     refused = refused_change(_applied_spec(sts), dict(spec))
-    new = _observed(name, namespace, spec, meta, status, sts, refused)
+    analytics = _analytics_of(status)
+    if any(c.get("reason") == "SparkOperatorMissing" for c in analytics) and crd_exists(
+        ac, "ScheduledSparkApplication"
+    ):
+        # The Spark Operator was installed after the spec asked for analytics.
+        analytics = _reconcile_analytics(ac, name, namespace, uid, dict(spec), body)
+    new = _observed(name, namespace, spec, meta, status, sts, refused, analytics)
     if {k: v for k, v in new.items() if k != "conditions"} != {
         k: v for k, v in dict(status).items() if k in new and k != "conditions"
     } or _condition_states(new) != _condition_states(dict(status)):

@@ -8,6 +8,7 @@ Output: the status dict the operator writes.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from typing import Any
 
 from stream_operator.spec import with_defaults
@@ -34,7 +35,9 @@ def compute_status(
     endpoint: str,
     refused: str | None = None,
     previous: dict[str, Any] | None = None,
+    extra: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
+    """``extra``: conditions of optional parts (Analytics), decided where they are applied."""
     want = with_defaults(spec)["replicas"]
     conditions = []
     if statefulset is None:
@@ -91,6 +94,7 @@ def compute_status(
             phase = "Degraded"
     else:
         conditions.append(condition("Accepted", True, "Applied", "the spec is applied"))
+    conditions += list(extra)
     return {
         "phase": phase,
         "replicas": want,

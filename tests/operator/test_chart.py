@@ -71,6 +71,8 @@ def test_helm_lint(helm):
             "operator.watchNamespaces={a,b}",
             "operator.logVerbose=true",
             "serviceAccount.name=custom",
+            "sparkServiceAccount.create=true",
+            "sparkServiceAccount.namespaces={analytics,default}",
         ),
     ],
     ids=["defaults", "everything"],
@@ -94,6 +96,17 @@ def test_rendered_chart_validates(helm, sets):
             json.loads(d["data"]["durable-streams.json"])  # the dashboard is valid JSON
         if d["kind"] == "PrometheusRule":
             assert d["spec"]["groups"][0]["rules"]
+    if "sparkServiceAccount.create=true" in sets:
+        spark = {
+            (d["kind"], d["metadata"]["namespace"])
+            for d in docs
+            if "spark" in d["metadata"]["name"]
+        }
+        assert spark == {
+            (kind, ns)
+            for kind in ("ServiceAccount", "Role", "RoleBinding")
+            for ns in ("analytics", "default")
+        }
 
 
 def test_values_schema_rejects_bad_values(helm):
@@ -167,3 +180,12 @@ def test_crd_schema_defaults_ranges_and_immutability():
     assert crd["spec"]["names"]["shortNames"][0] == "dstream"  # "ds" is DaemonSet
     columns = {c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
     assert {"Phase", "Ready", "Endpoint", "Age"} <= columns
+
+
+def test_crd_analytics_schema_is_the_spark_renderers():
+    """spec.analytics in the CRD is exactly what stream_spark.k8s renders from."""
+    from stream_spark.k8s import ANALYTICS_SCHEMA
+
+    analytics = dict(crd_schema()["properties"]["spec"]["properties"]["analytics"])
+    analytics.pop("description")
+    assert analytics == ANALYTICS_SCHEMA

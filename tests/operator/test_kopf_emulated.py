@@ -157,17 +157,20 @@ def test_update_image_and_replicas_rolls_the_statefulset(kube: Cluster):
 
 def test_a_server_setting_changes_the_configmap_and_rolls_the_pods(kube: Cluster):
     before = _ready(kube, "events")
+    key = "streams.pyds.dev/config-hash"
+    old_hash = before["spec"]["template"]["metadata"]["annotations"][key]
     kube.patch(KIND, NS, "events", {"spec": {"server": {"longPollTimeoutSeconds": 5}}})
     wait_for(
-        lambda: kube.get("ConfigMap", NS, "events-config")["data"]["DS_LONG_POLL_TIMEOUT"] == "5",
-        message="the new setting in the ConfigMap",
+        lambda: (
+            kube.get("StatefulSet", NS, "events")["spec"]["template"]["metadata"]["annotations"][
+                key
+            ]
+            != old_hash
+        ),
+        message="a new config hash on the pod template (the pods roll)",
     )
-    after = kube.get("StatefulSet", NS, "events")
-    key = "streams.pyds.dev/config-hash"
-    assert (
-        after["spec"]["template"]["metadata"]["annotations"][key]
-        != before["spec"]["template"]["metadata"]["annotations"][key]
-    )
+    cm = kube.get("ConfigMap", NS, "events-config")
+    assert cm["data"]["DS_LONG_POLL_TIMEOUT"] == "5"
 
 
 def test_storage_growth_expands_every_pvc(kube: Cluster):
@@ -294,3 +297,78 @@ def test_operator_restart_touches_nothing_that_is_already_right():
                 lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 3,
                 message="replicas 3 after the restart",
             )
+
+
+ANALYTICS = {
+    "enabled": True,
+    "schedule": "@daily",
+    "output": {"claimName": "analytics-out"},
+    "jobs": [
+        {"name": "stats", "type": "stream-stats"},
+        {"name": "orders", "type": "extract", "streams": "orders/*", "fields": ["id", "total"]},
+    ],
+}
+
+
+def scheduled_apps(kube: Cluster) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in kube.list("ScheduledSparkApplication", NS)}
+
+
+def test_analytics_waits_for_the_spark_operator_then_schedules_jobs(kube: Cluster):
+    _ready(kube, "events", {"replicas": 2, "analytics": ANALYTICS})
+    wait_for(lambda: condition(kube, "events", "Analytics"), message="an Analytics condition")
+    missing = condition(kube, "events", "Analytics")
+    assert (missing["status"], missing["reason"]) == ("False", "SparkOperatorMissing")
+    assert status_of(kube, "events")["phase"] == "Ready"  # the servers are fine
+    # The Spark Operator is installed later: the operator notices on its own.
+    kube.install_spark_operator_crd()
+    wait_for(
+        lambda: condition(kube, "events", "Analytics").get("status") == "True",
+        message="Analytics=True",
+    )
+    apps = scheduled_apps(kube)
+    assert sorted(apps) == [
+        "events-0-orders",
+        "events-0-stats",
+        "events-1-orders",
+        "events-1-stats",
+    ]
+    owner_uid = kube.get(KIND, NS, "events")["metadata"]["uid"]
+    for app in apps.values():
+        assert [r["uid"] for r in app["metadata"]["ownerReferences"]] == [owner_uid]
+        assert app["spec"]["schedule"] == "@daily"
+    volumes = apps["events-1-stats"]["spec"]["template"]["volumes"]
+    assert volumes[0]["persistentVolumeClaim"] == {"claimName": "data-events-1", "readOnly": True}
+
+    # A job removed from the spec is unscheduled; the others stay as they were.
+    kept = apps["events-0-stats"]["metadata"]["resourceVersion"]
+    kube.patch(KIND, NS, "events", {"spec": {"analytics": {"jobs": ANALYTICS["jobs"][:1]}}})
+    wait_for(
+        lambda: sorted(scheduled_apps(kube)) == ["events-0-stats", "events-1-stats"],
+        message="the orders jobs unscheduled",
+    )
+    assert scheduled_apps(kube)["events-0-stats"]["metadata"]["resourceVersion"] == kept
+
+    # A spec the renderer cannot carry out is reported; what is scheduled stays.
+    bad = {"jobs": [{"name": "x", "type": "extract"}]}  # extract without fields
+    kube.patch(KIND, NS, "events", {"spec": {"analytics": bad}})
+    wait_for(
+        lambda: condition(kube, "events", "Analytics").get("reason") == "InvalidAnalytics",
+        message="InvalidAnalytics",
+    )
+    assert "needs fields" in condition(kube, "events", "Analytics")["message"]
+    assert sorted(scheduled_apps(kube)) == ["events-0-stats", "events-1-stats"]
+
+    # Turning analytics off unschedules everything and drops the condition.
+    kube.patch(KIND, NS, "events", {"spec": {"analytics": {"enabled": False}}})
+    wait_for(lambda: not scheduled_apps(kube), message="no ScheduledSparkApplications")
+    wait_for(lambda: not condition(kube, "events", "Analytics"), message="no Analytics condition")
+
+
+def test_scheduled_jobs_go_with_their_durable_stream(kube: Cluster):
+    kube.install_spark_operator_crd()
+    _ready(kube, "events", {"analytics": ANALYTICS})
+    wait_for(lambda: len(scheduled_apps(kube)) == 2, message="two ScheduledSparkApplications")
+    kube.delete(KIND, NS, "events").raise_for_status()
+    wait_for(lambda: kube.get(KIND, NS, "events") is None, message="the DurableStream gone")
+    assert scheduled_apps(kube) == {}
