@@ -8,14 +8,13 @@ them; the DurableStream's status must follow what they really do.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from stream_operator import GROUP, KIND, VERSION
+from testkit import wait_for as _wait_for
 from testkit.kube import Cluster, cluster
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
@@ -23,15 +22,9 @@ from testkit.operator import running_operator
 NS = "default"
 
 
-def wait_for(what: Callable[[], Any], *, timeout: float = 45.0, message: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(0.1)
+def wait_for(what, *, message: str):
+    """Real processes start slower than emulated objects: a longer patience."""
+    return _wait_for(what, timeout=60, message=message)
 
 
 def status(kube: Cluster) -> dict[str, Any]:

@@ -9,27 +9,17 @@ did to the cluster.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from stream_operator import GROUP, KIND, VERSION
+from testkit import wait_for
 from testkit.kube import Cluster, cluster
 from testkit.operator import running_operator
 
 NS = "default"
-
-
-def wait_for(what: Callable[[], Any], *, timeout: float = 20.0, message: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message or what}")
-        time.sleep(0.1)
 
 
 def durable_stream(name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
