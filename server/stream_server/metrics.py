@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -42,6 +43,8 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"})
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # (method, status) -> the labelled children: .labels() is a lock and a dict walk.
+        self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         r = self.registry
@@ -154,9 +157,17 @@ class Metrics:
         self.appended_bytes.inc(stats.bytes)
 
     def on_request(self, method: str, status: int, seconds: float) -> None:
-        m = method if method in METHODS else "other"
-        self.requests.labels(m, str(status)).inc()
-        self.request_seconds.labels(m, f"{status // 100}xx").observe(seconds)
+        children = self._request_children.get((method, status))
+        if children is None:
+            m = method if method in METHODS else "other"
+            children = (
+                self.requests.labels(m, str(status)),
+                self.request_seconds.labels(m, f"{status // 100}xx"),
+            )
+            if len(self._request_children) < 1024:  # methods and statuses are few; bound it
+                self._request_children[(method, status)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
