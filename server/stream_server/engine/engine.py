@@ -19,7 +19,6 @@ import logging
 import os
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +65,7 @@ from stream_server.engine.records import (
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     CorruptRecord,
+    crc32,
     encode_file_header,
     encode_record,
     iter_records,
@@ -628,7 +628,6 @@ class Engine:
         cur = start
         chunk = max(256 * 1024, min(max_bytes + 64 * 1024, 8 * 1024 * 1024))
         unpack = RECORD_HEADER.unpack_from
-        crc32 = zlib.crc32
         json = kind == KIND_JSON
         fd = os.open(self.layout.segment_path(sid), os.O_RDONLY)
         try:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from stream_server.engine.records import crc32
 
 FRAME_MAGIC = 0x46574453  # "SDWF"
 FRAME_HEADER = struct.Struct("<IIIQ")  # magic, body length, crc32(body), lsn
@@ -70,7 +71,7 @@ class FrameBuilder:
 
     def frame(self, lsn: int) -> bytes:
         body = b"".join(self.parts)
-        return FRAME_HEADER.pack(FRAME_MAGIC, len(body), zlib.crc32(body), lsn) + body
+        return FRAME_HEADER.pack(FRAME_MAGIC, len(body), crc32(body), lsn) + body
 
 
 def decode_entries(body: memoryview) -> list[tuple]:
@@ -117,7 +118,7 @@ def read_frames(path: Path, *, last_file: bool) -> Iterator[Frame]:
         magic, length, crc, lsn = FRAME_HEADER.unpack_from(data, off)
         body_start = off + FRAME_HEADER.size
         body = data[body_start : body_start + length]
-        if magic != FRAME_MAGIC or len(body) != length or zlib.crc32(body) != crc:
+        if magic != FRAME_MAGIC or len(body) != length or crc32(body) != crc:
             if last_file:
                 return
             raise WalCorrupt(f"{path}: bad frame at {off}")
