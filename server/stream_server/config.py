@@ -23,7 +23,7 @@ class Settings:
     long_poll_timeout: float = 30.0
     sse_reconnect_interval: float = 60.0
     max_body_bytes: int = 64 * 1024 * 1024
-    max_read_bytes: int = 4 * 1024 * 1024
+    max_read_bytes: int = 64 * 1024 * 1024
     max_path_bytes: int = 1024
     default_ttl: int = 0
     log_level: str = "info"
@@ -68,7 +68,8 @@ HELP = {
     "long_poll_timeout": "seconds a long-poll read waits for data before 204",
     "sse_reconnect_interval": "seconds after which an SSE response is closed (clients reconnect)",
     "max_body_bytes": "largest request body accepted (larger: 413)",
-    "max_read_bytes": "largest chunk returned by one catch-up read",
+    "max_read_bytes": "largest catch-up response (binary streams; sent in 4 MiB chunks as "
+    "they are read; JSON responses stop at 4 MiB)",
     "max_path_bytes": "longest stream path accepted (longer: 400)",
     "default_ttl": "TTL in seconds for streams created without TTL or expiry (0: none)",
     "log_level": "debug, info, warning or error",

@@ -64,6 +64,9 @@ log = logging.getLogger("stream_server.protocol")
 
 CACHE_READ = b"public, max-age=60, stale-while-revalidate=300"
 CACHE_NONE = b"no-store"
+# A catch-up read holds at most this much in memory at once; larger binary responses
+# are streamed in chunks of this size (JSON responses stop at it).
+READ_CHUNK_BYTES = 4 * 1024 * 1024
 TRUE = b"true"
 
 
@@ -73,7 +76,7 @@ class ProtocolSettings:
     long_poll_timeout: float = 30.0
     sse_reconnect_interval: float = 60.0
     max_body_bytes: int = 64 * 1024 * 1024
-    max_read_bytes: int = 4 * 1024 * 1024
+    max_read_bytes: int = 64 * 1024 * 1024
     max_path_bytes: int = 1024
     max_segment_bytes: int = 255
     slow_append_seconds: float = 1.0
@@ -100,6 +103,8 @@ class StreamRoutes:
         self.limiter = limiter
         self.base = settings.base_path.encode()
         self.live_readers = {"long-poll": 0, "sse": 0}
+        # What one read holds in memory: JSON and live responses stop at it.
+        self.read_chunk = min(settings.max_read_bytes, READ_CHUNK_BYTES)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
@@ -393,9 +398,52 @@ class StreamRoutes:
         if live == "long-poll":
             await self._long_poll(send, s, unit, h, q.get("cursor"))
             return
-        result = await self.store.read(s, unit, self.settings.max_read_bytes)
+        if not s.is_json and s.tail - unit > self.read_chunk:
+            await self._send_streamed_read(send, s, unit, h)
+            return
+        result = await self.store.read(s, unit, self.read_chunk)
         self._observe_read(result)
         await self._send_read(send, s, result, h)
+
+    async def _send_streamed_read(
+        self, send: Send, s: Stream, unit: int, h: dict[str, str]
+    ) -> None:
+        """A large binary catch-up in one response, sent in chunks as they are read.
+
+        Binary offsets count bytes, so the response's end offset and length are
+        known before anything is read; the next chunk is read (off the loop)
+        while the previous one is being sent. Committed bytes never change, so
+        streaming them is as consistent as one read.
+        """
+        stop = min(s.tail, unit + self.settings.max_read_bytes)
+        promised = ReadResult([], unit, stop, s.tail, s.meta.closed and stop >= s.tail)
+        hs, not_modified = self._read_headers(s, promised, h, etag=True)
+        if not_modified:
+            await respond(send, 304, hs)
+            return
+        hs = [*COMMON, *hs, (b"content-length", str(stop - unit).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": hs})
+        cur = unit
+        pending = asyncio.ensure_future(self.store.read(s, cur, min(READ_CHUNK_BYTES, stop - cur)))
+        try:
+            while cur < stop:
+                chunk = await pending
+                self._observe_read(chunk)
+                if chunk.next <= cur:
+                    raise ConnectionAbortedError(f"stream {s.path} ended early mid-response")
+                cur = chunk.next
+                if cur < stop:
+                    pending = asyncio.ensure_future(
+                        self.store.read(s, cur, min(READ_CHUNK_BYTES, stop - cur))
+                    )
+                body = b"".join(chunk.payloads)
+                await send({"type": "http.response.body", "body": body, "more_body": cur < stop})
+        except StreamError as exc:
+            # The status is already sent: all that is left is to cut the response short.
+            log.warning("catch-up of %s cut short: %s", s.path, exc)
+            raise ConnectionAbortedError(str(exc)) from None
+        finally:
+            pending.cancel()
 
     def _observe_read(self, result: ReadResult) -> None:
         if self.metrics is not None:
@@ -425,21 +473,21 @@ class StreamRoutes:
                 hs.append((b"stream-cursor", next_cursor(cursor).encode()))
             await respond(send, 204, hs)
             return
-        result = await self.store.read(s, unit, self.settings.max_read_bytes)
+        result = await self.store.read(s, unit, self.read_chunk)
         self._observe_read(result)
         await self._send_read(send, s, result, h, cursor=next_cursor(cursor))
 
-    async def _send_read(
+    def _read_headers(
         self,
-        send: Send,
         s: Stream,
         r: ReadResult,
         h: dict[str, str],
         *,
-        etag: bool = True,
+        etag: bool,
         cache: bytes = CACHE_READ,
         cursor: str | None = None,
-    ) -> None:
+    ) -> tuple[Headers, bool]:
+        """The headers of a read answered with ``r``, and whether the client's ETag matches."""
         hs: Headers = [
             (b"content-type", s.meta.content_type.encode()),
             (b"stream-next-offset", format_offset(r.next).encode()),
@@ -454,9 +502,24 @@ class StreamRoutes:
         if etag:
             tag = f'"{s.id}:{format_offset(r.start)}:{format_offset(r.next)}{":c" if r.closed else ""}"'
             hs.append((b"etag", tag.encode()))
-            if _etag_matches(h.get("if-none-match"), tag):
-                await respond(send, 304, hs)
-                return
+            return hs, _etag_matches(h.get("if-none-match"), tag)
+        return hs, False
+
+    async def _send_read(
+        self,
+        send: Send,
+        s: Stream,
+        r: ReadResult,
+        h: dict[str, str],
+        *,
+        etag: bool = True,
+        cache: bytes = CACHE_READ,
+        cursor: str | None = None,
+    ) -> None:
+        hs, not_modified = self._read_headers(s, r, h, etag=etag, cache=cache, cursor=cursor)
+        if not_modified:
+            await respond(send, 304, hs)
+            return
         if s.is_json:
             body = json_array(r.payloads)
         else:
@@ -479,7 +542,7 @@ class StreamRoutes:
         self.live_readers["sse"] += 1
         try:
             while True:
-                result = await self.store.read(s, unit, self.settings.max_read_bytes)
+                result = await self.store.read(s, unit, self.read_chunk)
                 if self.metrics is not None:
                     self.metrics.read_bytes.inc(sum(map(len, result.payloads)))
                 chunks: list[bytes] = []
