@@ -152,7 +152,10 @@ class ApiServer(kmock.KubernetesEmulator):
                 await self._update(request)
             elif request.action == enums.action.DELETE and request.name is not None:
                 await self._delete(request)
-        return await kmock.KubernetesScaffold._handle(self, request)
+        response = await kmock.KubernetesScaffold._handle(self, request)
+        if request.action == enums.action.CREATE and response.status == 200:
+            response.set_status(201)  # Created, as kube-apiserver answers
+        return response
 
     async def _create(self, request: rendering.Request) -> None:
         sent = (request.data or {}).get("metadata") or {}
