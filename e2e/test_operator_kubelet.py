@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 
-from stream_operator import GROUP, KIND, VERSION
+from stream_operator import KIND
 from testkit import wait_for as _wait_for
-from testkit.kube import Cluster, cluster
+from testkit.kube import Cluster, cluster, durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
 
@@ -43,14 +43,7 @@ def test_status_follows_real_server_pods(tmp_path: Path):
         running_operator(kube),
         Kubelet(kube, NS, "events", tmp_path, restart_delay=3.0) as kubelet,
     ):
-        kube.create(
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": KIND,
-                "metadata": {"name": "events", "namespace": NS},
-                "spec": spec,
-            }
-        ).raise_for_status()
+        kube.create(durable_stream("events", spec)).raise_for_status()
         wait_for(lambda: phase_is(kube, "Ready", 2), message="Ready with 2 servers")
         assert status(kube)["endpoint"] == "http://events.default.svc:4437/v1/stream/"
         assert {c["type"]: c["status"] for c in status(kube)["conditions"]} == {

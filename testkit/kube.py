@@ -65,6 +65,18 @@ KINDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def durable_stream(
+    name: str, spec: dict[str, Any] | None = None, namespace: str = "default"
+) -> dict:
+    """A DurableStream custom resource, as a user would write it."""
+    return {
+        "apiVersion": "/".join(KINDS["DurableStream"][:2]),
+        "kind": "DurableStream",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec or {},
+    }
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.kube import Cluster, cluster
+from testkit.kube import Cluster, cluster, durable_stream
 
 NS = "default"
 
@@ -55,13 +55,7 @@ def test_patches_bump_resource_version_and_generation_only_when_needed(kube: Clu
 
 
 def test_status_subresource_is_separate(kube: Cluster):
-    ds = {
-        "apiVersion": "streams.pyds.dev/v1alpha1",
-        "kind": "DurableStream",
-        "metadata": {"name": "sub", "namespace": NS},
-        "spec": {"replicas": 1},
-        "status": {"phase": "Ready"},
-    }
+    ds = {**durable_stream("sub", {"replicas": 1}), "status": {"phase": "Ready"}}
     kube.create(ds).raise_for_status()
     assert "status" not in kube.get("DurableStream", NS, "sub")  # dropped on create
     kube.patch("DurableStream", NS, "sub", {"status": {"phase": "Ready"}}).raise_for_status()
@@ -78,13 +72,7 @@ def test_status_subresource_is_separate(kube: Cluster):
 
 
 def test_custom_resources_are_validated_against_their_crd(kube: Cluster):
-    bad = {
-        "apiVersion": "streams.pyds.dev/v1alpha1",
-        "kind": "DurableStream",
-        "metadata": {"name": "bad", "namespace": NS},
-        "spec": {"replicas": 0},
-    }
-    r = kube.create(bad)
+    r = kube.create(durable_stream("bad", {"replicas": 0}))
     assert r.status_code == 422 and "replicas" in r.json()["message"]
     assert kube.get("DurableStream", NS, "bad") is None
 

@@ -14,21 +14,12 @@ from typing import Any
 
 import pytest
 
-from stream_operator import GROUP, KIND, VERSION
+from stream_operator import KIND
 from testkit import wait_for
-from testkit.kube import Cluster, cluster
+from testkit.kube import Cluster, cluster, durable_stream
 from testkit.operator import running_operator
 
 NS = "default"
-
-
-def durable_stream(name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec or {},
-    }
 
 
 def play_statefulset_controller(c: Cluster, name: str, ready: int | None = None) -> None:
