@@ -26,7 +26,7 @@ from stream_operator.apply import (
 )
 from stream_operator.render import desired_objects, endpoint
 from stream_operator.spec import quantity_bytes, refused_change, with_defaults
-from stream_operator.status import compute_status, condition
+from stream_operator.status import analytics_condition, compute_status
 from stream_spark.k8s import AnalyticsError, render_scheduled_applications
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
@@ -92,9 +92,8 @@ def reconcile(
     if refused:
         kopf.warn(body, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
-        patch.status.update(
-            _observed(name, namespace, spec, meta, status, sts, refused, _analytics_of(status))
-        )
+        analytics = _analytics(ac, name, namespace, uid, dict(spec))[1]
+        patch.status.update(_observed(name, namespace, spec, meta, status, sts, refused, analytics))
         return
     full = with_defaults(dict(spec))
     objs = desired_objects(
@@ -128,41 +127,47 @@ def _apply_and_tell(ac: client.ApiClient, obj: dict[str, Any], body: kopf.Body) 
         )
 
 
+def _analytics(
+    ac: client.ApiClient, name: str, namespace: str, uid: str, spec: dict
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """What ``spec.analytics`` asks for (None: nothing can be applied) and its condition.
+
+    Computed afresh every time, never carried over from the last status: a timer
+    that read the status before a reconcile must not write an old condition back.
+    """
+    try:
+        wanted = render_scheduled_applications(name, namespace, uid, spec)
+    except AnalyticsError as exc:
+        return None, analytics_condition(error=str(exc))
+    if not wanted:
+        return wanted, []
+    if not crd_exists(ac, "ScheduledSparkApplication"):
+        return None, analytics_condition(spark_operator=False)
+    return wanted, analytics_condition(scheduled=wanted)
+
+
 def _reconcile_analytics(
     ac: client.ApiClient, name: str, namespace: str, uid: str, spec: dict, body: kopf.Body
 ) -> list[dict[str, Any]]:
-    """ScheduledSparkApplications for ``spec.analytics``; returns the Analytics condition.
+    """Keep the ScheduledSparkApplications ``spec.analytics`` asks for; returns its condition.
 
     Analytics is optional and separate: a spec it cannot carry out (or a cluster
     without the Spark Operator) is reported in its own condition and leaves the
     stream servers, and the jobs already scheduled, as they are.
     """
-    try:
-        wanted = render_scheduled_applications(name, namespace, uid, spec)
-    except AnalyticsError as exc:
-        kopf.warn(body, reason="InvalidAnalytics", message=str(exc))
-        return [condition("Analytics", False, "InvalidAnalytics", str(exc))]
-    if not crd_exists(ac, "ScheduledSparkApplication"):
-        if not wanted:
-            return []
-        message = "spec.analytics is enabled, but the Spark Operator is not installed"
-        return [condition("Analytics", False, "SparkOperatorMissing", message)]
-    for obj in wanted:
-        _apply_and_tell(ac, obj, body)
-    selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "analytics"}
-    keep = {obj["metadata"]["name"] for obj in wanted}
-    for gone in prune(ac, "ScheduledSparkApplication", namespace, selector, keep):
-        kopf.info(body, reason="Deleted", message=f"deleted ScheduledSparkApplication {gone}")
-    if not wanted:
-        return []
-    schedule = wanted[0]["spec"]["schedule"]
-    message = f"{len(wanted)} ScheduledSparkApplication(s), schedule {schedule}"
-    return [condition("Analytics", True, "Scheduled", message)]
-
-
-def _analytics_of(status: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Analytics condition as the last reconcile left it (the timer does not redo it)."""
-    return [c for c in (status.get("conditions") or []) if c.get("type") == "Analytics"]
+    wanted, cond = _analytics(ac, name, namespace, uid, spec)
+    if cond and cond[0]["reason"] == "InvalidAnalytics":
+        kopf.warn(body, reason="InvalidAnalytics", message=cond[0]["message"])
+    if wanted is None:
+        return cond
+    if wanted or crd_exists(ac, "ScheduledSparkApplication"):
+        for obj in wanted:
+            _apply_and_tell(ac, obj, body)
+        selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "analytics"}
+        keep = {obj["metadata"]["name"] for obj in wanted}
+        for gone in prune(ac, "ScheduledSparkApplication", namespace, selector, keep):
+            kopf.info(body, reason="Deleted", message=f"deleted ScheduledSparkApplication {gone}")
+    return cond
 
 
 def _observed(
@@ -194,10 +199,12 @@ def refresh_status(
     ac = api()
     sts = read(ac, "StatefulSet", namespace, name)
     refused = refused_change(_applied_spec(sts), dict(spec))
-    analytics = _analytics_of(status)
-    if any(c.get("reason") == "SparkOperatorMissing" for c in analytics) and crd_exists(
-        ac, "ScheduledSparkApplication"
-    ):
+    analytics = _analytics(ac, name, namespace, uid, dict(spec))[1]
+    was_missing = any(
+        c.get("type") == "Analytics" and c.get("reason") == "SparkOperatorMissing"
+        for c in status.get("conditions") or []
+    )
+    if was_missing and analytics and analytics[0]["reason"] == "Scheduled":
         # The Spark Operator was installed after the spec asked for analytics.
         analytics = _reconcile_analytics(ac, name, namespace, uid, dict(spec), body)
     new = _observed(name, namespace, spec, meta, status, sts, refused, analytics)

@@ -27,6 +27,26 @@ def condition(ctype: str, ok: bool, reason: str, message: str) -> dict[str, str]
     }
 
 
+def analytics_condition(
+    *,
+    error: str | None = None,
+    spark_operator: bool = True,
+    scheduled: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, str]]:
+    """The Analytics condition: the renderer's refusal, a missing Spark Operator, or the
+    ScheduledSparkApplications in place (none when analytics is off)."""
+    if error is not None:
+        return [condition("Analytics", False, "InvalidAnalytics", error)]
+    if not spark_operator:
+        message = "spec.analytics is enabled, but the Spark Operator is not installed"
+        return [condition("Analytics", False, "SparkOperatorMissing", message)]
+    if not scheduled:
+        return []
+    schedule = scheduled[0]["spec"]["schedule"]
+    message = f"{len(scheduled)} ScheduledSparkApplication(s), schedule {schedule}"
+    return [condition("Analytics", True, "Scheduled", message)]
+
+
 def compute_status(
     *,
     spec: dict[str, Any],

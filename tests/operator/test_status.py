@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stream_operator.status import compute_status
+from stream_operator.status import analytics_condition, compute_status
 
 
 def sts(replicas=3, ready=3, updated=3, generation=2, observed=2, cur="r1", upd="r1"):
@@ -70,3 +70,16 @@ def test_transition_times_are_kept_while_the_status_holds():
         spec={"replicas": 3}, generation=1, statefulset=sts(ready=1), endpoint="e", previous=first
     )
     assert flipped["conditions"][0]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+
+
+def test_analytics_condition_says_what_stops_the_jobs_or_how_many_run():
+    (bad,) = analytics_condition(error="extract job 'x' needs fields")
+    assert (bad["status"], bad["reason"]) == ("False", "InvalidAnalytics")
+    assert "needs fields" in bad["message"]
+    (missing,) = analytics_condition(spark_operator=False)
+    assert (missing["status"], missing["reason"]) == ("False", "SparkOperatorMissing")
+    apps = [{"spec": {"schedule": "@daily"}}] * 4
+    (ok,) = analytics_condition(scheduled=apps)
+    assert (ok["status"], ok["reason"]) == ("True", "Scheduled")
+    assert ok["message"].startswith("4 ScheduledSparkApplication(s)") and "@daily" in ok["message"]
+    assert analytics_condition() == []  # analytics off: no condition at all
