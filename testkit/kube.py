@@ -11,7 +11,8 @@ adds them, the way kube-apiserver does them:
 - the status subresource: a patch to ``/status`` changes only the status,
   any other patch leaves the status alone;
 - merge patch, JSON patch (a failed ``test`` op is 422, as kopf expects) and
-  server-side apply (the applier's top-level fields replace the live ones);
+  server-side apply (the applier's top-level fields replace the live ones; it
+  creates the object when it is missing);
 - custom resources validated against their CRD's OpenAPI schema (422), and a
   CRD created through the API becomes a served resource;
 - lists honour equality label selectors and return the real resourceVersion;
@@ -200,10 +201,13 @@ class ApiServer(kmock.KubernetesEmulator):
 
     async def _update(self, request: rendering.Request) -> None:
         key = (request.resource, request.namespace, request.name)
+        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         if key not in self._objects or self._objects[key].deleted:
+            if ctype == "application/apply-patch+yaml" and request.subresource is None:
+                await self._create(request)  # server-side apply creates what is missing
+                return
             raise kmock.KubernetesObjectNotFoundError()
         old = copy.deepcopy(self._objects[key].raw)
-        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         new = _patched(old, request.data, ctype)
         if request.subresource == "status":
             new = {**old, "status": new.get("status")}

@@ -1,8 +1,10 @@
 """Idempotent apply: create what is missing, patch what differs, leave the rest alone.
 
 Each applied object carries a hash of what the operator last rendered for it;
-an object is patched only when that hash changes, so resuming after an
-operator restart touches nothing that is already as it should be.
+an object is written only when that hash changes, so resuming after an
+operator restart touches nothing that is already as it should be. Writes are
+server-side apply (forced, one field manager), creates included: the operator
+owns every field it renders, and a field it stops rendering is removed.
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ def apply(api_client: client.ApiClient, obj: dict[str, Any]) -> str:
     desired = _stamped(obj)
     live = read(api_client, kind, namespace, name)
     if live is None:
-        _create(api_client, kind, namespace, desired)
+        # Created by server-side apply too, so that the operator's field manager owns
+        # every field from the start (and can drop a field by no longer sending it).
+        _patch(api_client, kind, namespace, name, desired)
         return "created"
     annotations = (live.get("metadata") or {}).get("annotations") or {}
     if annotations.get(APPLIED_HASH) == desired["metadata"]["annotations"][APPLIED_HASH]:
@@ -81,17 +85,6 @@ def apply(api_client: client.ApiClient, obj: dict[str, Any]) -> str:
                 desired["spec"][field] = live["spec"][field]
     _patch(api_client, kind, namespace, name, desired)
     return "patched"
-
-
-def _create(api_client: client.ApiClient, kind: str, namespace: str, body: dict[str, Any]) -> None:
-    if kind in _CUSTOM:
-        group, version, plural = _CUSTOM[kind]
-        client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-            group, version, namespace, plural, body
-        )
-        return
-    api_cls, noun = _TYPED[kind]
-    getattr(api_cls(api_client), f"create_namespaced_{noun}")(namespace, body)
 
 
 def _patch(api_client: client.ApiClient, kind: str, namespace: str, name: str, body: dict) -> None:

@@ -154,6 +154,20 @@ def test_a_server_setting_changes_the_configmap_and_rolls_the_pods(kube: Cluster
     assert cm["data"]["DS_LONG_POLL_TIMEOUT"] == "5"
 
 
+def test_a_setting_removed_from_the_spec_is_removed_from_the_statefulset(kube: Cluster):
+    tolerations = [{"key": "dedicated", "operator": "Equal", "value": "streams"}]
+    sts = _ready(kube, "events", {"scheduling": {"tolerations": tolerations}})
+    assert sts["spec"]["template"]["spec"]["tolerations"] == tolerations
+    kube.patch(KIND, NS, "events", {"spec": {"scheduling": {"tolerations": None}}})
+    # Server-side apply: a field the operator no longer sends is dropped, not kept.
+    wait_for(
+        lambda: (
+            "tolerations" not in kube.get("StatefulSet", NS, "events")["spec"]["template"]["spec"]
+        ),
+        message="the tolerations gone from the pod template",
+    )
+
+
 def test_storage_growth_expands_every_pvc(kube: Cluster):
     _ready(kube, "events", {"replicas": 2, "storage": {"size": "1Gi"}})
     kube.patch(KIND, NS, "events", {"spec": {"storage": {"size": "5Gi"}}})
