@@ -87,11 +87,16 @@ def _body(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
-def _labels_match(obj: dict[str, Any], selector: str | None) -> bool:
-    if not selector:
-        return True
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    for term in selector.split(","):
+def _selected(request: rendering.Request, obj: dict[str, Any]) -> bool:
+    """Whether a list or watch request selects ``obj`` (namespace, name, equality labels)."""
+    meta = obj.get("metadata") or {}
+    if request.namespace is not None and meta.get("namespace") != request.namespace:
+        return False
+    if request.name is not None and meta.get("name") != request.name:
+        return False
+    selector = request.params.get("labelSelector")
+    labels = meta.get("labels") or {}
+    for term in selector.split(",") if selector else ():
         key, _, value = term.partition("=")
         if labels.get(key.strip()) != value.lstrip("=").strip():
             return False
@@ -133,7 +138,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 self._status_subresource.add(res)
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
             if schema:
-                self._schemas[res] = schema
+                self._schemas[res] = openapi_as_jsonschema(schema)
 
     def _next_rv(self) -> str:
         self._rv += 1
@@ -144,7 +149,7 @@ class ApiServer(kmock.KubernetesEmulator):
         if schema is None:
             return
         try:
-            jsonschema.validate(obj, openapi_as_jsonschema(schema))
+            jsonschema.validate(obj, schema)
         except jsonschema.ValidationError as exc:
             where = ".".join(str(p) for p in exc.absolute_path) or "<root>"
             raise kmock.KubernetesError(422, "Invalid", f"{where}: {exc.message}") from None
@@ -268,18 +273,11 @@ class ApiServer(kmock.KubernetesEmulator):
     # -- reads ---------------------------------------------------------------------------
 
     def _matching(self, request: rendering.Request) -> list[dict[str, Any]]:
-        selector = request.params.get("labelSelector")
-        out = []
-        for (res, namespace, _name), obj in self._objects.items():
-            if res != request.resource or obj.deleted:
-                continue
-            if request.namespace is not None and namespace != request.namespace:
-                continue
-            if request.name is not None and _name != request.name:
-                continue
-            if _labels_match(obj.raw, selector):
-                out.append(obj.raw)
-        return out
+        return [
+            obj.raw
+            for (res, _, _), obj in self._objects.items()
+            if res == request.resource and not obj.deleted and _selected(request, obj.raw)
+        ]
 
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
         if request.resource not in self._get_resources():
@@ -296,7 +294,6 @@ class ApiServer(kmock.KubernetesEmulator):
             since = int(request.params.get("resourceVersion") or 0)
         except ValueError:
             since = 0
-        selector = request.params.get("labelSelector")
         async with self._lock:
             replay = [
                 {"type": "ADDED", "object": obj}
@@ -306,13 +303,7 @@ class ApiServer(kmock.KubernetesEmulator):
         for event in replay:
             yield event
         async for event in self._buses[request.resource]:
-            obj = event.get("object") or {}
-            meta = obj.get("metadata") or {}
-            if request.namespace is not None and meta.get("namespace") != request.namespace:
-                continue
-            if request.name is not None and meta.get("name") != request.name:
-                continue
-            if _labels_match(obj, selector):
+            if _selected(request, event.get("object") or {}):
                 yield event
 
 

@@ -31,6 +31,42 @@ import httpx
 from testkit.kube import Cluster
 
 
+def claim_volumes(cluster: Cluster, sts: dict[str, Any]) -> None:
+    """The StatefulSet controller's part: one PVC per claim template and ordinal."""
+    name, namespace = sts["metadata"]["name"], sts["metadata"]["namespace"]
+    for template in sts["spec"].get("volumeClaimTemplates") or []:
+        for ordinal in range(int(sts["spec"].get("replicas", 1))):
+            pvc_name = f"{template['metadata']['name']}-{name}-{ordinal}"
+            if cluster.get("PersistentVolumeClaim", namespace, pvc_name) is None:
+                pvc = {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {
+                        "name": pvc_name,
+                        "namespace": namespace,
+                        "labels": template["metadata"].get("labels") or {},
+                    },
+                    "spec": template["spec"],
+                }
+                cluster.create(pvc).raise_for_status()
+
+
+def statefulset_status(
+    sts: dict[str, Any], pods: int, ready: int, updated: int, current: str, update: str
+) -> dict[str, Any]:
+    """The status a StatefulSet controller reports for what it sees of its pods."""
+    return {
+        "observedGeneration": sts["metadata"].get("generation"),
+        "replicas": pods,
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "currentReplicas": pods,
+        "updatedReplicas": updated,
+        "currentRevision": current,
+        "updateRevision": update,
+    }
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,14 +157,15 @@ class Kubelet:
     def sync(self) -> None:
         sts = self.cluster.get("StatefulSet", self.namespace, self.name)
         if sts is None:
-            for ordinal in list(self.pods):
-                self.pods.pop(ordinal).stop()
+            with self._lock:
+                for ordinal in list(self.pods):
+                    self.pods.pop(ordinal).stop()
             return
         spec = sts["spec"]
         want = int(spec.get("replicas", 1))
         template = spec["template"]
         revision = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
-        self._ensure_pvcs(spec, want)
+        claim_volumes(self.cluster, sts)
         with self._lock:
             for ordinal in [o for o in self.pods if o >= want]:
                 self.pods.pop(ordinal).stop()  # scaled down
@@ -153,38 +190,11 @@ class Kubelet:
         updated = sum(1 for p in pods.values() if p.revision == revision) + len(pending)
         count = len(pods) + len(pending)
         current_revision = revision if updated == count == want else f"{self.name}-previous"
-        status = {
-            "observedGeneration": sts["metadata"].get("generation"),
-            "replicas": count,
-            "readyReplicas": ready,
-            "availableReplicas": ready,
-            "currentReplicas": count,
-            "updatedReplicas": updated,
-            "currentRevision": current_revision,
-            "updateRevision": revision,
-        }
+        status = statefulset_status(sts, count, ready, updated, current_revision, revision)
         if status != {k: (sts.get("status") or {}).get(k) for k in status}:
             self.cluster.patch(
                 "StatefulSet", self.namespace, self.name, {"status": status}, status=True
             )
-
-    def _ensure_pvcs(self, spec: dict[str, Any], want: int) -> None:
-        for template in spec.get("volumeClaimTemplates") or []:
-            for ordinal in range(want):
-                pvc_name = f"{template['metadata']['name']}-{self.name}-{ordinal}"
-                if self.cluster.get("PersistentVolumeClaim", self.namespace, pvc_name) is None:
-                    self.cluster.create(
-                        {
-                            "apiVersion": "v1",
-                            "kind": "PersistentVolumeClaim",
-                            "metadata": {
-                                "name": pvc_name,
-                                "namespace": self.namespace,
-                                "labels": template["metadata"].get("labels") or {},
-                            },
-                            "spec": template["spec"],
-                        }
-                    )
 
     def _start(self, ordinal: int, template: dict[str, Any], revision: str) -> Pod:
         container = template["spec"]["containers"][0]

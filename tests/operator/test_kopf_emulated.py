@@ -17,6 +17,7 @@ import pytest
 from stream_operator import KIND
 from testkit import wait_for
 from testkit.kube import Cluster, cluster, durable_stream
+from testkit.kubelet import claim_volumes, statefulset_status
 from testkit.operator import running_operator
 
 NS = "default"
@@ -26,33 +27,11 @@ def play_statefulset_controller(c: Cluster, name: str, ready: int | None = None)
     """What the StatefulSet controller and kubelet would report: PVCs, then pod counts."""
     sts = c.get("StatefulSet", NS, name)
     want = sts["spec"]["replicas"]
-    template = sts["spec"]["volumeClaimTemplates"][0]
-    for ordinal in range(want):
-        pvc_name = f"{template['metadata']['name']}-{name}-{ordinal}"
-        if c.get("PersistentVolumeClaim", NS, pvc_name) is None:
-            pvc = {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {
-                    "name": pvc_name,
-                    "namespace": NS,
-                    "labels": template["metadata"]["labels"],
-                },
-                "spec": template["spec"],
-            }
-            c.create(pvc).raise_for_status()
-    ready = want if ready is None else ready
+    claim_volumes(c, sts)
     revision = f"{name}-{sts['metadata']['generation']}"
-    status = {
-        "observedGeneration": sts["metadata"]["generation"],
-        "replicas": want,
-        "readyReplicas": ready,
-        "availableReplicas": ready,
-        "currentReplicas": want,
-        "updatedReplicas": want,
-        "currentRevision": revision,
-        "updateRevision": revision,
-    }
+    status = statefulset_status(
+        sts, want, want if ready is None else ready, want, revision, revision
+    )
     c.patch("StatefulSet", NS, name, {"status": status}, status=True).raise_for_status()
 
 
