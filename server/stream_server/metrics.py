@@ -157,15 +157,13 @@ class Metrics:
         self.appended_bytes.inc(stats.bytes)
 
     def on_request(self, method: str, status: int, seconds: float) -> None:
-        children = self._request_children.get((method, status))
-        if children is None:
-            m = method if method in METHODS else "other"
-            children = (
+        m = method if method in METHODS else "other"
+        children = self._request_children.get((m, status))
+        if children is None:  # a few methods times the statuses the app answers: bounded
+            children = self._request_children[(m, status)] = (
                 self.requests.labels(m, str(status)),
                 self.request_seconds.labels(m, f"{status // 100}xx"),
             )
-            if len(self._request_children) < 1024:  # methods and statuses are few; bound it
-                self._request_children[(method, status)] = children
         children[0].inc()
         children[1].observe(seconds)
 
