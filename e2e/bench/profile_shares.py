@@ -1,0 +1,56 @@
+"""Where a thread's time goes, from a py-spy raw profile: the share of its samples per function.
+
+    py-spy record --threads --subprocesses --format raw --rate 200 -o raw.txt -- \\
+        python e2e/bench/run.py --servers ours --only appends_64x64
+    python e2e/bench/profile_shares.py raw.txt --thread MainThread --within stream_server
+
+Shares are inclusive (a function counts every sample where it is on the
+stack) and relative to the samples of the chosen threads, optionally only
+those whose stack passes through a frame matching ``--within`` (for example
+``_long_poll`` for the wake-up path). The figures in docs/performance.md
+that cite a profile come from this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+
+def shares(lines: list[str], thread: str, within: str | None) -> tuple[int, Counter]:
+    total = 0
+    counts: Counter = Counter()
+    for line in lines:
+        stack, _, n = line.rstrip().rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = stack.split(";")
+        # With --subprocesses the stack starts with "process ..." frames, then the thread.
+        at = next((i for i, f in enumerate(frames) if f.startswith("thread (")), None)
+        if at is None or thread not in frames[at] or (within and within not in stack):
+            continue
+        total += int(n)
+        for name in {f.split(" (")[0] + " " + f.rsplit("/", 1)[-1] for f in frames[at + 1 :]}:
+            counts[name] += int(n)
+    return total, counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("raw", help="py-spy --format raw output")
+    ap.add_argument("--thread", default="MainThread", help="thread name part (default MainThread)")
+    ap.add_argument("--within", help="only samples whose stack has a frame containing this")
+    ap.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+    with open(args.raw) as f:
+        total, counts = shares(f.readlines(), args.thread, args.within)
+    print(
+        f"{total} samples of thread {args.thread!r}"
+        + (f" within {args.within!r}" if args.within else "")
+    )
+    for name, n in counts.most_common(args.top):
+        print(f"{100 * n / max(total, 1):5.1f}%  {name}")
+
+
+if __name__ == "__main__":
+    main()
