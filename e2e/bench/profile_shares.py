@@ -30,9 +30,15 @@ def shares(lines: list[str], thread: str, within: str | None) -> tuple[int, Coun
         if at is None or thread not in frames[at] or (within and within not in stack):
             continue
         total += int(n)
-        for name in {f.split(" (")[0] + " " + f.rsplit("/", 1)[-1] for f in frames[at + 1 :]}:
+        for name in {_short(f) for f in frames[at + 1 :]}:
             counts[name] += int(n)
     return total, counts
+
+
+def _short(frame: str) -> str:
+    """``func (/long/path/file.py:12)`` -> ``func (file.py:12)``."""
+    func, _, where = frame.partition(" (")
+    return f"{func} ({where.rsplit('/', 1)[-1]}" if where else func
 
 
 def main() -> None:

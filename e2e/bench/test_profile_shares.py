@@ -1,0 +1,29 @@
+"""profile_shares reads py-spy raw stacks, with and without --subprocesses prefixes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from profile_shares import shares
+
+RAW = [
+    'process 1:"python -m stream_server";thread (2): MainThread;run (a.py:1);post (h.py:9) 6\n',
+    'process 1:"python -m stream_server";thread (2): MainThread;run (a.py:1);get (h.py:5) 2\n',
+    'process 1:"python -m stream_server";thread (3): writer;commit (e.py:3) 50\n',
+    "thread (4): MainThread;run (a.py:1);post (h.py:9) 2\n",
+]
+
+
+def test_shares_count_one_thread_inclusively():
+    total, counts = shares(RAW, "MainThread", None)
+    assert total == 10
+    assert counts["run (a.py:1)"] == 10 and counts["post (h.py:9)"] == 8
+    assert "commit (e.py:3)" not in counts
+
+
+def test_within_keeps_only_stacks_through_a_frame():
+    total, counts = shares(RAW, "MainThread", "get (")
+    assert total == 2 and counts["get (h.py:5)"] == 2
