@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,3 +18,10 @@ def wait_for(what: Callable[[], Any], *, timeout: float = 20.0, message: str = "
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {message or what}")
         time.sleep(0.1)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for servers the tests start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from testkit import free_port
 from testkit.kube import Cluster
 
 
@@ -65,12 +65,6 @@ def statefulset_status(
         "currentRevision": current,
         "updateRevision": update,
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -209,7 +203,7 @@ class Kubelet:
                 env[var["name"]] = var["value"]
         data_dir = self.root / f"data-{self.name}-{ordinal}"  # the PVC, as a directory
         data_dir.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
+        port = free_port()
         env.update(DS_HOST="127.0.0.1", DS_PORT=str(port), DS_DATA_DIR=str(data_dir))
         log_path = self.root / f"{self.name}-{ordinal}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
