@@ -192,7 +192,14 @@ def test_stalled_body_is_cut_off_with_408(server_factory):
 
 def test_stream_and_live_reader_limits(server_factory):
     srv = server_factory(
-        "--max-streams", "2", "--max-live-readers", "2", "--long-poll-timeout", "5"
+        "--max-streams",
+        "2",
+        "--max-live-readers",
+        "2",
+        "--max-live-readers-per-client",
+        "5",
+        "--long-poll-timeout",
+        "5",
     ).start()
     assert httpx.put(f"{srv.base}l1", headers=CT).status_code == 201
     assert httpx.put(f"{srv.base}l2", headers=CT).status_code == 201

@@ -45,6 +45,8 @@ class StreamServerApp:
             limits=StoreLimits(
                 default_ttl=settings.default_ttl or None,
                 max_streams=settings.max_streams or None,
+                max_producers_per_stream=settings.max_producers_per_stream,
+                max_fork_depth=settings.max_fork_depth,
             ),
             events=self._events(),
             engine=Engine(
@@ -74,6 +76,7 @@ class StreamServerApp:
                 max_path_bytes=settings.max_path_bytes,
                 slow_append_seconds=settings.slow_append_seconds,
                 max_live_readers=settings.max_live_readers,
+                max_live_readers_per_client=settings.max_live_readers_per_client,
                 body_timeout=settings.body_timeout,
             ),
             self.metrics,

@@ -10,7 +10,8 @@ Tokens come from a JSON file (a Kubernetes Secret in the chart)::
 
 ``read`` allows GET and HEAD, ``write`` allows POST and PUT (creating a fork
 also needs ``read`` on its source), ``admin`` allows everything including
-DELETE. A prefix of ``""`` (the default) covers every stream. Presented tokens
+DELETE. A prefix covers whole path segments (``team1`` covers ``team1/x``, not
+``team10/x``); ``""`` (the default) covers every stream. Presented tokens
 are hashed and compared with every entry in constant time; no token, hash or
 Authorization header is ever logged.
 """
@@ -41,7 +42,17 @@ class Principal:
     def allows(self, scope: str, path: str) -> bool:
         if "admin" not in self.scopes and scope not in self.scopes:
             return False
-        return any(path.startswith(p) for p in self.prefixes)
+        return any(covers(p, path) for p in self.prefixes)
+
+
+def covers(prefix: str, path: str) -> bool:
+    """Whether a token's prefix covers ``path``, by whole path segments.
+
+    ``team1`` and ``team1/`` cover ``team1`` and ``team1/x`` but not ``team10/x``:
+    a prefix is a place in the stream tree, not a string.
+    """
+    stem = prefix.rstrip("/")
+    return not stem or path == stem or path.startswith(stem + "/")
 
 
 class Denied(Exception):

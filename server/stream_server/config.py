@@ -41,6 +41,14 @@ class Settings:
     body_timeout: float = 30.0
     max_header_bytes: int = 65536
     max_headers: int = 100
+    header_timeout: float = 10.0
+    keep_alive_timeout: float = 30.0
+    min_body_rate: int = 1024
+    max_connections: int = 0
+    max_live_readers_per_client: int = 0
+    max_json_messages: int = 100_000
+    max_producers_per_stream: int = 1000
+    max_fork_depth: int = 64
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -50,14 +58,33 @@ class Settings:
             self.base_path += "/"
         if self.log_format not in ("plain", "json"):
             raise ValueError("log format must be 'plain' or 'json'")
-        for name in ("long_poll_timeout", "sse_reconnect_interval"):
+        for name in (
+            "long_poll_timeout",
+            "sse_reconnect_interval",
+            "body_timeout",
+            "header_timeout",
+            "keep_alive_timeout",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.replace('_', '-')} must be positive")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("--tls-cert and --tls-key go together")
-        for name in ("max_body_bytes", "max_read_bytes", "max_path_bytes", "rate_burst"):
+        for name in (
+            "max_body_bytes",
+            "max_read_bytes",
+            "max_path_bytes",
+            "rate_burst",
+            "max_header_bytes",
+            "max_headers",
+            "max_json_messages",
+            "max_producers_per_stream",
+            "max_fork_depth",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1")
+        for name in ("min_body_rate", "max_connections", "max_live_readers_per_client"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name.replace('_', '-')} must not be negative")
 
 
 HELP = {
@@ -87,6 +114,19 @@ HELP = {
     "body_timeout": "seconds a request body may stall before the request fails (408)",
     "max_header_bytes": "largest total size of request headers (larger: 431)",
     "max_headers": "most request headers (more: 431)",
+    "header_timeout": "seconds from a request's first byte until its headers are complete "
+    "(slower: the connection is closed)",
+    "keep_alive_timeout": "seconds an idle connection (no request in progress) stays open",
+    "min_body_rate": "bytes/s a request body must average once --body-timeout has passed "
+    "(slower: 408)",
+    "max_connections": "most open client connections; more are closed at once "
+    "(0: derived from the open-file limit)",
+    "max_live_readers_per_client": "most live readers one client (address, or token with auth) "
+    "may hold (0: a tenth of --max-live-readers; more: 503)",
+    "max_json_messages": "most messages one JSON-mode request may carry (more: 413)",
+    "max_producers_per_stream": "idempotent producers remembered per stream; past it the "
+    "least recently active one is forgotten",
+    "max_fork_depth": "longest chain of forks below a root stream (deeper: 400)",
 }
 
 

@@ -51,6 +51,7 @@ from stream_server.engine.metadata import (
 from stream_server.engine.ops import (
     Append,
     CreateLog,
+    DeleteProducer,
     DeleteStream,
     DropLog,
     Op,
@@ -351,6 +352,10 @@ class Engine:
                     producer_key(op.stream_id, op.producer_id),
                     PRODUCER.pack(op.epoch, op.seq),
                 )
+            elif isinstance(op, DeleteProducer):
+                key = producer_key(op.stream_id, op.producer_id)
+                fb.delete(DB_PRODUCERS, key)
+                meta_entries.append((walmod.DELETE, DB_PRODUCERS, key))
             elif isinstance(op, CreateLog):
                 local[op.stream_id] = Tail(FILE_HEADER_SIZE, op.start_unit, op.start_unit)
                 writes[op.stream_id] = [0, [encode_file_header(op.stream_id)]]

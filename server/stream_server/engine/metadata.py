@@ -32,6 +32,11 @@ DB_NAMES = {
 
 KEY_NEXT_STREAM_ID = b"next_stream_id"
 
+# LMDB refuses keys longer than this (its compiled-in MDB_MAXKEYSIZE); a key that
+# long would fail its whole batch, so the stream layer bounds every input a key
+# is made of: stream paths (the key itself) and producer ids (after 8 bytes of id).
+MAX_KEY_BYTES = 511
+
 TAIL = struct.Struct("<QQQ")  # file length, tail unit, first unit of the log
 PRODUCER = struct.Struct("<QQ")  # epoch, last accepted seq
 U64_BE = struct.Struct(">Q")

@@ -48,10 +48,18 @@ class PutProducer:
 
 
 @dataclass(slots=True)
+class DeleteProducer:
+    """Forget one producer's state (the stream keeps too many): it is treated as new after."""
+
+    stream_id: int
+    producer_id: str
+
+
+@dataclass(slots=True)
 class DropLog:
     """Forget a stream's data: tail, index, producers, and (after commit) its file."""
 
     stream_id: int
 
 
-Op = PutStream | DeleteStream | CreateLog | Append | PutProducer | DropLog
+Op = PutStream | DeleteStream | CreateLog | Append | PutProducer | DeleteProducer | DropLog

@@ -36,6 +36,7 @@ from stream_server.protocol.http import (
     respond,
     text_headers,
 )
+from stream_server.protocol.live import Hangup, ReaderSlots, TooManyRequests
 from stream_server.protocol.offsets import NOW, START, OffsetError, format_offset, parse_offset
 from stream_server.protocol.paths import is_reserved, stream_path
 from stream_server.ratelimit import RateLimiter, retry_after
@@ -63,6 +64,8 @@ from stream_server.streams.store import (
 log = logging.getLogger("stream_server.protocol")
 
 CACHE_READ = b"public, max-age=60, stale-while-revalidate=300"
+# With auth on, a shared cache must not hand one client's stream to another (section 10.1).
+CACHE_READ_PRIVATE = b"private, max-age=60, stale-while-revalidate=300"
 CACHE_NONE = b"no-store"
 # A catch-up read holds at most this much in memory at once; larger binary responses
 # are streamed in chunks of this size (JSON responses stop at it).
@@ -81,6 +84,7 @@ class ProtocolSettings:
     max_segment_bytes: int = 255
     slow_append_seconds: float = 1.0
     max_live_readers: int = 10000
+    max_live_readers_per_client: int = 0  # 0: a tenth of max_live_readers
     body_timeout: float = 30.0
 
 
@@ -102,14 +106,18 @@ class StreamRoutes:
         self.auth = auth
         self.limiter = limiter
         self.base = settings.base_path.encode()
-        self.live_readers = {"long-poll": 0, "sse": 0}
+        per_client = settings.max_live_readers_per_client or max(1, settings.max_live_readers // 10)
+        self.slots = ReaderSlots(settings.max_live_readers, per_client)
+        self.live_readers = self.slots.by_mode  # read by the metrics gauge
+        self.cache_read = CACHE_READ if auth is None else CACHE_READ_PRIVATE
         # What one read holds in memory: JSON and live responses stop at it.
         self.read_chunk = min(settings.max_read_bytes, READ_CHUNK_BYTES)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
-        send = self._bounded(send)
+        send = self._bounded(scope, send)
         headers = request_headers(scope)
+        client = (scope.get("client") or ("?", 0))[0]
         try:
             path = stream_path(
                 raw_path(scope),
@@ -121,7 +129,7 @@ class StreamRoutes:
                 await respond(send, 204, list(PREFLIGHT))
                 return
             if self.auth is not None or self.limiter is not None:
-                refusal = self._admit(scope, method, path, headers)
+                client, refusal = self._admit(client, method, path, headers)
                 if refusal is not None:
                     await respond(send, *refusal)
                     return
@@ -134,7 +142,7 @@ class StreamRoutes:
                 )
                 return
             if method == "GET":
-                await self.get(scope, send, path, headers)
+                await self.get(scope, receive, send, path, headers, client)
             elif method == "POST":
                 await self.post(receive, send, path, headers)
             elif method == "PUT":
@@ -156,36 +164,45 @@ class StreamRoutes:
         except (ConnectionAbortedError, OSError):
             return
 
-    def _bounded(self, send: Send) -> Send:
-        """A send that gives up on a client that stops reading (frees the handler).
+    def _bounded(self, scope: Scope, send: Send) -> Send:
+        """A send that gives up on a client that stops reading, and drops the connection.
 
         Only streamed and large bodies can block on a full socket buffer; small
-        responses are buffered by the transport at once, so they skip the timer.
+        complete responses are buffered by the transport at once, so they skip
+        the timer (a streamed response's last, empty send does not). On a timeout the transport is aborted (when the server
+        provides ``stream_server.abort``): closing it gracefully would keep the
+        unread megabytes buffered until the client read them, which it never will.
         """
         timeout = self.settings.body_timeout
+        abort = scope.get("extensions", {}).get("stream_server.abort")
+        streamed = False
 
         async def bounded(message) -> None:
-            if message["type"] != "http.response.body" or (
-                not message.get("more_body") and len(message.get("body", b"")) < 65536
+            nonlocal streamed
+            if message["type"] != "http.response.body" or not (
+                streamed or message.get("more_body") or len(message.get("body", b"")) >= 65536
             ):
                 await send(message)
                 return
+            streamed = True
             try:
-                await asyncio.wait_for(send(message), timeout)
+                async with asyncio.timeout(timeout):
+                    await send(message)
             except TimeoutError:
+                if abort is not None:
+                    abort()
                 raise ConnectionAbortedError("client stopped reading") from None
 
         return bounded
 
-    def _live_slot(self) -> None:
-        if sum(self.live_readers.values()) >= self.settings.max_live_readers:
-            raise Unavailable("too many live readers; retry later")
-
     def _admit(
-        self, scope: Scope, method: str, path: str, h: dict[str, str]
-    ) -> tuple[int, Headers, bytes] | None:
-        """Authentication, authorisation and rate limiting; a refusal, or None."""
-        client = (scope.get("client") or ("?", 0))[0]
+        self, client: str, method: str, path: str, h: dict[str, str]
+    ) -> tuple[str, tuple[int, Headers, bytes] | None]:
+        """Authentication, authorisation and rate limiting: the client's name, and a refusal.
+
+        A failed authentication costs the address a request of its rate like any
+        other, so guessing tokens is as slow as the rate limit makes it.
+        """
         if self.auth is not None:
             source = h.get("stream-forked-from") if method == "PUT" else None
             try:
@@ -196,20 +213,27 @@ class StreamRoutes:
                     self._source_path(source) if source else None,
                 )
             except Denied as exc:
+                limited = self._rate_limited(client) if exc.status == 401 else None
+                if limited is not None:
+                    return client, limited
                 extra: Headers = []
                 if exc.status == 401:
                     extra = [(b"www-authenticate", b'Bearer realm="durable-streams"')]
-                return exc.status, text_headers(extra), (exc.reason + "\n").encode()
+                return client, (exc.status, text_headers(extra), (exc.reason + "\n").encode())
             client = "token:" + principal.name
-        if self.limiter is not None:
-            wait = self.limiter.acquire(client)
-            if wait > 0:
-                return (
-                    429,
-                    text_headers([(b"retry-after", retry_after(wait).encode())]),
-                    b"rate limit exceeded\n",
-                )
-        return None
+        return client, self._rate_limited(client)
+
+    def _rate_limited(self, client: str) -> tuple[int, Headers, bytes] | None:
+        if self.limiter is None:
+            return None
+        wait = self.limiter.acquire(client)
+        if wait <= 0:
+            return None
+        return (
+            429,
+            text_headers([(b"retry-after", retry_after(wait).encode())]),
+            b"rate limit exceeded\n",
+        )
 
     # ------------------------------------------------------------------- PUT
 
@@ -362,7 +386,9 @@ class StreamRoutes:
 
     # ------------------------------------------------------------------- GET
 
-    async def get(self, scope: Scope, send: Send, path: str, h: dict[str, str]) -> None:
+    async def get(
+        self, scope: Scope, receive: Receive, send: Send, path: str, h: dict[str, str], client: str
+    ) -> None:
         q = query_params(scope)
         live = q.get("live")
         if live not in (None, "long-poll", "sse"):
@@ -381,9 +407,15 @@ class StreamRoutes:
             if unit > s.tail:
                 raise BadRequest("offset is past the end of the stream")
         if live is not None:
-            self._live_slot()
-        if live == "sse":
-            await self._sse(send, s, unit, q.get("cursor"))
+            with self.slots.hold(live, client):
+                hangup = Hangup(receive)
+                try:
+                    if live == "sse":
+                        await self._sse(send, s, unit, q.get("cursor"), hangup)
+                    else:
+                        await self._long_poll(send, s, unit, h, q.get("cursor"), hangup)
+                finally:
+                    hangup.close()
             return
         if offset == NOW and live is None:
             await self._send_read(
@@ -394,9 +426,6 @@ class StreamRoutes:
                 etag=False,
                 cache=CACHE_NONE,
             )
-            return
-        if live == "long-poll":
-            await self._long_poll(send, s, unit, h, q.get("cursor"))
             return
         if not s.is_json and s.tail - unit > self.read_chunk:
             await self._send_streamed_read(send, s, unit, h)
@@ -452,14 +481,18 @@ class StreamRoutes:
             self.metrics.read_bytes.inc(size)
 
     async def _long_poll(
-        self, send: Send, s: Stream, unit: int, h: dict[str, str], cursor: str | None
+        self,
+        send: Send,
+        s: Stream,
+        unit: int,
+        h: dict[str, str],
+        cursor: str | None,
+        hangup: Hangup,
     ) -> None:
         if s.tail <= unit and not s.meta.closed:
-            self.live_readers["long-poll"] += 1
-            try:
-                await self.store.wait(s, unit, self.settings.long_poll_timeout)
-            finally:
-                self.live_readers["long-poll"] -= 1
+            await self.store.wait(s, unit, self.settings.long_poll_timeout, hangup.future)
+            if hangup.happened:
+                return
             s = self.store.get(s.path)
         if s.tail <= unit:
             hs: Headers = [
@@ -484,15 +517,17 @@ class StreamRoutes:
         h: dict[str, str],
         *,
         etag: bool,
-        cache: bytes = CACHE_READ,
+        cache: bytes | None = None,
         cursor: str | None = None,
     ) -> tuple[Headers, bool]:
         """The headers of a read answered with ``r``, and whether the client's ETag matches."""
         hs: Headers = [
             (b"content-type", s.meta.content_type.encode()),
             (b"stream-next-offset", format_offset(r.next).encode()),
-            (b"cache-control", cache),
+            (b"cache-control", cache or self.cache_read),
         ]
+        if self.auth is not None:
+            hs.append((b"vary", b"authorization"))
         if r.up_to_date:
             hs.append((b"stream-up-to-date", TRUE))
         if r.closed:
@@ -513,7 +548,7 @@ class StreamRoutes:
         h: dict[str, str],
         *,
         etag: bool = True,
-        cache: bytes = CACHE_READ,
+        cache: bytes | None = None,
         cursor: str | None = None,
     ) -> None:
         hs, not_modified = self._read_headers(s, r, h, etag=etag, cache=cache, cursor=cursor)
@@ -528,7 +563,9 @@ class StreamRoutes:
 
     # ------------------------------------------------------------------- SSE
 
-    async def _sse(self, send: Send, s: Stream, unit: int, cursor: str | None) -> None:
+    async def _sse(
+        self, send: Send, s: Stream, unit: int, cursor: str | None, hangup: Hangup
+    ) -> None:
         text = s.is_json or s.meta.content_type.lower().startswith("text/")
         hs: Headers = [
             (b"content-type", b"text/event-stream"),
@@ -539,7 +576,6 @@ class StreamRoutes:
             hs.append((b"stream-sse-data-encoding", b"base64"))
         await send({"type": "http.response.start", "status": 200, "headers": [*COMMON, *hs]})
         deadline = time.monotonic() + self.settings.sse_reconnect_interval
-        self.live_readers["sse"] += 1
         try:
             while True:
                 result = await self.store.read(s, unit, self.read_chunk)
@@ -577,16 +613,16 @@ class StreamRoutes:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                await self.store.wait(s, unit, remaining)
+                await self.store.wait(s, unit, remaining, hangup.future)
+                if hangup.happened:
+                    return
                 current = self.store.streams.get(s.path)
                 if current is not s or s.pmeta.soft_deleted:
                     break  # deleted while we waited
                 if s.tail <= unit and not s.meta.closed:
                     break  # reconnect interval reached
-        except (StreamError, OSError) as exc:
+        except StreamError as exc:
             log.debug("SSE ended: %s", exc)
-        finally:
-            self.live_readers["sse"] -= 1
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # ------------------------------------------------------------------ misc
@@ -666,6 +702,9 @@ def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
         status = 410
     elif isinstance(exc, PayloadTooLarge):
         status = 413
+    elif isinstance(exc, TooManyRequests):
+        status = 429
+        extra = [(b"retry-after", b"1")]
     elif isinstance(exc, RequestTimeout):
         status = 408
         extra = [(b"connection", b"close")]

@@ -15,7 +15,14 @@ RESERVED_SEGMENT = "__ds"
 
 
 def stream_path(raw_path: bytes, base: bytes, *, max_bytes: int, max_segment: int) -> str:
-    """The stream path below ``base`` (no leading slash), validated."""
+    """The stream path below ``base`` (no leading slash), validated.
+
+    The base must be spelt out literally in the raw path: routing looks at the
+    decoded path, so ``/v1/stre%61m/x`` reaches here too, and cutting the base's
+    length off its raw form would name a different stream (``m/x``).
+    """
+    if not raw_path.startswith(base):
+        raise BadRequest("the stream base path must not be percent-encoded")
     rest = raw_path[len(base) :]
     if not rest:
         raise NotFound("no stream path")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -26,9 +27,11 @@ from stream_server.engine import (
     StorageFailed,
     StreamMeta,
 )
+from stream_server.engine.metadata import MAX_KEY_BYTES
 from stream_server.engine.ops import (
     Append,
     CreateLog,
+    DeleteProducer,
     DeleteStream,
     DropLog,
     Op,
@@ -55,6 +58,9 @@ from stream_server.streams.model import JSON_TYPE, ProducerState, Stream, media_
 log = logging.getLogger("stream_server.streams")
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+# Both end up in LMDB keys (see engine.metadata.MAX_KEY_BYTES).
+MAX_PATH_BYTES = MAX_KEY_BYTES
+MAX_PRODUCER_ID_BYTES = 256
 
 
 @dataclass(slots=True)
@@ -141,6 +147,8 @@ class StoreLimits:
     default_ttl: int | None = None
     sweep_interval: float = 1.0
     max_streams: int | None = None
+    max_producers_per_stream: int = 1000
+    max_fork_depth: int = 64
 
 
 class StreamStore:
@@ -164,6 +172,7 @@ class StreamStore:
         )
         self._readers = ThreadPoolExecutor(self.limits.read_threads, thread_name_prefix="reader")
         self._pending_deleted: dict[str, Stream] = {}
+        self._waiters: set[asyncio.Future] = set()  # every live reader's wait, to end them on stop
         self._touched: set[str] = set()
         self._expiring: set[str] = set()
         self._timed: set[str] = set()  # streams with a TTL or Expires-At: the sweeper's list
@@ -197,13 +206,17 @@ class StreamStore:
         self.ready = False
         if self._sweeper is not None:
             self._sweeper.cancel()
-        for s in self.streams.values():
-            s.notify()
+        self.release_waiters()
         with contextlib.suppress(StreamError):
             await self._flush_touched()
         await self.pipeline.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self._readers.shutdown(wait=True)
+
+    def release_waiters(self) -> None:
+        """End every live reader's wait as if it had timed out (used on shutdown)."""
+        for waiter in list(self._waiters):
+            _time_out(waiter)
 
     @property
     def failed(self) -> str | None:
@@ -234,6 +247,8 @@ class StreamStore:
     # ------------------------------------------------------------------ create
 
     async def create(self, req: CreateRequest) -> CreateResult:
+        if len(req.path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+            raise BadRequest(f"stream path longer than {MAX_PATH_BYTES} bytes (decoded)")
         # The one disk read a create may need happens first, off the loop; from
         # here on everything is checked and reserved in one synchronous step.
         boundary = await self._sub_offset_boundary(req.fork)
@@ -364,12 +379,26 @@ class StreamStore:
         if src.expired(time.time()):
             self._expire(src)
             raise NotFound("fork source stream not found (expired)")
+        if self._fork_depth(src) >= self.limits.max_fork_depth:
+            raise BadRequest(
+                f"fork chain too deep: at most {self.limits.max_fork_depth} forks below a root"
+            )
         unit = src.tail if f.offset is None else f.offset
         if unit > src.tail or unit < 0:
             raise BadRequest("fork offset is beyond the source stream's tail")
         if f.sub_offset:
             unit = self._resolve_sub_offset(src, unit, f.sub_offset, boundary)
         return src, unit
+
+    def _fork_depth(self, s: Stream) -> int:
+        """How many forks lie between ``s`` and its root stream (0 for a root)."""
+        depth = 0
+        parent = s.pmeta.fork_from
+        while parent is not None:
+            depth += 1
+            up = self.streams.get(parent) or self._pending_deleted.get(parent)
+            parent = up.pmeta.fork_from if up is not None else None
+        return depth
 
     def _resolve_sub_offset(self, src: Stream, anchor: int, sub: int, boundary: int | None) -> int:
         """Move a fork point ``sub`` units past ``anchor``, within the next record.
@@ -430,6 +459,8 @@ class StreamStore:
         ops: list[Op] = []
         pstate: ProducerState | None = None
         if p is not None:
+            if len(p.id.encode("utf-8", "surrogatepass")) > MAX_PRODUCER_ID_BYTES:
+                raise BadRequest(f"Producer-Id longer than {MAX_PRODUCER_ID_BYTES} bytes")
             cur = s.producer(p.id)
             if cur is not None and p.epoch < cur.epoch:
                 if self.events.on_producer:
@@ -473,7 +504,10 @@ class StreamStore:
             s.p_tail += _units(s.kind, payloads)
             size = sum(map(len, payloads))
         meta_changed = False
+        evicted: list[str] = []
         if pstate is not None:
+            evicted = self._producers_to_forget(s, p.id)
+            ops += [DeleteProducer(s.id, victim) for victim in evicted]
             s.p_producers[p.id] = pstate
             ops.append(PutProducer(s.id, p.id, pstate.epoch, pstate.seq))
         if req.stream_seq is not None:
@@ -500,7 +534,10 @@ class StreamStore:
             if new_meta is not None:
                 new_meta.touched_at = max(new_meta.touched_at, s.meta.touched_at)
                 s.meta = new_meta
+            for victim in evicted:
+                s.producers.pop(victim, None)
             if pstate is not None and pid is not None:
+                s.producers.pop(pid, None)  # re-inserted last: the dict is in recency order
                 s.producers[pid] = pstate
                 if s.p_producers.get(pid) is pstate:
                     del s.p_producers[pid]
@@ -510,6 +547,25 @@ class StreamStore:
         return AppendResult(
             tail, req.close or s.meta.closed, producer=p, appended=bool(payloads), batch=stats
         )
+
+    def _producers_to_forget(self, s: Stream, pid: str) -> list[str]:
+        """The least recently active producers to drop so that a new one fits the cap.
+
+        PROTOCOL.md 5.2.1 lets a server expire producer state, after which the
+        producer is treated as new: a forgotten producer's next sequence number
+        gets a sequence-gap 409 (expected 0), so it cannot append past a hole;
+        only a retry of its very first append could be taken twice, which the
+        least-recently-active choice makes unlikely. Producers with a write in
+        flight are never chosen. ``s.producers`` is kept in recency order.
+        """
+        if pid in s.producers or pid in s.p_producers:
+            return []
+        count = len(s.producers) + sum(1 for k in s.p_producers if k not in s.producers)
+        excess = count + 1 - self.limits.max_producers_per_stream
+        if excess <= 0:
+            return []
+        victims = list(itertools.islice(s.producers, excess + len(s.p_producers)))
+        return [k for k in victims if k not in s.p_producers][:excess]
 
     def _payloads(self, body: bytes, is_json: bool, *, allow_empty_array: bool) -> list[bytes]:
         if not body:
@@ -689,21 +745,39 @@ class StreamStore:
         pieces.reverse()
         return pieces
 
-    async def wait(self, s: Stream, unit: int, timeout: float) -> bool:
-        """Wait until ``s`` has data past ``unit``, is closed, or goes away; False on timeout."""
+    async def wait(
+        self, s: Stream, unit: int, timeout: float, until: asyncio.Future | None = None
+    ) -> bool:
+        """Wait until ``s`` has data past ``unit``, is closed, or goes away.
+
+        False on timeout, when ``until`` resolves (the reader hung up) or when
+        the store stops.
+        """
         if s.tail > unit or s.meta.closed:
             return True
+        if not self.ready or (until is not None and until.done()):
+            return False
         # One future and one timer per waiter: with thousands of idle long-polls,
         # what a wake-up costs per reader is what bounds the last reader's latency.
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         s.waiters.add(waiter)
+        self._waiters.add(waiter)
         timer = loop.call_later(timeout, _time_out, waiter)
+
+        def hung_up(_: asyncio.Future) -> None:
+            _time_out(waiter)
+
+        if until is not None:
+            until.add_done_callback(hung_up)
         try:
             return await waiter
         finally:
             timer.cancel()
             s.waiters.discard(waiter)
+            self._waiters.discard(waiter)
+            if until is not None:
+                until.remove_done_callback(hung_up)
 
     # ------------------------------------------------------------------ upkeep
 
