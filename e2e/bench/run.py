@@ -4,6 +4,11 @@
     python e2e/bench/run.py --quick              # smoke profile (about 40 s)
     python e2e/bench/run.py --only live,idle --servers ours,reference
     python e2e/bench/run.py --quick --json out.json
+    python e2e/bench/run.py --baseline HEAD~3     # ours now against ours at a git ref
+
+With ``--baseline REF`` the comparison column is this server as of REF (checked
+out into a temporary git worktree and run from there) instead of the reference:
+the before/after of a change in one run, on the same machine and disk.
 
 Everything runs on this machine in one go. Each workload starts a fresh
 server in its own temporary data directory on a free port (ours, then the
@@ -57,6 +62,7 @@ LONG_POLL_SECONDS = 20
 REFERENCE_PACKAGE = "@durable-streams/server"
 MiB = 2**20
 SERVERS = ("ours", "reference", "ceiling")
+OURS = ("ours", "baseline")  # our server, now and at --baseline REF
 
 
 def log(msg: str) -> None:
@@ -103,6 +109,7 @@ class Server:
 
     kind: str
     workdir: Path
+    source: Path = ROOT / "server"  # the stream_server package to run (ours, baseline)
     port: int = field(default_factory=free_port)
     data_dir: Path | None = None
     proc: subprocess.Popen | None = None
@@ -110,7 +117,7 @@ class Server:
 
     def command(self) -> list[str]:
         assert self.data_dir is not None
-        if self.kind == "ours":
+        if self.kind in OURS:
             return [
                 sys.executable,
                 "-m",
@@ -147,7 +154,7 @@ class Server:
         self.log_path = self.workdir / f"{self.kind}-{self.port}.log"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT / "server"), env.get("PYTHONPATH", "")) if p
+            p for p in (str(self.source), env.get("PYTHONPATH", "")) if p
         )
         env.setdefault("DS_LOG_LEVEL", "warning")
         with open(self.log_path, "ab") as logf:
@@ -166,7 +173,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.kind} exited at start:\n{self.log_tail()}")
             status = probe(self.port, "/readyz")
-            if status == 200 or (status and self.kind != "ours"):
+            if status == 200 or (status and self.kind not in OURS):
                 return time.monotonic() - started
             time.sleep(0.01)
         raise RuntimeError(f"{self.kind} not ready after {timeout} s:\n{self.log_tail()}")
@@ -998,8 +1005,9 @@ def fmt(v: float | None) -> str:
     return f"{v:.2f}"
 
 
-def table(rows: list[dict], ceiling: dict | None) -> str:
-    head = ("workload", "unit", "ours", "reference", "ours/ref", "target", "met?")
+def table(rows: list[dict], ceiling: dict | None, other: str = "reference") -> str:
+    short_name = "base" if other != "reference" else "ref"
+    head = ("workload", "unit", "ours", other, f"ours/{short_name}", "target", "met?")
     body = []
     for r in rows:
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
@@ -1150,6 +1158,29 @@ def versions() -> dict:
 # ----------------------------------------------------------------- driver
 
 
+@contextlib.contextmanager
+def baseline_checkout(ref: str | None, workdir: Path):
+    """The ``server/`` folder of a temporary git worktree at ``ref`` (None: no baseline)."""
+    if ref is None:
+        yield None
+        return
+    tree = workdir / "baseline"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), ref],
+        check=True,
+        capture_output=True,
+    )
+    log(f"baseline: {ref} checked out in {tree}")
+    try:
+        yield tree / "server"
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+            check=False,
+            capture_output=True,
+        )
+
+
 def merge(runs: list[dict]) -> dict:
     """Several runs of one workload on one server: the median of each figure."""
     if len(runs) == 1:
@@ -1164,9 +1195,18 @@ def merge(runs: list[dict]) -> dict:
 
 
 def run(
-    servers: list[str], prof: Profile, only: list[str], workdir: Path, repeat: int
+    servers: list[str],
+    prof: Profile,
+    only: list[str],
+    workdir: Path,
+    repeat: int,
+    baseline: Path | None = None,
 ) -> tuple[dict, dict]:
-    """Each workload on ours, then the reference (``repeat`` times, alternating)."""
+    """Each workload on ours, then the reference (``repeat`` times, alternating).
+
+    With ``baseline`` (the ``server/`` folder of another checkout), that server
+    takes the reference's place, and its figures its column.
+    """
     results: dict[str, dict] = {}
     errors: dict[str, str] = {}
     ceiling = None
@@ -1194,18 +1234,22 @@ def run(
                     continue
                 if f"{w.key}/{kind}" in errors:
                     continue
-                log(f"{w.key}: {kind}")
-                srv = Server(kind, workdir)
+                if kind == "reference" and baseline is not None:
+                    log(f"{w.key}: baseline")
+                    srv = Server("baseline", workdir, source=baseline)
+                else:
+                    log(f"{w.key}: {kind}")
+                    srv = Server(kind, workdir)
                 try:
                     disk = disk_syncs_per_s(workdir, 0.25)  # the disk varies over time
                     srv.start()
                     res = w.run(srv, prof)
                     res["disk_fdatasync_per_s"] = disk
                     runs.setdefault(kind, []).append(res)
-                    log(f"{w.key}: {kind}: {short(res)}")
+                    log(f"{w.key}: {srv.kind}: {short(res)}")
                 except Exception as exc:
                     errors[f"{w.key}/{kind}"] = f"{type(exc).__name__}: {exc}"
-                    log(f"{w.key}: {kind} FAILED: {exc}")
+                    log(f"{w.key}: {srv.kind} FAILED: {exc}")
                 finally:
                     srv.cleanup()
         results[w.key] = {kind: merge(r) for kind, r in runs.items()}
@@ -1250,6 +1294,11 @@ def main(argv: list[str] | None = None) -> int:
         "(default 1024: 1 KiB messages; 16384 with --quick)",
     )
     ap.add_argument("--json", dest="json_out", help="also write every figure to this file")
+    ap.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="compare with this server at a git ref (before/after) instead of the reference",
+    )
     args = ap.parse_args(argv)
 
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
@@ -1264,7 +1313,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanups
     raise_fd_limit()
     ensure_wrk()
-    runnable, skipped = available(servers)
+    if args.baseline and "reference" not in servers:
+        servers.append("reference")  # the baseline runs in the reference's place
+    runnable, skipped = available([s for s in servers if not (args.baseline and s == "reference")])
+    if args.baseline:
+        runnable.append("reference")
+    other = f"base {args.baseline}" if args.baseline else "reference"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
         machine = {
@@ -1272,19 +1326,26 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_at_start": os.getloadavg()[0],
             "fdatasync_per_s": disk_syncs_per_s(Path(tmp)),
         }
-        figures, errors = run(runnable, prof, only, Path(tmp), max(1, args.repeat))
+        with baseline_checkout(args.baseline, Path(tmp)) as baseline:
+            figures, errors = run(
+                runnable, prof, only, Path(tmp), max(1, args.repeat), baseline=baseline
+            )
     elapsed = time.monotonic() - started
 
     rows = build_rows(prof, figures["workloads"], figures["ceiling"])
+    if args.baseline:  # the targets are against the reference, not a baseline
+        for row in rows:
+            row["target"], row["met"] = "-", None
     print(
         f"machine: {machine['cpus']} CPUs, load average {machine['load_average_at_start']:.1f} "
         f"at start, {machine['fdatasync_per_s']:,.0f} fdatasync/s (100-byte appends, one file)"
     )
-    print(table(rows, figures["ceiling"]))
+    print(table(rows, figures["ceiling"], other))
     print()
     for key, res in figures["workloads"].items():
         for kind, d in res.items():
-            print(f"  {key} {kind}: {short(d)}")
+            label = "baseline" if args.baseline and kind == "reference" else kind
+            print(f"  {key} {label}: {short(d)}")
     if figures["ceiling"]:
         print(f"  ceiling: {short(figures['ceiling'])}")
     for name, why in skipped.items():
@@ -1303,6 +1364,7 @@ def main(argv: list[str] | None = None) -> int:
             "versions": versions(),
             "machine": machine,
             "servers": runnable,
+            "baseline": args.baseline,
             "skipped": skipped,
             "errors": errors,
             "ceiling": figures["ceiling"],
