@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -25,9 +24,10 @@ from pathlib import Path
 
 import lmdb
 
+from stream_server.engine import fsio
 from stream_server.engine import wal as walmod
 from stream_server.engine.errors import DamagedStream, StorageError, StorageFailed
-from stream_server.engine.layout import Layout, fsync_dir
+from stream_server.engine.layout import Layout
 from stream_server.engine.metadata import (
     DB_INDEX,
     DB_INFO,
@@ -161,7 +161,7 @@ class Engine:
         self.meta.sync()
         number = max((int(p.stem) for p in walmod.wal_files(self.layout.wal)), default=0) + 1
         for path in walmod.wal_files(self.layout.wal):
-            path.unlink()
+            fsio.unlink(path)
         self.wal = walmod.WalWriter(self.layout.wal, number)
         report.streams = len(state.streams)
         report.damaged = dict(self.damaged)
@@ -178,16 +178,19 @@ class Engine:
                 for entry in frame.entries:
                     if entry[0] == walmod.WRITE:
                         _, sid, pos, data = entry
-                        fd = self._writer_fd(sid)
-                        os.pwrite(fd, data, pos)
+                        fsio.pwrite(self._writer_fd(sid), data, pos)
                         touched.add(sid)
                     else:
                         meta_entries.append(entry)
                 self._lmdb_write(meta_entries)
                 self.lsn = max(self.lsn, frame.lsn)
                 report.wal_frames_replayed += 1
+        # The WAL is deleted once recovery ends: what it redid must be durable first,
+        # the files' directory entries included (replay may have created them).
         for sid in touched:
-            os.fdatasync(self._writer_fd(sid))
+            fsio.fdatasync(self._writer_fd(sid))
+        for sub in {self.layout.segment_path(sid).parent for sid in touched}:
+            fsio.fsync_dir(sub)
         return touched
 
     def _load(self) -> LoadedState:
@@ -227,7 +230,7 @@ class Engine:
                 self.damaged[sid] = f"segment file {path} is missing"
                 continue
             if size > tail.file_len:
-                os.truncate(path, tail.file_len)
+                fsio.truncate(path, tail.file_len)
                 report.truncated_streams += 1
                 report.truncated_bytes += size - tail.file_len
                 touched.add(sid)
@@ -245,15 +248,13 @@ class Engine:
         path = self.layout.segment_path(sid)
         start_pos, start_unit = self._index_floor(sid, None, max_pos=size)
         good_pos, good_unit = start_pos, start_unit
-        with open(path, "rb") as fh:
-            fh.seek(start_pos)
-            data = fh.read(size - start_pos)
+        data = _read_range(path, start_pos, size - start_pos)
         try:
             for rec in iter_records(data, start_pos):
                 good_pos, good_unit = rec.end, rec.stop
         except CorruptRecord:
             pass
-        os.truncate(path, good_pos)
+        fsio.truncate(path, good_pos)
         log.error(
             "stream id %d: segment file is %d bytes short of its committed tail; "
             "recovered to the last whole record (unit %d, %d units lost)",
@@ -264,7 +265,7 @@ class Engine:
         )
         new_tail = Tail(good_pos, good_unit, tail.base)
         self.tails[sid] = new_tail
-        with self.meta.env.begin(write=True) as txn:
+        with self.meta.write() as txn:
             txn.put(
                 id_key(sid),
                 TAIL.pack(new_tail.file_len, new_tail.unit, new_tail.base),
@@ -279,9 +280,7 @@ class Engine:
 
     def _verify_tail_records(self, sid: int, tail: Tail) -> None:
         pos, _ = self._index_floor(sid, None, max_pos=tail.file_len)
-        with open(self.layout.segment_path(sid), "rb") as fh:
-            fh.seek(pos)
-            data = fh.read(tail.file_len - pos)
+        data = _read_range(self.layout.segment_path(sid), pos, tail.file_len - pos)
         end = pos
         for rec in iter_records(data, pos):
             end = rec.end
@@ -300,7 +299,7 @@ class Engine:
                     continue
                 if sid not in self.tails:
                     self._close_fd(sid)
-                    path.unlink(missing_ok=True)
+                    fsio.unlink(path)
                     report.orphan_files_removed += 1
 
     # ------------------------------------------------------------------ write
@@ -385,7 +384,7 @@ class Engine:
                 fb.write(sid, start, data)
                 fd = self._writer_fd(sid)
                 undo.append((sid, start))
-                _pwrite_all(fd, data, start)
+                fsio.pwrite(fd, data, start)
             self._hook("segments")
             t1 = time.perf_counter()
             stats.write_seconds = t1 - t0
@@ -442,7 +441,7 @@ class Engine:
             self.tails.pop(sid, None)
             self._dirty.discard(sid)
             self._close_fd(sid)
-            self.layout.segment_path(sid).unlink(missing_ok=True)
+            fsio.unlink(self.layout.segment_path(sid))
         if self.wal.size >= self.checkpoint_bytes:
             self.start_checkpoint()
         return stats
@@ -453,7 +452,7 @@ class Engine:
             return
         while True:
             try:
-                with self.meta.env.begin(write=True) as txn:
+                with self.meta.write() as txn:
                     self.meta.apply(txn, entries)
                 return
             except lmdb.MapFullError:
@@ -463,7 +462,7 @@ class Engine:
     def _undo_segments(self, undo: list[tuple[int, int]]) -> None:
         for sid, start in undo:
             try:
-                os.ftruncate(self._writer_fd(sid), start)
+                fsio.ftruncate(self._writer_fd(sid), start)
             except OSError as exc:  # the bytes stay past the committed tail: harmless
                 log.warning("could not trim stream id %d after a failed batch: %s", sid, exc)
 
@@ -487,21 +486,21 @@ class Engine:
             return fd
         path = self.layout.segment_path(sid)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = fsio.open_write(path)
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fsync_dir(path.parent.parent)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fsio.mkdir(path.parent)
+            fsio.fsync_dir(path.parent.parent)
+            fd = fsio.open_write(path)
         self._fds[sid] = fd
         if len(self._fds) > WRITER_FDS:
             _, old = self._fds.popitem(last=False)
-            os.close(old)
+            fsio.close(old)
         return fd
 
     def _close_fd(self, sid: int) -> None:
         fd = self._fds.pop(sid, None)
         if fd is not None:
-            os.close(fd)
+            fsio.close(fd)
 
     # ------------------------------------------------------------- checkpoint
 
@@ -522,23 +521,16 @@ class Engine:
         with self._checkpoint_lock:
             try:
                 for sid in dirty:
-                    try:
-                        fd = os.open(self.layout.segment_path(sid), os.O_RDONLY)
-                    except FileNotFoundError:
-                        continue  # deleted since: nothing to keep
-                    try:
-                        os.fdatasync(fd)
-                    finally:
-                        os.close(fd)
+                    fsio.fdatasync_path(self.layout.segment_path(sid))  # gone: nothing to keep
                 for sub in {self.layout.segment_path(s).parent for s in dirty}:
                     if sub.exists():
-                        fsync_dir(sub)
+                        fsio.fsync_dir(sub)
                 assert self.meta is not None
                 self.meta.sync()
                 for path in walmod.wal_files(self.layout.wal):
                     if int(path.stem) <= upto_number:
-                        path.unlink()
-                fsync_dir(self.layout.wal)
+                        fsio.unlink(path)
+                fsio.fsync_dir(self.layout.wal)
             except OSError as exc:
                 self._fail(f"checkpoint flush failed: {exc}")
 
@@ -556,7 +548,7 @@ class Engine:
                 self.wal.close()
             self.wal = None
         for fd in self._fds.values():
-            os.close(fd)
+            fsio.close(fd)
         self._fds.clear()
         if self.meta is not None:
             self.meta.close()
@@ -586,11 +578,11 @@ class Engine:
     def record_end(self, sid: int, unit: int) -> int:
         """The unit just past the record that covers ``unit``."""
         pos, _ = self._index_floor(sid, unit)
-        fd = os.open(self.layout.segment_path(sid), os.O_RDONLY)
+        fd = fsio.open_read(self.layout.segment_path(sid))
         try:
             chunk = 1 << 20
             while True:
-                buf = os.pread(fd, chunk, pos)
+                buf = fsio.pread(fd, chunk, pos)
                 if not buf:
                     return unit
                 last = pos
@@ -602,7 +594,7 @@ class Engine:
                     chunk = (record_size(buf) or 0) + 64
                 pos = last
         finally:
-            os.close(fd)
+            fsio.close(fd)
 
     def read(
         self,
@@ -634,10 +626,10 @@ class Engine:
         chunk = max(256 * 1024, min(max_bytes + 64 * 1024, 8 * 1024 * 1024))
         unpack = RECORD_HEADER.unpack_from
         json = kind == KIND_JSON
-        fd = os.open(self.layout.segment_path(sid), os.O_RDONLY)
+        fd = fsio.open_read(self.layout.segment_path(sid))
         try:
             while cur < stop and total < max_bytes:
-                buf = os.pread(fd, chunk, pos)
+                buf = fsio.pread(fd, chunk, pos)
                 if not buf:
                     raise DamagedStream(f"stream id {sid}: log ends before unit {stop}")
                 mv = memoryview(buf)
@@ -681,13 +673,13 @@ class Engine:
                     chunk = max(chunk, (record_size(buf) or 0) + 64)
                 pos += off
         finally:
-            os.close(fd)
+            fsio.close(fd)
         return out, cur, (cur, pos)
 
 
-def _pwrite_all(fd: int, data: bytes, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view = view[n:]
-        pos += n
+def _read_range(path: Path, pos: int, size: int) -> bytes:
+    fd = fsio.open_read(path)
+    try:
+        return fsio.pread(fd, size, pos)
+    finally:
+        fsio.close(fd)

@@ -6,8 +6,9 @@ version file names the on-disk format (docs/storage-format.md).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from stream_server.engine import fsio
 
 FORMAT_VERSION = 1
 VERSION_FILE = "FORMAT"
@@ -30,7 +31,7 @@ class Layout:
 
     def prepare(self) -> None:
         """Create a fresh layout, or check that an existing one is ours and current."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        fsio.mkdir(self.root)
         version_file = self.root / VERSION_FILE
         if version_file.exists():
             text = version_file.read_text(errors="replace")
@@ -46,19 +47,7 @@ class Layout:
                     f"{self.root}: not empty and has no {VERSION_FILE} file "
                     f"(found {sorted(unknown)[:5]}); refusing to use it as a data directory"
                 )
-            tmp = self.root / (VERSION_FILE + ".tmp")
-            tmp.write_text(VERSION_LINE)
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            tmp.rename(version_file)
+            fsio.write_durably(version_file, VERSION_LINE.encode())
         for d in (self.meta, self.wal, self.segments):
-            d.mkdir(exist_ok=True)
-        fsync_dir(self.root)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            fsio.mkdir(d)
+        fsio.fsync_dir(self.root)

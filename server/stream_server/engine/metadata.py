@@ -8,12 +8,16 @@ redone from the WAL on the next start.
 
 from __future__ import annotations
 
+import contextlib
 import struct
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import lmdb
 import orjson
+
+from stream_server.engine import fsio
 
 # Database numbers as they appear in WAL frames.
 DB_INFO = 0
@@ -95,7 +99,8 @@ class Metadata:
     """The LMDB environment and its named databases."""
 
     def __init__(self, path: Path, map_size: int) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        fsio.mkdir(path)
+        self.path = path
         self.env = lmdb.open(
             str(path),
             map_size=map_size,
@@ -124,8 +129,16 @@ class Metadata:
             elif kind == DELETE_PREFIX:
                 delete_prefix(txn, self.dbs[entry[1]], entry[2])
 
+    @contextlib.contextmanager
+    def write(self) -> Iterator[lmdb.Transaction]:
+        """A write transaction; the I/O module hears of its commit."""
+        with self.env.begin(write=True) as txn:
+            yield txn
+        fsio.lmdb_committed(self.path)
+
     def sync(self) -> None:
         self.env.sync(True)
+        fsio.lmdb_synced(self.path)
 
     def close(self) -> None:
         self.env.close()

@@ -10,12 +10,12 @@ A checkpoint flushes the segment files and LMDB, then deletes old WAL files.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from stream_server.engine import fsio
 from stream_server.engine.records import crc32
 
 FRAME_MAGIC = 0x46574453  # "SDWF"
@@ -107,7 +107,7 @@ def read_frames(path: Path, *, last_file: bool) -> Iterator[Frame]:
     that was being written when the process died: it was never acknowledged
     and is dropped. Anywhere else it is corruption.
     """
-    data = memoryview(path.read_bytes())
+    data = memoryview(fsio.read_file(path))
     off = 0
     n = len(data)
     while off < n:
@@ -137,23 +137,20 @@ class WalWriter:
         self.dir = wal_dir
         self.number = number
         self.path = wal_dir / f"{number:016d}.wal"
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
-        _fsync_dir(wal_dir)
+        self.fd = fsio.open_write(self.path, append=True)
+        self.size = fsio.size(self.fd)
+        fsio.fsync_dir(wal_dir)
 
     def append(self, frame: bytes) -> None:
-        view = memoryview(frame)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
+        fsio.append(self.fd, frame)
         self.size += len(frame)
 
     def sync(self) -> None:
-        os.fdatasync(self.fd)
+        fsio.fdatasync(self.fd)
 
     def truncate_to(self, size: int) -> None:
         """Drop a frame whose write failed part-way (e.g. disk full)."""
-        os.ftruncate(self.fd, size)
+        fsio.ftruncate(self.fd, size)
         self.size = size
 
     def rotate(self) -> WalWriter:
@@ -162,13 +159,5 @@ class WalWriter:
 
     def close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            fsio.close(self.fd)
             self.fd = -1
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,0 +1,203 @@
+"""Every file-system call the engine makes, in one place.
+
+Durability rests on the order of writes, flushes, creations, renames and
+deletions; here that order is visible in one small module, and a recorder can
+be attached to see every call that changes the disk. The crash-state explorer
+(``testkit.crashstates``) records a workload this way and rebuilds the states
+a crash could leave on a POSIX file system: unsynced writes dropped, kept or
+torn, creations and renames whose directory was not synced lost. LMDB does
+its own I/O, so the engine reports its commits and syncs here too.
+
+With no recorder attached (always, outside that explorer), each function is
+the plain ``os`` call plus one test of a global.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol
+
+
+class Recorder(Protocol):
+    """Told of each call that changes the disk, after it succeeded.
+
+    Ops: ``("create", path)``, ``("write", path, pos, data)``, ``("truncate", path,
+    size)``, ``("fsync", path)``, ``("fsync_dir", path)``, ``("unlink", path)``,
+    ``("rename", src, dst)``, ``("mkdir", path)``, ``("lmdb_commit", env_dir)``,
+    ``("lmdb_sync", env_dir)``.
+    """
+
+    def record(self, op: tuple) -> None: ...
+
+
+_recorder: Recorder | None = None
+_paths: dict[int, str] = {}  # fd -> path, kept only while a recorder is attached
+
+
+def attach(recorder: Recorder | None) -> None:
+    """Attach (or, with None, detach) the recorder. Test use only."""
+    global _recorder
+    _recorder = recorder
+    _paths.clear()
+
+
+def _note(op: tuple) -> None:
+    if _recorder is not None:
+        _recorder.record(op)
+
+
+# ------------------------------------------------------------------- files
+
+
+def open_write(path: Path, *, append: bool = False) -> int:
+    """A write descriptor, creating the file if needed."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
+    if _recorder is None:
+        return os.open(path, flags, 0o644)
+    existed = os.path.exists(path)
+    fd = os.open(path, flags, 0o644)
+    _paths[fd] = str(path)
+    if not existed:
+        _note(("create", str(path)))
+    return fd
+
+
+def open_read(path: Path) -> int:
+    return os.open(path, os.O_RDONLY)
+
+
+def close(fd: int) -> None:
+    _paths.pop(fd, None)
+    os.close(fd)
+
+
+def pwrite(fd: int, data: bytes | memoryview, pos: int) -> None:
+    """Write all of ``data`` at ``pos``."""
+    view = memoryview(data)
+    start = pos
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view = view[n:]
+        pos += n
+    if _recorder is not None:
+        _note(("write", _paths[fd], start, bytes(data)))
+
+
+def append(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at the end of a file opened with ``append=True``."""
+    start = os.fstat(fd).st_size if _recorder is not None else 0
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    if _recorder is not None:
+        _note(("write", _paths[fd], start, bytes(data)))
+
+
+def pread(fd: int, size: int, pos: int) -> bytes:
+    return os.pread(fd, size, pos)
+
+
+def size(fd: int) -> int:
+    return os.fstat(fd).st_size
+
+
+def read_file(path: Path) -> bytes:
+    return Path(path).read_bytes()
+
+
+def fdatasync(fd: int) -> None:
+    os.fdatasync(fd)
+    if _recorder is not None:
+        _note(("fsync", _paths[fd]))
+
+
+def fdatasync_path(path: Path) -> bool:
+    """Flush a file by name; False if it no longer exists."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    _note(("fsync", str(path)))
+    return True
+
+
+def ftruncate(fd: int, length: int) -> None:
+    os.ftruncate(fd, length)
+    if _recorder is not None:
+        _note(("truncate", _paths[fd], length))
+
+
+def truncate(path: Path, length: int) -> None:
+    os.truncate(path, length)
+    _note(("truncate", str(path), length))
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data`` atomically and durably: temporary file, flush, rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = open_write(tmp)
+    try:
+        os.ftruncate(fd, 0)
+        pwrite(fd, data, 0)
+        fdatasync(fd)
+    finally:
+        close(fd)
+    rename(tmp, path)
+    fsync_dir(path.parent)
+
+
+# ------------------------------------------------------------- directories
+
+
+def mkdir(path: Path) -> None:
+    """Create a directory (and its parents) if missing."""
+    if path.is_dir():
+        return
+    if not path.parent.is_dir():
+        mkdir(path.parent)
+    os.mkdir(path)
+    _note(("mkdir", str(path)))
+
+
+def unlink(path: Path) -> None:
+    """Remove a file if it exists."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _note(("unlink", str(path)))
+
+
+def rename(src: Path, dst: Path) -> None:
+    os.rename(src, dst)
+    _note(("rename", str(src), str(dst)))
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the directory's entries (creations, renames, removals) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _note(("fsync_dir", str(path)))
+
+
+# -------------------------------------------------------------------- LMDB
+
+
+def lmdb_committed(env_dir: Path) -> None:
+    """An LMDB write transaction committed (data pages flushed; meta page not, with
+    ``metasync=False``)."""
+    _note(("lmdb_commit", str(env_dir)))
+
+
+def lmdb_synced(env_dir: Path) -> None:
+    """``env.sync(True)`` returned: every committed transaction is durable."""
+    _note(("lmdb_sync", str(env_dir)))
