@@ -41,6 +41,9 @@ class Layout:
                     f"server (it reads {VERSION_LINE.strip()!r}); refusing to start"
                 )
         else:
+            # A crash during a first start can leave the version file's temporary
+            # copy behind (its rename not yet durable): that start never finished.
+            fsio.unlink(self.root / (VERSION_FILE + ".tmp"))
             unknown = [p.name for p in self.root.iterdir() if not p.name.startswith(".")]
             if unknown:
                 raise LayoutError(
