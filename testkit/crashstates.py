@@ -49,6 +49,7 @@ class Recording:
     root: Path
     ops: list[tuple] = field(default_factory=list)
     lmdb: dict[int, bytes] = field(default_factory=dict)  # op index -> data.mdb after it
+    origin: int = 0  # ops before this one describe the starting state: no crash among them
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _rel(self, path: str) -> str:
@@ -65,6 +66,23 @@ class Recording:
             if kind == "lmdb_commit":
                 self.lmdb[len(self.ops)] = (self.root / op[1] / LMDB_DATA).read_bytes()
             self.ops.append(op)
+
+    def start_from_disk(self) -> None:
+        """Take what ``root`` holds now as durable: the state a recorded run starts from
+        (a directory left by an earlier crash, say). Call before attaching."""
+        for path in sorted(self.root.rglob("*")):
+            if path.is_dir():
+                self.record(("mkdir", str(path)))
+            elif path.name == LMDB_DATA:
+                self.record(("lmdb_commit", str(path.parent)))
+                self.record(("lmdb_sync", str(path.parent)))
+            elif path.name != "lock.mdb":
+                self.record(("create", str(path)))
+                self.record(("write", str(path), 0, path.read_bytes()))
+                self.record(("fsync", str(path)))
+        for path in [self.root, *sorted(p for p in self.root.rglob("*") if p.is_dir())]:
+            self.record(("fsync_dir", str(path)))
+        self.origin = len(self.ops)
 
     def ack(self, label: object) -> int:
         """Note that the operation ``label`` was acknowledged; returns its place in the log."""
@@ -268,7 +286,7 @@ def _lmdb_state(rec: Recording, point: int, choice: Choice) -> tuple[str | None,
 
 def crash_points(rec: Recording) -> list[int]:
     """Every place between two recorded ops (and after the last)."""
-    return list(range(1, len(rec.ops) + 1))
+    return list(range(max(rec.origin, 1), len(rec.ops) + 1))
 
 
 def choices_for(point: int, mixed: int) -> list[Choice]:
