@@ -26,9 +26,11 @@ serve: $(VENV)/.server
 test: deps
 	$(PY) -m pytest
 
-## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests.
+## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests,
+## every crash state of the explorer's workloads with 12 random mixes per crash point.
 test-long: deps
-	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 $(PY) -m pytest e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py
+	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 CRASH_STATES=1000000 CRASH_MIXED=12 $(PY) -m pytest \
+		e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py tests/engine/test_crash_states.py
 
 deps: $(VENV)/.all system-deps
 	cd e2e/conformance && npm install --no-audit --no-fund --loglevel=error
