@@ -1,0 +1,98 @@
+"""The golden data directory of format version 1 (tests/fixtures/golden-v1), written once
+by an earlier server: this server and the Spark reader must read it exactly as
+``golden_v1.json`` says, forever or until a documented migration."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+
+from stream_server.streams.store import StreamStore
+from stream_spark._plan import Selection, batch_ranges, plan
+from stream_spark._reader import MetaReader, read_slice
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GOLDEN = FIXTURES / "golden-v1"
+EXPECTED = json.loads((FIXTURES / "golden_v1.json").read_text())["streams"]
+
+
+def matches(want: dict, content: bytes | list[bytes]) -> bool:
+    if "messages" in want:
+        return [m.decode() for m in content] == want["messages"]
+    if "sha256" in want:
+        return hashlib.sha256(content).hexdigest() == want["sha256"]
+    return content.hex() == want["bytes_hex"]
+
+
+def test_the_server_reads_the_golden_v1_directory_exactly(tmp_path):
+    data = tmp_path / "golden"
+    shutil.copytree(GOLDEN, data)
+
+    async def check() -> None:
+        store = StreamStore(data)
+        report = await store.start()
+        try:
+            assert report.damaged == {} and report.streams == len(EXPECTED)
+            assert sorted(store.streams) == sorted(EXPECTED)
+            for path, want in EXPECTED.items():
+                s = store.get(path)
+                assert s.meta.content_type == want["content_type"], path
+                assert s.tail == want["tail"], path
+                assert s.meta.closed == want.get("closed", False), path
+                assert s.meta.fork_from == want.get("fork_from"), path
+                if "fork_offset" in want:
+                    assert s.meta.fork_offset == want["fork_offset"], path
+                producers = {pid: [p.epoch, p.seq] for pid, p in s.producers.items()}
+                assert producers == want.get("producers", {}), path
+                r = await store.read(s, 0, 1 << 30)
+                payloads = [bytes(p) for p in r.payloads]
+                assert matches(want, payloads if s.is_json else b"".join(payloads)), path
+        finally:
+            await store.stop()
+
+    asyncio.run(check())
+
+
+def test_a_server_serves_the_golden_v1_directory(server_factory, tmp_path):
+    data = tmp_path / "golden"
+    shutil.copytree(GOLDEN, data)
+    srv = server_factory(data_dir=data).start()
+    with httpx.Client(base_url=srv.base, timeout=10) as c:
+        assert c.get("bin/a", params={"offset": "-1"}).content == b"hello world"
+        assert c.get("json/e", params={"offset": "-1"}).json() == [{"k": 1}, {"k": 2}, "x"]
+        assert c.get("fork/f", params={"offset": "-1"}).content == b"hello there"
+        h = c.head("text/closed")
+        assert h.headers["stream-closed"] == "true"
+        # The producer's state survived: its last sequence number is a duplicate.
+        r = c.post(
+            "prod/p",
+            headers={
+                "Content-Type": "application/octet-stream",
+                "Producer-Id": "w",
+                "Producer-Epoch": "1",
+                "Producer-Seq": "2",
+            },
+            content=b"p2",
+        )
+        assert r.status_code == 204
+
+
+def test_the_spark_reader_reads_the_golden_v1_directory_exactly():
+    got: dict[str, list[bytes]] = {}
+    with MetaReader(GOLDEN) as meta:
+        cut = meta.cut()
+        kinds = {path: info.is_json for path, info in cut.streams.items()}
+        for part in plan(cut, meta, batch_ranges(cut, Selection())):
+            for sl in part:
+                got.setdefault(sl.stream, []).extend(
+                    bytes(row.payload) for row in read_slice(GOLDEN, sl)
+                )
+    assert sorted(got) == sorted(EXPECTED)
+    for path, want in EXPECTED.items():
+        content = got[path] if kinds[path] else b"".join(got[path])
+        assert matches(want, content), path
