@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from conftest import read_all
-from stream_server.engine.layout import Layout
-from stream_server.engine.records import KIND_BYTES, encode_record
+from stream_format.layout import Layout
+from stream_format.records import KIND_BYTES, encode_record
 
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 STREAMS = 6

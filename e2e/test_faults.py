@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from conftest import read_all, stream_state
-from stream_server.engine.layout import Layout
+from stream_format.layout import Layout
 
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 BIN = {"Content-Type": "application/octet-stream"}

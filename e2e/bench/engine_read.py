@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine, StreamMeta
 from stream_server.engine.ops import Append, CreateLog, PutStream
-from stream_server.engine.records import KIND_BYTES
 
 
 def main() -> None:

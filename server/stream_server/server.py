@@ -17,11 +17,12 @@ log = logging.getLogger("stream_server")
 
 def serve(settings: Settings) -> int:
     log_config = configure(settings.log_level, settings.log_format)
+    from stream_format.layout import Layout
     from stream_server.engine import LayoutError
-    from stream_server.engine.layout import Layout
+    from stream_server.engine.layout import prepare
 
     try:
-        Layout(settings.data_dir).prepare()
+        prepare(Layout(settings.data_dir))
         app = create_app(settings)
     except (LayoutError, AuthConfigError) as exc:
         log.error("%s", exc)

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from stream_spark._reader import Cut, MetaReader, Piece, Slice, StreamInfo, segment_relpath
+from stream_spark._reader import Cut, MetaReader, Piece, Slice, StreamInfo
 
 FORKS_STITCH = "stitch"  # a fork reads as the protocol reads it: inherited records, then its own
 FORKS_OWN = "own"  # only the records a stream's own log holds (no double counting across forks)
@@ -101,7 +101,7 @@ def _slice(
         origin=p.owner.path,
         content_type=cut.streams[span.stream].content_type,
         kind=p.owner.kind,
-        segment=segment_relpath(meta.layout, p.owner.id),
+        segment=meta.layout.segment_relpath(p.owner.id),
         pos=pos,
         end_pos=p.owner.file_len,
         first=first,

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import lmdb
 
-from stream_server.engine.layout import VERSION_FILE, VERSION_LINE, Layout
-from stream_server.engine.metadata import (
+from stream_format import chain, index
+from stream_format.layout import LMDB_DATA, FormatError, Layout
+from stream_format.media import record_kind
+from stream_format.meta import (
     DB_INDEX,
     DB_NAMES,
     DB_STREAMS,
@@ -40,28 +42,22 @@ from stream_server.engine.metadata import (
     StreamMeta,
     id_key,
     index_key,
+    stream_path,
 )
-from stream_server.engine.records import (
+from stream_format.records import (
     FILE_HEADER_SIZE,
-    KIND_BYTES,
     KIND_JSON,
     CorruptRecord,
     Producer,
+    check_file_header,
     iter_records,
     record_size,
 )
 
-JSON_TYPE = "application/json"
+__all__ = ["KIND_JSON", "FormatError", "Producer"]  # with the names defined below
+
 READ_CHUNK = 8 * 1024 * 1024
 INDEX_BATCH = 4096  # index entries per read transaction (about 64 MiB of segment file)
-
-
-class FormatError(Exception):
-    """The data directory is not one this reader understands, or is damaged."""
-
-
-def media_type(content_type: str) -> str:
-    return content_type.split(";", 1)[0].strip().lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +79,7 @@ class StreamInfo:
 
     @property
     def kind(self) -> int:
-        return KIND_JSON if media_type(self.content_type) == JSON_TYPE else KIND_BYTES
+        return record_kind(self.content_type)
 
     @property
     def is_json(self) -> bool:
@@ -110,48 +106,28 @@ class Cut:
     def chain(self, path: str, lo: int, hi: int) -> list[Piece]:
         """The pieces that make up ``path`` in ``[lo, hi)``, oldest first.
 
-        The same stitching as the server's read: a fork holds its own units from
-        its fork offset on and reads lower units through its source, which may
-        itself be a fork. Pieces are cut at fork offsets exactly, so a sub-offset
-        fork returns the inherited part of a source record only.
+        The server's stitching (``stream_format.chain``): pieces are cut at fork
+        offsets exactly, so a sub-offset fork returns the inherited part of a
+        source record only.
         """
-        pieces: list[Piece] = []
-        cur: StreamInfo | None = self.streams[path]
-        top = hi
-        while cur is not None and top > lo:
-            own_lo = cur.fork_offset
-            a, b = max(own_lo, lo), top
-            if a < b:
-                pieces.append(Piece(cur, a, b))
-            top = min(top, own_lo)
-            parent = cur.fork_from
-            cur = None
-            if parent is not None and top > lo:
-                cur = self.streams.get(parent)
-                if cur is None:
-                    raise FormatError(f"stream {path!r}: fork source {parent!r} is missing")
-        pieces.reverse()
-        return pieces
+        try:
+            found = chain.pieces(self.streams[path], lo, hi, _fork_fields, self.streams.get)
+        except chain.BrokenChain as exc:
+            raise FormatError(f"stream {path!r}: {exc}") from None
+        return [Piece(owner, a, b) for owner, a, b in found]
 
 
 def check_layout(data_dir: str | Path) -> Layout:
     """The directory's layout, or FormatError if it is not format version 1."""
     layout = Layout(Path(data_dir))
-    version = layout.root / VERSION_FILE
-    try:
-        text = version.read_text(errors="replace")
-    except FileNotFoundError:
-        raise FormatError(
-            f"{layout.root}: no {VERSION_FILE} file: not a durable-streams data directory"
-        ) from None
-    if text != VERSION_LINE:
-        raise FormatError(
-            f"{layout.root}: data format {text.strip()!r} is not supported by this reader "
-            f"(it reads {VERSION_LINE.strip()!r})"
-        )
-    if not (layout.meta / "data.mdb").exists():
+    layout.check_version()
+    if not (layout.meta / LMDB_DATA).exists():
         raise FormatError(f"{layout.meta}: no LMDB environment")
     return layout
+
+
+def _fork_fields(info: StreamInfo) -> StreamInfo:
+    return info  # a StreamInfo carries fork_from and fork_offset itself
 
 
 class MetaReader:
@@ -207,8 +183,8 @@ class MetaReader:
         tails = {U64_BE.unpack(key)[0]: TAIL.unpack(value) for key, value in raw_tails}
         streams: dict[str, StreamInfo] = {}
         for key, value in raw_streams:
-            path = key.decode("utf-8", "surrogatepass")
-            m = StreamMeta.decode(value)
+            path = stream_path(key)
+            m = StreamMeta.from_json(value)
             tail = tails.get(m.id)
             if tail is None:  # no log (cannot happen in a committed cut): nothing to read
                 continue
@@ -222,7 +198,7 @@ class MetaReader:
                 base=base,
                 closed=m.closed,
                 soft_deleted=m.soft_deleted,
-                expired=_expired(m, now),
+                expired=m.expired(now),
                 fork_from=m.fork_from,
                 fork_offset=m.fork_offset,
                 created_at=m.created_at,
@@ -231,14 +207,8 @@ class MetaReader:
 
     def index_floor(self, owner: StreamInfo, unit: int) -> tuple[int, int]:
         """(file position, unit) of the last indexed record start at or before ``unit``."""
-        prefix = id_key(owner.id)
         with self._begin() as txn:
-            cur = txn.cursor(db=self.dbs[DB_INDEX])
-            found = cur.prev() if cur.set_range(index_key(owner.id, unit + 1)) else cur.last()
-            if found and cur.key()[:8] == prefix:
-                _, idx_unit = INDEX_KEY.unpack(cur.key())
-                return U64.unpack(cur.value())[0], idx_unit
-        return FILE_HEADER_SIZE, owner.base
+            return index.floor(txn, self.dbs[DB_INDEX], owner.id, unit, owner.base)
 
     def boundaries(self, owner: StreamInfo, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """Indexed record starts (unit, file position) with ``lo < unit < hi``, in order.
@@ -271,13 +241,6 @@ class MetaReader:
             if len(batch) < INDEX_BATCH:
                 return
             start = batch[-1][0] + b"\x00"
-
-
-def _expired(m: StreamMeta, now: float) -> bool:
-    """The server's rule (streams.model.Stream.expired) on the persisted fields."""
-    if m.expires_at_ts is not None and now >= m.expires_at_ts:
-        return True
-    return m.ttl is not None and now >= m.touched_at + m.ttl
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +302,10 @@ def read_slice(
             f"(stream {sl.origin!r} deleted after the cut)"
         ) from None
     try:
+        try:
+            check_file_header(os.pread(fd, FILE_HEADER_SIZE, 0), int(Path(sl.segment).stem, 16))
+        except CorruptRecord as exc:
+            raise FormatError(f"stream {sl.origin!r}: {exc}") from None
         pos = sl.pos
         # Reads cost what they return: a small slice of a long file (a fork's
         # inherited piece, a short offset range) reads about its own size.
@@ -394,7 +361,3 @@ def read_slice(
                 chunk = min(chunk * 2, READ_CHUNK)
     finally:
         os.close(fd)
-
-
-def segment_relpath(layout: Layout, stream_id: int) -> str:
-    return str(layout.segment_path(stream_id).relative_to(layout.root))

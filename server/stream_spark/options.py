@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from stream_server.protocol.offsets import START, OffsetError, parse_offset
+from stream_format.offsets import START, OffsetError, parse_offset
 from stream_spark._plan import FORKS_OWN, FORKS_STITCH, Selection
 
 DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024

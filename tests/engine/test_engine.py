@@ -7,10 +7,12 @@ import random
 
 import pytest
 
+from stream_format.layout import Layout
+from stream_format.meta import StreamMeta
+from stream_format.records import KIND_BYTES, KIND_JSON, Producer
 from stream_server.engine import Engine, LayoutError
 from stream_server.engine.engine import INDEX_GRANULARITY
-from stream_server.engine.layout import Layout
-from stream_server.engine.metadata import StreamMeta
+from stream_server.engine.layout import prepare
 from stream_server.engine.ops import (
     Append,
     CreateLog,
@@ -19,7 +21,6 @@ from stream_server.engine.ops import (
     PutProducer,
     PutStream,
 )
-from stream_server.engine.records import KIND_BYTES, KIND_JSON, Producer
 
 
 class Crash(Exception):
@@ -199,12 +200,12 @@ def test_layout_refuses_foreign_and_future_directories(tmp_path):
     foreign.mkdir()
     (foreign / "important.txt").write_text("not ours")
     with pytest.raises(LayoutError, match="not empty"):
-        Layout(foreign).prepare()
+        prepare(Layout(foreign))
     future = tmp_path / "future"
     future.mkdir()
     (future / "FORMAT").write_text("durable-streams-py data format 99\n")
     with pytest.raises(LayoutError, match="not supported"):
-        Layout(future).prepare()
+        prepare(Layout(future))
 
 
 def test_checkpoint_rotates_and_deletes_old_wal(tmp_path):

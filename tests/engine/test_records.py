@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stream_server.engine.records import (
+from stream_format.records import (
     FILE_HEADER_SIZE,
     KIND_BYTES,
     KIND_JSON,

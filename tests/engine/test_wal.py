@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from stream_server.engine import wal
+from stream_format import wal
+from stream_server.engine.wal import WalWriter
 
 
 def _frame(lsn: int) -> bytes:
@@ -34,7 +35,7 @@ def test_torn_last_frame_is_dropped_only_at_the_end_of_the_newest_file(tmp_path)
 
 
 def test_writer_appends_and_rotates(tmp_path):
-    w = wal.WalWriter(tmp_path, 1)
+    w = WalWriter(tmp_path, 1)
     w.append(_frame(1))
     w.sync()
     w2 = w.rotate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stream_format.offsets import OffsetError, format_offset, parse_offset
 from stream_server.protocol.headers import (
     is_true,
     non_negative_int,
@@ -12,7 +13,6 @@ from stream_server.protocol.headers import (
     parse_producer,
     parse_ttl,
 )
-from stream_server.protocol.offsets import OffsetError, format_offset, parse_offset
 from stream_server.protocol.paths import stream_path
 from stream_server.streams.errors import BadRequest, NotFound
 from stream_server.streams.jsonmode import split_messages

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stream_format.offsets import NOW, START, OffsetError, format_offset, parse_offset
 from stream_server.protocol import sse
 from stream_server.protocol.cursor import CURSOR_EPOCH, CURSOR_INTERVAL, next_cursor
 from stream_server.protocol.headers import (
@@ -14,7 +15,6 @@ from stream_server.protocol.headers import (
     parse_producer,
     parse_ttl,
 )
-from stream_server.protocol.offsets import NOW, START, OffsetError, format_offset, parse_offset
 from stream_server.protocol.paths import is_reserved, stream_path
 from stream_server.streams.errors import BadRequest, NotFound
 

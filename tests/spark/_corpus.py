@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from stream_server.protocol.offsets import format_offset, parse_offset
+from stream_format.offsets import format_offset, parse_offset
 
 OCTET = {"Content-Type": "application/octet-stream"}
 TEXT = {"Content-Type": "text/plain; charset=utf-8"}

@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 
-from stream_server.engine.layout import VERSION_FILE
-from stream_server.protocol.offsets import format_offset
+from stream_format.layout import VERSION_FILE
+from stream_format.offsets import format_offset
 from stream_spark._plan import FORKS_STITCH, Selection, batch_ranges, cap_by_bytes, plan, select
 from stream_spark._reader import FormatError, MetaReader, read_slice
 from stream_spark.options import OptionError, ReadOptions

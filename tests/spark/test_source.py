@@ -11,7 +11,7 @@ from collections import defaultdict
 import httpx
 import pytest
 
-from stream_server.protocol.offsets import format_offset, parse_offset
+from stream_format.offsets import format_offset, parse_offset
 
 from ._corpus import JSON, OCTET, http_read, put
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import httpx
 
-from stream_server.protocol.offsets import format_offset
+from stream_format.offsets import format_offset
 
 from ._corpus import JSON, OCTET, http_read, post, put
 

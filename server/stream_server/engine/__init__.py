@@ -3,10 +3,10 @@
 Nothing here knows about HTTP or the protocol's rules; see docs/storage-format.md.
 """
 
+from stream_format.meta import StreamMeta
 from stream_server.engine.engine import BatchStats, Engine, LoadedState, RecoveryReport, Tail
 from stream_server.engine.errors import DamagedStream, StorageError, StorageFailed
 from stream_server.engine.layout import LayoutError
-from stream_server.engine.metadata import StreamMeta
 from stream_server.engine.pipeline import CommitPipeline
 
 __all__ = [

@@ -24,30 +24,47 @@ from pathlib import Path
 
 import lmdb
 
-from stream_server.engine import fsio
-from stream_server.engine import wal as walmod
-from stream_server.engine.errors import DamagedStream, StorageError, StorageFailed
-from stream_server.engine.layout import Layout
-from stream_server.engine.metadata import (
+from stream_format import index
+from stream_format import wal as walmod
+from stream_format.layout import Layout
+from stream_format.meta import (
     DB_INDEX,
     DB_INFO,
     DB_PRODUCERS,
     DB_STREAMS,
     DB_TAILS,
-    INDEX_KEY,
     KEY_NEXT_STREAM_ID,
     PRODUCER,
     TAIL,
     U64,
     U64_BE,
-    Metadata,
     StreamMeta,
-    delete_prefix,
     id_key,
     index_key,
     producer_key,
     stream_key,
+    stream_path,
 )
+from stream_format.records import (
+    FILE_HEADER_SIZE,
+    FLAG_PRODUCER,
+    KIND_JSON,
+    PRODUCER_TAIL,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    CorruptRecord,
+    check_file_header,
+    crc32,
+    encode_file_header,
+    encode_record,
+    iter_records,
+    record_size,
+    record_units,
+)
+from stream_server.engine import fsio
+from stream_server.engine.errors import DamagedStream, StorageError, StorageFailed
+from stream_server.engine.layout import prepare
+from stream_server.engine.metadata import Metadata, delete_prefix
 from stream_server.engine.ops import (
     Append,
     CreateLog,
@@ -58,21 +75,7 @@ from stream_server.engine.ops import (
     PutProducer,
     PutStream,
 )
-from stream_server.engine.records import (
-    FILE_HEADER_SIZE,
-    FLAG_PRODUCER,
-    KIND_JSON,
-    PRODUCER_TAIL,
-    RECORD_HEADER,
-    RECORD_HEADER_SIZE,
-    CorruptRecord,
-    crc32,
-    encode_file_header,
-    encode_record,
-    iter_records,
-    record_size,
-    record_units,
-)
+from stream_server.engine.wal import WalWriter
 
 log = logging.getLogger("stream_server.engine")
 
@@ -132,9 +135,10 @@ class Engine:
         self.map_size = map_size
         self.checkpoint_bytes = checkpoint_bytes
         self.meta: Metadata | None = None
-        self.wal: walmod.WalWriter | None = None
+        self.wal: WalWriter | None = None
         self.tails: dict[int, Tail] = {}
         self.damaged: dict[int, str] = {}
+        self._headers_checked: set[int] = set()  # segment files whose magic and id were seen
         self.failed: str | None = None
         self.lsn = 0
         self._fds: OrderedDict[int, int] = OrderedDict()
@@ -150,7 +154,7 @@ class Engine:
 
     def open(self) -> tuple[LoadedState, RecoveryReport]:
         started = time.monotonic()
-        self.layout.prepare()
+        prepare(self.layout)
         self.meta = Metadata(self.layout.meta, self.map_size)
         report = RecoveryReport()
         touched = self._replay_wal(report)
@@ -162,7 +166,7 @@ class Engine:
         number = max((int(p.stem) for p in walmod.wal_files(self.layout.wal)), default=0) + 1
         for path in walmod.wal_files(self.layout.wal):
             fsio.unlink(path)
-        self.wal = walmod.WalWriter(self.layout.wal, number)
+        self.wal = WalWriter(self.layout.wal, number)
         report.streams = len(state.streams)
         report.damaged = dict(self.damaged)
         report.seconds = time.monotonic() - started
@@ -204,7 +208,7 @@ class Engine:
             if raw:
                 next_id = U64.unpack(raw)[0]
             for key, value in txn.cursor(db=self.meta.dbs[DB_STREAMS]):
-                streams[bytes(key).decode("utf-8", "surrogatepass")] = StreamMeta.decode(value)
+                streams[stream_path(key)] = StreamMeta.from_json(value)
             for key, value in txn.cursor(db=self.meta.dbs[DB_TAILS]):
                 file_len, unit, base = TAIL.unpack(value)
                 tails[U64_BE.unpack(key)[0]] = Tail(file_len, unit, base)
@@ -279,6 +283,7 @@ class Engine:
         report.truncated_bytes += tail.file_len - good_pos
 
     def _verify_tail_records(self, sid: int, tail: Tail) -> None:
+        self._check_header(sid)
         pos, _ = self._index_floor(sid, None, max_pos=tail.file_len)
         data = _read_range(self.layout.segment_path(sid), pos, tail.file_len - pos)
         end = pos
@@ -286,6 +291,11 @@ class Engine:
             end = rec.end
         if end != tail.file_len:
             raise CorruptRecord(f"stream id {sid}: records end at {end}, tail is {tail.file_len}")
+
+    def _check_header(self, sid: int) -> None:
+        """CorruptRecord unless the segment file starts with the magic and its stream id."""
+        check_file_header(_read_range(self.layout.segment_path(sid), 0, FILE_HEADER_SIZE), sid)
+        self._headers_checked.add(sid)
 
     def _remove_orphans(self, report: RecoveryReport) -> None:
         """Delete segment files of streams whose deletion committed before a crash."""
@@ -344,7 +354,7 @@ class Engine:
                     stats.appends += 1
                     stats.bytes += len(payload)
             elif isinstance(op, PutStream):
-                put(DB_STREAMS, stream_key(op.path), op.meta.encode())
+                put(DB_STREAMS, stream_key(op.path), op.meta.to_json())
             elif isinstance(op, PutProducer):
                 put(
                     DB_PRODUCERS,
@@ -561,19 +571,16 @@ class Engine:
     ) -> tuple[int, int]:
         """The last indexed (file position, unit) at or before ``unit`` (or ``max_pos``)."""
         assert self.meta is not None
-        prefix = id_key(sid)
-        target = index_key(sid, unit + 1) if unit is not None else index_key(sid + 1, 0)
-        with self.meta.env.begin() as txn:
-            cur = txn.cursor(db=self.meta.dbs[DB_INDEX])
-            found = cur.prev() if cur.set_range(target) else cur.last()
-            while found and cur.key()[:8] == prefix:
-                _, idx_unit = INDEX_KEY.unpack(cur.key())
-                pos = U64.unpack(cur.value())[0]
-                if max_pos is None or pos <= max_pos:
-                    return pos, idx_unit
-                found = cur.prev()
         tail = self.tails.get(sid)
-        return FILE_HEADER_SIZE, tail.base if tail else 0
+        with self.meta.env.begin() as txn:
+            return index.floor(
+                txn,
+                self.meta.dbs[DB_INDEX],
+                sid,
+                unit,
+                tail.base if tail else 0,
+                max_pos=max_pos,
+            )
 
     def record_end(self, sid: int, unit: int) -> int:
         """The unit just past the record that covers ``unit``."""
@@ -614,6 +621,12 @@ class Engine:
         """
         if sid in self.damaged:
             raise DamagedStream(self.damaged[sid])
+        if sid not in self._headers_checked:
+            try:
+                self._check_header(sid)
+            except CorruptRecord as exc:
+                self.damaged[sid] = str(exc)
+                raise DamagedStream(str(exc)) from None
         if start >= stop:
             return [], start, hint or (start, -1)
         if hint is not None and hint[1] >= 0 and 0 <= start - hint[0] <= HINT_REACH:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stream_server.engine.metadata import StreamMeta
-from stream_server.engine.records import Producer
+from stream_format.meta import StreamMeta
+from stream_format.records import Producer
 
 
 @dataclass(slots=True)

@@ -1,133 +1,19 @@
-"""The shared write-ahead log: one frame per group-commit batch, one fsync per batch.
+"""The shared write-ahead log file: frames appended, one fsync per batch.
 
 Every batch is written here first and flushed once, whatever the number of
 streams it touches; only then are its records written to the per-stream
 segment files (left to the page cache) and its metadata committed to LMDB.
-Recovery replays the frames since the last checkpoint, which is idempotent:
-data entries are positional writes and metadata entries are whole values.
-A checkpoint flushes the segment files and LMDB, then deletes old WAL files.
+Recovery replays the frames since the last checkpoint (``stream_format.wal``
+decodes them), which is idempotent: data entries are positional writes and
+metadata entries are whole values. A checkpoint flushes the segment files
+and LMDB, then deletes old WAL files.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from stream_server.engine import fsio
-from stream_server.engine.records import crc32
-
-FRAME_MAGIC = 0x46574453  # "SDWF"
-FRAME_HEADER = struct.Struct("<IIIQ")  # magic, body length, crc32(body), lsn
-
-# Entry kinds inside a frame body.
-PUT = 1  # db, key, value
-DELETE = 2  # db, key
-DELETE_PREFIX = 3  # db, prefix
-WRITE = 4  # stream id, file position, bytes
-
-_ENTRY_KV = struct.Struct("<BBII")  # kind, db, key length, value length
-_ENTRY_WRITE = struct.Struct("<BQQI")  # kind, stream id, position, length
-
-
-class WalCorrupt(Exception):
-    """A frame that is not at the torn end of the last WAL file fails its checksum."""
-
-
-@dataclass(slots=True)
-class Frame:
-    lsn: int
-    entries: list[
-        tuple
-    ]  # (PUT, db, key, value) | (DELETE, db, key) | ... | (WRITE, sid, pos, data)
-    end: int  # file position just past the frame
-
-
-class FrameBuilder:
-    """Accumulates one batch's entries into a frame body."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def put(self, db: int, key: bytes, value: bytes) -> None:
-        self.parts.append(_ENTRY_KV.pack(PUT, db, len(key), len(value)))
-        self.parts.append(key)
-        self.parts.append(value)
-
-    def delete(self, db: int, key: bytes) -> None:
-        self.parts.append(_ENTRY_KV.pack(DELETE, db, len(key), 0))
-        self.parts.append(key)
-
-    def delete_prefix(self, db: int, prefix: bytes) -> None:
-        self.parts.append(_ENTRY_KV.pack(DELETE_PREFIX, db, len(prefix), 0))
-        self.parts.append(prefix)
-
-    def write(self, stream_id: int, pos: int, data: bytes) -> None:
-        self.parts.append(_ENTRY_WRITE.pack(WRITE, stream_id, pos, len(data)))
-        self.parts.append(data)
-
-    def frame(self, lsn: int) -> bytes:
-        body = b"".join(self.parts)
-        return FRAME_HEADER.pack(FRAME_MAGIC, len(body), crc32(body), lsn) + body
-
-
-def decode_entries(body: memoryview) -> list[tuple]:
-    entries: list[tuple] = []
-    off = 0
-    n = len(body)
-    while off < n:
-        kind = body[off]
-        if kind == WRITE:
-            _, sid, pos, length = _ENTRY_WRITE.unpack_from(body, off)
-            off += _ENTRY_WRITE.size
-            entries.append((WRITE, sid, pos, body[off : off + length]))
-            off += length
-        else:
-            _, db, klen, vlen = _ENTRY_KV.unpack_from(body, off)
-            off += _ENTRY_KV.size
-            key = bytes(body[off : off + klen])
-            off += klen
-            if kind == PUT:
-                entries.append((PUT, db, key, bytes(body[off : off + vlen])))
-                off += vlen
-            elif kind in (DELETE, DELETE_PREFIX):
-                entries.append((kind, db, key))
-            else:
-                raise WalCorrupt(f"unknown WAL entry kind {kind}")
-    return entries
-
-
-def read_frames(path: Path, *, last_file: bool) -> Iterator[Frame]:
-    """Yield the whole frames of one WAL file.
-
-    A torn or unchecksummed frame at the end of the newest file is the batch
-    that was being written when the process died: it was never acknowledged
-    and is dropped. Anywhere else it is corruption.
-    """
-    data = memoryview(fsio.read_file(path))
-    off = 0
-    n = len(data)
-    while off < n:
-        if off + FRAME_HEADER.size > n:
-            if last_file:
-                return
-            raise WalCorrupt(f"{path}: truncated frame header at {off}")
-        magic, length, crc, lsn = FRAME_HEADER.unpack_from(data, off)
-        body_start = off + FRAME_HEADER.size
-        body = data[body_start : body_start + length]
-        if magic != FRAME_MAGIC or len(body) != length or crc32(body) != crc:
-            if last_file:
-                return
-            raise WalCorrupt(f"{path}: bad frame at {off}")
-        off = body_start + length
-        yield Frame(lsn, decode_entries(body), off)
-
-
-def wal_files(wal_dir: Path) -> list[Path]:
-    return sorted(wal_dir.glob("*.wal"))
 
 
 class WalWriter:

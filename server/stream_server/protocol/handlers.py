@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from stream_format.offsets import NOW, START, OffsetError, format_offset, parse_offset
 from stream_server.auth import Denied, TokenAuth
 from stream_server.metrics import Metrics
 from stream_server.protocol import sse
@@ -37,7 +38,6 @@ from stream_server.protocol.http import (
     text_headers,
 )
 from stream_server.protocol.live import Hangup, ReaderSlots, TooManyRequests
-from stream_server.protocol.offsets import NOW, START, OffsetError, format_offset, parse_offset
 from stream_server.protocol.paths import is_reserved, stream_path
 from stream_server.ratelimit import RateLimiter, retry_after
 from stream_server.streams.errors import (

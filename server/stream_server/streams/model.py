@@ -10,15 +10,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
-from stream_server.engine.metadata import StreamMeta
-from stream_server.engine.records import KIND_BYTES, KIND_JSON
+from stream_format.media import JSON_TYPE, media_type
+from stream_format.meta import StreamMeta
+from stream_format.records import KIND_BYTES, KIND_JSON
 
-JSON_TYPE = "application/json"
-
-
-def media_type(content_type: str) -> str:
-    """The comparable part of a content type: lower-cased, parameters dropped."""
-    return content_type.split(";", 1)[0].strip().lower()
+__all__ = ["JSON_TYPE", "ProducerState", "Stream", "media_type"]
 
 
 @dataclass(slots=True)
@@ -87,7 +83,4 @@ class Stream:
             self.waiters.clear()
 
     def expired(self, now: float) -> bool:
-        m = self.meta
-        if m.expires_at_ts is not None and now >= m.expires_at_ts:
-            return True
-        return m.ttl is not None and now >= m.touched_at + m.ttl
+        return self.meta.expired(now)

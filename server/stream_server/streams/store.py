@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from stream_format.meta import MAX_KEY_BYTES
+from stream_format.records import KIND_BYTES, Producer
 from stream_server.engine import (
     BatchStats,
     DamagedStream,
@@ -27,7 +29,6 @@ from stream_server.engine import (
     StorageFailed,
     StreamMeta,
 )
-from stream_server.engine.metadata import MAX_KEY_BYTES
 from stream_server.engine.ops import (
     Append,
     CreateLog,
@@ -39,7 +40,6 @@ from stream_server.engine.ops import (
     PutStream,
 )
 from stream_server.engine.pipeline import CommitPipeline
-from stream_server.engine.records import KIND_BYTES, Producer
 from stream_server.streams.errors import (
     BadRequest,
     Conflict,
@@ -58,7 +58,7 @@ from stream_server.streams.model import JSON_TYPE, ProducerState, Stream, media_
 log = logging.getLogger("stream_server.streams")
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
-# Both end up in LMDB keys (see engine.metadata.MAX_KEY_BYTES).
+# Both end up in LMDB keys (see stream_format.meta.MAX_KEY_BYTES).
 MAX_PATH_BYTES = MAX_KEY_BYTES
 MAX_PRODUCER_ID_BYTES = 256
 

@@ -74,6 +74,17 @@ def encode_file_header(stream_id: int) -> bytes:
     return FILE_HEADER.pack(FILE_MAGIC, stream_id)
 
 
+def check_file_header(header: bytes, stream_id: int) -> None:
+    """CorruptRecord unless ``header`` (a file's first bytes) is a segment file of ``stream_id``."""
+    if len(header) < FILE_HEADER_SIZE:
+        raise CorruptRecord(f"stream id {stream_id}: segment file shorter than its header")
+    magic, sid = FILE_HEADER.unpack_from(header)
+    if magic != FILE_MAGIC:
+        raise CorruptRecord(f"stream id {stream_id}: not a segment file (magic {magic!r})")
+    if sid != stream_id:
+        raise CorruptRecord(f"stream id {stream_id}: segment file belongs to stream id {sid}")
+
+
 def encode_record(
     kind: int,
     payload: bytes,

@@ -1,0 +1,21 @@
+"""Media types: which streams are JSON (one unit per message) and which are bytes."""
+
+from __future__ import annotations
+
+from stream_format.records import KIND_BYTES, KIND_JSON
+
+JSON_TYPE = "application/json"
+
+
+def media_type(content_type: str) -> str:
+    """The comparable part of a content type: lower-cased, parameters dropped."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def is_json(content_type: str) -> bool:
+    return media_type(content_type) == JSON_TYPE
+
+
+def record_kind(content_type: str) -> int:
+    """The record kind a stream of this content type holds."""
+    return KIND_JSON if is_json(content_type) else KIND_BYTES

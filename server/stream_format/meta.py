@@ -1,0 +1,135 @@
+"""The LMDB side of the format: database numbers, keys, fixed-size values, stream metadata.
+
+See docs/storage-format.md. Values are decoded explicitly, field by field, so
+that renaming an attribute can never silently change what is on disk, and
+stream metadata ignores fields it does not know (a newer writer may add them).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+# Database numbers as they appear in WAL frames.
+DB_INFO = 0
+DB_STREAMS = 1  # stream path (utf-8) -> StreamMeta (JSON)
+DB_TAILS = 2  # stream id (u64 BE) -> TAIL
+DB_PRODUCERS = 3  # stream id (u64 BE) + producer id (utf-8) -> PRODUCER
+DB_INDEX = 4  # stream id (u64 BE) + unit (u64 BE) -> file position (u64 LE)
+
+DB_NAMES = {
+    DB_INFO: b"info",
+    DB_STREAMS: b"streams",
+    DB_TAILS: b"tails",
+    DB_PRODUCERS: b"producers",
+    DB_INDEX: b"index",
+}
+
+KEY_NEXT_STREAM_ID = b"next_stream_id"
+
+# LMDB refuses keys longer than this (its compiled-in MDB_MAXKEYSIZE); a key that
+# long would fail its whole batch, so the stream layer bounds every input a key
+# is made of: stream paths (the key itself) and producer ids (after 8 bytes of id).
+MAX_KEY_BYTES = 511
+
+TAIL = struct.Struct("<QQQ")  # file length, tail unit, first unit of the log
+PRODUCER = struct.Struct("<QQ")  # epoch, last accepted seq
+U64_BE = struct.Struct(">Q")
+U64 = struct.Struct("<Q")
+INDEX_KEY = struct.Struct(">QQ")
+
+
+@dataclass(slots=True)
+class StreamMeta:
+    """What is stored per stream path; ``to_json`` is its on-disk form."""
+
+    id: int
+    content_type: str
+    created_at: float
+    ttl: int | None = None
+    expires_at: str | None = None  # as the client sent it (RFC 3339)
+    expires_at_ts: float | None = None
+    closed: bool = False
+    closed_by: tuple[str, int, int] | None = None  # producer tuple that closed it
+    stream_seq: str | None = None  # last accepted Stream-Seq
+    fork_from: str | None = None  # source stream path
+    fork_offset: int = 0  # first unit held by this stream's own segment file
+    refcount: int = 0  # live forks that read through this stream
+    soft_deleted: bool = False
+    touched_at: float = 0.0  # last read or write, for sliding TTL
+    extra: dict[str, Any] = field(default_factory=dict)  # room for later fields
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "id": self.id,
+                "content_type": self.content_type,
+                "created_at": self.created_at,
+                "ttl": self.ttl,
+                "expires_at": self.expires_at,
+                "expires_at_ts": self.expires_at_ts,
+                "closed": self.closed,
+                "closed_by": list(self.closed_by) if self.closed_by is not None else None,
+                "stream_seq": self.stream_seq,
+                "fork_from": self.fork_from,
+                "fork_offset": self.fork_offset,
+                "refcount": self.refcount,
+                "soft_deleted": self.soft_deleted,
+                "touched_at": self.touched_at,
+                "extra": self.extra,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | memoryview) -> StreamMeta:
+        """Decode, ignoring fields this version does not know."""
+        d = orjson.loads(bytes(raw))
+        closed_by = d.get("closed_by")
+        return cls(
+            id=d["id"],
+            content_type=d["content_type"],
+            created_at=d["created_at"],
+            ttl=d.get("ttl"),
+            expires_at=d.get("expires_at"),
+            expires_at_ts=d.get("expires_at_ts"),
+            closed=d.get("closed", False),
+            closed_by=(str(closed_by[0]), int(closed_by[1]), int(closed_by[2]))
+            if closed_by
+            else None,
+            stream_seq=d.get("stream_seq"),
+            fork_from=d.get("fork_from"),
+            fork_offset=d.get("fork_offset", 0),
+            refcount=d.get("refcount", 0),
+            soft_deleted=d.get("soft_deleted", False),
+            touched_at=d.get("touched_at", 0.0),
+            extra=d.get("extra") or {},
+        )
+
+    def expired(self, now: float) -> bool:
+        """Past its Expires-At, or idle for longer than its TTL (sliding)."""
+        if self.expires_at_ts is not None and now >= self.expires_at_ts:
+            return True
+        return self.ttl is not None and now >= self.touched_at + self.ttl
+
+
+def stream_key(path: str) -> bytes:
+    return path.encode("utf-8", "surrogatepass")
+
+
+def stream_path(key: bytes | memoryview) -> str:
+    return bytes(key).decode("utf-8", "surrogatepass")
+
+
+def id_key(stream_id: int) -> bytes:
+    return U64_BE.pack(stream_id)
+
+
+def producer_key(stream_id: int, producer_id: str) -> bytes:
+    return U64_BE.pack(stream_id) + producer_id.encode("utf-8", "surrogatepass")
+
+
+def index_key(stream_id: int, unit: int) -> bytes:
+    return INDEX_KEY.pack(stream_id, unit)
