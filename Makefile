@@ -44,9 +44,11 @@ bench: deps
 system-deps:
 	@bash scripts/system-deps.sh
 
+## Style, formatting and the import contracts (pyproject.toml [tool.importlinter]).
 lint: $(VENV)/.all
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) e2e/conformance/node_modules

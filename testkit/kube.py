@@ -47,8 +47,8 @@ from kmock._internal import dicts, enums, rendering
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
-# The published openAPIV3Schema of the Spark Operator's CRD (see tests/spark/crds/README.md).
-SPARK_CRD_SCHEMA = ROOT / "tests" / "spark" / "crds" / "scheduledsparkapplications.json"
+# The published openAPIV3Schema of the Spark Operator's CRD (see tests/operator/crds/README.md).
+SPARK_CRD_SCHEMA = ROOT / "tests" / "operator" / "crds" / "scheduledsparkapplications.json"
 
 # The group/version/plural of the kinds tests touch, for URL building.
 KINDS: dict[str, tuple[str, str, str]] = {

@@ -16,6 +16,7 @@ import kopf
 from kubernetes import client, config
 
 from stream_operator import GROUP, PLURAL, VERSION
+from stream_operator.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.apply import (
     apply,
     crd_exists,
@@ -27,7 +28,6 @@ from stream_operator.apply import (
 from stream_operator.render import desired_objects, endpoint
 from stream_operator.spec import quantity_bytes, refused_change, with_defaults
 from stream_operator.status import analytics_condition, compute_status
-from stream_spark.k8s import AnalyticsError, render_scheduled_applications
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
 # How often the status is compared with what the StatefulSet reports (seconds).

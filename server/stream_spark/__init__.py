@@ -2,7 +2,7 @@
 
 ``stream_spark.source`` is a PySpark 4 Python data source (batch and
 streaming) registered as ``durable-streams``; ``stream_spark.jobs`` holds the
-console jobs that write Parquet; ``stream_spark.k8s`` renders the objects
+console jobs that write Parquet; the operator (``stream_operator.analytics``) renders the objects
 that run those jobs on Kubernetes. The format-reading part
 (``stream_spark._reader``) imports nothing from Spark, so the planner and the
 record reader are usable and testable without a JVM.

@@ -153,8 +153,8 @@ def test_damage_is_an_error_never_a_short_read(server_factory, tmp_path):
 
 def test_prepare_recovers_a_crashed_directory(server_factory):
     """A killed server's directory (WAL not checkpointed) reads in full after recovery."""
-    from stream_spark.prepare import main as prepare
-    from stream_spark.prepare import recover
+    from stream_server.recover import main as prepare
+    from stream_server.recover import recover
 
     srv = server_factory().start()
     with httpx.Client(base_url=srv.base) as c:

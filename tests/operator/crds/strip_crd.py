@@ -1,6 +1,6 @@
 """Turn a published CRD into the compact schema file the tests validate against.
 
-    python tests/spark/crds/strip_crd.py CRD.yaml VERSION > tests/spark/crds/NAME.json
+    python tests/operator/crds/strip_crd.py CRD.yaml VERSION > tests/operator/crds/NAME.json
 
 Keeps the served version's openAPIV3Schema without its descriptions (they are
 most of the bytes and no part of validation).

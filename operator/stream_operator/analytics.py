@@ -17,7 +17,7 @@ must run its driver and executors on the server pod's node
 ``kubernetes.io/hostname``) and mounts it read-only; the data source opens
 LMDB read-only without locks and reads only committed data. With
 ``volumeAccess: claim`` the job mounts another claim instead (a VolumeSnapshot
-clone made ready with ``python -m stream_spark.prepare``, or ReadWriteMany
+clone made ready with ``python -m stream_server.recover``, or ReadWriteMany
 storage), with no affinity. Both the driver (it plans from LMDB) and the
 executors (they read segment files) mount the volume.
 """
@@ -29,9 +29,11 @@ import hashlib
 import re
 from typing import Any
 
+from stream_operator import GROUP, VERSION
+
 SPARK_GROUP = "sparkoperator.k8s.io"
 SPARK_VERSION_API = "v1beta2"
-DS_API_VERSION = "streams.pyds.dev/v1alpha1"  # stream_operator's GROUP/VERSION
+DS_API_VERSION = f"{GROUP}/{VERSION}"
 DS_KIND = "DurableStream"
 DATA_MOUNT = "/data"
 OUTPUT_MOUNT = "/output"

@@ -1,4 +1,6 @@
-"""Make a VolumeSnapshot clone of a live data directory readable: run the server's recovery.
+"""Recover a data directory in place, as a server start would, then stop.
+
+Used to make a VolumeSnapshot clone of a live data directory readable.
 
 A block-level snapshot of a live volume is a crash image. Acknowledged data
 is in the WAL (flushed before every acknowledgement), but segment bytes and
@@ -9,7 +11,7 @@ into the segment files and LMDB and finishes with a checkpoint; afterwards
 the clone reads like a cleanly stopped server's directory. It writes, so run
 it on the writable clone (an init container), never on a live server's volume.
 
-    python -m stream_spark.prepare /data
+    python -m stream_server.recover /data
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def recover(data_dir: Path) -> RecoveryReport:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m stream_spark.prepare", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m stream_server.recover", description=__doc__)
     p.add_argument("data_dir", type=Path)
     p.add_argument(
         "--allow-damaged",

@@ -2,7 +2,7 @@
 
 No cluster and no Spark here: SparkApplication, ScheduledSparkApplication and
 VolumeSnapshot objects are validated with jsonschema against the Spark
-Operator's and the CSI snapshotter's own CRD schemas (tests/spark/crds/),
+Operator's and the CSI snapshotter's own CRD schemas (tests/operator/crds/),
 plus a strict check that every field we set exists in those schemas (the API
 server would silently prune unknown ones); built-in kinds go through
 kubernetes-validate --strict.
@@ -20,7 +20,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from stream_spark import k8s, manifests
+from stream_operator import analytics as k8s
+from stream_operator import spark_manifests as manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = Path(__file__).parent / "crds"
@@ -235,7 +236,7 @@ def test_manifests_are_generated_and_valid():
     for name, objects in files.items():
         text = (out / name).read_text()
         assert text == manifests.render_file(objects), (
-            f"{name} is stale: python -m stream_spark.manifests manifests/spark"
+            f"{name} is stale: python -m stream_operator.spark_manifests manifests/spark"
         )
         for obj in yaml.safe_load_all(text):
             check(obj)
