@@ -49,6 +49,7 @@ lint: $(VENV)/.all
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) e2e/conformance/node_modules

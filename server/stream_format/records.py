@@ -16,6 +16,8 @@ from dataclasses import dataclass
 # verifies every record it returns.
 from zlib_ng.zlib_ng import crc32
 
+__all__ = ["crc32"]  # and every name below: re-exported for the engine and the WAL codec
+
 FILE_MAGIC = b"DSSEG\x00\x01\x00"
 FILE_HEADER = struct.Struct("<8sQ")  # magic, stream id
 FILE_HEADER_SIZE = FILE_HEADER.size  # 16
@@ -147,5 +149,5 @@ def record_size(buf: bytes | memoryview, off: int = 0) -> int | None:
     if len(buf) - off < RECORD_HEADER_SIZE:
         return None
     _, plen, _, flags, pidlen, _, _ = RECORD_HEADER.unpack_from(buf, off)
-    extra = (PRODUCER_TAIL.size + pidlen) if flags & FLAG_PRODUCER else 0
-    return RECORD_HEADER_SIZE + extra + plen
+    extra: int = (PRODUCER_TAIL.size + pidlen) if flags & FLAG_PRODUCER else 0
+    return RECORD_HEADER_SIZE + extra + int(plen)

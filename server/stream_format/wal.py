@@ -12,6 +12,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stream_format.records import crc32
 
@@ -27,6 +28,10 @@ WRITE = 4  # stream id, file position, bytes
 _ENTRY_KV = struct.Struct("<BBII")  # kind, db, key length, value length
 _ENTRY_WRITE = struct.Struct("<BQQI")  # kind, stream id, position, length
 
+# (PUT, db, key, value) | (DELETE, db, key) | (DELETE_PREFIX, db, prefix)
+# | (WRITE, stream id, position, data)
+Entry = tuple[Any, ...]
+
 
 class WalCorrupt(Exception):
     """A frame that is not at the torn end of the last WAL file fails its checksum."""
@@ -35,9 +40,7 @@ class WalCorrupt(Exception):
 @dataclass(slots=True)
 class Frame:
     lsn: int
-    entries: list[
-        tuple
-    ]  # (PUT, db, key, value) | (DELETE, db, key) | ... | (WRITE, sid, pos, data)
+    entries: list[Entry]
     end: int  # file position just past the frame
 
 
@@ -71,8 +74,8 @@ class FrameBuilder:
         return FRAME_HEADER.pack(FRAME_MAGIC, len(body), crc32(body), lsn) + body
 
 
-def decode_entries(body: memoryview) -> list[tuple]:
-    entries: list[tuple] = []
+def decode_entries(body: memoryview) -> list[Entry]:
+    entries: list[Entry] = []
     off = 0
     n = len(body)
     while off < n:

@@ -19,8 +19,10 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import lmdb
 
@@ -129,7 +131,7 @@ class Engine:
         *,
         map_size: int = 1 << 33,
         checkpoint_bytes: int = CHECKPOINT_BYTES,
-        fault_hook=None,
+        fault_hook: Callable[[str], None] | None = None,
     ) -> None:
         self.layout = Layout(Path(data_dir))
         self.map_size = map_size
@@ -322,8 +324,8 @@ class Engine:
         stats = BatchStats()
         t0 = time.perf_counter()
         fb = walmod.FrameBuilder()
-        meta_entries: list[tuple] = []
-        writes: dict[int, list] = {}  # sid -> [start position, [chunks]]
+        meta_entries: list[walmod.Entry] = []
+        writes: dict[int, list[Any]] = {}  # sid -> [start position, [chunks]]
         local: dict[int, Tail] = {}
         dropped: list[int] = []
         now_us = time.time_ns() // 1000
@@ -456,7 +458,7 @@ class Engine:
             self.start_checkpoint()
         return stats
 
-    def _lmdb_write(self, entries: list[tuple]) -> None:
+    def _lmdb_write(self, entries: list[walmod.Entry]) -> None:
         assert self.meta is not None
         if not entries:
             return
@@ -611,7 +613,7 @@ class Engine:
         stop: int,
         max_bytes: int,
         hint: tuple[int, int] | None = None,
-    ) -> tuple[list[bytes], int, tuple[int, int]]:
+    ) -> tuple[list[memoryview], int, tuple[int, int]]:
         """Payloads covering units [start, stop), at most ``max_bytes`` (one JSON message at least).
 
         Returns the payloads, the unit just after them, and a (unit, file position)
@@ -633,7 +635,7 @@ class Engine:
             pos = hint[1]  # continuing where the last read stopped: no index lookup
         else:
             pos, _ = self._index_floor(sid, start)
-        out: list = []  # memoryview slices of the read buffers: joined once by the caller
+        out: list[memoryview] = []  # slices of the read buffers: joined once by the caller
         total = 0
         cur = start
         chunk = max(256 * 1024, min(max_bytes + 64 * 1024, 8 * 1024 * 1024))

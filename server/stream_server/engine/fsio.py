@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+Op = tuple[Any, ...]  # ("write", path, pos, data), ("fsync", path), ...
 
 
 class Recorder(Protocol):
@@ -28,7 +30,7 @@ class Recorder(Protocol):
     ``("lmdb_sync", env_dir)``.
     """
 
-    def record(self, op: tuple) -> None: ...
+    def record(self, op: Op) -> None: ...
 
 
 _recorder: Recorder | None = None
@@ -42,7 +44,7 @@ def attach(recorder: Recorder | None) -> None:
     _paths.clear()
 
 
-def _note(op: tuple) -> None:
+def _note(op: Op) -> None:
     if _recorder is not None:
         _recorder.record(op)
 

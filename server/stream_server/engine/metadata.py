@@ -17,6 +17,7 @@ from pathlib import Path
 import lmdb
 
 from stream_format.meta import DB_NAMES
+from stream_format.wal import DELETE, DELETE_PREFIX, PUT, Entry
 from stream_server.engine import fsio
 
 
@@ -41,9 +42,8 @@ class Metadata:
         """Double the map after MapFullError; LMDB allows this between transactions."""
         self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
-    def apply(self, txn: lmdb.Transaction, entries: list[tuple]) -> None:
+    def apply(self, txn: lmdb.Transaction, entries: list[Entry]) -> None:
         """Apply WAL-style metadata entries (PUT / DELETE / DELETE_PREFIX) in order."""
-        from stream_format.wal import DELETE, DELETE_PREFIX, PUT
 
         for entry in entries:
             kind = entry[0]
@@ -69,12 +69,14 @@ class Metadata:
         self.env.close()
 
 
-def delete_prefix(txn: lmdb.Transaction, db, prefix: bytes, start: bytes | None = None) -> None:
+def delete_prefix(
+    txn: lmdb.Transaction, db: lmdb._Database, prefix: bytes, start: bytes | None = None
+) -> None:
     """Delete every key that starts with ``prefix`` (from ``start`` on, if given)."""
     cur = txn.cursor(db=db)
     if not cur.set_range(start or prefix):
         return
-    while cur.key().startswith(prefix):
+    while bytes(cur.key()).startswith(prefix):
         if not cur.delete():
             break
         if not cur.key():

@@ -20,6 +20,9 @@ from stream_server.engine.ops import Op
 
 MAX_BATCH_PAYLOAD = 32 * 1024 * 1024
 
+# ops, the future its submitter awaits, payload bytes, what to do on the loop once durable
+Waiting = tuple[list[Op], "asyncio.Future[BatchStats]", int, Callable[[], None] | None]
+
 
 class CommitPipeline:
     def __init__(
@@ -33,9 +36,9 @@ class CommitPipeline:
         self.on_failure = on_failure
         self.on_batch = on_batch
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: list[tuple[list[Op], asyncio.Future, int, Callable[[], None] | None]] = []
+        self._waiting: list[Waiting] = []
         self._busy = False
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[list[Waiting] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -54,7 +57,7 @@ class CommitPipeline:
 
     def submit(
         self, ops: list[Op], size: int = 0, apply: Callable[[], None] | None = None
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[BatchStats]:
         """Queue ops for the next batch; the future resolves once they are durable.
 
         ``apply`` runs on the loop when the batch has committed, before any waiter
@@ -96,7 +99,9 @@ class CommitPipeline:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._done, batch, result, elapsed)
 
-    def _done(self, batch: list, result: BatchStats | BaseException, elapsed: float) -> None:
+    def _done(
+        self, batch: list[Waiting], result: BatchStats | BaseException, elapsed: float
+    ) -> None:
         self._busy = False
         if isinstance(result, BaseException):
             # Everything queued since was validated against state that now never
