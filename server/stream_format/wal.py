@@ -9,7 +9,7 @@ WAL files is the engine's job (``stream_server.engine.wal``).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,34 +44,30 @@ class Frame:
     end: int  # file position just past the frame
 
 
-class FrameBuilder:
-    """Accumulates one batch's entries into a frame body."""
+def encode_entries(entries: Iterable[Entry]) -> bytes:
+    """A frame body: each entry as its kind's header and bytes, in order."""
+    parts: list[bytes | memoryview] = []
+    for entry in entries:
+        kind = entry[0]
+        if kind == WRITE:
+            _, sid, pos, data = entry
+            parts.append(_ENTRY_WRITE.pack(WRITE, sid, pos, len(data)))
+            parts.append(data)
+        elif kind == PUT:
+            _, db, key, value = entry
+            parts.append(_ENTRY_KV.pack(PUT, db, len(key), len(value)))
+            parts.append(key)
+            parts.append(value)
+        else:
+            _, db, key = entry
+            parts.append(_ENTRY_KV.pack(kind, db, len(key), 0))
+            parts.append(key)
+    return b"".join(parts)
 
-    __slots__ = ("parts",)
 
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def put(self, db: int, key: bytes, value: bytes) -> None:
-        self.parts.append(_ENTRY_KV.pack(PUT, db, len(key), len(value)))
-        self.parts.append(key)
-        self.parts.append(value)
-
-    def delete(self, db: int, key: bytes) -> None:
-        self.parts.append(_ENTRY_KV.pack(DELETE, db, len(key), 0))
-        self.parts.append(key)
-
-    def delete_prefix(self, db: int, prefix: bytes) -> None:
-        self.parts.append(_ENTRY_KV.pack(DELETE_PREFIX, db, len(prefix), 0))
-        self.parts.append(prefix)
-
-    def write(self, stream_id: int, pos: int, data: bytes) -> None:
-        self.parts.append(_ENTRY_WRITE.pack(WRITE, stream_id, pos, len(data)))
-        self.parts.append(data)
-
-    def frame(self, lsn: int) -> bytes:
-        body = b"".join(self.parts)
-        return FRAME_HEADER.pack(FRAME_MAGIC, len(body), crc32(body), lsn) + body
+def encode_frame(lsn: int, entries: Iterable[Entry]) -> bytes:
+    body = encode_entries(entries)
+    return FRAME_HEADER.pack(FRAME_MAGIC, len(body), crc32(body), lsn) + body
 
 
 def decode_entries(body: memoryview) -> list[Entry]:

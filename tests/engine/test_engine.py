@@ -11,7 +11,7 @@ from stream_format.layout import Layout
 from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES, KIND_JSON, Producer
 from stream_server.engine import Engine, LayoutError
-from stream_server.engine.engine import INDEX_GRANULARITY
+from stream_server.engine.batch import INDEX_GRANULARITY
 from stream_server.engine.layout import prepare
 from stream_server.engine.ops import (
     Append,
@@ -32,9 +32,7 @@ def crash(engine: Engine) -> None:
     if engine._checkpoint_thread is not None:
         engine._checkpoint_thread.join()
     engine.wal.close()
-    for fd in engine._fds.values():
-        os.close(fd)
-    engine._fds.clear()
+    engine.segments.close_all()
     engine.meta.close()
 
 

@@ -7,12 +7,15 @@ from stream_server.engine.wal import WalWriter
 
 
 def _frame(lsn: int) -> bytes:
-    fb = wal.FrameBuilder()
-    fb.put(1, b"key", b"value")
-    fb.delete(2, b"gone")
-    fb.delete_prefix(3, b"\x00\x01")
-    fb.write(7, 16, b"data")
-    return fb.frame(lsn)
+    return wal.encode_frame(
+        lsn,
+        [
+            (wal.PUT, 1, b"key", b"value"),
+            (wal.DELETE, 2, b"gone"),
+            (wal.DELETE_PREFIX, 3, b"\x00\x01"),
+            (wal.WRITE, 7, 16, b"data"),
+        ],
+    )
 
 
 def test_frames_round_trip(tmp_path):
@@ -23,6 +26,8 @@ def test_frames_round_trip(tmp_path):
     kinds = [e[0] for e in frames[0].entries]
     assert kinds == [wal.PUT, wal.DELETE, wal.DELETE_PREFIX, wal.WRITE]
     assert bytes(frames[0].entries[3][3]) == b"data"
+    assert frames[0].entries[0] == (wal.PUT, 1, b"key", b"value")
+    assert frames[0].entries[2] == (wal.DELETE_PREFIX, 3, b"\x00\x01")
 
 
 def test_torn_last_frame_is_dropped_only_at_the_end_of_the_newest_file(tmp_path):

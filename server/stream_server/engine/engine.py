@@ -2,126 +2,65 @@
 
 Path of one batch (called from the single writer thread):
 
-1. encode records and write them to the segment files (page cache only);
-2. write one WAL frame holding the records and every metadata change, and
+1. build it (``batch.build``): the records for each segment file and one list
+   of metadata changes;
+2. write the records to the segment files (page cache only);
+3. write one WAL frame holding the records and the metadata changes, and
    fdatasync it: from here the batch survives a crash;
-3. commit the metadata to LMDB (tails, index, producers, stream config);
-4. publish the new tails to readers; the caller then acknowledges.
+4. commit the same metadata changes to LMDB (tails, index, producers, streams);
+5. publish the new tails to readers; the caller then acknowledges.
 
-A failure in 1-3 that leaves the disk consistent (disk full) undoes the batch
-and raises StorageError; a failed flush fails the engine closed.
+A failure in 2-4 that leaves the disk consistent (disk full) undoes the batch
+and raises StorageError; a failed flush fails the engine closed. Recovery is
+``recovery.Recovery``; the segment files' descriptors are ``segments.Segments``.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import lmdb
 
 from stream_format import index
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_format.meta import (
-    DB_INDEX,
-    DB_INFO,
-    DB_PRODUCERS,
-    DB_STREAMS,
-    DB_TAILS,
-    KEY_NEXT_STREAM_ID,
-    PRODUCER,
-    TAIL,
-    U64,
-    U64_BE,
-    StreamMeta,
-    id_key,
-    index_key,
-    producer_key,
-    stream_key,
-    stream_path,
-)
+from stream_format.meta import DB_INDEX
 from stream_format.records import (
-    FILE_HEADER_SIZE,
     FLAG_PRODUCER,
     KIND_JSON,
     PRODUCER_TAIL,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     CorruptRecord,
-    check_file_header,
     crc32,
-    encode_file_header,
-    encode_record,
     iter_records,
     record_size,
-    record_units,
 )
 from stream_server.engine import fsio
-from stream_server.engine.errors import DamagedStream, StorageError, StorageFailed
-from stream_server.engine.layout import prepare
-from stream_server.engine.metadata import Metadata, delete_prefix
-from stream_server.engine.ops import (
-    Append,
-    CreateLog,
-    DeleteProducer,
-    DeleteStream,
-    DropLog,
-    Op,
-    PutProducer,
-    PutStream,
+from stream_server.engine.batch import BatchStats, Tail, build
+from stream_server.engine.errors import (
+    DamagedStream,
+    StorageFailed,
+    from_lmdb_error,
+    from_os_error,
 )
+from stream_server.engine.layout import prepare
+from stream_server.engine.metadata import Metadata
+from stream_server.engine.ops import Op
+from stream_server.engine.recovery import LoadedState, Recovery, RecoveryReport
+from stream_server.engine.segments import Segments
 from stream_server.engine.wal import WalWriter
+
+__all__ = ["BatchStats", "Engine", "LoadedState", "RecoveryReport", "Tail"]
 
 log = logging.getLogger("stream_server.engine")
 
-INDEX_GRANULARITY = 16 * 1024  # at most this many bytes scanned to find a unit
 CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
-WRITER_FDS = 256
 HINT_REACH = 4096  # units a read hint may be behind the start and still be used
-
-
-@dataclass(slots=True)
-class Tail:
-    file_len: int
-    unit: int
-    base: int  # first unit of the stream's own log (its fork offset, or 0)
-
-
-@dataclass(slots=True)
-class LoadedState:
-    streams: dict[str, StreamMeta]
-    tails: dict[int, Tail]
-    producers: dict[int, dict[str, tuple[int, int]]]
-    next_stream_id: int
-
-
-@dataclass(slots=True)
-class RecoveryReport:
-    seconds: float = 0.0
-    streams: int = 0
-    wal_frames_replayed: int = 0
-    truncated_streams: int = 0
-    truncated_bytes: int = 0
-    damaged: dict[int, str] = field(default_factory=dict)
-    orphan_files_removed: int = 0
-
-
-@dataclass(slots=True)
-class BatchStats:
-    """Where one batch's time went, for metrics and slow-append logs."""
-
-    appends: int = 0
-    bytes: int = 0
-    write_seconds: float = 0.0
-    fsync_seconds: float = 0.0
-    commit_seconds: float = 0.0
 
 
 class Engine:
@@ -134,16 +73,15 @@ class Engine:
         fault_hook: Callable[[str], None] | None = None,
     ) -> None:
         self.layout = Layout(Path(data_dir))
+        self.segments = Segments(self.layout)
         self.map_size = map_size
         self.checkpoint_bytes = checkpoint_bytes
         self.meta: Metadata | None = None
         self.wal: WalWriter | None = None
         self.tails: dict[int, Tail] = {}
         self.damaged: dict[int, str] = {}
-        self._headers_checked: set[int] = set()  # segment files whose magic and id were seen
         self.failed: str | None = None
         self.lsn = 0
-        self._fds: OrderedDict[int, int] = OrderedDict()
         self._dirty: set[int] = set()
         self._checkpoint_thread: threading.Thread | None = None
         self._checkpoint_lock = threading.Lock()
@@ -158,161 +96,15 @@ class Engine:
         started = time.monotonic()
         prepare(self.layout)
         self.meta = Metadata(self.layout.meta, self.map_size)
-        report = RecoveryReport()
-        touched = self._replay_wal(report)
-        state = self._load()
-        self.tails = state.tails
-        self._check_tails(state, touched, report)
-        self._remove_orphans(report)
-        self.meta.sync()
+        recovery = Recovery(self.layout, self.meta, self.segments, self._lmdb_write)
+        state, report = recovery.run()
+        self.tails, self.damaged, self.lsn = state.tails, recovery.damaged, recovery.lsn
         number = max((int(p.stem) for p in walmod.wal_files(self.layout.wal)), default=0) + 1
         for path in walmod.wal_files(self.layout.wal):
             fsio.unlink(path)
         self.wal = WalWriter(self.layout.wal, number)
-        report.streams = len(state.streams)
-        report.damaged = dict(self.damaged)
         report.seconds = time.monotonic() - started
         return state, report
-
-    def _replay_wal(self, report: RecoveryReport) -> set[int]:
-        """Redo every frame since the last checkpoint; idempotent by construction."""
-        files = walmod.wal_files(self.layout.wal)
-        touched: set[int] = set()
-        for i, path in enumerate(files):
-            for frame in walmod.read_frames(path, last_file=i == len(files) - 1):
-                meta_entries = []
-                for entry in frame.entries:
-                    if entry[0] == walmod.WRITE:
-                        _, sid, pos, data = entry
-                        fsio.pwrite(self._writer_fd(sid), data, pos)
-                        touched.add(sid)
-                    else:
-                        meta_entries.append(entry)
-                self._lmdb_write(meta_entries)
-                self.lsn = max(self.lsn, frame.lsn)
-                report.wal_frames_replayed += 1
-        # The WAL is deleted once recovery ends: what it redid must be durable first,
-        # the files' directory entries included (replay may have created them).
-        for sid in touched:
-            fsio.fdatasync(self._writer_fd(sid))
-        for sub in {self.layout.segment_path(sid).parent for sid in touched}:
-            fsio.fsync_dir(sub)
-        return touched
-
-    def _load(self) -> LoadedState:
-        assert self.meta is not None
-        streams: dict[str, StreamMeta] = {}
-        tails: dict[int, Tail] = {}
-        producers: dict[int, dict[str, tuple[int, int]]] = {}
-        next_id = 1
-        with self.meta.env.begin() as txn:
-            raw = txn.get(KEY_NEXT_STREAM_ID, db=self.meta.dbs[DB_INFO])
-            if raw:
-                next_id = U64.unpack(raw)[0]
-            for key, value in txn.cursor(db=self.meta.dbs[DB_STREAMS]):
-                streams[stream_path(key)] = StreamMeta.from_json(value)
-            for key, value in txn.cursor(db=self.meta.dbs[DB_TAILS]):
-                file_len, unit, base = TAIL.unpack(value)
-                tails[U64_BE.unpack(key)[0]] = Tail(file_len, unit, base)
-            for key, value in txn.cursor(db=self.meta.dbs[DB_PRODUCERS]):
-                sid = U64_BE.unpack_from(key)[0]
-                pid = bytes(key[8:]).decode("utf-8", "surrogatepass")
-                producers.setdefault(sid, {})[pid] = PRODUCER.unpack(value)
-        return LoadedState(streams, tails, producers, next_id)
-
-    def _check_tails(self, state: LoadedState, touched: set[int], report: RecoveryReport) -> None:
-        """Make each segment file end exactly at its committed tail.
-
-        Bytes past the tail were never acknowledged (a batch that died before its
-        commit) and are cut off. A file shorter than its tail lost acknowledged
-        bytes to something outside our control (a damaged disk, a hand edit): the
-        stream is recovered to its last whole record and the loss is reported.
-        """
-        for sid, tail in list(state.tails.items()):
-            path = self.layout.segment_path(sid)
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                self.damaged[sid] = f"segment file {path} is missing"
-                continue
-            if size > tail.file_len:
-                fsio.truncate(path, tail.file_len)
-                report.truncated_streams += 1
-                report.truncated_bytes += size - tail.file_len
-                touched.add(sid)
-            elif size < tail.file_len:
-                self._recover_short_file(sid, size, tail, report)
-                continue
-            if sid in touched:
-                try:
-                    self._verify_tail_records(sid, tail)
-                except CorruptRecord as exc:
-                    self.damaged[sid] = str(exc)
-
-    def _recover_short_file(self, sid: int, size: int, tail: Tail, report: RecoveryReport) -> None:
-        assert self.meta is not None
-        path = self.layout.segment_path(sid)
-        start_pos, start_unit = self._index_floor(sid, None, max_pos=size)
-        good_pos, good_unit = start_pos, start_unit
-        data = _read_range(path, start_pos, size - start_pos)
-        try:
-            for rec in iter_records(data, start_pos):
-                good_pos, good_unit = rec.end, rec.stop
-        except CorruptRecord:
-            pass
-        fsio.truncate(path, good_pos)
-        log.error(
-            "stream id %d: segment file is %d bytes short of its committed tail; "
-            "recovered to the last whole record (unit %d, %d units lost)",
-            sid,
-            tail.file_len - size,
-            good_unit,
-            tail.unit - good_unit,
-        )
-        new_tail = Tail(good_pos, good_unit, tail.base)
-        self.tails[sid] = new_tail
-        with self.meta.write() as txn:
-            txn.put(
-                id_key(sid),
-                TAIL.pack(new_tail.file_len, new_tail.unit, new_tail.base),
-                db=self.meta.dbs[DB_TAILS],
-            )
-            # Index entries past the recovered tail point at bytes that are gone.
-            delete_prefix(
-                txn, self.meta.dbs[DB_INDEX], id_key(sid), start=index_key(sid, good_unit + 1)
-            )
-        report.truncated_streams += 1
-        report.truncated_bytes += tail.file_len - good_pos
-
-    def _verify_tail_records(self, sid: int, tail: Tail) -> None:
-        self._check_header(sid)
-        pos, _ = self._index_floor(sid, None, max_pos=tail.file_len)
-        data = _read_range(self.layout.segment_path(sid), pos, tail.file_len - pos)
-        end = pos
-        for rec in iter_records(data, pos):
-            end = rec.end
-        if end != tail.file_len:
-            raise CorruptRecord(f"stream id {sid}: records end at {end}, tail is {tail.file_len}")
-
-    def _check_header(self, sid: int) -> None:
-        """CorruptRecord unless the segment file starts with the magic and its stream id."""
-        check_file_header(_read_range(self.layout.segment_path(sid), 0, FILE_HEADER_SIZE), sid)
-        self._headers_checked.add(sid)
-
-    def _remove_orphans(self, report: RecoveryReport) -> None:
-        """Delete segment files of streams whose deletion committed before a crash."""
-        for sub in self.layout.segments.iterdir():
-            if not sub.is_dir():
-                continue
-            for path in sub.iterdir():
-                try:
-                    sid = int(path.stem, 16)
-                except ValueError:
-                    continue
-                if sid not in self.tails:
-                    self._close_fd(sid)
-                    fsio.unlink(path)
-                    report.orphan_files_removed += 1
 
     # ------------------------------------------------------------------ write
 
@@ -321,80 +113,14 @@ class Engine:
         if self.failed:
             raise StorageFailed(f"storage failed closed: {self.failed}")
         assert self.meta is not None and self.wal is not None
-        stats = BatchStats()
         t0 = time.perf_counter()
-        fb = walmod.FrameBuilder()
-        meta_entries: list[walmod.Entry] = []
-        writes: dict[int, list[Any]] = {}  # sid -> [start position, [chunks]]
-        local: dict[int, Tail] = {}
-        dropped: list[int] = []
-        now_us = time.time_ns() // 1000
-
-        def put(db: int, key: bytes, value: bytes) -> None:
-            fb.put(db, key, value)
-            meta_entries.append((walmod.PUT, db, key, value))
-
-        for op in ops:
-            if isinstance(op, Append):
-                tail = local.get(op.stream_id)
-                if tail is None:
-                    base = self.tails[op.stream_id]
-                    tail = local[op.stream_id] = Tail(base.file_len, base.unit, base.base)
-                w = writes.get(op.stream_id)
-                if w is None:
-                    w = writes[op.stream_id] = [tail.file_len, []]
-                chunks = w[1]
-                for payload in op.payloads:
-                    rec = encode_record(op.kind, payload, tail.unit, now_us, op.producer)
-                    start = tail.file_len
-                    end = start + len(rec)
-                    chunks.append(rec)
-                    tail.file_len = end
-                    tail.unit += record_units(op.kind, len(payload))
-                    if start // INDEX_GRANULARITY != end // INDEX_GRANULARITY:
-                        put(DB_INDEX, index_key(op.stream_id, tail.unit), U64.pack(end))
-                    stats.appends += 1
-                    stats.bytes += len(payload)
-            elif isinstance(op, PutStream):
-                put(DB_STREAMS, stream_key(op.path), op.meta.to_json())
-            elif isinstance(op, PutProducer):
-                put(
-                    DB_PRODUCERS,
-                    producer_key(op.stream_id, op.producer_id),
-                    PRODUCER.pack(op.epoch, op.seq),
-                )
-            elif isinstance(op, DeleteProducer):
-                key = producer_key(op.stream_id, op.producer_id)
-                fb.delete(DB_PRODUCERS, key)
-                meta_entries.append((walmod.DELETE, DB_PRODUCERS, key))
-            elif isinstance(op, CreateLog):
-                local[op.stream_id] = Tail(FILE_HEADER_SIZE, op.start_unit, op.start_unit)
-                writes[op.stream_id] = [0, [encode_file_header(op.stream_id)]]
-                put(DB_INFO, KEY_NEXT_STREAM_ID, U64.pack(op.stream_id + 1))
-            elif isinstance(op, DeleteStream):
-                key = stream_key(op.path)
-                fb.delete(DB_STREAMS, key)
-                meta_entries.append((walmod.DELETE, DB_STREAMS, key))
-            elif isinstance(op, DropLog):
-                sid = op.stream_id
-                local.pop(sid, None)
-                writes.pop(sid, None)
-                dropped.append(sid)
-                fb.delete(DB_TAILS, id_key(sid))
-                meta_entries.append((walmod.DELETE, DB_TAILS, id_key(sid)))
-                for db in (DB_PRODUCERS, DB_INDEX):
-                    fb.delete_prefix(db, id_key(sid))
-                    meta_entries.append((walmod.DELETE_PREFIX, db, id_key(sid)))
-        for sid, tail in local.items():
-            put(DB_TAILS, id_key(sid), TAIL.pack(tail.file_len, tail.unit, tail.base))
-
+        batch = build(ops, self.tails, time.time_ns() // 1000)
+        stats = batch.stats
         # 1. segment files (page cache): undone by truncation if anything fails.
         undo: list[tuple[int, int]] = []
         try:
-            for sid, (start, chunks) in writes.items():
-                data = b"".join(chunks)
-                fb.write(sid, start, data)
-                fd = self._writer_fd(sid)
+            for sid, (start, data) in batch.writes.items():
+                fd = self.segments.writer(sid)
                 undo.append((sid, start))
                 fsio.pwrite(fd, data, start)
             self._hook("segments")
@@ -402,19 +128,16 @@ class Engine:
             stats.write_seconds = t1 - t0
             # 2. the WAL frame, flushed: the batch is now durable.
             self.lsn += 1
-            frame = fb.frame(self.lsn)
             wal_size = self.wal.size
             try:
-                self.wal.append(frame)
+                self.wal.append(batch.frame(self.lsn))
             except OSError:
                 self._undo_wal(wal_size)
                 raise
         except OSError as exc:
             self.lsn -= 1
             self._undo_segments(undo)
-            raise StorageError(
-                f"write failed: {exc.strerror or exc}", disk_full=exc.errno == errno.ENOSPC
-            ) from exc
+            raise from_os_error("write failed", exc) from exc
         try:
             self._hook("fsync")
             self.wal.sync()
@@ -423,10 +146,10 @@ class Engine:
             raise StorageFailed(f"storage failed closed: {self.failed}") from exc
         t2 = time.perf_counter()
         stats.fsync_seconds = t2 - t1
-        # 3. metadata.
+        # 3. metadata: the same changes the frame carries.
         try:
             self._hook("wal")
-            self._lmdb_write(meta_entries)
+            self._lmdb_write(batch.changes)
         except BaseException as exc:
             if not isinstance(exc, lmdb.Error):
                 # Unknown state between a durable frame and its commit: stop writing.
@@ -442,18 +165,17 @@ class Engine:
                 raise StorageFailed(f"storage failed closed: {self.failed}") from exc
             self.lsn -= 1
             self._undo_segments(undo)
-            disk_full = "MDB_MAP_FULL" in str(exc) or "No space" in str(exc)
-            raise StorageError(f"metadata commit failed: {exc}", disk_full=disk_full) from exc
+            raise from_lmdb_error("metadata commit failed", exc) from exc
         self._hook("commit")
         stats.commit_seconds = time.perf_counter() - t2
         # 4. publish.
-        self.tails.update(local)
-        self._dirty.update(writes)
-        for sid in dropped:
+        self.tails.update(batch.tails)
+        self._dirty.update(batch.writes)
+        for sid in batch.dropped:
             self.tails.pop(sid, None)
             self._dirty.discard(sid)
-            self._close_fd(sid)
-            fsio.unlink(self.layout.segment_path(sid))
+            self.segments.close(sid)
+            fsio.unlink(self.segments.path(sid))
         if self.wal.size >= self.checkpoint_bytes:
             self.start_checkpoint()
         return stats
@@ -474,7 +196,7 @@ class Engine:
     def _undo_segments(self, undo: list[tuple[int, int]]) -> None:
         for sid, start in undo:
             try:
-                fsio.ftruncate(self._writer_fd(sid), start)
+                fsio.ftruncate(self.segments.writer(sid), start)
             except OSError as exc:  # the bytes stay past the committed tail: harmless
                 log.warning("could not trim stream id %d after a failed batch: %s", sid, exc)
 
@@ -490,29 +212,6 @@ class Engine:
     def _hook(self, stage: str) -> None:
         if self.fault_hook is not None:
             self.fault_hook(stage)
-
-    def _writer_fd(self, sid: int) -> int:
-        fd = self._fds.get(sid)
-        if fd is not None:
-            self._fds.move_to_end(sid)
-            return fd
-        path = self.layout.segment_path(sid)
-        try:
-            fd = fsio.open_write(path)
-        except FileNotFoundError:
-            fsio.mkdir(path.parent)
-            fsio.fsync_dir(path.parent.parent)
-            fd = fsio.open_write(path)
-        self._fds[sid] = fd
-        if len(self._fds) > WRITER_FDS:
-            _, old = self._fds.popitem(last=False)
-            fsio.close(old)
-        return fd
-
-    def _close_fd(self, sid: int) -> None:
-        fd = self._fds.pop(sid, None)
-        if fd is not None:
-            fsio.close(fd)
 
     # ------------------------------------------------------------- checkpoint
 
@@ -533,8 +232,8 @@ class Engine:
         with self._checkpoint_lock:
             try:
                 for sid in dirty:
-                    fsio.fdatasync_path(self.layout.segment_path(sid))  # gone: nothing to keep
-                for sub in {self.layout.segment_path(s).parent for s in dirty}:
+                    fsio.fdatasync_path(self.segments.path(sid))  # gone: nothing to keep
+                for sub in {self.segments.path(s).parent for s in dirty}:
                     if sub.exists():
                         fsio.fsync_dir(sub)
                 assert self.meta is not None
@@ -559,9 +258,7 @@ class Engine:
             else:
                 self.wal.close()
             self.wal = None
-        for fd in self._fds.values():
-            fsio.close(fd)
-        self._fds.clear()
+        self.segments.close_all()
         if self.meta is not None:
             self.meta.close()
             self.meta = None
@@ -587,7 +284,7 @@ class Engine:
     def record_end(self, sid: int, unit: int) -> int:
         """The unit just past the record that covers ``unit``."""
         pos, _ = self._index_floor(sid, unit)
-        fd = fsio.open_read(self.layout.segment_path(sid))
+        fd = fsio.open_read(self.segments.path(sid))
         try:
             chunk = 1 << 20
             while True:
@@ -623,9 +320,9 @@ class Engine:
         """
         if sid in self.damaged:
             raise DamagedStream(self.damaged[sid])
-        if sid not in self._headers_checked:
+        if sid not in self.segments.checked:
             try:
-                self._check_header(sid)
+                self.segments.check_header(sid)
             except CorruptRecord as exc:
                 self.damaged[sid] = str(exc)
                 raise DamagedStream(str(exc)) from None
@@ -641,7 +338,7 @@ class Engine:
         chunk = max(256 * 1024, min(max_bytes + 64 * 1024, 8 * 1024 * 1024))
         unpack = RECORD_HEADER.unpack_from
         json = kind == KIND_JSON
-        fd = fsio.open_read(self.layout.segment_path(sid))
+        fd = fsio.open_read(self.segments.path(sid))
         try:
             while cur < stop and total < max_bytes:
                 buf = fsio.pread(fd, chunk, pos)
@@ -690,11 +387,3 @@ class Engine:
         finally:
             fsio.close(fd)
         return out, cur, (cur, pos)
-
-
-def _read_range(path: Path, pos: int, size: int) -> bytes:
-    fd = fsio.open_read(path)
-    try:
-        return fsio.pread(fd, size, pos)
-    finally:
-        fsio.close(fd)

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
+import lmdb
+
+# Out of space, whichever way the system says it: the disk, or the user's quota.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
 
 class StorageError(Exception):
     """A batch could not be made durable; nothing of it is visible."""
@@ -17,3 +25,22 @@ class StorageFailed(StorageError):
 
 class DamagedStream(Exception):
     """A stream's log does not match its checksums; its bytes are not served."""
+
+
+def from_os_error(what: str, exc: OSError) -> StorageError:
+    """A failed write, classified by its errno."""
+    return StorageError(f"{what}: {exc.strerror or exc}", disk_full=exc.errno in _NO_SPACE)
+
+
+def from_lmdb_error(what: str, exc: lmdb.Error) -> StorageError:
+    """A failed LMDB commit, classified by its type, else by its errno.
+
+    py-lmdb raises a class per LMDB error code, but an error from the system
+    (a failed write) comes as the base class with only the C library's
+    ``strerror`` text for the errno; that text is what is compared, for the
+    errnos that mean "no space".
+    """
+    no_space = isinstance(exc, lmdb.MapFullError) or any(
+        str(exc).endswith(os.strerror(code)) for code in _NO_SPACE
+    )
+    return StorageError(f"{what}: {exc}", disk_full=no_space)

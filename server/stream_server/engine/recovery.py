@@ -1,0 +1,221 @@
+"""Recovery: from whatever a crash left to a directory whose every part agrees.
+
+1. Replay the WAL: every frame since the last checkpoint is redone (data as
+   positional writes into segment files, metadata as whole LMDB values), which
+   is idempotent; what it redid is flushed, directories included, before the
+   WAL may go.
+2. Load the committed state from LMDB.
+3. Make each segment file end exactly at its committed tail: bytes past it
+   belong to no acknowledged write and are cut; a file shorter than its tail
+   lost data to something outside our control and is recovered to its last
+   whole record, loudly. Files touched by 1 or 3 have their header and last
+   records checked; a stream that fails is damaged, never served.
+4. Remove the files of streams whose deletion committed before the crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from stream_format import index
+from stream_format import wal as walmod
+from stream_format.layout import Layout
+from stream_format.meta import (
+    DB_INDEX,
+    DB_INFO,
+    DB_PRODUCERS,
+    DB_STREAMS,
+    DB_TAILS,
+    KEY_NEXT_STREAM_ID,
+    PRODUCER,
+    TAIL,
+    U64,
+    U64_BE,
+    StreamMeta,
+    id_key,
+    index_key,
+    stream_path,
+)
+from stream_format.records import CorruptRecord, iter_records
+from stream_server.engine import fsio
+from stream_server.engine.batch import Tail
+from stream_server.engine.metadata import Metadata, delete_prefix
+from stream_server.engine.segments import Segments
+
+log = logging.getLogger("stream_server.engine")
+
+
+@dataclass(slots=True)
+class LoadedState:
+    streams: dict[str, StreamMeta]
+    tails: dict[int, Tail]
+    producers: dict[int, dict[str, tuple[int, int]]]
+    next_stream_id: int
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    seconds: float = 0.0
+    streams: int = 0
+    wal_frames_replayed: int = 0
+    truncated_streams: int = 0
+    truncated_bytes: int = 0
+    damaged: dict[int, str] = field(default_factory=dict)
+    orphan_files_removed: int = 0
+
+
+class Recovery:
+    def __init__(
+        self,
+        layout: Layout,
+        meta: Metadata,
+        segments: Segments,
+        write_meta: Callable[[list[walmod.Entry]], None],
+    ) -> None:
+        self.layout = layout
+        self.meta = meta
+        self.segments = segments
+        self.write_meta = write_meta
+        self.damaged: dict[int, str] = {}
+        self.lsn = 0  # the last frame replayed
+
+    def run(self) -> tuple[LoadedState, RecoveryReport]:
+        report = RecoveryReport()
+        touched = self._replay_wal(report)
+        state = self._load()
+        self._check_tails(state, touched, report)
+        self._remove_orphans(state, report)
+        self.meta.sync()
+        report.streams = len(state.streams)
+        report.damaged = dict(self.damaged)
+        return state, report
+
+    def _replay_wal(self, report: RecoveryReport) -> set[int]:
+        files = walmod.wal_files(self.layout.wal)
+        touched: set[int] = set()
+        for i, path in enumerate(files):
+            for frame in walmod.read_frames(path, last_file=i == len(files) - 1):
+                changes = []
+                for entry in frame.entries:
+                    if entry[0] == walmod.WRITE:
+                        _, sid, pos, data = entry
+                        fsio.pwrite(self.segments.writer(sid), data, pos)
+                        touched.add(sid)
+                    else:
+                        changes.append(entry)
+                self.write_meta(changes)
+                self.lsn = max(self.lsn, frame.lsn)
+                report.wal_frames_replayed += 1
+        # The WAL is deleted once recovery ends: what it redid must be durable first,
+        # the files' directory entries included (replay may have created them).
+        for sid in touched:
+            fsio.fdatasync(self.segments.writer(sid))
+        for sub in {self.segments.path(sid).parent for sid in touched}:
+            fsio.fsync_dir(sub)
+        return touched
+
+    def _load(self) -> LoadedState:
+        streams: dict[str, StreamMeta] = {}
+        tails: dict[int, Tail] = {}
+        producers: dict[int, dict[str, tuple[int, int]]] = {}
+        next_id = 1
+        dbs = self.meta.dbs
+        with self.meta.env.begin() as txn:
+            raw = txn.get(KEY_NEXT_STREAM_ID, db=dbs[DB_INFO])
+            if raw:
+                next_id = U64.unpack(raw)[0]
+            for key, value in txn.cursor(db=dbs[DB_STREAMS]):
+                streams[stream_path(key)] = StreamMeta.from_json(value)
+            for key, value in txn.cursor(db=dbs[DB_TAILS]):
+                file_len, unit, base = TAIL.unpack(value)
+                tails[U64_BE.unpack(key)[0]] = Tail(file_len, unit, base)
+            for key, value in txn.cursor(db=dbs[DB_PRODUCERS]):
+                sid = U64_BE.unpack_from(key)[0]
+                pid = bytes(key[8:]).decode("utf-8", "surrogatepass")
+                producers.setdefault(sid, {})[pid] = PRODUCER.unpack(value)
+        return LoadedState(streams, tails, producers, next_id)
+
+    def _check_tails(self, state: LoadedState, touched: set[int], report: RecoveryReport) -> None:
+        for sid, tail in list(state.tails.items()):
+            path = self.segments.path(sid)
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                self.damaged[sid] = f"segment file {path} is missing"
+                continue
+            if size > tail.file_len:
+                fsio.truncate(path, tail.file_len)
+                report.truncated_streams += 1
+                report.truncated_bytes += size - tail.file_len
+                touched.add(sid)
+            elif size < tail.file_len:
+                state.tails[sid] = self._recover_short_file(sid, size, tail, report)
+                continue
+            if sid in touched:
+                try:
+                    self._verify_tail_records(sid, tail)
+                except CorruptRecord as exc:
+                    self.damaged[sid] = str(exc)
+
+    def _floor(self, sid: int, base: int, max_pos: int) -> tuple[int, int]:
+        with self.meta.env.begin() as txn:
+            return index.floor(txn, self.meta.dbs[DB_INDEX], sid, None, base, max_pos=max_pos)
+
+    def _recover_short_file(self, sid: int, size: int, tail: Tail, report: RecoveryReport) -> Tail:
+        start_pos, start_unit = self._floor(sid, tail.base, size)
+        good_pos, good_unit = start_pos, start_unit
+        data = self.segments.read(sid, start_pos, size - start_pos)
+        try:
+            for rec in iter_records(data, start_pos):
+                good_pos, good_unit = rec.end, rec.stop
+        except CorruptRecord:
+            pass
+        fsio.truncate(self.segments.path(sid), good_pos)
+        log.error(
+            "stream id %d: segment file is %d bytes short of its committed tail; "
+            "recovered to the last whole record (unit %d, %d units lost)",
+            sid,
+            tail.file_len - size,
+            good_unit,
+            tail.unit - good_unit,
+        )
+        new_tail = Tail(good_pos, good_unit, tail.base)
+        with self.meta.write() as txn:
+            txn.put(
+                id_key(sid),
+                TAIL.pack(new_tail.file_len, new_tail.unit, new_tail.base),
+                db=self.meta.dbs[DB_TAILS],
+            )
+            # Index entries past the recovered tail point at bytes that are gone.
+            delete_prefix(
+                txn, self.meta.dbs[DB_INDEX], id_key(sid), start=index_key(sid, good_unit + 1)
+            )
+        report.truncated_streams += 1
+        report.truncated_bytes += tail.file_len - good_pos
+        return new_tail
+
+    def _verify_tail_records(self, sid: int, tail: Tail) -> None:
+        self.segments.check_header(sid)
+        pos, _ = self._floor(sid, tail.base, tail.file_len)
+        end = pos
+        for rec in iter_records(self.segments.read(sid, pos, tail.file_len - pos), pos):
+            end = rec.end
+        if end != tail.file_len:
+            raise CorruptRecord(f"stream id {sid}: records end at {end}, tail is {tail.file_len}")
+
+    def _remove_orphans(self, state: LoadedState, report: RecoveryReport) -> None:
+        """Delete segment files of streams whose deletion committed before a crash."""
+        for sub in self.layout.segments.iterdir():
+            if not sub.is_dir():
+                continue
+            for path in sub.iterdir():
+                try:
+                    sid = int(path.stem, 16)
+                except ValueError:
+                    continue
+                if sid not in state.tails:
+                    self.segments.close(sid)
+                    fsio.unlink(path)
+                    report.orphan_files_removed += 1
