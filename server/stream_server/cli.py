@@ -24,8 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     if args.command == "serve":
-        from stream_server.server import serve as run
-
+        try:
+            from stream_server.server import serve as run
+        except ModuleNotFoundError as exc:
+            # Installed without the server's dependencies (the package's other extras
+            # share this distribution): say what to install instead of a traceback.
+            print(
+                f"durable-streams-server: {exc.name} is not installed; the server needs the "
+                "'server' extra: pip install 'durable-streams-py[server]'",
+                file=sys.stderr,
+            )
+            return 2
         return run(settings)
     return 2
 

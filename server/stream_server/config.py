@@ -7,6 +7,7 @@ operator can configure the server without building a command line.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -151,9 +152,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
+# DS_* variables that are not settings: fault injection for the crash tests.
+NOT_SETTINGS = frozenset({"DS_FAULT"})
+
+
+def env_names() -> dict[str, str]:
+    """Every setting's environment variable, mapped to its field name."""
+    return {"DS_" + f.name.upper(): f.name for f in fields(Settings)}
+
+
+def check_environment(environ: dict[str, str]) -> None:
+    """Refuse a ``DS_*`` variable that names no setting: a typo would otherwise be
+    ignored in silence, and the server would run with a default the user did not want."""
+    known = env_names()
+    for name in sorted(environ):
+        if name.startswith("DS_") and name not in known and name not in NOT_SETTINGS:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ValueError(
+                f"unknown setting {name}{hint}; `durable-streams-server serve --help` lists them"
+            )
+
+
 def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
     """Build settings: flag, else ``DS_<NAME>`` from the environment, else default."""
     environ = dict(os.environ) if environ is None else environ
+    check_environment(environ)
     values = {}
     for f in fields(Settings):
         raw = getattr(args, f.name, None)
