@@ -47,6 +47,7 @@ class StreamServerApp:
                 max_streams=settings.max_streams or None,
                 max_producers_per_stream=settings.max_producers_per_stream,
                 max_fork_depth=settings.max_fork_depth,
+                max_json_messages=settings.max_json_messages,
             ),
             events=self._events(),
             engine=Engine(

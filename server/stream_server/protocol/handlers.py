@@ -50,6 +50,7 @@ from stream_server.streams.errors import (
     SequenceGap,
     StreamClosed,
     StreamError,
+    TooLarge,
     Unavailable,
 )
 from stream_server.streams.model import Stream
@@ -700,7 +701,7 @@ def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
         status = 404
     elif isinstance(exc, Gone):
         status = 410
-    elif isinstance(exc, PayloadTooLarge):
+    elif isinstance(exc, PayloadTooLarge | TooLarge):
         status = 413
     elif isinstance(exc, TooManyRequests):
         status = 429

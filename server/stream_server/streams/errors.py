@@ -61,3 +61,7 @@ class Unavailable(StreamError):
 
 class Damaged(StreamError):
     """The stream's log failed its checksums: its bytes are not served."""
+
+
+class TooLarge(StreamError):
+    """The request asks for more than a limit allows (413)."""

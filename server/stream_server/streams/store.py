@@ -52,7 +52,7 @@ from stream_server.streams.errors import (
     StreamError,
     Unavailable,
 )
-from stream_server.streams.jsonmode import split_messages
+from stream_server.streams.jsonmode import JsonSplitter
 from stream_server.streams.model import JSON_TYPE, ProducerState, Stream, media_type
 
 log = logging.getLogger("stream_server.streams")
@@ -149,6 +149,7 @@ class StoreLimits:
     max_streams: int | None = None
     max_producers_per_stream: int = 1000
     max_fork_depth: int = 64
+    max_json_messages: int = 100_000
 
 
 class StreamStore:
@@ -171,6 +172,7 @@ class StreamStore:
             self.engine, on_failure=self._on_failure, on_batch=self.events.on_batch
         )
         self._readers = ThreadPoolExecutor(self.limits.read_threads, thread_name_prefix="reader")
+        self.json = JsonSplitter(self.limits.max_json_messages)
         self._pending_deleted: dict[str, Stream] = {}
         self._waiters: set[asyncio.Future] = set()  # every live reader's wait, to end them on stop
         self._touched: set[str] = set()
@@ -212,6 +214,7 @@ class StreamStore:
         await self.pipeline.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self._readers.shutdown(wait=True)
+        self.json.close()
 
     def release_waiters(self) -> None:
         """End every live reader's wait as if it had timed out (used on shutdown)."""
@@ -249,9 +252,18 @@ class StreamStore:
     async def create(self, req: CreateRequest) -> CreateResult:
         if len(req.path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
             raise BadRequest(f"stream path longer than {MAX_PATH_BYTES} bytes (decoded)")
-        # The one disk read a create may need happens first, off the loop; from
-        # here on everything is checked and reserved in one synchronous step.
+        # The one disk read a create may need, and the split of a JSON body (large
+        # ones in a worker process), happen first; from here on everything is checked and
+        # reserved in one synchronous step.
         boundary = await self._sub_offset_boundary(req.fork)
+        parsed = None
+        if req.path not in self.streams:
+            content_type = req.content_type
+            if content_type is None and req.fork is not None:
+                src = self.streams.get(req.fork.source)
+                content_type = src.meta.content_type if src is not None else None
+            if req.body and _is_json(content_type):
+                parsed = await self.json.split(req.body, allow_empty_array=True)
         now = time.time()
         existing = self.streams.get(req.path)
         if existing is not None and existing.committed and existing.expired(now):
@@ -282,7 +294,7 @@ class StreamStore:
             expiry_from = "default"
         content_type = content_type or DEFAULT_CONTENT_TYPE
         is_json = media_type(content_type) == JSON_TYPE
-        payloads = self._payloads(req.body, is_json, allow_empty_array=True)
+        payloads = self._payloads(req.body, is_json, allow_empty_array=True, parsed=parsed)
 
         sid = self.next_id
         self.next_id += 1
@@ -436,6 +448,11 @@ class StreamStore:
     # ------------------------------------------------------------------ append
 
     async def append(self, req: AppendRequest) -> AppendResult:
+        parsed = None
+        if req.body and _is_json(req.content_type):
+            ahead = self.get(req.path)  # 404 and 410 come before a JSON 400
+            if ahead.is_json and not ahead.pmeta.closed:
+                parsed = await self.json.split(req.body, allow_empty_array=False)
         s = self.get(req.path, touch=True)
         m = s.pmeta
         p = req.producer
@@ -495,7 +512,7 @@ class StreamStore:
         ):
             raise Conflict("Stream-Seq is not greater than the last one")
 
-        payloads = self._payloads(req.body, s.is_json, allow_empty_array=False) if req.body else []
+        payloads = self._payloads(req.body, s.is_json, allow_empty_array=False, parsed=parsed)
         # -- everything below changes pending state: no more refusals.
         size = 0
         if payloads:
@@ -567,12 +584,17 @@ class StreamStore:
         victims = list(itertools.islice(s.producers, excess + len(s.p_producers)))
         return [k for k in victims if k not in s.p_producers][:excess]
 
-    def _payloads(self, body: bytes, is_json: bool, *, allow_empty_array: bool) -> list[bytes]:
+    def _payloads(
+        self, body: bytes, is_json: bool, *, allow_empty_array: bool, parsed: list[bytes] | None
+    ) -> list[bytes]:
         if not body:
             return []
-        if is_json:
-            return split_messages(body, allow_empty_array=allow_empty_array)
-        return [body]
+        if not is_json:
+            return [body]
+        if parsed is not None:
+            return parsed
+        # Not split ahead (the stream changed while the body was split): split it now.
+        return self.json.split_now(body, allow_empty_array=allow_empty_array)
 
     # ------------------------------------------------------------------ delete
 
@@ -871,6 +893,10 @@ def _from_recent(s: Stream, start: int, tail: int, max_bytes: int) -> tuple[list
         if total >= max_bytes:
             break
     return out, unit
+
+
+def _is_json(content_type: str | None) -> bool:
+    return content_type is not None and media_type(content_type) == JSON_TYPE
 
 
 def _units(kind: int, payloads: list[bytes]) -> int:
