@@ -22,16 +22,21 @@ $(VENV)/.all: pyproject.toml | $(VENV)/bin/python
 serve: $(VENV)/.server
 	$(VENV)/bin/durable-streams-server serve
 
-## Install everything the tests need, then run the whole suite.
+# `make test` has just installed everything, so a test whose program or package is
+# missing fails instead of skipping (testkit/needs.py); -rfEs lists every skip left.
+PYTEST := TEST_REQUIRE_ALL=1 $(PY) -m pytest -rfEs
+
+## Install everything the tests need, then run the whole suite: nothing skipped for want of a package.
 test: deps
-	$(PY) -m pytest
+	$(PYTEST)
 
 ## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests,
 ## every crash state of the explorer's workloads with 12 random mixes per crash point.
 test-long: deps
-	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 CRASH_STATES=1000000 CRASH_MIXED=12 $(PY) -m pytest \
+	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 CRASH_STATES=1000000 CRASH_MIXED=12 $(PYTEST) \
 		e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py tests/engine/test_crash_states.py
 
+## Everything the tests and the benchmark need; the only place anything is installed.
 deps: $(VENV)/.all system-deps
 	cd e2e/conformance && npm install --no-audit --no-fund --loglevel=error
 	cd e2e/bench && npm install --no-audit --no-fund --loglevel=error
@@ -40,7 +45,8 @@ deps: $(VENV)/.all system-deps
 bench: deps
 	$(PY) e2e/bench/run.py
 
-## Debian packages some tests use (installed only when missing; needs root).
+## Debian packages the tests and the benchmark use (installed only when missing; needs root
+## or password-less sudo, and fails, naming them, when they cannot be installed).
 system-deps:
 	@bash scripts/system-deps.sh
 
@@ -52,4 +58,4 @@ lint: $(VENV)/.all
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) e2e/conformance/node_modules
+	rm -rf $(VENV) e2e/conformance/node_modules e2e/bench/node_modules

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from testkit import free_port
+from testkit.servers import Child, env_with, free_port, http_status, stream_server_command
 
 ROOT = Path(__file__).parent
+# Marks a test's needs (programs, packages): skipped by hand, failed under make test.
+pytest_plugins = ["testkit.needs"]
+
+__all__ = [
+    "ROOT",
+    "ServerProcess",
+    "free_port",
+    "read_all",
+    "server_factory",
+    "shared_server",
+    "stream_state",
+]
 
 
 class ServerProcess:
-    """A ``durable-streams-server serve`` child process."""
+    """A ``durable-streams-server serve`` child process (on ``testkit.servers.Child``)."""
 
     def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
@@ -27,8 +35,8 @@ class ServerProcess:
         self.env = env or {}
         self.port = free_port()
         self.scheme = "http"
-        self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-server.log"
+        self.child: Child | None = None
 
     @property
     def url(self) -> str:
@@ -38,55 +46,33 @@ class ServerProcess:
     def base(self) -> str:
         return f"{self.url}/v1/stream/"
 
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.child.proc if self.child else None
+
     def start(self, *, timeout: float = 30.0) -> ServerProcess:
-        cmd = [
-            sys.executable,
-            "-m",
-            "stream_server",
-            "serve",
-            "--port",
-            str(self.port),
-            "--data-dir",
-            str(self.data_dir),
-            *self.args,
-        ]
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
-        self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+        self.child = Child(
+            "server",
+            stream_server_command(self.port, self.data_dir, *self.args),
+            self.log_path,
+            env=env_with(self.env),
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1, verify=False).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"server not ready after {timeout}s: {self.log()}")
+        tls = self.scheme == "https"
+        self.child.start(
+            lambda: http_status(self.port, "/readyz", tls=tls, timeout=1) == 200, timeout=timeout
+        )
+        return self
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
+        return self.child.log_tail() if self.child else ""
 
     def kill(self) -> None:
         """SIGKILL: the crash the durability promise is about."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
+        if self.child:
+            self.child.kill()
 
     def stop(self) -> int:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode if self.proc else 0
+        return self.child.stop(timeout=20) if self.child else 0
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 
 from conftest import read_all, stream_state
 from stream_format.layout import Layout
+from testkit import needs
 
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 BIN = {"Content-Type": "application/octet-stream"}
@@ -134,8 +135,8 @@ def _mount(kind: str, where, size_mb: int):
 def test_disk_full_gives_507_and_recovers_when_space_returns(server_factory, tmp_path, fs):
     if os.geteuid() != 0:
         pytest.skip("mounting a small filesystem needs root (CI runs as root)")
-    if fs == "ext4" and shutil.which("mkfs.ext4") is None:
-        pytest.skip("mkfs.ext4 not installed")
+    if fs == "ext4" and needs.absent("mkfs.ext4"):
+        needs.missing("mkfs.ext4 not installed: Debian's e2fsprogs (make system-deps)")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     mounted = _mount(fs, mnt, 24)

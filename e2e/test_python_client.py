@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-ds = pytest.importorskip("durable_streams", reason="official client not installed")
+from testkit import needs
+
+ds = needs.module("durable_streams", install="the dev extra: make deps, or pip install -e '.[dev]'")
 
 
 def _collect(res, n: int, out: list, *, json: bool = True) -> None:

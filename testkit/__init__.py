@@ -1,11 +1,15 @@
-"""Test-only parts that stand in for what cannot run here: a Kubernetes API server, a kubelet."""
+"""Test-only parts: server processes (``servers``), what a test needs installed (``needs``),
+and what stands in for what cannot run here: a Kubernetes API server, a kubelet."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
+
+from testkit.servers import free_port
+
+__all__ = ["free_port", "wait_for"]
 
 
 def wait_for(what: Callable[[], Any], *, timeout: float = 20.0, message: str = "") -> Any:
@@ -18,10 +22,3 @@ def wait_for(what: Callable[[], Any], *, timeout: float = 20.0, message: str = "
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {message or what}")
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for servers the tests start)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import shutil
 import socket
 import ssl
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 
 from stream_server.auth import AuthConfigError, Denied, TokenAuth
 from stream_server.ratelimit import RateLimiter
+from testkit import needs
 
 CT = {"Content-Type": "text/plain"}
 TOKENS = {
@@ -141,7 +141,7 @@ def test_rate_limit_answers_429_with_retry_after(server_factory):
     assert 429 in codes and codes[0] in (200, 429)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+@needs.commands("openssl", install="Debian's openssl (make system-deps)")
 def test_tls(server_factory, tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(

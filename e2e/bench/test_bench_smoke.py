@@ -1,37 +1,49 @@
 """A short run of the benchmark harness: it starts the servers and prints the table.
 
 No timing thresholds (the machines are shared and noisy): this checks that
-the harness works end to end, against the Starlette ceiling, our server
-(unless `import stream_server` fails, which the harness reports as a skip)
-and the Node reference when it is already installed (`make deps` does it;
-the test itself never reaches for the network).
+the harness works end to end, against the Starlette ceiling, our server and
+the Node reference when it is installed (`make deps` does it; the test
+itself never reaches for the network). Our server must run: the harness
+exits with status 2, and this test fails, when it cannot (`import
+stream_server` failing is an error, not a skip). Without the reference the
+run goes on with a warning, except under `make test` (TEST_REQUIRE_ALL=1),
+where the reference is required.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
+from testkit import needs
+
 HERE = Path(__file__).parent
+INSTALL = "make deps (Debian's nodejs and npm, then npm install in e2e/bench)"
 
 
 def _reference_installed() -> bool:
     return (
-        shutil.which("node") is not None
+        not needs.absent("node")
         and (HERE / "node_modules" / "@durable-streams" / "server" / "package.json").exists()
     )
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk not installed (make system-deps)")
+@needs.commands("wrk", install="Debian's wrk (make system-deps)")
 @pytest.mark.timeout(240)
 def test_quick_benchmark_produces_the_table(tmp_path):
-    servers = ["ceiling", "ours"] + (["reference"] if _reference_installed() else [])
+    servers = ["ceiling", "ours"]
+    if _reference_installed():
+        servers.append("reference")
+    elif needs.required():
+        needs.missing(f"the Node reference server is not installed: {INSTALL}")
+    else:
+        warnings.warn(f"benchmark smoke test without the reference: {INSTALL}", stacklevel=1)
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [
@@ -51,6 +63,7 @@ def test_quick_benchmark_produces_the_table(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["errors"] == {}
+    assert sorted(doc["servers"]) == sorted(servers)
 
     # The ceiling ran, and the table says what it reached.
     assert doc["ceiling"]["appends_per_s"] > 0
@@ -58,35 +71,30 @@ def test_quick_benchmark_produces_the_table(tmp_path):
     assert "| workload" in proc.stdout
 
     rows = doc["rows"]
-    titles = [r["title"] for r in rows]
-    for title in titles:
-        assert title in proc.stdout
-    ran = [s for s in ("ours", "reference") if s in servers and s not in doc["skipped"]]
-    if "ours" not in ran:
-        assert "import stream_server failed" in doc["skipped"]["ours"]
+    for row in rows:
+        assert row["title"] in proc.stdout
+    ran = [s for s in ("ours", "reference") if s in servers]
+    assert "ours" in ran
     for row in rows:
         for server in ran:
             value = row[server]
             assert isinstance(value, int | float) and math.isfinite(value) and value >= 0, row
-        if {"ours", "reference"} <= set(ran) and row["workload"] != "appends_64x64_vs_ceiling":
+        if "reference" in ran and row["workload"] != "appends_64x64_vs_ceiling":
             assert row["ratio"] is not None, row
-        if "ours" in ran and row["target"] not in ("", "reported"):
+        judged = row["target"] not in ("", "reported")
+        if judged and ("reference" in ran or "ref" not in row["target"]):
             assert row["met"] in (True, False), row
     # Each workload produced its rows, and the servers kept every acknowledged append.
-    assert {r["workload"] for r in rows} >= (
-        {
-            "appends_64x64",
-            "appends_64x1",
-            "sequential",
-            "catchup_bin",
-            "catchup_json",
-            "live",
-            "idle",
-            "restart",
-        }
-        if ran
-        else set()
-    )
+    assert {r["workload"] for r in rows} >= {
+        "appends_64x64",
+        "appends_64x1",
+        "sequential",
+        "catchup_bin",
+        "catchup_json",
+        "live",
+        "idle",
+        "restart",
+    }
     for server in ran:
         for key in ("appends_64x64", "appends_64x1"):
             raw = doc["raw"][key][server]

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from profile_shares import shares
+from bench.profile_shares import shares
 
 RAW = [
     'process 1:"python -m stream_server";thread (2): MainThread;run (a.py:1);post (h.py:9) 6\n',

@@ -3,12 +3,12 @@ and every alert is tested both firing and not firing."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from testkit import needs
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "observability" / "prometheus"
@@ -16,9 +16,8 @@ DOCS = ROOT / "docs" / "observability.md"
 ALERTS = RULES_DIR / "alerts.yaml"
 UNIT_TESTS = RULES_DIR / "alerts.test.yaml"
 
-needs_promtool = pytest.mark.skipif(
-    shutil.which("promtool") is None,
-    reason="promtool missing: install Debian's prometheus package (make system-deps does)",
+needs_promtool = needs.commands(
+    "promtool", install="Debian's prometheus package (make system-deps)"
 )
 
 

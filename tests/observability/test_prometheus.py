@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -52,6 +51,7 @@ import pytest
 import yaml
 
 from conftest import free_port
+from testkit import needs
 
 OBS = Path(__file__).resolve().parents[2] / "observability"
 DASHBOARD = OBS / "grafana" / "durable-streams.json"
@@ -61,10 +61,7 @@ ALL = {"namespace": ".*", "pod": ".*", "instance": ".*"}
 RATE_INTERVAL = "15s"  # what Grafana would pick for a 1 s scrape interval and a short range
 DEADLINE = 60.0  # seconds to wait for Prometheus to see everything; normally 10-20
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("prometheus") is None,
-    reason="prometheus missing: install Debian's prometheus package (make system-deps does)",
-)
+pytestmark = needs.commands("prometheus", install="Debian's prometheus package (make system-deps)")
 
 
 def substitute(expr: str, values: dict[str, str]) -> str:

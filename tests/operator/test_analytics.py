@@ -22,6 +22,7 @@ import yaml
 
 from stream_operator import analytics as k8s
 from stream_operator import spark_manifests as manifests
+from testkit import needs
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = Path(__file__).parent / "crds"
@@ -133,7 +134,7 @@ def test_scheduled_applications_per_replica_and_job():
 
 def test_coscheduling_matches_the_operators_statefulset():
     """The affinity selects the server pod the operator renders; the claim is its PVC."""
-    render = pytest.importorskip("stream_operator.render")
+    render = needs.module("stream_operator.render", install="the operator extra: make deps")
     sts = render.render_statefulset("events", "prod", "uid-1", {"replicas": 2})
     pod_labels = sts["spec"]["template"]["metadata"]["labels"]
     claim_template = sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]

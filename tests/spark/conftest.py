@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from testkit import needs
+
 from ._corpus import Corpus, write_corpus
 
 NO_SPARK = importlib.util.find_spec("pyspark") is None
@@ -22,7 +24,11 @@ NO_SPARK = importlib.util.find_spec("pyspark") is None
 @pytest.fixture(scope="session")
 def spark():
     if NO_SPARK:
-        pytest.skip("pyspark is not installed (pip install '.[spark]')")
+        needs.missing(
+            "pyspark is not installed: the spark extra (make deps, or pip install -e '.[spark]')"
+        )
+    if needs.absent("java") and not os.environ.get("JAVA_HOME"):
+        needs.missing("java not installed: Debian's openjdk-17-jre-headless (make system-deps)")
     # Python workers are separate processes: run them on this interpreter, where
     # stream_spark and its dependencies are installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable

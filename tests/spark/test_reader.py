@@ -14,6 +14,7 @@ from stream_format.offsets import format_offset
 from stream_spark._plan import FORKS_STITCH, Selection, batch_ranges, cap_by_bytes, plan, select
 from stream_spark._reader import FormatError, MetaReader, read_slice
 from stream_spark.options import OptionError, ReadOptions
+from testkit import needs
 
 from ._corpus import OCTET, http_read, post, put
 
@@ -171,7 +172,7 @@ def test_prepare_recovers_a_crashed_directory(server_factory):
 
 
 def test_wire_offsets_are_format_offset():
-    pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install '.[spark]')")
+    pa = needs.module("pyarrow", install="the spark extra: make deps, or pip install -e '.[spark]'")
     from stream_spark._arrow import wire_offsets
 
     units = [0, 1, 9, 10, 12345678, 10**16 - 1]

@@ -1,35 +1,36 @@
-"""Read throughput of the data source: N MB in M streams, written by a real server.
+"""Read throughput of the Spark data source: N MB in M streams, written by a real server.
 
-    python -m stream_spark.bench --total-mb 200 --streams 50 --master 'local[2]'
+    python e2e/bench/spark_read.py --total-mb 200 --streams 50 --master 'local[2]'
 
-Starts a server on a temporary data directory (or reads ``--data-dir`` as it
-is), fills it through HTTP, then times full reads with Spark's ``noop`` sink
-(every column of every row crosses into the JVM; nothing is written). Prints
-one line per run and the best and median figures.
+Starts a server from this checkout on a temporary data directory (or reads
+``--data-dir`` as it is), fills it through HTTP, then times full reads with
+Spark's ``noop`` sink (every column of every row crosses into the JVM;
+nothing is written). Prints one line per run and the best and median
+figures. Needs the server, spark and dev extras (``make deps``); it lives
+here, not in the installed stream_spark package, because it starts a
+server and uses the tests' process helper (testkit.servers).
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: import testkit (and not this folder's modules)
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 import argparse
 import os
 import random
 import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import httpx
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from testkit.servers import Child, free_port, http_status, stream_server_command
 
 
 def fill(
@@ -40,31 +41,16 @@ def fill(
     Binary streams get one record per append; JSON streams get arrays of 100
     messages per append (one record per message), to measure many small records.
     """
-    port = _free_port()
-    log = open(data_dir.parent / "bench-server.log", "ab")  # noqa: SIM115 - owned by the process
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "stream_server",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data_dir),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    port = free_port()
+    server = Child(
+        "server",
+        stream_server_command(port, data_dir),
+        data_dir.parent / "bench-server.log",
+        orphan_safe=True,
     )
     base = f"http://127.0.0.1:{port}/v1/stream/"
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        server.start(lambda: http_status(port, "/readyz") == 200, timeout=60)
         headers = {"Content-Type": "application/json" if json else "application/octet-stream"}
         per_stream = total_bytes // streams
         payload = random.Random(0).randbytes(record_bytes)
@@ -91,13 +77,13 @@ def fill(
         for t in threads:
             t.join()
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-        log.close()
+        server.stop(timeout=60)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m stream_spark.bench", description=__doc__)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--total-mb", type=int, default=200)
     p.add_argument("--streams", type=int, default=50)
     p.add_argument("--record-bytes", type=int, default=4096)

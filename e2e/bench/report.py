@@ -1,0 +1,229 @@
+"""The table: one row per figure of each workload, ours against the other column, and the JSON.
+
+The other column is the reference, or ours at ``--baseline REF``; the
+targets (from the performance issue) are against the reference, so with a
+baseline they are left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.results import CeilingResult, IdleResult, Profile, Result
+
+# (ours, the other column, ours' whole result) -> met?; None when it cannot be judged
+Check = Callable[[float, float | None, Result], bool | None]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row of the table: which field of a workload's result, and its target."""
+
+    title: str
+    metric: str  # a field of the workload's result
+    unit: str
+    target: str = ""
+    check: Check | None = None
+
+
+@dataclass
+class Row:
+    workload: str
+    title: str
+    unit: str
+    ours: float | None
+    reference: float | None  # the other column: the reference, or the baseline
+    ratio: float | None
+    target: str
+    met: bool | None
+
+
+def at_least(k: float) -> Check:
+    return lambda o, r, _: None if r is None else o >= k * r
+
+
+def at_most(k: float) -> Check:
+    return lambda o, r, _: None if r is None else o <= k * r
+
+
+def all_woken_within(ms: float) -> Check:
+    def check(o: float, r: float | None, res: Result) -> bool:
+        assert isinstance(res, IdleResult)
+        return res.woken == res.readers and o <= ms
+
+    return check
+
+
+FIGURES: dict[str, Callable[[Profile], list[Figure]]] = {
+    "appends_64x64": lambda p: [
+        Figure("64 conns, 64 streams", "appends_per_s", "appends/s", ">= 7x ref", at_least(7))
+    ],
+    "appends_64x1": lambda p: [
+        Figure("64 conns, 1 stream", "appends_per_s", "appends/s", ">= 15x ref", at_least(15))
+    ],
+    "sequential": lambda p: [
+        Figure("1 client sequential, p50", "p50_ms", "ms", "<= 0.5x ref", at_most(0.5))
+    ],
+    "catchup_bin": lambda p: [
+        Figure(
+            f"catch-up {p.catchup_mib} MiB, binary", "mib_per_s", "MiB/s", ">= 6x ref", at_least(6)
+        )
+    ],
+    "catchup_json": lambda p: [
+        Figure(
+            f"catch-up {p.catchup_mib} MiB, JSON", "mib_per_s", "MiB/s", ">= 6x ref", at_least(6)
+        )
+    ],
+    "live": lambda p: [
+        Figure("live long-poll POST->reader, p50", "p50_ms", "ms", "<= 0.5x ref", at_most(0.5)),
+        Figure("live long-poll POST->reader, p99", "p99_ms", "ms", "<= 0.5x ref", at_most(0.5)),
+    ],
+    "idle": lambda p: [
+        Figure(
+            f"{p.idle_readers:,} idle long-polls/{p.idle_streams} streams, wake p99",
+            "wake_p99_ms",
+            "ms",
+            "all woken, <= 50 ms",
+            all_woken_within(50),
+        ),
+        Figure(
+            f"{p.idle_readers:,} idle long-polls, memory per waiter",
+            "kib_per_waiter",
+            "KiB",
+            "reported",
+        ),
+    ],
+    "restart": lambda p: [
+        Figure(
+            f"{p.restart_streams:,} streams/{p.restart_mib:,} MiB: restart to ready",
+            "seconds_to_ready",
+            "s",
+            "<= 10 s",
+            lambda o, r, _: o <= 10,
+        ),
+        Figure(f"{p.restart_streams:,} streams: RSS when ready", "rss_mib", "MiB", "reported"),
+    ],
+}
+
+
+def build_rows(
+    prof: Profile,
+    results: dict[str, dict[str, Result]],
+    ceiling: CeilingResult | None,
+    *,
+    targets: bool = True,
+) -> list[Row]:
+    """The table's rows, workload by workload (``results[workload][server]``)."""
+    rows = []
+    for key, figures in FIGURES.items():
+        if key not in results:
+            continue
+        ours, ref = results[key].get("ours"), results[key].get("reference")
+        for fig in figures(prof):
+            o = getattr(ours, fig.metric) if ours else None
+            r = getattr(ref, fig.metric) if ref else None
+            met = None
+            if targets and ours is not None and o is not None and fig.check is not None:
+                met = fig.check(o, r, ours)
+            rows.append(
+                Row(
+                    workload=key,
+                    title=fig.title,
+                    unit=fig.unit,
+                    ours=o,
+                    reference=r,
+                    ratio=(o / r) if o is not None and r else None,
+                    target=fig.target if targets else "-",
+                    met=met,
+                )
+            )
+        if key == "appends_64x64" and ceiling:
+            c = ceiling.appends_per_s
+            o = getattr(ours, "appends_per_s", None)
+            r = getattr(ref, "appends_per_s", None)
+            rows.append(
+                Row(
+                    workload="appends_64x64_vs_ceiling",
+                    title="64 conns, 64 streams, share of ceiling",
+                    unit="%",
+                    ours=100 * o / c if o is not None else None,
+                    reference=100 * r / c if r is not None else None,
+                    ratio=None,
+                    target=">= 60% of ceiling" if targets else "-",
+                    met=(o >= 0.6 * c) if o is not None and targets else None,
+                )
+            )
+    return rows
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v != v:  # NaN
+        return "n/a"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def table(rows: list[Row], ceiling: CeilingResult | None, other: str = "reference") -> str:
+    short_name = "base" if other != "reference" else "ref"
+    head = ("workload", "unit", "ours", other, f"ours/{short_name}", "target", "met?")
+    body = []
+    for r in rows:
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
+        met = {True: "yes", False: "NO", None: "-"}[r.met]
+        body.append((r.title, r.unit, fmt(r.ours), fmt(r.reference), ratio, r.target, met))
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    right = {2, 3, 4}
+
+    def line(cells) -> str:
+        return (
+            "| "
+            + " | ".join(
+                c.rjust(widths[i]) if i in right else c.ljust(widths[i])
+                for i, c in enumerate(cells)
+            )
+            + " |"
+        )
+
+    out = []
+    if ceiling:
+        out.append(
+            f"HTTP ceiling (Starlette POST->204, uvicorn uvloop+httptools, 1 worker, "
+            f"64 conns): {ceiling.appends_per_s:,.0f} req/s"
+        )
+    out += [
+        line(head),
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+        *(line(b) for b in body),
+    ]
+    return "\n".join(out)
+
+
+def short(result: Result) -> str:
+    """Every figure of a result on one line: ``name=value, ...`` (runs only when merged)."""
+    d = result.as_dict()
+    if d["runs"] == 1:
+        del d["runs"]
+    if d["disk_fdatasync_per_s"] is None:
+        del d["disk_fdatasync_per_s"]
+    return ", ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in d.items())
+
+
+def as_json(value: Any) -> Any:
+    """Dataclasses (results, rows, the profile) as plain JSON values, recursively."""
+    if isinstance(value, Result):
+        return value.as_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_json(v) for v in value]
+    return value

@@ -1,0 +1,136 @@
+"""The profile a run uses, and the typed result of each workload."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+
+@dataclass
+class Profile:
+    quick: bool
+    duration: float
+    warmup: float
+    catchup_mib: int
+    catchup_append: int  # bytes per binary append when filling the catch-up stream
+    live_rounds: int
+    idle_readers: int
+    idle_streams: int
+    restart_streams: int
+    restart_mib: int
+
+    @classmethod
+    def make(cls, quick: bool, duration: float | None) -> Profile:
+        if quick:
+            return cls(True, duration or 2, 0, 4, 16 * 1024, 40, 200, 20, 2000, 20)
+        return cls(False, duration or 10, 2, 100, 1024, 500, 1000, 100, 100_000, 1024)
+
+
+@dataclass(kw_only=True)
+class Result:
+    """What every workload run also records: the disk's speed just before it, and how many
+    runs a merged result stands for (their medians, with --repeat)."""
+
+    disk_fdatasync_per_s: float | None = None
+    runs: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The workload's own figures first, then these two."""
+        d = dataclasses.asdict(self)
+        return {k: v for k, v in d.items() if k not in _COMMON} | {k: d[k] for k in _COMMON}
+
+
+_COMMON = ("disk_fdatasync_per_s", "runs")
+
+
+@dataclass
+class AppendResult(Result):
+    appends_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    acknowledged: int  # what wrk saw acknowledged, warm-up included
+    held: int | None  # what the streams' tails account for afterwards (None: not measurable)
+
+
+@dataclass
+class CeilingResult(Result):
+    appends_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+@dataclass
+class SequentialResult(Result):
+    p50_ms: float
+    p99_ms: float
+    appends_per_s: float
+    errors: int
+
+
+@dataclass
+class CatchUpResult(Result):
+    mib_per_s: float  # the median of the passes
+    passes_mib_per_s: list[float]
+    bytes: int
+    requests: int
+    fill_seconds: float
+    append_bytes: int
+
+
+@dataclass
+class LiveResult(Result):
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    rounds: int
+
+
+@dataclass
+class IdleResult(Result):
+    wake_p99_ms: float
+    wake_p50_ms: float
+    wake_max_ms: float
+    woken: int
+    readers: int
+    streams: int
+    answered_before_append: int  # readers answered before any append: should be none
+    posts_ok: int
+    kib_per_waiter: float
+    rss_idle_mib: float
+
+
+@dataclass
+class RestartResult(Result):
+    seconds_to_ready: float
+    rss_mib: float
+    rss_before_restart_mib: float
+    streams: int
+    bytes_per_stream: int
+    data_mib: float
+    on_disk_mib: float
+    fill_seconds: float
+
+
+R = TypeVar("R", bound=Result)
+
+
+def merge(runs: list[R]) -> R:
+    """Several runs of one workload on one server: the median of each number."""
+    if len(runs) == 1:
+        return runs[0]
+    merged: dict[str, Any] = {}
+    for f in dataclasses.fields(runs[0]):
+        values = [getattr(r, f.name) for r in runs]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        if not numeric:
+            merged[f.name] = values[0]
+        elif all(isinstance(v, int) for v in values):
+            merged[f.name] = statistics.median_low(values)  # stays a count
+        else:
+            merged[f.name] = statistics.median(values)
+    merged["runs"] = len(runs)
+    return dataclasses.replace(runs[0], **merged)
