@@ -42,6 +42,7 @@ def test_an_unknown_ds_variable_is_refused_with_a_hint():
     with pytest.raises(ValueError, match="unknown setting DS_NONSENSE"):
         parse([], {"DS_NONSENSE": "1"})
     parse([], {"DS_FAULT": "crash:wal:1", "OTHER": "x"})  # not settings, and not refused
+    parse([], {"DS_OPERATOR_STATUS_INTERVAL": "1"})  # the operator's, exported next to ours
 
 
 def test_the_server_refuses_to_start_on_an_unknown_variable(tmp_path):

@@ -112,14 +112,15 @@ HELP = {
     "rate_burst": "requests a client may send at once before the rate applies",
     "max_streams": "most streams the server holds (0: unlimited; more: 503)",
     "max_live_readers": "most concurrent long-poll and SSE readers (more: 503)",
-    "body_timeout": "seconds a request body may stall before the request fails (408)",
+    "body_timeout": "seconds a request body may stall before the request fails (408), "
+    "and a slow body's grace (see --min-body-rate)",
     "max_header_bytes": "largest total size of request headers (larger: 431)",
     "max_headers": "most request headers (more: 431)",
     "header_timeout": "seconds from a request's first byte until its headers are complete "
-    "(slower: the connection is closed)",
+    "(slower: 408, and the connection is closed)",
     "keep_alive_timeout": "seconds an idle connection (no request in progress) stays open",
-    "min_body_rate": "bytes/s a request body must average once --body-timeout has passed "
-    "(slower: 408)",
+    "min_body_rate": "bytes/s a request body must average: it may take --body-timeout plus "
+    "a second per this many bytes received (slower: 408; 0: only the stall timeout)",
     "max_connections": "most open client connections; more are closed at once "
     "(0: derived from the open-file limit)",
     "max_live_readers_per_client": "most live readers one client (address, or token with auth) "
@@ -154,6 +155,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # DS_* variables that are not settings: fault injection for the crash tests.
 NOT_SETTINGS = frozenset({"DS_FAULT"})
+# DS_* prefixes another program owns: the operator's settings, which a shell or
+# a test runner may export next to the server's.
+NOT_SETTINGS_PREFIXES = ("DS_OPERATOR_",)
 
 
 def env_names() -> dict[str, str]:
@@ -166,7 +170,12 @@ def check_environment(environ: dict[str, str]) -> None:
     ignored in silence, and the server would run with a default the user did not want."""
     known = env_names()
     for name in sorted(environ):
-        if name.startswith("DS_") and name not in known and name not in NOT_SETTINGS:
+        if (
+            name.startswith("DS_")
+            and name not in known
+            and name not in NOT_SETTINGS
+            and not name.startswith(NOT_SETTINGS_PREFIXES)
+        ):
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ValueError(
