@@ -79,6 +79,7 @@ class StreamServerApp:
                 max_live_readers=settings.max_live_readers,
                 max_live_readers_per_client=settings.max_live_readers_per_client,
                 body_timeout=settings.body_timeout,
+                min_body_rate=settings.min_body_rate,
             ),
             self.metrics,
             auth=auth,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
+import resource
 
 import uvicorn
 
@@ -13,6 +15,11 @@ from stream_server.config import Settings
 from stream_server.logs import configure
 
 log = logging.getLogger("stream_server")
+
+# Descriptors kept for the server's own files when the connection cap is derived:
+# up to 256 open segments, LMDB, the WAL, reader threads, logs.
+FILE_RESERVE = 512
+MIN_CONNECTIONS = 16
 
 
 def serve(settings: Settings) -> int:
@@ -27,12 +34,13 @@ def serve(settings: Settings) -> int:
     except (LayoutError, AuthConfigError) as exc:
         log.error("%s", exc)
         return 2
+    http, limit_concurrency = http_protocol(settings)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        http=http,
         lifespan="on",
         access_log=False,
         log_config=log_config,
@@ -40,9 +48,60 @@ def serve(settings: Settings) -> int:
         server_header=False,
         ssl_certfile=settings.tls_cert or None,
         ssl_keyfile=settings.tls_key or None,
-        limit_concurrency=None,
-        h11_max_incomplete_event_size=64 * 1024,
+        limit_concurrency=limit_concurrency,
+        timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
+        h11_max_incomplete_event_size=settings.max_header_bytes,
     )
     server = uvicorn.Server(config)
     server.run()
     return 0 if server.started else 1
+
+
+def http_protocol(settings: Settings) -> tuple[type[asyncio.Protocol] | str, int | None]:
+    """Uvicorn's ``http=`` and ``limit_concurrency``: the httptools protocol with the
+    connection-level limits (``http_limits``), or h11 with what it offers."""
+    open_files = raise_open_file_limit()
+    cap = connection_cap(settings.max_connections, open_files)
+    try:
+        from stream_server.http_limits import protocol_class
+    except ImportError:  # no httptools: uvicorn's h11 protocol
+        log.warning(
+            "httptools is not installed: serving with h11, without the header deadline; "
+            "headers are limited to %d bytes and requests past %d connections get 503",
+            settings.max_header_bytes,
+            cap,
+        )
+        return "h11", cap
+    log.info("serving at most %d connections (open-file limit %d)", cap, open_files)
+    return protocol_class(settings, cap), None
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft open-file limit to the hard one, and return the soft limit.
+
+    The soft limit is often a historical 1024 while the hard one is far higher;
+    a server that holds one descriptor per client should use what it may.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft if soft != resource.RLIM_INFINITY else target
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+        return soft
+    return target
+
+
+def connection_cap(configured: int, open_files: int) -> int:
+    """``--max-connections``, or with 0 what the open-file limit leaves for clients.
+
+    A reserve of ``FILE_RESERVE`` or a quarter of the limit, whichever is
+    larger, stays for the server's own files; under a small limit clients get
+    at least half of it, and never fewer than ``MIN_CONNECTIONS``.
+    """
+    if configured > 0:
+        return configured
+    cap = open_files - max(FILE_RESERVE, open_files // 4)
+    return max(cap, open_files // 2, MIN_CONNECTIONS)

@@ -87,6 +87,7 @@ class ProtocolSettings:
     max_live_readers: int = 10000
     max_live_readers_per_client: int = 0  # 0: a tenth of max_live_readers
     body_timeout: float = 30.0
+    min_body_rate: int = 1024  # bytes/s a body must average after body_timeout (0: off)
 
 
 class StreamRoutes:
@@ -264,6 +265,7 @@ class StreamRoutes:
             self.settings.max_body_bytes,
             h.get("content-length"),
             self.settings.body_timeout,
+            self.settings.min_body_rate,
         )
         result = await self.store.create(
             CreateRequest(
@@ -319,6 +321,7 @@ class StreamRoutes:
             self.settings.max_body_bytes,
             h.get("content-length"),
             self.settings.body_timeout,
+            self.settings.min_body_rate,
         )
         result = await self.store.append(
             AppendRequest(

@@ -70,12 +70,19 @@ def query_params(scope: Scope) -> dict[str, str]:
 
 
 async def read_body(
-    receive: Receive, limit: int, declared: str | None, idle_timeout: float = 30.0
+    receive: Receive,
+    limit: int,
+    declared: str | None,
+    idle_timeout: float = 30.0,
+    min_rate: int = 0,
 ) -> bytes:
     """The whole request body, refused with 413 as soon as it passes ``limit``.
 
-    A client that trickles its body slower than one chunk per ``idle_timeout``
-    seconds is cut off (408) rather than holding the request open forever.
+    A body is cut off (408) when it stalls for ``idle_timeout`` seconds, or
+    when it takes longer in all than ``idle_timeout`` plus one second per
+    ``min_rate`` bytes received (Apache mod_reqtimeout's rule): a client that
+    trickles a byte now and then would otherwise hold its request, and all it
+    sent so far, forever. ``min_rate`` 0 keeps only the stall rule.
     """
     if declared is not None:
         try:
@@ -83,15 +90,28 @@ async def read_body(
                 raise PayloadTooLarge(f"request body larger than {limit} bytes")
         except ValueError:
             pass
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     chunks: list[bytes] = []
     size = 0
     while True:
+        now = loop.time()
+        deadline = now + idle_timeout
+        if min_rate:
+            allowed = started + idle_timeout + size / min_rate
+            if allowed <= now:
+                raise RequestTimeout(f"request body slower than {min_rate} bytes/s")
+            deadline = min(deadline, allowed)
         try:
-            # asyncio.timeout, not wait_for: no task per chunk on the hottest path.
-            async with asyncio.timeout(idle_timeout):
+            # One timer per chunk and no task: this is the hottest path.
+            async with asyncio.timeout_at(deadline):
                 message = await receive()
         except TimeoutError:
-            raise RequestTimeout(f"request body stalled for {idle_timeout:g}s") from None
+            raise RequestTimeout(
+                f"request body stalled, or slower than {min_rate} bytes/s"
+                if min_rate
+                else f"request body stalled for {idle_timeout:g}s"
+            ) from None
         if message["type"] == "http.disconnect":
             raise ConnectionAbortedError("client went away")
         chunk = message.get("body", b"")
