@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,10 +86,17 @@ def test_paths(raw):
 @given(st.binary(max_size=200))
 def test_json_bodies(body):
     try:
-        messages = split_messages(body, allow_empty_array=False)
+        whole = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        whole = BadRequest
+    try:
+        messages = split_messages(body, allow_empty_array=False, max_messages=1000)
     except BadRequest:
+        assert whole is BadRequest or whole == []
         return
-    assert messages and all(isinstance(m, bytes) and m for m in messages)
+    # Accepted exactly when strict JSON, and each message is one of its values.
+    expected = whole if isinstance(whole, list) else [whole]
+    assert [orjson.loads(m) for m in messages] == expected
 
 
 @given(st.one_of(st.none(), header_text))

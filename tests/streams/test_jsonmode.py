@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_server.streams.errors import BadRequest, TooLarge
+from stream_server.streams.errors import BadRequest, TooLarge, Unavailable
 from stream_server.streams.jsonmode import (
     INLINE_MAX_BYTES,
     JsonSplitter,
@@ -128,6 +128,44 @@ def test_large_bodies_are_split_in_a_worker_process():
         asyncio.run(refused(b"[" + b"1," * INLINE_MAX_BYTES + b"]"))
     with pytest.raises(BadRequest, match="infinity"):
         asyncio.run(refused(b"[" + b"1," * INLINE_MAX_BYTES + b"1e400]"))
+
+
+def _worker_pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def test_the_worker_is_replaced_after_its_share_of_bodies_and_when_it_dies(monkeypatch):
+    from stream_server.streams import jsonmode
+
+    monkeypatch.setattr(jsonmode, "WORKER_TASKS", 2)
+    big = b"[" + b",".join([b'"x"'] * INLINE_MAX_BYTES) + b"]"
+    splitter = JsonSplitter(max_messages=10**6)
+
+    async def run() -> list[int]:
+        pids = []
+        try:
+            for _ in range(3):
+                assert len(await splitter.split(big, allow_empty_array=False)) == INLINE_MAX_BYTES
+                assert splitter._pool is not None
+                pool = splitter._pool
+                pids.append(await asyncio.get_running_loop().run_in_executor(pool, _worker_pid))
+            # A worker that dies (out of memory, killed) fails that body with 503, not the next.
+            import os
+            import signal
+
+            os.kill(pids[-1], signal.SIGKILL)
+            with pytest.raises(Unavailable):
+                await splitter.split(big, allow_empty_array=False)
+            assert len(await splitter.split(big, allow_empty_array=False)) == INLINE_MAX_BYTES
+        finally:
+            splitter.close()
+        return pids
+
+    pids = asyncio.run(run())
+    # Two bodies per worker: the third went to a new one.
+    assert len(set(pids)) >= 2, pids
 
 
 JSON_VALUES = st.recursive(

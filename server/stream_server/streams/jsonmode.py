@@ -24,18 +24,22 @@ from __future__ import annotations
 import array
 import asyncio
 import multiprocessing
+import os
 import re
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait
 
 import orjson
 
-from stream_server.streams.errors import BadRequest, TooLarge, Unavailable
+from stream_server.streams.errors import BadRequest, StreamError, TooLarge, Unavailable
 
 # Bodies up to this size are split inline: their worst case (tiny nested
 # elements, a few tokens each) stays around 20 ms. Larger ones go to the worker.
 INLINE_MAX_BYTES = 64 * 1024
 WORKER_TASKS = 256  # bodies one worker process splits before it is replaced
+WORKER_MAX_RSS = 256 * 1024 * 1024  # a worker holding more after a body is replaced
 
 _WS = b" \t\r\n"
 # A string (escapes included), or one structural character that matters at the top level.
@@ -196,22 +200,50 @@ def messages(body: bytes, offsets: array.array[int], *, allow_empty_array: bool)
     return _slices(body, offsets)
 
 
-def _spans_in_worker(body: bytes, max_messages: int) -> tuple[str, object]:
-    """Run in the worker: the outcome as plain data (errors travel as their text)."""
+def _worker_init() -> None:
+    """In the worker: exit when the server does (a SIGKILLed server would otherwise
+    leave it waiting for work forever)."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True).start()
+
+
+def _exit_with(sentinel: int) -> None:
+    wait([sentinel])
+    os._exit(0)
+
+
+def _spans_in_worker(body: bytes, max_messages: int) -> tuple[array.array[int] | StreamError, int]:
+    """In the worker: the spans or the refusal, and the worker's resident memory after."""
     try:
-        return "ok", spans(body, max_messages)
-    except TooLarge as exc:
-        return "too-large", exc.message
-    except BadRequest as exc:
-        return "bad", exc.message
+        result: array.array[int] | StreamError = spans(body, max_messages)
+    except StreamError as exc:
+        result = exc
+    return result, _resident_bytes()
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0  # not Linux: the worker is replaced by task count only
 
 
 class JsonSplitter:
-    """Splits JSON bodies: small ones inline, large ones in a worker process."""
+    """Splits JSON bodies: small ones inline, large ones in a worker process.
+
+    The worker is replaced after ``WORKER_TASKS`` bodies, or once it holds more
+    than ``WORKER_MAX_RSS``, so that memory a hostile body made it take goes back
+    to the system. Replacing is done here rather than with ``max_tasks_per_child``,
+    which can deadlock queued work on Python 3.11 to 3.13 (CPython gh-115634).
+    """
 
     def __init__(self, max_messages: int) -> None:
         self.max_messages = max_messages
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_tasks = 0
+        self._closed = False
 
     async def split(self, body: bytes, *, allow_empty_array: bool) -> list[bytes]:
         """Small bodies the quick way, on the loop; the rest in the worker process."""
@@ -230,26 +262,42 @@ class JsonSplitter:
         )
 
     async def _split_in_worker(self, body: bytes, *, allow_empty_array: bool) -> list[bytes]:
-        if self._pool is None:
-            # Not "fork": this process holds LMDB and threads.
-            ctx = multiprocessing.get_context("forkserver")
-            self._pool = ProcessPoolExecutor(1, mp_context=ctx, max_tasks_per_child=WORKER_TASKS)
+        pool = self._take_pool()
         loop = asyncio.get_running_loop()
         try:
-            kind, value = await loop.run_in_executor(
-                self._pool, _spans_in_worker, body, self.max_messages
+            result, resident = await loop.run_in_executor(
+                pool, _spans_in_worker, body, self.max_messages
             )
-        except BrokenProcessPool:
-            self._pool = None  # the worker died (out of memory?): a new one next time
-            raise Unavailable("the JSON body could not be parsed; retry later") from None
-        if kind == "bad":
-            raise BadRequest(str(value))
-        if kind == "too-large":
-            raise TooLarge(str(value))
-        assert isinstance(value, array.array)
-        return messages(body, value, allow_empty_array=allow_empty_array)
+        except BrokenProcessPool:  # the worker died (out of memory, killed)
+            self._retire(pool)
+            raise Unavailable("the JSON parser process failed; retry later") from None
+        if resident > WORKER_MAX_RSS:
+            self._retire(pool)
+        if isinstance(result, StreamError):
+            raise result
+        return messages(body, result, allow_empty_array=allow_empty_array)
+
+    def _take_pool(self) -> ProcessPoolExecutor:
+        if self._closed:
+            raise Unavailable("the server is stopping")
+        if self._pool is not None and self._pool_tasks >= WORKER_TASKS:
+            self._retire(self._pool)
+        if self._pool is None:
+            # Not "fork": this process holds LMDB environments and threads.
+            ctx = multiprocessing.get_context("forkserver")
+            self._pool = ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init)
+            self._pool_tasks = 0
+        self._pool_tasks += 1
+        return self._pool
+
+    def _retire(self, pool: ProcessPoolExecutor) -> None:
+        """Give ``pool`` no more work: it finishes what it has, then its process exits."""
+        if self._pool is pool:
+            self._pool = None
+        pool.shutdown(wait=False)
 
     def close(self) -> None:
+        self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
