@@ -127,7 +127,9 @@ async def read_body(
     return b"".join(chunks)
 
 
-async def respond(send: Send, status: int, headers: Headers, body: bytes = b"") -> None:
+async def respond(
+    send: Send, status: int, headers: Headers, body: bytes | memoryview = b""
+) -> None:
     hs = [*COMMON, *headers]
     if body or status not in (204, 304):
         hs.append((b"content-length", str(len(body)).encode()))

@@ -1,0 +1,127 @@
+"""What every protocol handler shares: the settings, the store, and small request helpers.
+
+The handlers are plain functions, one module per group of operations, so
+that each can be read alone; ``Context`` is the one object they take in
+place of ``self``. It is built once per server by ``StreamRoutes`` and never
+changes, so handlers never need to ask where a setting or the store came
+from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stream_format.offsets import OffsetError, parse_offset
+from stream_server.auth import TokenAuth
+from stream_server.metrics import Metrics
+from stream_server.protocol.http import Receive, Scope, read_body
+from stream_server.protocol.live import ReaderSlots
+from stream_server.protocol.paths import stream_path
+from stream_server.ratelimit import RateLimiter
+from stream_server.streams.errors import BadRequest
+from stream_server.streams.store import ReadResult, StreamStore
+
+CACHE_READ = b"public, max-age=60, stale-while-revalidate=300"
+# With auth on, a shared cache must not hand one client's stream to another (section 10.1).
+CACHE_READ_PRIVATE = b"private, max-age=60, stale-while-revalidate=300"
+CACHE_NONE = b"no-store"
+# A catch-up read holds at most this much in memory at once; larger binary responses
+# are streamed in chunks of this size (JSON responses stop at it).
+READ_CHUNK_BYTES = 4 * 1024 * 1024
+TRUE = b"true"
+
+
+@dataclass
+class ProtocolSettings:
+    base_path: str = "/v1/stream/"
+    long_poll_timeout: float = 30.0
+    sse_reconnect_interval: float = 60.0
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_read_bytes: int = 64 * 1024 * 1024
+    max_path_bytes: int = 1024
+    max_segment_bytes: int = 255
+    slow_append_seconds: float = 1.0
+    max_live_readers: int = 10000
+    max_live_readers_per_client: int = 0  # 0: a tenth of max_live_readers
+    body_timeout: float = 30.0
+    min_body_rate: int = 1024  # bytes/s a body must average after body_timeout (0: off)
+
+
+class Context:
+    """The server's side of every request; the derived values are computed once, here."""
+
+    def __init__(
+        self,
+        store: StreamStore,
+        settings: ProtocolSettings,
+        metrics: Metrics | None = None,
+        *,
+        auth: TokenAuth | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.auth = auth
+        self.limiter = limiter
+        self.base = settings.base_path.encode()
+        per_client = settings.max_live_readers_per_client or max(1, settings.max_live_readers // 10)
+        self.slots = ReaderSlots(settings.max_live_readers, per_client)
+        self.cache_read = CACHE_READ if auth is None else CACHE_READ_PRIVATE
+        # What one read holds in memory: JSON and live responses stop at it.
+        self.read_chunk = min(settings.max_read_bytes, READ_CHUNK_BYTES)
+
+    def stream_path(self, raw: bytes) -> str:
+        return stream_path(
+            raw,
+            self.base,
+            max_bytes=self.settings.max_path_bytes,
+            max_segment=self.settings.max_segment_bytes,
+        )
+
+    def source_path(self, value: str) -> str:
+        """Stream-Forked-From names a path on this server: full URL path or stream path."""
+        raw = value.strip().encode()
+        if raw.startswith(self.base):
+            return self.stream_path(raw)
+        return self.stream_path(self.base + raw.lstrip(b"/"))
+
+    async def read_body(self, receive: Receive, h: dict[str, str]) -> bytes:
+        """The request body, under the size limit and the slow-body rules (413, 408)."""
+        return await read_body(
+            receive,
+            self.settings.max_body_bytes,
+            h.get("content-length"),
+            self.settings.body_timeout,
+            self.settings.min_body_rate,
+        )
+
+    def observe_read(self, result: ReadResult) -> None:
+        if self.metrics is not None:
+            size = sum(map(len, result.payloads))
+            self.metrics.read_size.observe(size)
+            self.metrics.read_bytes.inc(size)
+
+
+def raw_path(scope: Scope) -> bytes:
+    raw: bytes | None = scope.get("raw_path")
+    if raw:
+        return raw
+    path: str = scope["path"]
+    return path.encode()
+
+
+def offset_unit(value: str, *, allow_now: bool = True) -> int:
+    """An offset from a request, as a 400 when it is not one."""
+    try:
+        return parse_offset(value, allow_now=allow_now)
+    except OffsetError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def content_type(h: dict[str, str]) -> str | None:
+    ct = h.get("content-type")
+    if ct is None:
+        return None
+    ct = ct.strip()
+    return ct or None

@@ -1,0 +1,124 @@
+"""Live reads: long-poll and SSE, which wait at the tail for the next commit.
+
+Both are woken by the store's commit events (``store.wait``), never by a
+timer, and both also listen to the client hanging up (``live.Hangup``), so
+a waiter that nobody will read from stops at once. A long-poll answers once:
+with data, or 204 when its timeout passes with nothing new. An SSE response
+stays open, sending a data event and a control event (next offset, cursor,
+up-to-date, closed) per read, until the stream closes, is deleted, or the
+reconnect interval passes at the tail (then the client reconnects with the
+last cursor it was sent). The slots and the hangup machinery live in
+``live``; this module is the reading.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from typing import Any
+
+import orjson
+
+from stream_format.offsets import format_offset
+from stream_server.protocol import sse as sse_format
+from stream_server.protocol.context import CACHE_NONE, TRUE, Context
+from stream_server.protocol.cursor import next_cursor
+from stream_server.protocol.http import COMMON, Headers, Send, respond
+from stream_server.protocol.live import Hangup
+from stream_server.protocol.read_response import json_array, send_read
+from stream_server.streams.errors import StreamError
+from stream_server.streams.model import Stream
+
+log = logging.getLogger("stream_server.protocol")
+
+
+async def long_poll(
+    ctx: Context,
+    send: Send,
+    s: Stream,
+    unit: int,
+    h: dict[str, str],
+    cursor: str | None,
+    hangup: Hangup,
+) -> None:
+    if s.tail <= unit and not s.meta.closed:
+        await ctx.store.wait(s, unit, ctx.settings.long_poll_timeout, hangup.future)
+        if hangup.happened:
+            return
+        s = ctx.store.get(s.path)
+    if s.tail <= unit:
+        hs: Headers = [
+            (b"stream-next-offset", format_offset(s.tail).encode()),
+            (b"stream-up-to-date", TRUE),
+            (b"cache-control", CACHE_NONE),
+        ]
+        if s.meta.closed:
+            hs.append((b"stream-closed", TRUE))
+        else:
+            hs.append((b"stream-cursor", next_cursor(cursor).encode()))
+        await respond(send, 204, hs)
+        return
+    result = await ctx.store.read(s, unit, ctx.read_chunk)
+    ctx.observe_read(result)
+    await send_read(ctx, send, s, result, h, cursor=next_cursor(cursor))
+
+
+async def sse(
+    ctx: Context, send: Send, s: Stream, unit: int, cursor: str | None, hangup: Hangup
+) -> None:
+    text = s.is_json or s.meta.content_type.lower().startswith("text/")
+    hs: Headers = [
+        (b"content-type", b"text/event-stream"),
+        (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no"),
+    ]
+    if not text:
+        hs.append((b"stream-sse-data-encoding", b"base64"))
+    await send({"type": "http.response.start", "status": 200, "headers": [*COMMON, *hs]})
+    deadline = time.monotonic() + ctx.settings.sse_reconnect_interval
+    try:
+        while True:
+            result = await ctx.store.read(s, unit, ctx.read_chunk)
+            if ctx.metrics is not None:
+                ctx.metrics.read_bytes.inc(sum(map(len, result.payloads)))
+            chunks: list[bytes] = []
+            if result.payloads:
+                if s.is_json:
+                    chunks.append(sse_format.data_event_text(json_array(result.payloads)))
+                elif text:
+                    chunks.append(sse_format.data_event_text(b"".join(result.payloads)))
+                else:
+                    chunks.append(
+                        sse_format.data_event_raw(base64.b64encode(b"".join(result.payloads)))
+                    )
+            unit = result.next
+            closed = s.meta.closed and unit >= s.tail
+            control: dict[str, Any] = {"streamNextOffset": format_offset(unit)}
+            if closed:
+                control["streamClosed"] = True
+                control["upToDate"] = True
+            else:
+                cursor = next_cursor(cursor)
+                control["streamCursor"] = cursor
+                if unit >= s.tail:
+                    control["upToDate"] = True
+            chunks.append(sse_format.control_event(orjson.dumps(control)))
+            await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+            if closed:
+                break
+            if unit < s.tail:
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            await ctx.store.wait(s, unit, remaining, hangup.future)
+            if hangup.happened:
+                return
+            if not ctx.store.is_current(s):
+                break  # deleted while we waited
+            if s.tail <= unit and not s.meta.closed:
+                break  # reconnect interval reached
+    except StreamError as exc:
+        log.debug("SSE ended: %s", exc)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

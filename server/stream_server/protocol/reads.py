@@ -1,0 +1,149 @@
+"""GET and HEAD: where a read starts, and the catch-up reads that answer at once.
+
+A GET resolves its offset (``-1`` is the start, ``now`` the committed tail,
+anything past the tail is a 400) against the stream as it is now, then
+either hands over to a live read (long-poll or SSE, in ``live_reads``,
+holding a reader slot for as long as it runs) or answers with what is
+committed. A catch-up read touches only the bytes it returns: one bounded
+read for JSON and small binary ranges, and for larger binary ranges one
+response streamed in chunks, so memory stays bounded whatever the range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from stream_format.offsets import NOW, START, format_offset
+from stream_server.protocol import live_reads
+from stream_server.protocol.context import (
+    CACHE_NONE,
+    READ_CHUNK_BYTES,
+    TRUE,
+    Context,
+    offset_unit,
+)
+from stream_server.protocol.http import COMMON, Headers, Receive, Scope, Send, query_params, respond
+from stream_server.protocol.live import Hangup
+from stream_server.protocol.read_response import read_headers, send_read
+from stream_server.streams.errors import BadRequest, StreamError
+from stream_server.streams.model import Stream
+from stream_server.streams.store import ReadResult
+
+log = logging.getLogger("stream_server.protocol")
+
+
+async def head(ctx: Context, send: Send, path: str) -> None:
+    s = ctx.store.get(path)
+    await respond(send, 200, [*_meta_headers(s, s.tail), (b"cache-control", CACHE_NONE)])
+
+
+def _meta_headers(s: Stream, next_unit: int) -> Headers:
+    hs: Headers = [
+        (b"content-type", s.meta.content_type.encode()),
+        (b"stream-next-offset", format_offset(next_unit).encode()),
+    ]
+    if s.meta.ttl is not None:
+        hs.append((b"stream-ttl", str(s.meta.ttl).encode()))
+    if s.meta.expires_at is not None:
+        hs.append((b"stream-expires-at", s.meta.expires_at.encode()))
+    if s.meta.closed and next_unit >= s.tail:
+        hs.append((b"stream-closed", TRUE))
+    return hs
+
+
+async def get(
+    ctx: Context,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    h: dict[str, str],
+    client: str,
+) -> None:
+    q = query_params(scope)
+    live = q.get("live")
+    if live not in (None, "long-poll", "sse"):
+        raise BadRequest("live must be 'long-poll' or 'sse'")
+    raw_offset = q.get("offset")
+    if live is not None and raw_offset is None:
+        raise BadRequest("live reads need an offset")
+    offset = START if raw_offset is None else offset_unit(raw_offset)
+    s = ctx.store.get(path, touch=True)
+    if offset == START:
+        unit = 0
+    elif offset == NOW:
+        unit = s.tail
+    else:
+        unit = offset
+        if unit > s.tail:
+            raise BadRequest("offset is past the end of the stream")
+    if live is not None:
+        with ctx.slots.hold(live, client):
+            hangup = Hangup(receive)
+            try:
+                if live == "sse":
+                    await live_reads.sse(ctx, send, s, unit, q.get("cursor"), hangup)
+                else:
+                    await live_reads.long_poll(ctx, send, s, unit, h, q.get("cursor"), hangup)
+            finally:
+                hangup.close()
+        return
+    if offset == NOW and live is None:
+        await send_read(
+            ctx,
+            send,
+            s,
+            ReadResult([], unit, unit, s.tail, s.meta.closed),
+            h,
+            etag=False,
+            cache=CACHE_NONE,
+        )
+        return
+    if not s.is_json and s.tail - unit > ctx.read_chunk:
+        await _send_streamed_read(ctx, send, s, unit, h)
+        return
+    result = await ctx.store.read(s, unit, ctx.read_chunk)
+    ctx.observe_read(result)
+    await send_read(ctx, send, s, result, h)
+
+
+async def _send_streamed_read(
+    ctx: Context, send: Send, s: Stream, unit: int, h: dict[str, str]
+) -> None:
+    """A large binary catch-up in one response, sent in chunks as they are read.
+
+    Binary offsets count bytes, so the response's end offset and length are
+    known before anything is read; the next chunk is read (off the loop)
+    while the previous one is being sent. Committed bytes never change, so
+    streaming them is as consistent as one read.
+    """
+    stop = min(s.tail, unit + ctx.settings.max_read_bytes)
+    promised = ReadResult([], unit, stop, s.tail, s.meta.closed and stop >= s.tail)
+    hs, not_modified = read_headers(ctx, s, promised, h, etag=True)
+    if not_modified:
+        await respond(send, 304, hs)
+        return
+    hs = [*COMMON, *hs, (b"content-length", str(stop - unit).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": hs})
+    cur = unit
+    pending = asyncio.ensure_future(ctx.store.read(s, cur, min(READ_CHUNK_BYTES, stop - cur)))
+    try:
+        while cur < stop:
+            chunk = await pending
+            ctx.observe_read(chunk)
+            if chunk.next <= cur:
+                raise ConnectionAbortedError(f"stream {s.path} ended early mid-response")
+            cur = chunk.next
+            if cur < stop:
+                pending = asyncio.ensure_future(
+                    ctx.store.read(s, cur, min(READ_CHUNK_BYTES, stop - cur))
+                )
+            body = b"".join(chunk.payloads)
+            await send({"type": "http.response.body", "body": body, "more_body": cur < stop})
+    except StreamError as exc:
+        # The status is already sent: all that is left is to cut the response short.
+        log.warning("catch-up of %s cut short: %s", s.path, exc)
+        raise ConnectionAbortedError(str(exc)) from None
+    finally:
+        pending.cancel()

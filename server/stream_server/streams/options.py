@@ -1,0 +1,31 @@
+"""How a store is set up: its limits, and the hooks through which metrics watch it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stream_server.engine import BatchStats, StorageError
+from stream_server.streams.model import Stream
+
+
+@dataclass(slots=True)
+class StoreEvents:
+    """Hooks for metrics; each is optional and called on the loop."""
+
+    on_batch: Callable[[BatchStats, int], None] | None = None
+    on_created: Callable[[Stream], None] | None = None
+    on_deleted: Callable[[str, str], None] | None = None  # path, "deleted" | "expired"
+    on_failure: Callable[[StorageError], None] | None = None
+    on_producer: Callable[[str], None] | None = None  # "duplicate" | "fenced" | "gap"
+
+
+@dataclass
+class StoreLimits:
+    read_threads: int = 4
+    default_ttl: int | None = None
+    sweep_interval: float = 1.0
+    max_streams: int | None = None
+    max_producers_per_stream: int = 1000
+    max_fork_depth: int = 64
+    max_json_messages: int = 100_000
