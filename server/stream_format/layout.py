@@ -4,20 +4,79 @@ A program refuses a directory whose format it does not understand rather
 than guessing (docs/storage-format.md). Writing the layout (creating it,
 writing the version file durably) is the engine's job; this module only
 names and checks.
+
+The version file carries two numbers, as SQLite's header does: the *write
+version* (what a program must understand to change the directory: the WAL,
+recovery, every file) and the *read version* (what a program that only reads
+committed data, such as the Spark data source, must understand: LMDB and the
+segment files). A change that only writers see (the WAL file header of
+format 2) raises the write version alone, so an older reader still reads a
+newer directory; a change a reader would misread raises both.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-FORMAT_VERSION = 1
+WRITE_VERSION = 2  # the newest format this program writes (and recovers)
+READ_VERSION = 1  # the newest read version this program reads
 VERSION_FILE = "FORMAT"
-VERSION_LINE = f"durable-streams-py data format {FORMAT_VERSION}\n"
 LMDB_DATA = "data.mdb"
+
+_FIRST_LINE = "durable-streams-py data format "
+_READ_KEY = "read-version"
 
 
 class FormatError(Exception):
     """The directory is not one this program understands, or it is damaged."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataFormat:
+    """A directory's format: its write version and its read version (read <= write)."""
+
+    write: int
+    read: int
+
+    @classmethod
+    def parse(cls, text: str) -> DataFormat:
+        """The versions a version file names; ValueError if it is not one.
+
+        Format 1's file is a single line and means read = write = 1; a file
+        without a ``read-version`` line means read = write. Lines with other
+        keys are ignored: a change a reader must know about raises the read
+        version instead.
+        """
+        if not text.endswith("\n") or not text.startswith(_FIRST_LINE):
+            raise ValueError("not a version file")
+        first, *rest = text[:-1].split("\n")
+        write = _version(first[len(_FIRST_LINE) :])
+        read = write
+        for line in rest:
+            key, sep, value = line.partition(" ")
+            if not sep or not key:
+                raise ValueError(f"malformed line {line!r}")
+            if key == _READ_KEY:
+                read = _version(value)
+        if read > write:
+            raise ValueError(f"read version {read} is above write version {write}")
+        return cls(write, read)
+
+    def text(self) -> str:
+        """The version file's content; format 1's single line when read = write = 1."""
+        if self.read == self.write:
+            return f"{_FIRST_LINE}{self.write}\n"
+        return f"{_FIRST_LINE}{self.write}\n{_READ_KEY} {self.read}\n"
+
+
+def _version(s: str) -> int:
+    if not s.isascii() or not s.isdigit() or s.startswith("0"):
+        raise ValueError(f"bad version number {s!r}")
+    return int(s)
+
+
+CURRENT = DataFormat(WRITE_VERSION, READ_VERSION)  # what this program writes
 
 
 class Layout:
@@ -43,15 +102,33 @@ class Layout:
         except FileNotFoundError:
             return None
 
-    def check_version(self) -> None:
-        """FormatError unless the version file names the format this program reads."""
+    def check_version(self, *, write: bool = False) -> DataFormat:
+        """The directory's format, or FormatError unless this program may use it.
+
+        A reader (the default) needs to know the directory's read version; a
+        writer (``write=True``: the server, recovery) needs to know its write
+        version. Versions are cumulative: knowing N means knowing 1 .. N.
+        """
         text = self.read_version()
         if text is None:
             raise FormatError(
                 f"{self.root}: no {VERSION_FILE} file: not a durable-streams data directory"
             )
-        if text != VERSION_LINE:
+        try:
+            found = DataFormat.parse(text)
+        except ValueError as exc:
             raise FormatError(
-                f"{self.root}: data format {text.strip()!r} is not supported "
-                f"(this program reads {VERSION_LINE.strip()!r})"
+                f"{self.root}: {VERSION_FILE} {text.strip()!r} is not supported ({exc})"
+            ) from None
+        if write and found.write > WRITE_VERSION:
+            raise FormatError(
+                f"{self.root}: data format {found.write} is not supported for writing "
+                f"(this program writes formats up to {WRITE_VERSION}); "
+                "run a newer server on this directory"
             )
+        if found.read > READ_VERSION:
+            raise FormatError(
+                f"{self.root}: data format {found.write} (read version {found.read}) is not "
+                f"supported (this program reads read versions up to {READ_VERSION})"
+            )
+        return found

@@ -1,9 +1,15 @@
-"""The write-ahead log's frames: one per group-commit batch, encoded and decoded.
+"""The write-ahead log: a file header, and frames, one per group-commit batch.
 
 A frame carries every change of its batch: the records' bytes as positional
 writes into segment files, and the metadata as whole LMDB values (puts,
 deletes, prefix deletes). Replaying frames is therefore idempotent. Writing
 WAL files is the engine's job (``stream_server.engine.wal``).
+
+Since data format 2 a WAL file starts with a header (magic, WAL version, the
+file's number, checksum), so that a file this program does not understand,
+or one renamed out of its place in the order, is refused by name instead of
+read as a torn last frame and silently dropped. Format 1's files have no
+header; they are read only in format-1 directories (``headerless=True``).
 """
 
 from __future__ import annotations
@@ -14,10 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stream_format.layout import FormatError
 from stream_format.records import crc32
 
 FRAME_MAGIC = 0x46574453  # "SDWF"
 FRAME_HEADER = struct.Struct("<IIIQ")  # magic, body length, crc32(body), lsn
+
+FILE_MAGIC = b"DSWAL\x00"
+WAL_VERSION = 2  # of the file layout; 1 is format 1's headerless files
+FILE_HEADER = struct.Struct("<6sHQI")  # magic, version, file number, crc32(bytes 0 .. 16)
+HEADER_SIZE = FILE_HEADER.size  # 20
+_FRAME_MAGIC_BYTES = struct.pack("<I", FRAME_MAGIC)
 
 # Entry kinds inside a frame body.
 PUT = 1  # db, key, value
@@ -33,8 +46,10 @@ _ENTRY_WRITE = struct.Struct("<BQQI")  # kind, stream id, position, length
 Entry = tuple[Any, ...]
 
 
-class WalCorrupt(Exception):
-    """A frame that is not at the torn end of the last WAL file fails its checksum."""
+class WalCorrupt(FormatError):
+    """A WAL file that cannot be replayed: not a WAL file, a version this program does
+    not know, or a frame that fails its checksum other than at the torn end of the
+    newest file. Recovery stops: skipping it could lose acknowledged writes."""
 
 
 @dataclass(slots=True)
@@ -96,16 +111,94 @@ def decode_entries(body: memoryview) -> list[Entry]:
     return entries
 
 
-def read_frames(path: Path, *, last_file: bool) -> Iterator[Frame]:
-    """Yield the whole frames of one WAL file.
+def file_number(path: Path) -> int:
+    """The number in a WAL file's name: files are replayed in this order."""
+    try:
+        return int(path.stem)
+    except ValueError:
+        raise WalCorrupt(f"{path}: not a WAL file name (16 decimal digits)") from None
+
+
+def encode_header(number: int) -> bytes:
+    head = FILE_HEADER.pack(FILE_MAGIC, WAL_VERSION, number, 0)[:16]
+    return head + struct.pack("<I", crc32(head))
+
+
+def check_header(path: Path, head: bytes, *, headerless: bool = False) -> bool:
+    """Whether frames follow a valid header; WalCorrupt if the file is not replayable.
+
+    False means the header was never written: the file is shorter than a
+    header and holds a beginning of it (or nothing), or its header is zeros.
+    The writer flushes the header before the file's first frame, so such a
+    file held no acknowledged frame; the caller must still see that no bytes
+    follow (``read_frames`` does). ``head`` is the file's first HEADER_SIZE
+    bytes (fewer if it is shorter). ``headerless``: a format-1 directory,
+    whose files start with a frame; there a file with a header is refused.
+    """
+    if headerless:
+        if head.startswith(FILE_MAGIC):
+            raise WalCorrupt(
+                f"{path}: a WAL file with a format-2 header in a format-1 directory; "
+                "its FORMAT file was changed or the file was copied in"
+            )
+        return True
+    number = file_number(path)
+    if len(head) < HEADER_SIZE:
+        if not any(head) or head == encode_header(number)[: len(head)]:
+            return False
+        raise WalCorrupt(f"{path}: incomplete WAL file header {head.hex()}")
+    if not any(head):
+        return False
+    magic, version, named, crc = FILE_HEADER.unpack(head[:HEADER_SIZE])
+    if magic != FILE_MAGIC:
+        if head.startswith(_FRAME_MAGIC_BYTES):
+            raise WalCorrupt(
+                f"{path}: a headerless WAL file of data format 1 in a format-2 directory"
+            )
+        raise WalCorrupt(f"{path}: not a WAL file (magic {head[:6].hex()})")
+    # The magic and the version keep their places in every version; the rest may not.
+    if version != WAL_VERSION:
+        newer = "is newer than" if version > WAL_VERSION else "is not"
+        raise WalCorrupt(
+            f"{path}: WAL file version {version} {newer} the version this program "
+            f"reads ({WAL_VERSION})"
+        )
+    if crc != crc32(head[:16]):
+        raise WalCorrupt(f"{path}: WAL file header fails its checksum")
+    if named != number:
+        raise WalCorrupt(f"{path}: the header names WAL file {named}, not {number}")
+    return True
+
+
+def check_file(path: Path, *, headerless: bool = False) -> None:
+    """WalCorrupt unless the file's header is one recovery can replay: cheap (one
+    small read), so that a server refuses the directory before it starts."""
+    with open(path, "rb") as f:
+        if not check_header(path, f.read(HEADER_SIZE), headerless=headerless):
+            _never_written(path, f.read())
+
+
+def _never_written(path: Path, rest: bytes | memoryview) -> None:
+    """A header that was never written had no frame after it: the rest is zeros."""
+    if bytes(rest).strip(b"\x00"):
+        raise WalCorrupt(f"{path}: bytes follow a WAL file header that was never written")
+
+
+def read_frames(path: Path, *, last_file: bool, headerless: bool = False) -> Iterator[Frame]:
+    """Yield the whole frames of one WAL file, after checking its header.
 
     A torn or unchecksummed frame at the end of the newest file is the batch
     that was being written when the process died: it was never acknowledged
-    and is dropped. Anywhere else it is corruption.
+    and is dropped. Anywhere else it is corruption. A file whose header was
+    never written holds nothing (``check_header``). ``headerless``: the file
+    is format 1's, frames from its first byte.
     """
     data = memoryview(path.read_bytes())
-    off = 0
     n = len(data)
+    if not check_header(path, bytes(data[:HEADER_SIZE]), headerless=headerless):
+        _never_written(path, data[HEADER_SIZE:])
+        return
+    off = 0 if headerless else HEADER_SIZE
     while off < n:
         if off + FRAME_HEADER.size > n:
             if last_file:

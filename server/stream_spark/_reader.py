@@ -118,9 +118,13 @@ class Cut:
 
 
 def check_layout(data_dir: str | Path) -> Layout:
-    """The directory's layout, or FormatError if it is not format version 1."""
+    """The directory's layout, or FormatError unless this reader knows its read version.
+
+    Only the read version matters: the reader never touches the WAL, so a directory
+    a newer server writes (format 2's WAL file headers, say) reads the same.
+    """
     layout = Layout(Path(data_dir))
-    layout.check_version()
+    layout.check_version()  # as a reader: the read version
     if not (layout.meta / LMDB_DATA).exists():
         raise FormatError(f"{layout.meta}: no LMDB environment")
     return layout

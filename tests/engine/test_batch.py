@@ -24,7 +24,7 @@ def test_the_frame_carries_exactly_the_changes_lmdb_applies(tmp_path):
     ]
     batch = build(ops, {2: Tail(16, 0, 0)}, now_us=1)
     path = tmp_path / "0000000000000001.wal"
-    path.write_bytes(batch.frame(7))
+    path.write_bytes(wal.encode_header(1) + batch.frame(7))
     (frame,) = wal.read_frames(path, last_file=True)
     writes = [e for e in frame.entries if e[0] == wal.WRITE]
     rest = [e for e in frame.entries if e[0] != wal.WRITE]

@@ -29,6 +29,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
+from stream_format import wal
 from stream_server.engine import Engine, fsio
 from stream_server.streams.errors import StreamError
 from stream_server.streams.store import (
@@ -274,10 +277,15 @@ def test_every_explored_crash_state_recovers_what_was_acknowledged(tmp_path, cap
     assert explored == min(BUDGET, explored) and distinct > 0
 
 
-def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys):
+@pytest.mark.parametrize("era", ["current", "format-1"])
+def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, era):
     """Recovery itself is crash-safe: it redoes WAL frames into segment files, then
     deletes the WAL; a crash anywhere in between must not lose what the WAL held,
-    even when the segment file it recreated was never in a synced directory."""
+    even when the segment file it recreated was never in a synced directory.
+
+    ``format-1``: the crash left a format-1 directory (headerless WAL files, a
+    one-line FORMAT), which recovery replays and then raises to the current
+    format; a crash anywhere in that upgrade must leave a directory that opens."""
 
     async def before_the_crash(data_dir: Path, crashed: Path) -> bytes:
         engine = Engine(data_dir, map_size=1 << 20, checkpoint_bytes=1 << 30)
@@ -304,6 +312,10 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys):
 
     crashed = tmp_path / "crashed"
     acked = asyncio.run(before_the_crash(tmp_path / "data", crashed))
+    if era == "format-1":
+        (crashed / "FORMAT").write_text("durable-streams-py data format 1\n")
+        for path in wal.wal_files(crashed / "wal"):
+            path.write_bytes(path.read_bytes()[wal.HEADER_SIZE :])
     rec = Recording(crashed)
     rec.start_from_disk()
     fsio.attach(rec)
@@ -312,6 +324,8 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys):
     finally:
         fsio.attach(None)
     assert any(op[0] == "unlink" and op[1].startswith("wal/") for op in rec.ops)
+    if era == "format-1":
+        assert ("rename", "FORMAT.tmp", "FORMAT") in rec.ops  # the upgrade was recorded
 
     async def read(directory: Path) -> bytes:
         store = StreamStore(directory, limits=StoreLimits(sweep_interval=3600))
@@ -335,4 +349,4 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys):
         )
         shutil.rmtree(directory, ignore_errors=True)
     with capsys.disabled():
-        print(f"\nrecovery crash states: {explored} explored, {distinct} distinct")
+        print(f"\nrecovery crash states ({era}): {explored} explored, {distinct} distinct")

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+from pathlib import Path
 
 import orjson
 import pytest
 
 from stream_format.chain import BrokenChain, pieces
-from stream_format.layout import FormatError, Layout
+from stream_format.layout import CURRENT, DataFormat, FormatError, Layout
 from stream_format.meta import StreamMeta
 from stream_format.records import CorruptRecord, check_file_header, encode_file_header
+from stream_server.engine.layout import prepare
 from stream_server.streams.errors import Damaged
 from stream_server.streams.store import AppendRequest, CreateRequest, StreamStore
 from stream_spark._plan import Selection, batch_ranges, plan
 from stream_spark._reader import MetaReader, read_slice
+
+GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden-v1"
 
 
 def test_stream_meta_round_trips_field_by_field():
@@ -106,3 +111,72 @@ def test_a_segment_file_with_a_foreign_header_is_never_served(tmp_path):
         for part in plan(cut, meta, batch_ranges(cut, Selection())):
             for sl in part:
                 list(read_slice(data, sl))
+
+
+# ------------------------------------------------------- read and write versions
+
+
+def test_the_version_file_names_a_write_and_a_read_version():
+    v1 = "durable-streams-py data format 1\n"  # format 1's one line: read = write = 1
+    assert DataFormat.parse(v1) == DataFormat(1, 1)
+    assert DataFormat(1, 1).text() == v1
+    assert (CURRENT.write, CURRENT.read) == (2, 1)
+    assert CURRENT.text() == "durable-streams-py data format 2\nread-version 1\n"
+    assert DataFormat.parse(CURRENT.text()) == CURRENT
+    # No read-version line: read = write. Unknown keys are ignored.
+    assert DataFormat.parse("durable-streams-py data format 5\n") == DataFormat(5, 5)
+    assert DataFormat.parse(
+        "durable-streams-py data format 5\nread-version 2\nnote written by 9.9\n"
+    ) == DataFormat(5, 2)
+    for bad in (
+        "",
+        "durable-streams-py data format 1",  # no newline
+        "durable-streams-py data format x\n",
+        "durable-streams-py data format 01\n",
+        "durable-streams-py data format 1\nread-version 2\n",  # read above write
+        "durable-streams-py data format 2\nread-version\n",
+        "some other program 1\n",
+    ):
+        with pytest.raises(ValueError):
+            DataFormat.parse(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "reads", "writes"),
+    [
+        ("durable-streams-py data format 1\n", True, True),
+        ("durable-streams-py data format 2\nread-version 1\n", True, True),
+        # Newer writers that changed only what writers see: still readable.
+        ("durable-streams-py data format 7\nread-version 1\n", True, False),
+        # A change readers would misread: neither.
+        ("durable-streams-py data format 7\nread-version 2\n", False, False),
+        ("durable-streams-py data format 99\n", False, False),
+        ("not ours\n", False, False),
+    ],
+)
+def test_readers_need_the_read_version_and_writers_the_write_version(tmp_path, text, reads, writes):
+    (tmp_path / "FORMAT").write_text(text)
+    layout = Layout(tmp_path)
+    for write, ok in ((False, reads), (True, writes)):
+        if ok:
+            assert isinstance(layout.check_version(write=write), DataFormat)
+        else:
+            with pytest.raises(FormatError, match="not supported"):
+                layout.check_version(write=write)
+
+
+def test_the_spark_reader_reads_a_directory_only_a_newer_writer_may_write(tmp_path):
+    data = tmp_path / "d"
+    shutil.copytree(GOLDEN, data)
+    (data / "FORMAT").write_text("durable-streams-py data format 9\nread-version 1\n")
+    with MetaReader(data) as meta:
+        cut = meta.cut()
+        rows = [
+            bytes(row.payload)
+            for part in plan(cut, meta, batch_ranges(cut, Selection(glob="bin/a")))
+            for sl in part
+            for row in read_slice(data, sl)
+        ]
+    assert b"".join(rows) == b"hello world"
+    with pytest.raises(FormatError, match="not supported for writing"):
+        prepare(Layout(data))

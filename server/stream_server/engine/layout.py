@@ -2,33 +2,63 @@
 
 Paths and the version check live in the format package (``stream_format.layout``);
 this is the writing half: a fresh directory gets its parts and a version file
-written durably, and a server refuses a layout it does not understand.
+written durably, a server refuses a layout it does not understand (the WAL
+files' headers included, so that it says so before it starts), and an older
+format it can write is raised to the current one once recovery has emptied
+its WAL (``upgrade``).
 """
 
 from __future__ import annotations
 
-from stream_format.layout import VERSION_FILE, VERSION_LINE, FormatError, Layout
+from stream_format import wal as walmod
+from stream_format.layout import CURRENT, VERSION_FILE, DataFormat, FormatError, Layout
 from stream_server.engine import fsio
 
 LayoutError = FormatError  # the name the server's start-up reports
 
 
-def prepare(layout: Layout) -> None:
-    """Create a fresh layout, or check that an existing one is ours and current."""
+def prepare(layout: Layout) -> DataFormat:
+    """Create a fresh layout, or check that an existing one is a format this program
+    writes and that its WAL files are ones recovery can replay; returns its format."""
     fsio.mkdir(layout.root)
+    # A crash during a first start, or during an upgrade, can leave the version
+    # file's temporary copy behind (its rename not yet durable): that write never
+    # finished, and the next one starts afresh.
+    fsio.unlink(layout.root / (VERSION_FILE + ".tmp"))
     if layout.read_version() is not None:
-        layout.check_version()
+        found = layout.check_version(write=True)
     else:
-        # A crash during a first start can leave the version file's temporary
-        # copy behind (its rename not yet durable): that start never finished.
-        fsio.unlink(layout.root / (VERSION_FILE + ".tmp"))
         unknown = [p.name for p in layout.root.iterdir() if not p.name.startswith(".")]
         if unknown:
             raise LayoutError(
                 f"{layout.root}: not empty and has no {VERSION_FILE} file "
                 f"(found {sorted(unknown)[:5]}); refusing to use it as a data directory"
             )
-        fsio.write_durably(layout.version_file, VERSION_LINE.encode())
+        fsio.write_durably(layout.version_file, CURRENT.text().encode())
+        found = CURRENT
     for d in (layout.meta, layout.wal, layout.segments):
         fsio.mkdir(d)
     fsio.fsync_dir(layout.root)
+    for path in walmod.wal_files(layout.wal):
+        walmod.check_file(path, headerless=wal_headerless(found))
+    return found
+
+
+def wal_headerless(found: DataFormat) -> bool:
+    """Format 1's WAL files have no header."""
+    return found.write < 2
+
+
+def upgrade(layout: Layout, found: DataFormat) -> None:
+    """Raise the version file to the current format, once the WAL is empty.
+
+    Called after recovery deleted the old WAL files and flushed the WAL
+    directory: until the new version file is durable, the directory is still
+    a valid directory of its old format (an older server may open it); after,
+    it holds no file of the old format that the new one reads differently.
+    """
+    if found == CURRENT:
+        return
+    assert found.write < CURRENT.write, found
+    assert not walmod.wal_files(layout.wal), "upgrade with a WAL to replay"
+    fsio.write_durably(layout.version_file, CURRENT.text().encode())

@@ -3,7 +3,9 @@
 1. Replay the WAL: every frame since the last checkpoint is redone (data as
    positional writes into segment files, metadata as whole LMDB values), which
    is idempotent; what it redid is flushed, directories included, before the
-   WAL may go.
+   WAL may go. A WAL file that is not one this program replays (wrong magic,
+   newer version, a bad frame before the end) stops recovery with its name:
+   skipping it could lose acknowledged writes.
 2. Load the committed state from LMDB.
 3. Make each segment file end exactly at its committed tail: bytes past it
    belong to no acknowledged write and are cut; a file shorter than its tail
@@ -73,8 +75,11 @@ class Recovery:
         meta: Metadata,
         segments: Segments,
         write_meta: Callable[[list[walmod.Entry]], None],
+        *,
+        headerless_wal: bool = False,
     ) -> None:
         self.layout = layout
+        self.headerless_wal = headerless_wal  # a format-1 directory's WAL files
         self.meta = meta
         self.segments = segments
         self.write_meta = write_meta
@@ -96,7 +101,8 @@ class Recovery:
         files = walmod.wal_files(self.layout.wal)
         touched: set[int] = set()
         for i, path in enumerate(files):
-            for frame in walmod.read_frames(path, last_file=i == len(files) - 1):
+            last = i == len(files) - 1
+            for frame in walmod.read_frames(path, last_file=last, headerless=self.headerless_wal):
                 changes = []
                 for entry in frame.entries:
                     if entry[0] == walmod.WRITE:

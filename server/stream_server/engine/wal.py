@@ -7,12 +7,18 @@ Recovery replays the frames since the last checkpoint (``stream_format.wal``
 decodes them), which is idempotent: data entries are positional writes and
 metadata entries are whole values. A checkpoint flushes the segment files
 and LMDB, then deletes old WAL files.
+
+A new file gets its header (``stream_format.wal.encode_header``) flushed
+before its first frame: a crash can leave a file whose header is missing or
+incomplete only when no frame was ever written to it, which recovery reads as
+empty.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from stream_format.wal import HEADER_SIZE, encode_header
 from stream_server.engine import fsio
 
 
@@ -24,7 +30,12 @@ class WalWriter:
         self.number = number
         self.path = wal_dir / f"{number:016d}.wal"
         self.fd = fsio.open_write(self.path, append=True)
-        self.size = fsio.size(self.fd)
+        if fsio.size(self.fd):
+            fsio.close(self.fd)
+            raise FileExistsError(f"{self.path}: a WAL file is never reopened for writing")
+        fsio.append(self.fd, encode_header(number))
+        fsio.fdatasync(self.fd)
+        self.size = HEADER_SIZE
         fsio.fsync_dir(wal_dir)
 
     def append(self, frame: bytes) -> None:
