@@ -1,5 +1,7 @@
 """A Kubernetes API server for tests: kmock's emulator, made to behave like the real one.
 
+Over 400 lines on purpose: every behaviour below shares ApiServer's one store of objects.
+
 kmock keeps objects in memory and serves list, watch, create, patch and
 delete over real HTTP, but stamps nothing and validates nothing. The
 operator's correctness depends on exactly those details, so ``ApiServer``
@@ -18,7 +20,15 @@ adds them, the way kube-apiserver does them:
 - lists honour equality label selectors and return the real resourceVersion;
   watches resume from a resourceVersion instead of replaying everything;
 - deletion waits for finalizers, then garbage-collects the objects that name
-  the deleted one as their owner (background propagation).
+  the deleted one as their owner (background propagation);
+- StorageClasses as admission uses them: a PVC created without a class gets
+  the default one, and growing a PVC whose class does not set
+  ``allowVolumeExpansion: true`` (or a PVC without a class) is refused with
+  403, as the PersistentVolumeClaimResize admission plugin refuses it.
+
+Every request is recorded (``ApiServer.requests``: the RBAC verb, group and
+resource it needs, and its User-Agent) so that a test can check that the
+operator's role grants each one the operator made.
 
 What it still does not do: CEL rules, defaulting from the schema, admission,
 and any controller (no pods appear; tests play the controllers).
@@ -35,7 +45,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import jsonpatch
@@ -44,6 +54,7 @@ import jsonschema
 import kmock
 import yaml
 from kmock._internal import dicts, enums, rendering
+from kubernetes.utils import parse_quantity
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
@@ -59,6 +70,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "Pod": ("", "v1", "pods"),
     "StatefulSet": ("apps", "v1", "statefulsets"),
     "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "StorageClass": ("storage.k8s.io", "v1", "storageclasses"),
     "CustomResourceDefinition": ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
     "DurableStream": ("streams.pyds.dev", "v1alpha1", "durablestreams"),
     "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
@@ -76,6 +88,59 @@ def durable_stream(
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec or {},
     }
+
+
+# The annotation that makes a StorageClass the default one (DefaultStorageClass admission).
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+# The PersistentVolumeClaimResize admission plugin's refusal, word for word.
+RESIZE_FORBIDDEN = (
+    "only dynamically provisioned pvc can be resized and "
+    "the storageclass that provisions the pvc must support resize"
+)
+
+
+def storage_class(name: str, *, expandable: bool | None, default: bool = False) -> dict:
+    """A StorageClass; ``expandable=None`` leaves ``allowVolumeExpansion`` out (it means false)."""
+    obj: dict[str, Any] = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": "example.com/csi",
+    }
+    if default:
+        obj["metadata"]["annotations"] = {DEFAULT_CLASS: "true"}
+    if expandable is not None:
+        obj["allowVolumeExpansion"] = expandable
+    return obj
+
+
+class Call(NamedTuple):
+    """One request, as RBAC sees it (``resource`` is ``plural[/subresource]``)."""
+
+    verb: str
+    group: str
+    resource: str
+    agent: str
+
+
+def _verb(request: rendering.Request) -> str | None:
+    """The RBAC verb a request needs (None: not a resource request, e.g. discovery)."""
+    if request.resource is None or not request.resource.plural:
+        return None
+    if request.action == enums.action.UPDATE:
+        return "update" if request.method == enums.method.PUT else "patch"
+    return {
+        enums.action.LIST: "list",
+        enums.action.WATCH: "watch",
+        enums.action.FETCH: "get",
+        enums.action.CREATE: "create",
+        enums.action.DELETE: "delete",
+    }.get(request.action)
+
+
+def _pvc_request(obj: dict[str, Any]) -> int | None:
+    raw = (((obj.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    return None if raw is None else int(parse_quantity(raw))
 
 
 def _now() -> str:
@@ -111,6 +176,7 @@ class ApiServer(kmock.KubernetesEmulator):
         self._rv = 0
         self._schemas: dict[Any, dict[str, Any]] = {}
         self._status_subresource: set[Any] = set()
+        self.requests: list[Call] = []  # every resource request, in order
         self.resources.load_bundled()
         for res, info in list(self.resources.items()):
             if "status" in info.subresources:
@@ -157,6 +223,13 @@ class ApiServer(kmock.KubernetesEmulator):
     # -- writes --------------------------------------------------------------------------
 
     async def _handle(self, request: rendering.Request) -> Any:
+        verb = _verb(request)
+        if verb is not None:
+            plural = request.resource.plural
+            if request.subresource:
+                plural = f"{plural}/{request.subresource}"
+            agent = request.headers.get("User-Agent") or ""
+            self.requests.append(Call(verb, request.resource.group or "", plural, agent))
         if request.resource is None or request.action not in (
             enums.action.CREATE,
             enums.action.UPDATE,
@@ -192,6 +265,8 @@ class ApiServer(kmock.KubernetesEmulator):
             meta["namespace"] = namespace
         if request.resource in self._status_subresource:
             obj.pop("status", None)
+        if _is_pvc(request.resource):
+            self._default_storage_class(obj)
         self._validate(request.resource, obj)
         meta.update(
             uid=str(uuid.uuid4()),
@@ -226,6 +301,8 @@ class ApiServer(kmock.KubernetesEmulator):
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             return  # a no-op write: no new version, no event
+        if _is_pvc(request.resource):
+            self._admit_resize(old, new)
         self._validate(request.resource, new)
         if _body(new) != _body(old):
             new["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
@@ -234,6 +311,41 @@ class ApiServer(kmock.KubernetesEmulator):
         await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             await self._remove(key)
+
+    # -- storage admission ---------------------------------------------------------------
+
+    def _storage_classes(self) -> dict[str, dict[str, Any]]:
+        return {
+            obj.raw["metadata"]["name"]: obj.raw
+            for (res, _, _), obj in self._objects.items()
+            if res.plural == "storageclasses" and res.group == "storage.k8s.io" and not obj.deleted
+        }
+
+    def _default_storage_class(self, pvc: dict[str, Any]) -> None:
+        """DefaultStorageClass admission: a claim that names no class gets the default one."""
+        spec = pvc.setdefault("spec", {})
+        if spec.get("storageClassName") is not None:
+            return
+        for name, sc in sorted(self._storage_classes().items()):
+            if ((sc["metadata"].get("annotations") or {}).get(DEFAULT_CLASS)) == "true":
+                spec["storageClassName"] = name
+                return
+
+    def _admit_resize(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """PersistentVolumeClaimResize admission: growth only where the class allows it."""
+        before, after = _pvc_request(old), _pvc_request(new)
+        if before is None or after is None or after <= before:
+            return
+        old_class = (old.get("spec") or {}).get("storageClassName") or ""
+        new_class = (new.get("spec") or {}).get("storageClassName") or ""
+        sc = self._storage_classes().get(new_class)
+        if not new_class or old_class != new_class or not (sc or {}).get("allowVolumeExpansion"):
+            name = old["metadata"]["name"]
+            raise kmock.KubernetesError(
+                403,
+                "Forbidden",
+                f'persistentvolumeclaims "{name}" is forbidden: {RESIZE_FORBIDDEN}',
+            )
 
     async def _delete(self, request: rendering.Request) -> None:
         key = (request.resource, request.namespace, request.name)
@@ -305,6 +417,10 @@ class ApiServer(kmock.KubernetesEmulator):
         async for event in self._buses[request.resource]:
             if _selected(request, event.get("object") or {}):
                 yield event
+
+
+def _is_pvc(resource: Any) -> bool:
+    return resource.plural == "persistentvolumeclaims" and not resource.group
 
 
 def _patched(old: dict[str, Any], data: Any, content_type: str) -> dict[str, Any]:
@@ -426,6 +542,30 @@ class Cluster:
             }
         ).raise_for_status()
 
+    def install_servicemonitor_crd(self, schema: dict[str, Any] | None = None) -> None:
+        """The Prometheus Operator's ServiceMonitor CRD; objects are validated only against
+        ``schema`` (an openAPIV3Schema) when one is given."""
+        version: dict[str, Any] = {"name": "v1", "served": True, "storage": True}
+        if schema is not None:
+            version["schema"] = {"openAPIV3Schema": schema}
+        self.create(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+                "spec": {
+                    "group": "monitoring.coreos.com",
+                    "scope": "Namespaced",
+                    "names": {
+                        "kind": "ServiceMonitor",
+                        "plural": "servicemonitors",
+                        "singular": "servicemonitor",
+                    },
+                    "versions": [version],
+                },
+            }
+        ).raise_for_status()
+
     def install_crd_file(self, path: Path) -> None:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
@@ -434,7 +574,11 @@ class Cluster:
 
 @contextmanager
 def cluster() -> Iterator[Cluster]:
-    """An API server with the DurableStream CRD installed, for the length of the block."""
+    """An API server with the DurableStream CRD installed, for the length of the block.
+
+    It has a default StorageClass, ``standard``, that allows volume expansion, as
+    most managed clusters do; a test adds a class without expansion where it needs one.
+    """
     c = Cluster()
     started = threading.Event()
     loop = asyncio.new_event_loop()
@@ -453,6 +597,7 @@ def cluster() -> Iterator[Cluster]:
     c.http = httpx.Client(base_url=c.url, timeout=10)
     try:
         c.install_crd_file(CRD_FILE)
+        c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
         yield c
     finally:
         c.http.close()

@@ -1,10 +1,13 @@
 """Idempotent apply: create what is missing, patch what differs, leave the rest alone.
 
-Each applied object carries a hash of what the operator last rendered for it;
-an object is written only when that hash changes, so resuming after an
-operator restart touches nothing that is already as it should be. Writes are
-server-side apply (forced, one field manager), creates included: the operator
-owns every field it renders, and a field it stops rendering is removed.
+An object is written only when the live one no longer holds what the
+operator renders (``plan.drifted_fields``), so resuming after an operator
+restart, or a periodic resync, touches nothing that is already as it should
+be, and a hand edit of a rendered field is put back. Each applied object
+carries a hash of what was rendered, which tells a new rendering (patched)
+from a hand edit (corrected). Writes are server-side apply (forced, one
+field manager), creates included: the operator owns every field it renders,
+and a field it stops rendering is removed.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP
+from stream_operator import GROUP, PLURAL, VERSION
+from stream_operator.plan import drifted_fields
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
 FIELD_MANAGER = "durable-streams-operator"
@@ -30,6 +34,7 @@ _TYPED = {
     "PodDisruptionBudget": (client.PolicyV1Api, "pod_disruption_budget"),
 }
 _CUSTOM = {
+    "DurableStream": (GROUP, VERSION, PLURAL),
     "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
     "ScheduledSparkApplication": ("sparkoperator.k8s.io", "v1beta2", "scheduledsparkapplications"),
 }
@@ -63,8 +68,12 @@ def read(
         raise
 
 
-def apply(api_client: client.ApiClient, obj: dict[str, Any]) -> str:
-    """Make ``obj`` exist as rendered; returns "created", "patched" or "unchanged"."""
+def apply(api_client: client.ApiClient, obj: dict[str, Any]) -> tuple[str, list[str]]:
+    """Make ``obj`` exist as rendered.
+
+    Returns the outcome ("created", "patched": a new rendering, "corrected": a
+    hand edit undone, "unchanged") and the fields that differed.
+    """
     kind = obj["kind"]
     name = obj["metadata"]["name"]
     namespace = obj["metadata"]["namespace"]
@@ -74,17 +83,19 @@ def apply(api_client: client.ApiClient, obj: dict[str, Any]) -> str:
         # Created by server-side apply too, so that the operator's field manager owns
         # every field from the start (and can drop a field by no longer sending it).
         _patch(api_client, kind, namespace, name, desired)
-        return "created"
-    annotations = (live.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(APPLIED_HASH) == desired["metadata"]["annotations"][APPLIED_HASH]:
-        return "unchanged"
+        return "created", []
     if kind == "StatefulSet":
         # These fields cannot change after creation; volumes grow by patching the PVCs.
         for field in ("volumeClaimTemplates", "selector", "serviceName", "podManagementPolicy"):
             if field in (live.get("spec") or {}):
                 desired["spec"][field] = live["spec"][field]
+    drift = drifted_fields(desired, live)
+    if not drift:
+        return "unchanged", []
+    annotations = (live.get("metadata") or {}).get("annotations") or {}
+    rerendered = annotations.get(APPLIED_HASH) != desired["metadata"]["annotations"][APPLIED_HASH]
     _patch(api_client, kind, namespace, name, desired)
-    return "patched"
+    return ("patched" if rerendered else "corrected"), drift
 
 
 def _patch(api_client: client.ApiClient, kind: str, namespace: str, name: str, body: dict) -> None:
@@ -125,25 +136,31 @@ def instance_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> li
     return out
 
 
-def expand_pvcs(
-    api_client: client.ApiClient, namespace: str, name: str, size: str, size_bytes
-) -> list[str]:
-    """Ask for ``size`` on every PVC that is smaller; returns the names patched."""
-    core = client.CoreV1Api(api_client)
-    grown = []
-    for pvc in instance_pvcs(api_client, namespace, name):
-        current = (
-            ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
-        )
-        if current is None or size_bytes(current) < size_bytes(size):
-            core.patch_namespaced_persistent_volume_claim(
-                pvc["metadata"]["name"],
-                namespace,
-                {"spec": {"resources": {"requests": {"storage": size}}}},
-                _content_type=MERGE_PATCH,
-            )
-            grown.append(pvc["metadata"]["name"])
-    return grown
+def grow_pvc(api_client: client.ApiClient, namespace: str, name: str, size: str) -> None:
+    client.CoreV1Api(api_client).patch_namespaced_persistent_volume_claim(
+        name,
+        namespace,
+        {"spec": {"resources": {"requests": {"storage": size}}}},
+        _content_type=MERGE_PATCH,
+    )
+
+
+def storage_class(api_client: client.ApiClient, name: str) -> dict[str, Any] | None:
+    try:
+        sc = client.StorageV1Api(api_client).read_storage_class(name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return api_client.sanitize_for_serialization(sc)
+
+
+def write_status(
+    api_client: client.ApiClient, namespace: str, name: str, status: dict[str, Any]
+) -> None:
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH
+    )
 
 
 def delete_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> list[str]:
@@ -169,6 +186,58 @@ def crd_exists(api_client: client.ApiClient, kind: str) -> bool:
         if exc.status in (403, 404):
             return False
         raise
+
+
+# What the operator renders for a DurableStream, and so may have to delete again.
+RENDERED_KINDS = ("ConfigMap", "Service", "PodDisruptionBudget", "StatefulSet", "ServiceMonitor")
+
+
+def list_labelled(
+    api_client: client.ApiClient, kind: str, namespace: str, selector: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The ``kind`` objects that carry ``selector``'s labels ([] if the kind is not served)."""
+    label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    try:
+        if kind in _CUSTOM:
+            group, version, plural = _CUSTOM[kind]
+            items = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+                group, version, namespace, plural, label_selector=label_selector
+            )["items"]
+        else:
+            api_cls, noun = _TYPED[kind]
+            listed = getattr(api_cls(api_client), f"list_namespaced_{noun}")(
+                namespace, label_selector=label_selector
+            )
+            items = [api_client.sanitize_for_serialization(o) for o in listed.items]
+    except ApiException as exc:
+        if exc.status == 404:  # a custom kind whose CRD is not installed
+            return []
+        raise
+    out = []
+    for obj in items:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        # Filter again: not every API server (or emulator) honours label selectors.
+        if all(labels.get(k) == v for k, v in selector.items()):
+            out.append({**obj, "kind": kind})  # list items carry no kind
+    return out
+
+
+def delete(api_client: client.ApiClient, kind: str, namespace: str, name: str) -> bool:
+    """Delete one object; False if it was already gone."""
+    try:
+        if kind in _CUSTOM:
+            group, version, plural = _CUSTOM[kind]
+            client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+                group, version, namespace, plural, name
+            )
+        else:
+            api_cls, noun = _TYPED[kind]
+            getattr(api_cls(api_client), f"delete_namespaced_{noun}")(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 def prune(

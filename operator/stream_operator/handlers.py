@@ -1,8 +1,15 @@
 """The kopf handlers: thin glue between events and the pure functions.
 
-One reconcile for create, update and resume (idempotent by construction), a
-timer that keeps the status true to what the StatefulSet reports, and a
-delete handler that honours the PVC retention setting.
+One reconcile (idempotent by construction) run on create, update and resume
+and again every ``RESYNC_INTERVAL`` seconds, so that a deleted or hand-edited
+object is put back; a timer that keeps the status true to what the
+StatefulSet reports; and a delete handler that honours the PVC retention
+setting.
+
+Every reconcile and status write for one DurableStream runs under that
+object's lock and starts from a fresh read of it: a timer holding an older
+copy can neither apply an old spec over a new one nor write an old outcome
+back into the status.
 """
 
 from __future__ import annotations
@@ -10,28 +17,43 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+from collections import defaultdict
 from typing import Any
 
 import kopf
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, PLURAL, VERSION
+from stream_operator import GROUP, KIND, PLURAL, VERSION
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.apply import (
+    RENDERED_KINDS,
     apply,
     crd_exists,
+    delete,
     delete_pvcs,
-    expand_pvcs,
+    grow_pvc,
+    instance_pvcs,
+    list_labelled,
     prune,
     read,
+    storage_class,
+    write_status,
 )
-from stream_operator.render import desired_objects, endpoint
+from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
+from stream_operator.render import MANAGED_BY, desired_objects, endpoint
 from stream_operator.spec import quantity_bytes, refused_change, with_defaults
-from stream_operator.status import analytics_condition, compute_status
+from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
 # How often the status is compared with what the StatefulSet reports (seconds).
 STATUS_INTERVAL = float(os.environ.get("DS_OPERATOR_STATUS_INTERVAL", "5"))
+# How often every DurableStream is reconciled again, to undo drift (seconds): a
+# deleted Service, a hand-scaled StatefulSet, a StorageClass that now allows growth.
+RESYNC_INTERVAL = float(os.environ.get("DS_OPERATOR_RESYNC_INTERVAL", "60"))
+# API errors that retrying soon will not fix: wait for the next resync instead.
+_PERMANENT = (400, 403, 404, 422)
 _api: client.ApiClient | None = None
 
 
@@ -62,6 +84,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 60
+    # The timers are short synchronous calls that end on their own: a deletion that
+    # finds one running waits for it briefly, then checks every second, not every minute.
+    settings.background.instant_exit_timeout = 0.5
+    settings.background.cancellation_polling = 1.0
 
 
 def _applied_spec(statefulset: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -71,60 +97,140 @@ def _applied_spec(statefulset: dict[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
+_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+_locks_guard = threading.Lock()
+
+
+def _lock(namespace: str, name: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks[(namespace, name)]
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile(
-    name: str,
-    namespace: str,
-    uid: str,
-    spec: dict[str, Any],
-    body: kopf.Body,
-    patch: kopf.Patch,
-    meta: dict[str, Any],
-    status: dict[str, Any],
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
+def reconcile(name: str, namespace: str, logger: logging.Logger, **_: Any) -> None:
+    converge(name, namespace, logger)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_INTERVAL, initial_delay=RESYNC_INTERVAL)
+def resync(name: str, namespace: str, logger: logging.Logger, **_: Any) -> None:
+    converge(name, namespace, logger)
+
+
+def converge(name: str, namespace: str, logger: logging.Logger) -> None:
+    """Make the cluster what the stored spec asks for, then write what is now true.
+
+    A failure is reported in the status (Accepted=False, Ready=False, the API
+    server's message) before anything is raised; only an error that a quick retry
+    may fix is raised for kopf to retry, the rest waits for the next resync.
+    """
     ac = api()
+    with _lock(namespace, name):
+        ds = read(ac, KIND, namespace, name)
+        if ds is None or ds["metadata"].get("deletionTimestamp"):
+            return
+        spec = dict(ds.get("spec") or {})
+        try:
+            outcome, analytics = _reconcile(ac, ds, logger)
+            error = None
+        except ApiException as exc:
+            error = exc
+            outcome = Outcome("ApplyFailed", _api_error(exc))
+            analytics = _analytics(ac, name, namespace, ds["metadata"]["uid"], spec)[1]
+            kopf.warn(ds, reason="ApplyFailed", message=outcome.message)
+        sts = read(ac, "StatefulSet", namespace, name)
+        _write(ac, ds, _observed(ds, sts, outcome, analytics))
+    if error is not None and error.status not in _PERMANENT:
+        raise kopf.TemporaryError(outcome.message, delay=10)
+
+
+def _api_error(exc: ApiException) -> str:
+    try:
+        detail = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        detail = None
+    return f"the API server refused a change ({exc.status} {exc.reason}): {detail or exc.body}"
+
+
+def _reconcile(
+    ac: client.ApiClient, ds: dict[str, Any], logger: logging.Logger
+) -> tuple[Outcome, list[dict[str, Any]]]:
+    """Apply the spec; returns what became of it and the Analytics condition."""
+    meta = ds["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    spec = dict(ds.get("spec") or {})
     sts = read(ac, "StatefulSet", namespace, name)
-    refused = refused_change(_applied_spec(sts), dict(spec))
+    refused = refused_change(_applied_spec(sts), spec)
     if refused:
-        kopf.warn(body, reason="ChangeRefused", message=refused)
+        kopf.warn(ds, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
-        analytics = _analytics(ac, name, namespace, uid, dict(spec))[1]
-        patch.status.update(_observed(name, namespace, spec, meta, status, sts, refused, analytics))
-        return
-    full = with_defaults(dict(spec))
+        analytics = _analytics(ac, name, namespace, uid, spec)[1]
+        return Outcome("ChangeRefused", refused), analytics
+    full = with_defaults(spec)
     objs = desired_objects(
-        name, namespace, uid, dict(spec), servicemonitor_crd=crd_exists(ac, "ServiceMonitor")
+        name, namespace, uid, spec, servicemonitor_crd=crd_exists(ac, "ServiceMonitor")
     )
     for obj in objs:
         if obj["kind"] == "StatefulSet":
             obj["metadata"]["annotations"][APPLIED_SPEC] = json.dumps(
                 {"storage": full["storage"]}, sort_keys=True
             )
-        _apply_and_tell(ac, obj, body)
-    grown = expand_pvcs(ac, namespace, name, full["storage"]["size"], quantity_bytes)
-    if grown:
-        kopf.info(
-            body,
-            reason="Expanding",
-            message=f"storage {full['storage']['size']} requested for {', '.join(grown)}",
-        )
-    analytics = _reconcile_analytics(ac, name, namespace, uid, dict(spec), body)
-    sts = read(ac, "StatefulSet", namespace, name)
-    patch.status.update(_observed(name, namespace, spec, meta, status, sts, None, analytics))
+        _apply_and_tell(ac, obj, ds)
+    _prune_rendered(ac, ds, objs)
+    outcome = _grow_volumes(ac, ds, full["storage"]["size"])
+    analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
+    return outcome, analytics
 
 
-def _apply_and_tell(ac: client.ApiClient, obj: dict[str, Any], body: kopf.Body) -> None:
-    outcome = apply(ac, obj)
-    if outcome != "unchanged":
+def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[str, Any]]) -> None:
+    """Delete what this DurableStream owns but no longer renders (a disabled ServiceMonitor)."""
+    meta = ds["metadata"]
+    selector = {
+        "app.kubernetes.io/instance": meta["name"],
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+    live = [
+        obj
+        for kind in RENDERED_KINDS
+        for obj in list_labelled(ac, kind, meta["namespace"], selector)
+    ]
+    rendered = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    for kind, name in stale_objects(live, rendered, meta["uid"]):
+        if delete(ac, kind, meta["namespace"], name):
+            kopf.info(ds, reason="Deleted", message=f"deleted {kind} {name}: no longer rendered")
+
+
+def _grow_volumes(ac: client.ApiClient, ds: dict[str, Any], size: str) -> Outcome:
+    """Ask for ``size`` on the smaller PVCs whose StorageClass allows growth; say if any cannot."""
+    meta = ds["metadata"]
+    smaller = smaller_pvcs(instance_pvcs(ac, meta["namespace"], meta["name"]), size, quantity_bytes)
+    if not smaller:
+        return Outcome()
+    names = {(p.get("spec") or {}).get("storageClassName") or "" for p in smaller} - {""}
+    plan = plan_expansion(smaller, {cls: storage_class(ac, cls) for cls in sorted(names)})
+    for pvc in plan.grow:
+        grow_pvc(ac, meta["namespace"], pvc, size)
+    if plan.grow:
         kopf.info(
-            body,
-            reason=outcome.capitalize(),
-            message=f"{outcome} {obj['kind']} {obj['metadata']['name']}",
+            ds, reason="Expanding", message=f"storage {size} requested for {', '.join(plan.grow)}"
         )
+    if plan.blocked:
+        message = plan.message(size)
+        kopf.warn(ds, reason="ExpansionNotAllowed", message=message)
+        return Outcome("ExpansionNotAllowed", message)
+    return Outcome()
+
+
+def _apply_and_tell(ac: client.ApiClient, obj: dict[str, Any], ds: dict[str, Any]) -> None:
+    outcome, drift = apply(ac, obj)
+    if outcome == "unchanged":
+        return
+    what = f"{outcome} {obj['kind']} {obj['metadata']['name']}"
+    if outcome == "corrected":
+        kopf.warn(ds, reason="DriftCorrected", message=f"{what} (changed: {', '.join(drift)})")
+    else:
+        kopf.info(ds, reason=outcome.capitalize(), message=what)
 
 
 def _analytics(
@@ -147,7 +253,7 @@ def _analytics(
 
 
 def _reconcile_analytics(
-    ac: client.ApiClient, name: str, namespace: str, uid: str, spec: dict, body: kopf.Body
+    ac: client.ApiClient, name: str, namespace: str, uid: str, spec: dict, body: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Keep the ScheduledSparkApplications ``spec.analytics`` asks for; returns its condition.
 
@@ -171,53 +277,49 @@ def _reconcile_analytics(
 
 
 def _observed(
-    name, namespace, spec, meta, status, sts, refused: str | None, extra: list[dict[str, Any]]
+    ds: dict[str, Any],
+    sts: dict[str, Any] | None,
+    outcome: Outcome | None,
+    extra: list[dict[str, Any]],
 ) -> dict[str, Any]:
+    meta = ds["metadata"]
+    spec = dict(ds.get("spec") or {})
     return compute_status(
-        spec=dict(spec),
+        spec=spec,
         generation=meta.get("generation"),
         statefulset=sts,
-        endpoint=endpoint(name, namespace, spec),
-        refused=refused,
-        previous=dict(status),
+        endpoint=endpoint(meta["name"], meta["namespace"], spec),
+        outcome=outcome,
+        previous=dict(ds.get("status") or {}),
         extra=extra,
     )
 
 
+def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:
+    """Write the status only when it says something new (no churn, no watch events)."""
+    if not same_status(new, dict(ds.get("status") or {})):
+        write_status(ac, ds["metadata"]["namespace"], ds["metadata"]["name"], new)
+
+
 @kopf.timer(GROUP, VERSION, PLURAL, interval=STATUS_INTERVAL, initial_delay=1.0)
-def refresh_status(
-    name: str,
-    namespace: str,
-    uid: str,
-    spec: dict[str, Any],
-    meta: dict[str, Any],
-    status: dict[str, Any],
-    body: kopf.Body,
-    patch: kopf.Patch,
-    **_: Any,
-) -> None:
+def refresh_status(name: str, namespace: str, **_: Any) -> None:
+    """The pods' side of the status; the last reconcile's outcome stands as it was."""
     ac = api()
-    sts = read(ac, "StatefulSet", namespace, name)
-    refused = refused_change(_applied_spec(sts), dict(spec))
-    analytics = _analytics(ac, name, namespace, uid, dict(spec))[1]
-    was_missing = any(
-        c.get("type") == "Analytics" and c.get("reason") == "SparkOperatorMissing"
-        for c in status.get("conditions") or []
-    )
-    if was_missing and analytics and analytics[0]["reason"] == "Scheduled":
-        # The Spark Operator was installed after the spec asked for analytics.
-        analytics = _reconcile_analytics(ac, name, namespace, uid, dict(spec), body)
-    new = _observed(name, namespace, spec, meta, status, sts, refused, analytics)
-    if {k: v for k, v in new.items() if k != "conditions"} != {
-        k: v for k, v in dict(status).items() if k in new and k != "conditions"
-    } or _condition_states(new) != _condition_states(dict(status)):
-        patch.status.update(new)
-
-
-def _condition_states(status: dict[str, Any]) -> list[tuple]:
-    return sorted(
-        (c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []
-    )
+    with _lock(namespace, name):
+        ds = read(ac, KIND, namespace, name)
+        if ds is None or ds["metadata"].get("deletionTimestamp"):
+            return
+        uid, spec = ds["metadata"]["uid"], dict(ds.get("spec") or {})
+        sts = read(ac, "StatefulSet", namespace, name)
+        analytics = _analytics(ac, name, namespace, uid, spec)[1]
+        was_missing = any(
+            c.get("type") == "Analytics" and c.get("reason") == "SparkOperatorMissing"
+            for c in (ds.get("status") or {}).get("conditions") or []
+        )
+        if was_missing and analytics and analytics[0]["reason"] == "Scheduled":
+            # The Spark Operator was installed after the spec asked for analytics.
+            analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
+        _write(ac, ds, _observed(ds, sts, None, analytics))
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

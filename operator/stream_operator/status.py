@@ -1,14 +1,21 @@
 """What the status says, computed from what was observed (never from what was hoped).
 
 Input: the DurableStream's spec and generation, the StatefulSet as the API
-returns it (or None), and a refusal reason if the last change was refused.
+returns it (or None), and the outcome of the reconcile that just ran (or
+None when only the pods were observed: then the last outcome stands).
 Output: the status dict the operator writes.
+
+``observedGeneration`` moves to a generation only once that generation is
+applied whole: a refused or failed change leaves it behind, and the
+``Accepted`` condition says why.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stream_operator.spec import with_defaults
@@ -16,6 +23,25 @@ from stream_operator.spec import with_defaults
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+APPLIED = "Applied"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconcile did with the spec: applied whole (reason Applied), or why not.
+
+    Reasons: ChangeRefused (the operator will not do it), ExpansionNotAllowed (the
+    StorageClass cannot grow the volumes), ApplyFailed (the API server refused).
+    """
+
+    reason: str = APPLIED
+    message: str = "the spec is applied"
+
+    @property
+    def applied(self) -> bool:
+        return self.reason == APPLIED
 
 
 def condition(ctype: str, ok: bool, reason: str, message: str) -> dict[str, str]:
@@ -53,11 +79,28 @@ def compute_status(
     generation: int | None,
     statefulset: dict[str, Any] | None,
     endpoint: str,
-    refused: str | None = None,
+    outcome: Outcome | None = None,
     previous: dict[str, Any] | None = None,
     extra: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """``extra``: conditions of optional parts (Analytics), decided where they are applied."""
+    previous = previous or {}
+    if outcome is not None:
+        accepted: dict[str, str] | None = condition(
+            "Accepted", outcome.applied, outcome.reason, outcome.message
+        )
+        observed = generation if outcome.applied else previous.get("observedGeneration")
+    else:
+        accepted = next(
+            (
+                {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+                for c in previous.get("conditions") or []
+                if c.get("type") == "Accepted"
+            ),
+            None,
+        )
+        observed = previous.get("observedGeneration")
+    failed = accepted is not None and accepted["status"] != "True"
     want = with_defaults(spec)["replicas"]
     conditions = []
     if statefulset is None:
@@ -81,7 +124,11 @@ def compute_status(
             or current != want
         )
         all_ready = ready >= want and not rolling
-        if all_ready:
+        if all_ready and failed:
+            # The pods serve, but not the spec that was asked for: not Ready.
+            phase = "Degraded"
+            conditions.append(condition("Ready", False, accepted["reason"], accepted["message"]))
+        elif all_ready:
             phase = "Ready"
             conditions.append(
                 condition("Ready", True, "AllReplicasReady", f"{ready}/{want} servers ready")
@@ -108,21 +155,33 @@ def compute_status(
                 f"{want - ready} server(s) not ready" if degraded else "all servers ready",
             )
         )
-    if refused:
-        conditions.append(condition("Accepted", False, "ChangeRefused", refused))
-        if phase == "Ready":
-            phase = "Degraded"
-    else:
-        conditions.append(condition("Accepted", True, "Applied", "the spec is applied"))
+    if accepted is not None:
+        conditions.append(accepted)
     conditions += list(extra)
-    return {
+    out = {
         "phase": phase,
         "replicas": want,
         "readyReplicas": ready,
         "endpoint": endpoint,
-        "observedGeneration": generation,
-        "conditions": _stamp(conditions, (previous or {}).get("conditions") or []),
+        "conditions": _stamp(conditions, previous.get("conditions") or []),
     }
+    if observed is not None:
+        out["observedGeneration"] = observed
+    return out
+
+
+def same_status(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Whether writing ``new`` would change what ``old`` says (transition times aside)."""
+
+    def essence(status: dict[str, Any]) -> tuple:
+        rest = {k: v for k, v in status.items() if k != "conditions"}
+        conds = sorted(
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+            for c in status.get("conditions") or []
+        )
+        return json.dumps(rest, sort_keys=True), conds
+
+    return essence(new) == essence({k: v for k, v in old.items() if k in new})
 
 
 def _stamp(

@@ -189,3 +189,17 @@ def test_crd_analytics_schema_is_the_spark_renderers():
     analytics = dict(crd_schema()["properties"]["spec"]["properties"]["analytics"])
     analytics.pop("description")
     assert analytics == ANALYTICS_SCHEMA
+
+
+def test_the_resync_interval_reaches_the_operator(helm):
+    """operator.resyncIntervalSeconds becomes the DS_OPERATOR_RESYNC_INTERVAL it reads."""
+    for sets, want in [((), "60"), (("operator.resyncIntervalSeconds=15",), "15")]:
+        deployment = next(d for d in template(helm, *sets) if d["kind"] == "Deployment")
+        env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert {"name": "DS_OPERATOR_RESYNC_INTERVAL", "value": want} in env
+    proc = subprocess.run(
+        [helm, "template", "rel", str(CHART), "--set", "operator.resyncIntervalSeconds=0"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "resyncIntervalSeconds" in proc.stderr

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.kube import Cluster, cluster, durable_stream
+from testkit.kube import RESIZE_FORBIDDEN, Cluster, cluster, durable_stream, storage_class
 
 NS = "default"
 
@@ -107,3 +107,74 @@ def test_label_selectors_and_finalizers_and_garbage_collection(kube: Cluster):
     assert kube.get("ConfigMap", NS, "owner") is None
     assert kube.get("ConfigMap", NS, "child") is None  # collected with its owner
     assert kube.get("ConfigMap", NS, "other") is not None
+
+
+def pvc(name: str, size: str, storage_class: str | None = None) -> dict:
+    spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+
+
+def grow(kube: Cluster, name: str, size: str):
+    body = {"spec": {"resources": {"requests": {"storage": size}}}}
+    return kube.patch("PersistentVolumeClaim", NS, name, body)
+
+
+def test_a_claim_without_a_class_gets_the_default_one(kube: Cluster):
+    kube.create(pvc("defaulted", "1Gi")).raise_for_status()
+    assert kube.get("PersistentVolumeClaim", NS, "defaulted")["spec"]["storageClassName"] == (
+        "standard"
+    )
+    kube.create(pvc("static", "1Gi", storage_class="")).raise_for_status()  # "": no class, kept
+    assert kube.get("PersistentVolumeClaim", NS, "static")["spec"]["storageClassName"] == ""
+
+
+def test_growing_a_claim_needs_a_class_that_allows_expansion(kube: Cluster):
+    kube.create(storage_class("fixed", expandable=None)).raise_for_status()
+    kube.create(storage_class("fixed-false", expandable=False)).raise_for_status()
+    for name, cls in [("on-fixed", "fixed"), ("on-fixed-false", "fixed-false"), ("none", "")]:
+        kube.create(pvc(name, "1Gi", storage_class=cls)).raise_for_status()
+        r = grow(kube, name, "5Gi")
+        assert r.status_code == 403, (name, r.text)
+        assert r.json()["reason"] == "Forbidden" and RESIZE_FORBIDDEN in r.json()["message"]
+        live = kube.get("PersistentVolumeClaim", NS, name)
+        assert live["spec"]["resources"]["requests"]["storage"] == "1Gi"  # unchanged
+        # Only growth is refused: other changes, and the same size written again, pass.
+        assert grow(kube, name, "1024Mi").status_code == 200
+        labelled = {"metadata": {"labels": {"x": "y"}}}
+        assert kube.patch("PersistentVolumeClaim", NS, name, labelled).status_code == 200
+    # The standard class allows it; so does a class once expansion is switched on.
+    kube.create(pvc("on-standard", "1Gi")).raise_for_status()
+    assert grow(kube, "on-standard", "5Gi").status_code == 200
+    kube.patch("StorageClass", None, "fixed", {"allowVolumeExpansion": True}).raise_for_status()
+    assert grow(kube, "on-fixed", "5Gi").status_code == 200
+    assert kube.get("PersistentVolumeClaim", NS, "on-fixed")["spec"]["resources"]["requests"][
+        "storage"
+    ] == ("5Gi")
+
+
+def test_requests_are_recorded_as_rbac_verbs(kube: Cluster):
+    before = len(kube.api.requests)
+    kube.create(config_map("verbs")).raise_for_status()
+    kube.get("ConfigMap", NS, "verbs")
+    kube.list("ConfigMap", NS)
+    kube.patch("ConfigMap", NS, "verbs", {"data": {"a": "2"}}).raise_for_status()
+    kube.patch("DurableStream", NS, "sub", {"status": {"phase": "x"}}, status=True)
+    kube.delete("ConfigMap", NS, "verbs").raise_for_status()
+    kube.http.get("/api")  # discovery: no resource, no verb to grant
+    kube.http.get("/apis/streams.pyds.dev/v1alpha1")
+    assert kube.api.requests[-1].agent.startswith("python-httpx/")
+    assert [c[:3] for c in kube.api.requests[before:]] == [
+        ("create", "", "configmaps"),
+        ("get", "", "configmaps"),
+        ("list", "", "configmaps"),
+        ("patch", "", "configmaps"),
+        ("patch", "streams.pyds.dev", "durablestreams/status"),
+        ("delete", "", "configmaps"),
+    ]

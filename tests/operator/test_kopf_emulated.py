@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from stream_operator import KIND
 from testkit import wait_for
-from testkit.kube import Cluster, cluster, durable_stream
+from testkit.kube import Cluster, cluster, durable_stream, storage_class
 from testkit.kubelet import claim_volumes, statefulset_status
 from testkit.operator import running_operator
 
@@ -47,10 +49,34 @@ def condition(c: Cluster, name: str, ctype: str) -> dict[str, Any]:
     return {}
 
 
+RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
+
+
+def operator_calls(c: Cluster) -> set[tuple[str, str, str]]:
+    """What the operator (kopf and the handlers' client) asked of the API server."""
+    return {call[:3] for call in c.api.requests if not call.agent.startswith("python-httpx/")}
+
+
+def assert_role_grants_what_the_operator_did(c: Cluster) -> None:
+    """The ClusterRole the chart installs grants every request the operator made."""
+    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole")
+
+    def granted(verb: str, group: str, resource: str) -> bool:
+        return any(
+            group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+            for rule in role["rules"]
+        )
+
+    missing = sorted(call for call in operator_calls(c) if not granted(*call))
+    assert not missing, f"the operator's ClusterRole does not grant {missing}"
+
+
 @pytest.fixture
 def kube() -> Iterator[Cluster]:
-    with cluster() as c, running_operator(c):
-        yield c
+    with cluster() as c:
+        with running_operator(c):
+            yield c
+        assert_role_grants_what_the_operator_did(c)
 
 
 def test_create_renders_every_object_with_owner_references(kube: Cluster):
@@ -265,12 +291,159 @@ def test_operator_restart_touches_nothing_that_is_already_right():
                 if e["reason"] == "Created" and e["involvedObject"]["name"] == "events"
             ]
             assert len(created) == 5  # from the first run only
+            # Resyncs ran, and found nothing to correct: no write, no event.
+            rewritten = [
+                e
+                for e in kube.list("Event", NS)
+                if e["reason"] in ("Patched", "DriftCorrected", "Deleted")
+            ]
+            assert rewritten == []
             # And it is still watching: a change made now is carried out.
             kube.patch(KIND, NS, "events", {"spec": {"replicas": 3}})
             wait_for(
                 lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 3,
                 message="replicas 3 after the restart",
             )
+
+
+def pvc_sizes(kube: Cluster, name: str, replicas: int) -> list[str]:
+    return [
+        kube.get("PersistentVolumeClaim", NS, f"data-{name}-{i}")["spec"]["resources"]["requests"][
+            "storage"
+        ]
+        for i in range(replicas)
+    ]
+
+
+def test_growth_the_storage_class_cannot_make_is_reported_not_claimed(kube: Cluster):
+    """Issue 15, finding 1: a refused expansion must not read as applied and Ready."""
+    kube.create(storage_class("fixed", expandable=None)).raise_for_status()
+    spec = {"replicas": 2, "storage": {"size": "1Gi", "storageClassName": "fixed"}}
+    _ready(kube, "events", spec)
+    kube.patch(KIND, NS, "events", {"spec": {"storage": {"size": "5Gi"}}}).raise_for_status()
+    assert kube.get(KIND, NS, "events")["metadata"]["generation"] == 2
+    wait_for(
+        lambda: condition(kube, "events", "Accepted").get("reason") == "ExpansionNotAllowed",
+        message="Accepted=False, ExpansionNotAllowed",
+    )
+    accepted = condition(kube, "events", "Accepted")
+    assert accepted["status"] == "False"
+    assert "StorageClass fixed does not allow volume expansion" in accepted["message"]
+    assert "5Gi" in accepted["message"]
+    ready = condition(kube, "events", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ExpansionNotAllowed")
+    st = status_of(kube, "events")
+    assert st["phase"] == "Degraded" and st["observedGeneration"] == 1
+    assert pvc_sizes(kube, "events", 2) == ["1Gi", "1Gi"]
+    warnings = [
+        e
+        for e in kube.list("Event", NS)
+        if e["involvedObject"]["name"] == "events" and e["reason"] == "ExpansionNotAllowed"
+    ]
+    assert warnings and warnings[0]["type"] == "Warning"
+    # Status ticks and resyncs keep saying so; the operator never asks for what the
+    # API server would refuse.
+    time.sleep(2.5)
+    assert condition(kube, "events", "Accepted")["reason"] == "ExpansionNotAllowed"
+    assert status_of(kube, "events")["observedGeneration"] == 1
+    assert ("patch", "", "persistentvolumeclaims") not in operator_calls(kube)
+    # The administrator allows expansion: the next resync grows the volumes, and only
+    # then is generation 2 observed.
+    kube.patch("StorageClass", None, "fixed", {"allowVolumeExpansion": True}).raise_for_status()
+    wait_for(lambda: pvc_sizes(kube, "events", 2) == ["5Gi", "5Gi"], message="PVCs at 5Gi")
+    wait_for(
+        lambda: status_of(kube, "events").get("observedGeneration") == 2,
+        message="generation 2 observed",
+    )
+    assert condition(kube, "events", "Accepted")["status"] == "True"
+    assert status_of(kube, "events")["phase"] == "Ready"
+
+
+def test_a_change_the_api_server_refuses_is_reported_not_observed(kube: Cluster):
+    """Issue 15, finding 1: an API error during a reconcile is said, with its message."""
+    # A ServiceMonitor CRD whose schema refuses what the operator renders (422).
+    strict = {
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"jobLabel": {"type": "integer"}}}},
+    }
+    kube.install_servicemonitor_crd(strict)
+    kube.create(durable_stream("events", {"metrics": {"serviceMonitor": {"enabled": True}}}))
+    wait_for(
+        lambda: condition(kube, "events", "Accepted").get("reason") == "ApplyFailed",
+        message="Accepted=False, ApplyFailed",
+    )
+    accepted = condition(kube, "events", "Accepted")
+    assert accepted["status"] == "False" and "422" in accepted["message"]
+    assert "jobLabel" in accepted["message"]
+    assert "observedGeneration" not in status_of(kube, "events")  # nothing applied yet
+    off = {"metrics": {"serviceMonitor": {"enabled": False}}}
+    kube.patch(KIND, NS, "events", {"spec": off}).raise_for_status()
+    wait_for(
+        lambda: status_of(kube, "events").get("observedGeneration") == 2,
+        message="generation 2 observed",
+    )
+    assert condition(kube, "events", "Accepted")["status"] == "True"
+
+
+def test_drift_is_corrected(kube: Cluster):
+    """Issue 15, finding 2: a deleted Service comes back, a hand-made scale is undone."""
+    _ready(kube, "events", {"replicas": 2})
+    service = kube.get("Service", NS, "events")
+    kube.delete("Service", NS, "events").raise_for_status()
+    back = wait_for(
+        lambda: (
+            (s := kube.get("Service", NS, "events"))
+            and s["metadata"]["uid"] != service["metadata"]["uid"]
+            and s
+        ),
+        message="the client Service recreated",
+    )
+    assert back["spec"] == service["spec"]
+    kube.patch("StatefulSet", NS, "events", {"spec": {"replicas": 0}}).raise_for_status()
+    wait_for(
+        lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 2,
+        message="replicas back at 2",
+    )
+    corrected = [
+        e
+        for e in kube.list("Event", NS)
+        if e["reason"] == "DriftCorrected" and e["involvedObject"]["name"] == "events"
+    ]
+    assert any("spec.replicas" in e["message"] for e in corrected), corrected
+    assert corrected[0]["type"] == "Warning"
+
+
+def test_a_servicemonitor_no_longer_rendered_is_deleted(kube: Cluster):
+    """Issue 15, finding 3: what the operator stops rendering goes; nothing else does."""
+    kube.install_servicemonitor_crd()
+    _ready(kube, "events", {"metrics": {"serviceMonitor": {"enabled": True}}})
+    monitor = wait_for(lambda: kube.get("ServiceMonitor", NS, "events"), message="ServiceMonitor")
+    # Same labels, made by hand (no owner reference): not the operator's to delete.
+    hand_made = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {
+            "name": "events-by-hand",
+            "namespace": NS,
+            "labels": monitor["metadata"]["labels"],
+        },
+        "spec": monitor["spec"],
+    }
+    kube.create(hand_made).raise_for_status()
+    off = {"metrics": {"serviceMonitor": {"enabled": False}}}
+    kube.patch(KIND, NS, "events", {"spec": off}).raise_for_status()
+    wait_for(lambda: kube.get("ServiceMonitor", NS, "events") is None, message="it is deleted")
+    assert kube.get("ServiceMonitor", NS, "events-by-hand") is not None
+    assert kube.get("Service", NS, "events") is not None  # still rendered, kept
+    deleted = [
+        e
+        for e in kube.list("Event", NS)
+        if e["reason"] == "Deleted" and e["involvedObject"]["name"] == "events"
+    ]
+    assert [e["message"] for e in deleted] == ["deleted ServiceMonitor events: no longer rendered"]
+    # Turned on again, it comes back.
+    kube.patch(KIND, NS, "events", {"spec": {"metrics": {"serviceMonitor": {"enabled": True}}}})
+    wait_for(lambda: kube.get("ServiceMonitor", NS, "events"), message="ServiceMonitor again")
 
 
 ANALYTICS = {

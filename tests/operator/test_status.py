@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stream_operator.status import analytics_condition, compute_status
+from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
 
 
 def sts(replicas=3, ready=3, updated=3, generation=2, observed=2, cur="r1", upd="r1"):
@@ -24,7 +24,7 @@ def conds(status):
 
 
 def test_no_statefulset_yet_is_pending():
-    s = compute_status(spec={}, generation=1, statefulset=None, endpoint="e")
+    s = compute_status(spec={}, generation=1, statefulset=None, endpoint="e", outcome=Outcome())
     assert s["phase"] == "Pending" and s["readyReplicas"] == 0
     assert conds(s)["Ready"][0] == "False" and s["observedGeneration"] == 1
 
@@ -53,10 +53,57 @@ def test_lost_pod_is_degraded():
 
 def test_refused_change_is_said():
     s = compute_status(
-        spec={"replicas": 3}, generation=5, statefulset=sts(), endpoint="e", refused="cannot shrink"
+        spec={"replicas": 3},
+        generation=5,
+        statefulset=sts(),
+        endpoint="e",
+        outcome=Outcome("ChangeRefused", "cannot shrink"),
+        previous={"observedGeneration": 4},
     )
     assert conds(s)["Accepted"] == ("False", "ChangeRefused")
     assert s["phase"] == "Degraded"
+    assert s["observedGeneration"] == 4  # generation 5 was not applied
+
+
+def test_a_failed_change_is_not_ready_and_not_observed():
+    """The pods serve, but the spec was not carried out: Ready=False with the reason."""
+    failed = Outcome("ExpansionNotAllowed", "StorageClass fixed does not allow volume expansion")
+    s = compute_status(
+        spec={"replicas": 3},
+        generation=2,
+        statefulset=sts(),
+        endpoint="e",
+        outcome=failed,
+        previous={"observedGeneration": 1},
+    )
+    assert conds(s)["Accepted"] == ("False", "ExpansionNotAllowed")
+    assert conds(s)["Ready"] == ("False", "ExpansionNotAllowed")
+    assert s["phase"] == "Degraded" and s["observedGeneration"] == 1
+    ready = next(c for c in s["conditions"] if c["type"] == "Ready")
+    assert "does not allow volume expansion" in ready["message"]
+    # Observing the pods again (no reconcile) keeps the outcome and the generation.
+    again = compute_status(
+        spec={"replicas": 3}, generation=2, statefulset=sts(), endpoint="e", previous=s
+    )
+    assert conds(again)["Accepted"] == ("False", "ExpansionNotAllowed")
+    assert again["observedGeneration"] == 1 and again["phase"] == "Degraded"
+    assert same_status(again, s)
+    # Once applied, the generation is observed and the status is Ready.
+    done = compute_status(
+        spec={"replicas": 3},
+        generation=2,
+        statefulset=sts(),
+        endpoint="e",
+        outcome=Outcome(),
+        previous=s,
+    )
+    assert done["observedGeneration"] == 2 and done["phase"] == "Ready"
+    assert conds(done)["Accepted"] == ("True", "Applied") and not same_status(done, s)
+
+
+def test_before_any_reconcile_nothing_is_claimed():
+    s = compute_status(spec={}, generation=1, statefulset=None, endpoint="e")
+    assert "observedGeneration" not in s and "Accepted" not in conds(s)
 
 
 def test_transition_times_are_kept_while_the_status_holds():
