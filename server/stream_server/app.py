@@ -3,7 +3,8 @@
 Requests under the stream base path go straight to the protocol handlers;
 health, readiness (and metrics) are small Starlette routes beside them. The
 lifespan opens the store (running recovery) and closes it with a final
-checkpoint.
+checkpoint; live reads are ended before that, as soon as the server begins to
+stop (``end_live_reads``).
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class StreamServerApp:
                 failed=lambda: bool(self.store.failed),
             )
         self.web = Starlette(routes=routes, lifespan=self.lifespan)
+        self.stopping = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._headers_too_large(scope):
@@ -207,6 +209,20 @@ class StreamServerApp:
             await self.store.stop()
             log.info("stopped cleanly")
 
+    def end_live_reads(self) -> None:
+        """Answer every long-poll as on its timeout and end every SSE response after
+        its last control event, now and for live reads that arrive from here on.
+
+        Called as soon as the server begins to stop: uvicorn waits for open
+        responses before it runs the lifespan's shutdown, and a live read stays
+        open until its timeout, so ending them there would be too late.
+        """
+        self.stopping = True
+        live = sum(self.streams.live_readers.values())
+        if live:
+            log.info("shutting down: ending %d live reads", live)
+        self.store.release_waiters()
+
     async def metrics_endpoint(self, request: Request) -> Response:
         assert self.metrics is not None
         # Scrape-time gauges stat the data directory: keep that off the event loop.
@@ -219,7 +235,9 @@ class StreamServerApp:
     async def readyz(self, request: Request) -> JSONResponse:
         """Ready: recovery finished, storage has not failed closed, data dir writable."""
         problems = []
-        if not self.store.ready:
+        if self.stopping:
+            problems.append("shutting down")
+        elif not self.store.ready:
             problems.append("recovery not finished")
         if self.store.failed:
             problems.append(f"storage failed closed: {self.store.failed}")

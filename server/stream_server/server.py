@@ -6,10 +6,11 @@ import asyncio
 import importlib.util
 import logging
 import resource
+import socket
 
 import uvicorn
 
-from stream_server.app import create_app
+from stream_server.app import StreamServerApp, create_app
 from stream_server.auth import AuthConfigError
 from stream_server.config import Settings
 from stream_server.logs import configure
@@ -20,6 +21,11 @@ log = logging.getLogger("stream_server")
 # up to 256 open segments, LMDB, the WAL, reader threads, logs.
 FILE_RESERVE = 512
 MIN_CONNECTIONS = 16
+# Shutdown: connections still busy ABORT_AFTER seconds after it began are reset, so
+# their requests finish (a send to a reset connection returns at once) before
+# uvicorn cancels what is left at SHUTDOWN_GRACE, well inside a pod's grace period.
+ABORT_AFTER = 3.0
+SHUTDOWN_GRACE = 5  # seconds (uvicorn takes an int)
 
 
 def serve(settings: Settings) -> int:
@@ -44,7 +50,7 @@ def serve(settings: Settings) -> int:
         lifespan="on",
         access_log=False,
         log_config=log_config,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
         server_header=False,
         ssl_certfile=settings.tls_cert or None,
         ssl_keyfile=settings.tls_key or None,
@@ -52,9 +58,41 @@ def serve(settings: Settings) -> int:
         timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )
-    server = uvicorn.Server(config)
+    server = StreamServer(config, app)
     server.run()
     return 0 if server.started else 1
+
+
+class StreamServer(uvicorn.Server):
+    """Uvicorn's server, which ends live reads the moment shutdown begins.
+
+    Uvicorn closes idle connections, then waits for busy ones (up to its
+    graceful timeout) and only then runs the app's lifespan shutdown. A
+    long-poll or SSE reader is busy until its timeout, so without this every
+    stop would wait out the graceful timeout and cancel the readers mid-wait,
+    each with a ``CancelledError`` traceback.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: StreamServerApp) -> None:
+        super().__init__(config)
+        self.stream_app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stream_app.end_live_reads()
+        backstop = asyncio.get_running_loop().call_later(ABORT_AFTER, self._abort_busy)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            backstop.cancel()
+
+    def _abort_busy(self) -> None:
+        """Reset the connections still open: a response the client does not read
+        (or a request it does not finish sending) must not hold the process."""
+        busy = [c for c in self.server_state.connections if hasattr(c, "abort")]
+        if busy:
+            log.warning("shutting down: resetting %d connections still busy", len(busy))
+        for connection in busy:
+            connection.abort()
 
 
 def http_protocol(settings: Settings) -> tuple[type[asyncio.Protocol] | str, int | None]:

@@ -145,7 +145,12 @@ class StreamStore:
         self.json.close()
 
     def release_waiters(self) -> None:
-        """End every live reader's wait as if it had timed out (used on shutdown)."""
+        """End every live reader's wait as if it had timed out, and later waits at once.
+
+        The server calls this as soon as it begins to stop, before it waits for
+        open responses: a reader still waiting would hold the shutdown up.
+        """
+        self.ready = False
         self.live.release()
 
     # ---------------------------------------------------------- read-only queries

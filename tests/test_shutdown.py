@@ -1,0 +1,131 @@
+"""SIGTERM with live readers connected: the pod must stop well within its grace period.
+
+Uvicorn waits for open connections before it runs the app's shutdown, so a
+long-poll or SSE reader that the server does not end itself would hold the
+process for the whole graceful-shutdown timeout, and then be cancelled with a
+traceback in the log. These tests hold readers far longer than the time the
+process is given to exit.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+
+import httpx
+
+TEXT = {"Content-Type": "text/plain"}
+# Far longer than the exit is allowed to take: an exit that waits for a reader fails.
+LIVE_SECONDS = "60"
+EXIT_WITHIN = 10.0
+
+
+def raw_get(port: int, target: str) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=EXIT_WITHIN + 5)
+    s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return s
+
+
+def read_until_closed(s: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (or the socket times out)."""
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except TimeoutError:
+        pass
+    finally:
+        s.close()
+    return out
+
+
+def dechunk(body: bytes) -> bytes:
+    """A chunked body's content; AssertionError unless it ends with the last chunk."""
+    out = b""
+    while True:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert rest == b"\r\n", body
+            return out
+        out += rest[:size]
+        body = rest[size + 2 :]
+
+
+def live_gauge(srv, mode: str) -> float:
+    for line in httpx.get(f"{srv.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(f'durable_streams_live_readers{{mode="{mode}"}}'):
+            return float(line.split()[-1])
+    raise AssertionError("ds_live_readers gauge missing")
+
+
+def wait_for(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_sigterm_ends_live_readers_at_once(server_factory):
+    srv = server_factory(
+        "--long-poll-timeout", LIVE_SECONDS, "--sse-reconnect-interval", LIVE_SECONDS,
+    ).start()  # fmt: skip
+    assert httpx.put(f"{srv.base}s", headers=TEXT, content=b"hello").status_code == 201
+    sse = raw_get(srv.port, "/v1/stream/s?offset=now&live=sse")
+    long_poll = raw_get(srv.port, "/v1/stream/s?offset=now&live=long-poll")
+    gone = raw_get(srv.port, "/v1/stream/s?offset=now&live=sse")
+    wait_for(lambda: live_gauge(srv, "sse") == 2 and live_gauge(srv, "long-poll") == 1, 10)
+    gone.close()  # this reader's client goes away: its slot is freed without waiting
+    wait_for(lambda: live_gauge(srv, "sse") == 1, 5)
+
+    assert srv.proc is not None
+    started = time.monotonic()
+    srv.proc.terminate()
+    sse_reply = read_until_closed(sse)
+    long_poll_reply = read_until_closed(long_poll)
+    status = srv.proc.wait(timeout=EXIT_WITHIN + 20)
+    took = time.monotonic() - started
+
+    log = srv.log()
+    assert took < EXIT_WITHIN, f"exit took {took:.1f} s:\n{log}"
+    assert status in (0, -signal.SIGTERM), log  # uvicorn re-raises the signal it handled
+    # The long-poll is answered as on its timeout: 204, up to date, with a cursor.
+    head = long_poll_reply.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.startswith(b"http/1.1 204"), long_poll_reply
+    assert b"stream-up-to-date: true" in head
+    assert b"stream-next-offset: " in head and b"stream-cursor: " in head
+    # The SSE stream ends with a control event, and its chunked body is terminated.
+    assert sse_reply.startswith(b"HTTP/1.1 200"), sse_reply
+    events = dechunk(sse_reply.split(b"\r\n\r\n", 1)[1]).split(b"\n\n")
+    assert events[-1] == b"" and events[-2].startswith(b"event: control\n"), sse_reply
+    assert "Traceback" not in log and "CancelledError" not in log, log
+    assert "stopped cleanly" in log, log
+
+
+def test_sigterm_does_not_wait_for_a_request_that_never_finishes(server_factory):
+    """The backstop: a connection still busy shortly after shutdown began is reset, so its
+    request ends before uvicorn would cancel it (and log the cancellation)."""
+    srv = server_factory("--body-timeout", LIVE_SECONDS).start()
+    assert httpx.put(f"{srv.base}s", headers=TEXT).status_code == 201
+    stalled = socket.create_connection(("127.0.0.1", srv.port), timeout=EXIT_WITHIN + 5)
+    stalled.sendall(
+        b"POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        b"Content-Length: 100\r\n\r\nonly part"
+    )
+    time.sleep(0.5)  # the request is in the app, waiting for the rest of its body
+    assert srv.proc is not None
+    started = time.monotonic()
+    srv.proc.terminate()
+    status = srv.proc.wait(timeout=EXIT_WITHIN + 20)
+    took = time.monotonic() - started
+    stalled.close()
+    log = srv.log()
+    assert took < EXIT_WITHIN, f"exit took {took:.1f} s:\n{log}"
+    assert status in (0, -signal.SIGTERM), log
+    assert "resetting 1 connections still busy" in log, log
+    assert "Traceback" not in log and "CancelledError" not in log, log
+    assert "stopped cleanly" in log, log
+    # Nothing of the unfinished append was stored.
+    srv2 = server_factory(data_dir=srv.data_dir).start()
+    assert httpx.get(f"{srv2.base}s", params={"offset": "-1"}).content == b""
