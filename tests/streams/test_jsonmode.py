@@ -130,6 +130,15 @@ def test_large_bodies_are_split_in_a_worker_process():
         asyncio.run(refused(b"[" + b"1," * INLINE_MAX_BYTES + b"1e400]"))
 
 
+def test_a_body_split_late_is_split_on_the_loop_only_when_small():
+    splitter = JsonSplitter(max_messages=10**6)
+    small = b"[1,2]"
+    assert splitter.split_now(small, allow_empty_array=False) == [b"1", b"2"]
+    large = b"[" + b"1," * INLINE_MAX_BYTES + b"1]"
+    with pytest.raises(Unavailable, match="retry"):
+        splitter.split_now(large, allow_empty_array=False)
+
+
 def _worker_pid() -> int:
     import os
 

@@ -256,7 +256,11 @@ class JsonSplitter:
         return await self._split_in_worker(body, allow_empty_array=allow_empty_array)
 
     def split_now(self, body: bytes, *, allow_empty_array: bool) -> list[bytes]:
-        """On the loop, whatever the body: only for a body the store could not split ahead."""
+        """On the loop, for a body the store could not split ahead (the stream was
+        replaced while it waited): a small body only, as for ``split``. A large one
+        would stall every other client, so that rare race asks the client to retry."""
+        if len(body) > INLINE_MAX_BYTES:
+            raise Unavailable("the stream changed while the JSON body was parsed; retry")
         return split_messages(
             body, allow_empty_array=allow_empty_array, max_messages=self.max_messages
         )
