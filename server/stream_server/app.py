@@ -16,7 +16,9 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from dataclasses import fields
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -29,10 +31,12 @@ from stream_server.config import Settings
 from stream_server.engine import Engine
 from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
-from stream_server.protocol.handlers import ProtocolSettings, StreamRoutes
+from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.ratelimit import RateLimiter
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
+
+T = TypeVar("T")
 
 log = logging.getLogger("stream_server")
 
@@ -68,23 +72,13 @@ class StreamServerApp:
             else None
         )
         self.streams = StreamRoutes(
-            self.store,
-            ProtocolSettings(
-                base_path=settings.base_path,
-                long_poll_timeout=settings.long_poll_timeout,
-                sse_reconnect_interval=settings.sse_reconnect_interval,
-                max_body_bytes=settings.max_body_bytes,
-                max_read_bytes=settings.max_read_bytes,
-                max_path_bytes=settings.max_path_bytes,
-                slow_append_seconds=settings.slow_append_seconds,
-                max_live_readers=settings.max_live_readers,
-                max_live_readers_per_client=settings.max_live_readers_per_client,
-                body_timeout=settings.body_timeout,
-                min_body_rate=settings.min_body_rate,
-            ),
-            self.metrics,
-            auth=auth,
-            limiter=limiter,
+            Context(
+                self.store,
+                same_named(ProtocolSettings, settings),
+                self.metrics,
+                auth=auth,
+                limiter=limiter,
+            )
         )
         self.base = settings.base_path
         self.base_bare = settings.base_path.rstrip("/")
@@ -261,3 +255,10 @@ def _writable(path) -> bool:
 
 def create_app(settings: Settings | None = None) -> StreamServerApp:
     return StreamServerApp(settings or Settings())
+
+
+def same_named(cls: type[T], settings: Settings) -> T:
+    """``cls`` (a dataclass) with every field the settings also have taken from them,
+    so that a setting added to both can never be left at the layer's own default."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{name: getattr(settings, name) for name in names if hasattr(settings, name)})

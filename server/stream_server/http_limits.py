@@ -283,14 +283,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.scope["extensions"] = self._extensions
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        headers = self.headers
-        if len(headers) >= self.max_headers:
+        if len(self.headers) >= self.max_headers:
             self._refuse(HEAD_TOO_LARGE)
             raise HeadRefused
-        name = name.lower()
-        if name == b"expect" and value.lower() == b"100-continue":
-            self.expect_100_continue = True
-        headers.append((name, value))
+        HttpToolsProtocol.on_header(self, name, value)
 
     def on_headers_complete(self) -> None:
         self._in_head = False

@@ -27,7 +27,7 @@ import lmdb
 
 from stream_format import index
 from stream_format import wal as walmod
-from stream_format.layout import CURRENT, Layout
+from stream_format.layout import Layout
 from stream_format.meta import DB_INDEX
 from stream_format.records import (
     FLAG_PRODUCER,
@@ -48,7 +48,7 @@ from stream_server.engine.errors import (
     from_lmdb_error,
     from_os_error,
 )
-from stream_server.engine.layout import prepare, upgrade, wal_headerless
+from stream_server.engine.layout import prepare, retire_wal, wal_headerless
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.ops import Op
 from stream_server.engine.recovery import LoadedState, Recovery, RecoveryReport
@@ -105,17 +105,7 @@ class Engine:
         )
         state, report = recovery.run()
         self.tails, self.damaged, self.lsn = state.tails, recovery.damaged, recovery.lsn
-        old = walmod.wal_files(self.layout.wal)
-        number = max((walmod.file_number(p) for p in old), default=0) + 1
-        for path in old:
-            fsio.unlink(path)
-        if found != CURRENT:
-            # The old format's WAL files must be gone for good before the version
-            # file says the directory is of the new format.
-            fsio.fsync_dir(self.layout.wal)
-            upgrade(self.layout, found)
-            log.info("data format %d raised to %d", found.write, CURRENT.write)
-        self.wal = WalWriter(self.layout.wal, number)
+        self.wal = WalWriter(self.layout.wal, retire_wal(self.layout, found))
         report.seconds = time.monotonic() - started
         return state, report
 

@@ -105,10 +105,6 @@ def size(fd: int) -> int:
     return os.fstat(fd).st_size
 
 
-def read_file(path: Path) -> bytes:
-    return Path(path).read_bytes()
-
-
 def fdatasync(fd: int) -> None:
     os.fdatasync(fd)
     if _recorder is not None:

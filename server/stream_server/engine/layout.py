@@ -10,11 +10,15 @@ its WAL (``upgrade``).
 
 from __future__ import annotations
 
+import logging
+
 from stream_format import wal as walmod
 from stream_format.layout import CURRENT, VERSION_FILE, DataFormat, FormatError, Layout
 from stream_server.engine import fsio
 
 LayoutError = FormatError  # the name the server's start-up reports
+
+log = logging.getLogger("stream_server.engine")
 
 
 def prepare(layout: Layout) -> DataFormat:
@@ -47,6 +51,22 @@ def prepare(layout: Layout) -> DataFormat:
 def wal_headerless(found: DataFormat) -> bool:
     """Format 1's WAL files have no header."""
     return found.write < 2
+
+
+def retire_wal(layout: Layout, found: DataFormat) -> int:
+    """Delete the WAL files recovery has replayed, raise an older format to the
+    current one, and return the number of the next WAL file."""
+    old = walmod.wal_files(layout.wal)
+    number = max((walmod.file_number(p) for p in old), default=0) + 1
+    for path in old:
+        fsio.unlink(path)
+    if found != CURRENT:
+        # The old format's WAL files must be gone for good before the version
+        # file says the directory is of the new format.
+        fsio.fsync_dir(layout.wal)
+        upgrade(layout, found)
+        log.info("data format %d raised to %d", found.write, CURRENT.write)
+    return number
 
 
 def upgrade(layout: Layout, found: DataFormat) -> None:

@@ -1,6 +1,6 @@
 """The protocol's entry point: one ASGI app that routes each request to its operation.
 
-``StreamRoutes`` is the public face (``app`` builds it from ``ProtocolSettings``);
+``StreamRoutes`` is the public face (``app`` builds it over a ``Context``);
 it does what every request needs, in order: a send that gives up on clients
 that stop reading, the stream path (400 when malformed or past its length limits),
 CORS preflight, admission (auth and rate limits), the reserved ``__ds``
@@ -16,8 +16,6 @@ import asyncio
 from collections.abc import MutableMapping
 from typing import Any
 
-from stream_server.auth import TokenAuth
-from stream_server.metrics import Metrics
 from stream_server.protocol import admission, append, create, reads
 from stream_server.protocol.context import Context, ProtocolSettings, raw_path
 from stream_server.protocol.http import (
@@ -31,24 +29,14 @@ from stream_server.protocol.http import (
 )
 from stream_server.protocol.paths import is_reserved
 from stream_server.protocol.refusals import error_response
-from stream_server.ratelimit import RateLimiter
 from stream_server.streams.errors import StreamError
-from stream_server.streams.store import StreamStore
 
 
 class StreamRoutes:
     """The ASGI app for everything below the stream base path."""
 
-    def __init__(
-        self,
-        store: StreamStore,
-        settings: ProtocolSettings,
-        metrics: Metrics | None = None,
-        *,
-        auth: TokenAuth | None = None,
-        limiter: RateLimiter | None = None,
-    ) -> None:
-        self.context = Context(store, settings, metrics, auth=auth, limiter=limiter)
+    def __init__(self, context: Context) -> None:
+        self.context = context
         self.live_readers = self.context.slots.by_mode  # read by the metrics gauge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -132,4 +120,4 @@ def _bounded(scope: Scope, send: Send, timeout: float) -> Send:
     return bounded
 
 
-__all__ = ["ProtocolSettings", "StreamRoutes"]
+__all__ = ["Context", "ProtocolSettings", "StreamRoutes"]
