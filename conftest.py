@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+import socket
 import subprocess
 from pathlib import Path
 
@@ -126,3 +128,24 @@ def stream_state(url: str) -> tuple:
         h.headers.get("stream-closed"),
         hashlib.sha256(body).hexdigest(),
     )
+
+
+def live_gauge(srv: ServerProcess, mode: str) -> float:
+    """The server's live-readers gauge for ``mode`` (long-poll or sse), from /metrics."""
+    text = httpx.get(f"{srv.url}/metrics", timeout=10).text
+    m = re.search(rf'durable_streams_live_readers{{mode="{mode}"}} ([0-9.e+]+)', text)
+    assert m, text[:2000]
+    return float(m.group(1))
+
+
+def raw_get(
+    port: int, target: str, *, rcvbuf: int | None = None, timeout: float | None = None
+) -> socket.socket:
+    """A GET sent on a raw socket, left for the test to read (or never to)."""
+    s = socket.socket()
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(timeout)
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return s

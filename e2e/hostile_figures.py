@@ -28,7 +28,7 @@ DEADLINE = 3.0  # --header-timeout, --keep-alive-timeout and --body-timeout for 
 
 def rss_mib(child: Child) -> float:
     assert child.proc is not None
-    return rss_bytes(child.proc.pid) / MiB
+    return rss_bytes(child.proc.pid, children=True) / MiB
 
 
 def request(port: int, method: str, path: str, body: bytes = b"", **headers: str) -> int:
@@ -159,7 +159,7 @@ def main() -> None:
         child.stop()
 
     print(f"server with --header-timeout/--keep-alive-timeout/--body-timeout {DEADLINE:g}")
-    print("| request | answer | seconds | server RSS after (MiB) |")
+    print("| request | answer | seconds | RSS after, server and its JSON worker (MiB) |")
     print("|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")

@@ -15,7 +15,8 @@ import httpx
 
 from stream_operator import KIND
 from testkit import wait_for as _wait_for
-from testkit.kube import Cluster, cluster, durable_stream
+from testkit.cluster import Cluster, cluster
+from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
 

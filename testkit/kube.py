@@ -36,23 +36,17 @@ and any controller (no pods appear; tests play the controllers).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import datetime
-import json
-import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import httpx
 import jsonpatch
 import jsonpointer
 import jsonschema
 import kmock
-import yaml
 from kmock._internal import dicts, enums, rendering
 from kubernetes.utils import parse_quantity
 
@@ -462,144 +456,3 @@ def openapi_as_jsonschema(schema: Any) -> Any:
     if isinstance(schema, list):
         return [openapi_as_jsonschema(v) for v in schema]
     return schema
-
-
-# -- running it ----------------------------------------------------------------------------
-
-
-class Cluster:
-    """A running ``ApiServer`` on a real port (in its own thread) and a REST client for it."""
-
-    def __init__(self) -> None:
-        self.api = ApiServer()
-        self.url = ""
-        self.http: httpx.Client | None = None
-
-    @staticmethod
-    def path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
-        group, version, plural = KINDS[kind]
-        base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
-        if namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{plural}"
-        return f"{base}/{name}" if name else base
-
-    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        r = self.http.get(self.path(kind, namespace, name))
-        if r.status_code == 404:
-            return None
-        r.raise_for_status()
-        return r.json()
-
-    def list(self, kind: str, namespace: str | None = None, selector: str = "") -> list[dict]:
-        params = {"labelSelector": selector} if selector else {}
-        r = self.http.get(self.path(kind, namespace), params=params)
-        if r.status_code == 404:
-            return []
-        r.raise_for_status()
-        return r.json()["items"]
-
-    def create(self, obj: dict[str, Any]) -> httpx.Response:
-        namespace = obj["metadata"].get("namespace")
-        return self.http.post(self.path(obj["kind"], namespace), json=obj)
-
-    def patch(
-        self, kind: str, namespace: str | None, name: str, body: Any, *, status: bool = False
-    ) -> httpx.Response:
-        url = self.path(kind, namespace, name) + ("/status" if status else "")
-        headers = {"Content-Type": "application/merge-patch+json"}
-        return self.http.patch(url, json=body, headers=headers)
-
-    def delete(self, kind: str, namespace: str | None, name: str) -> httpx.Response:
-        return self.http.delete(self.path(kind, namespace, name))
-
-    def install_spark_operator_crd(self) -> None:
-        """The Spark Operator's ScheduledSparkApplication CRD, with its published schema."""
-        published = json.loads(SPARK_CRD_SCHEMA.read_text())
-        self.create(
-            {
-                "apiVersion": "apiextensions.k8s.io/v1",
-                "kind": "CustomResourceDefinition",
-                "metadata": {"name": "scheduledsparkapplications.sparkoperator.k8s.io"},
-                "spec": {
-                    "group": "sparkoperator.k8s.io",
-                    "scope": "Namespaced",
-                    "names": {
-                        "kind": "ScheduledSparkApplication",
-                        "plural": "scheduledsparkapplications",
-                        "singular": "scheduledsparkapplication",
-                    },
-                    "versions": [
-                        {
-                            "name": "v1beta2",
-                            "served": True,
-                            "storage": True,
-                            "subresources": {"status": {}},
-                            "schema": {"openAPIV3Schema": published["openAPIV3Schema"]},
-                        }
-                    ],
-                },
-            }
-        ).raise_for_status()
-
-    def install_servicemonitor_crd(self, schema: dict[str, Any] | None = None) -> None:
-        """The Prometheus Operator's ServiceMonitor CRD; objects are validated only against
-        ``schema`` (an openAPIV3Schema) when one is given."""
-        version: dict[str, Any] = {"name": "v1", "served": True, "storage": True}
-        if schema is not None:
-            version["schema"] = {"openAPIV3Schema": schema}
-        self.create(
-            {
-                "apiVersion": "apiextensions.k8s.io/v1",
-                "kind": "CustomResourceDefinition",
-                "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-                "spec": {
-                    "group": "monitoring.coreos.com",
-                    "scope": "Namespaced",
-                    "names": {
-                        "kind": "ServiceMonitor",
-                        "plural": "servicemonitors",
-                        "singular": "servicemonitor",
-                    },
-                    "versions": [version],
-                },
-            }
-        ).raise_for_status()
-
-    def install_crd_file(self, path: Path) -> None:
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                self.create(doc).raise_for_status()
-
-
-@contextmanager
-def cluster() -> Iterator[Cluster]:
-    """An API server with the DurableStream CRD installed, for the length of the block.
-
-    It has a default StorageClass, ``standard``, that allows volume expansion, as
-    most managed clusters do; a test adds a class without expansion where it needs one.
-    """
-    c = Cluster()
-    started = threading.Event()
-    loop = asyncio.new_event_loop()
-    stop = asyncio.Event()
-
-    async def serve() -> None:
-        async with c.api, kmock.Server(c.api) as server:
-            c.url = str(server.url).rstrip("/")
-            started.set()
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the emulated API server did not start")
-    c.http = httpx.Client(base_url=c.url, timeout=10)
-    try:
-        c.install_crd_file(CRD_FILE)
-        c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
-        yield c
-    finally:
-        c.http.close()
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(10)

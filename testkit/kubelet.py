@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from testkit import free_port
-from testkit.kube import Cluster
+from testkit.cluster import Cluster
 
 
 def claim_volumes(cluster: Cluster, sts: dict[str, Any]) -> None:

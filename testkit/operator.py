@@ -1,4 +1,4 @@
-"""Run the real kopf operator, with its real handlers, against a ``testkit.kube.Cluster``.
+"""Run the real kopf operator, with its real handlers, against a ``testkit.cluster.Cluster``.
 
 kopf runs in its own thread and event loop (on stop it cancels tasks it did
 not create, so it must not share pytest's loop); the handlers' kubernetes
@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from testkit.kube import Cluster
+from testkit.cluster import Cluster
 
 # Status refreshes every second in tests instead of every five, and every
 # DurableStream is reconciled again (drift undone) every second instead of every minute.

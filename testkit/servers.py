@@ -80,15 +80,20 @@ def die_with_parent() -> None:
         _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def rss_bytes(pid: int) -> int:
-    """A process's resident set size (VmRSS), 0 when it cannot be read."""
+def rss_bytes(pid: int, *, children: bool = False) -> int:
+    """A process's resident set size (VmRSS), 0 when it cannot be read; with
+    ``children``, its descendants' too (the server's JSON worker, say)."""
+    total = 0
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+                total = int(line.split()[1]) * 1024
+        if children:
+            for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+                total += rss_bytes(int(child), children=True)
     except OSError:
         pass
-    return 0
+    return total
 
 
 class Child:

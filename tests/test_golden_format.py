@@ -14,8 +14,7 @@ import httpx
 
 from stream_format.layout import CURRENT
 from stream_server.streams.store import StreamStore
-from stream_spark._plan import Selection, batch_ranges, plan
-from stream_spark._reader import MetaReader, read_slice
+from testkit.spark_rows import every_stream
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = FIXTURES / "golden-v1"
@@ -61,7 +60,7 @@ def test_the_server_reads_the_golden_v1_directory_exactly(tmp_path):
     # and the Spark reader still reads it: only writers see what format 2 changed.
     assert (GOLDEN / "FORMAT").read_text() == "durable-streams-py data format 1\n"
     assert (data / "FORMAT").read_text() == CURRENT.text()
-    assert read_all(data) == read_all(GOLDEN)
+    assert every_stream(data) == every_stream(GOLDEN)
 
 
 def test_a_server_serves_the_golden_v1_directory(server_factory, tmp_path):
@@ -88,22 +87,8 @@ def test_a_server_serves_the_golden_v1_directory(server_factory, tmp_path):
         assert r.status_code == 204
 
 
-def read_all(data: Path) -> tuple[dict[str, list[bytes]], dict[str, bool]]:
-    """Every stream's rows as the Spark reader reads them, and which are JSON."""
-    got: dict[str, list[bytes]] = {}
-    with MetaReader(data) as meta:
-        cut = meta.cut()
-        kinds = {path: info.is_json for path, info in cut.streams.items()}
-        for part in plan(cut, meta, batch_ranges(cut, Selection())):
-            for sl in part:
-                got.setdefault(sl.stream, []).extend(
-                    bytes(row.payload) for row in read_slice(data, sl)
-                )
-    return got, kinds
-
-
 def test_the_spark_reader_reads_the_golden_v1_directory_exactly():
-    got, kinds = read_all(GOLDEN)
+    got, kinds = every_stream(GOLDEN)
     assert sorted(got) == sorted(EXPECTED)
     for path, want in EXPECTED.items():
         content = got[path] if kinds[path] else b"".join(got[path])

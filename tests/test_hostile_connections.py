@@ -1,5 +1,8 @@
 """Hostile connection shapes against real servers: what one connection may cost.
 
+Over 400 lines on purpose: one test per connection-level limit, over the same raw
+socket helpers.
+
 Each test plays a client that never finishes something (a head, a body, a
 read) or holds many connections, and checks that the server bounds the cost
 (``stream_server.http_limits``, ``read_body``): memory stays flat, the
@@ -25,6 +28,7 @@ import pytest
 
 from stream_server.server import connection_cap
 from testkit import free_port
+from testkit.servers import rss_bytes
 
 CT = {"content-type": "application/octet-stream"}
 MiB = 1 << 20
@@ -33,11 +37,9 @@ SHORT = ("--header-timeout", "1", "--keep-alive-timeout", "1")
 
 
 def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
+    rss = rss_bytes(pid)
+    assert rss, "no VmRSS"
+    return rss / MiB
 
 
 def connect(port: int, timeout: float = 10.0) -> socket.socket:

@@ -7,28 +7,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
 
 from conftest import stream_state
+from testkit.servers import rss_bytes
 
 JSON = {"Content-Type": "application/json"}
 MiB = 1 << 20
-
-
-def rss(pid: int) -> int:
-    """Resident memory of a process and all its descendants (the JSON worker included)."""
-    total = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            total += int(line.split()[1]) * 1024
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    if children.exists():
-        for child in children.read_text().split():
-            total += rss(int(child))
-    return total
 
 
 @pytest.fixture
@@ -52,11 +39,11 @@ def json_stream(shared_server):
 )  # fmt: skip
 def test_memory_stays_proportional_to_the_body(shared_server, json_stream, name, body, status):
     pid = shared_server.proc.pid
-    before = rss(pid)
+    before = rss_bytes(pid, children=True)
     started = time.monotonic()
     r = httpx.post(json_stream, headers=JSON, content=body, timeout=60)
     elapsed = time.monotonic() - started
-    grew = rss(pid) - before
+    grew = rss_bytes(pid, children=True) - before
     assert r.status_code == status, r.text
     # The old code held about 4 KiB per element (577 MiB for 256 KiB, 17 GiB for 8 MiB).
     assert grew < 24 * len(body) + 64 * MiB, f"{name}: RSS grew by {grew / MiB:.0f} MiB"

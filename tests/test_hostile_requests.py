@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import threading
 import time
@@ -19,6 +18,7 @@ import uuid
 import httpx
 import pytest
 
+from conftest import live_gauge, raw_get
 from testkit import wait_for
 
 TEXT = {"Content-Type": "text/plain"}
@@ -27,23 +27,6 @@ BIN = {"Content-Type": "application/octet-stream"}
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def live_gauge(srv, mode: str) -> float:
-    text = httpx.get(f"{srv.url}/metrics", timeout=10).text
-    m = re.search(rf'durable_streams_live_readers{{mode="{mode}"}} ([0-9.e+]+)', text)
-    assert m, text[:2000]
-    return float(m.group(1))
-
-
-def raw_get(port: int, target: str, *, rcvbuf: int | None = None) -> socket.socket:
-    """A GET sent on a raw socket that is then never read."""
-    s = socket.socket()
-    if rcvbuf is not None:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    s.connect(("127.0.0.1", port))
-    s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    return s
 
 
 # ---------------------------------------------------------- 4. readers that never read

@@ -15,16 +15,13 @@ import time
 
 import httpx
 
+from conftest import live_gauge, raw_get
+from testkit import wait_for
+
 TEXT = {"Content-Type": "text/plain"}
 # Far longer than the exit is allowed to take: an exit that waits for a reader fails.
 LIVE_SECONDS = "60"
 EXIT_WITHIN = 10.0
-
-
-def raw_get(port: int, target: str) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=EXIT_WITHIN + 5)
-    s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    return s
 
 
 def read_until_closed(s: socket.socket) -> bytes:
@@ -53,31 +50,17 @@ def dechunk(body: bytes) -> bytes:
         body = rest[size + 2 :]
 
 
-def live_gauge(srv, mode: str) -> float:
-    for line in httpx.get(f"{srv.url}/metrics", timeout=10).text.splitlines():
-        if line.startswith(f'durable_streams_live_readers{{mode="{mode}"}}'):
-            return float(line.split()[-1])
-    raise AssertionError("ds_live_readers gauge missing")
-
-
-def wait_for(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def test_sigterm_ends_live_readers_at_once(server_factory):
     srv = server_factory(
         "--long-poll-timeout", LIVE_SECONDS, "--sse-reconnect-interval", LIVE_SECONDS,
     ).start()  # fmt: skip
     assert httpx.put(f"{srv.base}s", headers=TEXT, content=b"hello").status_code == 201
-    sse = raw_get(srv.port, "/v1/stream/s?offset=now&live=sse")
-    long_poll = raw_get(srv.port, "/v1/stream/s?offset=now&live=long-poll")
-    gone = raw_get(srv.port, "/v1/stream/s?offset=now&live=sse")
-    wait_for(lambda: live_gauge(srv, "sse") == 2 and live_gauge(srv, "long-poll") == 1, 10)
+    sse = raw_get(srv.port, "/v1/stream/s?offset=now&live=sse", timeout=EXIT_WITHIN + 5)
+    long_poll = raw_get(srv.port, "/v1/stream/s?offset=now&live=long-poll", timeout=EXIT_WITHIN + 5)
+    gone = raw_get(srv.port, "/v1/stream/s?offset=now&live=sse", timeout=EXIT_WITHIN + 5)
+    wait_for(lambda: live_gauge(srv, "sse") == 2 and live_gauge(srv, "long-poll") == 1, timeout=10)
     gone.close()  # this reader's client goes away: its slot is freed without waiting
-    wait_for(lambda: live_gauge(srv, "sse") == 1, 5)
+    wait_for(lambda: live_gauge(srv, "sse") == 1, timeout=5)
 
     assert srv.proc is not None
     started = time.monotonic()
@@ -86,6 +69,7 @@ def test_sigterm_ends_live_readers_at_once(server_factory):
     long_poll_reply = read_until_closed(long_poll)
     status = srv.proc.wait(timeout=EXIT_WITHIN + 20)
     took = time.monotonic() - started
+    print(f"\nexit after SIGTERM, with an SSE and a long-poll reader waiting: {took:.2f} s")
 
     log = srv.log()
     assert took < EXIT_WITHIN, f"exit took {took:.1f} s:\n{log}"
@@ -119,6 +103,7 @@ def test_sigterm_does_not_wait_for_a_request_that_never_finishes(server_factory)
     srv.proc.terminate()
     status = srv.proc.wait(timeout=EXIT_WITHIN + 20)
     took = time.monotonic() - started
+    print(f"\nexit after SIGTERM, with a request body never finished: {took:.2f} s")
     stalled.close()
     log = srv.log()
     assert took < EXIT_WITHIN, f"exit took {took:.1f} s:\n{log}"

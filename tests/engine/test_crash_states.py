@@ -42,9 +42,8 @@ from stream_server.streams.store import (
     StoreLimits,
     StreamStore,
 )
-from stream_spark._plan import Selection, batch_ranges, plan
-from stream_spark._reader import MetaReader, read_slice
 from testkit.crashstates import Recording, explore
+from testkit.spark_rows import every_stream
 
 BUDGET = int(os.environ.get("CRASH_STATES", "1500"))
 MIXED = int(os.environ.get("CRASH_MIXED", "3"))  # random mixes per crash point
@@ -220,17 +219,9 @@ async def check_state(data_dir: Path, exp: Expected, point: int) -> dict[str, by
 
 
 def spark_read(data_dir: Path) -> dict[str, bytes | list]:
-    """Each stream as the Spark reader sees it (stitched through forks)."""
-    out: dict[str, list] = {}
-    with MetaReader(data_dir) as meta:
-        cut = meta.cut()
-        kinds = {path: info.is_json for path, info in cut.streams.items()}
-        for part in plan(cut, meta, batch_ranges(cut, Selection())):
-            for sl in part:
-                out.setdefault(sl.stream, []).extend(
-                    bytes(row.payload) for row in read_slice(data_dir, sl)
-                )
-    return {path: rows if kinds[path] else b"".join(rows) for path, rows in out.items()}
+    """Each stream as the Spark reader sees it: JSON as rows, bytes joined."""
+    rows, is_json = every_stream(data_dir)
+    return {path: got if is_json[path] else b"".join(got) for path, got in rows.items()}
 
 
 def test_every_explored_crash_state_recovers_what_was_acknowledged(tmp_path, capsys):

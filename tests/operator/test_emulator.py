@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.kube import RESIZE_FORBIDDEN, Cluster, cluster, durable_stream, storage_class
+from testkit.cluster import Cluster, cluster
+from testkit.kube import RESIZE_FORBIDDEN, durable_stream, storage_class
 
 NS = "default"
 

@@ -1,5 +1,8 @@
 """The real kopf operator against an emulated API server (testkit.kube).
 
+Over 400 lines on purpose: each scenario needs the same running operator and API
+server, and reads best next to the others it builds on.
+
 Each test starts an API server and the operator, acts the way a user would
 (create, patch, delete DurableStreams through the API), plays the StatefulSet
 controller where one is needed (status, PVCs), and checks what the operator
@@ -18,7 +21,8 @@ import yaml
 
 from stream_operator import KIND
 from testkit import wait_for
-from testkit.kube import Cluster, cluster, durable_stream, storage_class
+from testkit.cluster import Cluster, cluster
+from testkit.kube import durable_stream, storage_class
 from testkit.kubelet import claim_volumes, statefulset_status
 from testkit.operator import running_operator
 
