@@ -38,7 +38,7 @@ from stream_server.streams.store import (
     AppendRequest,
     CreateRequest,
     ForkRequest,
-    ProducerHeaders,
+    Producer,
     StoreLimits,
     StreamStore,
 )
@@ -116,8 +116,8 @@ async def run_workload(data_dir: Path, rec: Recording) -> Expected:
     await create("p", BIN)
     for seq in range(4):
         data = b"p%d" % seq
-        await append("p", BIN, data, [data], producer=ProducerHeaders("w", 0, seq))
-    dup = await store.append(AppendRequest("p", BIN, b"p3", producer=ProducerHeaders("w", 0, 3)))
+        await append("p", BIN, data, [data], producer=Producer("w", 0, seq))
+    dup = await store.append(AppendRequest("p", BIN, b"p3", producer=Producer("w", 0, 3)))
     assert dup.duplicate
     # A fork of "a" at unit 1400, then its own data.
     fork_at = 1400
@@ -134,7 +134,7 @@ async def run_workload(data_dir: Path, rec: Recording) -> Expected:
     exp.content["t"] = [b"ttl"]
     await asyncio.sleep(0.3)
     assert store.sweep() == 1
-    while store._expiring:  # the expiry's batch is durable once it leaves this set
+    while store.expiry.expiring:  # the expiry's batch is durable once it leaves this set
         await asyncio.sleep(0.01)
     ack("delete", "t")
     # Soft delete of a fork's source, then the fork: the cascade removes both.

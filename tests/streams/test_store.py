@@ -19,7 +19,7 @@ from stream_server.streams.store import (
     AppendRequest,
     CreateRequest,
     ForkRequest,
-    ProducerHeaders,
+    Producer,
     StreamStore,
 )
 
@@ -77,7 +77,7 @@ async def test_producer_rules(store):
     await store.create(CreateRequest("p", BIN))
 
     def prod(epoch, seq):
-        return ProducerHeaders("w", epoch, seq)
+        return Producer("w", epoch, seq)
 
     with pytest.raises(SequenceGap):  # a new producer starts at 0
         await append(store, "p", b"x", producer=prod(0, 1))
@@ -159,7 +159,7 @@ async def test_expired_streams_are_gone(store):
 
 async def test_a_failed_batch_changes_nothing(store, monkeypatch):
     await store.create(CreateRequest("f", BIN, b"keep"))
-    await append(store, "f", b"1", producer=ProducerHeaders("w", 0, 0))
+    await append(store, "f", b"1", producer=Producer("w", 0, 0))
     real = store.engine.commit
     calls = {"n": 0}
 
@@ -171,13 +171,13 @@ async def test_a_failed_batch_changes_nothing(store, monkeypatch):
 
     monkeypatch.setattr(store.engine, "commit", failing)
     with pytest.raises(Unavailable) as exc:
-        await append(store, "f", b"lost", producer=ProducerHeaders("w", 0, 1), close=True)
+        await append(store, "f", b"lost", producer=Producer("w", 0, 1), close=True)
     assert exc.value.disk_full
     s = store.get("f")
-    assert (s.tail, s.p_tail, s.meta.closed, s.pmeta.closed) == (5, 5, False, False)
+    assert (s.tail, s.pending.tail, s.meta.closed, s.pending.meta.closed) == (5, 5, False, False)
     assert s.producer("w").seq == 0
     # The same append, retried once space is back, goes through exactly once.
-    await append(store, "f", b"2", producer=ProducerHeaders("w", 0, 1))
+    await append(store, "f", b"2", producer=Producer("w", 0, 1))
     assert await read_all(store, "f") == b"keep12"
 
 
@@ -215,7 +215,7 @@ async def test_a_duplicate_is_acknowledged_only_once_its_original_is_durable(sto
         raise StorageError("disk full", disk_full=True)
 
     monkeypatch.setattr(store.engine, "commit", slow_then_fail)
-    prod = ProducerHeaders("w", 0, 0)
+    prod = Producer("w", 0, 0)
     original = asyncio.create_task(append(store, "d", b"x", producer=prod))
     await asyncio.sleep(0.05)
     retry = asyncio.create_task(append(store, "d", b"x", producer=prod))

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 
 from stream_server.streams.errors import BadRequest
-from stream_server.streams.store import ProducerHeaders
+from stream_server.streams.store import Producer
 
 _DECIMAL = re.compile(r"\A(0|[1-9][0-9]*)\Z")
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -48,7 +48,7 @@ def parse_expires_at(value: str | None) -> tuple[str, float] | None:
     return text, ts
 
 
-def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> ProducerHeaders | None:
+def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Producer | None:
     given = [v is not None for v in (pid, epoch, seq)]
     if not any(given):
         return None
@@ -57,7 +57,7 @@ def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Produ
     assert pid is not None and epoch is not None and seq is not None
     if not pid.strip():
         raise BadRequest("Producer-Id must not be empty")
-    return ProducerHeaders(
+    return Producer(
         pid,
         non_negative_int(epoch.strip(), "Producer-Epoch"),
         non_negative_int(seq.strip(), "Producer-Seq"),

@@ -61,16 +61,6 @@ class Stream:
     def id(self) -> int:
         return self.meta.id
 
-    @property
-    def pmeta(self) -> StreamMeta:
-        """The pending configuration (read-only shorthand for ``pending.meta``)."""
-        return self.pending.meta
-
-    @property
-    def p_tail(self) -> int:
-        """The pending tail (read-only shorthand for ``pending.tail``)."""
-        return self.pending.tail
-
     def producer(self, producer_id: str) -> Producer | None:
         """The producer's last accepted tuple, counting appends still queued."""
         return self.pending.producers.get(producer_id) or self.producers.get(producer_id)

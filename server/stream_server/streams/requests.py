@@ -11,9 +11,6 @@ from stream_format.records import Producer
 from stream_server.engine import BatchStats
 from stream_server.streams.model import Stream
 
-# The producer headers are the producer tuple itself (see producers.py).
-ProducerHeaders = Producer
-
 
 @dataclass(slots=True)
 class ForkRequest:

@@ -69,7 +69,6 @@ from stream_server.streams.requests import (
     CreateRequest,
     CreateResult,
     ForkRequest,
-    ProducerHeaders,
     ReadResult,
 )
 from stream_server.streams.waiting import LiveReaders
@@ -163,11 +162,6 @@ class StreamStore:
     def streams(self) -> dict[str, Stream]:
         """Every stream by path, for counting and inspection; change it only through the store."""
         return self.table.by_path
-
-    @property
-    def _expiring(self) -> set[str]:
-        """Paths whose expiry delete is queued but not yet durable (tests wait on it)."""
-        return self.expiry.expiring
 
     def get(self, path: str, *, touch: bool = False) -> Stream:
         """The committed stream at ``path`` for a client operation, or NotFound / Gone."""
@@ -440,7 +434,7 @@ __all__ = [
     "CreateRequest",
     "CreateResult",
     "ForkRequest",
-    "ProducerHeaders",
+    "Producer",
     "ReadResult",
     "StoreEvents",
     "StoreLimits",
