@@ -100,9 +100,12 @@ class StreamServerApp:
             )
         self.web = Starlette(routes=routes, lifespan=self.lifespan)
         self.stopping = False
+        # True when the HTTP protocol already refused heads past --max-header-bytes
+        # and --max-headers (http_limits does): then they are not counted twice.
+        self.headers_checked = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self._headers_too_large(scope):
+        if scope["type"] == "http" and not self.headers_checked and self._headers_too_large(scope):
             await respond(
                 send,
                 431,

@@ -9,7 +9,9 @@ server:
   buffers a request's head until it is complete, so a head that never ends
   grew the server by 1 GiB for 64 MiB sent, and one 64 MiB header value cost
   seconds of CPU. The head is counted as it arrives and refused with 431
-  as soon as it passes the limit, before it is buffered any further.
+  as soon as it passes the limit, before it is buffered any further; each
+  header, once parsed, is counted exactly against both limits, so the app
+  need not check them again (``StreamServerApp.headers_checked``).
 * **Head deadline** (``--header-timeout``): a connection that sends part of a
   head, or trickles it a byte at a time, holds a file descriptor and a slot
   forever. The deadline runs from the head's first byte; trickling does not
@@ -99,7 +101,7 @@ class CapLog:
 
 def head_limit(settings: Settings) -> int:
     """Bytes a request head may take on the wire: headers with their separators, and
-    a request line. ``StreamServerApp`` checks the headers alone exactly.
+    a request line. ``on_header`` checks the headers alone exactly.
 
     The separators' share is bounded too: a huge ``--max-headers`` must not let
     the head grow with it (each parsed header costs far more than its bytes).
@@ -144,6 +146,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     head_limit: int = 65536 + 4 * 100 + 3 * 1024 + REQUEST_LINE_ALLOWANCE  # the defaults
     max_headers: int = 100
+    max_header_bytes: int = 65536
     header_timeout: float = 10.0
     keep_alive_timeout: float = 30.0
     max_connections: int = 1 << 20
@@ -157,6 +160,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_room = self.head_limit
         # A head has begun and is not complete: the head deadline runs.
         self._in_head = False
+        self._header_bytes = 0  # of the head being parsed, names and values
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused = False
         self._linger: asyncio.TimerHandle | None = None
@@ -279,11 +283,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             idle.cancel()
             self.timeout_keep_alive_task = None
         self._in_head = True
+        self._header_bytes = 0
         HttpToolsProtocol.on_message_begin(self)
         self.scope["extensions"] = self._extensions
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if len(self.headers) >= self.max_headers:
+        # The exact limits (the app need not check them again): names and values
+        # counted as StreamServerApp would, against --max-header-bytes and --max-headers.
+        self._header_bytes += len(name) + len(value)
+        if len(self.headers) >= self.max_headers or self._header_bytes > self.max_header_bytes:
             self._refuse(HEAD_TOO_LARGE)
             raise HeadRefused
         HttpToolsProtocol.on_header(self, name, value)
@@ -365,6 +373,7 @@ def protocol_class(settings: Settings, max_connections: int) -> type[LimitedHttp
     attrs = {
         "head_limit": head_limit(settings),
         "max_headers": settings.max_headers,
+        "max_header_bytes": settings.max_header_bytes,
         "header_timeout": settings.header_timeout,
         "keep_alive_timeout": settings.keep_alive_timeout,
         "max_connections": max_connections,

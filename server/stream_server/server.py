@@ -41,6 +41,7 @@ def serve(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     http, limit_concurrency = http_protocol(settings)
+    app.headers_checked = not isinstance(http, str)  # http_limits checks them exactly
     config = uvicorn.Config(
         app,
         host=settings.host,
