@@ -27,6 +27,7 @@ class Stream:
         "inflight",
         "is_json",
         "kind",
+        "media",
         "meta",
         "path",
         "pending",
@@ -51,7 +52,8 @@ class Stream:
         self.inflight: asyncio.Future[BatchStats] | None = (
             None  # the last batch that carries this stream's changes
         )
-        self.is_json = media_type(meta.content_type) == JSON_TYPE
+        self.media = media_type(meta.content_type)  # the content type never changes
+        self.is_json = self.media == JSON_TYPE
         self.kind = KIND_JSON if self.is_json else KIND_BYTES
         self.waiters: set[asyncio.Future[bool]] = set()  # live readers waiting for a change
         self.read_hint: tuple[int, int] | None = None

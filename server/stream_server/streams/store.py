@@ -279,7 +279,8 @@ class StreamStore:
 
     async def append(self, req: AppendRequest) -> AppendResult:
         parsed = None
-        if req.body and _is_json(req.content_type):
+        media = media_type(req.content_type) if req.content_type is not None else None
+        if req.body and media == JSON_TYPE:
             ahead = self.get(req.path)  # 404 and 410 come before a JSON 400
             if ahead.is_json and not ahead.pending.meta.closed:
                 parsed = await self.json.split(req.body, allow_empty_array=False)
@@ -296,10 +297,8 @@ class StreamStore:
                 await self._settled(s)
                 return AppendResult(s.tail, True)
             raise StreamClosed("stream is closed", s.pending.tail)
-        if req.body and (
-            req.content_type is None or media_type(req.content_type) != media_type(m.content_type)
-        ):
-            if req.content_type is None:
+        if req.body and media != s.media:
+            if media is None:
                 raise BadRequest("Content-Type is required with a body")
             raise Conflict("content type does not match the stream's")
         if p is not None:
