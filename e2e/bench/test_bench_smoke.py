@@ -101,3 +101,22 @@ def test_quick_benchmark_produces_the_table(tmp_path):
             assert raw["errors"] == 0
             assert raw["held"] is None or raw["held"] >= raw["acknowledged"]
         assert doc["raw"]["idle"][server]["woken"] == doc["raw"]["idle"][server]["readers"]
+
+
+@needs.commands("wrk", install="Debian's wrk (make system-deps)")
+@pytest.mark.timeout(240)
+def test_calls_per_append_are_counted_against_a_baseline():
+    """calls.py runs both servers under cProfile and prints calls per append, which
+    must be a plausible count (an append is a few hundred calls, never none)."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "calls.py"), "--baseline", "HEAD", "--seconds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = dict(
+        line.strip("|").split("|")[:2] for line in proc.stdout.splitlines() if line.count("|") == 3
+    )
+    ours, base = float(rows[" ours "]), float(rows[" base HEAD "])
+    assert 50 < ours < 5000 and 50 < base < 5000, proc.stdout
