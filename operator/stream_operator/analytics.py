@@ -22,13 +22,31 @@ LMDB read-only without locks and reads only committed data. With
 clone made ready with ``python -m stream_server.recover``, or ReadWriteMany
 storage), with no affinity. Both the driver (it plans from LMDB) and the
 executors (they read segment files) mount the volume.
+
+Safety, because a Spark job shares the server's namespace (it must, to mount
+the server's claims):
+
+- Spark pods carry labels of their own (``app.kubernetes.io/name:
+  durable-streams-analytics``), never the server's selector: the server's
+  PodDisruptionBudget, Services and StatefulSet must not count, route to or
+  adopt them. The Spark Operator copies a (Scheduled)SparkApplication's labels
+  onto its pods, so the objects' labels follow the same rule.
+- Every Spark pod meets the PodSecurity ``restricted`` profile (non-root,
+  seccomp RuntimeDefault, no privilege escalation, all capabilities dropped).
+- Who can edit a DurableStream chooses the job's image and code, but not whom
+  it runs as or what it mounts: the driver's ServiceAccount must be one the
+  operator allows (``DS_ANALYTICS_SERVICE_ACCOUNTS``), and ``sparkConf`` keys
+  that choose images, credentials, pod templates, volumes, secrets, labels,
+  the master or the namespace are refused (``AnalyticsNotAllowed``).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stream_operator import GROUP, VERSION
@@ -43,7 +61,10 @@ JOB_FILES = {
     "stream-stats": "local:///opt/stream_spark/jobs/stats.py",
     "extract": "local:///opt/stream_spark/jobs/extract.py",
 }
-SPARK_UID = 185  # the user of the job image (as in Apache Spark's images)
+SPARK_UID = 185  # the user and group of the job image (as in Apache Spark's images)
+ANALYTICS_APP = "durable-streams-analytics"  # app.kubernetes.io/name of Spark pods
+SERVICE_ACCOUNTS_ENV = "DS_ANALYTICS_SERVICE_ACCOUNTS"
+DEFAULT_SERVICE_ACCOUNT = "spark"  # the chart's sparkServiceAccount.name
 NAME_LIMIT = 40  # the Spark Operator adds "-<10-digit time>", then "-driver" / "-ui-svc"
 
 DEFAULTS: dict[str, Any] = {
@@ -54,7 +75,6 @@ DEFAULTS: dict[str, Any] = {
     "suspend": False,
     "concurrencyPolicy": "Forbid",
     "volumeAccess": "coschedule",
-    "serviceAccount": "spark",
     "sparkVersion": "4.3.0",
     "driver": {"cores": 1, "memory": "1g"},
     "executor": {"instances": 1, "cores": 1, "memory": "1g"},
@@ -76,7 +96,12 @@ ANALYTICS_SCHEMA: dict[str, Any] = {
         "concurrencyPolicy": {"type": "string", "enum": ["Allow", "Forbid", "Replace"]},
         "volumeAccess": {"type": "string", "enum": ["coschedule", "claim"]},
         "claimName": {"type": "string"},
-        "serviceAccount": {"type": "string"},
+        "serviceAccount": {
+            "type": "string",
+            "description": "The Spark driver's ServiceAccount; only those the operator allows"
+            " (DS_ANALYTICS_SERVICE_ACCOUNTS, the chart's sparkServiceAccount), the first by"
+            " default.",
+        },
         "sparkVersion": {"type": "string"},
         "driver": {
             "type": "object",
@@ -93,7 +118,12 @@ ANALYTICS_SCHEMA: dict[str, Any] = {
                 "memory": {"type": "string"},
             },
         },
-        "sparkConf": {"type": "object", "additionalProperties": {"type": "string"}},
+        "sparkConf": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "Extra Spark properties. Keys that choose images, credentials, pod"
+            " templates, volumes, secrets, labels, the master or the namespace are refused.",
+        },
         "output": {
             "type": "object",
             "properties": {"claimName": {"type": "string"}, "uri": {"type": "string"}},
@@ -116,13 +146,68 @@ ANALYTICS_SCHEMA: dict[str, Any] = {
 }
 
 
+# sparkConf keys that would let a DurableStream's editor step outside the pods the
+# operator renders: what the pods run and as whom, where they are created, what they
+# mount, and labels that could put them under the server's selectors. Matched
+# case-insensitively (Spark's keys are case-sensitive; a near miss is refused anyway).
+REFUSED_CONF: tuple[tuple[str, str], ...] = (
+    (r"spark\.master|spark\.submit\.deploymode", "the master"),
+    (r"spark\.kubernetes\.(driver\.)?master|spark\.kubernetes\.context", "the API server"),
+    (r"spark\.kubernetes\.namespace", "the namespace"),
+    (r"spark\.kubernetes\.((driver|executor)\.)?container\.image(\..*)?", "the image"),
+    (r"spark\.kubernetes\.authenticate\..*", "service accounts and credentials"),
+    (r"spark\.kubernetes\.(driver|executor)\.podtemplate.*", "pod templates"),
+    (r"spark\.kubernetes\.(driver|executor)\.pod\.(excluded)?featuresteps", "pod features"),
+    (r"spark\.kubernetes\.(driver|executor)\.pod\.name", "pod names"),
+    (r"spark\.kubernetes\.(driver|executor)\.volumes\..*", "volumes"),
+    (r"spark\.kubernetes\.(driver|executor)\.(secrets|secretkeyref)\..*", "secrets"),
+    (r"spark\.kubernetes\.kerberos\..*", "secrets"),
+    (r"spark\.kubernetes\.hadoop\..*", "config maps"),
+    (r"spark\.kubernetes\.(driver|executor)\.label\..*", "pod labels"),
+    (r"spark\.kubernetes\.(driver|executor)\.annotation\..*(apparmor|seccomp).*", "security"),
+)
+_REFUSED = [(re.compile(pattern, re.IGNORECASE), what) for pattern, what in REFUSED_CONF]
+
+
 class AnalyticsError(ValueError):
     """A spec.analytics the renderer cannot turn into jobs (the reason is the message)."""
 
 
-def with_defaults(analytics: dict[str, Any] | None) -> dict[str, Any]:
-    """spec.analytics with every default filled in (deep, input untouched)."""
+class AnalyticsNotAllowed(AnalyticsError):
+    """A spec.analytics that asks for more than a DurableStream's editor may grant itself."""
+
+
+def allowed_service_accounts(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The ServiceAccounts a job's driver may run as, the operator's own first.
+
+    An operator-level setting (``DS_ANALYTICS_SERVICE_ACCOUNTS``, comma-separated;
+    the chart sets it from ``sparkServiceAccount``), never the DurableStream's:
+    whoever edits one must not pick a more powerful account in its namespace.
+    """
+    raw = (os.environ if env is None else env).get(SERVICE_ACCOUNTS_ENV, "")
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    return names or (DEFAULT_SERVICE_ACCOUNT,)
+
+
+def refused_conf_keys(conf: Mapping[str, str]) -> list[str]:
+    """The ``sparkConf`` keys a DurableStream may not set, each with what it would choose."""
+    out = []
+    for key in sorted(conf):
+        what = next((w for rx, w in _REFUSED if rx.fullmatch(key.strip())), None)
+        if what is not None:
+            out.append(f"{key} ({what})")
+    return out
+
+
+def with_defaults(
+    analytics: dict[str, Any] | None, service_accounts: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """spec.analytics with every default filled in (deep, input untouched).
+
+    The driver's ServiceAccount defaults to the operator's own (the first allowed).
+    """
     out = copy.deepcopy(DEFAULTS)
+    out["serviceAccount"] = (service_accounts or allowed_service_accounts())[0]
     for key, value in copy.deepcopy(dict(analytics or {})).items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = {**out[key], **value}
@@ -131,8 +216,22 @@ def with_defaults(analytics: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def validate(a: dict[str, Any]) -> None:
-    """The rules the schema cannot say; raises AnalyticsError."""
+def validate(a: dict[str, Any], service_accounts: Sequence[str] | None = None) -> None:
+    """The rules the schema cannot say; raises AnalyticsError (AnalyticsNotAllowed when
+    the spec asks for rights or pods the operator does not hand out)."""
+    allowed = tuple(service_accounts or allowed_service_accounts())
+    if a["serviceAccount"] not in allowed:
+        raise AnalyticsNotAllowed(
+            f"analytics.serviceAccount {a['serviceAccount']!r} is not allowed: the operator"
+            f" runs Spark drivers only as {', '.join(map(repr, allowed))}"
+            f" (operator setting {SERVICE_ACCOUNTS_ENV}; see docs/spark.md)"
+        )
+    refused = refused_conf_keys(a["sparkConf"])
+    if refused:
+        raise AnalyticsNotAllowed(
+            f"analytics.sparkConf may not set {', '.join(refused)}: the operator decides"
+            " what Spark pods run as and mount (see docs/spark.md)"
+        )
     if a["volumeAccess"] == "claim" and not a.get("claimName"):
         raise AnalyticsError("volumeAccess 'claim' needs analytics.claimName")
     if not a["output"].get("claimName") and not a["output"].get("uri"):
@@ -157,14 +256,43 @@ def short_name(*parts: str, limit: int = NAME_LIMIT) -> str:
 
 
 def labels(name: str, replica: int, job: str) -> dict[str, str]:
-    """The server's selector labels (as stream_operator.render) plus the job's own."""
+    """The Spark pods' labels (and their applications': the Spark Operator copies those on).
+
+    Not the server's selector (``app.kubernetes.io/name: durable-streams`` with the
+    instance): a Spark pod selected by it would count against the server's
+    PodDisruptionBudget and block drains, receive the Services' client traffic, and
+    be a candidate for adoption by the StatefulSet. ``instance`` and ``component``
+    stay: the operator finds its ScheduledSparkApplications by them.
+    """
     return {
-        "app.kubernetes.io/name": "durable-streams",
+        "app.kubernetes.io/name": ANALYTICS_APP,
         "app.kubernetes.io/instance": name,
         "app.kubernetes.io/component": "analytics",
+        "app.kubernetes.io/part-of": "durable-streams",
         "app.kubernetes.io/managed-by": "durable-streams-operator",
         "streams.pyds.dev/replica": str(replica),
         "streams.pyds.dev/job": job,
+    }
+
+
+def pod_security_context() -> dict[str, Any]:
+    """Pod level: what the PodSecurity ``restricted`` profile asks (non-root, seccomp)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": SPARK_UID,
+        "runAsGroup": SPARK_UID,
+        "fsGroup": SPARK_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    """Container level: no privilege escalation, no capabilities (``restricted``)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
@@ -234,16 +362,18 @@ def application_spec(name: str, replica: int, job: dict[str, Any], a: dict[str, 
     ScheduledSparkApplication) for one job over one replica's data."""
     volumes, mounts = _volumes(name, replica, a)
     pod_labels = labels(name, replica, job["name"])
-    security = {"runAsNonRoot": True, "runAsUser": SPARK_UID, "fsGroup": SPARK_UID}
     roles: dict[str, dict[str, Any]] = {}
     for role in ("driver", "executor"):
         # Separate copies per role: callers (and YAML dumpers) may treat them as distinct.
+        # The Spark Operator's webhook puts podSecurityContext on the pod and
+        # securityContext on the Spark container.
         r: dict[str, Any] = copy.deepcopy(
             {
                 **a[role],
                 "labels": pod_labels,
                 "volumeMounts": mounts,
-                "podSecurityContext": security,
+                "podSecurityContext": pod_security_context(),
+                "securityContext": container_security_context(),
             }
         )
         if role == "driver":
@@ -291,17 +421,23 @@ def _replicas(spec: dict[str, Any]) -> int:
 
 
 def render_scheduled_applications(
-    name: str, namespace: str, uid: str, spec: dict[str, Any]
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: dict[str, Any],
+    *,
+    service_accounts: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every ScheduledSparkApplication a DurableStream's ``spec.analytics`` asks for.
 
     Empty when analytics is not enabled. Raises AnalyticsError for a spec it
-    cannot carry out (the operator reports it in a condition).
+    cannot carry out or may not ask for (the operator reports it in a condition).
+    ``service_accounts``: the allowed ones, by default the operator's setting.
     """
-    a = with_defaults(spec.get("analytics"))
+    a = with_defaults(spec.get("analytics"), service_accounts)
     if not a["enabled"]:
         return []
-    validate(a)
+    validate(a, service_accounts)
     out = []
     for replica in range(_replicas(spec)):
         for job in a["jobs"]:
@@ -334,11 +470,19 @@ def render_scheduled_applications(
 
 
 def render_application(
-    name: str, namespace: str, uid: str, spec: dict[str, Any], *, replica: int, job: str, run: str
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: dict[str, Any],
+    *,
+    replica: int,
+    job: str,
+    run: str,
+    service_accounts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One run of job ``job`` over replica ``replica`` now, named after ``run``."""
-    a = with_defaults(spec.get("analytics"))
-    validate(a)
+    a = with_defaults(spec.get("analytics"), service_accounts)
+    validate(a, service_accounts)
     jobs = {j["name"]: j for j in a["jobs"]}
     if job not in jobs:
         raise AnalyticsError(f"no analytics job named {job!r}")
@@ -361,8 +505,9 @@ def render_pod_template(name: str, replica: int, spec: dict[str, Any], job: str)
     """
     a = with_defaults(spec.get("analytics"))
     pod_spec: dict[str, Any] = {
-        "securityContext": {"runAsNonRoot": True, "runAsUser": SPARK_UID, "fsGroup": SPARK_UID},
-        "containers": [{"name": "spark"}],
+        "securityContext": pod_security_context(),
+        # Spark builds its container on the template's first one, keeping its securityContext.
+        "containers": [{"name": "spark", "securityContext": container_security_context()}],
     }
     if a["volumeAccess"] == "coschedule":
         pod_spec["affinity"] = affinity(name, replica)
@@ -383,10 +528,11 @@ def spark_submit_argv(
     job: str,
     api_server: str,
     pod_template: str,
+    service_accounts: Sequence[str] | None = None,
 ) -> list[str]:
     """The ``spark-submit --master k8s://...`` equivalent of one SparkApplication run."""
-    a = with_defaults(spec.get("analytics"))
-    validate(a)
+    a = with_defaults(spec.get("analytics"), service_accounts)
+    validate(a, service_accounts)
     jobs = {j["name"]: j for j in a["jobs"]}
     if job not in jobs:
         raise AnalyticsError(f"no analytics job named {job!r}")

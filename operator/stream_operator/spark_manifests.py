@@ -53,9 +53,31 @@ def _plain(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# What a Spark driver asks of the API server (Spark 4, KubernetesClusterSchedulerBackend
+# and ExecutorPodsAllocator): it gets its own pod; creates, watches, labels (patch) and
+# deletes its executor pods, by name and by label; creates the executors' config map
+# and deletes it, and its service, by label when it stops. Nothing on
+# PersistentVolumeClaims: mounting a claim by name needs no right of the pod's account,
+# the jobs create none (no OnDemand claims), and the driver's clean-up of claims it
+# made (list, delete by label) fails harmlessly without rights. A driver with PVC
+# delete rights in the server's namespace could delete the servers' data.
+DRIVER_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete", "deletecollection"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["services", "configmaps"],
+        "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"],
+    },
+]
+
+
 def rbac() -> list[dict[str, Any]]:
-    """What a Spark driver needs: create and watch its executor pods, services, config maps."""
-    sa = k8s.DEFAULTS["serviceAccount"]
+    """The driver's ServiceAccount and the Role it needs (the chart's spark-rbac.yaml)."""
+    sa = k8s.DEFAULT_SERVICE_ACCOUNT
     return [
         {
             "apiVersion": "v1",
@@ -66,21 +88,7 @@ def rbac() -> list[dict[str, Any]]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": {"name": "spark-driver", "namespace": NAMESPACE},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-                    "verbs": [
-                        "create",
-                        "get",
-                        "list",
-                        "watch",
-                        "delete",
-                        "deletecollection",
-                        "patch",
-                    ],
-                }
-            ],
+            "rules": copy.deepcopy(DRIVER_RULES),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -132,7 +140,11 @@ def snapshot_objects() -> list[dict[str, Any]]:
             "command": ["python3", "-m", "stream_server.recover", k8s.DATA_MOUNT],
             "volumeMounts": [{"name": "data", "mountPath": k8s.DATA_MOUNT}],
             # The server's user owns the files: recovery writes them as that user.
-            "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "runAsNonRoot": True},
+            "securityContext": {
+                **k8s.container_security_context(),
+                "runAsUser": 10001,
+                "runAsGroup": 10001,
+            },
         }
     ]
     app["spec"]["executor"]["affinity"] = {
