@@ -18,6 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the HTTP server")
     add_arguments(serve)
+    rotate = sub.add_parser(
+        "rotate-webhook-key",
+        help="make a new webhook signing key in --data-dir (the old one stays in the JWKS "
+        "for --webhook-key-replay-window)",
+    )
+    add_arguments(rotate)
     args = parser.parse_args(argv)
     try:
         settings = settings_from(args)
@@ -36,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return run(settings)
+    if args.command == "rotate-webhook-key":
+        from stream_server.subscriptions.signing import rotate_command
+
+        return rotate_command(settings.data_dir, settings.webhook_key_replay_window)
     return 2
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 DEFAULT_PORT = 4437  # the protocol's registered port
 
@@ -50,6 +51,14 @@ class Settings:
     max_json_messages: int = 100_000
     max_producers_per_stream: int = 1000
     max_fork_depth: int = 64
+    reload_interval: float = 5.0
+    webhook_allow: list[str] = field(default_factory=list)
+    webhook_timeout: float = 10.0
+    webhook_key_replay_window: float = 24 * 3600.0
+    webhook_key_rotation_interval: float = 0.0
+    webhook_ca_file: str = ""
+    public_url: str = ""
+    max_subscriptions: int = 10_000
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -65,6 +74,8 @@ class Settings:
             "body_timeout",
             "header_timeout",
             "keep_alive_timeout",
+            "reload_interval",
+            "webhook_timeout",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.replace('_', '-')} must be positive")
@@ -80,12 +91,22 @@ class Settings:
             "max_json_messages",
             "max_producers_per_stream",
             "max_fork_depth",
+            "max_subscriptions",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1")
-        for name in ("min_body_rate", "max_connections", "max_live_readers_per_client"):
+        for name in (
+            "min_body_rate",
+            "max_connections",
+            "max_live_readers_per_client",
+            "webhook_key_replay_window",
+            "webhook_key_rotation_interval",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name.replace('_', '-')} must not be negative")
+        from stream_server.subscriptions.urls import WebhookAllowList
+
+        WebhookAllowList.from_settings(self.webhook_allow)  # a typo fails here, at start
 
 
 HELP = {
@@ -129,6 +150,20 @@ HELP = {
     "max_producers_per_stream": "idempotent producers remembered per stream; past it the "
     "least recently active one is forgotten",
     "max_fork_depth": "longest chain of forks below a root stream (deeper: 400)",
+    "webhook_allow": "CIDR or host name (*.suffix for a domain) that webhooks may target "
+    "although private, e.g. 10.0.0.0/8 or receiver.ns.svc; repeat the flag, or comma-separate "
+    "in the variable; listed hosts may also use http://",
+    "webhook_timeout": "seconds one webhook delivery may take in all (DNS, connect, response)",
+    "webhook_key_replay_window": "seconds a rotated-out webhook signing key stays in the JWKS",
+    "webhook_key_rotation_interval": "seconds after which the server makes a new webhook "
+    "signing key (0: only by `durable-streams-server rotate-webhook-key`)",
+    "webhook_ca_file": "PEM bundle of CAs to trust for https:// webhooks (empty: the public CAs)",
+    "public_url": "the server's URL as webhook receivers reach it, e.g. https://streams.example "
+    "(callback and JWKS URLs; empty: the scheme and Host of the request that created the "
+    "subscription)",
+    "max_subscriptions": "most subscriptions the server holds (more: 503)",
+    "reload_interval": "seconds between checks of the TLS certificate, key and token file for "
+    "a change, which is then loaded without a restart (SIGHUP: check now)",
 }
 
 
@@ -145,12 +180,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
         env = "DS_" + f.name.upper()
+        if _is_list(f):
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                default=None,
+                action="append",
+                help=f"{HELP[f.name]} [env {env}, comma-separated; default none]",
+            )
+            continue
         parser.add_argument(
             flag,
             dest=f.name,
             default=None,
             help=f"{HELP[f.name]} [env {env}; default {f.default}]",
         )
+
+
+def _is_list(f: Field[Any]) -> bool:
+    return f.default is MISSING and f.default_factory is list
+
+
+def _split_list(raw: str | list[str]) -> list[str]:
+    items = [raw] if isinstance(raw, str) else raw
+    return [part.strip() for item in items for part in item.split(",") if part.strip()]
 
 
 # DS_* variables that are not settings: fault injection for the crash tests.
@@ -193,6 +246,9 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = Non
         if raw is None:
             raw = environ.get("DS_" + f.name.upper())
         if raw is None:
+            continue
+        if _is_list(f):
+            values[f.name] = _split_list(raw)
             continue
         kind = type(f.default)
         try:

@@ -1,0 +1,1 @@
+"""Subscriptions: durable cursors over sets of streams that wake workers by webhook or pull-wake."""
