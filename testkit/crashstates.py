@@ -21,7 +21,10 @@ POSIX file system may hold after a power cut:
   no ``env.sync()`` came after that last commit.
 
 Each state is written out to a fresh directory for the caller to recover and
-check. States that come out byte-identical are checked once.
+check. States that come out byte-identical are checked once. ``KeyedHistory``
+says which values of keyed state (records, tails) a crash at a given place
+may leave: those after some prefix of the submitted operations that holds
+every acknowledged one.
 """
 
 from __future__ import annotations
@@ -321,3 +324,71 @@ def explore(
             continue
         seen.add(state.digest)
         yield state, out
+
+
+# ---------------------------------------------------------- keyed state checks
+
+
+@dataclass
+class KeyedHistory:
+    """Puts and deletes of keyed values, in the order they were submitted, and where
+    in a recording each was acknowledged: what a crash state may hold.
+
+    Batches are made durable in submission order and each one whole, so a
+    recovered directory must hold the values after *some prefix* of the
+    submitted operations, one that contains every operation acknowledged
+    before the crash. A later acknowledged change lost, an earlier value come
+    back, or part of a batch without the rest all fail ``check``. Submit an
+    operation right before handing it to the store (in the same step, with no
+    ``await`` between) so that the order here is the store's.
+    """
+
+    ops: list[tuple[object, bytes | None]] = field(default_factory=list)  # key, value or None
+    acked: list[int | None] = field(default_factory=list)  # place of its ack in the recording
+
+    def submit(self, key: object, value: bytes | None) -> int:
+        self.ops.append((key, value))
+        self.acked.append(None)
+        return len(self.ops) - 1
+
+    def ack(self, rec: Recording, index: int) -> None:
+        self.acked[index] = rec.ack(("keyed", self.ops[index][0]))
+
+    def states(self, point: int) -> Iterator[tuple[int, dict[object, bytes]]]:
+        """Each allowed state after a crash at ``point``: (operations applied, values)."""
+        need = max(
+            (i + 1 for i, at in enumerate(self.acked) if at is not None and at < point), default=0
+        )
+        values: dict[object, bytes] = {}
+        for i, (key, value) in enumerate(self.ops):
+            if i >= need:
+                yield i, dict(values)
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+        yield len(self.ops), values
+
+    def check(self, point: int, got: dict[object, bytes]) -> int:
+        """The number of operations ``got`` reflects; AssertionError if it is no allowed state."""
+        first: dict[object, bytes] | None = None
+        for applied, values in self.states(point):
+            if values == got:
+                return applied
+            if first is None:
+                first = values
+        assert first is not None  # states() yields at least the state after every operation
+
+        def short(v: bytes | None) -> str:
+            return "absent" if v is None else repr(v if len(v) <= 40 else v[:37] + b"...")
+
+        diff = {
+            k: f"{short(got.get(k))} (acknowledged: {short(first.get(k))})"
+            for k in sorted({*got, *first}, key=repr)
+            if got.get(k) != first.get(k)
+        }
+        acked = sum(1 for at in self.acked if at is not None and at < point)
+        raise AssertionError(
+            f"keyed state after a crash at op {point} is no prefix of the submitted "
+            f"operations that holds the {acked} acknowledged ones; it differs in {diff}"
+        )

@@ -10,7 +10,8 @@ version* (what a program must understand to change the directory: the WAL,
 recovery, every file) and the *read version* (what a program that only reads
 committed data, such as the Spark data source, must understand: LMDB and the
 segment files). A change that only writers see (the WAL file header of
-format 2) raises the write version alone, so an older reader still reads a
+format 2, the records database and its WAL entries of format 3) raises the
+write version alone, so an older reader still reads a
 newer directory; a change a reader would misread raises both.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-WRITE_VERSION = 2  # the newest format this program writes (and recovers)
+WRITE_VERSION = 3  # the newest format this program writes (and recovers)
 READ_VERSION = 1  # the newest read version this program reads
 VERSION_FILE = "FORMAT"
 LMDB_DATA = "data.mdb"

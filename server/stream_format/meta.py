@@ -19,7 +19,10 @@ DB_STREAMS = 1  # stream path (utf-8) -> StreamMeta (JSON)
 DB_TAILS = 2  # stream id (u64 BE) -> TAIL
 DB_PRODUCERS = 3  # stream id (u64 BE) + producer id (utf-8) -> PRODUCER
 DB_INDEX = 4  # stream id (u64 BE) + unit (u64 BE) -> file position (u64 LE)
+DB_RECORDS = 5  # space (utf-8) + 0x00 + key (utf-8) -> opaque value (since format 3)
 
+# The stream databases: every format has them, and a reader of committed data
+# (read version 1, the Spark data source) opens these and no others.
 DB_NAMES = {
     DB_INFO: b"info",
     DB_STREAMS: b"streams",
@@ -27,6 +30,10 @@ DB_NAMES = {
     DB_PRODUCERS: b"producers",
     DB_INDEX: b"index",
 }
+# Every database a writer keeps. Format 3 adds ``records`` (keyed state of other
+# parts of the server, such as subscriptions); readers never open it, so it did
+# not raise the read version.
+ALL_DB_NAMES = {**DB_NAMES, DB_RECORDS: b"records"}
 
 KEY_NEXT_STREAM_ID = b"next_stream_id"
 
@@ -133,3 +140,20 @@ def producer_key(stream_id: int, producer_id: str) -> bytes:
 
 def index_key(stream_id: int, unit: int) -> bytes:
     return INDEX_KEY.pack(stream_id, unit)
+
+
+RECORD_SEP = b"\x00"  # between a record's space and its key; never inside a space
+
+
+def record_prefix(space: str) -> bytes:
+    """The key prefix every record of ``space`` shares (the space may not hold NUL)."""
+    return space.encode("utf-8") + RECORD_SEP
+
+
+def record_key(space: str, key: str) -> bytes:
+    return record_prefix(space) + key.encode("utf-8")
+
+
+def record_name(raw: bytes | memoryview, prefix: bytes) -> str:
+    """The key of a record within its space, from its LMDB key."""
+    return bytes(raw)[len(prefix) :].decode("utf-8")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stream_format.layout import FormatError
+from stream_format.meta import ALL_DB_NAMES
 from stream_format.records import crc32
 
 FRAME_MAGIC = 0x46574453  # "SDWF"
@@ -86,28 +87,39 @@ def encode_frame(lsn: int, entries: Iterable[Entry]) -> bytes:
 
 
 def decode_entries(body: memoryview) -> list[Entry]:
+    """A frame body's entries; WalCorrupt for an entry kind or a database number this
+    program does not know, or an entry that runs past the body: the frame's checksum
+    held, so it is a newer (or broken) writer's, and guessing could lose state."""
     entries: list[Entry] = []
     off = 0
     n = len(body)
     while off < n:
         kind = body[off]
         if kind == WRITE:
+            if off + _ENTRY_WRITE.size > n:
+                raise WalCorrupt(f"WAL entry at {off} runs past its frame")
             _, sid, pos, length = _ENTRY_WRITE.unpack_from(body, off)
             off += _ENTRY_WRITE.size
             entries.append((WRITE, sid, pos, body[off : off + length]))
             off += length
-        else:
+        elif kind in (PUT, DELETE, DELETE_PREFIX):
+            if off + _ENTRY_KV.size > n:
+                raise WalCorrupt(f"WAL entry at {off} runs past its frame")
             _, db, klen, vlen = _ENTRY_KV.unpack_from(body, off)
+            if db not in ALL_DB_NAMES:
+                raise WalCorrupt(f"unknown database number {db} in a WAL entry")
             off += _ENTRY_KV.size
             key = bytes(body[off : off + klen])
             off += klen
             if kind == PUT:
                 entries.append((PUT, db, key, bytes(body[off : off + vlen])))
                 off += vlen
-            elif kind in (DELETE, DELETE_PREFIX):
-                entries.append((kind, db, key))
             else:
-                raise WalCorrupt(f"unknown WAL entry kind {kind}")
+                entries.append((kind, db, key))
+        else:
+            raise WalCorrupt(f"unknown WAL entry kind {kind}")
+        if off > n:
+            raise WalCorrupt("a WAL entry runs past its frame")
     return entries
 
 
@@ -153,7 +165,8 @@ def check_header(path: Path, head: bytes, *, headerless: bool = False) -> bool:
     if magic != FILE_MAGIC:
         if head.startswith(_FRAME_MAGIC_BYTES):
             raise WalCorrupt(
-                f"{path}: a headerless WAL file of data format 1 in a format-2 directory"
+                f"{path}: a headerless WAL file of data format 1 in a directory of "
+                "format 2 or later"
             )
         raise WalCorrupt(f"{path}: not a WAL file (magic {head[:6].hex()})")
     # The magic and the version keep their places in every version; the rest may not.
@@ -212,7 +225,11 @@ def read_frames(path: Path, *, last_file: bool, headerless: bool = False) -> Ite
                 return
             raise WalCorrupt(f"{path}: bad frame at {off}")
         off = body_start + length
-        yield Frame(lsn, decode_entries(body), off)
+        try:
+            entries = decode_entries(body)
+        except WalCorrupt as exc:
+            raise WalCorrupt(f"{path}: frame at {body_start - FRAME_HEADER.size}: {exc}") from None
+        yield Frame(lsn, entries, off)
 
 
 def wal_files(wal_dir: Path) -> list[Path]:

@@ -14,6 +14,11 @@ fresh store and must show:
   end of one of its appends (a batch either is there or is not);
 - the Spark reader reads the recovered directory and sees the same bytes.
 
+A second workload puts and deletes keyed records (data format 3) between
+appends and in the same batches: after each crash state the records and the
+streams' tails together must be the state after a prefix of the submitted
+operations that holds every acknowledged one (``KeyedHistory``).
+
 CRASH_STATES sets how many states are explored (default 1,500) and
 CRASH_MIXED how many random mixes each crash point may get (default 3);
 ``make test-long`` explores many more. The test prints how many states were
@@ -26,9 +31,11 @@ import asyncio
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import lmdb
 import pytest
 
 from stream_format import wal
@@ -42,7 +49,7 @@ from stream_server.streams.store import (
     StoreLimits,
     StreamStore,
 )
-from testkit.crashstates import Recording, explore
+from testkit.crashstates import KeyedHistory, Recording, explore
 from testkit.spark_rows import every_stream
 
 BUDGET = int(os.environ.get("CRASH_STATES", "1500"))
@@ -170,12 +177,17 @@ def required(exp: Expected, point: int) -> dict[str, dict]:
     return need
 
 
-async def check_state(data_dir: Path, exp: Expected, point: int) -> dict[str, bytes | list]:
-    """Recover ``data_dir`` and check it against the acknowledgements before ``point``."""
+async def check_state(
+    data_dir: Path, exp: Expected, point: int, also: Callable[[StreamStore], None] | None = None
+) -> dict[str, bytes | list]:
+    """Recover ``data_dir`` and check it against the acknowledgements before ``point``
+    (and with ``also``, on the same recovered store)."""
     store = StreamStore(data_dir, limits=StoreLimits(sweep_interval=3600))
     await store.start()
     seen: dict[str, bytes | list] = {}
     try:
+        if also is not None:
+            also(store)
         need = required(exp, point)
         for path in exp.content:
             want = need.get(path, {})
@@ -268,7 +280,7 @@ def test_every_explored_crash_state_recovers_what_was_acknowledged(tmp_path, cap
     assert explored == min(BUDGET, explored) and distinct > 0
 
 
-@pytest.mark.parametrize("era", ["current", "format-1"])
+@pytest.mark.parametrize("era", ["current", "format-1", "format-2"])
 def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, era):
     """Recovery itself is crash-safe: it redoes WAL frames into segment files, then
     deletes the WAL; a crash anywhere in between must not lose what the WAL held,
@@ -276,7 +288,9 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, e
 
     ``format-1``: the crash left a format-1 directory (headerless WAL files, a
     one-line FORMAT), which recovery replays and then raises to the current
-    format; a crash anywhere in that upgrade must leave a directory that opens."""
+    format; a crash anywhere in that upgrade must leave a directory that opens.
+    ``format-2``: the same from format 2 (no records database), and the first
+    record put after the upgrade is there once acknowledged."""
 
     async def before_the_crash(data_dir: Path, crashed: Path) -> bytes:
         engine = Engine(data_dir, map_size=1 << 20, checkpoint_bytes=1 << 30)
@@ -297,6 +311,8 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, e
         store = StreamStore(crashed, limits=StoreLimits(sweep_interval=3600))
         await store.start()
         rec.ack(("recovered", "s"))
+        await store.put_record("subs", "a", b"1")
+        rec.ack(("record", "a"))
         await store.append(AppendRequest("s", BIN, b"after"))
         rec.ack(("append", "s"))
         await store.stop()
@@ -307,6 +323,13 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, e
         (crashed / "FORMAT").write_text("durable-streams-py data format 1\n")
         for path in wal.wal_files(crashed / "wal"):
             path.write_bytes(path.read_bytes()[wal.HEADER_SIZE :])
+    if era in ("format-1", "format-2"):
+        if era == "format-2":
+            (crashed / "FORMAT").write_text("durable-streams-py data format 2\nread-version 1\n")
+        env = lmdb.open(str(crashed / "meta"), max_dbs=8)
+        with env.begin(write=True) as txn:  # as older servers left it
+            txn.drop(env.open_db(b"records", txn=txn), delete=True)
+        env.close()
     rec = Recording(crashed)
     rec.start_from_disk()
     fsio.attach(rec)
@@ -315,15 +338,16 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, e
     finally:
         fsio.attach(None)
     assert any(op[0] == "unlink" and op[1].startswith("wal/") for op in rec.ops)
-    if era == "format-1":
+    if era != "current":
         assert ("rename", "FORMAT.tmp", "FORMAT") in rec.ops  # the upgrade was recorded
 
-    async def read(directory: Path) -> bytes:
+    async def read(directory: Path) -> tuple[bytes, dict[str, bytes]]:
         store = StreamStore(directory, limits=StoreLimits(sweep_interval=3600))
         await store.start()
         try:
             s = store.get("s")
-            return b"".join(bytes(p) for p in (await store.read(s, 0, 1 << 30)).payloads)
+            data = b"".join(bytes(p) for p in (await store.read(s, 0, 1 << 30)).payloads)
+            return data, store.records("subs")
         finally:
             await store.stop()
 
@@ -333,11 +357,130 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, e
         if directory is None:
             continue
         distinct += 1
-        got = asyncio.run(read(directory))
+        got, records = asyncio.run(read(directory))
+        where = f"crash after op {state.point} ({rec.ops[state.point - 1]}), {state.choice}"
         assert got in (acked, acked + b"after"), (
-            f"crash after op {state.point} ({rec.ops[state.point - 1]}), {state.choice}: "
-            f"recovered {len(got)} bytes, acknowledged {len(acked)}"
+            f"{where}: recovered {len(got)} bytes, acknowledged {len(acked)}"
         )
+        # The record was acknowledged before the append was submitted.
+        put_acked = any(op == ("ack", ("record", "a")) for op in rec.ops[: state.point])
+        want = [{"a": b"1"}] if put_acked or got != acked else [{}, {"a": b"1"}]
+        assert records in want, f"{where}: records {records}, expected one of {want}"
         shutil.rmtree(directory, ignore_errors=True)
     with capsys.disabled():
         print(f"\nrecovery crash states ({era}): {explored} explored, {distinct} distinct")
+
+
+# ------------------------------------------------------------- keyed records
+
+SPACES = ("subs", "cursors")
+
+
+async def run_records_workload(data_dir: Path, rec: Recording) -> tuple[Expected, KeyedHistory]:
+    """Record puts and deletes between appends and in the same batches as appends,
+    across WAL rotations and checkpoints, as the subscription manager makes them."""
+    exp = Expected()
+    history = KeyedHistory()
+    engine = Engine(data_dir, map_size=1 << 20, checkpoint_bytes=6 * 1024)
+    store = StreamStore(data_dir, engine=engine, limits=StoreLimits(sweep_interval=3600))
+    await store.start()
+
+    tails: dict[str, int] = {}
+
+    async def append(path: str, data: bytes) -> None:
+        # The stream's tail is part of the keyed history too, so that a batch's
+        # records and its appends are seen to come back together or not at all.
+        tails[path] += len(data)
+        i = history.submit(("stream", path), b"%d" % tails[path])
+        r = await store.append(AppendRequest(path, BIN, data))
+        history.ack(rec, i)
+        exp.content[path].append(data)
+        exp.tails[path].add(r.tail)
+        exp.acks.append((rec.ack(("append", path)), "append", path, r.tail))
+
+    async def put(space: str, key: str, value: bytes | None) -> None:
+        i = history.submit((space, key), value)  # in the same step as the store's submit
+        await store.put_record(space, key, value)
+        history.ack(rec, i)
+
+    for path in ("log", "other"):
+        tails[path] = 0
+        i = history.submit(("stream", path), b"0")
+        r = await store.create(CreateRequest(path, BIN))
+        history.ack(rec, i)
+        exp.content[path], exp.tails[path] = [], {r.tail}
+        exp.acks.append((rec.ack(("create", path)), "create", path, r.tail))
+    for i in range(8):
+        # Submitted together: the first goes out at once, the rest share the next
+        # batch, an append ahead of records (puts of both spaces, a delete).
+        await asyncio.gather(
+            append("log", bytes([65 + i]) * 900),
+            append("other", b"-" * (i + 1)),
+            put("subs", f"s{i % 3}", b'{"generation":%d,"pad":"%s"}' % (i, b"x" * (i * 700))),
+            put("cursors", f"s{i % 3}/stream-{i}", b"%016d" % (i * 900)),
+            *([put("subs", f"s{(i + 1) % 3}", None)] if i % 2 else []),
+        )
+        # A lone record between appends.
+        await put("cursors", "lone", b"%d" % i)
+        await append("log", bytes([97 + i]) * 300)
+        if i == 5:
+            await put("cursors", "lone", None)
+    await store.stop()
+    return exp, history
+
+
+def test_every_explored_crash_state_keeps_the_acknowledged_records(tmp_path, capsys):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    rec = Recording(data_dir)
+    fsio.attach(rec)
+    try:
+        exp, history = asyncio.run(run_records_workload(data_dir, rec))
+    finally:
+        fsio.attach(None)
+    assert sum(op[0] == "lmdb_sync" for op in rec.ops) >= 3  # checkpoints ran
+    assert sum(1 for op in rec.ops if op[0] == "create" and op[1].startswith("wal/")) >= 3
+
+    def records(store: StreamStore) -> dict[object, bytes]:
+        """The records and the streams' tails, as the keyed history names them."""
+        got: dict[object, bytes] = {
+            (space, k): v for space in SPACES for k, v in store.records(space).items()
+        }
+        for path in ("log", "other"):
+            if path in store.streams:
+                got["stream", path] = b"%d" % store.streams[path].tail
+        return got
+
+    explored = distinct = 0
+    applied: set[int] = set()
+    for state, directory in explore(rec, BUDGET, tmp_path / "states", mixed=MIXED):
+        explored += 1
+        if directory is None:
+            continue
+        distinct += 1
+        try:
+            asyncio.run(
+                check_state(
+                    directory,
+                    exp,
+                    state.point,
+                    also=lambda store, point=state.point: applied.add(
+                        history.check(point, records(store))
+                    ),
+                )
+            )
+        except (AssertionError, StreamError, OSError) as exc:
+            raise AssertionError(
+                f"crash after op {state.point} of {len(rec.ops)} "
+                f"({rec.ops[state.point - 1]}), {state.choice}: {exc}"
+            ) from exc
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    with capsys.disabled():
+        print(
+            f"\nrecord crash states: {len(rec.ops)} ops recorded, {len(history.ops)} record "
+            f"and stream operations, {explored} states explored, {distinct} distinct, "
+            f"{len(applied)} different prefixes recovered"
+        )
+    # The states reached both ends: nothing applied yet, and every operation.
+    assert 0 in applied and len(history.ops) in applied

@@ -1,5 +1,6 @@
-"""Data format 2 (WAL file headers) on real directories: format 1 directories still open,
-are replayed and raised to format 2; WAL files recovery cannot replay stop the server."""
+"""Data formats on real directories: format 1 (headerless WAL files) and format 2 (no
+records database) directories still open, are replayed and raised to the current
+format; WAL files recovery cannot replay stop the server."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import lmdb
 import pytest
 
 from stream_format import wal
@@ -15,10 +17,11 @@ from stream_format.layout import CURRENT, DataFormat, Layout
 from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine, LayoutError
 from stream_server.engine.layout import prepare
-from stream_server.engine.ops import Append
+from stream_server.engine.ops import Append, PutRecord
 from tests.engine.test_engine import crash, new_stream, read_all
 
 V1_FORMAT = "durable-streams-py data format 1\n"
+V2_FORMAT = "durable-streams-py data format 2\nread-version 1\n"
 
 
 def crashed_directory(root, *, data: bytes = b"durable") -> Layout:
@@ -72,6 +75,40 @@ def test_a_format_1_directory_with_a_headerless_wal_is_replayed_and_raised(tmp_p
     e2.close()
 
 
+def as_format_2(layout: Layout) -> None:
+    """Turn a crashed directory into what a format-2 server leaves: the same WAL files
+    and LMDB, without the records database (format 3 added it)."""
+    layout.version_file.write_text(V2_FORMAT)
+    env = lmdb.open(str(layout.meta), max_dbs=8)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(b"records", txn=txn), delete=True)
+    with env.begin() as txn:
+        assert txn.get(b"records") is None
+    env.close()
+
+
+def test_a_format_2_directory_is_replayed_and_raised_to_format_3(tmp_path):
+    layout = crashed_directory(tmp_path / "d")
+    as_format_2(layout)
+    assert prepare(layout) == DataFormat(2, 1)
+    e = Engine(layout.root)
+    _, report = e.open()
+    assert report.wal_frames_replayed == 2
+    assert read_all(e, 1, KIND_BYTES, 0, 7) == b"durable"
+    assert (
+        layout.version_file.read_text()
+        == CURRENT.text()
+        == ("durable-streams-py data format 3\nread-version 1\n")
+    )
+    assert e.records("subs") == {}
+    e.commit([PutRecord("subs", "a", b"1")])
+    crash(e)
+    e2 = Engine(layout.root)
+    e2.open()
+    assert e2.records("subs") == {"a": b"1"}
+    e2.close()
+
+
 def test_a_leftover_version_file_copy_from_an_interrupted_upgrade_is_removed(tmp_path):
     layout = crashed_directory(tmp_path / "d")
     as_format_1(layout)
@@ -94,7 +131,7 @@ def _damage(layout: Layout, how: str) -> str:
         expect = "WAL file version 3 is newer than"
     elif how == "headerless":
         raw = raw[wal.HEADER_SIZE :]
-        expect = "a headerless WAL file of data format 1 in a format-2 directory"
+        expect = "a headerless WAL file of data format 1 in a directory of format 2 or later"
     else:
         layout.version_file.write_text(V1_FORMAT)
         expect = "a WAL file with a format-2 header in a format-1 directory"

@@ -149,3 +149,46 @@ def test_a_format_1_frame_packed_by_the_spec_still_decodes(tmp_path):
     assert got.entries[2] == (wal.DELETE_PREFIX, 4, b"\x05")
     path.write_bytes(wal.encode_header(1) + frame)  # and after a format-2 header
     assert [f.lsn for f in wal.read_frames(path, last_file=False)] == [42]
+
+
+def test_a_format_3_records_entry_packed_by_the_spec_decodes(tmp_path):
+    """Format 3's records database (number 5): its entries are PUT and DELETE in the
+    same layout, packed here from the table, key = space, 0x00, key."""
+    body = (
+        struct.pack("<BBII", 1, 5, 6, 2) + b"subs\x00a" + b"{}"  # PUT records
+        + struct.pack("<BBII", 2, 5, 6, 0) + b"subs\x00b"  # DELETE records
+    )  # fmt: skip
+    frame = struct.pack("<IIIQ", 0x46574453, len(body), crc32(body), 7) + body
+    path = tmp_path / NAME
+    path.write_bytes(wal.encode_header(1) + frame)
+    (got,) = wal.read_frames(path, last_file=True)
+    assert got.entries == [(wal.PUT, 5, b"subs\x00a", b"{}"), (wal.DELETE, 5, b"subs\x00b")]
+
+
+def test_a_frame_naming_a_database_this_program_does_not_know_stops_recovery(tmp_path):
+    """A whole, checksummed frame of a newer writer: refused by name, never half
+    applied or dropped as torn, even at the end of the newest file."""
+    path = tmp_path / NAME
+    path.write_bytes(
+        wal.encode_header(1) + _frame(1) + wal.encode_frame(2, [(wal.PUT, 6, b"k", b"v")])
+    )
+    for last in (True, False):
+        with pytest.raises(wal.WalCorrupt, match=f"{NAME}: frame at .*unknown database number 6"):
+            list(wal.read_frames(path, last_file=last))
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (bytes([9]) + bytes(20), "unknown WAL entry kind 9"),
+        (struct.pack("<BBII", 1, 1, 3, 50) + b"keyvalue", "runs past its frame"),
+        (struct.pack("<BQQI", 4, 1, 0, 99) + b"short", "runs past its frame"),
+        (bytes([1, 1, 0]), "runs past its frame"),
+    ],
+)
+def test_a_checksummed_frame_that_does_not_decode_is_refused_by_name(tmp_path, body, error):
+    frame = struct.pack("<IIIQ", 0x46574453, len(body), crc32(body), 1) + body
+    path = tmp_path / NAME
+    path.write_bytes(wal.encode_header(1) + frame)
+    with pytest.raises(wal.WalCorrupt, match=f"{NAME}: frame at 20: .*{error}"):
+        list(wal.read_frames(path, last_file=True))

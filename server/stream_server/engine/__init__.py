@@ -9,7 +9,7 @@ from stream_server.engine.engine import Engine
 from stream_server.engine.errors import DamagedStream, StorageError, StorageFailed
 from stream_server.engine.layout import LayoutError
 from stream_server.engine.pipeline import CommitPipeline
-from stream_server.engine.recovery import LoadedState, RecoveryReport
+from stream_server.engine.recovery import LoadedState, RecoveryProgress, RecoveryReport
 
 __all__ = [
     "BatchStats",
@@ -18,6 +18,7 @@ __all__ = [
     "Engine",
     "LayoutError",
     "LoadedState",
+    "RecoveryProgress",
     "RecoveryReport",
     "StorageError",
     "StorageFailed",

@@ -16,6 +16,7 @@ from stream_format.meta import (
     DB_INDEX,
     DB_INFO,
     DB_PRODUCERS,
+    DB_RECORDS,
     DB_STREAMS,
     DB_TAILS,
     KEY_NEXT_STREAM_ID,
@@ -25,6 +26,7 @@ from stream_format.meta import (
     id_key,
     index_key,
     producer_key,
+    record_key,
     stream_key,
 )
 from stream_format.records import (
@@ -37,10 +39,12 @@ from stream_server.engine.ops import (
     Append,
     CreateLog,
     DeleteProducer,
+    DeleteRecord,
     DeleteStream,
     DropLog,
     Op,
     PutProducer,
+    PutRecord,
     PutStream,
 )
 
@@ -121,6 +125,10 @@ def build(ops: list[Op], tails: Mapping[int, Tail], now_us: int) -> Batch:
             put(DB_INFO, KEY_NEXT_STREAM_ID, U64.pack(op.stream_id + 1))
         elif isinstance(op, DeleteStream):
             changes.append((wal.DELETE, DB_STREAMS, stream_key(op.path)))
+        elif isinstance(op, PutRecord):
+            put(DB_RECORDS, record_key(op.space, op.key), op.value)
+        elif isinstance(op, DeleteRecord):
+            changes.append((wal.DELETE, DB_RECORDS, record_key(op.space, op.key)))
         elif isinstance(op, DropLog):
             sid = op.stream_id
             local.pop(sid, None)

@@ -28,7 +28,7 @@ import lmdb
 from stream_format import index
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_format.meta import DB_INDEX
+from stream_format.meta import DB_INDEX, DB_RECORDS, record_name, record_prefix
 from stream_format.records import (
     FLAG_PRODUCER,
     KIND_JSON,
@@ -51,11 +51,16 @@ from stream_server.engine.errors import (
 from stream_server.engine.layout import prepare, retire_wal, wal_headerless
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.ops import Op
-from stream_server.engine.recovery import LoadedState, Recovery, RecoveryReport
+from stream_server.engine.recovery import (
+    LoadedState,
+    Recovery,
+    RecoveryProgress,
+    RecoveryReport,
+)
 from stream_server.engine.segments import Segments
 from stream_server.engine.wal import WalWriter
 
-__all__ = ["BatchStats", "Engine", "LoadedState", "RecoveryReport", "Tail"]
+__all__ = ["BatchStats", "Engine", "LoadedState", "RecoveryProgress", "RecoveryReport", "Tail"]
 
 log = logging.getLogger("stream_server.engine")
 
@@ -81,6 +86,7 @@ class Engine:
         self.tails: dict[int, Tail] = {}
         self.damaged: dict[int, str] = {}
         self.failed: str | None = None
+        self.progress = RecoveryProgress()  # of the recovery that open() runs
         self.lsn = 0
         self._dirty: set[int] = set()
         self._checkpoint_thread: threading.Thread | None = None
@@ -102,6 +108,7 @@ class Engine:
             self.segments,
             self._lmdb_write,
             headerless_wal=wal_headerless(found),
+            progress=self.progress,
         )
         state, report = recovery.run()
         self.tails, self.damaged, self.lsn = state.tails, recovery.damaged, recovery.lsn
@@ -267,6 +274,21 @@ class Engine:
             self.meta = None
 
     # ------------------------------------------------------------------- read
+
+    def records(self, space: str) -> dict[str, bytes]:
+        """Every committed record of ``space`` (``ops.PutRecord``), by key, from one
+        LMDB read transaction. Runs on any thread."""
+        assert self.meta is not None
+        prefix = record_prefix(space)
+        out: dict[str, bytes] = {}
+        with self.meta.env.begin() as txn:
+            cur = txn.cursor(db=self.meta.dbs[DB_RECORDS])
+            if cur.set_range(prefix):
+                for key, value in cur:
+                    if not key.startswith(prefix):
+                        break
+                    out[record_name(key, prefix)] = bytes(value)
+        return out
 
     def _index_floor(
         self, sid: int, unit: int | None, *, max_pos: int | None = None

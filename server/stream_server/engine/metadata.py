@@ -1,4 +1,5 @@
-"""The LMDB environment: stream configuration, committed tails, producer state, index.
+"""The LMDB environment: stream configuration, committed tails, producer state, index,
+and keyed records (``ops.PutRecord``).
 
 The databases, keys and values are the format's (``stream_format.meta``).
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import lmdb
 
-from stream_format.meta import DB_NAMES
+from stream_format.meta import ALL_DB_NAMES
 from stream_format.wal import DELETE, DELETE_PREFIX, PUT, Entry
 from stream_server.engine import fsio
 
@@ -30,13 +31,17 @@ class Metadata:
         self.env = lmdb.open(
             str(path),
             map_size=map_size,
-            max_dbs=len(DB_NAMES) + 2,
+            max_dbs=len(ALL_DB_NAMES) + 2,
             sync=True,
             metasync=False,
             readahead=False,
             max_readers=256,
         )
-        self.dbs = {num: self.env.open_db(name) for num, name in DB_NAMES.items()}
+        # In a transaction begun here: py-lmdb's open_db without one waits for LMDB's
+        # writer lock holding the GIL, which would freeze the event loop (and the
+        # probes it answers) while another process holds that lock.
+        with self.env.begin(write=True) as txn:
+            self.dbs = {num: self.env.open_db(name, txn=txn) for num, name in ALL_DB_NAMES.items()}
 
     def grow(self) -> None:
         """Double the map after MapFullError; LMDB allows this between transactions."""

@@ -62,4 +62,32 @@ class DropLog:
     stream_id: int
 
 
-Op = PutStream | DeleteStream | CreateLog | Append | PutProducer | DeleteProducer | DropLog
+@dataclass(slots=True)
+class PutRecord:
+    """Set one keyed record: state of another part of the server (a subscription, say),
+    durable with the batch and recovered like stream metadata. Opaque to the engine."""
+
+    space: str
+    key: str
+    value: bytes
+
+
+@dataclass(slots=True)
+class DeleteRecord:
+    """Remove one keyed record (nothing happens if it is not there)."""
+
+    space: str
+    key: str
+
+
+Op = (
+    PutStream
+    | DeleteStream
+    | CreateLog
+    | Append
+    | PutProducer
+    | DeleteProducer
+    | DropLog
+    | PutRecord
+    | DeleteRecord
+)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from stream_server.engine.engine import BatchStats, Engine
-from stream_server.engine.errors import StorageError
+from stream_server.engine.errors import StorageError, StorageFailed
 from stream_server.engine.ops import Op
 
 MAX_BATCH_PAYLOAD = 32 * 1024 * 1024
@@ -40,9 +40,16 @@ class CommitPipeline:
         self._busy = False
         self._jobs: queue.SimpleQueue[list[Waiting] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._closing = False  # stop() has told the writer thread to end
+
+    @property
+    def running(self) -> bool:
+        """Whether submitted operations will be carried out (started, not stopping)."""
+        return self._thread is not None and not self._closing
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._closing = False
         self._thread = threading.Thread(target=self._run, name="writer", daemon=True)
         self._thread.start()
 
@@ -51,6 +58,7 @@ class CommitPipeline:
         while self._busy or self._waiting:
             await asyncio.sleep(0.005)
         if self._thread is not None:
+            self._closing = True  # from here a submit fails at once: nothing would run it
             self._jobs.put(None)
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
             self._thread = None
@@ -66,6 +74,9 @@ class CommitPipeline:
         """
         assert self._loop is not None
         fut = self._loop.create_future()
+        if self._closing:
+            fut.set_exception(StorageFailed("the commit pipeline has stopped"))
+            return fut
         self._waiting.append((ops, fut, size, apply))
         if not self._busy:
             self._dispatch()

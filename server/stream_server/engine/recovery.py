@@ -58,6 +58,21 @@ class LoadedState:
 
 
 @dataclass(slots=True)
+class RecoveryProgress:
+    """How far a running recovery is, read by the server while it answers probes.
+
+    Written by the recovery thread, read from the event loop: plain ints and a
+    string, each replaced whole, so a reader sees a value that was true a moment
+    ago. ``streams_total`` is known once the metadata is loaded.
+    """
+
+    phase: str = "starting"  # starting, wal, loading, tails, orphans, done
+    wal_frames: int = 0
+    streams_total: int = 0
+    streams_checked: int = 0
+
+
+@dataclass(slots=True)
 class RecoveryReport:
     seconds: float = 0.0
     streams: int = 0
@@ -77,8 +92,10 @@ class Recovery:
         write_meta: Callable[[list[walmod.Entry]], None],
         *,
         headerless_wal: bool = False,
+        progress: RecoveryProgress | None = None,
     ) -> None:
         self.layout = layout
+        self.progress = progress or RecoveryProgress()
         self.headerless_wal = headerless_wal  # a format-1 directory's WAL files
         self.meta = meta
         self.segments = segments
@@ -88,11 +105,18 @@ class Recovery:
 
     def run(self) -> tuple[LoadedState, RecoveryReport]:
         report = RecoveryReport()
+        progress = self.progress
+        progress.phase = "wal"
         touched = self._replay_wal(report)
+        progress.phase = "loading"
         state = self._load()
+        progress.streams_total = len(state.tails)
+        progress.phase = "tails"
         self._check_tails(state, touched, report)
+        progress.phase = "orphans"
         self._remove_orphans(state, report)
         self.meta.sync()
+        progress.phase = "done"
         report.streams = len(state.streams)
         report.damaged = dict(self.damaged)
         return state, report
@@ -114,6 +138,7 @@ class Recovery:
                 self.write_meta(changes)
                 self.lsn = max(self.lsn, frame.lsn)
                 report.wal_frames_replayed += 1
+                self.progress.wal_frames = report.wal_frames_replayed
         # The WAL is deleted once recovery ends: what it redid must be durable first,
         # the files' directory entries included (replay may have created them).
         for sid in touched:
@@ -144,7 +169,8 @@ class Recovery:
         return LoadedState(streams, tails, producers, next_id)
 
     def _check_tails(self, state: LoadedState, touched: set[int], report: RecoveryReport) -> None:
-        for sid, tail in list(state.tails.items()):
+        for checked, (sid, tail) in enumerate(list(state.tails.items()), 1):
+            self.progress.streams_checked = checked
             path = self.segments.path(sid)
             try:
                 size = path.stat().st_size

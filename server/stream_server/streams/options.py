@@ -11,10 +11,12 @@ from stream_server.streams.model import Stream
 
 @dataclass(slots=True)
 class StoreEvents:
-    """Hooks for metrics; each is optional and called on the loop."""
+    """Hooks for metrics and subscriptions; each is optional and called on the loop."""
 
     on_batch: Callable[[BatchStats, int], None] | None = None
     on_created: Callable[[Stream], None] | None = None
+    # Data appended to an existing stream, once durable (subscriptions wake on it).
+    on_appended: Callable[[Stream], None] | None = None
     on_deleted: Callable[[str, str], None] | None = None  # path, "deleted" | "expired"
     on_failure: Callable[[StorageError], None] | None = None
     on_producer: Callable[[str], None] | None = None  # "duplicate" | "fenced" | "gap"

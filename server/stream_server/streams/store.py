@@ -63,6 +63,7 @@ from stream_server.streams.options import StoreEvents, StoreLimits
 from stream_server.streams.pending import StreamTable
 from stream_server.streams.producers import check_producer
 from stream_server.streams.reads import Reader
+from stream_server.streams.records import check_space, record_op
 from stream_server.streams.requests import (
     AppendRequest,
     AppendResult,
@@ -328,7 +329,10 @@ class StreamStore:
         )
         if meta_written:
             self.expiry.written(s)
-        stats = await self._commit(queued.ops, queued.size, queued.apply, s)
+        apply = queued.apply
+        if payloads and self.events.on_appended is not None:
+            apply = _then(apply, self.events.on_appended, s)
+        stats = await self._commit(queued.ops, queued.size, apply, s)
         return AppendResult(
             queued.tail,
             req.close or s.meta.closed,
@@ -363,10 +367,26 @@ class StreamStore:
 
         return queue_delete(self.table, s, announce)
 
+    # ------------------------------------------------------------------ records
+
+    async def put_record(self, space: str, key: str, value: bytes | None) -> None:
+        """Set (None: delete) one keyed record; returns once it is durable (``records.py``)."""
+        op = record_op(space, key, value)
+        if not self.pipeline.running:
+            raise Unavailable("the store is not running")
+        await self._commit([op], len(value or b""), None)
+
+    def records(self, space: str) -> dict[str, bytes]:
+        """Every committed record of ``space`` by key, read from LMDB (for start-up)."""
+        check_space(space)
+        if self.engine.meta is None:
+            raise Unavailable("the store is not open")
+        return self.engine.records(space)
+
     # --------------------------------------------------------------- commit
 
     async def _commit(
-        self, ops: list[Op], size: int, apply: Callable[[], None], *streams: Stream
+        self, ops: list[Op], size: int, apply: Callable[[], None] | None, *streams: Stream
     ) -> BatchStats:
         fut = self.pipeline.submit(ops, size, apply)
         for st in streams:
@@ -420,6 +440,18 @@ class StreamStore:
     def sweep(self) -> int:
         """Expire every stream whose TTL or Expires-At has passed."""
         return self.expiry.sweep()
+
+
+def _then(
+    apply: Callable[[], None], hook: Callable[[Stream], None], s: Stream
+) -> Callable[[], None]:
+    """``apply``, then ``hook(s)``: both run when the batch is durable."""
+
+    def both() -> None:
+        apply()
+        hook(s)
+
+    return both
 
 
 def _is_json(content_type: str | None) -> bool:
