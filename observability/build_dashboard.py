@@ -232,6 +232,15 @@ ROWS: list[tuple[str, list[dict]]] = [
                 ],
             ),
             ts("Free bytes", "bytes", [gauge("disk_free_bytes", TARGET_LEGEND, by=TARGET)]),
+            # One segment file per stream: inodes run out before bytes with many small streams.
+            ts(
+                "Free and total inodes",
+                "short",
+                [
+                    gauge("disk_free_inodes", "free " + TARGET_LEGEND, by=TARGET),
+                    gauge("disk_total_inodes", "total " + TARGET_LEGEND, by=TARGET),
+                ],
+            ),
         ],
     ),
     (
@@ -242,6 +251,57 @@ ROWS: list[tuple[str, list[dict]]] = [
             ),
             stat("Streams recovered", "short", [gauge("recovery_streams", "streams")]),
             stat("WAL frames replayed", "short", [gauge("recovery_wal_frames", "frames")]),
+            # While a recovery runs: servers recovering, and how far they are.
+            stat("Recovering now", "short", [gauge("recovering", "servers")]),
+            stat("Streams checked", "short", [gauge("recovery_streams_checked", "streams")]),
+            stat(
+                "Starts killed during recovery",
+                "short",
+                [gauge("recovery_interrupted", "starts", agg="max")],
+            ),
+        ],
+    ),
+    (
+        "Subscriptions",
+        [
+            stat(
+                "Subscriptions by type",
+                "short",
+                [gauge("subscriptions", "{{type}}", by="type")],
+            ),
+            stat(
+                "Failing webhook subscriptions",
+                "short",
+                [gauge("subscriptions_failing", "failing")],
+                thresholds=thresholds((None, "green"), (1, "orange")),
+            ),
+            ts(
+                "Webhook deliveries / s by outcome, and retries",
+                "ops",
+                [
+                    rate("subscription_deliveries_total", "{{outcome}}", "outcome"),
+                    rate("subscription_retries_total", "retries"),
+                ],
+            ),
+            ts(
+                "Wakes, claims and expired leases / s",
+                "ops",
+                [
+                    rate("subscription_wakes_total", "wakes {{type}}", "type"),
+                    rate("subscription_claims_total", "claims"),
+                    rate("subscription_lease_expiries_total", "lease expiries"),
+                ],
+            ),
+            ts(
+                "Wake latency (append to worker woken)",
+                "s",
+                quantiles("subscription_wake_latency_seconds"),
+            ),
+            ts(
+                "Streams with pending data",
+                "short",
+                [gauge("subscription_pending_streams", TARGET_LEGEND, by=TARGET)],
+            ),
         ],
     ),
     (

@@ -154,9 +154,13 @@ def test_offset_past_the_tail_is_400(fresh):
     assert httpx.get(url, params={"offset": "0000000000000000_0000000000009999"}).status_code == 400
 
 
-def test_reserved_subscription_paths_say_not_implemented(shared_server):
+def test_reserved_subscription_paths_are_not_streams(shared_server):
+    """``__ds`` is the subscription API (tests/subscriptions): never a stream path."""
     r = httpx.put(f"{shared_server.base}__ds/subscriptions/x", json={"type": "webhook"})
-    assert r.status_code == 501
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "INVALID_REQUEST"
+    r = httpx.put(f"{shared_server.base}__ds/x", headers={"content-type": "text/plain"})
+    assert r.status_code == 404
 
 
 def test_unicode_spellings_never_share_a_stream(shared_server):

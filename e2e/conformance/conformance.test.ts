@@ -7,4 +7,5 @@ if (!baseUrl) throw new Error("CONFORMANCE_TEST_URL is required")
 runConformanceTests({
   baseUrl,
   longPollTimeoutMs: Number(process.env.CONFORMANCE_LONG_POLL_MS ?? "2000"),
+  subscriptions: true,
 })

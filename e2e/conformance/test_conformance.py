@@ -1,8 +1,9 @@
 """The official conformance suite (npm) against a real server process.
 
-Passes when every test the suite does not skip passes; prints the totals.
-The suite's six subscription tests skip themselves: subscriptions (protocol
-sections 6 and 7) are not implemented yet.
+Passes when every test passes and none is skipped; prints the totals. The
+subscription tests (protocol sections 6 and 7) are turned on in
+``conformance.test.ts`` (``subscriptions: true``): they run a webhook receiver
+on 127.0.0.1, which the server's development exception for webhook URLs allows.
 """
 
 from __future__ import annotations
@@ -48,4 +49,5 @@ def test_official_conformance_suite(server_factory):
     print("\n" + totals)
     assert not failed, totals + "\n" + "\n".join(failed) + "\n" + proc.stdout[-2000:]
     assert report["numFailedTests"] == 0
-    assert report["numPassedTests"] >= 300, totals
+    assert report["numPendingTests"] + report["numTodoTests"] == 0, totals
+    assert report["numPassedTests"] >= 338, totals

@@ -2,9 +2,11 @@
 
 Requests under the stream base path go straight to the protocol handlers;
 health, readiness (and metrics) are small Starlette routes beside them. The
-lifespan opens the store (running recovery) and closes it with a final
-checkpoint; live reads are ended before that, as soon as the server begins to
-stop (``end_live_reads``).
+lifespan starts recovery as a task (``recovering``), so the socket opens at
+once: probes and metrics answer during recovery, stream requests get 503 with
+``Retry-After`` until it ends. The lifespan's end closes the store with a
+final checkpoint; live reads are ended before that, as soon as the server
+begins to stop (``end_live_reads``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import TypeVar
@@ -34,7 +36,10 @@ from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.ratelimit import RateLimiter
+from stream_server.recovering import RETRY_AFTER, BackgroundRecovery
+from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
+from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
 
 T = TypeVar("T")
 
@@ -53,6 +58,7 @@ class StreamServerApp:
                 max_producers_per_stream=settings.max_producers_per_stream,
                 max_fork_depth=settings.max_fork_depth,
                 max_json_messages=settings.max_json_messages,
+                retention=parse_policies(settings.retention),
             ),
             events=self._events(),
             engine=Engine(
@@ -61,7 +67,14 @@ class StreamServerApp:
                 fault_hook=hook_from_env(os.environ.get("DS_FAULT")),
             ),
         )
-        auth = (
+        self.recovery = BackgroundRecovery(
+            self.store,
+            on_failure=self._recovery_failed,
+            serving=f"under {settings.base_path} from {settings.data_dir}",
+        )
+        # Told when recovery fails, so that the server stops (set by server.py).
+        self.on_fatal: Callable[[], None] | None = None
+        self.auth = auth = (
             TokenAuth.from_file(Path(settings.auth_tokens_file))
             if settings.auth_tokens_file
             else None
@@ -71,6 +84,11 @@ class StreamServerApp:
             if settings.rate_limit > 0
             else None
         )
+        self.subscriptions = Subscriptions(
+            self.store,
+            same_named(SubscriptionSettings, settings),
+            self.metrics,
+        )
         self.streams = StreamRoutes(
             Context(
                 self.store,
@@ -78,7 +96,8 @@ class StreamServerApp:
                 self.metrics,
                 auth=auth,
                 limiter=limiter,
-            )
+            ),
+            self.subscriptions,
         )
         self.base = settings.base_path
         self.base_bare = settings.base_path.rstrip("/")
@@ -92,14 +111,27 @@ class StreamServerApp:
                 streams=lambda: len(self.store.streams),
                 live=lambda mode: self.streams.live_readers[mode],
                 data_dir=str(settings.data_dir),
-                segment_bytes=lambda: sum(
-                    t.file_len for t in list(self.store.engine.tails.values())
+                segment_bytes=lambda: sum(  # records held: retention's holes excluded
+                    t.file_len - t.start_pos for t in list(self.store.engine.tails.values())
                 ),
                 ready=lambda: self.store.ready and not self.store.failed,
                 failed=lambda: bool(self.store.failed),
+                recovering=lambda: self.recovery.running,
+                recovery=self.recovery.progress,
+                recovery_seconds=self.recovery.seconds,
+                recovery_interrupted=lambda: self.recovery.interrupted,
+            )
+            self.metrics.bind_retention(
+                reclaimed=lambda: self.store.engine.reclaimed_bytes,
+                policies=self.store.retention.stats,
+            )
+            manager = self.subscriptions.manager
+            self.metrics.bind_subscriptions(
+                pending_streams=manager.pending_stream_count, failing=manager.failing_count
             )
         self.web = Starlette(routes=routes, lifespan=self.lifespan)
         self.stopping = False
+        self._subscriptions_error = ""
         # True when the HTTP protocol already refused heads past --max-header-bytes
         # and --max-headers (http_limits does): then they are not counted twice.
         self.headers_checked = False
@@ -114,7 +146,14 @@ class StreamServerApp:
             )
             return
         if scope["type"] == "http" and scope["path"].startswith(self.base):
-            if self.metrics is None:
+            if not self.recovery.finished:
+                await respond(
+                    send,
+                    503,
+                    text_headers([(b"retry-after", str(RETRY_AFTER).encode())]),
+                    b"recovery not finished\n",
+                )
+            elif self.metrics is None:
                 await self.streams(scope, receive, send)
             else:
                 await self._measured(scope, receive, send)
@@ -145,66 +184,81 @@ class StreamServerApp:
             self.metrics.on_request(scope["method"], status, time.perf_counter() - started)
 
     def _events(self) -> StoreEvents:
+        """The store's hooks: metrics, and the subscriptions (which wake on commits).
+
+        The hooks run inside the commit pipeline's completion, where an exception
+        would strand every request of the batch: a subscription hook that fails
+        is logged and skipped, never raised.
+        """
         m = self.metrics
-        if m is None:
-            return StoreEvents()
+
+        def subs(name: str, *args: object) -> None:
+            try:
+                getattr(self.subscriptions.manager, name)(*args)
+            except Exception:
+                log.exception("subscription hook %s failed", name)
 
         def created(stream) -> None:
-            m.streams_created.inc()
-            if stream.meta.fork_from is not None:
-                m.forks_created.inc()
+            if m is not None:
+                m.streams_created.inc()
+                if stream.meta.fork_from is not None:
+                    m.forks_created.inc()
+            subs("stream_created", stream)
+
+        def deleted(path: str, reason: str) -> None:
+            if m is not None:
+                m.streams_deleted.labels(reason).inc()
+            subs("stream_deleted", path, reason)
 
         def failed(error) -> None:
-            m.batch_failures.labels("disk_full" if error.disk_full else "error").inc()
+            if m is not None:
+                m.batch_failures.labels("disk_full" if error.disk_full else "error").inc()
 
         return StoreEvents(
-            on_batch=m.on_batch,
+            on_batch=m.on_batch if m is not None else None,
             on_created=created,
-            on_deleted=lambda path, reason: m.streams_deleted.labels(reason).inc(),
-            on_producer=lambda event: m.producer_events.labels(event).inc(),
+            on_appended=lambda stream: subs("stream_appended", stream),
+            on_deleted=deleted,
+            on_producer=(lambda event: m.producer_events.labels(event).inc())
+            if m is not None
+            else None,
             on_failure=failed,
         )
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        report = await self.store.start()
-        log.info(
-            "recovery finished in %.3fs: %d streams, %d WAL frames replayed, "
-            "%d streams trimmed (%d bytes), %d damaged, %d orphan files removed",
-            report.seconds,
-            report.streams,
-            report.wal_frames_replayed,
-            report.truncated_streams,
-            report.truncated_bytes,
-            len(report.damaged),
-            report.orphan_files_removed,
-        )
-        for sid, reason in report.damaged.items():
-            log.error("stream id %d is damaged and will not be served: %s", sid, reason)
-        if self.metrics is not None:
-            self.metrics.recovery_seconds.set(report.seconds)
-            self.metrics.recovery_streams.set(report.streams)
-            self.metrics.recovery_frames.set(report.wal_frames_replayed)
-        log.info(
-            "serving streams under %s from %s",
-            self.settings.base_path,
-            self.settings.data_dir,
-            extra={
-                "fields": {
-                    "event": "recovery",
-                    "seconds": report.seconds,
-                    "streams": report.streams,
-                    "wal_frames": report.wal_frames_replayed,
-                    "trimmed_streams": report.truncated_streams,
-                    "damaged": len(report.damaged),
-                }
-            },
-        )
+        self.recovery.start()
+        starting = asyncio.create_task(self._start_subscriptions(), name="subscriptions start")
         try:
             yield
         finally:
-            await self.store.stop()
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            await self.subscriptions.stop()  # no delivery in flight once the store closes
+            await self.recovery.stop()
             log.info("stopped cleanly")
+
+    async def _start_subscriptions(self) -> None:
+        """Start subscriptions once recovery has finished (they read the recovered records).
+
+        Appends committed between the end of recovery and this start are not lost:
+        the manager computes pending work from tails and links, at start, every
+        stream created after a subscription that matches it.
+        """
+        while not self.recovery.finished:
+            if self.recovery.error is not None:
+                return
+            await asyncio.sleep(0.02)
+        try:
+            await self.subscriptions.start()
+        except Exception as exc:
+            self._subscriptions_error = f": {exc}"
+            log.exception("subscriptions failed to start; the __ds paths answer 503")
+
+    def _recovery_failed(self, error: BaseException) -> None:
+        if self.on_fatal is not None:
+            self.on_fatal()
 
     def end_live_reads(self) -> None:
         """Answer every long-poll as on its timeout and end every SSE response after
@@ -227,20 +281,49 @@ class StreamServerApp:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(self, request: Request) -> PlainTextResponse:
-        return PlainTextResponse("ok\n", headers={"cache-control": "no-store"})
+        """Alive, also while recovery runs; 503 once storage failed closed.
+
+        A failed-closed server refuses every write until it restarts, and only a
+        restart (recovery replays the WAL) can bring it back: answering 503 here
+        lets the kubelet's liveness probe do that restart.
+        """
+        headers = {"cache-control": "no-store"}
+        if self.store.failed:
+            return PlainTextResponse(
+                f"storage failed closed: {self.store.failed}; a restart recovers\n",
+                status_code=503,
+                headers=headers,
+            )
+        if self.recovery.error is not None:
+            return PlainTextResponse(
+                f"recovery failed: {self.recovery.error}\n", status_code=503, headers=headers
+            )
+        return PlainTextResponse("ok\n", headers=headers)
 
     async def readyz(self, request: Request) -> JSONResponse:
         """Ready: recovery finished, storage has not failed closed, data dir writable."""
         problems = []
         if self.stopping:
             problems.append("shutting down")
-        elif not self.store.ready:
+        elif self.recovery.error is not None:
+            problems.append(f"recovery failed: {self.recovery.error}")
+        elif not self.recovery.finished:
             problems.append("recovery not finished")
+        elif not self.store.ready:
+            problems.append("not serving")
+        elif not self.subscriptions.started:
+            problems.append(f"subscriptions not started{self._subscriptions_error}")
         if self.store.failed:
             problems.append(f"storage failed closed: {self.store.failed}")
         if not await asyncio.to_thread(_writable, self.settings.data_dir):
             problems.append("data directory is not writable")
-        body = {"ready": not problems, "problems": problems, "streams": len(self.store.streams)}
+        body: dict[str, object] = {
+            "ready": not problems,
+            "problems": problems,
+            "streams": len(self.store.streams),
+        }
+        if not self.recovery.finished:
+            body["recovery"] = self.recovery.status()
         return JSONResponse(
             body, status_code=503 if problems else 200, headers={"cache-control": "no-store"}
         )

@@ -95,6 +95,11 @@ class TokenAuth:
             principals.append(Principal(name, digest, scopes, prefixes or ("",)))
         return cls(principals)
 
+    def replace(self, other: TokenAuth) -> None:
+        """Take ``other``'s tokens (the file changed): one assignment, so a request
+        checks against either the old set or the new one, never a mix."""
+        self.principals = other.principals
+
     def identify(self, authorization: str | None) -> Principal:
         if not authorization:
             raise Denied(401, "authentication required")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -22,8 +22,9 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from stream_server.engine import BatchStats
+from stream_server.engine import BatchStats, RecoveryProgress
 
 disable_created_metrics()  # the *_created series only add noise to every scrape
 
@@ -107,11 +108,69 @@ class Metrics:
         self.disk_bytes = gauge("disk_bytes", "Bytes of the data directory on disk.", ("part",))
         self.disk_free = gauge("disk_free_bytes", "Free bytes on the data directory's filesystem.")
         self.disk_total = gauge("disk_total_bytes", "Size of the data directory's filesystem.")
-        self.recovery_seconds = gauge("recovery_duration_seconds", "Recovery time at start.")
-        self.recovery_streams = gauge("recovery_streams", "Streams recovered at start.")
-        self.recovery_frames = gauge("recovery_wal_frames", "WAL frames replayed at start.")
+        # One segment file per stream: a volume of many small streams runs out of
+        # inodes while its bytes look fine.
+        self.inodes_free = gauge(
+            "disk_free_inodes", "Free inodes on the data directory's filesystem."
+        )
+        self.inodes_total = gauge(
+            "disk_total_inodes", "Inodes of that filesystem (0: it has no fixed number)."
+        )
+        self.recovering = gauge("recovering", "1 while recovery runs (the socket is open).")
+        self.recovery_interrupted = gauge(
+            "recovery_interrupted",
+            "Earlier starts killed before this recovery finished (an OOM kill, say).",
+        )
+        self.recovery_seconds = gauge(
+            "recovery_duration_seconds", "Recovery time at start (so far, while it runs)."
+        )
+        self.recovery_streams = gauge(
+            "recovery_streams", "Streams with data that recovery checks (known once loaded)."
+        )
+        self.recovery_checked = gauge(
+            "recovery_streams_checked", "Streams whose segment file recovery has checked."
+        )
+        self.recovery_frames = gauge(
+            "recovery_wal_frames", "WAL frames replayed at start (so far, while it runs)."
+        )
         self.ready = gauge("ready", "1 when recovery finished and storage is healthy.")
         self.storage_failed = gauge("storage_failed", "1 when storage failed closed.")
+
+        # Subscriptions (PROTOCOL.md 6 and 7): labels are the type and the outcome only.
+        self.subscriptions = gauge("subscriptions", "Subscriptions held, by type.", ("type",))
+        self.subscription_wakes = counter(
+            "subscription_wakes_total", "Wakes issued (new generations), by type.", ("type",)
+        )
+        self.subscription_deliveries = counter(
+            "subscription_deliveries_total",
+            "Webhook delivery attempts, by outcome (ok, http_error, timeout, network_error, "
+            "rejected).",
+            ("outcome",),
+        )
+        self.subscription_retries = counter(
+            "subscription_retries_total", "Webhook deliveries scheduled for a retry."
+        )
+        self.subscription_claims = counter("subscription_claims_total", "Pull-wake leases granted.")
+        self.subscription_lease_expiries = counter(
+            "subscription_lease_expiries_total", "Leases that ran out without done or release."
+        )
+        self.subscription_wake_latency = hist(
+            "subscription_wake_latency_seconds",
+            "From the append that made work pending to the wake reaching a worker "
+            "(webhook accepted, pull-wake event written or claimed).",
+        )
+        self.subscription_pending_streams = gauge(
+            "subscription_pending_streams", "Linked streams with data past their cursor."
+        )
+        self.subscriptions_failing = gauge(
+            "subscriptions_failing",
+            "Webhook subscriptions whose last delivery failed (status failed).",
+        )
+        for kind in ("webhook", "pull-wake"):  # every series from the start: rate() sees the first
+            self.subscriptions.labels(kind)
+            self.subscription_wakes.labels(kind)
+        for outcome in ("ok", "http_error", "timeout", "network_error", "rejected"):
+            self.subscription_deliveries.labels(outcome)
 
     # Wiring -------------------------------------------------------------------
 
@@ -124,6 +183,10 @@ class Metrics:
         segment_bytes: Callable[[], int],
         ready: Callable[[], bool],
         failed: Callable[[], bool],
+        recovering: Callable[[], bool] = lambda: False,
+        recovery: RecoveryProgress | None = None,
+        recovery_seconds: Callable[[], float] = lambda: 0.0,
+        recovery_interrupted: Callable[[], int] = lambda: 0,
     ) -> None:
         """Gauges computed at scrape time from the running server."""
         self.streams.set_function(streams)
@@ -136,6 +199,15 @@ class Metrics:
         )
         self.disk_free.set_function(lambda: _disk(data_dir).free)
         self.disk_total.set_function(lambda: _disk(data_dir).total)
+        self.inodes_free.set_function(lambda: _inodes(data_dir)[0])
+        self.inodes_total.set_function(lambda: _inodes(data_dir)[1])
+        progress = recovery or RecoveryProgress()
+        self.recovering.set_function(lambda: 1.0 if recovering() else 0.0)
+        self.recovery_interrupted.set_function(recovery_interrupted)
+        self.recovery_seconds.set_function(recovery_seconds)
+        self.recovery_streams.set_function(lambda: progress.streams_total)
+        self.recovery_checked.set_function(lambda: progress.streams_checked)
+        self.recovery_frames.set_function(lambda: progress.wal_frames)
         self.ready.set_function(lambda: 1.0 if ready() else 0.0)
         self.storage_failed.set_function(lambda: 1.0 if failed() else 0.0)
         for event in ("duplicate", "fenced", "gap"):
@@ -144,6 +216,13 @@ class Metrics:
             self.streams_deleted.labels(reason)
         for reason in ("disk_full", "error"):
             self.batch_failures.labels(reason)
+
+    def bind_subscriptions(
+        self, *, pending_streams: Callable[[], int], failing: Callable[[], int]
+    ) -> None:
+        """Subscription gauges computed at scrape time."""
+        self.subscription_pending_streams.set_function(pending_streams)
+        self.subscriptions_failing.set_function(failing)
 
     def on_batch(self, stats: BatchStats, requests: int) -> None:
         self.batches.inc()
@@ -167,8 +246,55 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def bind_retention(
+        self,
+        *,
+        reclaimed: Callable[[], int],
+        policies: Callable[[], dict[str, tuple[int, float]]],
+    ) -> None:
+        """Retention series, read at scrape time (docs/retention.md). The ``policy`` label
+        is a configured prefix: as many values as the operator wrote policies."""
+        self.registry.register(_RetentionCollector(reclaimed, policies))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _RetentionCollector:
+    """Bytes given back by punching (a counter), and per policy the bytes its streams
+    retain and the age of their oldest retained record."""
+
+    def __init__(
+        self,
+        reclaimed: Callable[[], int],
+        policies: Callable[[], dict[str, tuple[int, float]]],
+    ) -> None:
+        self._reclaimed = reclaimed
+        self._policies = policies
+
+    def collect(self) -> Iterator[Metric]:
+        total = CounterMetricFamily(
+            f"{PREFIX}_retention_reclaimed_bytes",
+            "Disk space retention gave back (holes punched below retained starts)",
+        )
+        total.add_metric([], float(self._reclaimed()))
+        retained = GaugeMetricFamily(
+            f"{PREFIX}_retention_retained_bytes",
+            "Bytes of records the streams under a retention policy still hold",
+            labels=["policy"],
+        )
+        oldest = GaugeMetricFamily(
+            f"{PREFIX}_retention_oldest_age_seconds",
+            "Age of the oldest record the streams under a retention policy still hold "
+            "(as of the last sweep; 0 when they hold none)",
+            labels=["policy"],
+        )
+        for prefix, (size, age) in sorted(self._policies().items()):
+            retained.add_metric([prefix], float(size))
+            oldest.add_metric([prefix], age)
+        yield total
+        yield retained
+        yield oldest
 
 
 def _dir_size(path: str) -> float:
@@ -181,6 +307,16 @@ def _dir_size(path: str) -> float:
     except OSError:
         return 0.0
     return float(total)
+
+
+def _inodes(path: str) -> tuple[float, float]:
+    """(free, total) inodes of the filesystem holding ``path``; free as an
+    unprivileged process sees it, as ``disk_free_bytes`` does for bytes."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0.0, 0.0
+    return float(st.f_favail), float(st.f_files)
 
 
 def _disk(path: str):

@@ -7,13 +7,16 @@ import importlib.util
 import logging
 import resource
 import socket
+from pathlib import Path
 
 import uvicorn
 
 from stream_server.app import StreamServerApp, create_app
 from stream_server.auth import AuthConfigError
 from stream_server.config import Settings
+from stream_server.engine import LayoutError
 from stream_server.logs import configure
+from stream_server.rotation import FileWatcher, RotatingTls, Watched, token_loader
 
 log = logging.getLogger("stream_server")
 
@@ -31,7 +34,6 @@ SHUTDOWN_GRACE = 5  # seconds (uvicorn takes an int)
 def serve(settings: Settings) -> int:
     log_config = configure(settings.log_level, settings.log_format)
     from stream_format.layout import Layout
-    from stream_server.engine import LayoutError
     from stream_server.engine.layout import prepare
 
     try:
@@ -42,6 +44,7 @@ def serve(settings: Settings) -> int:
         return 2
     http, limit_concurrency = http_protocol(settings)
     app.headers_checked = not isinstance(http, str)  # http_limits checks them exactly
+    tls = RotatingTls() if settings.tls_cert else None
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -55,13 +58,31 @@ def serve(settings: Settings) -> int:
         server_header=False,
         ssl_certfile=settings.tls_cert or None,
         ssl_keyfile=settings.tls_key or None,
+        ssl_context_factory=tls.factory if tls else None,
         limit_concurrency=limit_concurrency,
         timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )
-    server = StreamServer(config, app)
+    server = StreamServer(config, app, watcher=file_watcher(settings, app, tls))
     server.run()
+    failure = app.recovery.error
+    if failure is not None:
+        return 2 if isinstance(failure, LayoutError) else 1
     return 0 if server.started else 1
+
+
+def file_watcher(
+    settings: Settings, app: StreamServerApp, tls: RotatingTls | None
+) -> FileWatcher | None:
+    """What ``rotation`` reloads: the TLS certificate and key, and the token file."""
+    watched = []
+    if tls is not None:
+        paths = (settings.tls_cert, settings.tls_key)
+        watched.append(Watched("TLS certificate", paths, tls.load))
+    if app.auth is not None:
+        path = settings.auth_tokens_file
+        watched.append(Watched("token file", (path,), token_loader(app.auth, Path(path))))
+    return FileWatcher(watched, settings.reload_interval) if watched else None
 
 
 class StreamServer(uvicorn.Server):
@@ -74,11 +95,25 @@ class StreamServer(uvicorn.Server):
     each with a ``CancelledError`` traceback.
     """
 
-    def __init__(self, config: uvicorn.Config, app: StreamServerApp) -> None:
+    def __init__(
+        self, config: uvicorn.Config, app: StreamServerApp, watcher: FileWatcher | None = None
+    ) -> None:
         super().__init__(config)
         self.stream_app = app
+        self.watcher = watcher
+        app.on_fatal = self._stop  # recovery failed
+
+    def _stop(self) -> None:
+        self.should_exit = True
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.watcher is not None and self.started:
+            self.watcher.start()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.watcher is not None:
+            await self.watcher.stop()
         self.stream_app.end_live_reads()
         backstop = asyncio.get_running_loop().call_later(ABORT_AFTER, self._abort_busy)
         try:

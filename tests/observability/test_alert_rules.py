@@ -52,12 +52,16 @@ def test_the_alerts_asked_for_with_severity_and_runbook():
     assert by_name.keys() == {
         "DurableStreamsStorageFailedClosed",
         "DurableStreamsNotReady",
+        "DurableStreamsRecoveryInterrupted",
         "DurableStreamsTargetDown",
         "DurableStreamsFsyncSlow",
         "DurableStreamsAppendSlow",
         "DurableStreamsErrorRate",
         "DurableStreamsDiskNearlyFull",
+        "DurableStreamsInodesNearlyFull",
         "DurableStreamsBatchFailures",
+        "DurableStreamsWebhookDeliveriesFailing",
+        "DurableStreamReconcileFailing",
     }
     for name, rule in by_name.items():
         assert rule["labels"]["severity"] in ("critical", "warning"), name

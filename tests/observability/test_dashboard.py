@@ -90,6 +90,7 @@ def test_rows_in_order():
         "Errors",
         "Disk",
         "Recovery (at the last start)",
+        "Subscriptions",
         "Process",
     ]
 

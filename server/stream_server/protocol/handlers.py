@@ -3,8 +3,9 @@
 ``StreamRoutes`` is the public face (``app`` builds it over a ``Context``);
 it does what every request needs, in order: a send that gives up on clients
 that stop reading, the stream path (400 when malformed or past its length limits),
-CORS preflight, admission (auth and rate limits), the reserved ``__ds``
-paths, then one handler per method. Each handler is a plain function over a
+CORS preflight, admission (auth and rate limits), then one handler per
+method. The reserved ``__ds`` paths go first, on their raw form, to
+``subscriptions`` (which does its own admission). Each handler is a plain function over a
 ``Context`` in a module of its own (``create``: PUT, ``append``: POST,
 ``reads``: GET and HEAD, ``live_reads``: long-poll and SSE), and every
 refusal they raise becomes a response in one place (``refusals``).
@@ -16,7 +17,7 @@ import asyncio
 from collections.abc import MutableMapping
 from typing import Any
 
-from stream_server.protocol import admission, append, create, reads
+from stream_server.protocol import admission, append, create, reads, subscriptions
 from stream_server.protocol.context import Context, ProtocolSettings, raw_path
 from stream_server.protocol.http import (
     PREFLIGHT,
@@ -30,13 +31,15 @@ from stream_server.protocol.http import (
 from stream_server.protocol.paths import is_reserved
 from stream_server.protocol.refusals import error_response
 from stream_server.streams.errors import StreamError
+from stream_server.subscriptions.service import Subscriptions
 
 
 class StreamRoutes:
     """The ASGI app for everything below the stream base path."""
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: Context, subscriptions: Subscriptions | None = None) -> None:
         self.context = context
+        self.subscriptions = subscriptions
         self.live_readers = self.context.slots.by_mode  # read by the metrics gauge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -46,7 +49,13 @@ class StreamRoutes:
         headers = request_headers(scope)
         client = (scope.get("client") or ("?", 0))[0]
         try:
-            path = ctx.stream_path(raw_path(scope))
+            raw = raw_path(scope)
+            if raw.startswith(ctx.base) and subscriptions.is_control(raw[len(ctx.base) :]):
+                await subscriptions.handle(
+                    ctx, self.subscriptions, scope, receive, send, raw[len(ctx.base) :], headers
+                )
+                return
+            path = ctx.stream_path(raw)
             if method == "OPTIONS":
                 await respond(send, 204, list(PREFLIGHT))
                 return
@@ -55,12 +64,9 @@ class StreamRoutes:
                 if refusal is not None:
                     await respond(send, *refusal)
                     return
-            if is_reserved(path):
+            if is_reserved(path):  # a percent-encoded spelling of __ds
                 await respond(
-                    send,
-                    501,
-                    text_headers(),
-                    b"subscriptions (the __ds paths) are not implemented\n",
+                    send, 400, text_headers(), b"__ds is reserved: spell it out literally\n"
                 )
                 return
             if method == "GET":

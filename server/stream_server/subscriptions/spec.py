@@ -1,0 +1,192 @@
+"""A subscription's configuration: parsed, checked and normalised from a PUT body.
+
+Section 6.2 makes re-confirmation idempotent by a hash of the *normalised*
+configuration, so two spellings of the same subscription (``/events/*/``
+and ``events/*``, streams in another order or repeated) must normalise to
+the same value and the same hash; everything that is not configuration
+(links, cursors, wakes) stays out of it. Unknown fields are ignored, so a
+client written against a later protocol revision still gets its
+subscription, but every known field is checked for type and range: a
+malformed body is a 400 that changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from stream_server.subscriptions.errors import invalid
+from stream_server.subscriptions.glob import Pattern, PatternError
+
+WEBHOOK = "webhook"
+PULL_WAKE = "pull-wake"
+TYPES = (WEBHOOK, PULL_WAKE)
+
+DEFAULT_LEASE_TTL_MS = 30_000
+MIN_LEASE_TTL_MS = 1_000
+MAX_LEASE_TTL_MS = 600_000
+MAX_STREAMS_PER_REQUEST = 1000
+MAX_DESCRIPTION_CHARS = 1024
+MAX_URL_BYTES = 2048
+MAX_ID_CHARS = 128
+RESERVED = "__ds"
+ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:~")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionConfig:
+    type: str
+    pattern: Pattern | None
+    streams: tuple[str, ...]  # sorted, unique
+    webhook_url: str | None
+    wake_stream: str | None
+    lease_ttl_ms: int
+    description: str | None
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "pattern": self.pattern.text if self.pattern else None,
+            "streams": list(self.streams),
+            "webhook": {"url": self.webhook_url} if self.webhook_url is not None else None,
+            "wake_stream": self.wake_stream,
+            "lease_ttl_ms": self.lease_ttl_ms,
+            "description": self.description,
+        }
+
+    def hash(self) -> str:
+        raw = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    def covered_paths(self) -> list[str]:
+        """Every stream path (or pattern root) the subscription reads or writes, for auth."""
+        out = list(self.streams)
+        if self.pattern is not None:
+            out.append(self.pattern.literal_prefix)
+        if self.wake_stream is not None:
+            out.append(self.wake_stream)
+        return out
+
+    @classmethod
+    def from_canonical(cls, d: dict[str, Any], *, max_path_bytes: int) -> SubscriptionConfig:
+        return parse_config(
+            {k: v for k, v in d.items() if v is not None}, max_path_bytes=max_path_bytes
+        )
+
+
+def check_id(sub_id: str) -> str:
+    if not sub_id or len(sub_id) > MAX_ID_CHARS or not set(sub_id) <= ID_CHARS:
+        raise invalid(
+            f"a subscription id is 1 to {MAX_ID_CHARS} characters of letters, digits and - _ . : ~"
+        )
+    return sub_id
+
+
+def stream_path(value: object, what: str, *, max_bytes: int) -> str:
+    """A stream-root-relative path from a request body, normalised (no outer slashes)."""
+    if not isinstance(value, str):
+        raise invalid(f"{what} must be a string")
+    path = value.strip("/")
+    if not path:
+        raise invalid(f"{what} is empty")
+    if len(path.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise invalid(f"{what} longer than {max_bytes} bytes")
+    if any(c < " " or c == "\x7f" or c == "\\" for c in path):
+        raise invalid(f"{what}: control characters and backslashes are not allowed")
+    segments = path.split("/")
+    if any(seg in ("", ".", "..") for seg in segments):
+        raise invalid(f"{what}: empty, '.' and '..' segments are not allowed")
+    if segments[0] == RESERVED:
+        raise invalid(f"{what}: paths under {RESERVED}/ are reserved")
+    return path
+
+
+def stream_list(value: object, *, max_bytes: int) -> list[str]:
+    if not isinstance(value, list):
+        raise invalid("streams must be an array of stream paths")
+    if len(value) > MAX_STREAMS_PER_REQUEST:
+        raise invalid(f"at most {MAX_STREAMS_PER_REQUEST} streams per request")
+    return [stream_path(v, "each of streams", max_bytes=max_bytes) for v in value]
+
+
+def parse_config(body: object, *, max_path_bytes: int) -> SubscriptionConfig:
+    if not isinstance(body, dict):
+        raise invalid("the body must be a JSON object")
+    kind = body.get("type")
+    if kind not in TYPES:
+        raise invalid('type must be "webhook" or "pull-wake"')
+
+    pattern = None
+    raw_pattern = body.get("pattern")
+    if raw_pattern is not None:
+        if not isinstance(raw_pattern, str):
+            raise invalid("pattern must be a string")
+        try:
+            pattern = Pattern.parse(raw_pattern, max_bytes=max_path_bytes)
+        except PatternError as exc:
+            raise invalid(f"pattern: {exc}") from None
+        if pattern.segments[0] == RESERVED:
+            raise invalid(f"pattern: paths under {RESERVED}/ are reserved")
+    raw_streams = body.get("streams")
+    streams: tuple[str, ...] = ()
+    if raw_streams is not None:
+        streams = tuple(sorted(set(stream_list(raw_streams, max_bytes=max_path_bytes))))
+    if pattern is None and not streams:
+        raise invalid("at least one of pattern or streams is required")
+
+    webhook_url = None
+    raw_webhook = body.get("webhook")
+    if kind == WEBHOOK:
+        if not isinstance(raw_webhook, dict):
+            raise invalid("a webhook subscription needs webhook.url")
+        url = raw_webhook.get("url")
+        if not isinstance(url, str) or not url:
+            raise invalid("a webhook subscription needs webhook.url, a string")
+        if len(url.encode()) > MAX_URL_BYTES:
+            raise invalid(f"webhook.url longer than {MAX_URL_BYTES} bytes")
+        webhook_url = url
+    elif raw_webhook is not None:
+        raise invalid("webhook is only for webhook subscriptions")
+
+    wake_stream = None
+    raw_wake = body.get("wake_stream")
+    if kind == PULL_WAKE:
+        if raw_wake is None:
+            raise invalid("a pull-wake subscription needs wake_stream")
+        wake_stream = stream_path(raw_wake, "wake_stream", max_bytes=max_path_bytes)
+        if wake_stream in streams:
+            raise invalid("the wake stream cannot also be one of the subscription's streams")
+    elif raw_wake is not None:
+        raise invalid("wake_stream is only for pull-wake subscriptions")
+
+    lease = body.get("lease_ttl_ms", DEFAULT_LEASE_TTL_MS)
+    if lease is None:
+        lease = DEFAULT_LEASE_TTL_MS
+    if isinstance(lease, float) and lease.is_integer():
+        lease = int(lease)
+    if (
+        not isinstance(lease, int)
+        or isinstance(lease, bool)
+        or not MIN_LEASE_TTL_MS <= lease <= MAX_LEASE_TTL_MS
+    ):
+        raise invalid(
+            f"lease_ttl_ms must be an integer from {MIN_LEASE_TTL_MS} to {MAX_LEASE_TTL_MS}"
+        )
+
+    description = body.get("description")
+    if description is not None and (
+        not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS
+    ):
+        raise invalid(f"description must be a string of at most {MAX_DESCRIPTION_CHARS} chars")
+
+    return SubscriptionConfig(
+        type=kind,
+        pattern=pattern,
+        streams=streams,
+        webhook_url=webhook_url,
+        wake_stream=wake_stream,
+        lease_ttl_ms=lease,
+        description=description,
+    )
