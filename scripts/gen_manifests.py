@@ -25,8 +25,8 @@ NAMESPACE = "durable-streams"
 HEADER = "# Generated from charts/durable-streams by scripts/gen_manifests.py; do not edit.\n"
 
 FILES = {
-    "rbac.yaml": {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"},
-    "operator.yaml": {"Deployment"},
+    "rbac.yaml": {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"},
+    "operator.yaml": {"Deployment", "Service"},
     "dashboard.yaml": {"ConfigMap"},
     "alerts.yaml": {"PrometheusRule"},
 }
@@ -36,7 +36,7 @@ EXAMPLE = {
     "kind": "DurableStream",
     "metadata": {"name": "events", "namespace": "default"},
     "spec": {
-        "image": "durable-streams-py:0.1.0",
+        "image": "durable-streams-server:0.1.0",
         "replicas": 1,
         "storage": {"size": "10Gi", "pvcRetention": "Retain"},
         "server": {"longPollTimeoutSeconds": 30, "logFormat": "json"},

@@ -14,7 +14,9 @@ adds them, the way kube-apiserver does them:
   any other patch leaves the status alone;
 - merge patch, JSON patch (a failed ``test`` op is 422, as kopf expects) and
   server-side apply (the applier's top-level fields replace the live ones; it
-  creates the object when it is missing);
+  creates the object when it is missing); an update (PUT) replaces the object;
+  a write that names a ``resourceVersion`` other than the stored one is
+  refused with 409 Conflict (compare-and-swap, what leader election needs);
 - custom resources validated against their CRD's OpenAPI schema (422), and a
   CRD created through the API becomes a served resource;
 - lists honour equality label selectors and return the real resourceVersion;
@@ -43,6 +45,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import aiohttp.web
 import jsonpatch
 import jsonpointer
 import jsonschema
@@ -65,6 +68,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "StatefulSet": ("apps", "v1", "statefulsets"),
     "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
     "StorageClass": ("storage.k8s.io", "v1", "storageclasses"),
+    "Lease": ("coordination.k8s.io", "v1", "leases"),
     "CustomResourceDefinition": ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
     "DurableStream": ("streams.pyds.dev", "v1alpha1", "durablestreams"),
     "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
@@ -115,6 +119,7 @@ class Call(NamedTuple):
     group: str
     resource: str
     agent: str
+    namespace: str | None = None  # None: a cluster-scoped object, or across all namespaces
 
 
 def _verb(request: rendering.Request) -> str | None:
@@ -217,13 +222,17 @@ class ApiServer(kmock.KubernetesEmulator):
     # -- writes --------------------------------------------------------------------------
 
     async def _handle(self, request: rendering.Request) -> Any:
+        if request.method == enums.method.PUT and request.resource and request.name:
+            return await self._serve_put(request)  # kmock serves no PUT
         verb = _verb(request)
         if verb is not None:
             plural = request.resource.plural
             if request.subresource:
                 plural = f"{plural}/{request.subresource}"
             agent = request.headers.get("User-Agent") or ""
-            self.requests.append(Call(verb, request.resource.group or "", plural, agent))
+            self.requests.append(
+                Call(verb, request.resource.group or "", plural, agent, request.namespace)
+            )
         if request.resource is None or request.action not in (
             enums.action.CREATE,
             enums.action.UPDATE,
@@ -241,6 +250,20 @@ class ApiServer(kmock.KubernetesEmulator):
         if request.action == enums.action.CREATE and response.status == 200:
             response.set_status(201)  # Created, as kube-apiserver answers
         return response
+
+    async def _serve_put(self, request: rendering.Request) -> aiohttp.web.Response:
+        """An update (PUT): the object as sent replaces the stored one."""
+        plural = request.resource.plural
+        if request.subresource:
+            plural = f"{plural}/{request.subresource}"
+        agent = request.headers.get("User-Agent") or ""
+        group = request.resource.group or ""
+        self.requests.append(Call("update", group, plural, agent, request.namespace))
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            await self._update(request)
+            obj = self._objects[key].raw
+        return aiohttp.web.json_response(obj)
 
     async def _create(self, request: rendering.Request) -> None:
         sent = (request.data or {}).get("metadata") or {}
@@ -278,11 +301,20 @@ class ApiServer(kmock.KubernetesEmulator):
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         if key not in self._objects or self._objects[key].deleted:
             if ctype == "application/apply-patch+yaml" and request.subresource is None:
-                await self._create(request)  # server-side apply creates what is missing
+                # Server-side apply creates what is missing, and RBAC then asks for the
+                # create verb as well as patch (kube-apiserver's PatchResource).
+                agent = request.headers.get("User-Agent") or ""
+                group, plural = request.resource.group or "", request.resource.plural
+                self.requests.append(Call("create", group, plural, agent, request.namespace))
+                await self._create(request)
                 return
             raise kmock.KubernetesObjectNotFoundError()
         old = copy.deepcopy(self._objects[key].raw)
-        new = _patched(old, request.data, ctype)
+        _check_precondition(old, request.data)
+        if request.method == enums.method.PUT:
+            new = _replaced(old, request.data)
+        else:
+            new = _patched(old, request.data, ctype)
         if request.subresource == "status":
             new = {**old, "status": new.get("status")}
         elif request.resource in self._status_subresource:
@@ -411,6 +443,31 @@ class ApiServer(kmock.KubernetesEmulator):
         async for event in self._buses[request.resource]:
             if _selected(request, event.get("object") or {}):
                 yield event
+
+
+def _check_precondition(old: dict[str, Any], data: Any) -> None:
+    """Optimistic concurrency: a write that names a resourceVersion applies only to it."""
+    sent = (
+        ((data or {}).get("metadata") or {}).get("resourceVersion")
+        if isinstance(data, dict)
+        else None
+    )
+    live = old["metadata"].get("resourceVersion")
+    if sent and sent != live:
+        name = old["metadata"].get("name")
+        raise kmock.KubernetesError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on "{name}": the object has been modified; '
+            "please apply your changes to the latest version and try again",
+        )
+
+
+def _replaced(old: dict[str, Any], data: Any) -> dict[str, Any]:
+    """An update (PUT): the sent object replaces the stored one, metadata included."""
+    new = copy.deepcopy(data or {})
+    new.setdefault("metadata", {})
+    return new
 
 
 def _is_pvc(resource: Any) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,9 +44,13 @@ def _registry() -> kopf.OperatorRegistry:
 
 
 @contextmanager
-def running_operator(cluster: Cluster) -> Iterator[None]:
-    """The operator, cluster-wide (kmock cannot parse ``/api/v1/namespaces``, which kopf
-    lists when given namespaces), for the length of the block."""
+def running_operator(cluster: Cluster, namespaces: Sequence[str] = ()) -> Iterator[None]:
+    """The operator, cluster-wide or watching only ``namespaces``, for the length of the block.
+
+    Watching namespaces, the operator's settings turn kopf's cluster-wide scanning off
+    (it would list ``/api/v1/namespaces``, which kmock cannot parse, and which the
+    chart's Roles do not grant): the namespaces are taken as named.
+    """
     from stream_operator import handlers
 
     registry = _registry()
@@ -61,7 +65,8 @@ def running_operator(cluster: Cluster) -> Iterator[None]:
                 kopf.operator(
                     registry=registry,
                     standalone=True,
-                    clusterwide=True,
+                    clusterwide=not namespaces,
+                    namespaces=list(namespaces),
                     stop_flag=stop,
                     ready_flag=ready,
                 )

@@ -136,6 +136,29 @@ def instance_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> li
     return out
 
 
+def instance_pods(api_client: client.ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The server pods of a DurableStream (``<name>-<ordinal>``), for their container states."""
+    core = client.CoreV1Api(api_client)
+    selector = f"app.kubernetes.io/instance={name},app.kubernetes.io/name=durable-streams"
+    items = core.list_namespaced_pod(namespace, label_selector=selector).items
+    prefix = f"{name}-"
+    out = []
+    for pod in items:
+        raw = api_client.sanitize_for_serialization(pod)
+        pod_name = raw["metadata"]["name"]
+        labels = raw["metadata"].get("labels") or {}
+        # Filter again: not every API server (or emulator) honours label selectors, and
+        # Spark pods of the same instance are not server pods.
+        if (
+            pod_name.startswith(prefix)
+            and pod_name[len(prefix) :].isdigit()
+            and labels.get("app.kubernetes.io/instance") == name
+            and labels.get("app.kubernetes.io/name") == "durable-streams"
+        ):
+            out.append(raw)
+    return out
+
+
 def grow_pvc(api_client: client.ApiClient, namespace: str, name: str, size: str) -> None:
     client.CoreV1Api(api_client).patch_namespaced_persistent_volume_claim(
         name,

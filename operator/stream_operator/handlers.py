@@ -2,9 +2,19 @@
 
 One reconcile (idempotent by construction) run on create, update and resume
 and again every ``RESYNC_INTERVAL`` seconds, so that a deleted or hand-edited
-object is put back; a timer that keeps the status true to what the
-StatefulSet reports; and a delete handler that honours the PVC retention
-setting.
+object is put back; a status refresh every ``STATUS_INTERVAL`` seconds that
+keeps the status true to what the StatefulSet reports; and a delete handler,
+only for ``pvcRetention: Delete``, that deletes the claims.
+
+The periodic work runs in one background thread over the DurableStreams an
+event handler keeps track of, not in kopf timers: kopf puts its finalizer on
+every object that has a timer, and a finalizer nobody removes (the operator
+uninstalled) makes ``kubectl delete`` hang. So an object carries the
+finalizer only while its spec asks for ``pvcRetention: Delete``, the one case
+where the operator has something to do before the object goes.
+
+Nothing is written unless ``leadership.may_act()``: with leader election on,
+a process that lost the Lease (or could not renew it in time) writes nothing.
 
 Every reconcile and status write for one DurableStream runs under that
 object's lock and starts from a fresh read of it: a timer holding an older
@@ -14,10 +24,13 @@ back into the status.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -25,7 +38,7 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, KIND, PLURAL, VERSION
+from stream_operator import GROUP, KIND, PLURAL, VERSION, leadership, metrics
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.apply import (
     RENDERED_KINDS,
@@ -34,6 +47,7 @@ from stream_operator.apply import (
     delete,
     delete_pvcs,
     grow_pvc,
+    instance_pods,
     instance_pvcs,
     list_labelled,
     prune,
@@ -52,6 +66,11 @@ STATUS_INTERVAL = float(os.environ.get("DS_OPERATOR_STATUS_INTERVAL", "5"))
 # How often every DurableStream is reconciled again, to undo drift (seconds): a
 # deleted Service, a hand-scaled StatefulSet, a StorageClass that now allows growth.
 RESYNC_INTERVAL = float(os.environ.get("DS_OPERATOR_RESYNC_INTERVAL", "60"))
+# Labels on every ServiceMonitor made for a DurableStream (JSON object; the chart's
+# operator.serviceMonitorLabels): kube-prometheus-stack finds ServiceMonitors by label.
+SERVICEMONITOR_LABELS: dict[str, str] = json.loads(
+    os.environ.get("DS_OPERATOR_SERVICEMONITOR_LABELS") or "{}"
+)
 # API errors that retrying soon will not fix: wait for the next resync instead.
 _PERMANENT = (400, 403, 404, 422)
 _api: client.ApiClient | None = None
@@ -66,6 +85,8 @@ def api() -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config()
         _api = client.ApiClient()
+        # Which replica wrote what shows in the API server's audit log.
+        _api.user_agent = f"durable-streams-operator ({leadership.identity()})"
     return _api
 
 
@@ -88,6 +109,39 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # finds one running waits for it briefly, then checks every second, not every minute.
     settings.background.instant_exit_timeout = 0.5
     settings.background.cancellation_polling = 1.0
+    # Watching given namespaces: no cluster-wide list/watch of namespaces and CRDs,
+    # so that Roles in those namespaces (and a ClusterRole reading CRDs and
+    # StorageClasses by name) are all the operator needs; the namespaces are taken as
+    # named, and the DurableStream CRD must exist when the operator starts.
+    settings.scanning.disabled = not settings.peering.clusterwide
+    metrics.restart()
+    _periodic.start()
+
+
+@kopf.on.startup()
+async def heartbeat(**_: Any) -> None:
+    """A beat from kopf's event loop every few seconds, for ``/healthz`` (loop_alive)."""
+    loop = asyncio.get_running_loop()
+
+    def beat() -> None:
+        _beats[0] = time.monotonic()
+        loop.call_later(_BEAT_EVERY, beat)
+
+    beat()
+
+
+_BEAT_EVERY = 5.0
+_beats = [time.monotonic()]  # a loop not yet started counts as beating
+
+
+def loop_alive() -> bool:
+    """Whether kopf's event loop ran its heartbeat lately (a blocked loop does not)."""
+    return time.monotonic() - _beats[0] < 6 * _BEAT_EVERY
+
+
+@kopf.on.cleanup()
+def stop_periodic(**_: Any) -> None:
+    _periodic.stop()
 
 
 def _applied_spec(statefulset: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -113,9 +167,82 @@ def reconcile(name: str, namespace: str, logger: logging.Logger, **_: Any) -> No
     converge(name, namespace, logger)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_INTERVAL, initial_delay=RESYNC_INTERVAL)
-def resync(name: str, namespace: str, logger: logging.Logger, **_: Any) -> None:
-    converge(name, namespace, logger)
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def track(type: str | None, name: str, namespace: str, **_: Any) -> None:
+    """Keep the set of DurableStreams the periodic work goes over (no finalizer needed)."""
+    if type == "DELETED":
+        _periodic.forget(namespace, name)
+        metrics.forget(namespace, name)
+    else:
+        _periodic.track(namespace, name)
+
+
+class _Periodic:
+    """Status refresh and resync for every tracked DurableStream, in one thread.
+
+    Objects are handled one after the other, each under its own lock (as the
+    handlers take it); an error on one is logged and does not stop the others.
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[tuple[str, str], float] = {}  # -> when it was last converged
+        # Each object's work runs in the context of its last kopf event, as its handlers
+        # do: the events a reconcile posts (kopf.info, kopf.warn) need kopf's queue there.
+        self._contexts: dict[tuple[str, str], contextvars.Context] = {}
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def track(self, namespace: str, name: str) -> None:
+        """Called from the object's event handler (its context is kept for the work)."""
+        with self._guard:
+            self._objects.setdefault((namespace, name), time.monotonic())
+            self._contexts[(namespace, name)] = contextvars.copy_context()
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._guard:
+            self._objects.pop((namespace, name), None)
+            self._contexts.pop((namespace, name), None)
+
+    def converged(self, namespace: str, name: str) -> None:
+        with self._guard:
+            if (namespace, name) in self._objects:
+                self._objects[(namespace, name)] = time.monotonic()
+
+    def start(self) -> None:
+        """Start afresh: kopf lists the objects again and ``track`` sees each of them."""
+        with self._guard:
+            self._objects.clear()
+            self._contexts.clear()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="periodic")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        log = logging.getLogger("stream_operator.periodic")
+        while not self._stop.wait(STATUS_INTERVAL):
+            with self._guard:
+                due = [(key, last, self._contexts[key]) for key, last in self._objects.items()]
+            for (namespace, name), last, context in sorted(due, key=lambda d: d[0]):
+                if self._stop.is_set():
+                    return
+                try:
+                    if time.monotonic() - last >= RESYNC_INTERVAL:
+                        context.run(converge, name, namespace, log)
+                    else:
+                        context.run(refresh_status, name, namespace)
+                except kopf.TemporaryError as exc:
+                    log.warning("%s/%s: %s (next try in the next round)", namespace, name, exc)
+                except Exception:
+                    log.exception("%s/%s: periodic reconcile failed", namespace, name)
+
+
+_periodic = _Periodic()
 
 
 def converge(name: str, namespace: str, logger: logging.Logger) -> None:
@@ -126,11 +253,17 @@ def converge(name: str, namespace: str, logger: logging.Logger) -> None:
     may fix is raised for kopf to retry, the rest waits for the next resync.
     """
     ac = api()
+    if not leadership.may_act():
+        logger.warning(
+            "not reconciling %s/%s: this operator does not hold the lease", namespace, name
+        )
+        return
     with _lock(namespace, name):
         ds = read(ac, KIND, namespace, name)
         if ds is None or ds["metadata"].get("deletionTimestamp"):
             return
         spec = dict(ds.get("spec") or {})
+        started = time.monotonic()
         try:
             outcome, analytics = _reconcile(ac, ds, logger)
             error = None
@@ -139,6 +272,10 @@ def converge(name: str, namespace: str, logger: logging.Logger) -> None:
             outcome = Outcome("ApplyFailed", _api_error(exc))
             analytics = _analytics(ac, name, namespace, ds["metadata"]["uid"], spec)[1]
             kopf.warn(ds, reason="ApplyFailed", message=outcome.message)
+        metrics.record_reconcile(
+            namespace, name, outcome.reason, time.monotonic() - started, time.time()
+        )
+        _periodic.converged(namespace, name)
         sts = read(ac, "StatefulSet", namespace, name)
         _write(ac, ds, _observed(ds, sts, outcome, analytics))
     if error is not None and error.status not in _PERMANENT:
@@ -169,7 +306,12 @@ def _reconcile(
         return Outcome("ChangeRefused", refused), analytics
     full = with_defaults(spec)
     objs = desired_objects(
-        name, namespace, uid, spec, servicemonitor_crd=crd_exists(ac, "ServiceMonitor")
+        name,
+        namespace,
+        uid,
+        spec,
+        servicemonitor_crd=crd_exists(ac, "ServiceMonitor"),
+        servicemonitor_labels=SERVICEMONITOR_LABELS,
     )
     for obj in objs:
         if obj["kind"] == "StatefulSet":
@@ -284,27 +426,37 @@ def _observed(
 ) -> dict[str, Any]:
     meta = ds["metadata"]
     spec = dict(ds.get("spec") or {})
+    # The pods say why a server is not ready (crash loop, OOM); the claims, whether
+    # every volume already holds the spec's size (issue 15, findings 4, 7, 8).
+    name, namespace = meta["name"], meta["namespace"]
     return compute_status(
         spec=spec,
         generation=meta.get("generation"),
         statefulset=sts,
-        endpoint=endpoint(meta["name"], meta["namespace"], spec),
+        endpoint=endpoint(name, namespace, spec),
         outcome=outcome,
         previous=dict(ds.get("status") or {}),
         extra=extra,
+        pods=instance_pods(api(), namespace, name) if sts is not None else [],
+        pvcs=instance_pvcs(api(), namespace, name) if sts is not None else [],
     )
 
 
 def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:
     """Write the status only when it says something new (no churn, no watch events)."""
+    meta = ds["metadata"]
+    metrics.CONDITION_COUNTS.observe(meta["namespace"], meta["name"], new.get("conditions") or [])
+    if not leadership.may_act():
+        return  # the Lease was lost during this reconcile: the new leader writes it
     if not same_status(new, dict(ds.get("status") or {})):
         write_status(ac, ds["metadata"]["namespace"], ds["metadata"]["name"], new)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=STATUS_INTERVAL, initial_delay=1.0)
-def refresh_status(name: str, namespace: str, **_: Any) -> None:
+def refresh_status(name: str, namespace: str) -> None:
     """The pods' side of the status; the last reconcile's outcome stands as it was."""
     ac = api()
+    if not leadership.may_act():
+        return
     with _lock(namespace, name):
         ds = read(ac, KIND, namespace, name)
         if ds is None or ds["metadata"].get("deletionTimestamp"):
@@ -322,18 +474,17 @@ def refresh_status(name: str, namespace: str, **_: Any) -> None:
         _write(ac, ds, _observed(ds, sts, None, analytics))
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL)
-def cleanup(
-    name: str,
-    namespace: str,
-    spec: dict[str, Any],
-    body: kopf.Body,
-    logger: logging.Logger,
-    **_: Any,
-) -> None:
-    """Owned objects go by garbage collection; PVCs follow the retention setting."""
-    if with_defaults(dict(spec))["storage"]["pvcRetention"] == "Delete":
-        deleted = delete_pvcs(api(), namespace, name)
-        logger.info("deleted PVCs %s", deleted)
-    else:
-        logger.info("keeping the PVCs of %s (pvcRetention: Retain)", name)
+def _deletes_pvcs(spec: kopf.Spec, **_: Any) -> bool:
+    return bool(with_defaults(dict(spec))["storage"]["pvcRetention"] == "Delete")
+
+
+# Only objects whose claims go with them get the finalizer (kopf adds it for a matching
+# delete handler and removes it when the spec no longer matches): with Retain there is
+# nothing to do at deletion (owned objects go by garbage collection).
+@kopf.on.delete(GROUP, VERSION, PLURAL, when=_deletes_pvcs)
+def cleanup(name: str, namespace: str, logger: logging.Logger, **_: Any) -> None:
+    """Owned objects go by garbage collection; the PVCs go here (pvcRetention: Delete)."""
+    if not leadership.may_act():
+        raise kopf.TemporaryError("this operator does not hold the lease", delay=10)
+    deleted = delete_pvcs(api(), namespace, name)
+    logger.info("deleted PVCs %s", deleted)

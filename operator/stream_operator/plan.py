@@ -53,6 +53,35 @@ def smaller_pvcs(
     return [p for p in pvcs if (cur := pvc_request(p)) is None or size_bytes(cur) < want]
 
 
+def pvc_capacity(pvc: Mapping[str, Any]) -> str | None:
+    """What the volume holds now (``status.capacity``), None while the claim is unbound."""
+    return (((pvc.get("status") or {}).get("capacity")) or {}).get("storage")
+
+
+def short_claims(
+    pvcs: Iterable[dict[str, Any]], size: str, replicas: int, size_bytes: Callable[[str], int]
+) -> dict[str, str]:
+    """The claims of ordinals below ``replicas`` that do not hold ``size`` yet, with what they do.
+
+    A claim holds what both its request and, once bound, its capacity say: a grown
+    request is only a promise until the resizer (and the kubelet, for the file
+    system) has made the volume that large. Claims left behind by a scale-down
+    (``whenScaled: Retain``) are no pod's volume and do not count.
+    """
+    want = size_bytes(size)
+    out = {}
+    for pvc in pvcs:
+        name = pvc["metadata"]["name"]
+        ordinal = name.rsplit("-", 1)[-1]
+        if not ordinal.isdigit() or int(ordinal) >= replicas:
+            continue
+        held = [q for q in (pvc_request(pvc), pvc_capacity(pvc)) if q is not None]
+        smallest = min(held, key=size_bytes) if held else "nothing"
+        if not held or size_bytes(smallest) < want:
+            out[name] = smallest
+    return dict(sorted(out.items()))
+
+
 @dataclass(frozen=True)
 class Expansion:
     """Which claims can grow now, and why each of the others cannot."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from stream_operator import GROUP, KIND, VERSION
@@ -107,9 +108,42 @@ def render_configmap(name: str, namespace: str, uid: str, spec: dict[str, Any]) 
     }
 
 
+STARTUP_PERIOD = 2  # seconds between startup probes: a recovered server is seen soon
+
+
+def _probes(life: dict[str, Any], scheme: str) -> dict[str, Any]:
+    """The three probes from ``spec.lifecycle``.
+
+    The startup probe holds liveness off for ``startupTimeoutSeconds`` (recovery of
+    a large directory replays the WAL and checks every stream's tail); a probe's
+    timeout never exceeds its period.
+    """
+    startup_failures = -(-life["startupTimeoutSeconds"] // STARTUP_PERIOD)  # ceiling
+    return {
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http", "scheme": scheme},
+            "periodSeconds": life["readinessPeriodSeconds"],
+            "timeoutSeconds": min(3, life["readinessPeriodSeconds"]),
+            "failureThreshold": life["readinessFailureThreshold"],
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
+            "periodSeconds": life["livenessPeriodSeconds"],
+            "timeoutSeconds": min(5, life["livenessPeriodSeconds"]),
+            "failureThreshold": life["livenessFailureThreshold"],
+        },
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
+            "periodSeconds": STARTUP_PERIOD,
+            "failureThreshold": max(1, startup_failures),
+        },
+    }
+
+
 def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
     s = with_defaults(spec)
     srv = s["server"]
+    life = s["lifecycle"]
     tls = bool(srv.get("tlsSecretName"))
     scheme = "HTTPS" if tls else "HTTP"
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
@@ -127,24 +161,11 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         "args": ["serve"],
         "envFrom": [{"configMapRef": {"name": f"{name}-config"}}],
         "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
-        "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": "http", "scheme": scheme},
-            "periodSeconds": 5,
-            "timeoutSeconds": 3,
-            "failureThreshold": 2,
-        },
-        "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
-            "periodSeconds": 10,
-            "timeoutSeconds": 5,
-            "failureThreshold": 6,
-        },
-        # Recovery after a crash replays the WAL: give it time before liveness counts.
-        "startupProbe": {
-            "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
-            "periodSeconds": 2,
-            "failureThreshold": 150,
-        },
+        **_probes(life, scheme),
+        # A container that exits without writing /dev/termination-log (the server logs its
+        # refusal: a newer data format, a bad setting) gets the end of its log as the
+        # termination message, which the operator's status then shows.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": s["resources"],
         "volumeMounts": mounts,
         "securityContext": {
@@ -165,7 +186,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         "containers": [container],
         "volumes": volumes,
         # SIGTERM, then in-flight batches finish and a final checkpoint runs.
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": life["terminationGracePeriodSeconds"],
         "securityContext": {
             "runAsUser": 10001,
             "runAsGroup": 10001,
@@ -175,6 +196,8 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         },
         "enableServiceLinks": False,
     }
+    if s["imagePullSecrets"]:
+        pod_spec["imagePullSecrets"] = s["imagePullSecrets"]
     for key in (
         "nodeSelector",
         "affinity",
@@ -262,9 +285,31 @@ def render_pdb(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dic
     }
 
 
+def servicemonitor_tls(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """How Prometheus checks a TLS server's certificate: never skipped unless asked for.
+
+    The CA is ``tlsConfig.ca`` (a Secret or ConfigMap key), by default the ``ca.crt``
+    that cert-manager writes into the server's TLS Secret; the name checked is
+    ``tlsConfig.serverName``, by default the client Service's DNS name.
+    """
+    s = with_defaults(spec)
+    wanted = s["metrics"]["serviceMonitor"].get("tlsConfig") or {}
+    if wanted.get("insecureSkipVerify"):
+        return {"insecureSkipVerify": True}
+    ca = wanted.get("ca") or {"secret": {"name": s["server"]["tlsSecretName"], "key": "ca.crt"}}
+    return {"ca": ca, "serverName": wanted.get("serverName") or f"{name}.{namespace}.svc"}
+
+
 def render_servicemonitor(
-    name: str, namespace: str, uid: str, spec: dict[str, Any]
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: dict[str, Any],
+    extra_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """``extra_labels`` (the operator's setting), then the spec's labels, then ours: a
+    Prometheus that selects ServiceMonitors by label (kube-prometheus-stack: ``release``)
+    finds it; the labels the operator prunes by cannot be overridden."""
     s = with_defaults(spec)
     tls = bool(s["server"].get("tlsSecretName"))
     endpoint_spec: dict[str, Any] = {
@@ -274,11 +319,17 @@ def render_servicemonitor(
         "scheme": "https" if tls else "http",
     }
     if tls:
-        endpoint_spec["tlsConfig"] = {"insecureSkipVerify": True}
+        endpoint_spec["tlsConfig"] = servicemonitor_tls(name, namespace, spec)
+    meta = _meta(name, namespace, uid)
+    meta["labels"] = {
+        **(extra_labels or {}),
+        **(s["metrics"]["serviceMonitor"].get("labels") or {}),
+        **meta["labels"],
+    }
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": _meta(name, namespace, uid),
+        "metadata": meta,
         "spec": {
             # job="durable-streams" for every instance: what the alerts match on.
             "jobLabel": "app.kubernetes.io/name",
@@ -290,7 +341,13 @@ def render_servicemonitor(
 
 
 def desired_objects(
-    name: str, namespace: str, uid: str, spec: dict[str, Any], *, servicemonitor_crd: bool
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: dict[str, Any],
+    *,
+    servicemonitor_crd: bool,
+    servicemonitor_labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every object a DurableStream owns, in the order they should be applied."""
     objs = [
@@ -301,5 +358,5 @@ def desired_objects(
         render_statefulset(name, namespace, uid, spec),
     ]
     if servicemonitor_crd and with_defaults(spec)["metrics"]["serviceMonitor"]["enabled"]:
-        objs.append(render_servicemonitor(name, namespace, uid, spec))
+        objs.append(render_servicemonitor(name, namespace, uid, spec, servicemonitor_labels))
     return objs

@@ -9,12 +9,18 @@ the schema did not run.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from typing import Any
 
-DEFAULT_IMAGE = "durable-streams-py:0.1.0"
+# The server image for a spec that names none: the operator's own setting, which the
+# chart sets from its version, so that upgrading the operator upgrades every server
+# that did not pin an image (the CRD defaults no image into the objects for that reason).
+SERVER_IMAGE_ENV = "DS_OPERATOR_SERVER_IMAGE"
+# Pull secrets (comma-separated names) for servers whose spec names none.
+SERVER_PULL_SECRETS_ENV = "DS_OPERATOR_SERVER_IMAGE_PULL_SECRETS"
+DEFAULT_IMAGE = "durable-streams-server:0.1.0"  # an operator started without the setting
 DEFAULTS: dict[str, Any] = {
-    "image": DEFAULT_IMAGE,
     "imagePullPolicy": "IfNotPresent",
     "replicas": 1,
     "storage": {"size": "10Gi", "pvcRetention": "Retain"},
@@ -30,6 +36,17 @@ DEFAULTS: dict[str, Any] = {
     "scheduling": {},
     "service": {"type": "ClusterIP", "port": 4437},
     "metrics": {"serviceMonitor": {"enabled": False, "interval": "30s"}},
+    # Probe timings and shutdown (CloudNativePG's startDelay/stopDelay): recovery of a
+    # large data directory may need more than five minutes, a slow disk more than 30 s
+    # to finish its last batch and checkpoint.
+    "lifecycle": {
+        "startupTimeoutSeconds": 300,
+        "terminationGracePeriodSeconds": 30,
+        "readinessPeriodSeconds": 5,
+        "readinessFailureThreshold": 2,
+        "livenessPeriodSeconds": 10,
+        "livenessFailureThreshold": 6,
+    },
 }
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTPE]i?|[kmgtpe]|)$")
@@ -52,8 +69,18 @@ _FACTORS = {
 
 
 def with_defaults(spec: dict[str, Any] | None) -> dict[str, Any]:
-    """The spec with every default filled in (deep, without touching the input)."""
-    return _merge(copy.deepcopy(DEFAULTS), copy.deepcopy(dict(spec or {})))
+    """The spec with every default filled in (deep, without touching the input).
+
+    ``image`` and ``imagePullSecrets`` left out (or empty) come from the operator's
+    settings, read at each call: a new operator version rolls the servers onto its image.
+    """
+    out = _merge(copy.deepcopy(DEFAULTS), copy.deepcopy(dict(spec or {})))
+    if not out.get("image"):
+        out["image"] = os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_IMAGE
+    if not out.get("imagePullSecrets"):
+        names = os.environ.get(SERVER_PULL_SECRETS_ENV, "").split(",")
+        out["imagePullSecrets"] = [{"name": n.strip()} for n in names if n.strip()]
+    return out
 
 
 def _merge(base: dict, over: dict) -> dict:

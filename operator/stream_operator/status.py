@@ -1,9 +1,16 @@
 """What the status says, computed from what was observed (never from what was hoped).
 
 Input: the DurableStream's spec and generation, the StatefulSet as the API
-returns it (or None), and the outcome of the reconcile that just ran (or
-None when only the pods were observed: then the last outcome stands).
-Output: the status dict the operator writes.
+returns it (or None), its pods and PVCs, and the outcome of the reconcile
+that just ran (or None when only the pods were observed: then the last
+outcome stands). Output: the status dict the operator writes.
+
+The StatefulSet's counts say how many servers are ready, not why the others
+are not: a server that exits at start (an old image on a newer data format)
+or is OOM-killed while it recovers would read as "Progressing" for ever. So
+the pods' container states name the reason (CrashLoopBackOff, OOMKilled,
+ImagePullBackOff...) with the end of the server's own message, and a pod
+whose volume is smaller than the spec asks keeps the resource from Ready.
 
 ``observedGeneration`` moves to a generation only once that generation is
 applied whole: a refused or failed change leaves it behind, and the
@@ -18,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator.spec import with_defaults
+from stream_operator.plan import short_claims
+from stream_operator.pod_states import pod_trouble
+from stream_operator.spec import quantity_bytes, with_defaults
 
 
 def _now() -> str:
@@ -82,8 +91,11 @@ def compute_status(
     outcome: Outcome | None = None,
     previous: dict[str, Any] | None = None,
     extra: Sequence[dict[str, Any]] = (),
+    pods: Sequence[dict[str, Any]] = (),
+    pvcs: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """``extra``: conditions of optional parts (Analytics), decided where they are applied."""
+    """``extra``: conditions of optional parts (Analytics), decided where they are applied.
+    ``pods``, ``pvcs``: the DurableStream's pods and claims, as the API lists them."""
     previous = previous or {}
     if outcome is not None:
         accepted: dict[str, str] | None = condition(
@@ -101,7 +113,9 @@ def compute_status(
         )
         observed = previous.get("observedGeneration")
     failed = accepted is not None and accepted["status"] != "True"
-    want = with_defaults(spec)["replicas"]
+    full = with_defaults(spec)
+    want = full["replicas"]
+    short = short_claims(pvcs, full["storage"]["size"], want, quantity_bytes)
     conditions = []
     if statefulset is None:
         ready = 0
@@ -124,37 +138,62 @@ def compute_status(
             or current != want
         )
         all_ready = ready >= want and not rolling
+        trouble = None if all_ready else pod_trouble(pods)
+        resizing = (
+            "volumes not yet at "
+            + full["storage"]["size"]
+            + ": "
+            + ", ".join(f"{n} holds {held}" for n, held in short.items())
+        )
         if all_ready and failed:
             # The pods serve, but not the spec that was asked for: not Ready.
             phase = "Degraded"
             conditions.append(condition("Ready", False, accepted["reason"], accepted["message"]))
+        elif all_ready and short:
+            # A new replica's claim comes from the StatefulSet's (immutable) template,
+            # and a grown request is a promise until the volume is resized.
+            phase = "Progressing"
+            conditions.append(condition("Ready", False, "StorageResizing", resizing))
         elif all_ready:
             phase = "Ready"
             conditions.append(
                 condition("Ready", True, "AllReplicasReady", f"{ready}/{want} servers ready")
             )
+        elif trouble is not None:
+            # A server that keeps exiting will not come up by waiting: say why.
+            phase = "Degraded"
+            conditions.append(condition("Ready", False, trouble.reason, trouble.message))
         else:
             phase = "Progressing" if rolling else "Degraded"
             conditions.append(
                 condition("Ready", False, "ReplicasNotReady", f"{ready}/{want} servers ready")
             )
-        conditions.append(
-            condition(
+        if rolling:
+            progressing = condition(
                 "Progressing",
-                bool(rolling),
-                "RollingUpdate" if rolling else "Stable",
+                True,
+                "RollingUpdate",
                 f"{updated}/{want} servers on the current revision",
             )
-        )
-        degraded = ready < want and not rolling
-        conditions.append(
-            condition(
-                "Degraded",
-                degraded,
-                "PodsNotReady" if degraded else "AsExpected",
-                f"{want - ready} server(s) not ready" if degraded else "all servers ready",
+        elif short:
+            progressing = condition("Progressing", True, "StorageResizing", resizing)
+        else:
+            progressing = condition(
+                "Progressing", False, "Stable", f"{updated}/{want} servers on the current revision"
             )
-        )
+        conditions.append(progressing)
+        if trouble is not None:
+            conditions.append(condition("Degraded", True, trouble.reason, trouble.message))
+        else:
+            degraded = ready < want and not rolling
+            conditions.append(
+                condition(
+                    "Degraded",
+                    degraded,
+                    "PodsNotReady" if degraded else "AsExpected",
+                    f"{want - ready} server(s) not ready" if degraded else "all servers ready",
+                )
+            )
     if accepted is not None:
         conditions.append(accepted)
     conditions += list(extra)

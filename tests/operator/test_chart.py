@@ -73,6 +73,8 @@ def test_helm_lint(helm):
             "serviceAccount.name=custom",
             "sparkServiceAccount.create=true",
             "sparkServiceAccount.namespaces={analytics,default}",
+            "operator.metrics.serviceMonitor.enabled=true",
+            "operator.leaderElection.enabled=false",
         ),
     ],
     ids=["defaults", "everything"],
@@ -88,7 +90,8 @@ def test_rendered_chart_validates(helm, sets):
         "ServiceAccount",
         "ConfigMap",
     } <= kinds
-    validate([d for d in docs if d["kind"] not in ("DurableStream", "PrometheusRule")])
+    custom = ("DurableStream", "PrometheusRule", "ServiceMonitor")
+    validate([d for d in docs if d["kind"] not in custom])
     for d in docs:
         if d["kind"] == "DurableStream":
             validate_cr(d)
@@ -203,3 +206,160 @@ def test_the_resync_interval_reaches_the_operator(helm):
         text=True,
     )
     assert proc.returncode != 0 and "resyncIntervalSeconds" in proc.stderr
+
+
+def test_the_chart_can_be_a_dependency(helm):
+    """Issue 15, finding 8: a parent chart passes ``global`` to every subchart."""
+    docs = template(helm, "global.storageClass=fast", "global.imageRegistry=registry.example")
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "registry.example/durable-streams-operator:0.1.0"
+
+
+def _operator_pod(helm: str, *sets: str) -> dict:
+    docs = template(helm, *sets)
+    validate([d for d in docs if d["kind"] == "Deployment"])
+    return next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+
+
+def _env(pod: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["containers"][0]["env"]}
+
+
+def test_images_are_qualified_pinned_and_pulled_with_secrets(helm):
+    """Issue 15, finding 8: registry, repository, tag (the chart's version by default),
+    optional digest, and imagePullSecrets for the operator and the servers."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    pod = _operator_pod(helm)
+    assert pod["containers"][0]["image"] == f"durable-streams-operator:{chart['appVersion']}"
+    assert _env(pod)["DS_OPERATOR_SERVER_IMAGE"] == f"durable-streams-server:{chart['appVersion']}"
+    assert "imagePullSecrets" not in pod
+    digest = "sha256:" + "ab" * 32
+    pod = _operator_pod(
+        helm,
+        "operator.image.registry=ghcr.io/acme",
+        f"operator.image.digest={digest}",
+        "server.image.registry=ghcr.io/acme",
+        "server.image.tag=0.2.0",
+        "imagePullSecrets[0].name=regcred",
+        "global.imagePullSecrets={shared}",
+    )
+    image = pod["containers"][0]["image"]
+    assert image == f"ghcr.io/acme/durable-streams-operator:{chart['appVersion']}@{digest}"
+    assert _env(pod)["DS_OPERATOR_SERVER_IMAGE"] == "ghcr.io/acme/durable-streams-server:0.2.0"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "shared"}]
+    assert _env(pod)["DS_OPERATOR_SERVER_IMAGE_PULL_SECRETS"] == "regcred,shared"
+    proc = subprocess.run(
+        [helm, "template", "rel", str(CHART), "--set", "operator.image.digest=latest"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "digest" in proc.stderr
+
+
+def test_the_crd_leaves_the_image_to_the_operator():
+    """Issue 15, finding 8: a schema default would write today's image into every object,
+    and no operator upgrade would ever move those servers."""
+    spec = crd_schema()["properties"]["spec"]["properties"]
+    assert "default" not in spec["image"]
+    assert (CHART / "values.yaml").read_text().count("durable-streams-server:") == 0
+
+
+def test_crd_lifecycle_defaults_and_ranges():
+    """Issue 15, finding 7: probe timings and the grace period, with defaults and ranges."""
+    life = crd_schema()["properties"]["spec"]["properties"]["lifecycle"]["properties"]
+    assert life["startupTimeoutSeconds"]["default"] == 300
+    assert life["terminationGracePeriodSeconds"]["default"] == 30
+
+    def cr(spec: dict) -> dict:
+        return {
+            "apiVersion": "streams.pyds.dev/v1alpha1",
+            "kind": "DurableStream",
+            "metadata": {"name": "x"},
+            "spec": spec,
+        }
+
+    validate_cr(cr({"lifecycle": {"startupTimeoutSeconds": 3600}}))
+    validate_cr(cr({"imagePullSecrets": [{"name": "regcred"}]}))
+    for bad in (
+        {"lifecycle": {"startupTimeoutSeconds": 1}},
+        {"lifecycle": {"terminationGracePeriodSeconds": 0}},
+        {"lifecycle": {"livenessPeriodSeconds": 0}},
+        {"imagePullSecrets": [{}]},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_cr(cr(bad))
+
+
+def test_crd_upgrades_are_documented_and_the_named_files_are_the_crd(helm):
+    """Issue 15, finding 8: helm never upgrades crds/ (Strimzi's answer: apply the CRD
+    first). The documented commands name files that are exactly the chart's CRD."""
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    upgrades = docs.split("## Upgrades", 1)[1].split("\n## ", 1)[0]
+    assert "kubectl apply --server-side -f manifests/crd.yaml" in upgrades
+    assert "helm show crds" in upgrades
+    crd = (CHART / "crds" / "durablestreams.yaml").read_text()
+    assert (ROOT / "manifests" / "crd.yaml").read_text().endswith(crd)
+    shown = subprocess.run(
+        [helm, "show", "crds", str(CHART)], capture_output=True, text=True, check=True
+    ).stdout
+    assert yaml.safe_load(shown) == yaml.safe_load(crd)
+    # What `helm upgrade` does with crds/: nothing (the reason for the step above).
+    skipped = subprocess.run(
+        [helm, "template", "rel", str(CHART), "--skip-crds"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "CustomResourceDefinition" not in skipped
+
+
+def test_operator_metrics_leader_election_and_monitoring_labels(helm):
+    """Issue 15, findings 9 and 10: what the chart gives the operator and Prometheus."""
+    release = "release=kube-prometheus"
+    docs = template(
+        helm,
+        "alerts.enabled=true",
+        f"alerts.labels.{release}",
+        "operator.metrics.serviceMonitor.enabled=true",
+        f"operator.metrics.serviceMonitor.labels.{release}",
+        f"operator.serviceMonitorLabels.{release}",
+        "operator.replicas=2",
+    )
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    deployment = by_kind[("Deployment", "rel-durable-streams")]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["DS_OPERATOR_SERVICEMONITOR_LABELS"] == '{"release":"kube-prometheus"}'
+    assert env["DS_OPERATOR_LEADER_ELECTION"] == "true"
+    assert env["DS_OPERATOR_LEASE_NAME"] == "rel-durable-streams"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert container["ports"] == [{"name": "metrics", "containerPort": 8081}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # Two replicas are safe with the Lease: one acts, the other waits.
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    service = by_kind[("Service", "rel-durable-streams-metrics")]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    monitor = by_kind[("ServiceMonitor", "rel-durable-streams")]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    rule = by_kind[("PrometheusRule", "rel-durable-streams")]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert "DurableStreamReconcileFailing" in alerts
+    lease_role = by_kind[("Role", "rel-durable-streams-leader-election")]
+    assert lease_role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    # Without leader election: no Lease Role, and never two pods at once.
+    docs = template(helm, "operator.leaderElection.enabled=false")
+    assert not [d for d in docs if d["metadata"]["name"].endswith("leader-election")]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"

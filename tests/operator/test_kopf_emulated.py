@@ -11,6 +11,9 @@ did to the cluster.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +22,18 @@ from typing import Any
 import pytest
 import yaml
 
+from stream_format.layout import WRITE_VERSION
 from stream_operator import KIND
-from testkit import wait_for
+from testkit import free_port, rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream, storage_class
-from testkit.kubelet import claim_volumes, statefulset_status
+from testkit.kubelet import (
+    Kubelet,
+    claim_volumes,
+    failed_pod,
+    statefulset_status,
+    termination_message,
+)
 from testkit.operator import running_operator
 
 NS = "default"
@@ -62,17 +72,13 @@ def operator_calls(c: Cluster) -> set[tuple[str, str, str]]:
 
 
 def assert_role_grants_what_the_operator_did(c: Cluster) -> None:
-    """The ClusterRole the chart installs grants every request the operator made."""
-    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole")
-
-    def granted(verb: str, group: str, resource: str) -> bool:
-        return any(
-            group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
-            for rule in role["rules"]
-        )
-
-    missing = sorted(call for call in operator_calls(c) if not granted(*call))
-    assert not missing, f"the operator's ClusterRole does not grant {missing}"
+    """The RBAC the chart installs grants every request the operator made."""
+    granted = rbac.grants(
+        yaml.safe_load_all(RBAC.read_text()), "durable-streams", "durable-streams"
+    )
+    calls = [call for call in c.api.requests if not call.agent.startswith("python-httpx/")]
+    missing = rbac.denied(calls, granted)
+    assert not missing, f"the operator's RBAC does not grant {missing}"
 
 
 @pytest.fixture
@@ -256,7 +262,10 @@ def test_degraded_when_a_pod_is_not_ready_and_recovers(kube: Cluster):
 @pytest.mark.parametrize("retention", ["Retain", "Delete"])
 def test_delete_follows_the_pvc_retention(kube: Cluster, retention: str):
     _ready(kube, "events", {"replicas": 2, "storage": {"pvcRetention": retention}})
-    assert kube.get(KIND, NS, "events")["metadata"]["finalizers"]
+    # A finalizer only where the operator has work to do at deletion (tests/operator/test_rbac.py).
+    assert bool(kube.get(KIND, NS, "events")["metadata"].get("finalizers")) == (
+        retention == "Delete"
+    )
     kube.delete(KIND, NS, "events").raise_for_status()
     wait_for(lambda: kube.get(KIND, NS, "events") is None, message="the DurableStream gone")
     # Owned objects go by garbage collection (owner references).
@@ -360,7 +369,8 @@ def test_growth_the_storage_class_cannot_make_is_reported_not_claimed(kube: Clus
         message="generation 2 observed",
     )
     assert condition(kube, "events", "Accepted")["status"] == "True"
-    assert status_of(kube, "events")["phase"] == "Ready"
+    play_statefulset_controller(kube, "events")  # the resizer makes the volumes 5Gi
+    wait_for(lambda: status_of(kube, "events").get("phase") == "Ready", message="Ready")
 
 
 def test_a_change_the_api_server_refuses_is_reported_not_observed(kube: Cluster):
@@ -523,3 +533,151 @@ def test_scheduled_jobs_go_with_their_durable_stream(kube: Cluster):
     kube.delete(KIND, NS, "events").raise_for_status()
     wait_for(lambda: kube.get(KIND, NS, "events") is None, message="the DurableStream gone")
     assert scheduled_apps(kube) == {}
+
+
+def capacities(kube: Cluster, name: str, replicas: int) -> list[str]:
+    return [
+        kube.get("PersistentVolumeClaim", NS, f"data-{name}-{i}")["status"]["capacity"]["storage"]
+        for i in range(replicas)
+    ]
+
+
+def test_new_replicas_get_the_spec_size_and_ready_waits_for_every_volume(kube: Cluster):
+    """Issue 15, finding 4: grow to 5Gi, then scale 2 -> 3; the third volume is 5Gi too,
+    and the status is not Ready while any volume holds less than the spec asks."""
+    _ready(kube, "events", {"replicas": 2, "storage": {"size": "1Gi"}})
+    kube.patch(KIND, NS, "events", {"spec": {"storage": {"size": "5Gi"}}}).raise_for_status()
+    wait_for(lambda: pvc_sizes(kube, "events", 2) == ["5Gi", "5Gi"], message="5Gi asked for")
+    # Asked for is not made: until the volumes are resized, the status says so.
+    wait_for(
+        lambda: condition(kube, "events", "Ready").get("reason") == "StorageResizing",
+        message="Ready=False, StorageResizing",
+    )
+    ready = condition(kube, "events", "Ready")
+    assert ready["status"] == "False"
+    assert "data-events-0 holds 1Gi" in ready["message"] and "5Gi" in ready["message"]
+    assert status_of(kube, "events")["phase"] == "Progressing"
+    assert condition(kube, "events", "Progressing")["reason"] == "StorageResizing"
+    play_statefulset_controller(kube, "events")  # the resizer finishes
+    wait_for(lambda: status_of(kube, "events").get("phase") == "Ready", message="Ready at 5Gi")
+    assert capacities(kube, "events", 2) == ["5Gi", "5Gi"]
+
+    kube.patch(KIND, NS, "events", {"spec": {"replicas": 3}}).raise_for_status()
+    wait_for(
+        lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 3,
+        message="replicas 3",
+    )
+    # The StatefulSet controller makes the third claim from the template, which cannot
+    # change on a live StatefulSet: 1Gi. The operator grows it, and Ready waits for it.
+    play_statefulset_controller(kube, "events")
+    wait_for(lambda: pvc_sizes(kube, "events", 3) == ["5Gi"] * 3, message="the new claim grown")
+    wait_for(
+        lambda: "data-events-2 holds 1Gi" in condition(kube, "events", "Ready").get("message", ""),
+        message="Ready=False naming the small volume",
+    )
+    assert condition(kube, "events", "Ready")["reason"] == "StorageResizing"
+    assert status_of(kube, "events")["phase"] != "Ready"
+    play_statefulset_controller(kube, "events")  # the resizer finishes
+    wait_for(lambda: status_of(kube, "events").get("phase") == "Ready", message="Ready")
+    assert capacities(kube, "events", 3) == ["5Gi"] * 3
+    assert status_of(kube, "events")["readyReplicas"] == 3
+
+
+def test_a_server_that_refuses_its_data_format_is_named_in_the_status(kube: Cluster, tmp_path):
+    """Issue 15, findings 7 and 8: an older image on a volume a newer server wrote exits at
+    start; the status says why (the server's own words), not "Progressing" for ever."""
+    _ready(kube, "events", {"replicas": 2, "image": "durable-streams-py:0.2.0"})
+    kube.patch(KIND, NS, "events", {"spec": {"image": "durable-streams-py:0.1.0"}})
+    sts = wait_for(
+        lambda: (
+            (s := kube.get("StatefulSet", NS, "events"))["spec"]["template"]["spec"]["containers"][
+                0
+            ]["image"]
+            == "durable-streams-py:0.1.0"
+            and s
+        ),
+        message="the older image rendered",
+    )
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # The rolled pod's volume holds a format newer than this server writes: the real
+    # server, with the pod's settings, refuses it and exits.
+    data = tmp_path / "data-events-1"
+    data.mkdir()
+    newer = WRITE_VERSION + 1
+    (data / "FORMAT").write_text(f"durable-streams-py data format {newer}\nread-version 1\n")
+    env = dict(kube.get("ConfigMap", NS, "events-config")["data"])
+    env.update(DS_HOST="127.0.0.1", DS_PORT=str(free_port()), DS_DATA_DIR=str(data))
+    proc = subprocess.run(
+        [sys.executable, "-m", "stream_server", *container["args"]],
+        env={**os.environ, **env},
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    # The kubelet reports it: CrashLoopBackOff, the end of the log as the message.
+    message = termination_message(proc.stdout + proc.stderr)
+    pod, pod_status = failed_pod(sts, 1, exit_code=proc.returncode, message=message)
+    kube.create(pod).raise_for_status()
+    kube.patch("Pod", NS, "events-1", {"status": pod_status}, status=True).raise_for_status()
+    rolling = statefulset_status(sts, 2, 1, 1, "events-old", "events-new")
+    kube.patch("StatefulSet", NS, "events", {"status": rolling}, status=True).raise_for_status()
+    wait_for(
+        lambda: condition(kube, "events", "Ready").get("reason") == "CrashLoopBackOff",
+        message="Ready=False, CrashLoopBackOff",
+    )
+    ready = condition(kube, "events", "Ready")
+    assert ready["message"].startswith(
+        f"pod events-1: the server exited with code {proc.returncode}"
+    )
+    assert f"data format {newer} is not supported for writing" in ready["message"]
+    assert "run a newer server" in ready["message"]
+    assert status_of(kube, "events")["phase"] == "Degraded"
+    assert condition(kube, "events", "Degraded")["reason"] == "CrashLoopBackOff"
+
+
+def test_a_real_server_on_a_newer_format_crash_loops_and_the_status_says_why(
+    kube: Cluster, tmp_path
+):
+    """Issue 15, findings 7 and 8, end to end: the kubelet runs the real server on a volume
+    a newer server wrote; it exits, is restarted with back-off, and the status says why
+    in the server's words. Once the volume is one it knows, the next restart serves."""
+    data = tmp_path / "data-events-0"
+    data.mkdir()
+    newer = WRITE_VERSION + 1
+    (data / "FORMAT").write_text(f"durable-streams-py data format {newer}\nread-version 1\n")
+    kube.create(durable_stream("events")).raise_for_status()
+    wait_for(lambda: kube.get("StatefulSet", NS, "events"), message="StatefulSet")
+    with Kubelet(kube, NS, "events", tmp_path, restart_delay=0.5):
+        wait_for(
+            lambda: condition(kube, "events", "Ready").get("reason") == "CrashLoopBackOff",
+            timeout=30,
+            message="Ready=False, CrashLoopBackOff",
+        )
+        message = condition(kube, "events", "Ready")["message"]
+        assert message.startswith("pod events-0: the server exited with code 2")
+        assert f"data format {newer} is not supported for writing" in message
+        assert status_of(kube, "events")["phase"] == "Degraded"
+        # The volume is replaced by one this server knows (say, restored from a snapshot).
+        (data / "FORMAT").unlink()
+        wait_for(
+            lambda: status_of(kube, "events").get("phase") == "Ready",
+            timeout=40,
+            message="Ready once the server starts",
+        )
+
+
+def test_a_server_killed_for_memory_is_named_in_the_status(kube: Cluster):
+    """Issue 15, finding 4: an OOM kill (say, while recovery loads many streams) is said."""
+    sts = _ready(kube, "events", {"replicas": 1})
+    pod, pod_status = failed_pod(sts, 0, exit_code=137, message="", reason="OOMKilled")
+    kube.create(pod).raise_for_status()
+    kube.patch("Pod", NS, "events-0", {"status": pod_status}, status=True).raise_for_status()
+    play_statefulset_controller(kube, "events", ready=0)
+    wait_for(
+        lambda: condition(kube, "events", "Ready").get("reason") == "OOMKilled",
+        message="Ready=False, OOMKilled",
+    )
+    message = condition(kube, "events", "Ready")["message"]
+    assert message.startswith("pod events-0:") and "spec.resources.limits.memory" in message
+    assert status_of(kube, "events")["phase"] == "Degraded"

@@ -6,6 +6,7 @@ from stream_operator.plan import (
     Expansion,
     drifted_fields,
     plan_expansion,
+    short_claims,
     smaller_pvcs,
     stale_objects,
 )
@@ -92,3 +93,26 @@ def test_stale_objects_are_owned_and_no_longer_rendered():
     ]
     assert stale_objects(live, [("Service", "x")], "me") == [("ServiceMonitor", "x")]
     assert stale_objects(live, [("Service", "x"), ("ServiceMonitor", "x")], "me") == []
+
+
+def test_short_claims_count_request_and_capacity_of_the_serving_ordinals():
+    """Issue 15, finding 4: a grown request is a promise until the capacity follows."""
+
+    def claim(name: str, request: str, capacity: str | None = None) -> dict:
+        out: dict = {"metadata": {"name": name}}
+        out["spec"] = {"resources": {"requests": {"storage": request}}}
+        if capacity:
+            out["status"] = {"capacity": {"storage": capacity}}
+        return out
+
+    pvcs = [
+        claim("data-ev-0", "5Gi", "5Gi"),
+        claim("data-ev-1", "5Gi", "1Gi"),  # resizing
+        claim("data-ev-2", "1Gi"),  # from the template, unbound
+        claim("data-ev-3", "1Gi", "1Gi"),  # retained after a scale-down: no pod's volume
+    ]
+    assert short_claims(pvcs, "5Gi", 3, quantity_bytes) == {
+        "data-ev-1": "1Gi",
+        "data-ev-2": "1Gi",
+    }
+    assert short_claims(pvcs[:1], "5Gi", 3, quantity_bytes) == {}

@@ -140,3 +140,63 @@ def test_servicemonitor_scrapes_each_pod_once_under_one_job_label():
     wanted = sm["spec"]["selector"]["matchLabels"]
     assert wanted.items() <= client_svc["metadata"]["labels"].items()
     assert not wanted.items() <= objs[1]["metadata"]["labels"].items()  # not the headless Service
+
+
+def test_lifecycle_sets_the_probes_and_the_grace_period():
+    """Issue 15, finding 7: probe timings and the grace period come from spec.lifecycle."""
+    pod = render_statefulset("ev", "ns", UID, {})["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert pod["terminationGracePeriodSeconds"] == 30
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 300
+    life = {
+        "startupTimeoutSeconds": 1801,
+        "terminationGracePeriodSeconds": 120,
+        "readinessPeriodSeconds": 2,
+        "readinessFailureThreshold": 3,
+        "livenessPeriodSeconds": 20,
+        "livenessFailureThreshold": 4,
+    }
+    pod = render_statefulset("ev", "ns", UID, {"lifecycle": life})["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert pod["terminationGracePeriodSeconds"] == 120
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1801
+    assert startup["periodSeconds"] * (startup["failureThreshold"] - 1) < 1801
+    assert (c["readinessProbe"]["periodSeconds"], c["readinessProbe"]["failureThreshold"]) == (2, 3)
+    assert c["readinessProbe"]["timeoutSeconds"] <= 2  # never longer than the period
+    assert (c["livenessProbe"]["periodSeconds"], c["livenessProbe"]["failureThreshold"]) == (20, 4)
+
+
+def test_a_failing_server_leaves_its_last_words_as_the_termination_message():
+    """Issue 15, findings 4 and 7: the log's end becomes the message the status shows."""
+    c = render_statefulset("ev", "ns", UID, {})["spec"]["template"]["spec"]["containers"][0]
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_an_unpinned_image_is_the_operators_and_follows_it(monkeypatch):
+    """Issue 15, finding 8: no image in the spec -> the operator's setting (set by the chart
+    from its version), so upgrading the operator rolls the servers onto the new image."""
+    monkeypatch.setenv("DS_OPERATOR_SERVER_IMAGE", "reg.example/ds/server:0.3.0")
+    c = render_statefulset("ev", "ns", UID, {})["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "reg.example/ds/server:0.3.0"
+    before = config_hash({})
+    monkeypatch.setenv("DS_OPERATOR_SERVER_IMAGE", "reg.example/ds/server:0.4.0")
+    assert config_hash({}) != before  # the pods roll
+    pinned = {"image": "mine:1"}
+    c = render_statefulset("ev", "ns", UID, pinned)["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "mine:1"
+    assert config_hash(pinned) == config_hash(pinned)
+
+
+def test_image_pull_secrets_from_the_spec_or_the_operator(monkeypatch):
+    def secrets(spec):
+        return render_statefulset("ev", "ns", UID, spec)["spec"]["template"]["spec"].get(
+            "imagePullSecrets"
+        )
+
+    monkeypatch.delenv("DS_OPERATOR_SERVER_IMAGE_PULL_SECRETS", raising=False)
+    assert secrets({}) is None
+    monkeypatch.setenv("DS_OPERATOR_SERVER_IMAGE_PULL_SECRETS", "regcred, other")
+    assert secrets({}) == [{"name": "regcred"}, {"name": "other"}]
+    assert secrets({"imagePullSecrets": [{"name": "own"}]}) == [{"name": "own"}]

@@ -130,3 +130,132 @@ def test_analytics_condition_says_what_stops_the_jobs_or_how_many_run():
     assert (ok["status"], ok["reason"]) == ("True", "Scheduled")
     assert ok["message"].startswith("4 ScheduledSparkApplication(s)") and "@daily" in ok["message"]
     assert analytics_condition() == []  # analytics off: no condition at all
+
+
+def pvc(name, request, capacity=None):
+    out = {"metadata": {"name": name}, "spec": {"resources": {"requests": {"storage": request}}}}
+    if capacity is not None:
+        out["status"] = {"phase": "Bound", "capacity": {"storage": capacity}}
+    return out
+
+
+def test_ready_waits_until_every_volume_holds_the_spec_size():
+    """Issue 15, finding 4: a claim asked for less (a new replica's, from the immutable
+    template) or not yet resized is not Ready; retained claims past the replicas are not."""
+    spec = {"replicas": 2, "storage": {"size": "5Gi"}}
+    small = [pvc("data-ev-0", "5Gi", "5Gi"), pvc("data-ev-1", "5Gi", "1Gi")]
+    s = compute_status(
+        spec=spec,
+        generation=3,
+        statefulset=sts(replicas=2, ready=2, updated=2),
+        endpoint="e",
+        pvcs=small,
+    )
+    assert conds(s)["Ready"] == ("False", "StorageResizing") and s["phase"] == "Progressing"
+    assert conds(s)["Progressing"] == ("True", "StorageResizing")
+    ready = next(c for c in s["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == "volumes not yet at 5Gi: data-ev-1 holds 1Gi"
+    done = [pvc("data-ev-0", "5Gi", "5Gi"), pvc("data-ev-1", "5Gi"), pvc("data-ev-2", "1Gi")]
+    s = compute_status(
+        spec=spec,
+        generation=3,
+        statefulset=sts(replicas=2, ready=2, updated=2),
+        endpoint="e",
+        pvcs=done,
+    )
+    assert s["phase"] == "Ready"
+
+
+def server_pod(name, ready=False, restarts=0, state=None, last=None):
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "server",
+                    "ready": ready,
+                    "restartCount": restarts,
+                    "state": state or {"running": {}},
+                    "lastState": last or {},
+                }
+            ]
+        },
+    }
+
+
+LOG_TAIL = "\n".join(
+    [
+        '{"level": "info", "msg": "starting"}',
+        '{"level": "error", "msg": "/data: data format 4 is not supported for writing '
+        '(this program writes formats up to 3); run a newer server on this directory"}',
+        "",
+    ]
+)
+
+
+def test_a_crash_loop_says_why_in_the_servers_own_words():
+    """Issue 15, findings 7 and 8: not "Progressing" for ever, but the reason and message."""
+    pods = [
+        server_pod("ev-0", ready=True),
+        server_pod(
+            "ev-1",
+            restarts=4,
+            state={"waiting": {"reason": "CrashLoopBackOff"}},
+            last={"terminated": {"exitCode": 2, "reason": "Error", "message": LOG_TAIL}},
+        ),
+    ]
+    rolling = sts(replicas=2, ready=1, updated=1, cur="r1", upd="r2")
+    s = compute_status(
+        spec={"replicas": 2}, generation=2, statefulset=rolling, endpoint="e", pods=pods
+    )
+    assert s["phase"] == "Degraded"
+    assert conds(s)["Ready"] == ("False", "CrashLoopBackOff")
+    assert conds(s)["Degraded"] == ("True", "CrashLoopBackOff")
+    ready = next(c for c in s["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == (
+        "pod ev-1: the server exited with code 2 (4 restarts): /data: data format 4 is not "
+        "supported for writing (this program writes formats up to 3); run a newer server on "
+        "this directory"
+    )
+
+
+def test_oom_and_image_pull_are_named_and_a_recovered_pod_is_not():
+    oom = server_pod(
+        "ev-0", restarts=2, last={"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    )
+    s = compute_status(
+        spec={"replicas": 1},
+        generation=1,
+        statefulset=sts(replicas=1, ready=0, updated=1),
+        endpoint="e",
+        pods=[oom],
+    )
+    assert conds(s)["Ready"] == ("False", "OOMKilled") and s["phase"] == "Degraded"
+    pull = server_pod(
+        "ev-0",
+        state={
+            "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x:9"'}
+        },
+    )
+    s = compute_status(
+        spec={"replicas": 1},
+        generation=1,
+        statefulset=sts(replicas=1, ready=0, updated=1),
+        endpoint="e",
+        pods=[pull],
+    )
+    assert conds(s)["Ready"] == ("False", "ImagePullBackOff")
+    assert (
+        'pulling image "x:9"' in next(c for c in s["conditions"] if c["type"] == "Ready")["message"]
+    )
+    # An OOM kill long ago, now ready: nothing to say; a pod still creating: nothing either.
+    healed = server_pod("ev-0", ready=True, last={"terminated": {"reason": "OOMKilled"}})
+    creating = server_pod("ev-1", state={"waiting": {"reason": "ContainerCreating"}})
+    s = compute_status(
+        spec={"replicas": 2},
+        generation=1,
+        statefulset=sts(replicas=2, ready=1, updated=2),
+        endpoint="e",
+        pods=[healed, creating],
+    )
+    assert conds(s)["Ready"] == ("False", "ReplicasNotReady")

@@ -1,0 +1,96 @@
+"""Why a server pod is not ready, read from its container states as the kubelet reports them.
+
+The StatefulSet counts ready pods; only the pods say why the others are not.
+A container that keeps exiting waits in ``CrashLoopBackOff`` with the last
+run's exit code and termination message in ``lastState.terminated`` (the end
+of its log, under ``terminationMessagePolicy: FallbackToLogsOnError``); one
+the kernel killed for memory has the reason ``OOMKilled``; an image that
+cannot be pulled waits in ``ImagePullBackOff``. Pure functions over pods as
+the API lists them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PodTrouble:
+    """Why a server pod does not run: a container state's reason and what it said."""
+
+    reason: str
+    message: str
+
+
+# Waiting reasons that will not pass by themselves (ContainerCreating and
+# PodInitializing do): each is a Ready=False reason as it stands.
+STUCK_WAITING = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+OOM_KILLED = "OOMKilled"
+SERVER_CONTAINER = "server"
+MESSAGE_LIMIT = 300
+
+
+def _said(message: str | None) -> str:
+    """The line of a termination message that says why (its last error, or last line).
+
+    With ``FallbackToLogsOnError`` the message is the end of the log, one JSON object
+    a line in the default log format: the server's refusal is its last error.
+    """
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("level") in ("error", "critical"):
+            return str(entry.get("msg", line))[:MESSAGE_LIMIT]
+    if not lines:
+        return ""
+    try:
+        entry = json.loads(lines[-1])
+    except ValueError:
+        entry = None
+    last = entry.get("msg", lines[-1]) if isinstance(entry, dict) else lines[-1]
+    return str(last)[:MESSAGE_LIMIT]
+
+
+def pod_trouble(pods: Sequence[dict[str, Any]]) -> PodTrouble | None:
+    """The first server pod (by name) that is not ready for a reason that will not pass."""
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name") or ""):
+        name = (pod.get("metadata") or {}).get("name")
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") != SERVER_CONTAINER or cs.get("ready"):
+                continue
+            state, last = cs.get("state") or {}, cs.get("lastState") or {}
+            waiting = (state.get("waiting") or {}).get("reason")
+            ended = state.get("terminated") or last.get("terminated") or {}
+            restarts = int(cs.get("restartCount") or 0)
+            if ended.get("reason") == OOM_KILLED:
+                return PodTrouble(
+                    OOM_KILLED,
+                    f"pod {name}: the server was killed for using more memory than its limit "
+                    f"({restarts} restarts); raise spec.resources.limits.memory "
+                    "(see docs/kubernetes.md, Sizing)",
+                )
+            if waiting in STUCK_WAITING:
+                if ended:
+                    said = _said(ended.get("message"))
+                    what = f"the server exited with code {ended.get('exitCode')}"
+                    what += f" ({restarts} restarts)" + (f": {said}" if said else "")
+                else:
+                    what = (state.get("waiting") or {}).get("message") or waiting
+                return PodTrouble(waiting, f"pod {name}: {what}"[: MESSAGE_LIMIT + 100])
+    return None

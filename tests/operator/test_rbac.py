@@ -1,0 +1,181 @@
+"""Issue 15, finding 9: the operator's RBAC, and what it leaves behind when it is gone.
+
+The real kopf operator runs against the emulated API server through a
+scenario that makes it use everything it may do (create, grow, prune, delete
+with each retention), cluster-wide and watching two namespaces; the RBAC the
+chart renders for that mode must grant every request it made and nothing it
+did not make. Then: a DurableStream that keeps its volumes has no finalizer,
+so it can be deleted with no operator running (after ``helm uninstall``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stream_operator import KIND
+from testkit import rbac, wait_for
+from testkit.cluster import Cluster, cluster
+from testkit.kube import durable_stream
+from testkit.kubelet import claim_volumes, statefulset_status
+from testkit.operator import running_operator
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "durable-streams"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from get_tools import ensure  # noqa: E402
+
+RELEASE_NS = "ops"
+ACCOUNT = "rel-durable-streams"
+ANALYTICS = {
+    "enabled": True,
+    "schedule": "@daily",
+    "output": {"claimName": "analytics-out"},
+    "jobs": [{"name": "stats", "type": "stream-stats"}],
+}
+
+
+def chart_rbac(*sets: str) -> list[dict[str, Any]]:
+    args = [str(ensure() / "helm"), "template", "rel", str(CHART), "--namespace", RELEASE_NS]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    kinds = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    return [d for d in yaml.safe_load_all(out) if d and d["kind"] in kinds]
+
+
+def play_statefulset_controller(c: Cluster, namespace: str, name: str) -> None:
+    sts = c.get("StatefulSet", namespace, name)
+    want = sts["spec"]["replicas"]
+    claim_volumes(c, sts)
+    rev = f"{name}-{sts['metadata']['generation']}"
+    status = statefulset_status(sts, want, want, want, rev, rev)
+    c.patch("StatefulSet", namespace, name, {"status": status}, status=True).raise_for_status()
+
+
+def phase(c: Cluster, namespace: str, name: str) -> str | None:
+    return ((c.get(KIND, namespace, name) or {}).get("status") or {}).get("phase")
+
+
+def everything_the_operator_does(c: Cluster, namespace: str) -> None:
+    """Create with every optional part, grow, turn parts off (prune), delete (PVCs go)."""
+    c.install_servicemonitor_crd()
+    c.install_spark_operator_crd()
+    spec = {
+        "storage": {"size": "1Gi", "pvcRetention": "Delete"},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "analytics": ANALYTICS,
+    }
+    c.create(durable_stream("events", spec, namespace)).raise_for_status()
+    wait_for(lambda: c.get("StatefulSet", namespace, "events"), message="the StatefulSet")
+    play_statefulset_controller(c, namespace, "events")
+    wait_for(lambda: phase(c, namespace, "events") == "Ready", message="Ready")
+    wait_for(lambda: c.list("ScheduledSparkApplication", namespace), message="a Spark job")
+    off = {
+        "storage": {"size": "2Gi"},
+        "metrics": {"serviceMonitor": {"enabled": False}},
+        "analytics": {"enabled": False},
+    }
+    c.patch(KIND, namespace, "events", {"spec": off}).raise_for_status()
+    wait_for(lambda: c.get("ServiceMonitor", namespace, "events") is None, message="pruned")
+    wait_for(lambda: not c.list("ScheduledSparkApplication", namespace), message="unscheduled")
+    wait_for(
+        lambda: (
+            c.get("PersistentVolumeClaim", namespace, "data-events-0")["spec"]["resources"][
+                "requests"
+            ]["storage"]
+            == "2Gi"
+        ),
+        message="the claim grown",
+    )
+    c.delete(KIND, namespace, "events").raise_for_status()
+    wait_for(lambda: c.get(KIND, namespace, "events") is None, message="deleted")
+    wait_for(lambda: not c.list("PersistentVolumeClaim", namespace), message="the claims gone")
+
+
+@pytest.mark.parametrize(
+    ("watched", "sets"),
+    [((), ()), (("a", "b"), ("operator.watchNamespaces={a,b}",))],
+    ids=["cluster-wide", "namespaced"],
+)
+def test_rbac_grants_exactly_what_the_operator_uses(watched: tuple[str, ...], sets: tuple):
+    docs = chart_rbac(*sets)
+    with cluster() as c:
+        with running_operator(c, watched):
+            # Not watched in the namespaced mode: the operator must leave it alone.
+            c.create(durable_stream("other", {}, "c")).raise_for_status()
+            everything_the_operator_does(c, "a")
+        untouched = c.get("StatefulSet", "c", "other") is None
+    calls = [call for call in c.api.requests if not call.agent.startswith("python-httpx/")]
+    granted = rbac.grants(docs, ACCOUNT, RELEASE_NS)
+    # The Lease is the leader election's (tests/operator/test_leader_election.py).
+    lease = {g for g in granted if g.resource == "leases"}
+    # The scenario runs in "a"; "b" has the same Role (checked below).
+    in_a = {g for g in granted - lease if g.namespace in (None, "a")}
+    assert rbac.denied(calls, granted) == []
+    assert rbac.unused(calls, in_a) == []
+    if watched:
+        per_ns = {
+            ns: {(g.verb, g.group, g.resource) for g in granted if g.namespace == ns}
+            for ns in watched
+        }
+        assert per_ns["a"] == per_ns["b"]
+        assert {call.namespace for call in calls} <= {None, *watched}
+        assert {g.namespace for g in granted} == {None, RELEASE_NS, *watched}
+        # Cluster-wide, only reads of CRDs and StorageClasses by name.
+        assert {(g.verb, g.resource) for g in granted if g.namespace is None} == {
+            ("get", "customresourcedefinitions"),
+            ("get", "storageclasses"),
+        }
+        assert "ClusterRole" in {d["kind"] for d in docs}
+        assert untouched
+    else:
+        assert {g.namespace for g in granted} == {None, RELEASE_NS}
+
+
+def finalizers(c: Cluster, name: str) -> list[str]:
+    return (c.get(KIND, "default", name) or {}).get("metadata", {}).get("finalizers") or []
+
+
+def test_a_retained_durable_stream_deletes_with_no_operator_running():
+    """Before: every DurableStream had kopf's finalizer, so after ``helm uninstall`` a
+    ``kubectl delete`` of one hung for ever (nobody left to remove it)."""
+    with cluster() as c:
+        with running_operator(c):
+            spec = {"replicas": 2, "storage": {"pvcRetention": "Retain"}}
+            c.create(durable_stream("kept", spec)).raise_for_status()
+            c.create(durable_stream("gone", {"storage": {"pvcRetention": "Delete"}}))
+            for name in ("kept", "gone"):
+                wait_for(lambda n=name: c.get("StatefulSet", "default", n), message=name)
+                play_statefulset_controller(c, "default", name)
+                wait_for(lambda n=name: phase(c, "default", n) == "Ready", message="Ready")
+            # The operator's handlers and timers ran on both; only "gone" must wait for it.
+            wait_for(lambda: finalizers(c, "gone"), message="the finalizer on gone")
+            assert finalizers(c, "kept") == []
+        # The operator is gone (uninstalled).
+        c.delete(KIND, "default", "kept").raise_for_status()
+        assert c.get(KIND, "default", "kept") is None
+        claims = {p["metadata"]["name"] for p in c.list("PersistentVolumeClaim", "default")}
+        assert {"data-kept-0", "data-kept-1"} <= claims  # the data stays
+        # "gone" waits for an operator to delete its claims, and gets them deleted.
+        c.delete(KIND, "default", "gone").raise_for_status()
+        assert c.get(KIND, "default", "gone")["metadata"]["deletionTimestamp"]
+        with running_operator(c):
+            wait_for(lambda: c.get(KIND, "default", "gone") is None, message="gone deleted")
+            claims = {p["metadata"]["name"] for p in c.list("PersistentVolumeClaim", "default")}
+            assert "data-gone-0" not in claims
+
+
+def test_the_finalizer_follows_the_retention_setting():
+    with cluster() as c, running_operator(c):
+        c.create(durable_stream("events", {"storage": {"pvcRetention": "Delete"}}))
+        wait_for(lambda: finalizers(c, "events"), message="a finalizer with Delete")
+        keep = {"spec": {"storage": {"pvcRetention": "Retain"}}}
+        c.patch(KIND, "default", "events", keep).raise_for_status()
+        wait_for(lambda: finalizers(c, "events") == [], message="no finalizer with Retain")
