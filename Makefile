@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 EXTRAS ?= server,operator,spark,dev
 
-.PHONY: serve test test-long lint deps system-deps bench clean
+.PHONY: serve test test-long lint deps system-deps images bench clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -44,6 +44,13 @@ deps: $(VENV)/.all system-deps
 ## The side-by-side benchmark against the Node reference server (a few minutes).
 bench: deps
 	$(PY) e2e/bench/run.py
+
+## The container images durable-streams-server, -operator and -spark, tagged with the project's
+## version, built with podman (runc): wheels built on the host, the public python base, or a
+## Debian base made by mmdebstrap where no registry answers; unchanged images are reused.
+## BUILD_IMAGES_FLAGS passes options on (--force, --base public|debian|IMAGE, --engine docker).
+images: $(VENV)/bin/python system-deps
+	$(PY) scripts/build_images.py $(BUILD_IMAGES_FLAGS)
 
 ## Debian packages the tests and the benchmark use (installed only when missing; needs root
 ## or password-less sudo, and fails, naming them, when they cannot be installed).

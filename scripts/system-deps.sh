@@ -19,6 +19,10 @@ declare -A package=(
   [openssl]=openssl                 # the TLS test's certificate
   [mkfs.ext4]=e2fsprogs             # the disk-full fault test
   [java]=openjdk-17-jre-headless    # Spark
+  [podman]=podman                   # the container images (make images, tests/images)
+  [runc]=runc                       # podman's runtime here (crun fails on hybrid cgroups)
+  [mmdebstrap]=mmdebstrap           # a Debian base image where no registry answers
+  [newuidmap]=uidmap                # podman and mmdebstrap without root
 )
 
 lacking() {

@@ -89,7 +89,31 @@ def server_env(spec: dict[str, Any]) -> dict[str, str]:
     if srv.get("rateLimit"):
         env["DS_RATE_LIMIT"] = str(srv["rateLimit"].get("requestsPerSecond", 0))
         env["DS_RATE_BURST"] = str(srv["rateLimit"].get("burst", 100))
+    subscriptions = srv.get("subscriptions") or {}
+    if subscriptions.get("webhookAllow"):
+        env["DS_WEBHOOK_ALLOW"] = ",".join(subscriptions["webhookAllow"])
+    if subscriptions.get("publicURL"):
+        env["DS_PUBLIC_URL"] = subscriptions["publicURL"]
+    if srv.get("retention"):
+        env["DS_RETENTION"] = ";".join(retention_policy(r) for r in srv["retention"])
     return env
+
+
+# Kubernetes' binary suffixes, which the CRD also takes, as the server writes them.
+_SERVER_SIZE_UNITS = {"Ki": "KiB", "Mi": "MiB", "Gi": "GiB", "Ti": "TiB"}
+
+
+def retention_policy(entry: Mapping[str, str]) -> str:
+    """One ``spec.server.retention`` entry as the server's ``PREFIX:RULES``
+    (``logs/:max-bytes=10GiB,max-age=7d``; docs/retention.md)."""
+    rules = []
+    if entry.get("maxBytes"):
+        digits = entry["maxBytes"].rstrip("BKMGTi")  # the CRD's pattern: digits, then a unit
+        unit = entry["maxBytes"][len(digits) :]
+        rules.append(f"max-bytes={digits}{_SERVER_SIZE_UNITS.get(unit, unit)}")
+    if entry.get("maxAge"):
+        rules.append(f"max-age={entry['maxAge']}")
+    return f"{entry.get('prefix', '')}:{','.join(rules)}"
 
 
 def config_hash(spec: dict[str, Any]) -> str:

@@ -32,6 +32,10 @@ DEFAULTS: dict[str, Any] = {
         "defaultTTLSeconds": 0,
         "logLevel": "info",
         "logFormat": "json",
+        # No defaults for ``subscriptions`` (webhookAllow, publicURL) or ``retention``:
+        # left out, the server's own (nothing allowed, the request's origin, keep
+        # everything) hold. A default here would change every existing spec's config hash
+        # and restart every server once for nothing.
     },
     "scheduling": {},
     "service": {"type": "ClusterIP", "port": 4437},
@@ -101,8 +105,9 @@ def quantity_bytes(value: str) -> int:
 
 def refused_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
     """Why the operator will not carry out ``old -> new``, or None if it can."""
-    if not old:
-        return None
+    invalid = refused_retention(new)
+    if invalid or not old:
+        return invalid
     o, n = with_defaults(old), with_defaults(new)
     if o["storage"].get("storageClassName") != n["storage"].get("storageClassName"):
         return "storage.storageClassName cannot change: volumes cannot move between classes"
@@ -111,4 +116,18 @@ def refused_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str | Non
             f"storage.size cannot shrink ({o['storage']['size']} -> {n['storage']['size']}): "
             "volumes can only grow"
         )
+    return None
+
+
+def refused_retention(spec: dict[str, Any]) -> str | None:
+    """What the CRD's rules on ``server.retention`` refuse (a rule per entry, each prefix
+    once), for a cluster that did not run them: the server would refuse to start."""
+    seen: set[str] = set()
+    for i, entry in enumerate(((spec or {}).get("server") or {}).get("retention") or []):
+        prefix = entry.get("prefix", "")
+        if not (entry.get("maxBytes") or entry.get("maxAge")):
+            return f"server.retention[{i}] (prefix {prefix!r}) sets neither maxBytes nor maxAge"
+        if prefix in seen:
+            return f"server.retention[{i}]: prefix {prefix!r} is given more than once"
+        seen.add(prefix)
     return None

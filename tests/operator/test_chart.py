@@ -363,3 +363,99 @@ def test_operator_metrics_leader_election_and_monitoring_labels(helm):
     assert not [d for d in docs if d["metadata"]["name"].endswith("leader-election")]
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
+
+
+def _server_cr(server: dict) -> dict:
+    return {
+        "apiVersion": "streams.pyds.dev/v1alpha1",
+        "kind": "DurableStream",
+        "metadata": {"name": "x"},
+        "spec": {"server": server},
+    }
+
+
+def test_crd_subscriptions_schema_refuses_what_the_server_would():
+    """webhookAllow and publicURL: a malformed value is refused by the API server, not by a
+    server pod that crash-loops on DS_WEBHOOK_ALLOW after the rollout began."""
+    subs = crd_schema()["properties"]["spec"]["properties"]["server"]["properties"]
+    assert "default" not in subs["subscriptions"]  # no roll of existing servers
+    validate_cr(
+        _server_cr(
+            {
+                "subscriptions": {
+                    "webhookAllow": [
+                        "receiver.jobs.svc",
+                        "*.workers.svc",
+                        "10.244.0.0/16",
+                        "10.0.0.7",
+                        "fd00::/8",
+                        "receiver.jobs.svc.",
+                    ],
+                    "publicURL": "https://streams.example:8443/prefix",
+                }
+            }
+        )
+    )
+    validate_cr(_server_cr({"subscriptions": {"publicURL": "http://events.default.svc:4437"}}))
+    for bad in (
+        {"webhookAllow": ["*"]},
+        {"webhookAllow": [""]},
+        {"webhookAllow": ["receiver ns"]},
+        {"webhookAllow": ["10.0.0.300/8"]},
+        {"webhookAllow": ["10.0.0.0/33"]},
+        {"webhookAllow": ["10.0.0"]},
+        {"webhookAllow": ["*.*.svc"]},
+        {"webhookAllow": "receiver.jobs.svc"},
+        {"publicURL": "streams.example"},
+        {"publicURL": "ftp://streams.example"},
+        {"publicURL": "https://user:pw@streams.example"},
+        {"publicURL": "https://streams.example/?q=1"},
+        {"publicURL": "https://"},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_cr(_server_cr({"subscriptions": bad}))
+
+
+def test_crd_retention_schema_refuses_what_the_server_would():
+    """Sizes and ages in the forms the server reads (docs/retention.md), prefixes it can
+    tell apart in DS_RETENTION; a rule per entry (CEL) and each prefix once (map keys)."""
+    retention = crd_schema()["properties"]["spec"]["properties"]["server"]["properties"][
+        "retention"
+    ]
+    assert "default" not in retention
+    assert retention["x-kubernetes-list-type"] == "map"
+    assert retention["x-kubernetes-list-map-keys"] == ["prefix"]
+    assert retention["items"]["required"] == ["prefix"]
+    [cel] = retention["items"]["x-kubernetes-validations"]
+    assert cel["rule"] == "has(self.maxBytes) || has(self.maxAge)"
+    validate_cr(
+        _server_cr(
+            {
+                "retention": [
+                    {"prefix": "logs/", "maxBytes": "10Gi", "maxAge": "7d"},
+                    {"prefix": "metrics/", "maxAge": "12h"},
+                    {"prefix": "", "maxBytes": "512KiB"},
+                    {"prefix": "raw/deep/", "maxBytes": "4096"},
+                    {"prefix": "b", "maxBytes": "1TiB", "maxAge": "30s"},
+                ]
+            }
+        )
+    )
+    for bad in (
+        {"maxAge": "1d"},  # no prefix
+        {"prefix": "/logs/", "maxAge": "1d"},  # relative to the base path
+        {"prefix": "a:b/", "maxAge": "1d"},  # ":" ends the prefix in PREFIX:RULES
+        {"prefix": "a;b/", "maxAge": "1d"},  # ";" separates policies
+        {"prefix": "a b/", "maxAge": "1d"},
+        {"prefix": "logs/", "maxBytes": "10G"},  # the server counts in binary units
+        {"prefix": "logs/", "maxBytes": "1.5Gi"},
+        {"prefix": "logs/", "maxBytes": "0"},
+        {"prefix": "logs/", "maxBytes": "10 Gi"},
+        {"prefix": "logs/", "maxAge": "1h30m"},
+        {"prefix": "logs/", "maxAge": "0s"},
+        {"prefix": "logs/", "maxAge": "7"},
+        {"prefix": "logs/", "maxAge": "2w"},
+        {"prefix": "logs/", "maxAge": 60},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_cr(_server_cr({"retention": [bad]}))

@@ -247,6 +247,37 @@ def test_a_change_that_cannot_be_carried_out_is_refused_whole(kube: Cluster, cha
     )
 
 
+def test_subscriptions_and_retention_reach_the_servers_and_bad_ones_do_not(kube: Cluster):
+    server = {
+        "subscriptions": {
+            "webhookAllow": ["receiver.jobs.svc"],
+            "publicURL": "http://events.default.svc:4437",
+        },
+        "retention": [{"prefix": "logs/", "maxBytes": "10Gi", "maxAge": "7d"}],
+    }
+    before = _ready(kube, "events", {"server": server})
+    data = kube.get("ConfigMap", NS, "events-config")["data"]
+    assert data["DS_WEBHOOK_ALLOW"] == "receiver.jobs.svc"
+    assert data["DS_PUBLIC_URL"] == "http://events.default.svc:4437"
+    assert data["DS_RETENTION"] == "logs/:max-bytes=10GiB,max-age=7d"
+    # A malformed size: the API server refuses it (the schema's pattern), nothing changes.
+    bad = {"spec": {"server": {"retention": [{"prefix": "logs/", "maxBytes": "10G"}]}}}
+    assert kube.patch(KIND, NS, "events", bad).status_code == 422
+    # An entry without a rule (the CEL rule, which the emulator does not run): the
+    # operator refuses it and the servers keep their policy.
+    kube.patch(KIND, NS, "events", {"spec": {"server": {"retention": [{"prefix": "logs/"}]}}})
+    wait_for(
+        lambda: condition(kube, "events", "Accepted").get("reason") == "ChangeRefused",
+        message="Accepted=False, ChangeRefused",
+    )
+    assert "neither maxBytes nor maxAge" in condition(kube, "events", "Accepted")["message"]
+    assert kube.get("ConfigMap", NS, "events-config")["data"]["DS_RETENTION"] == (
+        "logs/:max-bytes=10GiB,max-age=7d"
+    )
+    sts = kube.get("StatefulSet", NS, "events")
+    assert sts["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
 def test_degraded_when_a_pod_is_not_ready_and_recovers(kube: Cluster):
     _ready(kube, "events", {"replicas": 3})
     play_statefulset_controller(kube, "events", ready=2)

@@ -10,6 +10,7 @@ from stream_operator.render import (
     config_hash,
     desired_objects,
     endpoint,
+    render_configmap,
     render_statefulset,
     server_env,
 )
@@ -200,3 +201,69 @@ def test_image_pull_secrets_from_the_spec_or_the_operator(monkeypatch):
     monkeypatch.setenv("DS_OPERATOR_SERVER_IMAGE_PULL_SECRETS", "regcred, other")
     assert secrets({}) == [{"name": "regcred"}, {"name": "other"}]
     assert secrets({"imagePullSecrets": [{"name": "own"}]}) == [{"name": "own"}]
+
+
+SUBSCRIPTIONS = {
+    "webhookAllow": ["receiver.jobs.svc", "*.workers.svc", "10.244.0.0/16"],
+    "publicURL": "http://events.default.svc:4437",
+}
+RETENTION = [
+    {"prefix": "logs/", "maxBytes": "10Gi", "maxAge": "7d"},
+    {"prefix": "metrics/", "maxAge": "12h"},
+    {"prefix": "", "maxBytes": "512KiB"},
+    {"prefix": "raw/", "maxBytes": "4096"},
+]
+
+
+def test_subscriptions_become_the_servers_webhook_settings():
+    spec = {"server": {"subscriptions": SUBSCRIPTIONS}}
+    env = render_configmap("events", "default", UID, spec)["data"]
+    assert env["DS_WEBHOOK_ALLOW"] == "receiver.jobs.svc,*.workers.svc,10.244.0.0/16"
+    assert env["DS_PUBLIC_URL"] == "http://events.default.svc:4437"
+    assert "DS_RETENTION" not in env
+    assert config_hash(spec) != config_hash({})  # the pods roll onto the new settings
+    only_url = server_env({"server": {"subscriptions": {"publicURL": "https://s.example"}}})
+    assert only_url["DS_PUBLIC_URL"] == "https://s.example" and "DS_WEBHOOK_ALLOW" not in only_url
+
+
+def test_retention_becomes_the_servers_policies():
+    """One ``PREFIX:RULES`` per entry, ``;`` between them; Kubernetes' Gi is the server's GiB."""
+    spec = {"server": {"retention": RETENTION}}
+    env = render_configmap("events", "default", UID, spec)["data"]
+    assert env["DS_RETENTION"] == (
+        "logs/:max-bytes=10GiB,max-age=7d;metrics/:max-age=12h;:max-bytes=512KiB;raw/:max-bytes=4096"
+    )
+    assert "DS_WEBHOOK_ALLOW" not in env and "DS_PUBLIC_URL" not in env
+    assert config_hash(spec) != config_hash({})
+
+
+def test_a_spec_without_them_renders_nothing_new():
+    """Neither setting has a default: existing DurableStreams keep their env and their
+    config hash, so upgrading the operator does not restart their servers."""
+    env = server_env({})
+    assert set(env) == {
+        "DS_HOST",
+        "DS_PORT",
+        "DS_DATA_DIR",
+        "DS_LONG_POLL_TIMEOUT",
+        "DS_SSE_RECONNECT_INTERVAL",
+        "DS_MAX_BODY_BYTES",
+        "DS_DEFAULT_TTL",
+        "DS_LOG_LEVEL",
+        "DS_LOG_FORMAT",
+    }
+    assert {"subscriptions", "retention"}.isdisjoint(with_defaults({})["server"])
+    empty = {"server": {"subscriptions": {"webhookAllow": []}, "retention": []}}
+    assert server_env(empty) == env
+
+
+def test_retention_the_crd_refuses_is_refused_by_the_operator_too():
+    """The CRD's CEL rule (a rule per entry) and map keys (a prefix once), for clusters
+    that did not run them: else the servers would crash-loop on DS_RETENTION."""
+    no_rule = {"server": {"retention": [{"prefix": "logs/", "maxAge": "1d"}, {"prefix": "x/"}]}}
+    assert "server.retention[1]" in refused_change(None, no_rule)  # on create too
+    assert "neither maxBytes nor maxAge" in refused_change({}, no_rule)
+    assert "neither" in refused_change({"replicas": 1}, no_rule)
+    twice = {"server": {"retention": [{"prefix": "a/", "maxAge": "1d"}] * 2}}
+    assert "more than once" in refused_change(None, twice)
+    assert refused_change({"replicas": 1}, {"server": {"retention": RETENTION}}) is None
