@@ -66,6 +66,14 @@ def full_spec() -> dict[str, Any]:
                 "authTokensSecret": {"name": "tokens"},
                 "tlsSecret": "tls",
                 "rateLimit": {"requestsPerSecond": 5, "burst": 10},
+                "subscriptions": {
+                    "webhookAllow": ["receiver.ns.svc", "*.ns.svc", "10.244.0.0/16"],
+                    "publicURL": "http://events.ns.svc:4437",
+                },
+                "retention": [
+                    {"prefix": "logs/", "maxBytes": "10Gi", "maxAge": "7d"},
+                    {"prefix": "", "maxBytes": "512KiB"},
+                ],
             }
         }
     )
@@ -79,6 +87,9 @@ def test_every_variable_the_operator_renders_is_a_real_server_setting():
     # And the server accepts every value the operator renders.
     s = parse([], env)
     assert s.host == "0.0.0.0" and s.rate_limit == 5 and s.log_format == "json"
+    assert s.webhook_allow == ["receiver.ns.svc", "*.ns.svc", "10.244.0.0/16"]
+    assert s.public_url == "http://events.ns.svc:4437"
+    assert s.retention == ["logs/:max-bytes=10GiB,max-age=7d", ":max-bytes=512KiB"]
 
 
 def crd_defaults(schema: dict[str, Any], path: tuple[str, ...] = ()) -> dict[tuple, Any]:

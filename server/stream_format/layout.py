@@ -12,7 +12,9 @@ committed data, such as the Spark data source, must understand: LMDB and the
 segment files). A change that only writers see (the WAL file header of
 format 2, the records database and its WAL entries of format 3) raises the
 write version alone, so an older reader still reads a
-newer directory; a change a reader would misread raises both.
+newer directory; a change a reader would misread raises both (format 4's
+retained start: below it a segment file holds punched holes, which a reader
+that starts at the file's first record would take for damage).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-WRITE_VERSION = 3  # the newest format this program writes (and recovers)
-READ_VERSION = 1  # the newest read version this program reads
+WRITE_VERSION = 4  # the newest format this program writes (and recovers)
+READ_VERSION = 2  # the newest read version this program reads (2: retained starts)
 VERSION_FILE = "FORMAT"
 LMDB_DATA = "data.mdb"
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
+
+from stream_format.records import FILE_HEADER_SIZE
 
 # Database numbers as they appear in WAL frames.
 DB_INFO = 0
@@ -43,10 +45,42 @@ KEY_NEXT_STREAM_ID = b"next_stream_id"
 MAX_KEY_BYTES = 511
 
 TAIL = struct.Struct("<QQQ")  # file length, tail unit, first unit of the log
+# Format 4: the same three, then the retained start (first unit kept, and the file
+# position of the record that starts there). Written only once retention has
+# dropped something; a 24-byte value means "nothing dropped" (start = first unit,
+# at the first record, just past the file header).
+TAIL_RETAINED = struct.Struct("<QQQQQ")
 PRODUCER = struct.Struct("<QQ")  # epoch, last accepted seq
 U64_BE = struct.Struct(">Q")
 U64 = struct.Struct("<Q")
 INDEX_KEY = struct.Struct(">QQ")
+
+
+class TailValue(NamedTuple):
+    """A stream's ``tails`` value: where its log ends and where its retained data starts."""
+
+    file_len: int  # committed file length
+    unit: int  # tail unit
+    base: int  # first unit of this stream's own log (its fork offset, or 0)
+    start: int  # first retained unit (>= base; = base until retention drops data)
+    start_pos: int  # file position of the record that starts at ``start``
+
+
+def encode_tail(t: TailValue) -> bytes:
+    """The short (formats 1-3) value while nothing was dropped, else the format-4 one."""
+    if t.start == t.base and t.start_pos == FILE_HEADER_SIZE:
+        return TAIL.pack(t.file_len, t.unit, t.base)
+    return TAIL_RETAINED.pack(*t)
+
+
+def decode_tail(raw: bytes | memoryview) -> TailValue:
+    """Either form; ValueError for any other length (a newer writer's)."""
+    if len(raw) == TAIL.size:
+        file_len, unit, base = TAIL.unpack(raw)
+        return TailValue(file_len, unit, base, base, FILE_HEADER_SIZE)
+    if len(raw) == TAIL_RETAINED.size:
+        return TailValue(*TAIL_RETAINED.unpack(raw))
+    raise ValueError(f"a tails value of {len(raw)} bytes is not one this program reads")
 
 
 @dataclass(slots=True)

@@ -24,8 +24,9 @@ from typing import TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from stream_server.auth import TokenAuth
@@ -37,6 +38,8 @@ from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRou
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.ratelimit import RateLimiter
 from stream_server.recovering import RETRY_AFTER, BackgroundRecovery
+from stream_server.replication.metrics import ReplicationCollector
+from stream_server.replication.service import Replication
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
@@ -44,6 +47,8 @@ from stream_server.subscriptions.service import Subscriptions, SubscriptionSetti
 T = TypeVar("T")
 
 log = logging.getLogger("stream_server")
+
+WRITE_METHODS = frozenset({"PUT", "POST", "DELETE", "PATCH"})
 
 
 class StreamServerApp:
@@ -101,10 +106,21 @@ class StreamServerApp:
         )
         self.base = settings.base_path
         self.base_bare = settings.base_path.rstrip("/")
+        # A replica set (docs/replication.md); None in single-node mode, which then
+        # takes no step of its own on any request.
+        self.replication = Replication(settings, self.store) if settings.replication_lease else None
         routes = [
             Route("/healthz", self.healthz, methods=["GET", "HEAD"]),
             Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
         ]
+        if self.replication is not None:
+            if self.metrics is not None:
+                self.metrics.registry.register(ReplicationCollector(self.replication))
+            routes.append(Route("/replication", self.replication_status, methods=["GET"]))
+            routes.append(Route("/replication/fetch", self.replication_fetch, methods=["GET"]))
+            routes.append(
+                Route("/replication/snapshot", self.replication_snapshot, methods=["GET"])
+            )
         if self.metrics is not None:
             routes.append(Route("/metrics", self.metrics_endpoint, methods=["GET"]))
             self.metrics.bind(
@@ -153,6 +169,12 @@ class StreamServerApp:
                     text_headers([(b"retry-after", str(RETRY_AFTER).encode())]),
                     b"recovery not finished\n",
                 )
+            elif (
+                self.replication is not None
+                and scope["method"] in WRITE_METHODS
+                and (refusal := await self.replication.write_refusal()) is not None
+            ):
+                await respond(send, refusal.status, text_headers(refusal.headers), refusal.body)
             elif self.metrics is None:
                 await self.streams(scope, receive, send)
             else:
@@ -229,9 +251,14 @@ class StreamServerApp:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.recovery.start()
         starting = asyncio.create_task(self._start_subscriptions(), name="subscriptions start")
+        if self.replication is not None:
+            # Only once recovered: its durable position is known, and it can serve.
+            self.replication.start(ready=lambda: self.recovery.finished)
         try:
             yield
         finally:
+            if self.replication is not None:
+                await self.replication.stop()
             starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starting
@@ -273,6 +300,42 @@ class StreamServerApp:
         if live:
             log.info("shutting down: ending %d live reads", live)
         self.store.release_waiters()
+
+    async def replication_status(self, request: Request) -> JSONResponse:
+        """This replica's role, term, primary and positions (docs/replication.md)."""
+        assert self.replication is not None
+        return JSONResponse(self.replication.status(), headers={"cache-control": "no-store"})
+
+    async def replication_fetch(self, request: Request) -> Response:
+        """A standby's fetch: the frames after its position, and the commit point."""
+        assert self.replication is not None
+        q = request.query_params
+        try:
+            name = q["name"]
+            numbers = [int(q.get(k, "0")) for k in ("term", "after_term", "after_lsn", "committed")]
+        except (KeyError, ValueError):
+            return PlainTextResponse(
+                "name, term, after_term, after_lsn and committed (integers) are required\n",
+                status_code=400,
+            )
+        if not self.recovery.finished:
+            return PlainTextResponse("recovery not finished\n", status_code=503)
+        answer = await self.replication.fetch(name, *numbers)
+        return Response(answer.body, status_code=answer.status, headers=answer.headers)
+
+    async def replication_snapshot(self, request: Request) -> Response:
+        """A consistent copy of the data, for a standby that must re-copy."""
+        assert self.replication is not None
+        if not self.recovery.finished:
+            return PlainTextResponse("recovery not finished\n", status_code=503)
+        path = await self.replication.snapshot()
+        if path is None:
+            return PlainTextResponse("not the primary\n", status_code=409)
+        return FileResponse(
+            path,
+            media_type="application/x-tar",
+            background=BackgroundTask(path.unlink, missing_ok=True),
+        )
 
     async def metrics_endpoint(self, request: Request) -> Response:
         assert self.metrics is not None

@@ -59,6 +59,18 @@ class Settings:
     webhook_ca_file: str = ""
     public_url: str = ""
     max_subscriptions: int = 10_000
+    retention: list[str] = field(default_factory=list)
+    replication_lease: str = ""
+    replica_name: str = ""
+    replica_url: str = ""
+    kube_api: str = ""
+    replication_set_size: int = 1
+    min_in_sync: int = 0
+    replication_durability: str = "required"
+    lease_duration: float = 15.0
+    lease_renew_deadline: float = 10.0
+    lease_retry_period: float = 2.0
+    replication_wait: float = 5.0
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -107,6 +119,12 @@ class Settings:
         from stream_server.subscriptions.urls import WebhookAllowList
 
         WebhookAllowList.from_settings(self.webhook_allow)  # a typo fails here, at start
+        from stream_server.streams.retention import parse_policies
+
+        parse_policies(self.retention)  # so does a bad retention rule
+        from stream_server.replication.settings import check_settings
+
+        check_settings(self)  # and a replica set's settings that cannot work together
 
 
 HELP = {
@@ -162,6 +180,26 @@ HELP = {
     "(callback and JWKS URLs; empty: the scheme and Host of the request that created the "
     "subscription)",
     "max_subscriptions": "most subscriptions the server holds (more: 503)",
+    "retention": "PREFIX:RULES dropping old data of the streams under PREFIX (relative to the "
+    "base path; longest prefix wins), RULES comma-separated max-bytes=SIZE (512KiB, 10MiB, "
+    "10GiB) and max-age=DURATION (30s, 15m, 12h, 7d), e.g. 'logs/:max-bytes=10GiB,max-age=7d'; "
+    "repeat the flag",
+    "replication_lease": "NAMESPACE/NAME of the coordination.k8s.io/v1 Lease that elects the "
+    "primary of a replica set (empty: single-node mode, no peers)",
+    "replica_name": "this replica's identity in the Lease (empty: the host name)",
+    "replica_url": "origin that peers and clients reach this server at, e.g. http://ds-0.ds:4437 "
+    "(required with --replication-lease)",
+    "kube_api": "Kubernetes API URL for the Lease (empty: the in-cluster service account)",
+    "replication_set_size": "N, the number of replicas in the set (1 to 5)",
+    "min_in_sync": "replicas, the primary included, that must hold a batch before it is "
+    "acknowledged (0: a majority of the set)",
+    "replication_durability": "required (too few in sync: 503) or preferred (acknowledge on the "
+    "primary alone then, shown as degraded)",
+    "lease_duration": "seconds a Lease holder stays primary without renewing",
+    "lease_renew_deadline": "seconds after the last renewal at which a primary stops "
+    "acknowledging (less than --lease-duration)",
+    "lease_retry_period": "seconds between two attempts to renew or acquire the Lease",
+    "replication_wait": "seconds a write waits for enough in-sync replicas before 503",
     "reload_interval": "seconds between checks of the TLS certificate, key and token file for "
     "a change, which is then loaded without a restart (SIGHUP: check now)",
 }
@@ -186,7 +224,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 dest=f.name,
                 default=None,
                 action="append",
-                help=f"{HELP[f.name]} [env {env}, comma-separated; default none]",
+                help=f"{HELP[f.name]} [env {env}, {_SEPARATOR_NAMES[_separator(f.name)]}-"
+                "separated; default none]",
             )
             continue
         parser.add_argument(
@@ -201,9 +240,19 @@ def _is_list(f: Field[Any]) -> bool:
     return f.default is MISSING and f.default_factory is list
 
 
-def _split_list(raw: str | list[str]) -> list[str]:
+# List settings whose items hold commas themselves (retention rules) are separated by
+# ";" in their variable; a flag given several times gives one item each time.
+_SEPARATORS = {"retention": ";"}
+_SEPARATOR_NAMES = {",": "comma", ";": "semicolon"}
+
+
+def _separator(name: str) -> str:
+    return _SEPARATORS.get(name, ",")
+
+
+def _split_list(raw: str | list[str], sep: str = ",") -> list[str]:
     items = [raw] if isinstance(raw, str) else raw
-    return [part.strip() for item in items for part in item.split(",") if part.strip()]
+    return [part.strip() for item in items for part in item.split(sep) if part.strip()]
 
 
 # DS_* variables that are not settings: fault injection for the crash tests.
@@ -248,7 +297,7 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = Non
         if raw is None:
             continue
         if _is_list(f):
-            values[f.name] = _split_list(raw)
+            values[f.name] = _split_list(raw, _separator(f.name))
             continue
         kind = type(f.default)
         try:

@@ -5,7 +5,8 @@
 ``DS_FAULT=eio:fsync:<n>`` makes the n-th WAL flush fail with EIO. Stages, in
 order: ``segments`` (records written, WAL not yet), ``fsync`` (frame written,
 not flushed), ``wal`` (flushed, LMDB not committed), ``commit`` (committed,
-not acknowledged). Never set in production: the server logs loudly if it is.
+not acknowledged), ``punch`` (a retention drop committed, its blocks not yet
+punched). Never set in production: the server logs loudly if it is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 log = logging.getLogger("stream_server.faults")
 
-STAGES = ("segments", "fsync", "wal", "commit")
+STAGES = ("segments", "fsync", "wal", "commit", "punch")
 
 
 def hook_from_env(value: str | None) -> Callable[[str], None] | None:

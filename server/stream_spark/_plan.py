@@ -53,7 +53,8 @@ def batch_ranges(
     """Units ``[a, b)`` to read per selected stream: requested offsets, cut at the tail."""
     out: dict[str, tuple[int, int]] = {}
     for info in select(cut, sel):
-        a = max(sel.first_unit(info), start or 0)
+        # Never below the retained start: retention dropped what lies there.
+        a = max(sel.first_unit(info), start or 0, cut.earliest(info.path))
         b = info.tail if end is None else min(end, info.tail)
         if a < b:
             out[info.path] = (a, b)

@@ -36,10 +36,10 @@ from stream_format.meta import (
     DB_STREAMS,
     DB_TAILS,
     INDEX_KEY,
-    TAIL,
     U64,
     U64_BE,
     StreamMeta,
+    decode_tail,
     id_key,
     index_key,
     stream_path,
@@ -76,6 +76,8 @@ class StreamInfo:
     fork_from: str | None
     fork_offset: int
     created_at: float
+    start: int = -1  # first retained unit of its own file (format 4; -1: ``base``)
+    start_pos: int = FILE_HEADER_SIZE  # file position of the record at ``start``
 
     @property
     def kind(self) -> int:
@@ -102,6 +104,15 @@ class Cut:
     data_dir: str
     taken_at: float
     streams: dict[str, StreamInfo]
+
+    def earliest(self, path: str) -> int:
+        """The first unit of ``path`` still held (retention, data format 4): its own
+        retained start, or, for a fork whose own file was never trimmed, its source's."""
+        info = self.streams[path]
+        own = info.base if info.start < 0 else info.start
+        if own > info.fork_offset or info.fork_from is None or info.fork_from not in self.streams:
+            return own
+        return min(self.earliest(info.fork_from), info.fork_offset)
 
     def chain(self, path: str, lo: int, hi: int) -> list[Piece]:
         """The pieces that make up ``path`` in ``[lo, hi)``, oldest first.
@@ -184,7 +195,7 @@ class MetaReader:
         with self._begin() as txn:
             raw_streams = list(txn.cursor(db=self.dbs[DB_STREAMS]))
             raw_tails = list(txn.cursor(db=self.dbs[DB_TAILS]))
-        tails = {U64_BE.unpack(key)[0]: TAIL.unpack(value) for key, value in raw_tails}
+        tails = {U64_BE.unpack(key)[0]: decode_tail(value) for key, value in raw_tails}
         streams: dict[str, StreamInfo] = {}
         for key, value in raw_streams:
             path = stream_path(key)
@@ -192,7 +203,7 @@ class MetaReader:
             tail = tails.get(m.id)
             if tail is None:  # no log (cannot happen in a committed cut): nothing to read
                 continue
-            file_len, unit, base = tail
+            file_len, unit, base, start, start_pos = tail
             streams[path] = StreamInfo(
                 path=path,
                 id=m.id,
@@ -206,13 +217,28 @@ class MetaReader:
                 fork_from=m.fork_from,
                 fork_offset=m.fork_offset,
                 created_at=m.created_at,
+                start=start,
+                start_pos=start_pos,
             )
         return Cut(str(self.layout.root), now, streams)
+
+    def retained_start_pos(self, stream_id: int) -> int | None:
+        """The file position of the stream's retained start now (None: no such stream)."""
+        with self._begin() as txn:
+            raw = txn.get(id_key(stream_id), db=self.dbs[DB_TAILS])
+        return decode_tail(raw).start_pos if raw is not None else None
 
     def index_floor(self, owner: StreamInfo, unit: int) -> tuple[int, int]:
         """(file position, unit) of the last indexed record start at or before ``unit``."""
         with self._begin() as txn:
-            return index.floor(txn, self.dbs[DB_INDEX], owner.id, unit, owner.base)
+            return index.floor(
+                txn,
+                self.dbs[DB_INDEX],
+                owner.id,
+                unit,
+                owner.base,
+                first=(owner.start_pos, owner.base if owner.start < 0 else owner.start),
+            )
 
     def boundaries(self, owner: StreamInfo, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """Indexed record starts (unit, file position) with ``lo < unit < hi``, in order.
@@ -284,6 +310,17 @@ class Row:
     payload: memoryview
 
 
+def _retained_start_pos(data_dir: str | Path, sl: Slice) -> int | None:
+    """Where the slice's file starts now, if retention moved it past what the cut saw;
+    None when that cannot be known here (LMDB refuses a second handle on the same
+    environment in one process: then the damage stands, as before format 4)."""
+    try:
+        with MetaReader(data_dir) as meta:
+            return meta.retained_start_pos(int(Path(sl.segment).stem, 16))
+    except (lmdb.Error, FormatError):
+        return None
+
+
 def read_slice(
     data_dir: str | Path,
     sl: Slice,
@@ -292,7 +329,11 @@ def read_slice(
     time_from_us: int | None = None,
     time_to_us: int | None = None,
 ) -> Iterator[Row]:
-    """The rows of one slice, in offset order; FormatError on damage."""
+    """The rows of one slice, in offset order; FormatError on damage.
+
+    A slice whose head retention dropped after the cut (format 4) yields the
+    rows still held, from the new retained start on: not damage.
+    """
     path = Path(data_dir) / sl.segment
     stop_at = min(sl.last, sl.hi)
     if sl.first >= stop_at:
@@ -349,8 +390,16 @@ def read_slice(
                     if a != start or b != stop:
                         payload = payload[a - start : b - start]
                     yield Row(a, b, ts, rec.producer, payload)
-            except CorruptRecord as exc:
-                raise FormatError(f"stream {sl.origin!r}: {exc}") from None
+            except (CorruptRecord, FormatError) as exc:
+                # Retention may have dropped (punched) the head of the file since the
+                # cut: those rows are gone; the rest of the slice is still there.
+                now = _retained_start_pos(data_dir, sl)
+                if now is None or now <= consumed:
+                    if isinstance(exc, FormatError):
+                        raise
+                    raise FormatError(f"stream {sl.origin!r}: {exc}") from None
+                pos = now
+                continue
             if consumed == pos:  # one record larger than the buffer, or a torn one
                 size = record_size(buf)
                 if size is None or pos + size > sl.end_pos:

@@ -98,7 +98,7 @@ def test_a_format_2_directory_is_replayed_and_raised_to_format_3(tmp_path):
     assert (
         layout.version_file.read_text()
         == CURRENT.text()
-        == ("durable-streams-py data format 3\nread-version 1\n")
+        == ("durable-streams-py data format 4\nread-version 2\n")
     )
     assert e.records("subs") == {}
     e.commit([PutRecord("subs", "a", b"1")])

@@ -120,8 +120,8 @@ def test_the_version_file_names_a_write_and_a_read_version():
     v1 = "durable-streams-py data format 1\n"  # format 1's one line: read = write = 1
     assert DataFormat.parse(v1) == DataFormat(1, 1)
     assert DataFormat(1, 1).text() == v1
-    assert (CURRENT.write, CURRENT.read) == (3, 1)
-    assert CURRENT.text() == "durable-streams-py data format 3\nread-version 1\n"
+    assert (CURRENT.write, CURRENT.read) == (4, 2)
+    assert CURRENT.text() == "durable-streams-py data format 4\nread-version 2\n"
     assert DataFormat.parse(CURRENT.text()) == CURRENT
     # No read-version line: read = write. Unknown keys are ignored.
     assert DataFormat.parse("durable-streams-py data format 5\n") == DataFormat(5, 5)
@@ -147,10 +147,11 @@ def test_the_version_file_names_a_write_and_a_read_version():
         ("durable-streams-py data format 1\n", True, True),
         ("durable-streams-py data format 2\nread-version 1\n", True, True),
         ("durable-streams-py data format 3\nread-version 1\n", True, True),
+        ("durable-streams-py data format 4\nread-version 2\n", True, True),
         # Newer writers that changed only what writers see: still readable.
-        ("durable-streams-py data format 7\nread-version 1\n", True, False),
+        ("durable-streams-py data format 7\nread-version 2\n", True, False),
         # A change readers would misread: neither.
-        ("durable-streams-py data format 7\nread-version 2\n", False, False),
+        ("durable-streams-py data format 7\nread-version 3\n", False, False),
         ("durable-streams-py data format 99\n", False, False),
         ("not ours\n", False, False),
     ],

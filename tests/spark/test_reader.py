@@ -147,7 +147,7 @@ def test_damage_is_an_error_never_a_short_read(server_factory, tmp_path):
 
     other = tmp_path / "other"
     shutil.copytree(srv.data_dir, other)
-    (other / VERSION_FILE).write_text("durable-streams-py data format 3\nread-version 2\n")
+    (other / VERSION_FILE).write_text("durable-streams-py data format 5\nread-version 3\n")
     with pytest.raises(FormatError, match="not supported"):
         MetaReader(other)
 

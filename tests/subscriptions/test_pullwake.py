@@ -57,9 +57,16 @@ def test_two_workers_race_for_one_lease(api: Api):
     seen: dict[str, dict] = {}
 
     def worker(name: str) -> None:
+        # The wake is appended once the append is durable, which may be after the
+        # append's answer: tail the stream (long-poll) until it arrives.
         with httpx.Client(timeout=30) as c:
-            r = c.get(f"{api.base}wake/pool", params={"offset": "-1"})
-            seen[name] = r.json()[-1]
+            params = {"offset": "-1"}
+            for _ in range(20):
+                r = c.get(f"{api.base}wake/pool", params=params)
+                if r.status_code == 200 and r.json():
+                    seen[name] = r.json()[-1]
+                    return
+                params = {"offset": r.headers["stream-next-offset"], "live": "long-poll"}
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in ("w1", "w2")]
     for t in threads:

@@ -21,8 +21,9 @@ from stream_format.meta import (
     DB_TAILS,
     KEY_NEXT_STREAM_ID,
     PRODUCER,
-    TAIL,
     U64,
+    TailValue,
+    encode_tail,
     id_key,
     index_key,
     producer_key,
@@ -41,6 +42,7 @@ from stream_server.engine.ops import (
     DeleteProducer,
     DeleteRecord,
     DeleteStream,
+    DropHead,
     DropLog,
     Op,
     PutProducer,
@@ -56,6 +58,15 @@ class Tail:
     file_len: int
     unit: int
     base: int  # first unit of the stream's own log (its fork offset, or 0)
+    start: int = -1  # first retained unit: base (-1 says so) until a DropHead moves it
+    start_pos: int = FILE_HEADER_SIZE  # file position of the record that starts at ``start``
+
+    def __post_init__(self) -> None:
+        if self.start < 0:
+            self.start = self.base
+
+    def value(self) -> TailValue:
+        return TailValue(self.file_len, self.unit, self.base, self.start, self.start_pos)
 
 
 @dataclass(slots=True)
@@ -75,6 +86,7 @@ class Batch:
     changes: list[wal.Entry]  # metadata, in order: the WAL frame's and LMDB's
     tails: dict[int, Tail]  # the new tail of every stream written
     dropped: list[int]  # streams whose data goes (their files are removed after commit)
+    heads: dict[int, int]  # stream id -> new retained start position (punched after commit)
     stats: BatchStats = field(default_factory=BatchStats)
 
     def frame(self, lsn: int) -> bytes:
@@ -89,6 +101,7 @@ def build(ops: list[Op], tails: Mapping[int, Tail], now_us: int) -> Batch:
     chunks: dict[int, tuple[int, list[bytes]]] = {}  # stream id -> (start position, records)
     local: dict[int, Tail] = {}
     dropped: list[int] = []
+    heads: dict[int, int] = {}
     stats = BatchStats()
 
     def put(db: int, key: bytes, value: bytes) -> None:
@@ -99,7 +112,9 @@ def build(ops: list[Op], tails: Mapping[int, Tail], now_us: int) -> Batch:
             tail = local.get(op.stream_id)
             if tail is None:
                 old = tails[op.stream_id]
-                tail = local[op.stream_id] = Tail(old.file_len, old.unit, old.base)
+                tail = local[op.stream_id] = Tail(
+                    old.file_len, old.unit, old.base, old.start, old.start_pos
+                )
             records = chunks.setdefault(op.stream_id, (tail.file_len, []))[1]
             for payload in op.payloads:
                 rec = encode_record(op.kind, payload, tail.unit, now_us, op.producer)
@@ -120,7 +135,9 @@ def build(ops: list[Op], tails: Mapping[int, Tail], now_us: int) -> Batch:
         elif isinstance(op, DeleteProducer):
             changes.append((wal.DELETE, DB_PRODUCERS, producer_key(op.stream_id, op.producer_id)))
         elif isinstance(op, CreateLog):
-            local[op.stream_id] = Tail(FILE_HEADER_SIZE, op.start_unit, op.start_unit)
+            local[op.stream_id] = Tail(
+                FILE_HEADER_SIZE, op.start_unit, op.start_unit, op.start_unit, FILE_HEADER_SIZE
+            )
             chunks[op.stream_id] = (0, [encode_file_header(op.stream_id)])
             put(DB_INFO, KEY_NEXT_STREAM_ID, U64.pack(op.stream_id + 1))
         elif isinstance(op, DeleteStream):
@@ -129,15 +146,38 @@ def build(ops: list[Op], tails: Mapping[int, Tail], now_us: int) -> Batch:
             put(DB_RECORDS, record_key(op.space, op.key), op.value)
         elif isinstance(op, DeleteRecord):
             changes.append((wal.DELETE, DB_RECORDS, record_key(op.space, op.key)))
+        elif isinstance(op, DropHead):
+            sid = op.stream_id
+            now_at = local.get(sid) or tails.get(sid)
+            # Only forward, only to a record start inside the committed log (the
+            # engine resolved the position from the log): a late or repeated drop
+            # is a no-op, never a move back.
+            if (
+                now_at is None
+                or sid in dropped  # the stream's data goes in this batch
+                or op.unit <= now_at.start
+                or op.unit > now_at.unit
+                or op.pos > now_at.file_len
+            ):
+                continue
+            if sid not in local:
+                local[sid] = Tail(
+                    now_at.file_len, now_at.unit, now_at.base, now_at.start, now_at.start_pos
+                )
+            local[sid].start, local[sid].start_pos = op.unit, op.pos
+            heads[sid] = op.pos
+            for key in op.index_keys:
+                changes.append((wal.DELETE, DB_INDEX, key))
         elif isinstance(op, DropLog):
             sid = op.stream_id
             local.pop(sid, None)
             chunks.pop(sid, None)
+            heads.pop(sid, None)
             dropped.append(sid)
             changes.append((wal.DELETE, DB_TAILS, id_key(sid)))
             for db in (DB_PRODUCERS, DB_INDEX):
                 changes.append((wal.DELETE_PREFIX, db, id_key(sid)))
     for sid, tail in local.items():
-        put(DB_TAILS, id_key(sid), TAIL.pack(tail.file_len, tail.unit, tail.base))
+        put(DB_TAILS, id_key(sid), encode_tail(tail.value()))
     writes = {sid: (start, b"".join(recs)) for sid, (start, recs) in chunks.items()}
-    return Batch(writes, changes, local, dropped, stats)
+    return Batch(writes, changes, local, dropped, heads, stats)

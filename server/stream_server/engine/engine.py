@@ -28,7 +28,13 @@ import lmdb
 from stream_format import index
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_format.meta import DB_INDEX, DB_RECORDS, record_name, record_prefix
+from stream_format.meta import (
+    DB_INDEX,
+    DB_RECORDS,
+    index_key,
+    record_name,
+    record_prefix,
+)
 from stream_format.records import (
     FLAG_PRODUCER,
     KIND_JSON,
@@ -44,19 +50,21 @@ from stream_server.engine import fsio
 from stream_server.engine.batch import BatchStats, Tail, build
 from stream_server.engine.errors import (
     DamagedStream,
+    HeadDropped,
     StorageFailed,
     from_lmdb_error,
     from_os_error,
 )
 from stream_server.engine.layout import prepare, retire_wal, wal_headerless
 from stream_server.engine.metadata import Metadata
-from stream_server.engine.ops import Op
+from stream_server.engine.ops import DropHead, Op
 from stream_server.engine.recovery import (
     LoadedState,
     Recovery,
     RecoveryProgress,
     RecoveryReport,
 )
+from stream_server.engine.replica import ReplicaHooks
 from stream_server.engine.segments import Segments
 from stream_server.engine.wal import WalWriter
 
@@ -89,12 +97,19 @@ class Engine:
         self.progress = RecoveryProgress()  # of the recovery that open() runs
         self.lsn = 0
         self._dirty: set[int] = set()
+        # Retention: bytes given back by punching so far (a metric), and how far each
+        # stream's file is punched already (so a drop punches only what is new).
+        self.reclaimed_bytes = 0
+        self.punch_failures = 0
+        self._punched: dict[int, int] = {}
         self._checkpoint_thread: threading.Thread | None = None
         self._checkpoint_lock = threading.Lock()
         # Fault hook: called with a stage name ("segments", "fsync", "wal", "commit")
         # so fault tests can stop the process between the steps of a batch, or
         # make the flush fail (see stream_server.faults).
         self.fault_hook = fault_hook
+        # A replica set's hooks (engine/replica.py); None in single-node mode.
+        self.replica: ReplicaHooks | None = None
 
     # ------------------------------------------------------------------ start
 
@@ -122,8 +137,11 @@ class Engine:
         """Make a batch durable. Runs on the writer thread only."""
         if self.failed:
             raise StorageFailed(f"storage failed closed: {self.failed}")
+        if self.replica is not None:
+            self.replica.check_writable()
         assert self.meta is not None and self.wal is not None
         t0 = time.perf_counter()
+        self._resolve_drops(ops)
         batch = build(ops, self.tails, time.time_ns() // 1000)
         stats = batch.stats
         # 1. segment files (page cache): undone by truncation if anything fails.
@@ -138,9 +156,12 @@ class Engine:
             stats.write_seconds = t1 - t0
             # 2. the WAL frame, flushed: the batch is now durable.
             self.lsn += 1
+            if self.replica is not None:
+                self.replica.stamp(batch, self.lsn)
             wal_size = self.wal.size
+            frame = batch.frame(self.lsn)
             try:
-                self.wal.append(batch.frame(self.lsn))
+                self.wal.append(frame)
             except OSError:
                 self._undo_wal(wal_size)
                 raise
@@ -184,11 +205,58 @@ class Engine:
         for sid in batch.dropped:
             self.tails.pop(sid, None)
             self._dirty.discard(sid)
+            self._punched.pop(sid, None)
             self.segments.close(sid)
             fsio.unlink(self.segments.path(sid))
+        # The new retained starts are durable (the WAL frame): only now may the bytes
+        # below them go. A crash before or during the punch leaves the new start and
+        # some blocks still allocated; recovery punches again.
+        for sid, start_pos in batch.heads.items():
+            self._punch(sid, start_pos)
+        if self.replica is not None:
+            self.replica.committed(self.lsn, frame)
         if self.wal.size >= self.checkpoint_bytes:
             self.start_checkpoint()
         return stats
+
+    def _resolve_drops(self, ops: list[Op]) -> None:
+        """Name the index entries each retention drop makes useless (those below its
+        new start), so that they are deleted in the same batch."""
+        drops = [op for op in ops if isinstance(op, DropHead)]
+        if not drops:
+            return
+        assert self.meta is not None
+        with self.meta.env.begin() as txn:
+            cur = txn.cursor(db=self.meta.dbs[DB_INDEX])
+            for op in drops:
+                tail = self.tails.get(op.stream_id)
+                if tail is None or op.unit <= tail.start:
+                    continue
+                stop = index_key(op.stream_id, op.unit)
+                keys: list[bytes] = []
+                if cur.set_range(index_key(op.stream_id, 0)):
+                    for key in cur.iternext(values=False):
+                        if key >= stop:
+                            break
+                        keys.append(bytes(key))
+                op.index_keys = keys
+
+    def _punch(self, sid: int, start_pos: int) -> None:
+        """Give back the blocks below a durable retained start. A file system that
+        cannot punch keeps them (counted, logged once): nothing is lost but space."""
+        self._hook("punch")
+        done = self._punched.get(sid, 0)
+        try:
+            upto, punched = self.segments.punch_below(sid, start_pos, done)
+        except OSError as exc:
+            self.punch_failures += 1
+            if self.punch_failures == 1:
+                log.warning("retention cannot give disk space back here: %s", exc)
+            return
+        if upto > done:
+            self.reclaimed_bytes += punched
+            self._punched[sid] = upto
+            self._dirty.add(sid)
 
     def _lmdb_write(self, entries: list[walmod.Entry]) -> None:
         assert self.meta is not None
@@ -304,7 +372,80 @@ class Engine:
                 unit,
                 tail.base if tail else 0,
                 max_pos=max_pos,
+                first=(tail.start_pos, tail.start) if tail else None,
             )
+
+    def retention_point(
+        self, sid: int, *, min_pos: int, cutoff_us: int | None, max_unit: int
+    ) -> tuple[int, int] | None:
+        """Where a drop may move the retained start: the first record that starts at
+        or after file position ``min_pos`` and, with ``cutoff_us``, was committed at or
+        after that time; never past unit ``max_unit`` (the tail the caller saw).
+        Returns (unit, file position), or None when the start stays.
+
+        Reads record headers only (never payloads), from the index entry at or
+        below ``min_pos``, so the cost is the records dropped plus one granule.
+        Runs on any thread; it looks at the committed log, which only grows.
+        """
+        tail = self.tails.get(sid)
+        if tail is None or sid in self.damaged:
+            return None
+        file_len, tail_unit = tail.file_len, tail.unit
+        pos, unit = self._index_floor(sid, None, max_pos=max(min_pos, tail.start_pos))
+        if pos < tail.start_pos:
+            pos, unit = tail.start_pos, tail.start
+        max_unit = min(max_unit, tail_unit)
+        unpack = RECORD_HEADER.unpack_from
+        fd = fsio.open_read(self.segments.path(sid))
+        try:
+            while pos < file_len and unit < max_unit:
+                buf = fsio.pread(fd, min(256 * 1024, file_len - pos), pos)
+                off = 0
+                while off + RECORD_HEADER_SIZE <= len(buf):
+                    _, plen, rkind, flags, pidlen, rstart, ts = unpack(buf, off)
+                    if rstart != unit:  # not a record start: drop nothing rather than guess
+                        return None
+                    if pos + off >= min_pos and (cutoff_us is None or ts >= cutoff_us):
+                        return self._point(tail, unit, pos + off)
+                    size = RECORD_HEADER_SIZE + plen
+                    if flags & FLAG_PRODUCER:
+                        size += PRODUCER_TAIL.size + pidlen
+                    nxt = unit + (1 if rkind == KIND_JSON else plen)
+                    if nxt > max_unit:
+                        return self._point(tail, unit, pos + off)
+                    unit = nxt
+                    off += size
+                    if off > len(buf):  # the payload runs past the buffer: skip it
+                        break
+                if off == 0:
+                    return None  # a header cut by the end of the log: cannot happen
+                pos += off
+        finally:
+            fsio.close(fd)
+        return self._point(tail, unit, min(pos, file_len))
+
+    def first_record_time(self, sid: int) -> tuple[int, int] | None:
+        """(file position, commit time in µs) of the first retained record, or None when
+        the stream holds none. One small read; runs on any thread."""
+        tail = self.tails.get(sid)
+        if tail is None or tail.start >= tail.unit or sid in self.damaged:
+            return None
+        pos = tail.start_pos
+        head = self.segments.read(sid, pos, RECORD_HEADER_SIZE)
+        if len(head) < RECORD_HEADER_SIZE:
+            return None
+        return pos, RECORD_HEADER.unpack(head)[6]
+
+    @staticmethod
+    def _point(tail: Tail, unit: int, pos: int) -> tuple[int, int] | None:
+        return (unit, pos) if unit > tail.start else None
+
+    def _below_start(self, sid: int, pos: int) -> None:
+        """HeadDropped if ``pos`` is below the retained start: a drop overtook this read
+        (it found the bytes as they were punched), which is not damage."""
+        tail = self.tails.get(sid)
+        if tail is not None and pos < tail.start_pos:
+            raise HeadDropped(tail.start)
 
     def record_end(self, sid: int, unit: int) -> int:
         """The unit just past the record that covers ``unit``."""
@@ -353,7 +494,12 @@ class Engine:
                 raise DamagedStream(str(exc)) from None
         if start >= stop:
             return [], start, hint or (start, -1)
-        if hint is not None and hint[1] >= 0 and 0 <= start - hint[0] <= HINT_REACH:
+        t = self.tails.get(sid)
+        if (
+            hint is not None
+            and hint[1] >= (t.start_pos if t is not None else 0)
+            and 0 <= start - hint[0] <= HINT_REACH
+        ):
             pos = hint[1]  # continuing where the last read stopped: no index lookup
         else:
             pos, _ = self._index_floor(sid, start)
@@ -368,6 +514,7 @@ class Engine:
             while cur < stop and total < max_bytes:
                 buf = fsio.pread(fd, chunk, pos)
                 if not buf:
+                    self._below_start(sid, pos)
                     raise DamagedStream(f"stream id {sid}: log ends before unit {stop}")
                 mv = memoryview(buf)
                 n = len(mv)
@@ -381,6 +528,7 @@ class Engine:
                     if end > n:
                         break
                     if crc32(mv[off + 4 : end]) != crc or rkind != kind:
+                        self._below_start(sid, pos + off)
                         msg = f"stream id {sid}: bad record at file position {pos + off}"
                         self.damaged[sid] = msg
                         raise DamagedStream(msg)

@@ -27,6 +27,16 @@ class DamagedStream(Exception):
     """A stream's log does not match its checksums; its bytes are not served."""
 
 
+class HeadDropped(Exception):
+    """A read reached below the stream's retained start: retention dropped those bytes
+    while the read was under way (not damage: the caller answers as for an offset
+    before the start)."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__(f"data before unit {start} was dropped by retention")
+        self.start = start
+
+
 def from_os_error(what: str, exc: OSError) -> StorageError:
     """A failed write, classified by its errno."""
     return StorageError(f"{what}: {exc.strerror or exc}", disk_full=exc.errno in _NO_SPACE)

@@ -14,6 +14,7 @@ the plain ``os`` call plus one test of a global.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -129,6 +130,34 @@ def ftruncate(fd: int, length: int) -> None:
     os.ftruncate(fd, length)
     if _recorder is not None:
         _note(("truncate", _paths[fd], length))
+
+
+# fallocate(2) modes (linux/falloc.h). Python wraps posix_fallocate, which only
+# allocates; giving blocks back takes the Linux call itself, through libc.
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+_fallocate: Any = None
+
+
+def punch_hole(fd: int, pos: int, length: int) -> None:
+    """Give the file system back the blocks of ``[pos, pos + length)``, keeping the
+    file's size; they read as zeros from then on. OSError (EOPNOTSUPP) where the
+    file system cannot. Recorded as a write of zeros: what a crash can leave of
+    it is what it can leave of such a write (done, not done, partly done)."""
+    global _fallocate
+    if length <= 0:
+        return
+    if _fallocate is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.fallocate
+        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        fn.restype = ctypes.c_int
+        _fallocate = fn
+    if _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, pos, length) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    if _recorder is not None:
+        _note(("write", _paths[fd], pos, bytes(length)))
 
 
 def truncate(path: Path, length: int) -> None:

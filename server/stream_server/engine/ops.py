@@ -6,7 +6,7 @@ the order given, all or nothing per batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stream_format.meta import StreamMeta
 from stream_format.records import Producer
@@ -63,6 +63,23 @@ class DropLog:
 
 
 @dataclass(slots=True)
+class DropHead:
+    """Retention: move a stream's retained start forward to ``unit``, the record that
+    starts at file position ``pos`` (``Engine.retention_point`` finds both).
+
+    The new start commits with the batch (the ``tails`` value, so it is in the
+    WAL frame like every other change); only then does the engine punch the
+    bytes below it out of the file. ``index_keys`` (filled in by the engine)
+    are the index entries below the new start, deleted with it.
+    """
+
+    stream_id: int
+    unit: int
+    pos: int
+    index_keys: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class PutRecord:
     """Set one keyed record: state of another part of the server (a subscription, say),
     durable with the batch and recovered like stream metadata. Opaque to the engine."""
@@ -88,6 +105,7 @@ Op = (
     | PutProducer
     | DeleteProducer
     | DropLog
+    | DropHead
     | PutRecord
     | DeleteRecord
 )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from stream_server.engine.engine import BatchStats, Engine
 from stream_server.engine.errors import StorageError, StorageFailed
 from stream_server.engine.ops import Op
+from stream_server.engine.replica import AckGate
 
 MAX_BATCH_PAYLOAD = 32 * 1024 * 1024
 
@@ -41,11 +42,23 @@ class CommitPipeline:
         self._jobs: queue.SimpleQueue[list[Waiting] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closing = False  # stop() has told the writer thread to end
+        # A replica set's ack gate (engine/replica.py): batches durable here wait in
+        # order for the in-sync replicas before their waiters hear of them. None in
+        # single-node mode.
+        self.gate: AckGate | None = None
+        self._gated: list[tuple[list[Waiting], BatchStats, int]] = []
+        self._releasing: asyncio.Task[None] | None = None
 
     @property
     def running(self) -> bool:
         """Whether submitted operations will be carried out (started, not stopping)."""
         return self._thread is not None and not self._closing
+
+    @property
+    def idle(self) -> bool:
+        """No batch being written or waiting at the gate (a replica changing role
+        waits for this before another writer may touch the engine)."""
+        return not self._busy and not self._gated
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -55,7 +68,7 @@ class CommitPipeline:
 
     async def stop(self) -> None:
         """Let in-flight batches finish, then stop the writer thread."""
-        while self._busy or self._waiting:
+        while self._busy or self._waiting or self._gated:
             await asyncio.sleep(0.005)
         if self._thread is not None:
             self._closing = True  # from here a submit fails at once: nothing would run it
@@ -127,11 +140,47 @@ class CommitPipeline:
             return
         if self.on_batch is not None:
             self.on_batch(result, len(batch))
+        if self.gate is not None:
+            self._gated.append((batch, result, self.engine.lsn))
+            if self._releasing is None or self._releasing.done():
+                self._releasing = asyncio.ensure_future(self._release())
+            if self._waiting:
+                self._dispatch()  # the next batch is written while this one ships
+            return
+        self._resolve(batch, result)
+        if self._waiting:
+            self._dispatch()
+
+    def _resolve(self, batch: list[Waiting], result: BatchStats) -> None:
         for _, _, _, apply in batch:
             if apply is not None:
                 apply()
         for _, fut, _, _ in batch:
             if not fut.done():
                 fut.set_result(result)
-        if self._waiting:
-            self._dispatch()
+
+    async def _release(self) -> None:
+        """Resolve gated batches in lsn order, each once the gate lets it through.
+
+        A batch the gate holds past its wait fails its waiters (503: they may retry)
+        but is still published once replicated, as later batches build on it; one
+        the gate refuses for good (this replica was deposed) fails and is not
+        published: the replication layer reloads the stream state then.
+        """
+        assert self.gate is not None
+        while self._gated:
+            batch, result, lsn = self._gated[0]
+
+            def late(error: StorageError, batch: list[Waiting] = batch) -> None:
+                for _, fut, _, _ in batch:
+                    if not fut.done():
+                        fut.set_exception(error)
+
+            try:
+                passed = await self.gate.wait(lsn, late)
+            except Exception as exc:  # a broken gate must not strand the waiters
+                late(StorageError(f"replication failed: {exc!r}"))
+                passed = False
+            self._gated.pop(0)
+            if passed:
+                self._resolve(batch, result)

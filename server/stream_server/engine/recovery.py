@@ -11,7 +11,9 @@
    belong to no acknowledged write and are cut; a file shorter than its tail
    lost data to something outside our control and is recovered to its last
    whole record, loudly. Files touched by 1 or 3 have their header and last
-   records checked; a stream that fails is damaged, never served.
+   records checked; a stream that fails is damaged, never served. Below
+   each retained start (format 4), the file is punched again: a drop that
+   committed before the crash may not have given its blocks back yet.
 4. Remove the files of streams whose deletion committed before the crash.
 """
 
@@ -32,15 +34,16 @@ from stream_format.meta import (
     DB_TAILS,
     KEY_NEXT_STREAM_ID,
     PRODUCER,
-    TAIL,
     U64,
     U64_BE,
     StreamMeta,
+    decode_tail,
+    encode_tail,
     id_key,
     index_key,
     stream_path,
 )
-from stream_format.records import CorruptRecord, iter_records
+from stream_format.records import FILE_HEADER_SIZE, CorruptRecord, iter_records
 from stream_server.engine import fsio
 from stream_server.engine.batch import Tail
 from stream_server.engine.metadata import Metadata, delete_prefix
@@ -113,6 +116,7 @@ class Recovery:
         progress.streams_total = len(state.tails)
         progress.phase = "tails"
         self._check_tails(state, touched, report)
+        self._punch_dropped(state)
         progress.phase = "orphans"
         self._remove_orphans(state, report)
         self.meta.sync()
@@ -160,8 +164,7 @@ class Recovery:
             for key, value in txn.cursor(db=dbs[DB_STREAMS]):
                 streams[stream_path(key)] = StreamMeta.from_json(value)
             for key, value in txn.cursor(db=dbs[DB_TAILS]):
-                file_len, unit, base = TAIL.unpack(value)
-                tails[U64_BE.unpack(key)[0]] = Tail(file_len, unit, base)
+                tails[U64_BE.unpack(key)[0]] = Tail(*decode_tail(value))
             for key, value in txn.cursor(db=dbs[DB_PRODUCERS]):
                 sid = U64_BE.unpack_from(key)[0]
                 pid = bytes(key[8:]).decode("utf-8", "surrogatepass")
@@ -191,12 +194,32 @@ class Recovery:
                 except CorruptRecord as exc:
                     self.damaged[sid] = str(exc)
 
-    def _floor(self, sid: int, base: int, max_pos: int) -> tuple[int, int]:
+    def _floor(self, tail: Tail, sid: int, max_pos: int) -> tuple[int, int]:
         with self.meta.env.begin() as txn:
-            return index.floor(txn, self.meta.dbs[DB_INDEX], sid, None, base, max_pos=max_pos)
+            return index.floor(
+                txn,
+                self.meta.dbs[DB_INDEX],
+                sid,
+                None,
+                tail.base,
+                max_pos=max_pos,
+                first=(tail.start_pos, tail.start),
+            )
+
+    def _punch_dropped(self, state: LoadedState) -> None:
+        """Punch again below every retained start: the drop committed before a crash
+        may not have punched (or the WAL replay above wrote dropped records back).
+        Idempotent, one call per trimmed stream, and not flushed: a punch lost to a
+        power cut is done again by the next recovery."""
+        for sid, tail in state.tails.items():
+            if tail.start_pos > FILE_HEADER_SIZE and sid not in self.damaged:
+                try:
+                    self.segments.punch_below(sid, tail.start_pos)
+                except OSError as exc:
+                    log.warning("stream id %d: cannot punch below its retained start: %s", sid, exc)
 
     def _recover_short_file(self, sid: int, size: int, tail: Tail, report: RecoveryReport) -> Tail:
-        start_pos, start_unit = self._floor(sid, tail.base, size)
+        start_pos, start_unit = self._floor(tail, sid, size)
         good_pos, good_unit = start_pos, start_unit
         data = self.segments.read(sid, start_pos, size - start_pos)
         try:
@@ -213,13 +236,11 @@ class Recovery:
             good_unit,
             tail.unit - good_unit,
         )
-        new_tail = Tail(good_pos, good_unit, tail.base)
+        new_tail = Tail(good_pos, good_unit, tail.base, tail.start, tail.start_pos)
+        if good_pos < tail.start_pos:  # lost even the retained start: keep nothing
+            new_tail.start, new_tail.start_pos = good_unit, good_pos
         with self.meta.write() as txn:
-            txn.put(
-                id_key(sid),
-                TAIL.pack(new_tail.file_len, new_tail.unit, new_tail.base),
-                db=self.meta.dbs[DB_TAILS],
-            )
+            txn.put(id_key(sid), encode_tail(new_tail.value()), db=self.meta.dbs[DB_TAILS])
             # Index entries past the recovered tail point at bytes that are gone.
             delete_prefix(
                 txn, self.meta.dbs[DB_INDEX], id_key(sid), start=index_key(sid, good_unit + 1)
@@ -230,7 +251,7 @@ class Recovery:
 
     def _verify_tail_records(self, sid: int, tail: Tail) -> None:
         self.segments.check_header(sid)
-        pos, _ = self._floor(sid, tail.base, tail.file_len)
+        pos, _ = self._floor(tail, sid, tail.file_len)
         end = pos
         for rec in iter_records(self.segments.read(sid, pos, tail.file_len - pos), pos):
             end = rec.end

@@ -7,6 +7,7 @@ thread may read.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from pathlib import Path
 
@@ -61,6 +62,25 @@ class Segments:
             return fsio.pread(fd, size, pos)
         finally:
             fsio.close(fd)
+
+    def punch_below(self, sid: int, start_pos: int, done: int = 0) -> tuple[int, int]:
+        """Give back the file system blocks wholly below ``start_pos`` (the retained
+        start), from file position ``done`` on (where an earlier call stopped; 0: from
+        the start); returns where this one stopped (a block boundary, for the next)
+        and how many bytes it punched.
+
+        The first block holds the file header and stays; so does the block the
+        retained start shares with dropped bytes. Punching is idempotent, so
+        recovery simply does it again for every stream whose head was dropped.
+        """
+        fd = self.writer(sid)
+        block = os.fstat(fd).st_blksize or 4096
+        lo = max(-(-FILE_HEADER_SIZE // block) * block, done)
+        hi = start_pos // block * block
+        if hi <= lo:
+            return max(done, lo), 0
+        fsio.punch_hole(fd, lo, hi - lo)
+        return hi, hi - lo
 
     def check_header(self, sid: int) -> None:
         """CorruptRecord unless the file starts with the magic and its own stream id."""

@@ -22,7 +22,8 @@ Headers = list[tuple[bytes, bytes]]
 EXPOSED = (
     "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
     "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
-    "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, Retry-After"
+    "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, Retry-After, "
+    "Stream-Earliest-Offset"
 )
 ALLOWED_HEADERS = (
     "Content-Type, Authorization, If-None-Match, Stream-TTL, Stream-Expires-At, Stream-Seq, "

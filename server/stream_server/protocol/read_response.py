@@ -20,6 +20,10 @@ from stream_server.protocol.http import Headers, Send, respond
 from stream_server.streams.model import Stream
 from stream_server.streams.store import ReadResult
 
+# Where a read may start once retention dropped a stream's head: sent with a 410
+# for an offset before it, and by HEAD (docs/retention.md).
+EARLIEST_OFFSET = b"stream-earliest-offset"
+
 
 def read_headers(
     ctx: Context,

@@ -1,7 +1,8 @@
 """GET and HEAD: where a read starts, and the catch-up reads that answer at once.
 
-A GET resolves its offset (``-1`` is the start, ``now`` the committed tail,
-anything past the tail is a 400) against the stream as it is now, then
+A GET resolves its offset (``-1`` is the earliest retained unit, ``now`` the
+committed tail, anything past the tail is a 400, anything before the
+earliest retained unit a 410 with ``Stream-Earliest-Offset``) against the stream as it is now, then
 either hands over to a live read (long-poll or SSE, in ``live_reads``,
 holding a reader slot for as long as it runs) or answers with what is
 committed. A catch-up read touches only the bytes it returns: one bounded
@@ -25,8 +26,8 @@ from stream_server.protocol.context import (
 )
 from stream_server.protocol.http import COMMON, Headers, Receive, Scope, Send, query_params, respond
 from stream_server.protocol.live import Hangup
-from stream_server.protocol.read_response import read_headers, send_read
-from stream_server.streams.errors import BadRequest, StreamError
+from stream_server.protocol.read_response import EARLIEST_OFFSET, read_headers, send_read
+from stream_server.streams.errors import BadRequest, OffsetGone, StreamError
 from stream_server.streams.model import Stream
 from stream_server.streams.store import ReadResult
 
@@ -35,7 +36,11 @@ log = logging.getLogger("stream_server.protocol")
 
 async def head(ctx: Context, send: Send, path: str) -> None:
     s = ctx.store.get(path)
-    await respond(send, 200, [*_meta_headers(s, s.tail), (b"cache-control", CACHE_NONE)])
+    hs = [*_meta_headers(s, s.tail), (b"cache-control", CACHE_NONE)]
+    first = ctx.store.earliest(s)
+    if first > 0:  # retention dropped the head: where a read may start now
+        hs.append((EARLIEST_OFFSET, format_offset(first).encode()))
+    await respond(send, 200, hs)
 
 
 def _meta_headers(s: Stream, next_unit: int) -> Headers:
@@ -70,14 +75,17 @@ async def get(
         raise BadRequest("live reads need an offset")
     offset = START if raw_offset is None else offset_unit(raw_offset)
     s = ctx.store.get(path, touch=True)
+    first = ctx.store.earliest(s)
     if offset == START:
-        unit = 0
+        unit = first  # the earliest retained data (0 until retention drops some)
     elif offset == NOW:
         unit = s.tail
     else:
         unit = offset
         if unit > s.tail:
             raise BadRequest("offset is past the end of the stream")
+        if unit < first:
+            raise OffsetGone(first)
     if live is not None:
         with ctx.slots.hold(live, client):
             hangup = Hangup(receive)

@@ -18,6 +18,7 @@ from stream_server.streams.errors import (
     Damaged,
     Gone,
     NotFound,
+    OffsetGone,
     ProducerFenced,
     SequenceGap,
     StreamClosed,
@@ -51,6 +52,9 @@ def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
         status = 400
     elif isinstance(exc, NotFound):
         status = 404
+    elif isinstance(exc, OffsetGone):
+        status = 410
+        extra = [(b"stream-earliest-offset", format_offset(exc.earliest).encode())]
     elif isinstance(exc, Gone):
         status = 410
     elif isinstance(exc, PayloadTooLarge | TooLarge):

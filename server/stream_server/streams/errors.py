@@ -24,6 +24,15 @@ class Gone(StreamError):
     """The stream was deleted while forks still read through it."""
 
 
+class OffsetGone(Gone):
+    """The offset is before the earliest retained data (retention dropped it): 410, with
+    the earliest offset a read may ask for."""
+
+    def __init__(self, earliest: int) -> None:
+        super().__init__("offset is before the earliest retained data (dropped by retention)")
+        self.earliest = earliest
+
+
 class Conflict(StreamError):
     pass
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from stream_server.engine import BatchStats, StorageError
 from stream_server.streams.model import Stream
+from stream_server.streams.retention import Policy
 
 
 @dataclass(slots=True)
@@ -31,3 +32,4 @@ class StoreLimits:
     max_producers_per_stream: int = 1000
     max_fork_depth: int = 64
     max_json_messages: int = 100_000
+    retention: tuple[Policy, ...] = ()  # by path prefix (streams/retention.py)

@@ -4,6 +4,7 @@ Log reads run on a small thread pool of their own, so disk reads never block
 the event loop and never queue behind the commit pipeline. A read sees the
 committed tail as it was when the read began; a live reader just woken by a
 commit is served from the stream's recent window without touching the disk.
+A read below the retained start (``retention.py``) is refused (410).
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from stream_server.engine import DamagedStream, Engine
-from stream_server.streams.errors import Damaged
+from stream_server.engine import DamagedStream, Engine, HeadDropped
+from stream_server.streams.errors import Damaged, OffsetGone
 from stream_server.streams.forks import chain
 from stream_server.streams.model import Stream
 from stream_server.streams.pending import StreamTable
 from stream_server.streams.requests import ReadResult
+from stream_server.streams.retention import earliest
 
 
 class Reader:
@@ -26,7 +28,11 @@ class Reader:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="reader")
 
     async def read(self, s: Stream, start: int, max_bytes: int) -> ReadResult:
-        """Committed data from ``start``, at most about ``max_bytes`` of it."""
+        """Committed data from ``start``, at most about ``max_bytes`` of it; OffsetGone
+        (410) below the retained start, also when retention overtakes the read."""
+        first = earliest(self._table, self._engine, s)
+        if start < first:
+            raise OffsetGone(first)
         tail = s.tail
         closed = s.meta.closed
         if start >= tail:
@@ -61,6 +67,8 @@ class Reader:
                     budget,
                     owner.read_hint,
                 )
+            except HeadDropped:
+                raise OffsetGone(earliest(self._table, self._engine, s)) from None
             except DamagedStream as exc:
                 raise Damaged(f"stream data failed its checksum and is not served: {exc}") from None
             owner.read_hint = hint

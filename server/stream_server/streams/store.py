@@ -11,6 +11,7 @@ A failed batch rolls every pending change back in one place.
 
 The rules themselves live one concern a module: idempotent producers
 (``producers.py``), forks (``forks.py``), TTL and the sweeper (``expiry.py``),
+retention (``retention.py``),
 catch-up reads (``reads.py``), live readers (``waiting.py``) and the
 recent-read window (``recent.py``). The protocol layer asks the store through
 its operations and read-only queries (``get``, ``is_current``) and never
@@ -45,6 +46,7 @@ from stream_server.streams.errors import (
     Conflict,
     Gone,
     NotFound,
+    OffsetGone,
     StreamClosed,
     StreamError,
     Unavailable,
@@ -72,6 +74,7 @@ from stream_server.streams.requests import (
     ForkRequest,
     ReadResult,
 )
+from stream_server.streams.retention import Retention, earliest
 from stream_server.streams.waiting import LiveReaders
 
 log = logging.getLogger("stream_server.streams")
@@ -109,6 +112,13 @@ class StreamStore:
             commit=self._commit,
             queue_delete=self._queue_delete,
         )
+        self.retention = Retention(
+            self.limits.retention,
+            self.table,
+            self.engine,
+            interval=self.limits.sweep_interval,
+            commit=self._commit,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -129,6 +139,7 @@ class StreamStore:
         )
         self.pipeline.start()
         self.expiry.start()
+        self.retention.start()
         self.recovery = report
         self.ready = True
         return report
@@ -136,6 +147,7 @@ class StreamStore:
     async def stop(self) -> None:
         self.ready = False
         self.expiry.stop()
+        self.retention.stop()
         self.release_waiters()
         with contextlib.suppress(StreamError):
             await self.expiry.flush_touched()
@@ -178,6 +190,10 @@ class StreamStore:
         if touch:
             self.expiry.touch(s, now)
         return s
+
+    def earliest(self, s: Stream) -> int:
+        """The first unit a read of ``s`` may ask for: 0 until retention drops data."""
+        return earliest(self.table, self.engine, s)
 
     def is_current(self, s: Stream) -> bool:
         """Whether ``s`` is still the stream at its path and no delete of it is queued."""
@@ -224,6 +240,8 @@ class StreamStore:
                 expire=self.expiry.expire,
             )
             fork_unit = fork_point(source, req.fork, boundary)
+            if fork_unit < earliest(self.table, self.engine, source):
+                raise OffsetGone(earliest(self.table, self.engine, source))
             if content_type is None:
                 content_type = source.meta.content_type
             elif media_type(content_type) != media_type(source.meta.content_type):
@@ -333,6 +351,7 @@ class StreamStore:
         if payloads and self.events.on_appended is not None:
             apply = _then(apply, self.events.on_appended, s)
         stats = await self._commit(queued.ops, queued.size, apply, s)
+        self.retention.appended(s)
         return AppendResult(
             queued.tail,
             req.close or s.meta.closed,

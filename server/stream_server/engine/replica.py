@@ -1,0 +1,187 @@
+"""The engine's side of replication: what a replica set needs from the commit path.
+
+- ``ReplicaHooks.stamp`` puts the replica position (term, lsn) into every
+  batch's metadata, so that it is in the WAL frame and in LMDB in the same
+  commit: the position survives a restart with the data it describes, and a
+  standby that applies the frame holds the same position. Each term's first
+  frame also records the term's first lsn (the term history, KIP-101's leader
+  epoch cache), from which a primary tells where a follower's history left
+  its own.
+- ``ReplicaHooks.committed`` sees each batch's WAL frame bytes, with its term
+  and lsn, once durable locally (the primary ships them).
+- While ``writable`` is False (a standby) ``Engine.commit`` refuses every
+  batch: only ``apply_frames`` writes, so a standby never makes history of its
+  own (an expiry sweep on a standby fails instead of diverging).
+- ``apply_frames`` writes frames received from the primary through the same
+  steps as a commit: segment files, the WAL (the frame as it came, same lsn),
+  fdatasync, LMDB, then the engine's tails.
+
+None of this exists in single-node mode: ``Engine.replica`` is None there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from stream_format import wal as walmod
+from stream_format.meta import DB_INFO, DB_TAILS, U64_BE, decode_tail
+from stream_format.records import crc32
+from stream_server.engine import fsio
+from stream_server.engine.batch import Batch, Tail
+from stream_server.engine.errors import StorageError, StorageFailed
+
+if TYPE_CHECKING:
+    from stream_server.engine.engine import Engine
+
+log = logging.getLogger("stream_server.engine")
+
+KEY_POSITION = b"replica_position"  # DB_INFO: (term, lsn) of the last batch, "<QQ"
+KEY_TERMS = b"replica_terms"  # DB_INFO: JSON [[term, first lsn], ...], oldest first
+POSITION = struct.Struct("<QQ")
+
+Position = tuple[int, int]
+
+
+class NotReplicated(StorageError):
+    """A batch durable here but not acknowledged: too few replicas have it, or this
+    replica is no longer the primary. The client is told 503 and retries."""
+
+
+class AckGate(Protocol):
+    """What the commit pipeline awaits before a batch's waiters hear of it."""
+
+    async def wait(self, lsn: int, late: Callable[[StorageError], None]) -> bool:
+        """True once the batch at ``lsn`` may be acknowledged and published; False
+        when it never will be (this replica is no longer the primary). Calls ``late``
+        (once) with the error for its waiters when they must not wait any longer."""
+        ...
+
+
+class ReplicaHooks:
+    """Attached to an ``Engine`` (``engine.replica``) in a replica set only."""
+
+    def __init__(self) -> None:
+        self.writable = False  # a standby until the role loop says otherwise
+        self.term = 0  # the term this replica writes under while primary
+        self.terms: list[tuple[int, int]] = []  # (term, first lsn), oldest first
+        self.durable: Position = (0, 0)
+        self.on_frame: Callable[[int, int, bytes], None] | None = None  # term, lsn, frame
+
+    # -------------------------------------------------------------- loading
+
+    def load(self, engine: Engine) -> Position:
+        """Read the position and the term history after recovery; the engine's lsn
+        continues from the stored lsn (a clean shutdown leaves an empty WAL)."""
+        assert engine.meta is not None
+        with engine.meta.env.begin() as txn:
+            raw = txn.get(KEY_POSITION, db=engine.meta.dbs[DB_INFO])
+            terms = txn.get(KEY_TERMS, db=engine.meta.dbs[DB_INFO])
+        if raw is not None:
+            term, lsn = POSITION.unpack(bytes(raw))
+            self.durable = (term, max(lsn, engine.lsn))
+            engine.lsn = self.durable[1]
+        if terms is not None:
+            self.terms = [(int(t), int(s)) for t, s in json.loads(bytes(terms))]
+        return self.durable
+
+    # ------------------------------------------------------- the commit path
+
+    def check_writable(self) -> None:
+        if not self.writable:
+            raise StorageError("this replica is a standby: writes go to the primary")
+
+    def stamp(self, batch: Batch, lsn: int) -> None:
+        """Add the position (and a new term's start) to the batch's metadata."""
+        changes = batch.changes
+        if not self.terms or self.terms[-1][0] != self.term:
+            self.terms.append((self.term, lsn))
+            terms = json.dumps(self.terms).encode()
+            changes.append((walmod.PUT, DB_INFO, KEY_TERMS, terms))
+        changes.append((walmod.PUT, DB_INFO, KEY_POSITION, POSITION.pack(self.term, lsn)))
+
+    def committed(self, lsn: int, frame: bytes) -> None:
+        self.durable = (self.term, lsn)
+        if self.on_frame is not None:
+            self.on_frame(self.term, lsn, frame)
+
+    # ------------------------------------------------------ history queries
+
+    def term_end(self, term: int, last_lsn: int) -> int | None:
+        """The last lsn written under ``term`` in our history (None: never our term).
+        A follower at (term, lsn) with lsn past it holds frames we never had."""
+        for i, (t, _) in enumerate(self.terms):
+            if t == term:
+                return self.terms[i + 1][1] - 1 if i + 1 < len(self.terms) else last_lsn
+        return None
+
+
+Applied = tuple[int, Position, list[walmod.Entry]]  # lsn, position, metadata changes
+
+
+def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> list[Applied]:
+    """Write frames received from the primary through the commit path, as one group:
+    segment files, the frames appended to the WAL as they came, one fdatasync, one
+    LMDB transaction, then the engine's tails. Returns, per frame, its lsn, the
+    position it carries and its metadata changes (for the stream layer).
+
+    Runs on a worker thread, while the pipeline is idle (a standby's own commits
+    are refused): nothing else writes meanwhile. A failure fails the engine closed:
+    the frames are the primary's, and a restart is the only safe retry.
+    """
+    if engine.failed:
+        raise StorageFailed(f"storage failed closed: {engine.failed}")
+    assert engine.meta is not None and engine.wal is not None
+    decoded: list[tuple[int, list[walmod.Entry], list[walmod.Entry]]] = []
+    for frame in frames:
+        magic, length, crc, lsn = walmod.FRAME_HEADER.unpack_from(frame)
+        body = memoryview(frame)[walmod.FRAME_HEADER.size :]
+        if magic != walmod.FRAME_MAGIC or len(body) != length or crc32(body) != crc:
+            raise ValueError(f"frame {lsn} from the primary is damaged")
+        entries = walmod.decode_entries(body)
+        writes = [e for e in entries if e[0] == walmod.WRITE]
+        decoded.append((lsn, writes, [e for e in entries if e[0] != walmod.WRITE]))
+    if not decoded:
+        return []
+    try:
+        for frame, (_, writes, _) in zip(frames, decoded, strict=True):
+            for _, sid, pos, data in writes:
+                fsio.pwrite(engine.segments.writer(sid), bytes(data), pos)
+                engine._dirty.add(sid)
+            engine.wal.append(frame)
+        engine.wal.sync()
+        engine.lsn = decoded[-1][0]
+        engine._lmdb_write([e for _, _, changes in decoded for e in changes])
+    except Exception as exc:
+        engine._fail(f"applying frames from the primary failed: {exc!r}")
+        raise StorageFailed(f"storage failed closed: {engine.failed}") from exc
+    out: list[Applied] = []
+    for lsn, _, changes in decoded:
+        position: Position = (hooks.term, lsn)
+        for e in changes:
+            if e[1] == DB_TAILS and e[0] == walmod.PUT:
+                sid = U64_BE.unpack(e[2])[0]
+                tv = decode_tail(e[3])
+                old = engine.tails.get(sid)
+                engine.tails[sid] = Tail(tv.file_len, tv.unit, tv.base, tv.start, tv.start_pos)
+                if old is not None and tv.start_pos > old.start_pos:
+                    engine._punch(sid, tv.start_pos)
+            elif e[1] == DB_TAILS and e[0] == walmod.DELETE:
+                sid = U64_BE.unpack(e[2])[0]
+                if engine.tails.pop(sid, None) is not None:
+                    engine._dirty.discard(sid)
+                    engine._punched.pop(sid, None)
+                    engine.segments.close(sid)
+                    fsio.unlink(engine.segments.path(sid))
+            elif e[1] == DB_INFO and e[0] == walmod.PUT and e[2] == KEY_TERMS:
+                hooks.terms = [(int(t), int(s)) for t, s in json.loads(bytes(e[3]))]
+            elif e[1] == DB_INFO and e[0] == walmod.PUT and e[2] == KEY_POSITION:
+                position = POSITION.unpack(e[3])
+        out.append((lsn, position, changes))
+    hooks.durable = out[-1][1]
+    if engine.wal.size >= engine.checkpoint_bytes:
+        engine.start_checkpoint()
+    return out

@@ -1,0 +1,142 @@
+"""A standby's fetch-and-apply loop (Kafka's replica fetcher).
+
+While this replica is a standby of a known primary, it asks the primary for the
+frames after its durable position, writes each through the engine's commit
+path (``engine.replica.apply_frames``, one flush per answer), and makes the ones at or below the
+announced commit point visible to its readers (``mirror``). Its next fetch
+names its new position: that is its acknowledgement.
+
+An answer from a term older than the highest term seen is refused: it comes
+from a deposed primary. A 409 says why the primary will not serve us (wrong
+term: the role loop will catch up; diverged or too far behind: this replica
+must be re-copied, shown in ``/replication`` as ``problem``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+from stream_server.engine.engine import Engine
+from stream_server.engine.replica import ReplicaHooks, apply_frames
+from stream_server.replication.mirror import Mirror
+from stream_server.replication.roles import RoleLoop
+from stream_server.replication.shipping import FRAME_HEAD, Shipper
+
+log = logging.getLogger("stream_server.replication")
+
+RECOPY = ("diverged", "too far behind: re-copy")
+
+
+class Follower:
+    def __init__(
+        self,
+        roles: RoleLoop,
+        engine: Engine,
+        hooks: ReplicaHooks,
+        shipper: Shipper,
+        mirror: Mirror,
+        *,
+        retry_period: float,
+    ) -> None:
+        self.roles = roles
+        self.engine = engine
+        self.hooks = hooks
+        self.shipper = shipper
+        self.mirror = mirror
+        self.retry_period = retry_period
+        self.following = False  # set by the service once the engine is in standby mode
+        self.applying = asyncio.Lock()  # held while frames are being written
+        self.highest_term = 0
+        self.commit = 0  # the primary's last announced commit point
+        self.problem: str | None = None
+        self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
+        self._task: asyncio.Task[None] | None = None
+        # Called when the primary says we cannot follow by frames (diverged, or too
+        # far behind): the service re-copies this replica from the primary.
+        self.on_recopy: Callable[[str], Awaitable[None]] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="replication follower")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
+            while True:
+                state = self.roles.state
+                if not self.following or self.roles.is_primary or not state.primary_url:
+                    changed = state.changed
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), self.retry_period)
+                    continue
+                try:
+                    await self._fetch_once(http, state.primary_url, state.term)
+                except (httpx.HTTPError, ValueError) as exc:
+                    self.problem = f"fetch from {state.primary_url} failed: {exc!r}"
+                    await asyncio.sleep(self.retry_period)
+                except Exception:
+                    log.exception("follower round failed")
+                    await asyncio.sleep(self.retry_period)
+
+    async def _fetch_once(self, http: httpx.AsyncClient, primary: str, term: int) -> None:
+        after_term, after_lsn = self.hooks.durable
+        r = await http.get(
+            f"{primary}/replication/fetch",
+            params={
+                "name": self.roles.config.name,
+                "term": term,
+                "after_term": after_term,
+                "after_lsn": after_lsn,
+                "committed": self.commit,
+            },
+        )
+        if r.status_code == 409:
+            reason = r.json().get("error", "refused")
+            if self.problem != reason:
+                log.warning("the primary at %s refuses us: %s", primary, reason)
+            self.problem = reason
+            if self.on_recopy is not None and reason in RECOPY:
+                await self.on_recopy(primary)
+            await asyncio.sleep(self.retry_period)
+            return
+        r.raise_for_status()
+        answer_term = int(r.headers["replication-term"])
+        if answer_term < self.highest_term:
+            self.problem = f"refused an answer of term {answer_term} (seen {self.highest_term})"
+            return
+        self.highest_term = answer_term
+        self.problem = None
+        self.fetched_at = asyncio.get_running_loop().time()
+        body = r.content
+        async with self.applying:
+            frames: list[tuple[int, bytes]] = []
+            off = 0
+            expect = self.hooks.durable[1] + 1
+            while off < len(body):
+                t, lsn, n = FRAME_HEAD.unpack_from(body, off)
+                frame = body[off + FRAME_HEAD.size : off + FRAME_HEAD.size + n]
+                off += FRAME_HEAD.size + n
+                if lsn < expect:
+                    continue
+                if lsn != expect:
+                    raise ValueError(f"frame {lsn} does not follow our lsn {expect - 1}")
+                frames.append((t, frame))
+                expect += 1
+            if frames and self.following:
+                applied = await asyncio.to_thread(
+                    apply_frames, self.engine, self.hooks, [f for _, f in frames]
+                )
+                for (t, frame), (lsn, _, changes) in zip(frames, applied, strict=True):
+                    self.shipper.add(t, lsn, frame)
+                    self.mirror.stage(lsn, changes)
+            self.commit = max(self.commit, int(r.headers["replication-commit"]))
+            self.mirror.publish(self.commit)

@@ -1,0 +1,205 @@
+"""The replica set's Lease: read it, create it, replace it by compare-and-swap.
+
+Every write names the ``resourceVersion`` it read; kube-apiserver (etcd)
+answers 409 when someone wrote in between, and the writer has lost the race
+(``LeaseConflict``). That is the only consensus the replica set uses: the
+holder, the term and the in-sync set change together in one such write, so
+no crash can leave a new holder with an old term or a stale ISR.
+
+Our own small client over ``httpx`` rather than ``kubernetes.leaderelection``:
+the latter's ``LeaseLock`` writes only the spec, and the term and ISR must
+change in the same CAS as the holder (docs/replication.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+PREFIX = "streams.pyds.dev/"
+TERM = PREFIX + "term"
+PRIMARY_URL = PREFIX + "primary-url"
+IN_SYNC = PREFIX + "in-sync"
+POSITIONS = PREFIX + "positions"
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+TIMEOUT = 5.0  # seconds for one API call: well inside a renew deadline
+
+
+class _QuietPolling(logging.Filter):
+    """Drop httpx's INFO line for each Lease round and each fetch (several a second,
+    all alike); failures are logged by the role loop and the follower themselves."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.args)
+        return "/leases/" not in text and "/replication/fetch" not in text
+
+
+_quiet = _QuietPolling()
+if _quiet not in logging.getLogger("httpx").filters:
+    logging.getLogger("httpx").addFilter(_quiet)
+
+
+class LeaseConflict(Exception):
+    """Someone else changed (or created) the Lease since we read it: re-read."""
+
+
+class LeaseUnavailable(Exception):
+    """The API server could not be asked or refused for another reason than a race."""
+
+
+Position = tuple[int, int]  # (term, lsn)
+
+
+@dataclass
+class LeaseRecord:
+    """What the Lease says, decoded; ``version`` is the resourceVersion it was read at."""
+
+    holder: str = ""
+    duration: int = 15
+    renew_time: str = ""
+    acquire_time: str = ""
+    transitions: int = 0
+    term: int = 0
+    primary_url: str = ""
+    in_sync: list[str] = field(default_factory=list)
+    positions: dict[str, Position] = field(default_factory=dict)
+    version: str = ""
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any]) -> LeaseRecord:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        notes = meta.get("annotations") or {}
+        positions = {
+            str(k): (int(v[0]), int(v[1]))
+            for k, v in _json(notes.get(POSITIONS), {}).items()
+            if isinstance(v, list) and len(v) == 2
+        }
+        return cls(
+            holder=spec.get("holderIdentity") or "",
+            duration=int(spec.get("leaseDurationSeconds") or 0),
+            renew_time=spec.get("renewTime") or "",
+            acquire_time=spec.get("acquireTime") or "",
+            transitions=int(spec.get("leaseTransitions") or 0),
+            term=int(notes.get(TERM) or 0),
+            primary_url=notes.get(PRIMARY_URL) or "",
+            in_sync=[str(n) for n in _json(notes.get(IN_SYNC), [])],
+            positions=positions,
+            version=str(meta.get("resourceVersion") or ""),
+        )
+
+    def to_object(self, namespace: str, name: str) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {
+                TERM: str(self.term),
+                PRIMARY_URL: self.primary_url,
+                IN_SYNC: json.dumps(self.in_sync),
+                POSITIONS: json.dumps({k: list(v) for k, v in sorted(self.positions.items())}),
+            },
+        }
+        if self.version:
+            meta["resourceVersion"] = self.version
+        spec: dict[str, Any] = {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration,
+            "leaseTransitions": self.transitions,
+        }
+        if self.renew_time:
+            spec["renewTime"] = self.renew_time
+        if self.acquire_time:
+            spec["acquireTime"] = self.acquire_time
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": spec,
+        }
+
+
+def _json(raw: str | None, default: Any) -> Any:
+    """An annotation's JSON, or ``default`` when it is missing or not ours to read:
+    a hand-edited annotation must not stop the role loop."""
+    if not raw:
+        return default
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return default
+    return value if isinstance(value, type(default)) else default
+
+
+def micro_time(when: datetime | None = None) -> str:
+    """A MicroTime as kube-apiserver writes it."""
+    return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseClient:
+    """One Lease object, over the Kubernetes REST API."""
+
+    def __init__(self, lease: str, api: str = "") -> None:
+        self.namespace, _, self.name = lease.partition("/")
+        headers = {"User-Agent": "durable-streams-server/replication"}
+        verify: ssl.SSLContext | bool = True
+        if api:
+            base = api.rstrip("/")
+        else:  # in-cluster: the pod's service account, as client-go's InClusterConfig
+            host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            if not host:
+                raise LeaseUnavailable("no --kube-api and not in a cluster")
+            base = f"https://{host}:{port}"
+            token = (SERVICE_ACCOUNT / "token").read_text().strip()
+            headers["Authorization"] = f"Bearer {token}"
+            verify = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+        self.collection = f"{base}/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+        self.http = httpx.AsyncClient(headers=headers, verify=verify, timeout=TIMEOUT)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def get(self) -> LeaseRecord | None:
+        r = await self._call("GET", f"{self.collection}/{self.name}")
+        if r.status_code == 404:
+            return None
+        return self._decoded(r)
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        """Create the Lease; LeaseConflict when it exists already (someone was first)."""
+        record.version = ""
+        body = record.to_object(self.namespace, self.name)
+        return self._decoded(await self._call("POST", self.collection, body))
+
+    async def replace(self, record: LeaseRecord) -> LeaseRecord:
+        """Write ``record`` if the Lease is still at ``record.version``, else LeaseConflict."""
+        assert record.version, "a replace must name the version it read"
+        body = record.to_object(self.namespace, self.name)
+        return self._decoded(await self._call("PUT", f"{self.collection}/{self.name}", body))
+
+    async def _call(
+        self, method: str, url: str, body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        try:
+            return await self.http.request(method, url, json=body)
+        except httpx.HTTPError as exc:
+            raise LeaseUnavailable(f"{method} {url}: {exc!r}") from exc
+
+    @staticmethod
+    def _decoded(r: httpx.Response) -> LeaseRecord:
+        if r.status_code == 409:
+            raise LeaseConflict(r.text[:200])
+        if r.status_code >= 300:
+            raise LeaseUnavailable(
+                f"{r.request.method} {r.request.url}: {r.status_code} {r.text[:200]}"
+            )
+        return LeaseRecord.from_object(r.json())

@@ -1,0 +1,267 @@
+"""The replica set as the app sees it: the role loop, the switch between primary
+and standby mode, what this replica refuses, and ``GET /replication``.
+
+Primary mode: the engine accepts batches under the Lease's term and the
+pipeline's ack gate is the shipper's. Standby mode: the engine refuses every
+batch of its own (only the follower's frames are written), the stream layer's
+queued changes are rolled back, and the follower runs. A switch waits for the
+other mode's writer to be idle first, so the two never touch the engine at
+once.
+
+Writes reaching a standby are refused with 503, ``Retry-After: 1`` and
+``Stream-Primary: <url>`` rather than forwarded (docs/replication.md says
+why). A primary with fewer than ``min_in_sync`` replicas in sync waits up to
+``replication_wait`` for them, then refuses with 503 too; in ``preferred``
+durability it writes alone and reports itself degraded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from stream_server.engine.replica import ReplicaHooks
+from stream_server.replication import snapshot
+from stream_server.replication.follower import Follower
+from stream_server.replication.lease import LeaseClient
+from stream_server.replication.mirror import Mirror
+from stream_server.replication.roles import RoleConfig, RoleLoop
+from stream_server.replication.settings import ReplicationSettings, quorum, replica_name
+from stream_server.replication.shipping import FetchAnswer, Shipper
+from stream_server.streams.store import StreamStore
+
+log = logging.getLogger("stream_server.replication")
+
+RETRY_AFTER = 1  # seconds: a failover or an ISR change is a lease round away
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+class Replication:
+    def __init__(self, settings: ReplicationSettings, store: StreamStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.name = replica_name(settings)
+        self.quorum = quorum(settings)
+        self.hooks = ReplicaHooks()
+        store.engine.replica = self.hooks
+        self.roles = RoleLoop(
+            LeaseClient(settings.replication_lease, settings.kube_api),
+            RoleConfig(
+                name=self.name,
+                url=settings.replica_url,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.lease_renew_deadline,
+                retry_period=settings.lease_retry_period,
+            ),
+            position=lambda: self.hooks.durable,
+        )
+        self.shipper = Shipper(
+            self.roles,
+            self.hooks,
+            quorum=self.quorum,
+            preferred=settings.replication_durability == "preferred",
+            wait=settings.replication_wait,
+            renew_deadline=settings.lease_renew_deadline,
+        )
+        self.roles.reported = self.shipper.positions
+        store.pipeline.gate = self.shipper
+        self.mirror = Mirror(store)
+        self.follower = Follower(
+            self.roles,
+            store.engine,
+            self.hooks,
+            self.shipper,
+            self.mirror,
+            retry_period=settings.lease_retry_period,
+        )
+        self.follower.on_recopy = self.recopy
+        self.primary_mode = False
+        self.failovers = 0  # times this replica became primary
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------- lifecycle
+
+    def start(self, ready: Callable[[], bool] = lambda: True) -> None:
+        """Run once ``ready`` (recovery done: the position is known)."""
+        self._tasks.append(asyncio.create_task(self._start(ready), name="replication start"))
+
+    async def _start(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(self.hooks.load, self.store.engine)
+        self.mirror.published = self.hooks.durable[1]
+        self.shipper.start()
+        self.follower.start()
+        self.roles.start()
+        await self._coordinate()
+
+    async def stop(self) -> None:
+        await self.shipper.stop()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.follower.stop()
+        await self.roles.stop()
+
+    async def _coordinate(self) -> None:
+        await self._to_standby()
+        while True:
+            changed = self.roles.state.changed
+            if self.roles.is_primary and not self.primary_mode:
+                await self._to_primary()
+            elif not self.roles.is_primary and self.primary_mode:
+                await self._to_standby()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), self.settings.lease_retry_period)
+
+    async def _to_primary(self) -> None:
+        self.follower.following = False
+        async with self.follower.applying:  # the last fetched frames are written
+            pass
+        # Everything this replica holds becomes its history under the new term.
+        self.mirror.publish(self.store.engine.lsn)
+        term = self.roles.state.term
+        self.hooks.term = term
+        self.shipper.became_primary(term)
+        self.hooks.writable = True
+        self.primary_mode = True
+        self.failovers += 1
+        log.info("primary for term %d at lsn %d", term, self.store.engine.lsn)
+
+    async def _to_standby(self) -> None:
+        self.primary_mode = False
+        self.hooks.writable = False
+        while not self.store.pipeline.idle:
+            await asyncio.sleep(0.005)
+        self.store.table.rollback()  # queued changes of ours will never be published
+        self.follower.following = True
+        log.info("standby of %s (term %d)", self.roles.state.primary_url, self.roles.state.term)
+
+    # -------------------------------------------------------------- requests
+
+    @property
+    def in_sync_enough(self) -> bool:
+        return 1 + len(self.roles.state.in_sync) >= self.quorum
+
+    @property
+    def degraded(self) -> bool:
+        return self.roles.is_primary and not self.in_sync_enough
+
+    async def write_refusal(self) -> Refusal | None:
+        """None when this replica may take a write now; else the answer to give."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.replication_wait
+        while True:
+            state = self.roles.state
+            if not (self.primary_mode and self.roles.may_acknowledge):
+                return self._not_primary()
+            if self.in_sync_enough or self.settings.replication_durability == "preferred":
+                return None
+            left = deadline - loop.time()
+            if left <= 0:
+                return Refusal(
+                    503,
+                    [(b"retry-after", str(RETRY_AFTER).encode())],
+                    f"too few replicas in sync: {1 + len(state.in_sync)} of the "
+                    f"{self.quorum} required\n".encode(),
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.changed.wait(), left)
+
+    def _not_primary(self) -> Refusal:
+        primary = self.roles.state.primary_url
+        headers = [(b"retry-after", str(RETRY_AFTER).encode())]
+        if primary and not self.roles.is_primary:
+            headers.append((b"stream-primary", primary.encode()))
+            body = f"this replica is a standby; write to the primary at {primary}\n"
+        else:
+            body = "this replica is not the primary right now; retry\n"
+        return Refusal(503, headers, body.encode())
+
+    async def snapshot(self) -> Path | None:
+        """A consistent copy of our data for a standby that must re-copy (a tar file
+        the caller removes once sent); None unless we are the primary."""
+        if not self.primary_mode:
+            return None
+        fd, name = tempfile.mkstemp(dir=self.store.engine.layout.root, prefix=".snapshot-")
+        os.close(fd)
+        out = Path(name)
+        try:
+            await asyncio.to_thread(snapshot.build, self.store.engine, out)
+        except BaseException:
+            out.unlink(missing_ok=True)
+            raise
+        return out
+
+    async def recopy(self, primary: str) -> None:
+        """Replace our data with the primary's copy, then exec ourselves again: the
+        first version of catching up when frames cannot do it (docs/replication.md)."""
+        if self.primary_mode:
+            return
+        self.follower.following = False
+        root = self.store.engine.layout.root
+        tar = root / ".recopy.tar"
+        log.warning("re-copying everything from the primary at %s", primary)
+        try:
+            async with (
+                httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http,
+                http.stream("GET", f"{primary}/replication/snapshot") as r,
+            ):
+                if r.status_code != 200:
+                    raise RuntimeError(f"the primary answered {r.status_code}")
+                with tar.open("wb") as f:
+                    async for chunk in r.aiter_bytes():
+                        f.write(chunk)
+        except (httpx.HTTPError, RuntimeError, OSError) as exc:
+            log.error("re-copy from %s failed, will retry: %s", primary, exc)
+            tar.unlink(missing_ok=True)
+            self.follower.following = not self.primary_mode
+            return
+        await self.roles.stop()
+        await self.store.stop()
+        await asyncio.to_thread(snapshot.install, root, tar)
+        log.warning("re-copy installed: restarting to recover from it")
+        snapshot.restart_process()
+
+    async def fetch(
+        self, name: str, term: int, after_term: int, after_lsn: int, committed: int
+    ) -> FetchAnswer:
+        return await self.shipper.fetch(name, term, after_term, after_lsn, committed)
+
+    def status(self) -> dict[str, object]:
+        state = self.roles.state
+        term, lsn = self.hooks.durable
+        primary = self.primary_mode
+        return {
+            "role": "primary" if primary else "standby",
+            "name": self.name,
+            "term": state.term,
+            "primary": state.primary_url,
+            "durable": {"term": term, "lsn": lsn},
+            "committed": self.shipper.commit_point() if primary else self.mirror.published,
+            "in_sync": list(state.in_sync),
+            "durability": self.settings.replication_durability,
+            "degraded": self.degraded,
+            "min_in_sync": self.quorum,
+            "set_size": self.settings.replication_set_size,
+            "followers": {n: {"term": t, "lsn": x} for n, (t, x) in self.shipper.acked.items()}
+            if primary
+            else {},
+            "problem": None if primary else self.follower.problem,
+            "failovers": self.failovers,
+        }

@@ -1,0 +1,66 @@
+"""The replica set's settings, checked together at start.
+
+A Lease name without this replica's URL, or a renew deadline that is not
+shorter than the lease, would start a server that can lose acknowledged
+writes or never elect a primary: refuse it with the setting's name instead.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Protocol
+
+DURABILITIES = ("required", "preferred")
+MAX_SET_SIZE = 5
+
+
+class ReplicationSettings(Protocol):
+    replication_lease: str
+    replica_name: str
+    replica_url: str
+    kube_api: str
+    replication_set_size: int
+    min_in_sync: int
+    replication_durability: str
+    lease_duration: float
+    lease_renew_deadline: float
+    lease_retry_period: float
+    replication_wait: float
+
+
+def check_settings(s: ReplicationSettings) -> None:
+    """ValueError naming the setting that is wrong; nothing is checked without a Lease
+    beyond what would be wrong in any mode."""
+    if s.replication_durability not in DURABILITIES:
+        raise ValueError("replication-durability must be 'required' or 'preferred'")
+    if not 1 <= s.replication_set_size <= MAX_SET_SIZE:
+        raise ValueError(f"replication-set-size must be 1 to {MAX_SET_SIZE}")
+    if not 0 <= s.min_in_sync <= s.replication_set_size:
+        raise ValueError("min-in-sync must be 0 (a majority) to replication-set-size")
+    for name in ("lease_duration", "lease_renew_deadline", "lease_retry_period"):
+        if getattr(s, name) <= 0:
+            raise ValueError(f"{name.replace('_', '-')} must be positive")
+    if s.replication_wait < 0:
+        raise ValueError("replication-wait must not be negative")
+    if not s.replication_lease:
+        return
+    namespace, _, name = s.replication_lease.partition("/")
+    if not namespace or not name or "/" in name:
+        raise ValueError("replication-lease must be NAMESPACE/NAME")
+    if not s.replica_url.startswith(("http://", "https://")):
+        raise ValueError("replica-url (http://HOST:PORT) is required with replication-lease")
+    if not s.lease_renew_deadline < s.lease_duration:
+        # The safety argument needs it: a primary stops acknowledging before anyone
+        # else may take the Lease.
+        raise ValueError("lease-renew-deadline must be less than lease-duration")
+    if not s.lease_retry_period < s.lease_renew_deadline:
+        raise ValueError("lease-retry-period must be less than lease-renew-deadline")
+
+
+def quorum(s: ReplicationSettings) -> int:
+    """Replicas, the primary included, that must hold a batch before it is acknowledged."""
+    return s.min_in_sync or s.replication_set_size // 2 + 1
+
+
+def replica_name(s: ReplicationSettings) -> str:
+    return s.replica_name or socket.gethostname()

@@ -1,0 +1,281 @@
+"""The primary's side of log shipping: the recent frames, the fetch answer, the
+in-sync set and the ack gate.
+
+Standbys pull, as Kafka followers do: each ``GET /replication/fetch`` names
+the follower's durable position, which is also its acknowledgement of every
+frame up to it, and returns the frames after it (waiting a little when there
+are none) with the primary's commit point. The commit point is the highest
+lsn durable here and on every in-sync standby; the ack gate lets a batch's
+waiters hear of it only once the commit point reaches it and the in-sync set
+with the primary is at least ``min_in_sync`` replicas.
+
+The in-sync set changes only by a CAS on the Lease (``RoleLoop.change_in_sync``):
+a standby joins once its fetch position reaches our durable lsn, and counts
+only once that write succeeded; a standby that has not fetched for half the
+renew deadline is removed by a CAS, and until that write succeeded nothing is
+acknowledged without it (it is still in the set the gate uses).
+
+Frames are kept in memory (``ring_bytes``, oldest dropped first): a follower
+further behind is told to re-copy (docs/replication.md, first version).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stream_server.engine.errors import StorageError
+from stream_server.engine.replica import NotReplicated, ReplicaHooks
+from stream_server.replication.roles import RoleLoop
+
+log = logging.getLogger("stream_server.replication")
+
+FRAME_HEAD = struct.Struct("<QQI")  # term, lsn, frame length; then the frame
+MAX_ANSWER = 4 * 1024 * 1024  # bytes of frames per fetch answer (at least one frame)
+RING_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class Shipper:
+    def __init__(
+        self,
+        roles: RoleLoop,
+        hooks: ReplicaHooks,
+        *,
+        quorum: int,
+        preferred: bool,
+        wait: float,
+        renew_deadline: float,
+        ring_bytes: int = RING_BYTES,
+    ) -> None:
+        self.roles = roles
+        self.hooks = hooks
+        self.quorum = quorum
+        self.preferred = preferred
+        self.wait_seconds = wait
+        self.silent_after = renew_deadline / 2
+        self.ring: deque[tuple[int, int, bytes]] = deque()
+        self.ring_size = 0
+        self.ring_bytes = ring_bytes
+        self.acked: dict[str, tuple[int, int]] = {}  # name -> (term, lsn) of its last fetch
+        self.seen: dict[str, float] = {}  # name -> our clock at its last fetch
+        self.caught_up_at: dict[str, float] = {}  # name -> when it last held all we did
+        self.committed = 0
+        self.shipped = 0  # frames sent, for metrics
+        self.stopping = False
+        self.changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._joining: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._term = 0
+
+    # ------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.hooks.on_frame = self.on_frame
+        self._task = asyncio.create_task(self._watch(), name="replication in-sync watch")
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self._notify()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def became_primary(self, term: int) -> None:
+        """A new term: every follower's position is learnt again from its fetches."""
+        self._term = term
+        self.acked.clear()
+        self.seen.clear()
+        self.caught_up_at.clear()
+        # Everything we hold counts as committed from here (it includes every write
+        # acknowledged so far): a standby joins the in-sync set only once it holds
+        # all of it, so no acknowledged write can be missing on a later candidate.
+        self.committed = self.lsn
+        self._notify()
+
+    # -------------------------------------------------------------- frames
+
+    def on_frame(self, term: int, lsn: int, frame: bytes) -> None:
+        """From the writer thread, once a batch is durable here."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._add, term, lsn, frame)
+
+    def add(self, term: int, lsn: int, frame: bytes) -> None:
+        """A frame this replica holds durably (written, or applied as a standby): kept
+        so that it can ship it once primary."""
+        self._add(term, lsn, frame)
+
+    def _add(self, term: int, lsn: int, frame: bytes) -> None:
+        self.ring.append((term, lsn, frame))
+        self.ring_size += len(frame)
+        while self.ring_size > self.ring_bytes and len(self.ring) > 1:
+            self.ring_size -= len(self.ring.popleft()[2])
+        self._notify()
+
+    @property
+    def lsn(self) -> int:
+        """Our durable lsn as the event loop knows it."""
+        return self.ring[-1][1] if self.ring else self.hooks.durable[1]
+
+    def commit_point(self) -> int:
+        """The highest lsn on us and every in-sync standby (monotone)."""
+        if not self.roles.is_primary:
+            return self.committed
+        in_sync = self.roles.state.in_sync
+        if 1 + len(in_sync) >= self.quorum:
+            point = min([self.lsn, *(self._acked_lsn(n) for n in in_sync)])
+        elif self.preferred:
+            point = self.lsn
+        else:
+            point = self.committed
+        self.committed = max(self.committed, point)
+        return self.committed
+
+    def _acked_lsn(self, name: str) -> int:
+        return self.acked.get(name, (0, 0))[1]
+
+    # ------------------------------------------------------------- the gate
+
+    async def wait(self, lsn: int, late: Callable[[StorageError], None]) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_seconds
+        told = False
+        while True:
+            if self.stopping or not self.roles.may_acknowledge:
+                if not told:
+                    late(NotReplicated("not acknowledged: this replica is no longer the primary"))
+                return False
+            if self.commit_point() >= lsn:
+                return True
+            left = deadline - loop.time()
+            if not told and left <= 0:
+                have = 1 + len(self.roles.state.in_sync)
+                late(
+                    NotReplicated(
+                        f"not acknowledged: {have} replicas in sync of the {self.quorum} "
+                        "required have not all confirmed this write; retry"
+                    )
+                )
+                told = True
+            event = self.changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), left if not told else 1.0)
+
+    def _notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    # ------------------------------------------------------------- fetches
+
+    async def fetch(
+        self, name: str, term: int, after_term: int, after_lsn: int, known_commit: int
+    ) -> FetchAnswer:
+        state = self.roles.state
+        if not self.roles.is_primary or term != state.term:
+            return _json(
+                409, {"error": "wrong term", "term": state.term, "primary": state.primary_url}
+            )
+        mine = self.lsn
+        end = self.hooks.term_end(after_term, mine)
+        if after_lsn and (after_lsn > mine or end is None or after_lsn > end):
+            # Frames we never had: written by a deposed primary, never acknowledged.
+            return _json(409, {"error": "diverged", "term": state.term, "truncate_to": end or 0})
+        first = self.ring[0][1] if self.ring else mine + 1
+        if after_lsn < mine and first > after_lsn + 1:
+            return _json(409, {"error": "too far behind: re-copy", "term": state.term})
+        self.acked[name] = (after_term, after_lsn)
+        self.seen[name] = time.monotonic()
+        if after_lsn >= mine:
+            self.caught_up_at[name] = self.seen[name]
+        self._notify()  # the commit point may move
+        # Caught up = holds everything committed (Kafka: the follower's log end reached
+        # the high watermark). From the CAS on, every further batch waits for it too.
+        caught_up = after_lsn >= mine or after_lsn >= self.commit_point()
+        if name not in state.in_sync and caught_up and name not in self._joining:
+            self._joining.add(name)
+            task = asyncio.create_task(self._join(name), name=f"ISR join {name}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        deadline = asyncio.get_running_loop().time() + min(1.0, self.silent_after / 2)
+        while (
+            self.lsn <= after_lsn
+            and self.commit_point() <= known_commit
+            and self.roles.is_primary
+            and not self.stopping
+        ):
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), left)
+        parts: list[bytes] = []
+        size = 0
+        for t, lsn, frame in self.ring:
+            if lsn <= after_lsn:
+                continue
+            if parts and size + len(frame) > MAX_ANSWER:
+                break
+            parts += [FRAME_HEAD.pack(t, lsn, len(frame)), frame]
+            size += len(frame)
+            self.shipped += 1
+        headers = {
+            "replication-term": str(state.term),
+            "replication-commit": str(self.commit_point()),
+            "replication-lsn": str(self.lsn),
+            "content-type": "application/octet-stream",
+            "cache-control": "no-store",
+        }
+        return FetchAnswer(200, headers, b"".join(parts))
+
+    async def _join(self, name: str) -> None:
+        try:
+            names = sorted({*self.roles.state.in_sync, name})
+            if await self.roles.change_in_sync(names):
+                log.info("%s is in sync (in-sync set now %s)", name, names)
+                self._notify()
+        finally:
+            self._joining.discard(name)
+
+    async def _watch(self) -> None:
+        """Remove silent standbys from the in-sync set, by CAS, before acknowledging
+        anything without them."""
+        while True:
+            await asyncio.sleep(self.silent_after / 4)
+            if not self.roles.is_primary:
+                continue
+            now = time.monotonic()
+            in_sync = self.roles.state.in_sync
+            silent = [n for n in in_sync if now - self.seen.get(n, 0.0) > self.silent_after]
+            if silent:
+                keep = [n for n in in_sync if n not in silent]
+                if await self.roles.change_in_sync(keep):
+                    log.warning(
+                        "removed %s from the in-sync set: no fetch for %.1fs",
+                        silent,
+                        self.silent_after,
+                    )
+                    self._notify()
+
+    def positions(self) -> dict[str, tuple[int, int]]:
+        return dict(self.acked)
+
+
+def _json(status: int, body: dict[str, object]) -> FetchAnswer:
+    return FetchAnswer(status, {"content-type": "application/json"}, json.dumps(body).encode())

@@ -1,0 +1,60 @@
+"""Which follower positions the primary serves, from its term history (KIP-101):
+a follower holding frames the primary never had is told it diverged, one
+behind the frames the primary still holds is told to re-copy, and a fetch
+under another term is refused."""
+
+from __future__ import annotations
+
+import json
+
+from stream_server.engine.replica import ReplicaHooks
+from stream_server.replication.lease import LeaseClient
+from stream_server.replication.roles import RoleConfig, RoleLoop
+from stream_server.replication.shipping import Shipper
+
+
+def primary_at(lsn: int, terms: list[tuple[int, int]], ring_from: int) -> Shipper:
+    roles = RoleLoop(
+        LeaseClient("default/unused", "http://127.0.0.1:9"),  # never called here
+        RoleConfig("p", "http://p", lease_duration=3, renew_deadline=0.4, retry_period=0.1),
+    )
+    roles.state.role, roles.state.term = "primary", terms[-1][0]
+    hooks = ReplicaHooks()
+    hooks.terms, hooks.durable = terms, (terms[-1][0], lsn)
+    shipper = Shipper(roles, hooks, quorum=2, preferred=False, wait=1.0, renew_deadline=0.4)
+    for n in range(ring_from, lsn + 1):
+        shipper.ring.append((terms[-1][0], n, b"frame"))
+    return shipper
+
+
+async def test_a_follower_on_the_history_is_served() -> None:
+    shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
+    answer = await shipper.fetch("s", 3, 1, 41, 0)  # the last frame of term 1 is 41
+    assert answer.status == 200
+    assert answer.headers["replication-lsn"] == "60"
+
+
+async def test_frames_of_a_term_past_its_end_here_diverged() -> None:
+    shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
+    answer = await shipper.fetch("s", 3, 1, 45, 0)  # a deposed term-1 primary wrote 42..45
+    assert answer.status == 409
+    assert json.loads(answer.body) == {"error": "diverged", "term": 3, "truncate_to": 41}
+
+
+async def test_a_term_the_primary_never_saw_diverged() -> None:
+    shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
+    answer = await shipper.fetch("s", 3, 2, 44, 0)
+    assert answer.status == 409 and json.loads(answer.body)["error"] == "diverged"
+
+
+async def test_a_follower_behind_the_frames_held_must_recopy() -> None:
+    shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
+    answer = await shipper.fetch("s", 3, 1, 10, 0)
+    assert answer.status == 409
+    assert json.loads(answer.body)["error"] == "too far behind: re-copy"
+
+
+async def test_a_fetch_under_another_term_is_refused() -> None:
+    shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
+    answer = await shipper.fetch("s", 2, 1, 41, 0)
+    assert answer.status == 409 and json.loads(answer.body)["error"] == "wrong term"
