@@ -305,6 +305,26 @@ ROWS: list[tuple[str, list[dict]]] = [
         ],
     ),
     (
+        "Retention",
+        [
+            ts(
+                "Bytes given back / s",
+                "Bps",
+                [rate("retention_reclaimed_bytes_total", "reclaimed")],
+            ),
+            ts(
+                "Retained bytes by policy",
+                "bytes",
+                [gauge("retention_retained_bytes", "{{policy}}", by="policy")],
+            ),
+            ts(
+                "Oldest retained record by policy",
+                "s",
+                [gauge("retention_oldest_age_seconds", "{{policy}}", agg="max", by="policy")],
+            ),
+        ],
+    ),
+    (
         "Process",
         [
             ts("Resident memory", "bytes", [process("process_resident_memory_bytes")]),

@@ -91,6 +91,7 @@ def test_rows_in_order():
         "Disk",
         "Recovery (at the last start)",
         "Subscriptions",
+        "Retention",
         "Process",
     ]
 
@@ -114,6 +115,7 @@ def exposed(data_dir: Path) -> tuple[set[str], set[str]]:
         ready=lambda: True,
         failed=lambda: False,
     )
+    m.bind_retention(reclaimed=lambda: 0, policies=lambda: {"logs/": (0, 0.0)})
     m.on_request("GET", 200, 0.001)
     collected = list(m.registry.collect())
     return {f.name for f in collected}, {s.name for f in collected for s in f.samples}

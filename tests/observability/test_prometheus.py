@@ -259,6 +259,8 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
         "0",
         "--log-format",
         "json",
+        "--retention",  # the retention row's series exist once a policy does
+        "logs/:max-bytes=1MiB",
     ).start()
     failing = server_factory(env={"DS_FAULT": "eio:fsync:3"}).start()
     pods = {"ds-0": f"127.0.0.1:{healthy.port}", "ds-1": f"127.0.0.1:{failing.port}"}
