@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,6 +83,30 @@ def termination_message(log: bytes) -> str:
     the last 80 lines of its log, at most the last 2048 bytes."""
     tail = b"\n".join(log.rstrip(b"\n").split(b"\n")[-MESSAGE_LINES:])[-MESSAGE_BYTES:]
     return tail.decode("utf-8", "replace")
+
+
+def container_env(
+    cluster: Cluster, namespace: str, container: dict[str, Any], pod: str
+) -> dict[str, str]:
+    """The environment the kubelet gives ``container`` in pod ``pod``: its ConfigMaps, then
+    ``env`` in order, ``metadata.name`` from the downward API and ``$(VAR)`` expanded
+    from the variables defined before it (as the kubelet does)."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        ref = source.get("configMapRef")
+        if ref:
+            cm = cluster.get("ConfigMap", namespace, ref["name"]) or {}
+            env.update(cm.get("data") or {})
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = re.sub(
+                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                lambda m: env.get(m.group(1), m.group(0)),
+                var["value"],
+            )
+        elif (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[var["name"]] = pod
+    return env
 
 
 def pod_object(sts: dict[str, Any], ordinal: int) -> dict[str, Any]:
@@ -357,15 +382,7 @@ class Kubelet:
 
     def _start(self, ordinal: int, template: dict[str, Any], revision: str) -> Pod:
         container = template["spec"]["containers"][0]
-        env: dict[str, str] = {}
-        for source in container.get("envFrom") or []:
-            ref = source.get("configMapRef")
-            if ref:
-                cm = self.cluster.get("ConfigMap", self.namespace, ref["name"]) or {}
-                env.update(cm.get("data") or {})
-        for var in container.get("env") or []:
-            if "value" in var:
-                env[var["name"]] = var["value"]
+        env = container_env(self.cluster, self.namespace, container, f"{self.name}-{ordinal}")
         data_dir = self.root / f"data-{self.name}-{ordinal}"  # the PVC, as a directory
         data_dir.mkdir(parents=True, exist_ok=True)
         port = free_port()

@@ -32,6 +32,9 @@ _TYPED = {
     "Service": (client.CoreV1Api, "service"),
     "StatefulSet": (client.AppsV1Api, "stateful_set"),
     "PodDisruptionBudget": (client.PolicyV1Api, "pod_disruption_budget"),
+    "ServiceAccount": (client.CoreV1Api, "service_account"),
+    "Role": (client.RbacAuthorizationV1Api, "role"),
+    "RoleBinding": (client.RbacAuthorizationV1Api, "role_binding"),
 }
 _CUSTOM = {
     "DurableStream": (GROUP, VERSION, PLURAL),
@@ -212,7 +215,16 @@ def crd_exists(api_client: client.ApiClient, kind: str) -> bool:
 
 
 # What the operator renders for a DurableStream, and so may have to delete again.
-RENDERED_KINDS = ("ConfigMap", "Service", "PodDisruptionBudget", "StatefulSet", "ServiceMonitor")
+RENDERED_KINDS = (
+    "ConfigMap",
+    "Service",
+    "PodDisruptionBudget",
+    "StatefulSet",
+    "ServiceMonitor",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+)
 
 
 def list_labelled(
@@ -287,3 +299,22 @@ def prune(
             if exc.status != 404:
                 raise
     return deleted
+
+
+def read_lease(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """A replica set's Lease as the servers wrote it (None before the first one started)."""
+    try:
+        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return api_client.sanitize_for_serialization(lease)
+
+
+def label_pod(
+    api_client: client.ApiClient, namespace: str, name: str, labels: dict[str, str]
+) -> None:
+    client.CoreV1Api(api_client).patch_namespaced_pod(
+        name, namespace, {"metadata": {"labels": labels}}, _content_type=MERGE_PATCH
+    )

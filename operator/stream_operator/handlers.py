@@ -49,15 +49,23 @@ from stream_operator.apply import (
     grow_pvc,
     instance_pods,
     instance_pvcs,
+    label_pod,
     list_labelled,
     prune,
     read,
+    read_lease,
     storage_class,
     write_status,
 )
 from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
-from stream_operator.render import MANAGED_BY, desired_objects, endpoint
-from stream_operator.spec import quantity_bytes, refused_change, with_defaults
+from stream_operator.render import MANAGED_BY, ROLE, desired_objects, endpoint, lease_name
+from stream_operator.replica_roles import (
+    lease_view,
+    refused_scale_down,
+    relabel_order,
+    wanted_roles,
+)
+from stream_operator.spec import quantity_bytes, refused_change, replicated, with_defaults
 from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
@@ -298,7 +306,7 @@ def _reconcile(
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     spec = dict(ds.get("spec") or {})
     sts = read(ac, "StatefulSet", namespace, name)
-    refused = refused_change(_applied_spec(sts), spec)
+    refused = refused_change(_applied_spec(sts), spec) or _refused_scale_down(ac, ds, sts)
     if refused:
         kopf.warn(ds, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
@@ -323,6 +331,22 @@ def _reconcile(
     outcome = _grow_volumes(ac, ds, full["storage"]["size"])
     analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
     return outcome, analytics
+
+
+def _refused_scale_down(
+    ac: client.ApiClient, ds: dict[str, Any], sts: dict[str, Any] | None
+) -> str | None:
+    """A replica set's scale-down that would remove its primary or leave a lagging pod
+    alone: refused until the user has failed over (replica_roles.refused_scale_down)."""
+    if sts is None:
+        return None
+    meta = ds["metadata"]
+    current = int((sts.get("spec") or {}).get("replicas") or 0)
+    wanted = int(with_defaults(dict(ds.get("spec") or {}))["replicas"])
+    if wanted >= current:
+        return None
+    view = lease_view(read_lease(ac, meta["namespace"], lease_name(meta["name"])))
+    return refused_scale_down(meta["name"], current, wanted, view)
 
 
 def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[str, Any]]) -> None:
@@ -429,6 +453,11 @@ def _observed(
     # The pods say why a server is not ready (crash loop, OOM); the claims, whether
     # every volume already holds the spec's size (issue 15, findings 4, 7, 8).
     name, namespace = meta["name"], meta["namespace"]
+    pods = instance_pods(api(), namespace, name) if sts is not None else []
+    lease = None
+    if sts is not None and replicated(spec):
+        lease = read_lease(api(), namespace, lease_name(name))
+        pods = _label_roles(namespace, pods, lease)
     return compute_status(
         spec=spec,
         generation=meta.get("generation"),
@@ -437,9 +466,42 @@ def _observed(
         outcome=outcome,
         previous=dict(ds.get("status") or {}),
         extra=extra,
-        pods=instance_pods(api(), namespace, name) if sts is not None else [],
+        pods=pods,
         pvcs=instance_pvcs(api(), namespace, name) if sts is not None else [],
+        lease=lease,
     )
+
+
+def _label_roles(
+    namespace: str, pods: list[dict[str, Any]], lease: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Label each pod with the role the Lease gives it (the client Services select on it);
+    returns the pods as labelled now.
+
+    Demotions are written before the promotion, so the primary Service never selects two
+    pods. A new holder is labelled within one status interval of its election (the bound
+    docs/kubernetes.md states): until then the old pod, which stopped acknowledging at
+    its renew deadline, still receives the writes and refuses them.
+    """
+    if not leadership.may_act():
+        return pods
+    current = {p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(ROLE) for p in pods}
+    changes = relabel_order(current, wanted_roles(lease_view(lease), pods))
+    for pod, role in changes:
+        label_pod(api(), namespace, pod, {ROLE: role})
+    roles = dict(changes)
+    return [
+        {
+            **p,
+            "metadata": {
+                **p["metadata"],
+                "labels": {**(p["metadata"].get("labels") or {}), ROLE: roles[n]},
+            },
+        }
+        if (n := p["metadata"]["name"]) in roles
+        else p
+        for p in pods
+    ]
 
 
 def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:
@@ -448,8 +510,22 @@ def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> Non
     metrics.CONDITION_COUNTS.observe(meta["namespace"], meta["name"], new.get("conditions") or [])
     if not leadership.may_act():
         return  # the Lease was lost during this reconcile: the new leader writes it
+    _tell_primary_change(ds, dict(ds.get("status") or {}), new)
     if not same_status(new, dict(ds.get("status") or {})):
         write_status(ac, ds["metadata"]["namespace"], ds["metadata"]["name"], new)
+
+
+def _tell_primary_change(ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+    """An Event for every change of primary the status records (failover or switchover:
+    the servers decide which; the term says how many there were)."""
+    before, after = old.get("primary") or "", new.get("primary") or ""
+    if not after or before == after:
+        return
+    if before:
+        message = f"primary {before} -> {after} (term {new.get('term')})"
+        kopf.warn(ds, reason="PrimaryChanged", message=message)
+    else:
+        kopf.info(ds, reason="PrimaryElected", message=f"primary {after} (term {new.get('term')})")
 
 
 def refresh_status(name: str, namespace: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stream_operator import GROUP, KIND, VERSION
-from stream_operator.spec import with_defaults
+from stream_operator.spec import min_in_sync, replicated, with_defaults
 
 DATA_DIR = "/data"
 CONTAINER_PORT = 4437
@@ -20,6 +20,11 @@ CONFIG_HASH = f"{GROUP}/config-hash"
 STORAGE_SIZE = f"{GROUP}/storage-size"
 MANAGED_BY = "durable-streams-operator"
 COMPONENT = "app.kubernetes.io/component"
+# A replica set's pods carry their role, which the operator sets from the Lease holder
+# (handlers.label_roles): the client Service selects the primary, ``-replicas`` the rest.
+ROLE = f"{GROUP}/role"
+PRIMARY = "primary"
+STANDBY = "standby"
 
 
 def labels(name: str) -> dict[str, str]:
@@ -57,6 +62,55 @@ def _meta(name: str, namespace: str, uid: str, **extra: Any) -> dict[str, Any]:
 
 def headless_name(name: str) -> str:
     return f"{name}-headless"
+
+
+def replicas_name(name: str) -> str:
+    """The standbys' Service (CloudNativePG's ``-ro``)."""
+    return f"{name}-replicas"
+
+
+def lease_name(name: str) -> str:
+    """The Lease that elects the replica set's primary, in the DurableStream's namespace."""
+    return f"{name}-leader"
+
+
+def service_account_name(name: str) -> str:
+    return name
+
+
+def replication_env(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, str]:
+    """A replica set's settings that are the same on every pod (none with one replica:
+    single-node mode, exactly as before). Each pod's own name and URL come from the
+    downward API (``replica_identity_env``)."""
+    if not replicated(spec):
+        return {}
+    s = with_defaults(spec)
+    rep = s["replication"]
+    return {
+        "DS_REPLICATION_LEASE": f"{namespace}/{lease_name(name)}",
+        "DS_REPLICATION_SET_SIZE": str(s["replicas"]),
+        "DS_MIN_IN_SYNC": str(min_in_sync(spec)),
+        "DS_REPLICATION_DURABILITY": rep["durability"],
+        "DS_LEASE_DURATION": str(rep["leaseDurationSeconds"]),
+        "DS_LEASE_RENEW_DEADLINE": str(rep["renewDeadlineSeconds"]),
+        "DS_LEASE_RETRY_PERIOD": str(rep["retryPeriodSeconds"]),
+    }
+
+
+def replica_identity_env(name: str, namespace: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's name (downward API), its identity in the Lease and the URL peers reach it
+    at through the headless Service; ``$(POD_NAME)`` is expanded by the kubelet because
+    POD_NAME comes first in the list."""
+    if not replicated(spec):
+        return []
+    s = with_defaults(spec)
+    scheme = "https" if s["server"].get("tlsSecretName") else "http"
+    host = f"$(POD_NAME).{headless_name(name)}.{namespace}.svc"
+    return [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "DS_REPLICA_NAME", "value": "$(POD_NAME)"},
+        {"name": "DS_REPLICA_URL", "value": f"{scheme}://{host}:{CONTAINER_PORT}"},
+    ]
 
 
 def endpoint(name: str, namespace: str, spec: dict[str, Any]) -> str:
@@ -117,9 +171,14 @@ def retention_policy(entry: Mapping[str, str]) -> str:
 
 
 def config_hash(spec: dict[str, Any]) -> str:
-    """Changes whenever the pods must restart: server settings, image, resources, mounts."""
+    """Changes whenever the pods must restart: server settings, image, resources, mounts;
+    for a replica set also its replication settings and in-sync count (a scale that moves
+    the majority restarts the pods; one that does not leaves the set size the running pods
+    report one behind, which they only report). One replica hashes as it always did."""
     s = with_defaults(spec)
     relevant = {k: s[k] for k in ("image", "imagePullPolicy", "server", "resources", "scheduling")}
+    if replicated(spec):
+        relevant |= {"replication": s["replication"], "minInSync": min_in_sync(spec)}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -128,7 +187,7 @@ def render_configmap(name: str, namespace: str, uid: str, spec: dict[str, Any]) 
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(f"{name}-config", namespace, uid, instance=name, owner=name),
-        "data": server_env(spec),
+        "data": {**server_env(spec), **replication_env(name, namespace, spec)},
     }
 
 
@@ -184,6 +243,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         "imagePullPolicy": s["imagePullPolicy"],
         "args": ["serve"],
         "envFrom": [{"configMapRef": {"name": f"{name}-config"}}],
+        **({"env": ident} if (ident := replica_identity_env(name, namespace, spec)) else {}),
         "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
         **_probes(life, scheme),
         # A container that exits without writing /dev/termination-log (the server logs its
@@ -222,6 +282,9 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
     }
     if s["imagePullSecrets"]:
         pod_spec["imagePullSecrets"] = s["imagePullSecrets"]
+    if replicated(spec):
+        # The pods' own rights: their Lease (render_role); nothing else is mounted.
+        pod_spec["serviceAccountName"] = service_account_name(name)
     for key in (
         "nodeSelector",
         "affinity",
@@ -283,16 +346,19 @@ def render_headless_service(
 
 
 def render_service(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The clients' Service: the one server, or a replica set's primary only (CloudNativePG's
+    ``-rw``): writes go where they can be acknowledged."""
     s = with_defaults(spec)
     meta = _meta(name, namespace, uid)
     meta["labels"][COMPONENT] = "client"
+    chosen = {**selector(name), ROLE: PRIMARY} if replicated(spec) else selector(name)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": meta,
         "spec": {
             "type": s["service"]["type"],
-            "selector": selector(name),
+            "selector": chosen,
             # Each pod holds its own streams: keep a client on the pod it started with.
             "sessionAffinity": "ClientIP",
             "ports": [{"name": "http", "port": s["service"]["port"], "targetPort": "http"}],
@@ -300,12 +366,82 @@ def render_service(name: str, namespace: str, uid: str, spec: dict[str, Any]) ->
     }
 
 
+def render_replicas_service(
+    name: str, namespace: str, uid: str, spec: dict[str, Any]
+) -> dict[str, Any]:
+    """The standbys (CloudNativePG's ``-ro``): reads that may lag the primary."""
+    s = with_defaults(spec)
+    meta = _meta(replicas_name(name), namespace, uid, instance=name, owner=name)
+    meta["labels"][COMPONENT] = "replicas"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {**selector(name), ROLE: STANDBY},
+            "ports": [{"name": "http", "port": s["service"]["port"], "targetPort": "http"}],
+        },
+    }
+
+
+def render_service_account(
+    name: str, namespace: str, uid: str, spec: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(service_account_name(name), namespace, uid, instance=name, owner=name),
+        # The token is mounted: the servers read and write their Lease with it.
+        "automountServiceAccountToken": True,
+    }
+
+
+def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Exactly what the servers ask of the API: their own Lease, by name. ``create`` cannot
+    be limited by resourceNames in Kubernetes (the name is not known when a create is
+    authorized), so it is granted on leases in this namespace (docs/kubernetes.md)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(name, namespace, uid),
+        "rules": [
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": [lease_name(name)],
+                "verbs": ["get", "update"],
+            },
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        ],
+    }
+
+
+def render_role_binding(
+    name: str, namespace: str, uid: str, spec: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(name, namespace, uid),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": service_account_name(name), "namespace": namespace}
+        ],
+    }
+
+
 def render_pdb(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """One server down at a time; a replica set keeps its in-sync count through a node
+    drain (with minInSync equal to replicas no pod may be evicted: writes need them all)."""
+    budget: dict[str, Any] = {"maxUnavailable": 1}
+    if replicated(spec):
+        budget = {"minAvailable": min_in_sync(spec)}
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(name, namespace, uid),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(name)}},
+        "spec": {**budget, "selector": {"matchLabels": selector(name)}},
     }
 
 
@@ -374,10 +510,21 @@ def desired_objects(
     servicemonitor_labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every object a DurableStream owns, in the order they should be applied."""
-    objs = [
-        render_configmap(name, namespace, uid, spec),
+    objs = [render_configmap(name, namespace, uid, spec)]
+    if replicated(spec):
+        # Before the StatefulSet: its pods start with their account and can see peers.
+        objs += [
+            render_service_account(name, namespace, uid, spec),
+            render_role(name, namespace, uid, spec),
+            render_role_binding(name, namespace, uid, spec),
+        ]
+    objs += [
         render_headless_service(name, namespace, uid, spec),
         render_service(name, namespace, uid, spec),
+    ]
+    if replicated(spec):
+        objs.append(render_replicas_service(name, namespace, uid, spec))
+    objs += [
         render_pdb(name, namespace, uid, spec),
         render_statefulset(name, namespace, uid, spec),
     ]

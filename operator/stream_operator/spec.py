@@ -38,6 +38,15 @@ DEFAULTS: dict[str, Any] = {
         # and restart every server once for nothing.
     },
     "scheduling": {},
+    # Read only with replicas > 1 (a replica set; docs/replication.md). minInSync 0: a
+    # majority of the replicas, the server's own default. Timings as client-go's elector.
+    "replication": {
+        "minInSync": 0,
+        "durability": "required",
+        "leaseDurationSeconds": 15,
+        "renewDeadlineSeconds": 10,
+        "retryPeriodSeconds": 2,
+    },
     "service": {"type": "ClusterIP", "port": 4437},
     "metrics": {"serviceMonitor": {"enabled": False, "interval": "30s"}},
     # Probe timings and shutdown (CloudNativePG's startDelay/stopDelay): recovery of a
@@ -96,6 +105,23 @@ def _merge(base: dict, over: dict) -> dict:
     return base
 
 
+# The server's limit on a replica set (stream_server.replication.settings.MAX_SET_SIZE).
+MAX_REPLICAS = 5
+
+
+def replicated(spec: dict[str, Any]) -> bool:
+    """Whether the spec asks for a replica set (one primary, standbys, a Lease) rather
+    than one server in single-node mode."""
+    return int(with_defaults(spec)["replicas"]) > 1
+
+
+def min_in_sync(spec: dict[str, Any]) -> int:
+    """Replicas, the primary included, that must hold a batch before it is acknowledged:
+    ``replication.minInSync``, or a majority when it is 0 (as the server counts)."""
+    s = with_defaults(spec)
+    return int(s["replication"]["minInSync"]) or int(s["replicas"]) // 2 + 1
+
+
 def quantity_bytes(value: str) -> int:
     m = _QUANTITY.match(str(value).strip())
     if m is None:
@@ -105,7 +131,7 @@ def quantity_bytes(value: str) -> int:
 
 def refused_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
     """Why the operator will not carry out ``old -> new``, or None if it can."""
-    invalid = refused_retention(new)
+    invalid = refused_retention(new) or refused_replication(new)
     if invalid or not old:
         return invalid
     o, n = with_defaults(old), with_defaults(new)
@@ -130,4 +156,26 @@ def refused_retention(spec: dict[str, Any]) -> str | None:
         if prefix in seen:
             return f"server.retention[{i}]: prefix {prefix!r} is given more than once"
         seen.add(prefix)
+    return None
+
+
+def refused_replication(spec: dict[str, Any]) -> str | None:
+    """What the CRD's ranges and rules on ``replicas`` and ``replication`` refuse, for a
+    cluster that did not run them: the server would refuse to start (or, for a scale-down
+    below the in-sync count, no write could ever be acknowledged)."""
+    s = with_defaults(spec)
+    rep, replicas = s["replication"], int(s["replicas"])
+    if not 1 <= replicas <= MAX_REPLICAS:
+        return f"replicas must be 1 to {MAX_REPLICAS} (the copies of one replica set)"
+    if rep["durability"] not in ("required", "preferred"):
+        return "replication.durability must be required or preferred"
+    if not 0 <= int(rep["minInSync"]) <= replicas:
+        return (
+            f"replication.minInSync ({rep['minInSync']}) is more than replicas ({replicas}): "
+            "no write could be acknowledged; lower minInSync before scaling down"
+        )
+    if not int(rep["renewDeadlineSeconds"]) < int(rep["leaseDurationSeconds"]):
+        return "replication.renewDeadlineSeconds must be less than leaseDurationSeconds"
+    if not int(rep["retryPeriodSeconds"]) < int(rep["renewDeadlineSeconds"]):
+        return "replication.retryPeriodSeconds must be less than renewDeadlineSeconds"
     return None

@@ -27,7 +27,8 @@ from typing import Any
 
 from stream_operator.plan import short_claims
 from stream_operator.pod_states import pod_trouble
-from stream_operator.spec import quantity_bytes, with_defaults
+from stream_operator.replica_roles import lease_view, replica_states
+from stream_operator.spec import min_in_sync, quantity_bytes, replicated, with_defaults
 
 
 def _now() -> str:
@@ -93,9 +94,11 @@ def compute_status(
     extra: Sequence[dict[str, Any]] = (),
     pods: Sequence[dict[str, Any]] = (),
     pvcs: Sequence[dict[str, Any]] = (),
+    lease: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``extra``: conditions of optional parts (Analytics), decided where they are applied.
-    ``pods``, ``pvcs``: the DurableStream's pods and claims, as the API lists them."""
+    ``pods``, ``pvcs``: the DurableStream's pods and claims, as the API lists them.
+    ``lease``: a replica set's Lease as the servers wrote it (None: none yet)."""
     previous = previous or {}
     if outcome is not None:
         accepted: dict[str, str] | None = condition(
@@ -194,10 +197,19 @@ def compute_status(
                     f"{want - ready} server(s) not ready" if degraded else "all servers ready",
                 )
             )
+    replication: dict[str, Any] = {}
+    if replicated(spec) and statefulset is not None:
+        replication, too_few = _replication_status(spec, lease, pods)
+        if too_few is not None and not any(
+            c["type"] == "Degraded" and c["status"] == "True" for c in conditions
+        ):
+            conditions = [c for c in conditions if c["type"] != "Degraded"]
+            conditions.append(condition("Degraded", True, "TooFewInSync", too_few))
     if accepted is not None:
         conditions.append(accepted)
     conditions += list(extra)
     out = {
+        **replication,
         "phase": phase,
         "replicas": want,
         "readyReplicas": ready,
@@ -207,6 +219,28 @@ def compute_status(
     if observed is not None:
         out["observedGeneration"] = observed
     return out
+
+
+def _replication_status(
+    spec: dict[str, Any], lease: dict[str, Any] | None, pods: Sequence[dict[str, Any]]
+) -> tuple[dict[str, Any], str | None]:
+    """A replica set's primary, term and per-replica roles from its Lease, and why it is
+    degraded (fewer in sync than ``minInSync``: with ``required`` durability no write is
+    acknowledged), or None."""
+    view = lease_view(lease)
+    states = replica_states(view, pods)
+    synced = len(view.synced)
+    want = min_in_sync(spec)
+    fields: dict[str, Any] = {
+        "primary": view.holder,
+        "term": view.term,
+        "inSyncReplicas": synced,
+        "replicaStatus": states,
+    }
+    if synced >= want:
+        return fields, None
+    who = view.holder or "no primary elected yet"
+    return fields, f"{synced} replica(s) in sync ({who}), minInSync is {want}"
 
 
 def same_status(new: dict[str, Any], old: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ did to the cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from testkit.kube import durable_stream, storage_class
 from testkit.kubelet import (
     Kubelet,
     claim_volumes,
+    container_env,
     failed_pod,
     statefulset_status,
     termination_message,
@@ -119,9 +121,28 @@ def test_create_renders_every_object_with_owner_references(kube: Cluster):
     assert any(e["reason"] == "Created" for e in events), events
 
 
+def healthy_lease(name: str, replicas: int) -> dict[str, Any]:
+    """A replica set's Lease as its servers write it with every replica in sync."""
+    in_sync = json.dumps([f"{name}-{i}" for i in range(1, replicas)])
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": f"{name}-leader",
+            "namespace": NS,
+            "annotations": {"streams.pyds.dev/term": "1", "streams.pyds.dev/in-sync": in_sync},
+        },
+        "spec": {"holderIdentity": f"{name}-0"},
+    }
+
+
 def _ready(kube: Cluster, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Create a DurableStream, play its controller, wait until the operator says Ready."""
+    """Create a DurableStream, play its controller, wait until the operator says Ready;
+    a replica set's servers have elected a primary and are all in sync."""
     kube.create(durable_stream(name, spec)).raise_for_status()
+    replicas = int((spec or {}).get("replicas", 1))
+    if replicas > 1:
+        kube.create(healthy_lease(name, replicas)).raise_for_status()
     wait_for(lambda: kube.get("StatefulSet", NS, name), message="StatefulSet")
     play_statefulset_controller(kube, name)
     wait_for(lambda: status_of(kube, name).get("phase") == "Ready", message="Ready")
@@ -321,6 +342,10 @@ def test_operator_restart_touches_nothing_that_is_already_right():
             ("PodDisruptionBudget", "events"),
             ("StatefulSet", "events"),
             ("PersistentVolumeClaim", "data-events-0"),
+            ("ServiceAccount", "events"),
+            ("Role", "events"),
+            ("RoleBinding", "events"),
+            ("Service", "events-replicas"),
         ]
         versions = {k: kube.get(*k[:1], NS, k[1])["metadata"]["resourceVersion"] for k in owned}
         ds_version = kube.get(KIND, NS, "events")["metadata"]["resourceVersion"]
@@ -334,7 +359,7 @@ def test_operator_restart_touches_nothing_that_is_already_right():
                 for e in kube.list("Event", NS)
                 if e["reason"] == "Created" and e["involvedObject"]["name"] == "events"
             ]
-            assert len(created) == 5  # from the first run only
+            assert len(created) == 9  # from the first run only (a replica set's 9 objects)
             # Resyncs ran, and found nothing to correct: no write, no event.
             rewritten = [
                 e
@@ -637,7 +662,7 @@ def test_a_server_that_refuses_its_data_format_is_named_in_the_status(kube: Clus
     data.mkdir()
     newer = WRITE_VERSION + 1
     (data / "FORMAT").write_text(f"durable-streams-py data format {newer}\nread-version 1\n")
-    env = dict(kube.get("ConfigMap", NS, "events-config")["data"])
+    env = container_env(kube, NS, container, "events-1")
     env.update(DS_HOST="127.0.0.1", DS_PORT=str(free_port()), DS_DATA_DIR=str(data))
     proc = subprocess.run(
         [sys.executable, "-m", "stream_server", *container["args"]],

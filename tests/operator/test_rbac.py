@@ -22,7 +22,7 @@ from stream_operator import KIND
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
-from testkit.kubelet import claim_volumes, statefulset_status
+from testkit.kubelet import claim_volumes, pod_object, statefulset_status
 from testkit.operator import running_operator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +63,40 @@ def phase(c: Cluster, namespace: str, name: str) -> str | None:
     return ((c.get(KIND, namespace, name) or {}).get("status") or {}).get("phase")
 
 
+def role(c: Cluster, namespace: str, pod: str) -> str | None:
+    labels = (c.get("Pod", namespace, pod) or {}).get("metadata", {}).get("labels") or {}
+    return labels.get("streams.pyds.dev/role")
+
+
+def become_a_replica_set_and_back(c: Cluster, namespace: str) -> None:
+    """Three replicas (the pods' account, Role, RoleBinding, the standbys' Service, the
+    role labels from the Lease), then one again (all of that pruned)."""
+    c.patch(KIND, namespace, "events", {"spec": {"replicas": 3}}).raise_for_status()
+    wait_for(lambda: c.get("RoleBinding", namespace, "events"), message="the RoleBinding")
+    wait_for(
+        lambda: c.get("StatefulSet", namespace, "events")["spec"]["replicas"] == 3,
+        message="three replicas",
+    )
+    sts = c.get("StatefulSet", namespace, "events")
+    for i in range(3):
+        c.create(pod_object(sts, i)).raise_for_status()
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "events-leader", "namespace": namespace},
+        "spec": {"holderIdentity": "events-0"},
+    }
+    c.create(lease).raise_for_status()
+    play_statefulset_controller(c, namespace, "events")
+    wait_for(lambda: role(c, namespace, "events-0") == "primary", message="the primary label")
+    c.patch(KIND, namespace, "events", {"spec": {"replicas": 1}}).raise_for_status()
+    wait_for(lambda: c.get("RoleBinding", namespace, "events") is None, message="pruned RBAC")
+    wait_for(lambda: c.get("Service", namespace, "events-replicas") is None, message="pruned")
+    for i in range(3):
+        c.delete("Pod", namespace, f"events-{i}").raise_for_status()
+    play_statefulset_controller(c, namespace, "events")
+
+
 def everything_the_operator_does(c: Cluster, namespace: str) -> None:
     """Create with every optional part, grow, turn parts off (prune), delete (PVCs go)."""
     c.install_servicemonitor_crd()
@@ -77,6 +111,7 @@ def everything_the_operator_does(c: Cluster, namespace: str) -> None:
     play_statefulset_controller(c, namespace, "events")
     wait_for(lambda: phase(c, namespace, "events") == "Ready", message="Ready")
     wait_for(lambda: c.list("ScheduledSparkApplication", namespace), message="a Spark job")
+    become_a_replica_set_and_back(c, namespace)
     off = {
         "storage": {"size": "2Gi"},
         "metrics": {"serviceMonitor": {"enabled": False}},

@@ -102,7 +102,12 @@ def test_statefulset_runs_the_server_as_configured():
 def test_config_hash_rolls_pods_only_for_pod_changes():
     base = {"replicas": 1, "storage": {"size": "1Gi"}}
     h = config_hash(base)
-    assert config_hash({**base, "replicas": 5}) == h  # scaling is not a restart
+    assert config_hash({**base, "replicas": 5}) != h  # single node -> replica set
+    three = config_hash({**base, "replicas": 3})
+    assert config_hash({**base, "replicas": 4}) != three  # the majority moves: 2 -> 3
+    assert config_hash({**base, "replicas": 5}) == config_hash({**base, "replicas": 4})
+    pinned = {**base, "replication": {"minInSync": 2}}
+    assert config_hash({**pinned, "replicas": 3}) == config_hash({**pinned, "replicas": 5})
     assert config_hash({**base, "storage": {"size": "2Gi"}}) == h  # growth goes to the PVCs
     assert config_hash({**base, "image": "x:2"}) != h
     assert config_hash({**base, "server": {"logLevel": "debug"}}) != h

@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+import json
+
 from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
+
+
+def healthy_lease(replicas: int) -> dict:
+    """The Lease of a replica set with every replica in sync (pod 0 the primary)."""
+    standbys = [f"x-{i}" for i in range(1, replicas)]
+    return {
+        "metadata": {
+            "annotations": {
+                "streams.pyds.dev/term": "1",
+                "streams.pyds.dev/in-sync": json.dumps(standbys),
+            }
+        },
+        "spec": {"holderIdentity": "x-0"},
+    }
+
+
+def status_of(**kw):
+    """compute_status with a healthy replica set's Lease unless the test gives one: the
+    tests here are about the pods and the StatefulSet, not about who is in sync."""
+    kw.setdefault("lease", healthy_lease(int((kw.get("spec") or {}).get("replicas", 1))))
+    return compute_status(**kw)
 
 
 def sts(replicas=3, ready=3, updated=3, generation=2, observed=2, cur="r1", upd="r1"):
@@ -24,20 +47,20 @@ def conds(status):
 
 
 def test_no_statefulset_yet_is_pending():
-    s = compute_status(spec={}, generation=1, statefulset=None, endpoint="e", outcome=Outcome())
+    s = status_of(spec={}, generation=1, statefulset=None, endpoint="e", outcome=Outcome())
     assert s["phase"] == "Pending" and s["readyReplicas"] == 0
     assert conds(s)["Ready"][0] == "False" and s["observedGeneration"] == 1
 
 
 def test_all_ready():
-    s = compute_status(spec={"replicas": 3}, generation=4, statefulset=sts(), endpoint="http://x")
+    s = status_of(spec={"replicas": 3}, generation=4, statefulset=sts(), endpoint="http://x")
     assert s["phase"] == "Ready" and s["readyReplicas"] == 3 and s["endpoint"] == "http://x"
     assert conds(s)["Ready"] == ("True", "AllReplicasReady")
     assert conds(s)["Progressing"][0] == "False" and conds(s)["Degraded"][0] == "False"
 
 
 def test_rolling_update_is_progressing():
-    s = compute_status(
+    s = status_of(
         spec={"replicas": 3},
         generation=5,
         statefulset=sts(updated=1, cur="r1", upd="r2"),
@@ -47,12 +70,12 @@ def test_rolling_update_is_progressing():
 
 
 def test_lost_pod_is_degraded():
-    s = compute_status(spec={"replicas": 3}, generation=5, statefulset=sts(ready=2), endpoint="e")
+    s = status_of(spec={"replicas": 3}, generation=5, statefulset=sts(ready=2), endpoint="e")
     assert s["phase"] == "Degraded" and conds(s)["Degraded"] == ("True", "PodsNotReady")
 
 
 def test_refused_change_is_said():
-    s = compute_status(
+    s = status_of(
         spec={"replicas": 3},
         generation=5,
         statefulset=sts(),
@@ -68,7 +91,7 @@ def test_refused_change_is_said():
 def test_a_failed_change_is_not_ready_and_not_observed():
     """The pods serve, but the spec was not carried out: Ready=False with the reason."""
     failed = Outcome("ExpansionNotAllowed", "StorageClass fixed does not allow volume expansion")
-    s = compute_status(
+    s = status_of(
         spec={"replicas": 3},
         generation=2,
         statefulset=sts(),
@@ -82,14 +105,14 @@ def test_a_failed_change_is_not_ready_and_not_observed():
     ready = next(c for c in s["conditions"] if c["type"] == "Ready")
     assert "does not allow volume expansion" in ready["message"]
     # Observing the pods again (no reconcile) keeps the outcome and the generation.
-    again = compute_status(
+    again = status_of(
         spec={"replicas": 3}, generation=2, statefulset=sts(), endpoint="e", previous=s
     )
     assert conds(again)["Accepted"] == ("False", "ExpansionNotAllowed")
     assert again["observedGeneration"] == 1 and again["phase"] == "Degraded"
     assert same_status(again, s)
     # Once applied, the generation is observed and the status is Ready.
-    done = compute_status(
+    done = status_of(
         spec={"replicas": 3},
         generation=2,
         statefulset=sts(),
@@ -102,18 +125,18 @@ def test_a_failed_change_is_not_ready_and_not_observed():
 
 
 def test_before_any_reconcile_nothing_is_claimed():
-    s = compute_status(spec={}, generation=1, statefulset=None, endpoint="e")
+    s = status_of(spec={}, generation=1, statefulset=None, endpoint="e")
     assert "observedGeneration" not in s and "Accepted" not in conds(s)
 
 
 def test_transition_times_are_kept_while_the_status_holds():
-    first = compute_status(spec={"replicas": 3}, generation=1, statefulset=sts(), endpoint="e")
+    first = status_of(spec={"replicas": 3}, generation=1, statefulset=sts(), endpoint="e")
     first["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
-    again = compute_status(
+    again = status_of(
         spec={"replicas": 3}, generation=1, statefulset=sts(), endpoint="e", previous=first
     )
     assert again["conditions"][0]["lastTransitionTime"] == "2020-01-01T00:00:00Z"
-    flipped = compute_status(
+    flipped = status_of(
         spec={"replicas": 3}, generation=1, statefulset=sts(ready=1), endpoint="e", previous=first
     )
     assert flipped["conditions"][0]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
@@ -144,7 +167,7 @@ def test_ready_waits_until_every_volume_holds_the_spec_size():
     template) or not yet resized is not Ready; retained claims past the replicas are not."""
     spec = {"replicas": 2, "storage": {"size": "5Gi"}}
     small = [pvc("data-ev-0", "5Gi", "5Gi"), pvc("data-ev-1", "5Gi", "1Gi")]
-    s = compute_status(
+    s = status_of(
         spec=spec,
         generation=3,
         statefulset=sts(replicas=2, ready=2, updated=2),
@@ -156,7 +179,7 @@ def test_ready_waits_until_every_volume_holds_the_spec_size():
     ready = next(c for c in s["conditions"] if c["type"] == "Ready")
     assert ready["message"] == "volumes not yet at 5Gi: data-ev-1 holds 1Gi"
     done = [pvc("data-ev-0", "5Gi", "5Gi"), pvc("data-ev-1", "5Gi"), pvc("data-ev-2", "1Gi")]
-    s = compute_status(
+    s = status_of(
         spec=spec,
         generation=3,
         statefulset=sts(replicas=2, ready=2, updated=2),
@@ -205,9 +228,7 @@ def test_a_crash_loop_says_why_in_the_servers_own_words():
         ),
     ]
     rolling = sts(replicas=2, ready=1, updated=1, cur="r1", upd="r2")
-    s = compute_status(
-        spec={"replicas": 2}, generation=2, statefulset=rolling, endpoint="e", pods=pods
-    )
+    s = status_of(spec={"replicas": 2}, generation=2, statefulset=rolling, endpoint="e", pods=pods)
     assert s["phase"] == "Degraded"
     assert conds(s)["Ready"] == ("False", "CrashLoopBackOff")
     assert conds(s)["Degraded"] == ("True", "CrashLoopBackOff")
@@ -223,7 +244,7 @@ def test_oom_and_image_pull_are_named_and_a_recovered_pod_is_not():
     oom = server_pod(
         "ev-0", restarts=2, last={"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
     )
-    s = compute_status(
+    s = status_of(
         spec={"replicas": 1},
         generation=1,
         statefulset=sts(replicas=1, ready=0, updated=1),
@@ -237,7 +258,7 @@ def test_oom_and_image_pull_are_named_and_a_recovered_pod_is_not():
             "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x:9"'}
         },
     )
-    s = compute_status(
+    s = status_of(
         spec={"replicas": 1},
         generation=1,
         statefulset=sts(replicas=1, ready=0, updated=1),
@@ -251,7 +272,7 @@ def test_oom_and_image_pull_are_named_and_a_recovered_pod_is_not():
     # An OOM kill long ago, now ready: nothing to say; a pod still creating: nothing either.
     healed = server_pod("ev-0", ready=True, last={"terminated": {"reason": "OOMKilled"}})
     creating = server_pod("ev-1", state={"waiting": {"reason": "ContainerCreating"}})
-    s = compute_status(
+    s = status_of(
         spec={"replicas": 2},
         generation=1,
         statefulset=sts(replicas=2, ready=1, updated=2),

@@ -1,0 +1,129 @@
+"""A replica set's roles as its Lease says them: who is primary, in which term, who is in sync.
+
+The servers elect their primary themselves (docs/replication.md); the operator
+only reads the Lease they write and reflects it: the role label on each pod
+(which the client Services select on) and the status. Pure functions over the
+Lease and the pods as the API returns them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stream_operator import GROUP
+
+# The annotations the servers write on their Lease (stream_server.replication.lease).
+TERM = f"{GROUP}/term"
+IN_SYNC = f"{GROUP}/in-sync"
+POSITIONS = f"{GROUP}/positions"
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """What the operator reads from the Lease: holder, term, in-sync set, positions."""
+
+    holder: str = ""
+    term: int = 0
+    in_sync: tuple[str, ...] = ()
+    positions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def synced(self) -> frozenset[str]:
+        """The replicas holding every acknowledged write: the Lease's in-sync list names
+        the standbys only; the holder is in sync by definition."""
+        return frozenset({self.holder, *self.in_sync} - {""})
+
+
+def _json(raw: str | None, kind: type) -> Any:
+    """A hand-edited or half-written annotation reads as empty, never as an error."""
+    try:
+        value = json.loads(raw or "")
+    except ValueError:
+        return kind()
+    return value if isinstance(value, kind) else kind()
+
+
+def lease_view(lease: Mapping[str, Any] | None) -> LeaseView:
+    if not lease:
+        return LeaseView()
+    notes = (lease.get("metadata") or {}).get("annotations") or {}
+    try:
+        term = int(notes.get(TERM) or 0)
+    except ValueError:
+        term = 0
+    positions = {
+        str(k): (int(v[0]), int(v[1]))
+        for k, v in _json(notes.get(POSITIONS), dict).items()
+        if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)
+    }
+    return LeaseView(
+        holder=str((lease.get("spec") or {}).get("holderIdentity") or ""),
+        term=term,
+        in_sync=tuple(str(n) for n in _json(notes.get(IN_SYNC), list)),
+        positions=positions,
+    )
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "")
+
+
+def wanted_roles(view: LeaseView, pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The role each pod should be labelled with: the Lease holder ``primary``, every
+    other pod ``standby`` (a pod named by no Lease yet, too: it is not the primary)."""
+    return {
+        pod_name(p): "primary" if pod_name(p) == view.holder else "standby"
+        for p in pods
+        if pod_name(p)
+    }
+
+
+def relabel_order(
+    current: Mapping[str, str | None], wanted: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """The (pod, role) label changes, demotions first: applied in this order, the primary
+    Service never selects two pods, even between two of the patches."""
+    changes = [(pod, role) for pod, role in sorted(wanted.items()) if current.get(pod) != role]
+    return sorted(changes, key=lambda c: c[1] == "primary")
+
+
+def replica_states(view: LeaseView, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each replica's role and in-sync flag for the status (by pod name)."""
+    out = []
+    for name in sorted(pod_name(p) for p in pods if pod_name(p)):
+        entry: dict[str, Any] = {
+            "name": name,
+            "role": "primary" if name == view.holder else "standby",
+            "inSync": name in view.synced,
+        }
+        if name in view.positions:
+            entry["position"] = list(view.positions[name])
+        out.append(entry)
+    return out
+
+
+def refused_scale_down(name: str, current: int, wanted: int, view: LeaseView) -> str | None:
+    """Why scaling a replica set from ``current`` to ``wanted`` pods must wait, or None.
+
+    The StatefulSet removes the highest ordinals. Removing the primary's pod is an
+    unplanned failover, which the user should make on purpose (delete that pod, an
+    in-sync standby takes the Lease) before scaling; and one pod left alone in
+    single-node mode must hold every acknowledged write, so it must be in sync.
+    """
+    if wanted >= current or current <= 1:
+        return None
+    removed = {f"{name}-{i}" for i in range(wanted, current)}
+    if view.holder in removed:
+        return (
+            f"scaling {current} -> {wanted} would remove the primary {view.holder}: "
+            f"delete pod {view.holder} first (an in-sync standby takes over), then scale down"
+        )
+    if wanted == 1 and f"{name}-0" not in view.synced:
+        return (
+            f"scaling to one replica would leave {name}-0 serving alone, and it is not in "
+            "sync (it may lack acknowledged writes): wait until it is"
+        )
+    return None

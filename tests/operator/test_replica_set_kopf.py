@@ -1,0 +1,164 @@
+"""Issue 16, part 1: the real kopf operator runs a replica set on the emulated API server.
+
+The servers elect their primary through the Lease (docs/replication.md); here
+the test writes that Lease as they would, plays the StatefulSet controller
+and the kubelet (pods), and checks what the operator makes of it: the pods'
+own RBAC, the role labels the client Services select on, the status (primary,
+term, in-sync count, Degraded), the Events of a change of primary, and a
+refused scale-down.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stream_operator import KIND
+from testkit import wait_for
+from testkit.cluster import Cluster, cluster
+from testkit.kube import durable_stream
+from testkit.kubelet import claim_volumes, pod_object, statefulset_status
+from testkit.operator import running_operator
+
+NS = "default"
+ROLE = "streams.pyds.dev/role"
+
+
+@pytest.fixture
+def kube() -> Iterator[Cluster]:
+    with cluster() as c, running_operator(c):
+        yield c
+
+
+def status_of(c: Cluster) -> dict[str, Any]:
+    return (c.get(KIND, NS, "events") or {}).get("status") or {}
+
+
+def condition(c: Cluster, ctype: str) -> dict[str, Any]:
+    return next((x for x in status_of(c).get("conditions") or [] if x["type"] == ctype), {})
+
+
+def roles(c: Cluster) -> dict[str, str | None]:
+    return {
+        p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(ROLE)
+        for p in c.list("Pod", NS)
+    }
+
+
+def events(c: Cluster, reason: str) -> list[str]:
+    return [
+        e["message"]
+        for e in c.list("Event", NS)
+        if e["involvedObject"]["name"] == "events" and e["reason"] == reason
+    ]
+
+
+def write_lease(c: Cluster, holder: str, term: int, in_sync: list[str]) -> None:
+    """The Lease as the servers write it (holder, term and in-sync set in one write)."""
+    notes = {"streams.pyds.dev/term": str(term), "streams.pyds.dev/in-sync": json.dumps(in_sync)}
+    body = {"metadata": {"annotations": notes}, "spec": {"holderIdentity": holder}}
+    if c.get("Lease", NS, "events-leader") is None:
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
+        meta = {**body["metadata"], "name": "events-leader", "namespace": NS}
+        c.create({**lease, **body, "metadata": meta}).raise_for_status()
+    else:
+        c.patch("Lease", NS, "events-leader", body).raise_for_status()
+
+
+def running_replica_set(c: Cluster, spec: dict[str, Any]) -> None:
+    """Create the DurableStream, then do what the StatefulSet controller and kubelet would."""
+    c.create(durable_stream("events", spec)).raise_for_status()
+    sts = wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
+    claim_volumes(c, sts)
+    for i in range(sts["spec"]["replicas"]):
+        c.create(pod_object(sts, i)).raise_for_status()
+    want = sts["spec"]["replicas"]
+    rev = f"events-{sts['metadata']['generation']}"
+    status = statefulset_status(sts, want, want, want, rev, rev)
+    c.patch("StatefulSet", NS, "events", {"status": status}, status=True).raise_for_status()
+
+
+def test_a_replica_set_gets_its_rights_its_services_and_a_status_that_follows_the_lease(
+    kube: Cluster,
+):
+    running_replica_set(kube, {"replicas": 3})
+    sts = kube.get("StatefulSet", NS, "events")
+    assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "events"
+    binding = kube.get("RoleBinding", NS, "events")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "events", "namespace": NS}]
+    assert kube.get("Role", NS, "events")["rules"][0]["resourceNames"] == ["events-leader"]
+    assert kube.get("Service", NS, "events")["spec"]["selector"][ROLE] == "primary"
+    assert kube.get("Service", NS, "events-replicas")["spec"]["selector"][ROLE] == "standby"
+    assert kube.get("PodDisruptionBudget", NS, "events")["spec"]["minAvailable"] == 2
+    # Before any server took the Lease: no primary, too few in sync.
+    wait_for(lambda: condition(kube, "Degraded").get("reason") == "TooFewInSync", message="-")
+    wait_for(lambda: set(roles(kube).values()) == {"standby"}, message="standby labels")
+
+    write_lease(kube, "events-0", 1, ["events-1", "events-2"])
+    wait_for(lambda: status_of(kube).get("inSyncReplicas") == 3, message="three in sync")
+    st = status_of(kube)
+    assert (st["primary"], st["term"], st["phase"]) == ("events-0", 1, "Ready")
+    assert [r["role"] for r in st["replicaStatus"]] == ["primary", "standby", "standby"]
+    assert condition(kube, "Degraded")["status"] == "False"
+    assert roles(kube) == {"events-0": "primary", "events-1": "standby", "events-2": "standby"}
+    wait_for(lambda: events(kube, "PrimaryElected"), message="an Event for the election")
+
+    # Failover: events-2 takes the Lease in term 2, events-0 is out of the in-sync set.
+    write_lease(kube, "events-2", 2, ["events-1"])
+    wait_for(lambda: status_of(kube).get("primary") == "events-2", message="the new primary")
+    assert roles(kube) == {"events-0": "standby", "events-1": "standby", "events-2": "primary"}
+    assert status_of(kube)["term"] == 2 and status_of(kube)["inSyncReplicas"] == 2
+    assert condition(kube, "Degraded")["status"] == "False"  # 2 is a majority of 3
+    changed = wait_for(lambda: events(kube, "PrimaryChanged"), message="an Event")
+    assert changed == ["primary events-0 -> events-2 (term 2)"]
+
+    # The last standby falls behind: fewer in sync than a majority.
+    write_lease(kube, "events-2", 2, [])
+    wait_for(lambda: condition(kube, "Degraded").get("status") == "True", message="Degraded")
+    assert (
+        condition(kube, "Degraded")["message"] == "1 replica(s) in sync (events-2), minInSync is 2"
+    )
+
+
+def test_a_scale_down_below_the_in_sync_count_is_refused_with_the_reason(kube: Cluster):
+    """The emulated API server runs no CEL rules: the operator's own check refuses."""
+    running_replica_set(kube, {"replicas": 3, "replication": {"minInSync": 3}})
+    write_lease(kube, "events-0", 1, ["events-1", "events-2"])
+    wait_for(lambda: status_of(kube).get("phase") == "Ready", message="Ready")
+    kube.patch(KIND, NS, "events", {"spec": {"replicas": 2}}).raise_for_status()
+    wait_for(lambda: condition(kube, "Accepted").get("status") == "False", message="refused")
+    accepted = condition(kube, "Accepted")
+    assert accepted["reason"] == "ChangeRefused"
+    assert "minInSync (3) is more than replicas (2)" in accepted["message"]
+    assert kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 3
+    assert condition(kube, "Ready")["status"] == "False"
+    assert events(kube, "ChangeRefused")
+
+
+def test_one_replica_gets_no_pod_rights_and_no_role_labels(kube: Cluster):
+    running_replica_set(kube, {"replicas": 1})
+    wait_for(lambda: status_of(kube).get("phase") == "Ready", message="Ready")
+    assert kube.get("ServiceAccount", NS, "events") is None
+    assert kube.get("Service", NS, "events-replicas") is None
+    assert roles(kube) == {"events-0": None}
+    assert "primary" not in status_of(kube)
+
+
+def test_a_scale_down_that_would_remove_the_primary_waits_for_a_failover(kube: Cluster):
+    running_replica_set(kube, {"replicas": 3})
+    write_lease(kube, "events-2", 4, ["events-0", "events-1"])
+    wait_for(lambda: status_of(kube).get("primary") == "events-2", message="events-2 primary")
+    kube.patch(KIND, NS, "events", {"spec": {"replicas": 2}}).raise_for_status()
+    wait_for(lambda: condition(kube, "Accepted").get("status") == "False", message="refused")
+    assert "would remove the primary events-2" in condition(kube, "Accepted")["message"]
+    assert kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 3
+    # The user fails over (deletes the primary's pod); events-0 takes the Lease.
+    write_lease(kube, "events-0", 5, ["events-1"])
+    wait_for(
+        lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 2,
+        message="the scale-down carried out after the failover",
+    )
+    wait_for(lambda: condition(kube, "Accepted").get("status") == "True", message="accepted")

@@ -1,0 +1,289 @@
+"""Issue 16, part 1: what a replica set renders, refuses and reports (pure functions).
+
+One replica renders exactly what it rendered before replication existed; more
+than one renders the Lease settings, each pod's identity from the downward
+API, the pods' own ServiceAccount/Role/RoleBinding, a primary-only client
+Service, a standbys' Service and a PodDisruptionBudget that keeps the in-sync
+count. The rendered settings are given to the real server's settings loader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from stream_operator.render import (
+    CONTAINER_PORT,
+    desired_objects,
+    render_configmap,
+    render_pdb,
+    render_role,
+    render_service,
+    render_statefulset,
+)
+from stream_operator.replica_roles import (
+    lease_view,
+    refused_scale_down,
+    relabel_order,
+    wanted_roles,
+)
+from stream_operator.spec import min_in_sync, refused_change
+from stream_operator.status import compute_status
+from stream_server.config import settings_from
+
+UID = "uid-1"
+K8S_VERSION = "1.31"  # as tests/operator/test_chart.py
+THREE = {"replicas": 3, "storage": {"size": "1Gi"}}
+
+
+def kinds(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    objs = desired_objects("ev", "ns", UID, spec, servicemonitor_crd=False)
+    return [(o["kind"], o["metadata"]["name"]) for o in objs]
+
+
+def container(spec: dict[str, Any]) -> dict[str, Any]:
+    return render_statefulset("ev", "ns", UID, spec)["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_one_replica_renders_what_it_rendered_before():
+    """The objects, the pod's environment and the client Service of a single server have
+    no trace of replication (the hash is unchanged too: test_render)."""
+    one = {"replicas": 1}
+    assert kinds(one) == [
+        ("ConfigMap", "ev-config"),
+        ("Service", "ev-headless"),
+        ("Service", "ev"),
+        ("PodDisruptionBudget", "ev"),
+        ("StatefulSet", "ev"),
+    ]
+    assert not any(k.startswith(("DS_REPLICA", "DS_LEASE", "DS_MIN")) for k in env_of(one))
+    assert "env" not in container(one)
+    pod = render_statefulset("ev", "ns", UID, one)["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in pod
+    assert "streams.pyds.dev/role" not in render_service("ev", "ns", UID, one)["spec"]["selector"]
+    assert render_pdb("ev", "ns", UID, one)["spec"]["maxUnavailable"] == 1
+
+
+def env_of(spec: dict[str, Any]) -> dict[str, str]:
+    return render_configmap("ev", "ns", UID, spec)["data"]
+
+
+def test_three_replicas_render_the_lease_settings_and_each_pods_identity():
+    spec = {**THREE, "replication": {"durability": "preferred", "leaseDurationSeconds": 20}}
+    env = env_of(spec)
+    assert env["DS_REPLICATION_LEASE"] == "ns/ev-leader"
+    assert env["DS_REPLICATION_SET_SIZE"] == "3"
+    assert env["DS_MIN_IN_SYNC"] == "2"  # a majority of three, written out
+    assert env["DS_REPLICATION_DURABILITY"] == "preferred"
+    assert (env["DS_LEASE_DURATION"], env["DS_LEASE_RENEW_DEADLINE"]) == ("20", "10")
+    assert env["DS_LEASE_RETRY_PERIOD"] == "2"
+    ident = container(spec)["env"]
+    assert ident[0] == {
+        "name": "POD_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+    }
+    values = {e["name"]: e.get("value") for e in ident}
+    assert values["DS_REPLICA_NAME"] == "$(POD_NAME)"
+    assert values["DS_REPLICA_URL"] == f"http://$(POD_NAME).ev-headless.ns.svc:{CONTAINER_PORT}"
+    tls = {**THREE, "server": {"tlsSecretName": "ev-tls"}}
+    tls_url = {e["name"]: e.get("value") for e in container(tls)["env"]}["DS_REPLICA_URL"]
+    assert tls_url.startswith("https://")
+
+
+def expanded(spec: dict[str, Any], pod: str) -> dict[str, str]:
+    """The pod's environment as the kubelet builds it: the ConfigMap, then ``env`` with
+    ``$(POD_NAME)`` expanded."""
+    env = dict(env_of(spec))
+    for entry in container(spec)["env"]:
+        env[entry["name"]] = entry.get("value", pod).replace("$(POD_NAME)", pod)
+    return env
+
+
+@pytest.mark.parametrize("replicas", [2, 3, 5])
+def test_the_server_accepts_the_rendered_replica_set_settings(replicas: int):
+    """The real settings loader, with its unknown-variable and consistency checks."""
+    spec = {**THREE, "replicas": replicas}
+    s = settings_from(argparse.Namespace(), expanded(spec, "ev-1"))
+    assert s.replication_lease == "ns/ev-leader" and s.replica_name == "ev-1"
+    assert s.replica_url == "http://ev-1.ev-headless.ns.svc:4437"
+    assert s.replication_set_size == replicas and s.min_in_sync == replicas // 2 + 1
+
+
+def test_the_pods_rights_are_their_lease_by_name_and_nothing_cluster_wide():
+    assert kinds(THREE) == [
+        ("ConfigMap", "ev-config"),
+        ("ServiceAccount", "ev"),
+        ("Role", "ev"),
+        ("RoleBinding", "ev"),
+        ("Service", "ev-headless"),
+        ("Service", "ev"),
+        ("Service", "ev-replicas"),
+        ("PodDisruptionBudget", "ev"),
+        ("StatefulSet", "ev"),
+    ]
+    rules = render_role("ev", "ns", UID, THREE)["rules"]
+    by_name = [r for r in rules if r.get("resourceNames")]
+    assert by_name == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["ev-leader"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    # create cannot be limited by name in Kubernetes: the one verb granted without it.
+    assert [r["verbs"] for r in rules if not r.get("resourceNames")] == [["create"]]
+    pod = render_statefulset("ev", "ns", UID, THREE)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "ev"
+
+
+def test_services_route_the_primary_and_the_standbys_apart():
+    objs = desired_objects("ev", "ns", UID, THREE, servicemonitor_crd=False)
+    svc = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
+    assert svc["ev"]["spec"]["selector"]["streams.pyds.dev/role"] == "primary"
+    assert svc["ev-replicas"]["spec"]["selector"]["streams.pyds.dev/role"] == "standby"
+    assert "streams.pyds.dev/role" not in svc["ev-headless"]["spec"]["selector"]
+    # The ServiceMonitor selects the client component: the standbys' Service is not it.
+    assert svc["ev-replicas"]["metadata"]["labels"]["app.kubernetes.io/component"] == "replicas"
+
+
+def test_the_disruption_budget_keeps_the_in_sync_count():
+    assert render_pdb("ev", "ns", UID, THREE)["spec"] == {
+        "minAvailable": 2,
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "durable-streams",
+                "app.kubernetes.io/instance": "ev",
+            }
+        },
+    }
+    pinned = {**THREE, "replicas": 5, "replication": {"minInSync": 4}}
+    assert render_pdb("ev", "ns", UID, pinned)["spec"]["minAvailable"] == 4
+    assert min_in_sync(pinned) == 4
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"replicas": 6}, "replicas must be 1 to 5"),
+        ({"replicas": 2, "replication": {"minInSync": 3}}, "minInSync (3) is more than replicas"),
+        ({"replicas": 3, "replication": {"durability": "maybe"}}, "durability"),
+        ({"replication": {"renewDeadlineSeconds": 15}}, "renewDeadlineSeconds must be less"),
+        ({"replication": {"retryPeriodSeconds": 10}}, "retryPeriodSeconds must be less"),
+    ],
+)
+def test_settings_the_server_would_refuse_are_refused(spec: dict[str, Any], words: str):
+    assert words in (refused_change(None, spec) or "")
+
+
+def test_a_scale_down_below_the_in_sync_count_is_refused_with_the_reason():
+    old = {"replicas": 3, "replication": {"minInSync": 3}}
+    why = refused_change(old, {**old, "replicas": 2})
+    assert why is not None and "lower minInSync before scaling down" in why
+    assert refused_change(old, {"replicas": 2, "replication": {"minInSync": 2}}) is None
+
+
+def lease(holder: str, in_sync: list[str], term: int = 3) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "annotations": {
+                "streams.pyds.dev/term": str(term),
+                "streams.pyds.dev/in-sync": json.dumps(in_sync),
+                "streams.pyds.dev/positions": json.dumps({"ev-0": [3, 120]}),
+            }
+        },
+        "spec": {"holderIdentity": holder},
+    }
+
+
+def pod(name: str, role: str | None = None) -> dict[str, Any]:
+    labels = {"streams.pyds.dev/role": role} if role else {}
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def test_relabelling_demotes_before_it_promotes():
+    """A failover ev-0 -> ev-2: ev-0 loses the primary label before ev-2 gets it, so the
+    primary Service never selects two pods."""
+    pods = [pod("ev-0", "primary"), pod("ev-1", "standby"), pod("ev-2", "standby")]
+    wanted = wanted_roles(lease_view(lease("ev-2", ["ev-1"])), pods)
+    current = {"ev-0": "primary", "ev-1": "standby", "ev-2": "standby"}
+    assert relabel_order(current, wanted) == [("ev-0", "standby"), ("ev-2", "primary")]
+    assert relabel_order({**current, "ev-0": "standby", "ev-2": "primary"}, wanted) == []
+    # No Lease yet: nobody is primary.
+    assert set(wanted_roles(lease_view(None), pods).values()) == {"standby"}
+
+
+def ready_sts() -> dict[str, Any]:
+    st = {"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "observedGeneration": 1}
+    return {"metadata": {"generation": 1}, "status": st}
+
+
+def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_status_names_the_primary_term_and_each_replicas_role():
+    pods = [pod("ev-0"), pod("ev-1"), pod("ev-2")]
+    s = compute_status(
+        spec=THREE,
+        generation=1,
+        statefulset=ready_sts(),
+        endpoint="e",
+        pods=pods,
+        lease=lease("ev-0", ["ev-2"]),
+    )
+    assert (s["primary"], s["term"], s["inSyncReplicas"]) == ("ev-0", 3, 2)
+    assert s["replicaStatus"] == [
+        {"name": "ev-0", "role": "primary", "inSync": True, "position": [3, 120]},
+        {"name": "ev-1", "role": "standby", "inSync": False},
+        {"name": "ev-2", "role": "standby", "inSync": True},
+    ]
+    assert conds(s)["Degraded"] == ("False", "AsExpected")
+
+
+def test_fewer_in_sync_than_asked_is_degraded_with_the_counts():
+    pods = [pod("ev-0"), pod("ev-1"), pod("ev-2")]
+    s = compute_status(
+        spec={**THREE, "replication": {"minInSync": 3}},
+        generation=1,
+        statefulset=ready_sts(),
+        endpoint="e",
+        pods=pods,
+        lease=lease("ev-0", ["ev-2"]),
+    )
+    assert conds(s)["Degraded"] == ("True", "TooFewInSync")
+    message = next(c["message"] for c in s["conditions"] if c["type"] == "Degraded")
+    assert message == "2 replica(s) in sync (ev-0), minInSync is 3"
+    none = compute_status(
+        spec=THREE, generation=1, statefulset=ready_sts(), endpoint="e", pods=pods, lease=None
+    )
+    assert conds(none)["Degraded"] == ("True", "TooFewInSync") and none["primary"] == ""
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_every_rendered_object_validates_against_the_kubernetes_schemas(replicas: int):
+    """Strict (unknown fields refused): a misspelt field in the Role or the env would
+    otherwise only show on a real cluster."""
+    spec = {**THREE, "replicas": replicas, "server": {"tlsSecretName": "ev-tls"}}
+    for obj in desired_objects("ev", "ns", UID, spec, servicemonitor_crd=False):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_a_scale_down_waits_while_it_would_remove_the_primary_or_leave_a_lagging_pod():
+    on_two = lease_view(lease("ev-2", ["ev-0"]))
+    why = refused_scale_down("ev", 3, 2, on_two)
+    assert why is not None and "would remove the primary ev-2: delete pod ev-2 first" in why
+    on_zero = lease_view(lease("ev-0", ["ev-2"]))
+    assert refused_scale_down("ev", 3, 2, on_zero) is None  # ev-2 is a standby
+    assert refused_scale_down("ev", 3, 1, on_zero) is None  # ev-0 holds every write
+    on_one = lease_view(lease("ev-1", ["ev-2"]))
+    assert refused_scale_down("ev", 3, 2, on_one) is None
+    lagging = refused_scale_down("ev", 2, 1, lease_view(lease("ev-1", [])))
+    assert lagging is not None and "would remove the primary ev-1" in lagging
+    alone = refused_scale_down("ev", 2, 1, lease_view(lease("", [])))
+    assert alone is not None and "ev-0 serving alone, and it is not in sync" in alone
+    assert refused_scale_down("ev", 3, 5, on_two) is None  # growth
