@@ -21,6 +21,7 @@ SEL = 'namespace=~"$namespace", pod=~"$pod", instance=~"$instance"'
 RATE = "$__rate_interval"
 TARGET = "namespace, pod, instance"  # one series per scraped server
 TARGET_LEGEND = "{{pod}} {{instance}}"
+SET = "namespace, job"  # one replica set: the pods behind one Service
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 CODE_4XX = 'code=~"4.."'
 CODE_5XX = 'code=~"5.."'
@@ -77,6 +78,11 @@ def ts(title: str, unit: str, targets: list[dict], **extra) -> dict:
 
 def thresholds(*steps: tuple[float | None, str]) -> dict:
     return {"mode": "absolute", "steps": [{"value": v, "color": c} for v, c in steps]}
+
+
+def lag(unit: str) -> dict:
+    """A standby's lag as its primary reports it (label ``standby``, a replica name)."""
+    return gauge(f"replication_lag_{unit}", "{{standby}}", "max", "namespace, job, standby")
 
 
 def five_xx_ratio() -> str:
@@ -324,6 +330,61 @@ ROWS: list[tuple[str, list[dict]]] = [
             ),
         ],
     ),
+    # Replica sets (docs/replication.md): every replica reports its role and term; the
+    # in-sync count is the primary's (0 on a standby, so max per set is the primary's),
+    # lag is per standby, on the primary. A replica set is one job (its Service).
+    (
+        "Replication",
+        [
+            ts(
+                "Role per pod (1 = primary)",
+                "none",
+                [gauge("replication_primary", TARGET_LEGEND, agg="max", by=TARGET)],
+            ),
+            ts(
+                "Term per pod",
+                "none",
+                [gauge("replication_term", TARGET_LEGEND, agg="max", by=TARGET)],
+            ),
+            ts(
+                "In-sync replicas vs. minimum",
+                "short",
+                [
+                    gauge("replication_in_sync_replicas", "in sync {{job}}", "max", SET),
+                    gauge("replication_min_in_sync_replicas", "minimum {{job}}", "max", SET),
+                ],
+            ),
+            stat(
+                "Primaries degraded (too few in sync)",
+                "none",
+                [gauge("replication_degraded", "degraded", agg="max")],
+                thresholds=thresholds((None, "green"), (1, "red")),
+            ),
+            ts(
+                "Times each pod became primary",
+                "short",
+                [gauge("replication_failovers_total", TARGET_LEGEND, agg="max", by=TARGET)],
+            ),
+        ],
+    ),
+    (
+        "Replication lag and shipping",
+        [
+            ts("Lag per standby (bytes)", "bytes", [lag("bytes")]),
+            ts("Lag per standby (seconds since caught up)", "s", [lag("seconds")]),
+            ts("Lag per standby (batches)", "short", [lag("frames")]),
+            ts(
+                "WAL frames shipped / s",
+                "ops",
+                [rate("replication_frames_shipped_total", TARGET_LEGEND, TARGET)],
+            ),
+            ts(
+                "Durable position (lsn) per pod",
+                "none",
+                [gauge("replication_durable_lsn", TARGET_LEGEND, agg="max", by=TARGET)],
+            ),
+        ],
+    ),
     (
         "Process",
         [
@@ -443,7 +504,8 @@ def build() -> dict:
         "uid": "durable-streams",
         "title": "Durable Streams",
         "description": "Durable Streams servers: durable-append latency, group commit, "
-        "throughput, readers, errors, disk, recovery. Source: observability/build_dashboard.py",
+        "throughput, readers, errors, disk, recovery, replication. "
+        "Source: observability/build_dashboard.py",
         "tags": ["durable-streams"],
         "schemaVersion": 39,
         "version": 1,

@@ -61,6 +61,8 @@ def test_the_alerts_asked_for_with_severity_and_runbook():
         "DurableStreamsInodesNearlyFull",
         "DurableStreamsBatchFailures",
         "DurableStreamsWebhookDeliveriesFailing",
+        "DurableStreamsReplicationLagHigh",
+        "DurableStreamsTooFewInSync",
         "DurableStreamReconcileFailing",
     }
     for name, rule in by_name.items():

@@ -8,8 +8,11 @@ import importlib.util
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 from stream_server.metrics import Metrics
+from stream_server.replication.metrics import ReplicationCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 OBS = ROOT / "observability"
@@ -92,6 +95,8 @@ def test_rows_in_order():
         "Recovery (at the last start)",
         "Subscriptions",
         "Retention",
+        "Replication",
+        "Replication lag and shipping",
         "Process",
     ]
 
@@ -103,9 +108,33 @@ def test_every_selector_is_filtered_by_every_variable():
                 assert f'{var}=~"${var}"' in matchers, f"{metric} without ${var} in: {expr}"
 
 
+def primary_of_three() -> Any:
+    """Stand-in for the state ReplicationCollector reads: the primary of a set of
+    three, one standby caught up, one a frame behind. Only the values are made up;
+    the collector and its names are the server's."""
+    state = SimpleNamespace(term=2, in_sync=["ds-1"])
+    shipper = SimpleNamespace(
+        shipped=7,
+        lsn=6,
+        acked={"ds-1": (2, 6), "ds-2": (2, 5)},
+        ring=[(2, 6, b"frame")],
+        caught_up_at={"ds-1": 0.0, "ds-2": 0.0},
+    )
+    return SimpleNamespace(
+        shipper=shipper,
+        primary_mode=True,
+        roles=SimpleNamespace(state=state),
+        quorum=2,
+        degraded=False,
+        hooks=SimpleNamespace(durable=(2, 6)),
+        failovers=1,
+    )
+
+
 def exposed(data_dir: Path) -> tuple[set[str], set[str]]:
     """Metric families and sample names of a server's registry, every labelled
-    series created (as a running server has them after its first request)."""
+    series created (as a running server has them after its first request), and
+    the replication series registered as app.py does in a replica set."""
     m = Metrics()
     m.bind(
         streams=lambda: 0,
@@ -117,6 +146,7 @@ def exposed(data_dir: Path) -> tuple[set[str], set[str]]:
     )
     m.bind_retention(reclaimed=lambda: 0, policies=lambda: {"logs/": (0, 0.0)})
     m.on_request("GET", 200, 0.001)
+    m.registry.register(ReplicationCollector(cast(Any, primary_of_three())))
     collected = list(m.registry.collect())
     return {f.name for f in collected}, {s.name for f in collected for s in f.samples}
 

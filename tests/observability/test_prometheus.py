@@ -75,13 +75,20 @@ def substitute(expr: str, values: dict[str, str]) -> str:
     return expr
 
 
-def panel_queries(values: dict[str, str] = ALL) -> list[tuple[str, str]]:
+def panel_queries(values: dict[str, str] = ALL, rows: str = "single") -> list[tuple[str, str]]:
+    """(title, query) of the panels in the replica-set rows (``rows="replication"``),
+    the others (``"single"``: a single server has no replication series) or all."""
     dash = json.loads(DASHBOARD.read_text())
-    return [
-        (p["title"], substitute(t["expr"], values))
-        for p in dash["panels"]
-        for t in p.get("targets", [])
-    ]
+    out = []
+    row = ""
+    for p in dash["panels"]:
+        if p["type"] == "row":
+            row = p["title"]
+            continue
+        replication = row.startswith("Replication")
+        if rows == "all" or (rows == "replication") == replication:
+            out.extend((p["title"], substitute(t["expr"], values)) for t in p["targets"])
+    return out
 
 
 def variables() -> dict[str, str]:
@@ -412,7 +419,7 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
 
         # 5. Every panel query answers with the variables set to one pod too, and narrows.
         ds0 = {"namespace": "obs", "pod": "ds-0", "instance": pods["ds-0"]}
-        for _title, expr in panel_queries(ds0):
+        for _title, expr in panel_queries(ds0, rows="all"):
             prom.query(expr)
         by_title = dict(panel_queries(ds0))
         assert prom.values(by_title["Storage failed closed"]) == [0.0]
