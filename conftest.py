@@ -149,3 +149,16 @@ def raw_get(
     s.connect(("127.0.0.1", port))
     s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     return s
+
+
+def read_until_closed(s: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (or the socket times out)."""
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except TimeoutError:
+        pass
+    finally:
+        s.close()
+    return out

@@ -5,20 +5,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 from testkit.servers import free_port
 
 __all__ = ["free_port", "wait_for"]
 
+T = TypeVar("T")
 
-def wait_for(what: Callable[[], Any], *, timeout: float = 20.0, message: str = "") -> Any:
-    """Poll ``what`` until it returns something truthy (and return that), or fail the test."""
+
+def wait_for(
+    what: Callable[[], T | None],
+    *,
+    timeout: float = 20.0,
+    message: str | Callable[[], str] = "",
+) -> T:
+    """Poll ``what`` until it returns something truthy (and return that), or fail the test.
+
+    ``message`` may be a callable so that the failure can describe the state at the moment
+    of giving up (a replica set's statuses, say) rather than when the wait began."""
     deadline = time.monotonic() + timeout
     while True:
         value = what()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message or what}")
+            told = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout} s waiting for {told or what}")
         time.sleep(0.1)

@@ -29,12 +29,20 @@ every acknowledged one.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
+import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any, TypeVar
+
+from stream_server.engine import fsio
+from stream_server.streams.errors import StreamError
+
+T = TypeVar("T")
 
 BLOCK = 4096
 LMDB_DATA = "data.mdb"
@@ -324,6 +332,47 @@ def explore(
             continue
         seen.add(state.digest)
         yield state, out
+
+
+def recorded(rec: Recording, workload: Callable[[Recording], Coroutine[Any, Any, T]]) -> T:
+    """Run ``workload`` with the engine's I/O recorded into ``rec``; the recorder is
+    detached whatever happens, so a failed workload cannot leak it into the next test."""
+    fsio.attach(rec)
+    try:
+        return asyncio.run(workload(rec))
+    finally:
+        fsio.attach(None)
+
+
+def check_each(
+    rec: Recording,
+    budget: int,
+    workdir: Path,
+    check: Callable[[CrashState, Path], None],
+    *,
+    mixed: int = 3,
+) -> tuple[int, int]:
+    """Run ``check`` on every distinct explored state (deleting its directory after);
+    return how many states were explored and how many were distinct.
+
+    A failure (or a recovery that raises) is reported with the crash point and the
+    choice that built the state: without them a failing state cannot be found again."""
+    explored = distinct = 0
+    for state, directory in explore(rec, budget, workdir, mixed=mixed):
+        explored += 1
+        if directory is None:
+            continue
+        distinct += 1
+        try:
+            check(state, directory)
+        except (AssertionError, StreamError, OSError) as exc:
+            raise AssertionError(
+                f"crash after op {state.point} of {len(rec.ops)} "
+                f"({rec.ops[state.point - 1][:3]}), {state.choice}: {exc}"
+            ) from exc
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    return explored, distinct
 
 
 # ---------------------------------------------------------- keyed state checks

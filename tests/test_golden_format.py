@@ -4,58 +4,39 @@ by an earlier server: this server and the Spark reader must read it exactly as
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
 import shutil
-from pathlib import Path
 
 import httpx
 
 from stream_format.layout import CURRENT
+from stream_server.engine.recovery import RecoveryReport
 from stream_server.streams.store import StreamStore
+from testkit.golden import expected, golden, matches, with_recovered_copy
 from testkit.spark_rows import every_stream
 
-FIXTURES = Path(__file__).parent / "fixtures"
-GOLDEN = FIXTURES / "golden-v1"
-EXPECTED = json.loads((FIXTURES / "golden_v1.json").read_text())["streams"]
-
-
-def matches(want: dict, content: bytes | list[bytes]) -> bool:
-    if "messages" in want:
-        return [m.decode() for m in content] == want["messages"]
-    if "sha256" in want:
-        return hashlib.sha256(content).hexdigest() == want["sha256"]
-    return content.hex() == want["bytes_hex"]
+GOLDEN = golden(1)
+EXPECTED = expected(1)["streams"]
 
 
 def test_the_server_reads_the_golden_v1_directory_exactly(tmp_path):
-    data = tmp_path / "golden"
-    shutil.copytree(GOLDEN, data)
+    async def check(store: StreamStore, report: RecoveryReport) -> None:
+        assert report.damaged == {} and report.streams == len(EXPECTED)
+        assert sorted(store.streams) == sorted(EXPECTED)
+        for path, want in EXPECTED.items():
+            s = store.get(path)
+            assert s.meta.content_type == want["content_type"], path
+            assert s.is_json == ("messages" in want), path
+            assert s.tail == want["tail"], path
+            assert s.meta.closed == want.get("closed", False), path
+            assert s.meta.fork_from == want.get("fork_from"), path
+            if "fork_offset" in want:
+                assert s.meta.fork_offset == want["fork_offset"], path
+            producers = {pid: [p.epoch, p.seq] for pid, p in s.producers.items()}
+            assert producers == want.get("producers", {}), path
+            r = await store.read(s, 0, 1 << 30)
+            assert matches(want, [bytes(p) for p in r.payloads]), path
 
-    async def check() -> None:
-        store = StreamStore(data)
-        report = await store.start()
-        try:
-            assert report.damaged == {} and report.streams == len(EXPECTED)
-            assert sorted(store.streams) == sorted(EXPECTED)
-            for path, want in EXPECTED.items():
-                s = store.get(path)
-                assert s.meta.content_type == want["content_type"], path
-                assert s.tail == want["tail"], path
-                assert s.meta.closed == want.get("closed", False), path
-                assert s.meta.fork_from == want.get("fork_from"), path
-                if "fork_offset" in want:
-                    assert s.meta.fork_offset == want["fork_offset"], path
-                producers = {pid: [p.epoch, p.seq] for pid, p in s.producers.items()}
-                assert producers == want.get("producers", {}), path
-                r = await store.read(s, 0, 1 << 30)
-                payloads = [bytes(p) for p in r.payloads]
-                assert matches(want, payloads if s.is_json else b"".join(payloads)), path
-        finally:
-            await store.stop()
-
-    asyncio.run(check())
+    data = with_recovered_copy(1, tmp_path, check)
     # The server raised its copy to the current format (the fixture stays format 1),
     # and the Spark reader still reads it: only writers see what format 2 changed.
     assert (GOLDEN / "FORMAT").read_text() == "durable-streams-py data format 1\n"
@@ -91,39 +72,32 @@ def test_the_spark_reader_reads_the_golden_v1_directory_exactly():
     got, kinds = every_stream(GOLDEN)
     assert sorted(got) == sorted(EXPECTED)
     for path, want in EXPECTED.items():
-        content = got[path] if kinds[path] else b"".join(got[path])
-        assert matches(want, content), path
+        assert kinds[path] == ("messages" in want), path
+        assert matches(want, got[path]), path
 
 
 # ------------------------------------------------------------------ format 3
 
-GOLDEN_V3 = FIXTURES / "golden-v3"
-EXPECTED_V3 = json.loads((FIXTURES / "golden_v3.json").read_text())
+GOLDEN_V3 = golden(3)
+EXPECTED_V3 = expected(3)
 
 
 def test_the_server_reads_the_golden_v3_directory_records_and_all(tmp_path):
     """Format 3's records, left as a crash leaves them: part in LMDB, the last put only
     in the WAL (``make_golden_v3.py``). Recovery must decode both encodings."""
-    data = tmp_path / "golden-v3"
-    shutil.copytree(GOLDEN_V3, data)
 
-    async def check() -> None:
-        store = StreamStore(data)
-        report = await store.start()
-        try:
-            assert report.wal_frames_replayed > 0 and report.damaged == {}
-            for space, want in EXPECTED_V3["records"].items():
-                got = {k: v.hex() for k, v in store.records(space).items()}
-                assert got == want, space
-            for path, want in EXPECTED_V3["streams"].items():
-                s = store.get(path)
-                assert s.tail == want["tail"] and s.meta.content_type == want["content_type"]
-                r = await store.read(s, 0, 1 << 30)
-                assert matches(want, b"".join(bytes(p) for p in r.payloads)), path
-        finally:
-            await store.stop()
+    async def check(store: StreamStore, report: RecoveryReport) -> None:
+        assert report.wal_frames_replayed > 0 and report.damaged == {}
+        for space, want in EXPECTED_V3["records"].items():
+            got = {k: v.hex() for k, v in store.records(space).items()}
+            assert got == want, space
+        for path, want in EXPECTED_V3["streams"].items():
+            s = store.get(path)
+            assert s.tail == want["tail"] and s.meta.content_type == want["content_type"]
+            r = await store.read(s, 0, 1 << 30)
+            assert matches(want, [bytes(p) for p in r.payloads]), path
 
-    asyncio.run(check())
+    data = with_recovered_copy(3, tmp_path, check)
     assert (data / "FORMAT").read_text() == CURRENT.text()
 
 
@@ -131,4 +105,4 @@ def test_the_spark_reader_reads_the_golden_v3_directory_and_ignores_its_records(
     got, kinds = every_stream(GOLDEN_V3)
     assert sorted(got) == sorted(EXPECTED_V3["streams"])
     for path, want in EXPECTED_V3["streams"].items():
-        assert not kinds[path] and matches(want, b"".join(got[path])), path
+        assert not kinds[path] and matches(want, got[path]), path

@@ -12,17 +12,21 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import orjson
 import pytest
 
+from testkit import wait_for
+
 TEXT = {"Content-Type": "text/plain"}
 KIB = 1024
 BOUND = 256 * KIB
 CHUNK = 4 * KIB
+T = TypeVar("T")
 SLACK = 4 * 4096  # the header's block, the partly dropped block, the last one, one spare
 
 
@@ -47,13 +51,18 @@ def unit_of(header: str) -> int:
     return int(header.split("_")[1])
 
 
-class LongPollReader(threading.Thread):
+class Reader(threading.Thread):
+    """A live reader from offset 0 to unit ``total``: what it got, and whether it was
+    sent away (410) because retention dropped what it had yet to read."""
+
     def __init__(self, url: str, total: int) -> None:
         super().__init__(daemon=True)
         self.url, self.total = url, total
         self.data = bytearray()
         self.gone = False
 
+
+class LongPollReader(Reader):
     def run(self) -> None:
         with httpx.Client(timeout=30) as c:
             at = 0
@@ -67,13 +76,7 @@ class LongPollReader(threading.Thread):
                 at = unit_of(r.headers["stream-next-offset"])
 
 
-class SseReader(threading.Thread):
-    def __init__(self, url: str, total: int) -> None:
-        super().__init__(daemon=True)
-        self.url, self.total = url, total
-        self.data = bytearray()
-        self.gone = False
-
+class SseReader(Reader):
     def run(self) -> None:
         at = 0
         with httpx.Client(timeout=30) as c:
@@ -100,16 +103,9 @@ class SseReader(threading.Thread):
                             event, lines = "", []
 
 
-def wait_for(what: str, check, deadline: float = 60.0):  # type: ignore[no-untyped-def]
-    """Poll until ``check()`` is truthy: waiting for the sweeper, not timing it."""
-    end = time.monotonic() + deadline
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.05)
+def until(what: str, check: Callable[[], T | None]) -> T:
+    """Wait for the sweeper (or a crash), not timing it."""
+    return wait_for(check, timeout=60.0, message=what)
 
 
 def head(url: str) -> httpx.Response:
@@ -151,7 +147,7 @@ def test_max_bytes_bounds_the_disk_under_appends_and_live_readers_miss_nothing(s
         # or (had it fallen behind the retained start) up to an explicit 410.
         assert bytes(r.data) == expected[: len(r.data)]
         assert len(r.data) == len(expected) or r.gone
-    first = wait_for("the sweeper brings the stream within its bound", lambda: settled(url, BOUND))
+    first = until("the sweeper brings the stream within its bound", lambda: settled(url, BOUND))
     on_disk = allocated(seg)
     print(f"\nmax-bytes {BOUND} B: {on_disk} B allocated once settled, {most} B at most during")
     print(f"appends ({n} x {CHUNK} B); file size {os.stat(seg).st_size} B")
@@ -199,7 +195,7 @@ def test_a_crash_around_a_drop_leaves_one_start_and_no_leaked_space(server_facto
         srv = server_factory(*policy, data_dir=first.data_dir, env={"DS_FAULT": "crash:punch:1"})
         with contextlib.suppress(Exception):  # the crash is the point
             srv.start(timeout=10)  # the first sweep crashes it, maybe before it is ready
-        wait_for("the injected crash", lambda: srv.proc is not None and srv.proc.poll() == 137)
+        until("the injected crash", lambda: srv.proc is not None and srv.proc.poll() == 137)
     else:
         srv = server_factory(*policy).start()
         url = f"{srv.base}logs/s"
@@ -207,7 +203,7 @@ def test_a_crash_around_a_drop_leaves_one_start_and_no_leaked_space(server_facto
         with httpx.Client(timeout=30) as c:
             for i in range(200):
                 assert c.post(url, headers=TEXT, content=chunk(i)).status_code == 204
-        wait_for("a drop", lambda: settled(url, bound))
+        until("a drop", lambda: settled(url, bound))
         srv.kill()
     acked = 200
     seg = segment_file(srv.data_dir)

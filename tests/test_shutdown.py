@@ -15,26 +15,13 @@ import time
 
 import httpx
 
-from conftest import live_gauge, raw_get
+from conftest import live_gauge, raw_get, read_until_closed
 from testkit import wait_for
 
 TEXT = {"Content-Type": "text/plain"}
 # Far longer than the exit is allowed to take: an exit that waits for a reader fails.
 LIVE_SECONDS = "60"
 EXIT_WITHIN = 10.0
-
-
-def read_until_closed(s: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (or the socket times out)."""
-    out = b""
-    try:
-        while chunk := s.recv(65536):
-            out += chunk
-    except TimeoutError:
-        pass
-    finally:
-        s.close()
-    return out
 
 
 def dechunk(body: bytes) -> bytes:

@@ -39,8 +39,7 @@ import lmdb
 import pytest
 
 from stream_format import wal
-from stream_server.engine import Engine, fsio
-from stream_server.streams.errors import StreamError
+from stream_server.engine import Engine
 from stream_server.streams.store import (
     AppendRequest,
     CreateRequest,
@@ -49,7 +48,7 @@ from stream_server.streams.store import (
     StoreLimits,
     StreamStore,
 )
-from testkit.crashstates import KeyedHistory, Recording, explore
+from testkit.crashstates import CrashState, KeyedHistory, Recording, check_each, recorded
 from testkit.spark_rows import every_stream
 
 BUDGET = int(os.environ.get("CRASH_STATES", "1500"))
@@ -240,38 +239,22 @@ def test_every_explored_crash_state_recovers_what_was_acknowledged(tmp_path, cap
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     rec = Recording(data_dir)
-    fsio.attach(rec)
-    try:
-        exp = asyncio.run(run_workload(data_dir, rec))
-    finally:
-        fsio.attach(None)
+    exp = recorded(rec, lambda rec: run_workload(data_dir, rec))
     kinds = {op[0] for op in rec.ops}
     # The workload reached what it is meant to cover.
     assert {"mkdir", "create", "write", "fsync", "fsync_dir", "rename", "unlink"} <= kinds, kinds
     assert sum(op[0] == "lmdb_sync" for op in rec.ops) >= 3  # checkpoints ran
     assert sum(1 for op in rec.ops if op[0] == "create" and op[1].startswith("wal/")) >= 3
 
-    explored = distinct = 0
-    work = tmp_path / "states"
-    for state, directory in explore(rec, BUDGET, work, mixed=MIXED):
-        explored += 1
-        if directory is None:
-            continue
-        distinct += 1
-        try:
-            seen = asyncio.run(check_state(directory, exp, state.point))
-            spark = spark_read(directory)
-            for path, content in seen.items():
-                assert spark.get(path, content[:0]) == content, (
-                    f"{path}: the Spark reader disagrees with the server"
-                )
-        except (AssertionError, StreamError, OSError) as exc:
-            raise AssertionError(
-                f"crash after op {state.point} of {len(rec.ops)} "
-                f"({rec.ops[state.point - 1]}), {state.choice}: {exc}"
-            ) from exc
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
+    def check(state: CrashState, directory: Path) -> None:
+        seen = asyncio.run(check_state(directory, exp, state.point))
+        spark = spark_read(directory)
+        for path, content in seen.items():
+            assert spark.get(path, content[:0]) == content, (
+                f"{path}: the Spark reader disagrees with the server"
+            )
+
+    explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
     with capsys.disabled():
         print(
             f"\ncrash states: {len(rec.ops)} ops recorded, {explored} states explored, "
@@ -332,11 +315,7 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, e
         env.close()
     rec = Recording(crashed)
     rec.start_from_disk()
-    fsio.attach(rec)
-    try:
-        asyncio.run(recover_and_go_on(crashed, rec))
-    finally:
-        fsio.attach(None)
+    recorded(rec, lambda rec: recover_and_go_on(crashed, rec))
     assert any(op[0] == "unlink" and op[1].startswith("wal/") for op in rec.ops)
     if era != "current":
         assert ("rename", "FORMAT.tmp", "FORMAT") in rec.ops  # the upgrade was recorded
@@ -351,22 +330,17 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, e
         finally:
             await store.stop()
 
-    explored = distinct = 0
-    for state, directory in explore(rec, BUDGET, tmp_path / "states", mixed=MIXED):
-        explored += 1
-        if directory is None:
-            continue
-        distinct += 1
+    def check(state: CrashState, directory: Path) -> None:
         got, records = asyncio.run(read(directory))
-        where = f"crash after op {state.point} ({rec.ops[state.point - 1]}), {state.choice}"
         assert got in (acked, acked + b"after"), (
-            f"{where}: recovered {len(got)} bytes, acknowledged {len(acked)}"
+            f"recovered {len(got)} bytes, acknowledged {len(acked)}"
         )
         # The record was acknowledged before the append was submitted.
         put_acked = any(op == ("ack", ("record", "a")) for op in rec.ops[: state.point])
         want = [{"a": b"1"}] if put_acked or got != acked else [{}, {"a": b"1"}]
-        assert records in want, f"{where}: records {records}, expected one of {want}"
-        shutil.rmtree(directory, ignore_errors=True)
+        assert records in want, f"records {records}, expected one of {want}"
+
+    explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
     with capsys.disabled():
         print(f"\nrecovery crash states ({era}): {explored} explored, {distinct} distinct")
 
@@ -433,11 +407,7 @@ def test_every_explored_crash_state_keeps_the_acknowledged_records(tmp_path, cap
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     rec = Recording(data_dir)
-    fsio.attach(rec)
-    try:
-        exp, history = asyncio.run(run_records_workload(data_dir, rec))
-    finally:
-        fsio.attach(None)
+    exp, history = recorded(rec, lambda rec: run_records_workload(data_dir, rec))
     assert sum(op[0] == "lmdb_sync" for op in rec.ops) >= 3  # checkpoints ran
     assert sum(1 for op in rec.ops if op[0] == "create" and op[1].startswith("wal/")) >= 3
 
@@ -451,31 +421,19 @@ def test_every_explored_crash_state_keeps_the_acknowledged_records(tmp_path, cap
                 got["stream", path] = b"%d" % store.streams[path].tail
         return got
 
-    explored = distinct = 0
     applied: set[int] = set()
-    for state, directory in explore(rec, BUDGET, tmp_path / "states", mixed=MIXED):
-        explored += 1
-        if directory is None:
-            continue
-        distinct += 1
-        try:
-            asyncio.run(
-                check_state(
-                    directory,
-                    exp,
-                    state.point,
-                    also=lambda store, point=state.point: applied.add(
-                        history.check(point, records(store))
-                    ),
-                )
+
+    def check(state: CrashState, directory: Path) -> None:
+        asyncio.run(
+            check_state(
+                directory,
+                exp,
+                state.point,
+                also=lambda store: applied.add(history.check(state.point, records(store))),
             )
-        except (AssertionError, StreamError, OSError) as exc:
-            raise AssertionError(
-                f"crash after op {state.point} of {len(rec.ops)} "
-                f"({rec.ops[state.point - 1]}), {state.choice}: {exc}"
-            ) from exc
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
+        )
+
+    explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
     with capsys.disabled():
         print(
             f"\nrecord crash states: {len(rec.ops)} ops recorded, {len(history.ops)} record "

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from stream_server.engine import Engine, fsio
-from stream_server.streams.errors import OffsetGone, StreamError
+from stream_server.engine import Engine
+from stream_server.streams.errors import OffsetGone
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import AppendRequest, CreateRequest, StoreLimits, StreamStore
-from testkit.crashstates import Recording, explore
+from testkit.crashstates import CrashState, Recording, check_each, recorded
 from testkit.spark_rows import every_stream
 
 BUDGET = int(os.environ.get("CRASH_STATES", "1500"))
@@ -126,38 +125,24 @@ def test_every_crash_state_around_a_drop_keeps_one_start_and_the_data_after_it(t
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     rec = Recording(data_dir)
-    fsio.attach(rec)
-    try:
-        h = asyncio.run(run_workload(data_dir, rec))
-    finally:
-        fsio.attach(None)
+    h = recorded(rec, lambda rec: run_workload(data_dir, rec))
     assert sum(op[0] == "lmdb_sync" for op in rec.ops) >= 3  # checkpoints ran
     # Punches were recorded (as writes of zeros into the stream's segment file).
     assert any(
         op[0] == "write" and op[1].startswith("segments/") and not any(op[3]) for op in rec.ops
     )
 
-    explored = distinct = 0
     starts_seen: set[int] = set()
-    for state, directory in explore(rec, BUDGET, tmp_path / "states", mixed=MIXED):
-        explored += 1
-        if directory is None:
-            continue
-        distinct += 1
-        try:
-            got = asyncio.run(check_state(directory, h, state.point))
-            rows, _ = every_stream(directory)
-            for path, (first, data) in got.items():
-                if path == "r/s":
-                    starts_seen.add(first)
-                assert b"".join(rows.get(path, [])) == data, f"{path}: Spark disagrees"
-        except (AssertionError, StreamError, OSError) as exc:
-            raise AssertionError(
-                f"crash after op {state.point} of {len(rec.ops)} "
-                f"({rec.ops[state.point - 1][:3]}), {state.choice}: {exc}"
-            ) from exc
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
+
+    def check(state: CrashState, directory: Path) -> None:
+        got = asyncio.run(check_state(directory, h, state.point))
+        rows, _ = every_stream(directory)
+        for path, (first, data) in got.items():
+            if path == "r/s":
+                starts_seen.add(first)
+            assert b"".join(rows.get(path, [])) == data, f"{path}: Spark disagrees"
+
+    explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
     with capsys.disabled():
         print(
             f"\nretention crash states: {len(rec.ops)} ops, {explored} explored, {distinct} "

@@ -10,13 +10,12 @@ when the pod's termination grace period (the operator's default) runs out.
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import httpx
 import pytest
 
-from conftest import raw_get
+from conftest import raw_get, read_until_closed
 from stream_operator.spec import with_defaults
 from testkit import wait_for
 from testkit.containers import PODMAN_NEEDED
@@ -32,18 +31,6 @@ LIVE = str(GRACE * 4)
 # tini passes on how the server ended: 0, or 128 + SIGTERM when uvicorn re-raises the
 # signal it handled. 137 would be the SIGKILL at the end of the grace period.
 CLEAN_EXITS = (0, 128 + 15)
-
-
-def read_until_closed(s: socket.socket) -> bytes:
-    out = b""
-    try:
-        while chunk := s.recv(65536):
-            out += chunk
-    except TimeoutError:
-        pass
-    finally:
-        s.close()
-    return out
 
 
 def test_runs_as_non_root_writes_its_volume_and_drains_on_sigterm(serve, podman, tmp_path):

@@ -35,6 +35,7 @@ from typing import TypeVar
 import httpx
 import pytest
 
+from testkit import wait_for
 from testkit.history import History, check, message
 from testkit.replicaset import ReplicaSet
 
@@ -223,16 +224,8 @@ async def read_from(client: httpx.AsyncClient, origin: str, stream: str) -> byte
 def until(
     what: Callable[[], T | None], message: str | Callable[[], str], timeout: float = LIVENESS
 ) -> T:
-    """Poll ``what`` until truthy; else fail with ``message`` (called then, if callable)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            told = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout} s: {told}")
-        time.sleep(0.1)
+    """``wait_for`` with this file's patience: a failover may take a while to settle."""
+    return wait_for(what, timeout=timeout, message=message)
 
 
 def in_sync(rs: ReplicaSet, standbys: int) -> str:

@@ -5,13 +5,12 @@ primary steps down, and who may take over."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
 from stream_server.replication.lease import LeaseClient, LeaseConflict, LeaseRecord
 from stream_server.replication.roles import RoleConfig, RoleLoop
-from testkit.cluster import Cluster, cluster
+from testkit.cluster import Cluster
 
 LEASE = "default/streams"
 DURATION = 15.0
@@ -23,12 +22,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(scope="module")
-def api() -> Iterator[Cluster]:
-    with cluster() as c:
-        yield c
 
 
 @pytest.fixture

@@ -4,59 +4,34 @@ refuses to acknowledge alone when the set requires more replicas in sync."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
 import httpx
-import pytest
 
-from testkit.cluster import Cluster, cluster
+from testkit import wait_for
 
-FAST = ["--lease-duration", "3", "--lease-renew-deadline", "2", "--lease-retry-period", "0.3"]
-
-
-@pytest.fixture(scope="module")
-def api() -> Iterator[Cluster]:
-    with cluster() as c:
-        yield c
-
-
-def start_set(server_factory, api: Cluster, lease: str, *extra: str, count: int = 2) -> list:
-    servers = []
-    for i in range(count):
-        srv = server_factory()
-        srv.args += [
-            "--replication-lease", f"default/{lease}",
-            "--replica-name", f"r{i}",
-            "--replica-url", srv.url,
-            "--kube-api", api.url,
-            "--replication-set-size", "2",
-            "--replication-wait", "0.5",
-            *FAST,
-            *extra,
-        ]  # fmt: skip
-        servers.append(srv.start())
-    return servers
+# Every set here counts two replicas; a test may start only one of them.
+ROLE_ARGS = ("--replication-wait", "0.5")
 
 
 def roles(servers: list) -> list[dict]:
     """Each server's /replication, once one of them is primary and all agree on it."""
-    deadline = time.monotonic() + 30
-    while True:
-        status = [httpx.get(f"{s.url}/replication").json() for s in servers]
-        primaries = [s for s in status if s["role"] == "primary"]
+    last: list[dict] = []
+
+    def agreed() -> list[dict] | None:
+        last[:] = [httpx.get(f"{s.url}/replication").json() for s in servers]
+        primaries = [s for s in last if s["role"] == "primary"]
         if (
             len(primaries) == 1
             and primaries[0]["primary"]
-            and all(s["primary"] == primaries[0]["primary"] for s in status)
+            and all(s["primary"] == primaries[0]["primary"] for s in last)
         ):
-            return status
-        assert time.monotonic() < deadline, status
-        time.sleep(0.1)
+            return list(last)
+        return None
+
+    return wait_for(agreed, timeout=30, message=lambda: f"one agreed primary: {last}")
 
 
-def test_the_standby_refuses_writes_and_names_the_primary(server_factory, api) -> None:
-    servers = start_set(server_factory, api, "names", "--min-in-sync", "1")
+def test_the_standby_refuses_writes_and_names_the_primary(start_set) -> None:
+    servers = start_set("names", *ROLE_ARGS, "--min-in-sync", "1", count=2, set_size=2)
     status = roles(servers)
     primary = next(s for s, st in zip(servers, status, strict=True) if st["role"] == "primary")
     standby = next(s for s, st in zip(servers, status, strict=True) if st["role"] == "standby")
@@ -77,8 +52,8 @@ def test_the_standby_refuses_writes_and_names_the_primary(server_factory, api) -
     )
 
 
-def test_too_few_in_sync_is_a_503_not_an_acknowledgement(server_factory, api) -> None:
-    servers = start_set(server_factory, api, "quorum", count=1)  # min-in-sync 0: 2 of 2
+def test_too_few_in_sync_is_a_503_not_an_acknowledgement(start_set) -> None:
+    servers = start_set("quorum", *ROLE_ARGS, count=1, set_size=2)  # min-in-sync 0: 2 of 2
     status = roles(servers)
     primary = next(s for s, st in zip(servers, status, strict=True) if st["role"] == "primary")
     assert next(st for st in status if st["role"] == "primary")["degraded"] is True
@@ -89,9 +64,9 @@ def test_too_few_in_sync_is_a_503_not_an_acknowledgement(server_factory, api) ->
     assert httpx.head(f"{primary.base}q").status_code == 404
 
 
-def test_preferred_durability_writes_alone_and_says_so(server_factory, api) -> None:
+def test_preferred_durability_writes_alone_and_says_so(start_set) -> None:
     servers = start_set(
-        server_factory, api, "preferred", "--replication-durability", "preferred", count=1
+        "preferred", *ROLE_ARGS, "--replication-durability", "preferred", count=1, set_size=2
     )
     status = roles(servers)
     primary = next(s for s, st in zip(servers, status, strict=True) if st["role"] == "primary")

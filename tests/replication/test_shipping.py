@@ -8,52 +8,22 @@ from __future__ import annotations
 import concurrent.futures
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import httpx
-import pytest
 
 from conftest import read_all
-from testkit.cluster import Cluster, cluster
+from testkit import wait_for
 
-FAST = ["--lease-duration", "3", "--lease-renew-deadline", "2", "--lease-retry-period", "0.3"]
 TEXT = {"content-type": "text/plain"}
-
-
-@pytest.fixture(scope="module")
-def api() -> Iterator[Cluster]:
-    with cluster() as c:
-        yield c
-
-
-def start_set(server_factory, api: Cluster, lease: str, n: int = 3) -> list:
-    servers = []
-    for i in range(n):
-        srv = server_factory()
-        srv.args += [
-            "--replication-lease", f"default/{lease}",
-            "--replica-name", f"r{i}",
-            "--replica-url", srv.url,
-            "--kube-api", api.url,
-            "--replication-set-size", str(n),
-            *FAST,
-        ]  # fmt: skip
-        servers.append(srv.start())
-    return servers
 
 
 def status(srv) -> dict:
     return httpx.get(f"{srv.url}/replication", timeout=5).json()
 
 
-def until(what, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.05)
+def until(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
+    return wait_for(check, timeout=timeout, message=what)
 
 
 def primary_with_standbys(servers: list, in_sync: int) -> object:
@@ -85,8 +55,8 @@ def append_many(base: str, path: str, count: int, prefix: str) -> list[bytes]:
         return [b for b in pool.map(one, range(count)) if b is not None]
 
 
-def test_acknowledged_appends_are_byte_identical_on_the_standbys(server_factory, api) -> None:
-    servers = start_set(server_factory, api, "ship")
+def test_acknowledged_appends_are_byte_identical_on_the_standbys(start_set) -> None:
+    servers = start_set("ship")
     primary = primary_with_standbys(servers, 2)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
     acked = append_many(primary.base, "s", 200, "a")
@@ -122,8 +92,8 @@ def _content(srv) -> bytes | None:
         return None
 
 
-def test_failover_after_kill_keeps_every_acknowledged_write(server_factory, api) -> None:
-    servers = start_set(server_factory, api, "failover")
+def test_failover_after_kill_keeps_every_acknowledged_write(start_set) -> None:
+    servers = start_set("failover")
     primary = primary_with_standbys(servers, 2)
     term = status(primary)["term"]
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
@@ -151,8 +121,8 @@ def test_failover_after_kill_keeps_every_acknowledged_write(server_factory, api)
     until("the old primary caught up", lambda: _content(primary) == read_all(f"{new.base}s"))
 
 
-def test_with_its_standbys_gone_the_primary_acknowledges_nothing(server_factory, api) -> None:
-    servers = start_set(server_factory, api, "alone")
+def test_with_its_standbys_gone_the_primary_acknowledges_nothing(start_set) -> None:
+    servers = start_set("alone")
     primary = primary_with_standbys(servers, 2)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
     assert httpx.post(f"{primary.base}s", content=b"kept;", headers=TEXT).status_code == 204
@@ -166,8 +136,8 @@ def test_with_its_standbys_gone_the_primary_acknowledges_nothing(server_factory,
     assert read_all(f"{primary.base}s") == b"kept;"
 
 
-def test_a_wiped_standby_is_copied_again_from_the_primary(server_factory, api) -> None:
-    servers = start_set(server_factory, api, "wiped")
+def test_a_wiped_standby_is_copied_again_from_the_primary(start_set) -> None:
+    servers = start_set("wiped")
     primary = primary_with_standbys(servers, 2)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
     acked = append_many(primary.base, "s", 50, "w")

@@ -1,0 +1,49 @@
+"""Replica sets of real server processes sharing a Lease on the emulated API server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from conftest import ServerProcess
+from testkit.cluster import Cluster, cluster
+
+# Short leases, so that an election or a failover happens within a test's patience.
+FAST = ["--lease-duration", "3", "--lease-renew-deadline", "2", "--lease-retry-period", "0.3"]
+
+StartSet = Callable[..., list[ServerProcess]]
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[Cluster]:
+    """One emulated API server per test module; tests keep apart by their Lease names."""
+    with cluster() as c:
+        yield c
+
+
+@pytest.fixture
+def start_set(server_factory, api: Cluster) -> StartSet:
+    """Start ``count`` servers named r0, r1, ... holding the Lease ``default/<lease>``, in a
+    set of ``set_size`` replicas (default: ``count``, fewer when a test wants a set short of
+    its members); ``extra`` arguments go to every server."""
+
+    def start(
+        lease: str, *extra: str, count: int = 3, set_size: int | None = None
+    ) -> list[ServerProcess]:
+        servers = []
+        for i in range(count):
+            srv = server_factory()
+            srv.args += [
+                "--replication-lease", f"default/{lease}",
+                "--replica-name", f"r{i}",
+                "--replica-url", srv.url,
+                "--kube-api", api.url,
+                "--replication-set-size", str(set_size or count),
+                *FAST,
+                *extra,
+            ]  # fmt: skip
+            servers.append(srv.start())
+        return servers
+
+    return start
