@@ -120,3 +120,83 @@ def test_calls_per_append_are_counted_against_a_baseline():
     )
     ours, base = float(rows[" ours "]), float(rows[" base HEAD "])
     assert 50 < ours < 5000 and 50 < base < 5000, proc.stdout
+
+
+@needs.commands("wrk", install="Debian's wrk (make system-deps)")
+@pytest.mark.timeout(120)
+def test_retention_benchmark_prints_both_sides_and_the_disk_over_time(tmp_path):
+    """retention.py, tiny: throughput with and without a policy, their ratio, and the
+    disk samples; the bounded side's largest stream must have been sampled."""
+    out = tmp_path / "retention.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "retention.py"),
+            "--rounds",
+            "1",
+            "--seconds",
+            "2",
+            "--streams",
+            "2",
+            "--connections",
+            "4",
+            "--bound-kib",
+            "64",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "| none |" in proc.stdout
+    assert "| bench/:max-bytes=64KiB |" in proc.stdout
+    assert "| with/without |" in proc.stdout
+    assert "disk use over time" in proc.stdout
+    assert "largest stream under the policy" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert math.isfinite(doc["ratio"]) and doc["ratio"] > 0
+    for side in doc["sides"]:
+        assert len(side["rates"]) == 1 and side["rates"][0] > 0
+        assert side["errors"] == 0
+        assert side["samples"][0], side  # at least one disk sample a second
+
+
+@pytest.mark.timeout(120)
+def test_subscriptions_benchmark_prints_latency_memory_and_scale(tmp_path):
+    """subscriptions.py, tiny: every figure of issue 14's scale list comes out."""
+    out = tmp_path / "subscriptions.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "subscriptions.py"),
+            "--streams",
+            "50",
+            "--subscriptions",
+            "5",
+            "--rounds",
+            "3",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for text in (
+        "webhook wake latency",
+        "memory per subscription",
+        "one append waking all 5",
+        "all 5 wake events",
+        "matching 50 streams: PUT",
+        "GET (50 streams listed)",
+    ):
+        assert text in proc.stdout, proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["wake_rounds"] == 3
+    assert doc["wake_events"] == 5
+    assert doc["wide_linked"] == 50
+    for key in ("wake_p50_ms", "wake_p99_ms", "kib_per_subscription", "wide_put_s"):
+        assert math.isfinite(doc[key]) and doc[key] >= 0, key
