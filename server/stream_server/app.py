@@ -39,7 +39,7 @@ from stream_server.protocol.http import Receive, Scope, Send, respond, text_head
 from stream_server.ratelimit import RateLimiter
 from stream_server.recovering import RETRY_AFTER, BackgroundRecovery
 from stream_server.replication.metrics import ReplicationCollector
-from stream_server.replication.service import Replication
+from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
@@ -114,6 +114,12 @@ class StreamServerApp:
             Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
         ]
         if self.replication is not None:
+            # Deliveries, wakes and lease expiries only on the primary: a standby would
+            # send duplicates and write records it may not (docs/replication.md).
+            self.subscriptions.primary_only = True
+            self.replication.primary_work.append(
+                PrimaryWork("subscriptions", self.subscriptions.resume, self.subscriptions.pause)
+            )
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
             routes.append(Route("/replication", self.replication_status, methods=["GET"]))

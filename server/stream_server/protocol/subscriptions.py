@@ -123,7 +123,7 @@ async def _route(
         raise SubscriptionError("NOT_FOUND", "no such control path under __ds/")
     sub_id = check_id(_decode(parts[2], "subscription id"))
     tail = parts[3:]
-    m = subs.manager
+    m = await subs.control(writing=method != "GET")  # a standby: a read-only copy
     origin = _origin(scope, h)
     auth = ctx.auth
 

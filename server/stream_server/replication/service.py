@@ -8,6 +8,11 @@ queued changes are rolled back, and the follower runs. A switch waits for the
 other mode's writer to be idle first, so the two never touch the engine at
 once.
 
+Work that writes on its own runs only in primary mode: the store's expiry and
+retention sweepers, and whatever the app registers (``primary_work``: the
+subscriptions). It starts once this replica is primary and stops, with
+nothing in flight, before it follows another one.
+
 Writes reaching a standby are refused with 503, ``Retry-After: 1`` and
 ``Stream-Primary: <url>`` rather than forwarded (docs/replication.md says
 why). A primary with fewer than ``min_in_sync`` replicas in sync waits up to
@@ -22,7 +27,7 @@ import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +46,15 @@ from stream_server.streams.store import StreamStore
 log = logging.getLogger("stream_server.replication")
 
 RETRY_AFTER = 1  # seconds: a failover or an ISR change is a lease round away
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryWork:
+    """Work that writes of its own accord: started on promotion, stopped on demotion."""
+
+    name: str
+    start: Callable[[], Awaitable[None]]
+    stop: Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +106,10 @@ class Replication:
         self.primary_mode = False
         self.failovers = 0  # times this replica became primary
         self._tasks: list[asyncio.Task[None]] = []
+        # Paused before the store starts them: a standby until the Lease says otherwise.
+        store.expiry.pause()
+        store.retention.pause()
+        self.primary_work: list[PrimaryWork] = []
 
     # ------------------------------------------------------------- lifecycle
 
@@ -142,9 +160,26 @@ class Replication:
         self.primary_mode = True
         self.failovers += 1
         log.info("primary for term %d at lsn %d", term, self.store.engine.lsn)
+        self.store.expiry.resume()
+        self.store.retention.resume()
+        for work in self.primary_work:
+            try:
+                await work.start()
+            except Exception:  # the role switch must not fail with it
+                log.exception("could not start %s as primary", work.name)
+
+    async def _stop_primary_work(self) -> None:
+        self.store.expiry.pause()
+        self.store.retention.pause()
+        for work in reversed(self.primary_work):
+            try:
+                await work.stop()
+            except Exception:
+                log.exception("could not stop %s", work.name)
 
     async def _to_standby(self) -> None:
         self.primary_mode = False
+        await self._stop_primary_work()  # before anything is rolled back or followed
         self.hooks.writable = False
         while not self.store.pipeline.idle:
             await asyncio.sleep(0.005)

@@ -83,6 +83,9 @@ class Expiry:
         self.touched: set[str] = set()  # TTL clocks renewed in memory, not yet on disk
         self.expiring: set[str] = set()  # expiry deletes queued, not yet durable
         self._sweeper: asyncio.Task[None] | None = None
+        # A standby of a replica set: the primary deletes what expires, and its
+        # deletions reach this replica as replicated frames.
+        self.paused = False
 
     def track(self, s: Stream) -> None:
         if s.meta.ttl is not None or s.meta.expires_at_ts is not None:
@@ -90,7 +93,7 @@ class Expiry:
 
     def touch(self, s: Stream, now: float) -> None:
         s.meta.touched_at = s.pending.meta.touched_at = now
-        if s.meta.ttl is not None:
+        if s.meta.ttl is not None and not self.paused:
             self.touched.add(s.path)
 
     def written(self, s: Stream) -> None:
@@ -99,7 +102,7 @@ class Expiry:
 
     def expire(self, s: Stream) -> None:
         """Delete an expired stream in the background (soft if forks need it)."""
-        if s.path in self.expiring or s.pending.meta.soft_deleted:
+        if self.paused or s.path in self.expiring or s.pending.meta.soft_deleted:
             return
         self.expiring.add(s.path)
         ops, apply = self._queue_delete(s, "expired")
@@ -130,6 +133,8 @@ class Expiry:
 
     async def flush_touched(self) -> None:
         """Persist read-renewed TTL clocks, so a restart does not expire them early."""
+        if self.paused:
+            self.touched.clear()
         if not self.touched:
             return
         ops: list[Op] = []
@@ -142,11 +147,25 @@ class Expiry:
             await self._commit(ops, 0, lambda: None)
 
     def start(self) -> None:
+        if self.paused or self._sweeper is not None:
+            return
         self._sweeper = asyncio.create_task(self._sweep_forever())
 
     def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+            self._sweeper = None
+
+    def pause(self) -> None:
+        """Stop deleting and sweeping (a standby): its batches would be refused."""
+        self.paused = True
+        self.stop()
+        self.touched.clear()
+
+    def resume(self) -> None:
+        """Sweep again (promoted to primary): what expired meanwhile goes first."""
+        self.paused = False
+        self.start()
 
     async def _sweep_forever(self) -> None:
         while True:

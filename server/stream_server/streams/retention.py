@@ -186,6 +186,7 @@ class Retention:
         self._first: dict[int, tuple[int, int]] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self.paused = False  # a standby: the primary's drops reach it as replicated frames
 
     def policy(self, path: str) -> Policy | None:
         if not self.policies:
@@ -318,7 +319,7 @@ class Retention:
         return out
 
     def start(self) -> None:
-        if not self.policies:
+        if not self.policies or self.paused or self._task is not None:
             return
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._sweep_forever())
@@ -329,6 +330,16 @@ class Retention:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+
+    def pause(self) -> None:
+        """Stop sweeping (a standby): its batches would be refused."""
+        self.paused = True
+        self.stop()
+
+    def resume(self) -> None:
+        """Sweep again (promoted to primary)."""
+        self.paused = False
+        self.start()
 
     async def _sweep_forever(self) -> None:
         assert self._wake is not None

@@ -90,8 +90,23 @@ class SubscriptionManager:
 
     # ------------------------------------------------------------------ start-up
 
-    async def load(self) -> None:
-        """Read every record; link streams created while the server was down."""
+    def reset(self) -> None:
+        """Forget every subscription, so that ``load`` starts from the records alone (a
+        replica promoted to primary: its records arrived in replicated frames)."""
+        self.subs.clear()
+        self.tombstones.clear()
+        self.by_stream.clear()
+        self.dirty.clear()
+        self.pending_since.clear()
+        self.kick = lambda sub_id: None
+        self.schedule = lambda sub_id, when: None
+
+    async def load(self, *, prune: bool = True) -> None:
+        """Read every record; link streams created while the server was down.
+
+        ``prune`` removes tombstones past their time; a read-only copy (a standby
+        answering reads) keeps them, since it may not write.
+        """
         now = self.clock()
         for key, raw in self.records.load().items():
             try:
@@ -100,10 +115,13 @@ class SubscriptionManager:
                 log.error("subscription %r is not served: %s", key, exc)
                 continue
             if isinstance(item, Tombstone):
-                if now - item.deleted_at > TOMBSTONE_DAYS * 86400:
-                    await self.records.put(key, None)
-                else:
-                    self.tombstones[item.id] = item
+                if prune and now - item.deleted_at > TOMBSTONE_DAYS * 86400:
+                    try:
+                        await self.records.put(key, None)
+                        continue
+                    except Exception as exc:  # e.g. a new primary not yet in sync
+                        log.warning("old tombstone %r kept for now: %s", key, exc)
+                self.tombstones[item.id] = item
                 continue
             self.subs[item.id] = item
             for path in item.links:

@@ -5,6 +5,12 @@ hooks to its manager, starts it once recovery has finished (the records are
 read from the recovered store) and stops it first on shutdown, so no
 delivery is in flight when the store closes. The signing key ring is
 opened at start, off the event loop (it may create and fsync a key).
+
+In a replica set (``primary_only``) delivery runs only on the primary: the
+replication service calls ``resume`` on promotion (the records arrived in
+replicated frames, so delivery continues from the old primary's cursors) and
+``pause`` on demotion, before the replica follows. A standby still answers
+reads of the control API, from a read-only copy of the replicated records.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 from stream_server.metrics import Metrics
 from stream_server.subscriptions.delivery import DeliveryLoop
+from stream_server.subscriptions.errors import SubscriptionError
 from stream_server.subscriptions.manager import SubscriptionManager
 from stream_server.subscriptions.model import Subscription
 from stream_server.subscriptions.sender import WebhookSender
@@ -44,6 +51,7 @@ class SubscriptionSettings:
 class Subscriptions:
     def __init__(self, store: Any, settings: SubscriptionSettings, metrics: Metrics | None) -> None:
         self.settings = settings
+        self.store = store
         self.allow = WebhookAllowList.from_settings(settings.webhook_allow)
         self.manager = SubscriptionManager(
             store,
@@ -54,36 +62,97 @@ class Subscriptions:
         self.keys: WebhookKeys | None = None
         self.loop: DeliveryLoop | None = None
         self.public_url = settings.public_url.rstrip("/")
+        # Set by the app in a replica set: deliver only between resume and pause.
+        self.primary_only = False
+        self._switch = asyncio.Lock()
+        self._view: tuple[object, SubscriptionManager] | None = None  # (store version, copy)
 
     @property
     def started(self) -> bool:
+        """Whether control requests are answered (delivering, or a standby's reads)."""
+        return self.loop is not None or (self.primary_only and self.keys is not None)
+
+    @property
+    def delivering(self) -> bool:
         return self.loop is not None
 
     async def start(self) -> None:
-        s = self.settings
-        self.keys = await asyncio.to_thread(
-            WebhookKeys.load_or_create,
-            s.data_dir / KEYRING_DIR,
-            replay_window=s.webhook_key_replay_window,
-        )
-        verify: ssl.SSLContext | bool = True
-        if s.webhook_ca_file:
-            verify = ssl.create_default_context(cafile=s.webhook_ca_file)
-        sender = WebhookSender(self.keys, self.allow, s.webhook_timeout, verify=verify)
-        await self.manager.load()
-        self.loop = DeliveryLoop(
-            self.manager,
-            sender,
-            callback_url=self.callback_url,
-            keys=self.keys,
-            key_rotation_interval=s.webhook_key_rotation_interval,
-        )
-        self.loop.start()
+        """Open the key ring, then deliver, unless only a primary may (``resume``)."""
+        async with self._switch:
+            await self._open_keys()
+        if not self.primary_only:
+            await self.resume()
+
+    async def _open_keys(self) -> WebhookKeys:
+        if self.keys is None:
+            s = self.settings
+            self.keys = await asyncio.to_thread(
+                WebhookKeys.load_or_create,
+                s.data_dir / KEYRING_DIR,
+                replay_window=s.webhook_key_replay_window,
+            )
+        return self.keys
+
+    async def resume(self) -> None:
+        """Load every record afresh and deliver what is pending (start, or promotion)."""
+        async with self._switch:
+            if self.loop is not None:
+                return
+            s = self.settings
+            keys = await self._open_keys()
+            verify: ssl.SSLContext | bool = True
+            if s.webhook_ca_file:
+                verify = ssl.create_default_context(cafile=s.webhook_ca_file)
+            sender = WebhookSender(keys, self.allow, s.webhook_timeout, verify=verify)
+            self.manager.reset()
+            try:
+                await self.manager.load()
+            except BaseException:
+                await sender.aclose()
+                raise
+            self.loop = DeliveryLoop(
+                self.manager,
+                sender,
+                callback_url=self.callback_url,
+                keys=keys,
+                key_rotation_interval=s.webhook_key_rotation_interval,
+            )
+            self.loop.start()
+
+    async def pause(self) -> None:
+        """Stop delivering (demotion, or shutdown): nothing in flight once it returns."""
+        async with self._switch:
+            if self.loop is not None:
+                await self.loop.stop()
+                self.loop = None
+            if self.primary_only:
+                self.manager.reset()  # a standby's copy is ``control``'s, read afresh
 
     async def stop(self) -> None:
-        if self.loop is not None:
-            await self.loop.stop()
-            self.loop = None
+        await self.pause()
+
+    async def control(self, *, writing: bool) -> SubscriptionManager:
+        """The manager that answers control requests: the live one while delivering,
+        else a read-only copy of the replicated records, read again whenever the
+        store changed since (a standby). Writes reach a replica that does not deliver
+        only while it is being promoted (app.py refuses them on a standby): they wait
+        for ``resume``, which would not see them."""
+        if self.loop is not None or not self.primary_only:
+            return self.manager
+        if writing:
+            raise SubscriptionError(
+                "UNAVAILABLE", "subscriptions are starting here", headers={"retry-after": "1"}
+            )
+        version = getattr(getattr(self.store, "engine", None), "lsn", None)
+        if self._view is None or self._view[0] != version or version is None:
+            view = SubscriptionManager(
+                self.store,
+                max_path_bytes=self.settings.max_path_bytes,
+                max_subscriptions=self.settings.max_subscriptions,
+            )
+            await view.load(prune=False)
+            self._view = (version, view)
+        return self._view[1]
 
     # ------------------------------------------------------------------ URLs
 
