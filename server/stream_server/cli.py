@@ -26,27 +26,25 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(rotate)
     args = parser.parse_args(argv)
     try:
+        # Checking the settings imports the parsers of retention rules and webhook
+        # addresses, which need the server's dependencies too.
         settings = settings_from(args)
+        from stream_server.server import serve
+        from stream_server.subscriptions.signing import rotate_command
+    except ModuleNotFoundError as exc:
+        # Installed without the server's dependencies (the package's other extras
+        # share this distribution): say what to install instead of a traceback.
+        print(
+            f"durable-streams-server: {exc.name} is not installed; the server needs the "
+            "'server' extra: pip install 'durable-streams-py[server]'",
+            file=sys.stderr,
+        )
+        return 2
     except ValueError as exc:
         parser.error(str(exc))
     if args.command == "serve":
-        try:
-            from stream_server.server import serve as run
-        except ModuleNotFoundError as exc:
-            # Installed without the server's dependencies (the package's other extras
-            # share this distribution): say what to install instead of a traceback.
-            print(
-                f"durable-streams-server: {exc.name} is not installed; the server needs the "
-                "'server' extra: pip install 'durable-streams-py[server]'",
-                file=sys.stderr,
-            )
-            return 2
-        return run(settings)
-    if args.command == "rotate-webhook-key":
-        from stream_server.subscriptions.signing import rotate_command
-
-        return rotate_command(settings.data_dir, settings.webhook_key_replay_window)
-    return 2
+        return serve(settings)
+    return rotate_command(settings.data_dir, settings.webhook_key_replay_window)
 
 
 if __name__ == "__main__":

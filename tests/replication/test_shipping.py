@@ -40,16 +40,26 @@ def primary_with_standbys(servers: list, in_sync: int) -> object:
     return until(f"a primary with {in_sync} in sync", check)
 
 
+REFUSED_UNWRITTEN = (b"this replica is not the primary right now", b"too few replicas in sync")
+
+
 def append_many(base: str, path: str, count: int, prefix: str) -> list[bytes]:
     """``count`` appends from 8 threads; returns the bodies acknowledged (204)."""
 
     def one(i: int) -> bytes | None:
         body = f"{prefix}-{i:05d};".encode()
-        try:
-            r = httpx.post(f"{base}{path}", content=body, headers=TEXT, timeout=10)
-        except httpx.HTTPError:
-            return None
-        return body if r.status_code == 204 else None
+        for _ in range(30):
+            try:
+                r = httpx.post(f"{base}{path}", content=body, headers=TEXT, timeout=10)
+            except httpx.HTTPError:
+                return None
+            # Refused before anything was written (a renewal late on a loaded machine,
+            # or a standby not yet back in sync): a client retries, as told.
+            if r.status_code == 503 and r.content.startswith(REFUSED_UNWRITTEN):
+                time.sleep(float(r.headers.get("retry-after", "1")) / 3)
+                continue
+            return body if r.status_code == 204 else None
+        return None
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         return [b for b in pool.map(one, range(count)) if b is not None]
