@@ -224,18 +224,21 @@ class ApiServer(kmock.KubernetesEmulator):
 
     # -- writes --------------------------------------------------------------------------
 
+    def _record(self, request: rendering.Request, verb: str) -> None:
+        """Note the request as RBAC sees it (verb, group, resource[/subresource], agent)."""
+        plural = request.resource.plural
+        if request.subresource:
+            plural = f"{plural}/{request.subresource}"
+        agent = request.headers.get("User-Agent") or ""
+        group = request.resource.group or ""
+        self.requests.append(Call(verb, group, plural, agent, request.namespace))
+
     async def _handle(self, request: rendering.Request) -> Any:
         if request.method == enums.method.PUT and request.resource and request.name:
             return await self._serve_put(request)  # kmock serves no PUT
         verb = _verb(request)
         if verb is not None:
-            plural = request.resource.plural
-            if request.subresource:
-                plural = f"{plural}/{request.subresource}"
-            agent = request.headers.get("User-Agent") or ""
-            self.requests.append(
-                Call(verb, request.resource.group or "", plural, agent, request.namespace)
-            )
+            self._record(request, verb)
         if request.resource is None or request.action not in (
             enums.action.CREATE,
             enums.action.UPDATE,
@@ -256,12 +259,7 @@ class ApiServer(kmock.KubernetesEmulator):
 
     async def _serve_put(self, request: rendering.Request) -> aiohttp.web.Response:
         """An update (PUT): the object as sent replaces the stored one."""
-        plural = request.resource.plural
-        if request.subresource:
-            plural = f"{plural}/{request.subresource}"
-        agent = request.headers.get("User-Agent") or ""
-        group = request.resource.group or ""
-        self.requests.append(Call("update", group, plural, agent, request.namespace))
+        self._record(request, "update")
         key = (request.resource, request.namespace, request.name)
         async with self._lock:
             await self._update(request)
@@ -306,9 +304,7 @@ class ApiServer(kmock.KubernetesEmulator):
             if ctype == "application/apply-patch+yaml" and request.subresource is None:
                 # Server-side apply creates what is missing, and RBAC then asks for the
                 # create verb as well as patch (kube-apiserver's PatchResource).
-                agent = request.headers.get("User-Agent") or ""
-                group, plural = request.resource.group or "", request.resource.plural
-                self.requests.append(Call("create", group, plural, agent, request.namespace))
+                self._record(request, "create")
                 await self._create(request)
                 return
             raise kmock.KubernetesObjectNotFoundError()

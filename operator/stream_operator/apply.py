@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -118,48 +119,51 @@ def _patch(api_client: client.ApiClient, kind: str, namespace: str, name: str, b
     getattr(api_cls(api_client), f"patch_namespaced_{noun}")(name, namespace, body, **options)
 
 
+def _ordinal_items(
+    api_client: client.ApiClient,
+    list_namespaced: Callable[..., Any],
+    namespace: str,
+    prefix: str,
+    labels: dict[str, str],
+) -> list[dict[str, Any]]:
+    """The items named ``<prefix><ordinal>`` that carry all of ``labels``, as plain dicts.
+
+    Filters again after the label selector: not every API server (or emulator) honours
+    label selectors."""
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    out = []
+    for item in list_namespaced(namespace, label_selector=selector).items:
+        raw = api_client.sanitize_for_serialization(item)
+        item_name = raw["metadata"]["name"]
+        have = raw["metadata"].get("labels") or {}
+        if (
+            item_name.startswith(prefix)
+            and item_name[len(prefix) :].isdigit()
+            and all(have.get(k) == v for k, v in labels.items())
+        ):
+            out.append(raw)
+    return out
+
+
 def instance_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:
     """The PVCs of a DurableStream's pods (``data-<name>-<ordinal>``)."""
     core = client.CoreV1Api(api_client)
-    selector = f"app.kubernetes.io/instance={name}"
-    items = core.list_namespaced_persistent_volume_claim(namespace, label_selector=selector).items
-    prefix = f"data-{name}-"
-    out = []
-    for pvc in items:
-        raw = api_client.sanitize_for_serialization(pvc)
-        pvc_name = raw["metadata"]["name"]
-        labels = raw["metadata"].get("labels") or {}
-        # Filter again: not every API server (or emulator) honours label selectors.
-        if (
-            pvc_name.startswith(prefix)
-            and pvc_name[len(prefix) :].isdigit()
-            and labels.get("app.kubernetes.io/instance") == name
-        ):
-            out.append(raw)
-    return out
+    return _ordinal_items(
+        api_client,
+        core.list_namespaced_persistent_volume_claim,
+        namespace,
+        f"data-{name}-",
+        {"app.kubernetes.io/instance": name},
+    )
 
 
 def instance_pods(api_client: client.ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:
-    """The server pods of a DurableStream (``<name>-<ordinal>``), for their container states."""
+    """The server pods of a DurableStream (``<name>-<ordinal>``), for their container states.
+
+    The name label keeps out Spark pods of the same instance."""
     core = client.CoreV1Api(api_client)
-    selector = f"app.kubernetes.io/instance={name},app.kubernetes.io/name=durable-streams"
-    items = core.list_namespaced_pod(namespace, label_selector=selector).items
-    prefix = f"{name}-"
-    out = []
-    for pod in items:
-        raw = api_client.sanitize_for_serialization(pod)
-        pod_name = raw["metadata"]["name"]
-        labels = raw["metadata"].get("labels") or {}
-        # Filter again: not every API server (or emulator) honours label selectors, and
-        # Spark pods of the same instance are not server pods.
-        if (
-            pod_name.startswith(prefix)
-            and pod_name[len(prefix) :].isdigit()
-            and labels.get("app.kubernetes.io/instance") == name
-            and labels.get("app.kubernetes.io/name") == "durable-streams"
-        ):
-            out.append(raw)
-    return out
+    labels = {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": "durable-streams"}
+    return _ordinal_items(api_client, core.list_namespaced_pod, namespace, f"{name}-", labels)
 
 
 def grow_pvc(api_client: client.ApiClient, namespace: str, name: str, size: str) -> None:

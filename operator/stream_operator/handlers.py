@@ -1,5 +1,8 @@
 """The kopf handlers: thin glue between events and the pure functions.
 
+Over 400 lines on purpose: every handler and the periodic thread share one object lock
+and one status write path.
+
 One reconcile (idempotent by construction) run on create, update and resume
 and again every ``RESYNC_INTERVAL`` seconds, so that a deleted or hand-edited
 object is put back; a status refresh every ``STATUS_INTERVAL`` seconds that
@@ -512,7 +515,7 @@ def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> Non
         return  # the Lease was lost during this reconcile: the new leader writes it
     _tell_primary_change(ds, dict(ds.get("status") or {}), new)
     if not same_status(new, dict(ds.get("status") or {})):
-        write_status(ac, ds["metadata"]["namespace"], ds["metadata"]["name"], new)
+        write_status(ac, meta["namespace"], meta["name"], new)
 
 
 def _tell_primary_change(ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:

@@ -50,21 +50,19 @@ def _said(message: str | None) -> str:
     a line in the default log format: the server's refusal is its last error.
     """
     lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
-    for line in reversed(lines):
+    last = lines[-1] if lines else ""
+    for i, line in enumerate(reversed(lines)):
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict) and entry.get("level") in ("error", "critical"):
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("level") in ("error", "critical"):
             return str(entry.get("msg", line))[:MESSAGE_LIMIT]
-    if not lines:
-        return ""
-    try:
-        entry = json.loads(lines[-1])
-    except ValueError:
-        entry = None
-    last = entry.get("msg", lines[-1]) if isinstance(entry, dict) else lines[-1]
-    return str(last)[:MESSAGE_LIMIT]
+        if i == 0:
+            last = str(entry.get("msg", line))
+    return last[:MESSAGE_LIMIT]
 
 
 def pod_trouble(pods: Sequence[dict[str, Any]]) -> PodTrouble | None:

@@ -1,5 +1,8 @@
 """What a DurableStream becomes: the desired Kubernetes objects, as plain dicts.
 
+Over 400 lines on purpose: every object is rendered from the same defaults, names and
+labels, and desired_objects is the one list of them.
+
 Pure functions of (name, namespace, uid, spec): no API calls, so every
 object the operator would apply is unit-tested without a cluster.
 """
@@ -21,7 +24,7 @@ STORAGE_SIZE = f"{GROUP}/storage-size"
 MANAGED_BY = "durable-streams-operator"
 COMPONENT = "app.kubernetes.io/component"
 # A replica set's pods carry their role, which the operator sets from the Lease holder
-# (handlers.label_roles): the client Service selects the primary, ``-replicas`` the rest.
+# (handlers._label_roles): the client Service selects the primary, ``-replicas`` the rest.
 ROLE = f"{GROUP}/role"
 PRIMARY = "primary"
 STANDBY = "standby"
