@@ -12,6 +12,7 @@ from stream_format.offsets import format_offset
 from stream_server.protocol.context import TRUE
 from stream_server.protocol.http import Headers, PayloadTooLarge, RequestTimeout, text_headers
 from stream_server.protocol.live import TooManyRequests
+from stream_server.protocol.read_response import EARLIEST_OFFSET
 from stream_server.streams.errors import (
     BadRequest,
     Conflict,
@@ -54,7 +55,7 @@ def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
         status = 404
     elif isinstance(exc, OffsetGone):
         status = 410
-        extra = [(b"stream-earliest-offset", format_offset(exc.earliest).encode())]
+        extra = [(EARLIEST_OFFSET, format_offset(exc.earliest).encode())]
     elif isinstance(exc, Gone):
         status = 410
     elif isinstance(exc, PayloadTooLarge | TooLarge):

@@ -10,6 +10,11 @@ subscriptions need attention (``kick``) and the delivery loop
 and hands webhooks to the sender; pull-wake claims, acks and releases are in
 ``pullwake.py``.
 
+It is one module on purpose: links, cursors, wakes and records change
+together in one synchronous step (a check and its change must not interleave
+with another request), and splitting them would spread that invariant over
+modules that each hold half of it.
+
 Streams reach the manager through the store's hooks, which run when a batch
 is durable: a created stream that matches a pattern is linked at its first
 offset before anything else can happen, so its first data is pending; an
@@ -494,6 +499,11 @@ class SubscriptionManager:
         if sub.type != WEBHOOK:
             raise invalid("this is a pull-wake subscription: use ack")
         assert isinstance(body, dict)
+        return await self.acknowledge(sub, body)
+
+    async def acknowledge(self, sub: Subscription, body: dict[str, Any]) -> dict[str, Any]:
+        """Apply a checked wake's acks (webhook callback and pull-wake ack alike): with
+        ``done`` the wake ends, without it the lease is extended (a heartbeat)."""
         acks = self.parse_acks(sub, body)
         self.apply_acks(sub, acks)
         more = False

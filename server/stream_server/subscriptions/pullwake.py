@@ -88,17 +88,8 @@ async def ack(
     """Acks, and a heartbeat: without ``done`` the lease is extended, with it released."""
     sub = m.check_wake(sub_id, token, body, tokens.CLAIM)
     _pull_wake(m, sub_id)
-    assert isinstance(body, dict) and sub.wake is not None
-    acks = m.parse_acks(sub, body)
-    m.apply_acks(sub, acks)
-    more = False
-    if body.get("done") is True:
-        more = m.finish_wake(sub)
-    else:
-        sub.wake.lease_until = m.clock() + sub.config.lease_ttl_ms / 1000
-        m.schedule(sub.id, sub.wake.lease_until)
-    await m.save(sub)
-    return {"ok": True, "next_wake": more}
+    assert isinstance(body, dict)
+    return await m.acknowledge(sub, body)
 
 
 async def release(m: SubscriptionManager, sub_id: str, token: str | None, body: object) -> None:
