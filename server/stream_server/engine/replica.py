@@ -166,7 +166,7 @@ def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> li
                 sid = U64_BE.unpack(e[2])[0]
                 tv = decode_tail(e[3])
                 old = engine.tails.get(sid)
-                engine.tails[sid] = Tail(tv.file_len, tv.unit, tv.base, tv.start, tv.start_pos)
+                engine.tails[sid] = Tail(*tv)
                 if old is not None and tv.start_pos > old.start_pos:
                     engine._punch(sid, tv.start_pos)
             elif e[1] == DB_TAILS and e[0] == walmod.DELETE:

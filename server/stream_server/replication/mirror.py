@@ -40,15 +40,19 @@ class Mirror:
 
     def publish(self, upto: int) -> None:
         """Make every staged frame at or below ``upto`` visible to readers, in order."""
+        by_id: dict[int, Stream] | None = None  # built once per publish, not per frame
         while self.staged and self.staged[0][0] <= upto:
             lsn, changes = self.staged.pop(0)
-            self._refresh(changes)
+            if by_id is None:
+                by_id = {s.id: s for s in self.store.table.by_path.values()}
+            self._refresh(changes, by_id)
             self.published = lsn
         self.published = max(self.published, min(upto, self.store.engine.lsn))
 
-    def _refresh(self, changes: list[wal.Entry]) -> None:
+    def _refresh(self, changes: list[wal.Entry], by_id: dict[int, Stream]) -> None:
+        """Apply one frame's changes; ``by_id`` indexes the streams and is kept up to
+        date here, so that the frames of one publish share it."""
         table = self.store.table
-        by_id = {s.id: s for s in table.by_path.values()}
         touched: set[Stream] = set()
         for entry in changes:
             kind, db, key = entry[0], entry[1], entry[2]
@@ -71,6 +75,7 @@ class Mirror:
                 else:
                     gone = table.by_path.pop(path, None)
                     if gone is not None:
+                        by_id.pop(gone.id, None)
                         gone.notify()
             elif db == DB_TAILS and kind == wal.PUT:
                 s = by_id.get(U64_BE.unpack(key)[0])

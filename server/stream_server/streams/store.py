@@ -240,8 +240,9 @@ class StreamStore:
                 expire=self.expiry.expire,
             )
             fork_unit = fork_point(source, req.fork, boundary)
-            if fork_unit < earliest(self.table, self.engine, source):
-                raise OffsetGone(earliest(self.table, self.engine, source))
+            first = self.earliest(source)
+            if fork_unit < first:
+                raise OffsetGone(first)
             if content_type is None:
                 content_type = source.meta.content_type
             elif media_type(content_type) != media_type(source.meta.content_type):
