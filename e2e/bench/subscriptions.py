@@ -37,10 +37,8 @@ if __package__ in (None, ""):  # run as a script: import the bench package and t
 import argparse
 import json
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from bench import log
@@ -49,59 +47,11 @@ from bench.machine import raise_fd_limit
 from bench.servers import Server, missing
 from bench.workloads import percentile
 from testkit.servers import rss_bytes
+from testkit.webhooks import Receiver
 
 BASE = "/v1/stream/"
 SUBS = f"{BASE}__ds/subscriptions/"
 KiB, MiB = 1024, 1024 * 1024
-
-
-class Receiver:
-    """A webhook receiver on 127.0.0.1: notes when each request arrived, answers done."""
-
-    def __init__(self) -> None:
-        self.arrived: list[float] = []  # perf_counter when each request's body was read
-        self.cond = threading.Condition()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                now = time.perf_counter()
-                with receiver.cond:
-                    receiver.arrived.append(now)
-                    receiver.cond.notify_all()
-                body = b'{"done": true}'
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def wait(self, count: int, timeout: float = 30.0) -> float:
-        """When the ``count``-th request (1-based) arrived, waiting for it."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while len(self.arrived) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RuntimeError(f"webhook {count} never came ({len(self.arrived)} seen)")
-                self.cond.wait(left)
-            return self.arrived[count - 1]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def call(
@@ -154,7 +104,7 @@ def wake_latency(srv: Server, receiver: Receiver, rounds: int, warm: int = 3) ->
             status, headers, _ = c.request("POST", f"{BASE}lat/0", BIN, b"w" * 100)
             if status not in (200, 204):
                 raise RuntimeError(f"append to lat/0: {status}")
-            got = receiver.wait(i + 1)
+            got = receiver.wait(i + 1).at
             if i >= warm:
                 lat.append((got - sent) * 1000)
             tail = headers["stream-next-offset"]
@@ -250,7 +200,7 @@ def wide_subscription(srv: Server, receiver: Receiver, n: int) -> dict[str, floa
 
 def measure(args: argparse.Namespace, workdir: Path) -> Figures:
     srv = Server("ours", workdir)
-    receiver = Receiver()
+    receiver = Receiver(answer=lambda hook: (200, {"done": True}))  # acks the wake
     try:
         srv.start()
         log(f"wake latency: {args.rounds} rounds")

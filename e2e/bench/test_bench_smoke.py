@@ -34,6 +34,16 @@ def _reference_installed() -> bool:
     )
 
 
+def run_bench(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run one script of the harness; a non-zero exit fails the test with its output's tail."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / script), *args], capture_output=True, text=True, timeout=timeout
+    )
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 @needs.commands("wrk", install="Debian's wrk (make system-deps)")
 @pytest.mark.timeout(240)
 def test_quick_benchmark_produces_the_table(tmp_path):
@@ -45,22 +55,9 @@ def test_quick_benchmark_produces_the_table(tmp_path):
     else:
         warnings.warn(f"benchmark smoke test without the reference: {INSTALL}", stacklevel=1)
     out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "run.py"),
-            "--quick",
-            "--servers",
-            ",".join(servers),
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=220,
+    proc = run_bench(
+        "run.py", "--quick", "--servers", ",".join(servers), "--json", str(out), timeout=220
     )
-    print(proc.stdout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["errors"] == {}
     assert sorted(doc["servers"]) == sorted(servers)
@@ -128,28 +125,12 @@ def test_retention_benchmark_prints_both_sides_and_the_disk_over_time(tmp_path):
     """retention.py, tiny: throughput with and without a policy, their ratio, and the
     disk samples; the bounded side's largest stream must have been sampled."""
     out = tmp_path / "retention.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "retention.py"),
-            "--rounds",
-            "1",
-            "--seconds",
-            "2",
-            "--streams",
-            "2",
-            "--connections",
-            "4",
-            "--bound-kib",
-            "64",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_bench(
+        "retention.py",
+        *("--rounds", "1", "--seconds", "2", "--streams", "2", "--connections", "4"),
+        *("--bound-kib", "64", "--json", str(out)),
         timeout=100,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "| none |" in proc.stdout
     assert "| bench/:max-bytes=64KiB |" in proc.stdout
     assert "| with/without |" in proc.stdout
@@ -167,24 +148,11 @@ def test_retention_benchmark_prints_both_sides_and_the_disk_over_time(tmp_path):
 def test_subscriptions_benchmark_prints_latency_memory_and_scale(tmp_path):
     """subscriptions.py, tiny: every figure of issue 14's scale list comes out."""
     out = tmp_path / "subscriptions.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "subscriptions.py"),
-            "--streams",
-            "50",
-            "--subscriptions",
-            "5",
-            "--rounds",
-            "3",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_bench(
+        "subscriptions.py",
+        *("--streams", "50", "--subscriptions", "5", "--rounds", "3", "--json", str(out)),
         timeout=100,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for text in (
         "webhook wake latency",
         "memory per subscription",

@@ -22,6 +22,7 @@ What is checked:
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -80,7 +81,7 @@ def test_real_prometheus_scrapes_a_replica_set(tmp_path: Path) -> None:
             problems = []
             for title, expr in panel_queries(ALL, rows="replication"):
                 values = prom.values(expr)
-                if not values or not all(v == v and abs(v) != float("inf") for v in values):
+                if not values or not all(math.isfinite(v) for v in values):
                     problems.append(f"no finite data {values}: {title}: {expr}")
             role = by_pod(queries["Role per pod (1 = primary)"])
             if role != {s.name: float(s.name == primary.name) for s in rs.servers}:

@@ -1,12 +1,15 @@
-"""Replica sets of real server processes sharing a Lease on the emulated API server."""
+"""Replica sets of real server processes sharing a Lease on the emulated API server,
+and the waits the tests on them share (imported as ``tests.replication.conftest``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import httpx
 import pytest
 
 from conftest import ServerProcess
+from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 
 # Short leases, so that an election or a failover happens within a test's patience.
@@ -47,3 +50,27 @@ def start_set(server_factory, api: Cluster) -> StartSet:
         return servers
 
     return start
+
+
+def status(srv: ServerProcess) -> dict:
+    return httpx.get(f"{srv.url}/replication", timeout=5).json()
+
+
+def until(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
+    return wait_for(check, timeout=timeout, message=what)
+
+
+def primary_with_standbys(servers: list[ServerProcess], in_sync: int) -> ServerProcess:
+    """The server that is primary with at least ``in_sync`` standbys in sync, once one is."""
+
+    def check() -> ServerProcess | None:
+        for srv in servers:
+            try:
+                st = status(srv)
+            except httpx.HTTPError:
+                continue
+            if st["role"] == "primary" and len(st["in_sync"]) >= in_sync:
+                return srv
+        return None
+
+    return wait_for(check, timeout=60.0, message=f"a primary with {in_sync} in sync")

@@ -10,11 +10,10 @@ swept would log refused batches.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import httpx
 
-from testkit import wait_for
+from tests.replication.conftest import primary_with_standbys, status, until
 from tests.subscriptions._api import (
     Api,
     Hook,
@@ -24,28 +23,6 @@ from tests.subscriptions._api import (
 
 REFUSED = "write batch failed"  # what a standby logs when it tries to write
 TEXT = {"content-type": "text/plain"}
-
-
-def until(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
-    return wait_for(check, timeout=timeout, message=what)
-
-
-def status(srv) -> dict:
-    return httpx.get(f"{srv.url}/replication", timeout=5).json()
-
-
-def primary_with_standbys(servers: list, in_sync: int):
-    def check():
-        for srv in servers:
-            try:
-                st = status(srv)
-            except httpx.HTTPError:
-                continue
-            if st["role"] == "primary" and len(st["in_sync"]) >= in_sync:
-                return srv
-        return None
-
-    return until(f"a primary with {in_sync} in sync", check)
 
 
 def kid_of(hook: Hook) -> str:

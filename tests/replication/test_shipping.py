@@ -8,38 +8,13 @@ from __future__ import annotations
 import concurrent.futures
 import shutil
 import time
-from collections.abc import Callable
 
 import httpx
 
 from conftest import read_all
-from testkit import wait_for
+from tests.replication.conftest import primary_with_standbys, status, until
 
 TEXT = {"content-type": "text/plain"}
-
-
-def status(srv) -> dict:
-    return httpx.get(f"{srv.url}/replication", timeout=5).json()
-
-
-def until(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
-    return wait_for(check, timeout=timeout, message=what)
-
-
-def primary_with_standbys(servers: list, in_sync: int) -> object:
-    def check():
-        for srv in servers:
-            try:
-                st = status(srv)
-            except httpx.HTTPError:
-                continue
-            if st["role"] == "primary" and len(st["in_sync"]) >= in_sync:
-                return srv
-        return None
-
-    return until(f"a primary with {in_sync} in sync", check)
-
-
 REFUSED_UNWRITTEN = (b"this replica is not the primary right now", b"too few replicas in sync")
 
 
