@@ -13,7 +13,12 @@ from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 
 # Short leases, so that an election or a failover happens within a test's patience.
-FAST = ["--lease-duration", "3", "--lease-renew-deadline", "2", "--lease-retry-period", "0.3"]
+# Short leases so failovers are quick; a long wait for the standbys, so that a loaded
+# machine (2 cores, the whole suite) does not turn slow replication into refusals.
+FAST = [
+    "--lease-duration", "3", "--lease-renew-deadline", "2", "--lease-retry-period", "0.3",
+    "--replication-wait", "10",
+]  # fmt: skip
 
 StartSet = Callable[..., list[ServerProcess]]
 
