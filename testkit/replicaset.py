@@ -5,6 +5,7 @@ run (issue 13, "A replica set on one machine")::
 
     python -m testkit.replicaset up --replicas 3 --state-file rs.json
     python -m testkit.replicaset restart ds-0 --state-file rs.json
+    python -m testkit.replicaset switchover --state-file rs.json [--to ds-1]
     python -m testkit.replicaset down --state-file rs.json
 
 ``up`` starts the emulated API server (``python -m testkit.kube_serve``) and
@@ -13,8 +14,13 @@ and log file, all in sessions of their own so that they outlive the command
 (and a Ctrl-C in its terminal). The state file is the only record of them::
 
     {"api": URL, "lease": "default/durable-streams", "replication": true,
-     "api_pid": PID, "data_root": DIR,
+     "api_pid": PID, "data_root": DIR, "token_file": FILE,
      "servers": [{"name", "url", "pid", "data_dir", "log", "command", "env"}]}
+
+``token_file`` holds the set's peer token (``--replication-token-file``, a
+fresh random secret per ``up``): every server gets it, so the peer endpoints
+(fetch, snapshot, switchover) are authenticated in every test that uses the
+set, and ``switchover`` sends it.
 
 ``url`` is an origin (streams live under ``/v1/stream/``); ``command`` and
 ``env`` (the ``DS_*`` settings given to that server) are what ``restart``
@@ -37,6 +43,7 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -161,6 +168,7 @@ class ReplicaSet:
         self.lease: str = state["lease"]
         self.replication: bool = state["replication"]
         self.data_root = Path(state["data_root"])
+        self.token_file: str = state.get("token_file", "")
         self.servers = [Replica(**s) for s in state["servers"]]
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -210,9 +218,15 @@ class ReplicaSet:
                 "lease": lease,
                 "replication": replication_supported(),
                 "data_root": str(data_root),
+                "token_file": "",
                 "servers": [],
             },
         )
+        if rs.replication:
+            token = data_root / "replication-token"
+            token.touch(mode=0o600)
+            token.write_text(secrets.token_urlsafe(32) + "\n")
+            rs.token_file = str(token)
         try:
             api = _spawn(api_command, data_root / "kube-api.log", {})
             rs.api_pid = api.pid
@@ -249,6 +263,8 @@ class ReplicaSet:
                 "DS_KUBE_API": self.api,
                 "DS_REPLICATION_SET_SIZE": str(n),
             }
+            if self.token_file:
+                env["DS_REPLICATION_TOKEN_FILE"] = self.token_file
         return Replica(
             name=name,
             url=url,
@@ -272,6 +288,7 @@ class ReplicaSet:
             "lease": self.lease,
             "replication": self.replication,
             "data_root": str(self.data_root),
+            "token_file": self.token_file,
             "servers": [asdict(s) for s in self.servers],
         }
         tmp = self.state_file.with_name(self.state_file.name + ".tmp")
@@ -407,6 +424,28 @@ class ReplicaSet:
                 raise RuntimeError(f"no single primary after {timeout} s: {seen}")
             time.sleep(0.1)
 
+    def peer_headers(self) -> dict[str, str]:
+        """The peer token as the servers ask for it (none when the set has no token)."""
+        if not self.token_file:
+            return {}
+        return {"Authorization": f"Bearer {Path(self.token_file).read_text().strip()}"}
+
+    def switchover(self, to: str | None = None, *, timeout: float | None = None) -> httpx.Response:
+        """``POST /replication/switchover`` on the primary (with the peer token); its
+        answer as it came: 200 ``{"primary", "term", "paused_ms"}``, or the refusal."""
+        primary = self.primary(timeout=10.0)
+        body: dict[str, Any] = {}
+        if to is not None:
+            body["to"] = to
+        if timeout is not None:
+            body["timeout"] = timeout
+        return httpx.post(
+            f"{primary.url}/replication/switchover",
+            json=body,
+            headers=self.peer_headers(),
+            timeout=(timeout or 10.0) + 10.0,
+        )
+
 
 # -- the command line ---------------------------------------------------------------------
 
@@ -455,6 +494,12 @@ def main(argv: list[str] | None = None) -> int:
     restart.add_argument("--state-file", type=Path, required=True)
     status = sub.add_parser("status", help="print every server's GET /replication")
     status.add_argument("--state-file", type=Path, required=True)
+    switch = sub.add_parser(
+        "switchover", help="hand the primary role to an in-sync standby, losing nothing"
+    )
+    switch.add_argument("--state-file", type=Path, required=True)
+    switch.add_argument("--to", help="the standby to promote (default: the most advanced)")
+    switch.add_argument("--timeout", type=float, help="seconds the switch may take (default 10)")
     args = parser.parse_args(argv)
 
     try:
@@ -485,10 +530,16 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "restart":
             s = ReplicaSet.load(args.state_file).restart(args.name)
             print(f"{s.name}  {s.url}  (pid {s.pid})")
+        elif args.command == "switchover":
+            r = ReplicaSet.load(args.state_file).switchover(args.to, timeout=args.timeout)
+            print(r.text.strip())
+            if r.status_code != 200:
+                print(f"error: the primary answered {r.status_code}", file=sys.stderr)
+                return 1
         else:
             for name, st in ReplicaSet.load(args.state_file).statuses().items():
                 print(f"{name}  {json.dumps(st) if st is not None else 'not answering'}")
-    except (RuntimeError, KeyError, ValueError, OSError) as exc:
+    except (RuntimeError, KeyError, ValueError, OSError, httpx.HTTPError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -127,6 +127,9 @@ class StreamServerApp:
             routes.append(
                 Route("/replication/snapshot", self.replication_snapshot, methods=["GET"])
             )
+            routes.append(
+                Route("/replication/switchover", self.replication_switchover, methods=["POST"])
+            )
         if self.metrics is not None:
             routes.append(Route("/metrics", self.metrics_endpoint, methods=["GET"]))
             self.metrics.bind(
@@ -315,6 +318,8 @@ class StreamServerApp:
     async def replication_fetch(self, request: Request) -> Response:
         """A standby's fetch: the frames after its position, and the commit point."""
         assert self.replication is not None
+        if (denied := self._peer_denied(request)) is not None:
+            return denied
         q = request.query_params
         try:
             name = q["name"]
@@ -326,12 +331,14 @@ class StreamServerApp:
             )
         if not self.recovery.finished:
             return PlainTextResponse("recovery not finished\n", status_code=503)
-        answer = await self.replication.fetch(name, *numbers)
+        answer = await self.replication.fetch(name, *numbers, url=q.get("url", ""))
         return Response(answer.body, status_code=answer.status, headers=answer.headers)
 
     async def replication_snapshot(self, request: Request) -> Response:
         """A consistent copy of the data, for a standby that must re-copy."""
         assert self.replication is not None
+        if (denied := self._peer_denied(request)) is not None:
+            return denied
         if not self.recovery.finished:
             return PlainTextResponse("recovery not finished\n", status_code=503)
         path = await self.replication.snapshot()
@@ -341,6 +348,25 @@ class StreamServerApp:
             path,
             media_type="application/x-tar",
             background=BackgroundTask(path.unlink, missing_ok=True),
+        )
+
+    async def replication_switchover(self, request: Request) -> Response:
+        """Hand the primary role to an in-sync standby (docs/replication.md, Switchover)."""
+        assert self.replication is not None
+        if (denied := self._peer_denied(request)) is not None:
+            return denied
+        answer = await self.replication.switchover_request(await request.body())
+        return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
+
+    def _peer_denied(self, request: Request) -> Response | None:
+        """401 unless the request carries the replica set's token (when it has one)."""
+        assert self.replication is not None
+        if self.replication.peer_allowed(request.headers.get("authorization")):
+            return None
+        return JSONResponse(
+            {"error": {"code": "UNAUTHORIZED", "message": "the replica set's token is required"}},
+            status_code=401,
+            headers={"www-authenticate": 'Bearer realm="replication"'},
         )
 
     async def metrics_endpoint(self, request: Request) -> Response:

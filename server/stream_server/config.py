@@ -71,6 +71,7 @@ class Settings:
     lease_renew_deadline: float = 10.0
     lease_retry_period: float = 2.0
     replication_wait: float = 5.0
+    replication_token_file: str = ""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -200,6 +201,8 @@ HELP = {
     "acknowledging (less than --lease-duration)",
     "lease_retry_period": "seconds between two attempts to renew or acquire the Lease",
     "replication_wait": "seconds a write waits for enough in-sync replicas before 503",
+    "replication_token_file": "file holding the replica set's shared secret: fetch, snapshot "
+    "and switchover then require it as a bearer token (empty: no peer authentication)",
     "reload_interval": "seconds between checks of the TLS certificate, key and token file for "
     "a change, which is then loaded without a restart (SIGHUP: check now)",
 }

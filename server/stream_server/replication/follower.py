@@ -56,6 +56,8 @@ class Follower:
         self.problem: str | None = None
         self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
         self._task: asyncio.Task[None] | None = None
+        # The peer token's header (``peer_token.py``), sent on every fetch; none without.
+        self.auth: Callable[[], dict[str, str]] = dict
         # Called when the primary says we cannot follow by frames (diverged, or too
         # far behind): the service re-copies this replica from the primary.
         self.on_recopy: Callable[[str], Awaitable[None]] | None = None
@@ -97,22 +99,33 @@ class Follower:
                 "after_term": after_term,
                 "after_lsn": after_lsn,
                 "committed": self.commit,
+                "url": self.roles.config.url,  # what a switchover names as the new primary
             },
+            headers=self.auth(),
         )
         if r.status_code == 409:
-            reason = r.json().get("error", "refused")
+            answer = r.json()
+            reason = answer.get("error", "refused")
             if self.problem != reason:
                 log.warning("the primary at %s refuses us: %s", primary, reason)
             self.problem = reason
             if self.on_recopy is not None and reason in RECOPY:
                 await self.on_recopy(primary)
-            await asyncio.sleep(self.retry_period)
+            if int(answer.get("term") or 0) > term:
+                # A newer term than ours (a switchover, seconds before the Lease's
+                # retry period would tell us): read the Lease now.
+                self.roles.wake()
+            changed = self.roles.state.changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), self.retry_period)
             return
         r.raise_for_status()
         answer_term = int(r.headers["replication-term"])
         if answer_term < self.highest_term:
             self.problem = f"refused an answer of term {answer_term} (seen {self.highest_term})"
             return
+        if answer_term > term:
+            self.roles.wake()  # the answer of a primary that just handed over: read the Lease
         self.highest_term = answer_term
         self.problem = None
         self.fetched_at = asyncio.get_running_loop().time()

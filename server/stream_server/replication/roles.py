@@ -9,7 +9,10 @@ Every ``lease_retry_period`` a replica reads the Lease and
   acknowledging before anyone else may take over);
 - takes it, with ``term + 1`` and an empty in-sync set, when it has expired
   and this replica is eligible: a member of the in-sync set or the old
-  holder, which are the replicas that hold every acknowledged write.
+  holder, which are the replicas that hold every acknowledged write;
+- takes it at the term it names, by a renewal, when the primary handed it
+  over (a switchover, ``hand_over``): it names this replica under a term
+  newer than any this process has followed, so nobody has written under it.
 
 Expiry is judged, as client-go's leader election does, from when *this*
 replica last saw the Lease change (its resourceVersion), by its own
@@ -87,6 +90,7 @@ class RoleLoop:
         self._seen_at = 0.0  # our clock when the Lease last changed (or we first saw it)
         self._renewed_at = 0.0  # our clock when our last renewal succeeded
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
         # The standbys' positions as the primary last saw them, written with each
         # renewal for a cold start's choice.
         self.reported: Callable[[], dict[str, Position]] = dict
@@ -111,7 +115,19 @@ class RoleLoop:
             except Exception:  # the loop must outlive any one bad answer
                 log.exception("replication role loop round failed")
                 await self._check_deadline()
-            await asyncio.sleep(self.config.retry_period)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.retry_period)
+            self._wake.clear()
+
+    def wake(self) -> None:
+        """Run the next round now rather than after the retry period: the follower
+        heard of a newer term (a switchover named someone else, or this replica)."""
+        self._wake.set()
+
+    def notify(self) -> None:
+        """Wake whoever waits on ``state.changed`` (held writes, after a switchover
+        that did not happen)."""
+        self._changed()
 
     # ------------------------------------------------------------------ rounds
 
@@ -142,6 +158,8 @@ class RoleLoop:
         mine = record.holder == self.config.name
         if mine and self.is_primary:
             await self._renew(record, now)
+        elif mine and 0 < self.state.term < record.term and self._eligible(record):
+            await self._take_handed_over(record, now)
         elif (mine and self._eligible(record) and not self._behind(record)) or (
             self._expired(record, now) and self._eligible(record)
         ):
@@ -225,6 +243,83 @@ class RoleLoop:
             return
         log.info("took the Lease: primary for term %d (was %r)", written.term, record.holder)
         self._became_primary(written, now)
+
+    async def _take_handed_over(self, record: LeaseRecord, now: float) -> None:
+        """A switchover named us: renew at its term (the CAS proves the Lease is still
+        ours, and starts our renew deadline as any renewal does), then be primary.
+
+        No term bump: only a holder writes under a term, and this process has
+        followed an older one until now, so nothing was written under this one.
+        After a restart (``state.term`` 0) the usual take-back with a bump applies.
+        """
+        new = replace(
+            record,
+            renew_time=micro_time(),
+            positions={**record.positions, self.config.name: self.position()},
+        )
+        try:
+            written = await self.client.replace(new)
+        except (LeaseConflict, LeaseUnavailable) as exc:
+            log.warning("could not take the handed-over Lease: %s", exc)
+            return
+        log.info("took the handed-over Lease: primary for term %d", written.term)
+        self._became_primary(written, now)
+
+    async def hand_over(self, target: str, url: str) -> LeaseRecord:
+        """Name ``target`` holder, by CAS, under ``term + 1`` and step down: the last
+        step of a switchover, once ``target`` holds everything this primary wrote
+        and this primary writes nothing more (``switchover.py``).
+
+        The in-sync set loses ``target`` (now the holder) and gains this replica,
+        which holds exactly what ``target`` does. A 409 caused by our own renewal
+        is retried on the fresh record; LeaseConflict when the Lease is no longer
+        ours to give, LeaseUnavailable when the API could not be asked (the
+        caller must then find out whether the write happened).
+        """
+        me = self.config.name
+        record = self.record
+        for _ in range(3):
+            if not self.is_primary or record is None or record.holder != me:
+                raise LeaseConflict("this replica no longer holds the Lease")
+            if record.term != self.state.term or target not in record.in_sync:
+                raise LeaseConflict(f"{target} is not in the in-sync set of term {record.term}")
+            now = micro_time()
+            new = replace(
+                record,
+                holder=target,
+                term=record.term + 1,
+                primary_url=url,
+                renew_time=now,
+                acquire_time=now,
+                transitions=record.transitions + 1,
+                in_sync=sorted({*record.in_sync, me} - {target}),
+                positions={**record.positions, **self.reported(), me: self.position()},
+            )
+            try:
+                written = await self.client.replace(new)
+            except LeaseConflict:
+                record = await self.client.get()
+                if record is not None:
+                    self._observe(record, self.clock())
+                continue
+            self._observe(written, self.clock())
+            log.info("handed the Lease over to %s: term %d", target, written.term)
+            await self._demote(written.term, written.primary_url)
+            await self._follow(written)
+            return written
+        raise LeaseConflict("the Lease kept changing under the switchover")
+
+    async def step_down(self, record: LeaseRecord | None = None) -> None:
+        """Stop being primary without a Lease write (always safe): follow ``record``
+        when given, else let the next round take the Lease back (under a new term)
+        or follow whoever holds it."""
+        if record is not None:
+            self._observe(record, self.clock())
+            if self.is_primary:
+                await self._demote(record.term, record.primary_url or None)
+            await self._follow(record)
+        elif self.is_primary:
+            await self._demote(self.state.term, None)
 
     def _became_primary(self, written: LeaseRecord, now: float) -> None:
         self._observe(written, now)

@@ -17,7 +17,13 @@ Writes reaching a standby are refused with 503, ``Retry-After: 1`` and
 ``Stream-Primary: <url>`` rather than forwarded (docs/replication.md says
 why). A primary with fewer than ``min_in_sync`` replicas in sync waits up to
 ``replication_wait`` for them, then refuses with 503 too; in ``preferred``
-durability it writes alone and reports itself degraded.
+durability it writes alone and reports itself degraded. During a switchover
+(``switchover.py``) writes are held the same way, and refused 503 with
+``Stream-Primary`` naming the new primary once this replica has handed over.
+
+With ``--replication-token-file`` the peer endpoints (fetch, snapshot,
+switchover) need the set's shared secret, and this replica sends it on its own
+fetches and snapshot requests (``peer_token.py``).
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ from stream_server.replication import snapshot
 from stream_server.replication.follower import Follower
 from stream_server.replication.lease import LeaseClient
 from stream_server.replication.mirror import Mirror
+from stream_server.replication.peer_token import PeerToken
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.settings import ReplicationSettings, quorum, replica_name
 from stream_server.replication.shipping import FetchAnswer, Shipper
+from stream_server.replication.switchover import SwitchoverAnswer, parse_request, switch_over
 from stream_server.streams.store import StreamStore
 
 log = logging.getLogger("stream_server.replication")
@@ -103,6 +111,13 @@ class Replication:
             retry_period=settings.lease_retry_period,
         )
         self.follower.on_recopy = self.recopy
+        self.peer_token = (
+            PeerToken(settings.replication_token_file) if settings.replication_token_file else None
+        )
+        self.follower.auth = self.peer_headers
+        # Each follower's origin, as its fetches give it: a switchover names it primary.
+        self.peer_urls: dict[str, str] = {}
+        self.switching = False  # a switchover holds new writes (switchover.py)
         self.primary_mode = False
         self.failovers = 0  # times this replica became primary
         self._tasks: list[asyncio.Task[None]] = []
@@ -160,6 +175,9 @@ class Replication:
         self.primary_mode = True
         self.failovers += 1
         log.info("primary for term %d at lsn %d", term, self.store.engine.lsn)
+        await self.start_primary_work()
+
+    async def start_primary_work(self) -> None:
         self.store.expiry.resume()
         self.store.retention.resume()
         for work in self.primary_work:
@@ -168,7 +186,7 @@ class Replication:
             except Exception:  # the role switch must not fail with it
                 log.exception("could not start %s as primary", work.name)
 
-    async def _stop_primary_work(self) -> None:
+    async def stop_primary_work(self) -> None:
         self.store.expiry.pause()
         self.store.retention.pause()
         for work in reversed(self.primary_work):
@@ -179,7 +197,7 @@ class Replication:
 
     async def _to_standby(self) -> None:
         self.primary_mode = False
-        await self._stop_primary_work()  # before anything is rolled back or followed
+        await self.stop_primary_work()  # before anything is rolled back or followed
         self.hooks.writable = False
         while not self.store.pipeline.idle:
             await asyncio.sleep(0.005)
@@ -205,16 +223,19 @@ class Replication:
             state = self.roles.state
             if not (self.primary_mode and self.roles.may_acknowledge):
                 return self._not_primary()
-            if self.in_sync_enough or self.settings.replication_durability == "preferred":
+            if not self.switching and (
+                self.in_sync_enough or self.settings.replication_durability == "preferred"
+            ):
                 return None
             left = deadline - loop.time()
             if left <= 0:
-                return Refusal(
-                    503,
-                    [(b"retry-after", str(RETRY_AFTER).encode())],
-                    f"too few replicas in sync: {1 + len(state.in_sync)} of the "
-                    f"{self.quorum} required\n".encode(),
+                why = (
+                    "a switchover is in progress: retry\n"
+                    if self.switching
+                    else f"too few replicas in sync: {1 + len(state.in_sync)} of the "
+                    f"{self.quorum} required\n"
                 )
+                return Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], why.encode())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(state.changed.wait(), left)
 
@@ -255,7 +276,9 @@ class Replication:
         try:
             async with (
                 httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http,
-                http.stream("GET", f"{primary}/replication/snapshot") as r,
+                http.stream(
+                    "GET", f"{primary}/replication/snapshot", headers=self.peer_headers()
+                ) as r,
             ):
                 if r.status_code != 200:
                     raise RuntimeError(f"the primary answered {r.status_code}")
@@ -274,9 +297,27 @@ class Replication:
         snapshot.restart_process()
 
     async def fetch(
-        self, name: str, term: int, after_term: int, after_lsn: int, committed: int
+        self, name: str, term: int, after_term: int, after_lsn: int, committed: int, url: str = ""
     ) -> FetchAnswer:
+        if url.startswith(("http://", "https://")):
+            self.peer_urls[name] = url.rstrip("/")
         return await self.shipper.fetch(name, term, after_term, after_lsn, committed)
+
+    # ---------------------------------------------------------- peers, switchover
+
+    def peer_allowed(self, authorization: str | None) -> bool:
+        """Whether a request to a peer endpoint may proceed (always, without a token)."""
+        return self.peer_token is None or self.peer_token.allows(authorization)
+
+    def peer_headers(self) -> dict[str, str]:
+        return self.peer_token.headers() if self.peer_token is not None else {}
+
+    async def switchover_request(self, body: bytes) -> SwitchoverAnswer:
+        """``POST /replication/switchover``: its optional JSON body, then the switch."""
+        asked = parse_request(body)
+        if isinstance(asked, SwitchoverAnswer):
+            return asked
+        return await switch_over(self, *asked)
 
     def status(self) -> dict[str, object]:
         state = self.roles.state

@@ -10,6 +10,8 @@ from __future__ import annotations
 import socket
 from typing import Protocol
 
+from stream_server.replication.peer_token import read_secret
+
 DURABILITIES = ("required", "preferred")
 MAX_SET_SIZE = 5
 
@@ -26,6 +28,7 @@ class ReplicationSettings(Protocol):
     lease_renew_deadline: float
     lease_retry_period: float
     replication_wait: float
+    replication_token_file: str
 
 
 def check_settings(s: ReplicationSettings) -> None:
@@ -42,6 +45,8 @@ def check_settings(s: ReplicationSettings) -> None:
             raise ValueError(f"{name.replace('_', '-')} must be positive")
     if s.replication_wait < 0:
         raise ValueError("replication-wait must not be negative")
+    if s.replication_token_file:
+        read_secret(s.replication_token_file)  # a missing or empty file fails here, at start
     if not s.replication_lease:
         return
     namespace, _, name = s.replication_lease.partition("/")

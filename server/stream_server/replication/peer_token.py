@@ -1,0 +1,80 @@
+"""The replica set's shared secret: who may fetch frames, copy the data or hand over.
+
+``/replication/fetch`` streams every write, ``/replication/snapshot`` is a
+copy of all data and ``/replication/switchover`` moves the primary: none of
+them may be open to whoever reaches the pod. With
+``--replication-token-file`` every replica reads one secret (the operator's
+``<name>-replication`` Secret, mounted), asks for it as
+``Authorization: Bearer <secret>`` on those three endpoints and sends it on
+its own fetches and snapshot requests. ``GET /replication`` stays open: probes,
+the operator's status and humans read it, and it holds no data.
+
+The file is read again when it changes, as the client token file is
+(``rotation.signature``: a Secret volume swaps a symlink), checked at most
+once a ``RECHECK`` seconds when a request needs it, so there is no watcher
+task. A file that no longer loads (emptied, removed) keeps the secret in use
+and is logged; the next change is tried again. Rotating the secret therefore
+needs every replica to have the new file before the first one uses it: the
+operator never rotates it (SWITCHOVER-CONTRACT), and by hand a rotation is a
+restart of the set.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from pathlib import Path
+
+from stream_server.rotation import Signature, signature
+
+log = logging.getLogger("stream_server.replication")
+
+RECHECK = 1.0  # seconds between two looks at the file's signature
+
+
+def read_secret(path: str) -> str:
+    """The file's secret, whitespace stripped; ValueError naming the setting otherwise."""
+    try:
+        secret = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"replication-token-file {path!r} cannot be read: {exc}") from None
+    if not secret:
+        raise ValueError(f"replication-token-file {path!r} holds no token")
+    return secret
+
+
+class PeerToken:
+    """The secret from one file, and the check of a request's ``Authorization``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._seen: Signature = signature((path,))
+        self._secret = read_secret(path)
+        self._checked = time.monotonic()
+
+    def secret(self) -> str:
+        now = time.monotonic()
+        if now - self._checked >= RECHECK:
+            self._checked = now
+            seen = signature((self.path,))
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    self._secret = read_secret(self.path)
+                except ValueError as exc:
+                    log.error("the peer token file changed but does not load, keeping it: %s", exc)
+                else:
+                    log.info("peer token reloaded from %s", self.path)
+        return self._secret
+
+    def allows(self, authorization: str | None) -> bool:
+        """Whether a request's ``Authorization`` header carries the secret."""
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode(), self.secret().encode())
+
+    def headers(self) -> dict[str, str]:
+        """What this replica sends on its own requests to a peer."""
+        return {"Authorization": f"Bearer {self.secret()}"}

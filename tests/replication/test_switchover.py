@@ -1,0 +1,215 @@
+"""Switchover (``POST /replication/switchover``) on a real replica set: real server
+processes from ``testkit.replicaset`` (peer token on), the emulated Lease API.
+
+Under the failover tests' workload (plain writers, idempotent producers that
+retry on 503 and follow ``Stream-Primary``, readers on every replica), the
+primary hands over to a standby: the history checker must find every
+acknowledged append exactly once, nothing the old primary refused during the
+switch in any stream, and every replica byte-identical afterwards. The pause
+writers see is printed (``pytest -s``), never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from testkit import wait_for
+from testkit.history import History, message
+from testkit.replicaset import ReplicaSet
+from tests.replication.test_failover import (
+    OCTET,
+    Workload,
+    converged,
+    create_streams,
+    in_sync,
+    load_until,
+    verdict,
+)
+
+# Short leases (the conftest's FAST timings) so the set forms and settles in seconds.
+FAST = {
+    "lease_duration": "3",
+    "lease_renew_deadline": "2",
+    "lease_retry_period": "0.3",
+    "replication_wait": "5",
+}
+STREAMS = 2
+
+
+@pytest.fixture(scope="module")
+def rs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
+    """One set for the module: each test starts from whichever replica is primary."""
+    root = tmp_path_factory.mktemp("switchover")
+    s = ReplicaSet.up(3, root / "rs", settings=FAST, args=("--long-poll-timeout", "2"))
+    try:
+        yield s
+    finally:
+        s.down()
+
+
+def lease_of(rs: ReplicaSet) -> dict[str, Any]:
+    """The holder and term the Lease names, from the API server itself."""
+    namespace, name = rs.lease.split("/")
+    r = httpx.get(
+        f"{rs.api}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", timeout=5
+    )
+    r.raise_for_status()
+    obj = r.json()
+    return {
+        "holder": obj["spec"]["holderIdentity"],
+        "term": int(obj["metadata"]["annotations"]["streams.pyds.dev/term"]),
+    }
+
+
+def test_switchover_under_load_loses_nothing_and_the_old_primary_follows(rs, tmp_path):
+    streams = [f"switch/{i}" for i in range(STREAMS)]
+    create_streams(rs, streams)
+    old = in_sync(rs, 2)
+    term = lease_of(rs)["term"]
+    recopies = recopies_of(rs, old)
+    history = History()
+    work = Workload(rs, history, streams)
+    answer: dict[str, Any] = {}
+
+    def switch() -> None:
+        answer["started"] = time.monotonic()
+        r = rs.switchover()
+        answer["ended"] = time.monotonic()
+        assert r.status_code == 200, r.text
+        answer.update(r.json())
+
+    asyncio.run(load_until(work, switch))
+    new = answer["primary"]
+    assert new != old
+    assert answer["term"] == term + 1
+    assert lease_of(rs) == {"holder": new, "term": term + 1}
+    assert rs.primary(timeout=30).name == new
+    new_url = rs.server(new).url
+    wait_for(
+        lambda: (st := rs.status(old)) and st["role"] == "standby" and st["primary"] == new_url,
+        timeout=30,
+        message=lambda: f"{old} following {new}: {rs.statuses()}",
+    )
+    in_sync(rs, 2)  # the old primary holds the new primary's frames too
+    verdict(history, converged(rs, streams), tmp_path)
+    # The old primary wrote nothing past what the target holds: it followed on, without
+    # the re-copy that a diverged tail (a failover's unacknowledged writes) needs.
+    assert recopies_of(rs, old) == recopies
+    # Held writes were answered by the old primary with the new one's address.
+    redirected = [
+        op for op in history.ops if op.server == old and op.detail.startswith("503 from a standby")
+    ]
+    print(f"\nswitchover {old} -> {new} (term {answer['term']}): {pause_report(history, answer)}")
+    print(f"writes the old primary refused with Stream-Primary: {len(redirected)}")
+
+
+def recopies_of(rs: ReplicaSet, name: str) -> int:
+    """How often a server re-copied itself from a primary (its log says so each time)."""
+    return Path(rs.server(name).log).read_text(errors="replace").count("re-copying everything")
+
+
+def pause_report(history: History, answer: dict[str, Any]) -> str:
+    """The pause as the server measured it and as the writers saw it: the longest
+    stretch without any acknowledgement that overlaps the switchover request."""
+    acks = sorted(
+        op.completed
+        for op in history.ops
+        if op.kind == "append" and op.outcome == "ok" and op.completed is not None
+    )
+    longest = max(
+        (
+            b - a
+            for a, b in itertools.pairwise(acks)
+            if b >= answer["started"] and a <= answer["ended"]
+        ),
+        default=float("nan"),
+    )
+    return (
+        f"writes held {answer['paused_ms']} ms by the server; writers' longest stretch "
+        f"without an acknowledgement around it {longest * 1e3:.0f} ms (the request, "
+        f"harness included: {(answer['ended'] - answer['started']) * 1e3:.0f} ms)"
+    )
+
+
+def test_switchover_to_a_standby_out_of_sync_or_unknown_is_refused_and_changes_nothing(rs):
+    streams = ["switch-refused/0"]
+    create_streams(rs, streams)
+    primary = in_sync(rs, 2)
+    standbys = [s.name for s in rs.servers if s.name != primary]
+    before = lease_of(rs)
+    r = rs.switchover("ds-9")
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["code"] == "NOT_IN_SYNC"
+    r = rs.switchover(primary)
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["code"] == "NOT_IN_SYNC"
+    stopped: list[str] = []
+    try:
+        # Paused standbys stop fetching and leave the in-sync set (by CAS) within a second.
+        rs.kill(standbys[0], signal.SIGSTOP)
+        stopped.append(standbys[0])
+        wait_for(
+            lambda: standbys[0] not in (rs.status(primary) or {}).get("in_sync", [standbys[0]]),
+            timeout=30,
+            message=lambda: f"{standbys[0]} out of the in-sync set: {rs.status(primary)}",
+        )
+        r = rs.switchover(standbys[0])
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["code"] == "NOT_IN_SYNC"
+        rs.kill(standbys[1], signal.SIGSTOP)
+        stopped.append(standbys[1])
+        wait_for(
+            lambda: not (rs.status(primary) or {}).get("in_sync", ["?"]),
+            timeout=30,
+            message=lambda: f"no standby in sync: {rs.status(primary)}",
+        )
+        r = rs.switchover()
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["code"] == "NO_CANDIDATE"
+        assert lease_of(rs) == before
+        assert rs.status(primary)["role"] == "primary"
+    finally:
+        for name in stopped:
+            rs.kill(name, signal.SIGCONT)
+    in_sync(rs, 2)
+    assert rs.primary().name == primary
+    assert lease_of(rs) == before
+    r = httpx.post(
+        f"{rs.server(primary).base}{streams[0]}", content=message("after.0"), headers=OCTET
+    )
+    assert r.status_code == 204, r.text
+
+
+def test_switchover_on_a_standby_is_refused_with_the_primary(rs):
+    primary = in_sync(rs, 2)
+    standby = next(s for s in rs.servers if s.name != primary)
+    before = lease_of(rs)
+    r = httpx.post(
+        f"{standby.url}/replication/switchover", headers=rs.peer_headers(), json={}, timeout=10
+    )
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["code"] == "NOT_PRIMARY"
+    assert r.headers["stream-primary"] == rs.server(primary).url
+    assert lease_of(rs) == before
+
+
+def test_the_command_line_switches_over_through_the_state_file(rs, tmp_path: Path):
+    from testkit.replicaset import main
+
+    old = in_sync(rs, 2)
+    target = next(s.name for s in rs.servers if s.name != old)
+    term = lease_of(rs)["term"]
+    assert main(["switchover", "--state-file", str(rs.state_file), "--to", target]) == 0
+    assert lease_of(rs) == {"holder": target, "term": term + 1}
+    assert rs.primary(timeout=30).name == target
+    # A second one to the same (now primary) replica is refused: it is not a standby.
+    assert main(["switchover", "--state-file", str(rs.state_file), "--to", target]) == 1
