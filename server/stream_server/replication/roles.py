@@ -78,12 +78,14 @@ class RoleLoop:
         position: Callable[[], Position] = lambda: (0, 0),
         on_demoted: Callable[[], Awaitable[None] | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        failed: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.client = client
         self.config = config
         self.position = position
         self.on_demoted = on_demoted
         self.clock = clock
+        self.failed = failed
         self.state = RoleState()
         self.record: LeaseRecord | None = None  # as last read or written
         self._seen_version = ""
@@ -156,7 +158,14 @@ class RoleLoop:
             return
         self._observe(record, now)
         mine = record.holder == self.config.name
-        if mine and self.is_primary:
+        if (reason := self.failed()) is not None:
+            # Storage failed closed: this replica can neither write nor follow until a
+            # restart. Holding the Lease would refuse every write for the set.
+            if mine:
+                await self._release(record, reason)
+            else:
+                await self._follow(record)
+        elif mine and self.is_primary:
             await self._renew(record, now)
         elif mine and 0 < self.state.term < record.term and self._eligible(record):
             await self._take_handed_over(record, now)
@@ -344,6 +353,27 @@ class RoleLoop:
         self._observe(written, now)
         self._renewed_at = now
         self.state.in_sync = list(written.in_sync)
+
+    async def _release(self, record: LeaseRecord, reason: str) -> None:
+        """Give the Lease up at once (an empty holder, the term kept), so that an in-sync
+        standby takes it in its next round, under a new term, rather than after the
+        Lease's duration. Only in-sync replicas are eligible, so nothing acknowledged
+        is lost; this replica stops being primary first, whatever the CAS gives."""
+        if self.is_primary:
+            log.error("storage failed closed (%s): giving up the Lease", reason)
+            await self._demote(self.state.term, None)
+        new = replace(
+            record,
+            holder="",
+            primary_url="",
+            positions={**record.positions, **self.reported(), self.config.name: self.position()},
+        )
+        try:
+            written = await self.client.replace(new)
+        except (LeaseConflict, LeaseUnavailable) as exc:
+            log.warning("could not give up the Lease (the next round tries again): %s", exc)
+            return
+        self._observe(written, self.clock())
 
     async def _check_deadline(self) -> None:
         """A primary that has not renewed for the renew deadline stops acknowledging."""

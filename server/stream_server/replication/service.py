@@ -90,6 +90,7 @@ class Replication:
                 retry_period=settings.lease_retry_period,
             ),
             position=lambda: self.hooks.durable,
+            failed=lambda: self.store.engine.failed or None,
         )
         self.shipper = Shipper(
             self.roles,
