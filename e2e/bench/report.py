@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.results import CeilingResult, IdleResult, Profile, Result
+from bench.results import CeilingResult, IdleResult, Profile, ReplicationResult, Result
 
 # (ours, the other column, ours' whole result) -> met?; None when it cannot be judged
 Check = Callable[[float, float | None, Result], bool | None]
@@ -109,6 +109,51 @@ FIGURES: dict[str, Callable[[Profile], list[Figure]]] = {
 }
 
 
+# The replicated workload: the replica set against single-node ours in the same run.
+REPLICATED_FIGURES: list[Figure] = [
+    Figure("64 conns, 64 streams", "appends_per_s", "appends/s", ">= 0.6x single", at_least(0.6)),
+    Figure("1 client sequential, p50", "seq_p50_ms", "ms", "<= 2x single", at_most(2)),
+    Figure("1 client sequential, p99", "seq_p99_ms", "ms", "reported"),
+    Figure("standby lag in bytes under the appends, p50", "lag_bytes_p50", "bytes", "reported"),
+    Figure("standby lag in bytes under the appends, max", "lag_bytes_max", "bytes", "reported"),
+    Figure("standby lag in seconds under the appends, p50", "lag_seconds_p50", "s", "reported"),
+    Figure("standby lag in seconds under the appends, max", "lag_seconds_max", "s", "reported"),
+    Figure("standbys holding all after the appends", "catch_up_s", "s", "reported"),
+    Figure(
+        "replicas identical to the primary",
+        "identical",
+        "replicas",
+        "all",
+        lambda o, r, res: isinstance(res, ReplicationResult) and o == res.replicas,
+    ),
+]
+
+
+def build_replicated_rows(results: dict[str, Result]) -> list[Row]:
+    """The replicated workload's rows: the set ("ours") against single-node ("reference")."""
+    repl, single = results.get("replicated"), results.get("single")
+    rows = []
+    for fig in REPLICATED_FIGURES:
+        o = getattr(repl, fig.metric) if repl else None
+        r = getattr(single, fig.metric) if single else None
+        met = None
+        if repl is not None and o is not None and fig.check is not None:
+            met = fig.check(o, r, repl)
+        rows.append(
+            Row(
+                workload="replicated",
+                title=fig.title,
+                unit=fig.unit,
+                ours=o,
+                reference=r,
+                ratio=(o / r) if o is not None and r else None,
+                target=fig.target,
+                met=met,
+            )
+        )
+    return rows
+
+
 def build_rows(
     prof: Profile,
     results: dict[str, dict[str, Result]],
@@ -171,14 +216,22 @@ def fmt(v: float | None) -> str:
     return f"{v:.2f}"
 
 
-def table(rows: list[Row], ceiling: CeilingResult | None, other: str = "reference") -> str:
+def table(
+    rows: list[Row],
+    ceiling: CeilingResult | None,
+    other: str = "reference",
+    mine: str = "ours",
+    ratio: str = "",
+) -> str:
+    """The rows as a Markdown table; ``mine`` and ``other`` name the two columns."""
     short_name = "base" if other != "reference" else "ref"
-    head = ("workload", "unit", "ours", other, f"ours/{short_name}", "target", "met?")
+    ratio = ratio or f"{mine}/{short_name}"
+    head = ("workload", "unit", mine, other, ratio, "target", "met?")
     body = []
     for r in rows:
-        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
+        times = "-" if r.ratio is None else f"{r.ratio:.2f}x"
         met = {True: "yes", False: "NO", None: "-"}[r.met]
-        body.append((r.title, r.unit, fmt(r.ours), fmt(r.reference), ratio, r.target, met))
+        body.append((r.title, r.unit, fmt(r.ours), fmt(r.reference), times, r.target, met))
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
     right = {2, 3, 4}
 

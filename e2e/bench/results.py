@@ -115,6 +115,34 @@ class RestartResult(Result):
     fill_seconds: float
 
 
+@dataclass
+class ReplicationResult(Result):
+    """One side of the replicated workload: single-node ours (``replicas`` 1, no lag
+    figures) or the replica set, through its primary."""
+
+    replicas: int
+    appends_per_s: float  # 64 conns x 64 streams
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    acknowledged: int
+    held: int | None  # on the primary (single node: the server)
+    seq_p50_ms: float  # 1 client, one append at a time
+    seq_p99_ms: float
+    seq_appends_per_s: float
+    seq_errors: int
+    # The worst standby at each sample of the primary's metrics during the appends:
+    lag_bytes_p50: float | None = None
+    lag_bytes_max: float | None = None
+    lag_seconds_p50: float | None = None
+    lag_seconds_max: float | None = None
+    lag_frames_max: float | None = None
+    lag_samples: int | None = None
+    catch_up_s: float | None = None  # after the appends, until every standby held all
+    identical: int | None = None  # replicas whose streams equal the primary's, byte for byte
+    data_bytes: int | None = None  # the bytes compared on each replica
+
+
 R = TypeVar("R", bound=Result)
 
 

@@ -5,6 +5,7 @@
     python e2e/bench/run.py --only live,idle --servers ours,reference
     python e2e/bench/run.py --quick --json out.json
     python e2e/bench/run.py --baseline HEAD~3     # ours now against ours at a git ref
+    python e2e/bench/run.py --only replicated --servers ours --repeat 3   # 3 replicas vs 1
 
 With ``--baseline REF`` the comparison column is this server as of REF (checked
 out into a temporary git worktree and run from there) instead of the reference:
@@ -19,6 +20,12 @@ that off. Load comes from wrk (appends, with the Lua scripts next to this
 file) and, where wrk cannot do the job (chained catch-up reads, long-poll
 wake latency, 1,000 idle readers, restart), from raw blocking or epoll
 sockets in this process: the leanest client Python has.
+
+The replicated workload (replicated.py) runs the 64 x 64 and sequential
+appends on a 3-replica set (testkit.replicaset: the emulated Lease API and
+three servers on this machine) and on single-node ours, alternating, and
+reports the set against single-node, with the standbys' lag; it needs ours
+in --servers.
 
 The ceiling is ceiling_app.py, a Starlette app answering POST with 204 under
 our uvicorn settings, driven exactly like the 64 x 64 append workload.
@@ -51,7 +58,8 @@ from dataclasses import dataclass, field
 
 from bench import log
 from bench.machine import disk_syncs_per_s, raise_fd_limit, versions
-from bench.report import as_json, build_rows, short, table
+from bench.replicated import REPLICAS, run_replicated
+from bench.report import as_json, build_replicated_rows, build_rows, short, table
 from bench.results import CeilingResult, Profile, Result, merge
 from bench.servers import (
     INSTALL_ALL,
@@ -63,11 +71,15 @@ from bench.servers import (
 )
 from bench.workloads import CEILING_WORKLOAD, KEYS, WORKLOADS, ceiling_appends
 
+REPLICATED = "replicated"  # a workload of its own: the replica set against single-node ours
+ALL_KEYS = [*KEYS, REPLICATED]
+
 
 @dataclass
 class Figures:
     workloads: dict[str, dict[str, Result]] = field(default_factory=dict)  # [workload][server]
     ceiling: CeilingResult | None = None
+    replicated: dict[str, Result] = field(default_factory=dict)  # "single", "replicated"
     errors: dict[str, str] = field(default_factory=dict)  # "workload/server" -> the error
 
 
@@ -127,6 +139,10 @@ def run(
                 finally:
                     srv.cleanup()
         out.workloads[w.key] = {kind: merge(r) for kind, r in runs_by.items()}
+    if "ours" in servers and (not only or REPLICATED in only):
+        sides, errors = run_replicated(prof, workdir, repeat)
+        out.replicated = dict(sides)
+        out.errors |= errors
     return out
 
 
@@ -147,7 +163,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--quick", action="store_true", help="short smoke profile (CI), < 60 s")
     ap.add_argument(
-        "--only", default="", help=f"comma-separated workloads, from: {', '.join(KEYS)}"
+        "--only", default="", help=f"comma-separated workloads, from: {', '.join(ALL_KEYS)}"
     )
     ap.add_argument(
         "--repeat",
@@ -177,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     only = [k.strip() for k in args.only.split(",") if k.strip()]
-    bad = [s for s in servers if s not in SERVERS] + [k for k in only if k not in KEYS]
+    bad = [s for s in servers if s not in SERVERS] + [k for k in only if k not in ALL_KEYS]
     if bad:
         ap.error(f"unknown server or workload: {', '.join(bad)}")
+    if REPLICATED in only and "ours" not in servers:
+        ap.error("the replicated workload compares with single-node ours: add ours to --servers")
     prof = Profile.make(args.quick, args.duration)
     if args.catchup_append:
         prof.catchup_append = args.catchup_append
@@ -187,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:  # the baseline runs in the reference's place
         servers = [s for s in servers if s != "reference"]
     selected = [w for w in WORKLOADS if not only or w.key in only]
-    uses_wrk = any(w.uses_wrk for w in selected) or (
-        "ceiling" in servers and (not only or CEILING_WORKLOAD in only)
+    uses_wrk = (
+        any(w.uses_wrk for w in selected)
+        or ("ceiling" in servers and (not only or CEILING_WORKLOAD in only))
+        or ("ours" in servers and (not only or REPLICATED in only))
     )
     if lacking := missing(servers, wrk=uses_wrk):
         for name, why in lacking.items():
@@ -218,12 +238,22 @@ def main(argv: list[str] | None = None) -> int:
         f"machine: {machine['cpus']} CPUs, load average {machine['load_average_at_start']:.1f} "
         f"at start, {machine['fdatasync_per_s']:,.0f} fdatasync/s (100-byte appends, one file)"
     )
-    print(table(rows, figures.ceiling, other))
+    if rows or figures.ceiling:
+        print(table(rows, figures.ceiling, other))
+    replicated_rows = build_replicated_rows(figures.replicated) if figures.replicated else []
+    if replicated_rows:
+        print(
+            f"\nreplicated: {REPLICAS} replicas on this machine (testkit.replicaset), "
+            "against single-node ours in the same run"
+        )
+        print(table(replicated_rows, None, "single-node", "replicated", "repl/single"))
     print()
     for key, res in figures.workloads.items():
         for kind, result in res.items():
             label = "baseline" if args.baseline and kind == "reference" else kind
             print(f"  {key} {label}: {short(result)}")
+    for side, result in figures.replicated.items():
+        print(f"  replicated {side}: {short(result)}")
     if figures.ceiling:
         print(f"  ceiling: {short(figures.ceiling)}")
     for name, why in figures.errors.items():
@@ -245,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             "errors": figures.errors,
             "ceiling": as_json(figures.ceiling),
             "rows": as_json(rows),
-            "raw": as_json(figures.workloads),
+            "replicated_rows": as_json(replicated_rows),
+            "raw": as_json(figures.workloads | {REPLICATED: figures.replicated}),
         }
         Path(args.json_out).write_text(json.dumps(doc, indent=2) + "\n")
     return 1 if figures.errors else 0

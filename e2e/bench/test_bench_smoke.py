@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.workloads import KEYS
 from testkit import needs
 
 HERE = Path(__file__).parent
@@ -55,8 +56,18 @@ def test_quick_benchmark_produces_the_table(tmp_path):
     else:
         warnings.warn(f"benchmark smoke test without the reference: {INSTALL}", stacklevel=1)
     out = tmp_path / "bench.json"
+    # Every workload but the replicated one, which has a test of its own below.
+    only = ",".join(KEYS)
     proc = run_bench(
-        "run.py", "--quick", "--servers", ",".join(servers), "--json", str(out), timeout=220
+        "run.py",
+        "--quick",
+        "--servers",
+        ",".join(servers),
+        "--only",
+        only,
+        "--json",
+        str(out),
+        timeout=220,
     )
     doc = json.loads(out.read_text())
     assert doc["errors"] == {}
@@ -168,3 +179,46 @@ def test_subscriptions_benchmark_prints_latency_memory_and_scale(tmp_path):
     assert doc["wide_linked"] == 50
     for key in ("wake_p50_ms", "wake_p99_ms", "kib_per_subscription", "wide_put_s"):
         assert math.isfinite(doc[key]) and doc[key] >= 0, key
+
+
+@needs.commands("wrk", install="Debian's wrk (make system-deps)")
+@pytest.mark.timeout(120)
+def test_replicated_workload_reports_both_sides_and_every_replica_holds_every_append(tmp_path):
+    """The replicated workload, 1 s of load a side: the set's rows against single-node,
+    the standbys' lag, and every replica byte-identical to the primary, which holds at
+    least every acknowledged append."""
+    out = tmp_path / "replicated.json"
+    proc = run_bench(
+        "run.py",
+        *("--quick", "--duration", "1", "--servers", "ours", "--only", "replicated"),
+        *("--json", str(out)),
+        timeout=110,
+    )
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == {}
+    assert doc["rows"] == []  # only the replicated workload ran
+    assert "replicated: 3 replicas" in proc.stdout
+    assert "| workload" in proc.stdout and "repl/single" in proc.stdout
+    rows = {(r["title"], r["unit"]): r for r in doc["replicated_rows"]}
+    for row in rows.values():
+        assert row["title"] in proc.stdout
+        assert isinstance(row["ours"], int | float) and math.isfinite(row["ours"]), row
+    for key in (("64 conns, 64 streams", "appends/s"), ("1 client sequential, p50", "ms")):
+        row = rows[key]
+        assert row["ours"] > 0 and row["reference"] > 0 and row["ratio"] > 0, row
+        assert row["met"] in (True, False), row
+    for title, unit in (("bytes", "bytes"), ("seconds", "s")):
+        lag = rows[(f"standby lag in {title} under the appends, max", unit)]
+        assert lag["ours"] >= 0 and lag["reference"] is None, lag
+
+    single, replicated = doc["raw"]["replicated"]["single"], doc["raw"]["replicated"]["replicated"]
+    assert single["replicas"] == 1 and replicated["replicas"] == 3
+    for side in (single, replicated):
+        assert side["errors"] == 0 and side["seq_errors"] == 0
+        assert side["acknowledged"] > 0
+        assert side["held"] is not None and side["held"] >= side["acknowledged"]
+    assert replicated["lag_samples"] > 0
+    # Every replica's streams equal the primary's, byte for byte, and not trivially.
+    assert replicated["identical"] == 3
+    assert replicated["data_bytes"] >= 100 * replicated["acknowledged"]
+    assert rows[("replicas identical to the primary", "replicas")]["met"] is True

@@ -14,7 +14,9 @@
   own (an expiry sweep on a standby fails instead of diverging).
 - ``apply_frames`` writes frames received from the primary through the same
   steps as a commit: segment files, the WAL (the frame as it came, same lsn),
-  fdatasync, LMDB, then the engine's tails.
+  fdatasync, LMDB, then the engine's tails; the frames of one fetch answer
+  as one group (one write per stream, one WAL write and flush, one LMDB
+  transaction).
 
 None of this exists in single-node mode: ``Engine.replica`` is None there.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from stream_format import wal as walmod
@@ -122,6 +124,26 @@ class ReplicaHooks:
 Applied = tuple[int, Position, list[walmod.Entry]]  # lsn, position, metadata changes
 
 
+def _coalesced(writes: Iterable[walmod.Entry]) -> Iterator[tuple[int, int, bytes]]:
+    """The frames' record writes as (stream id, position, bytes), each stream's
+    adjacent writes joined into one: a fetch answer holds many batches, and a stream
+    appended to in several of them is written with one pwrite instead of one each.
+    Writes to one stream keep their order; different streams are different files."""
+    runs: dict[int, tuple[int, list[bytes | memoryview]]] = {}  # sid -> start, parts
+    ends: dict[int, int] = {}
+    for _, sid, pos, data in writes:
+        run = runs.get(sid)
+        if run is not None and ends[sid] == pos:
+            run[1].append(data)
+        else:
+            if run is not None:
+                yield sid, run[0], b"".join(run[1])
+            runs[sid] = (pos, [data])
+        ends[sid] = pos + len(data)
+    for sid, (start, parts) in runs.items():
+        yield sid, start, b"".join(parts)
+
+
 def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> list[Applied]:
     """Write frames received from the primary through the commit path, as one group:
     segment files, the frames appended to the WAL as they came, one fdatasync, one
@@ -147,11 +169,10 @@ def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> li
     if not decoded:
         return []
     try:
-        for frame, (_, writes, _) in zip(frames, decoded, strict=True):
-            for _, sid, pos, data in writes:
-                fsio.pwrite(engine.segments.writer(sid), bytes(data), pos)
-                engine._dirty.add(sid)
-            engine.wal.append(frame)
+        for sid, pos, data in _coalesced(w for _, writes, _ in decoded for w in writes):
+            fsio.pwrite(engine.segments.writer(sid), data, pos)
+            engine._dirty.add(sid)
+        engine.wal.append(b"".join(frames))  # the frames as they came, one write
         engine.wal.sync()
         engine.lsn = decoded[-1][0]
         engine._lmdb_write([e for _, _, changes in decoded for e in changes])

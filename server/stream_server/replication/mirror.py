@@ -6,9 +6,16 @@ refreshed from the same metadata changes, but only for frames at or below the
 commit point the primary announced: a reader on a standby never sees a write
 that could still be rolled back. Producer state travels in the same frames,
 so a producer that retries on a promoted standby gets the duplicate answer.
+
+Streams are found by id through an index kept across publishes (a standby
+applies a frame per batch of the primary, and rebuilding an index of every
+stream each time would cost in proportion to the streams held); an entry
+the table no longer holds is noticed and the index rebuilt.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from stream_format import wal
 from stream_format.meta import (
@@ -32,26 +39,37 @@ from stream_server.streams.store import StreamStore
 class Mirror:
     def __init__(self, store: StreamStore) -> None:
         self.store = store
-        self.staged: list[tuple[int, list[wal.Entry]]] = []  # (lsn, changes) not yet visible
+        self.staged: deque[tuple[int, list[wal.Entry]]] = deque()  # (lsn, changes) not visible yet
         self.published = 0  # the last lsn readers here may see
+        self._by_id: dict[int, Stream] = {}
+        self._rebuilt = False  # the index was rebuilt during this publish
 
     def stage(self, lsn: int, changes: list[wal.Entry]) -> None:
         self.staged.append((lsn, changes))
 
     def publish(self, upto: int) -> None:
         """Make every staged frame at or below ``upto`` visible to readers, in order."""
-        by_id: dict[int, Stream] | None = None  # built once per publish, not per frame
+        self._rebuilt = False
         while self.staged and self.staged[0][0] <= upto:
-            lsn, changes = self.staged.pop(0)
-            if by_id is None:
-                by_id = {s.id: s for s in self.store.table.by_path.values()}
-            self._refresh(changes, by_id)
+            lsn, changes = self.staged.popleft()
+            self._refresh(changes)
             self.published = lsn
         self.published = max(self.published, min(upto, self.store.engine.lsn))
 
-    def _refresh(self, changes: list[wal.Entry], by_id: dict[int, Stream]) -> None:
-        """Apply one frame's changes; ``by_id`` indexes the streams and is kept up to
-        date here, so that the frames of one publish share it."""
+    def _stream(self, sid: int) -> Stream | None:
+        """The stream with id ``sid`` in the table, if any, through the index."""
+        s = self._by_id.get(sid)
+        if s is not None and self.store.table.by_path.get(s.path) is s:
+            return s
+        if self._rebuilt:  # at most once per publish: a stream that is not there stays so
+            return None
+        # Stale or missing: the table changed by other means (a role switch's rollback).
+        self._by_id = {s.id: s for s in self.store.table.by_path.values()}
+        self._rebuilt = True
+        return self._by_id.get(sid)
+
+    def _refresh(self, changes: list[wal.Entry]) -> None:
+        """Apply one frame's changes to the stream layer, keeping the index current."""
         table = self.store.table
         touched: set[Stream] = set()
         for entry in changes:
@@ -70,21 +88,20 @@ class Mirror:
                         self.store.expiry.track(s)
                     else:
                         s.meta = meta
-                    by_id[meta.id] = s
+                    self._by_id[meta.id] = s
                     touched.add(s)
                 else:
                     gone = table.by_path.pop(path, None)
                     if gone is not None:
-                        by_id.pop(gone.id, None)
+                        self._by_id.pop(gone.id, None)
                         gone.notify()
             elif db == DB_TAILS and kind == wal.PUT:
-                s = by_id.get(U64_BE.unpack(key)[0])
+                s = self._stream(U64_BE.unpack(key)[0])
                 if s is not None:
                     s.tail = decode_tail(entry[3]).unit
                     touched.add(s)
             elif db == DB_PRODUCERS:
-                sid = U64_BE.unpack(key[:8])[0]
-                s = by_id.get(sid)
+                s = self._stream(U64_BE.unpack(key[:8])[0])
                 if s is None:
                     continue
                 if kind == wal.PUT:

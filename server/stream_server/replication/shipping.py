@@ -16,19 +16,29 @@ renew deadline is removed by a CAS, and until that write succeeded nothing is
 acknowledged without it (it is still in the set the gate uses).
 
 Frames are kept in memory (``ring_bytes``, oldest dropped first): a follower
-further behind is told to re-copy (docs/replication.md, first version).
+further behind is told to re-copy (docs/replication.md, first version). A
+fetch finds its first frame by bisection, so its cost does not grow with the
+frames held.
+
+A fetch answers at once when there are frames after the follower's position.
+When only the commit point moved, it waits up to ``COMMIT_LINGER`` for frames
+to carry the new commit point along: under load the next batch comes within
+that time, and a standby then makes one request per batch (its
+acknowledgement and its wait for the next batch) instead of two. The cost is
+that an idle standby's readers see the last write up to that much later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 import json
 import logging
 import struct
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from stream_server.engine.errors import StorageError
@@ -40,6 +50,72 @@ log = logging.getLogger("stream_server.replication")
 FRAME_HEAD = struct.Struct("<QQI")  # term, lsn, frame length; then the frame
 MAX_ANSWER = 4 * 1024 * 1024  # bytes of frames per fetch answer (at least one frame)
 RING_BYTES = 256 * 1024 * 1024
+COMMIT_LINGER = 0.025  # seconds a fetch with no frames to send waits for some (module doc)
+
+Frame = tuple[int, int, bytes]  # term, lsn, WAL frame
+
+
+class FrameRing:
+    """The frames a primary can ship, oldest first, found by lsn in O(log n).
+
+    A list with a moving head rather than a deque, so that ``bisect`` can index
+    it; ``ends`` holds the running total of frame bytes, from which the bytes
+    after a position (a standby's lag) come without a scan.
+    """
+
+    def __init__(self) -> None:
+        self._frames: list[Frame] = []
+        self._lsns: list[int] = []
+        self._ends: list[int] = []  # bytes of all frames appended up to and including i
+        self._head = 0  # index of the oldest frame still held
+        self.size = 0  # bytes of the frames held
+
+    def append(self, frame: Frame) -> None:
+        """Add the newest frame. A frame at or below the newest lsn replaces the
+        frames from that lsn on (a history rewritten), so lsns stay ascending."""
+        lsn = frame[1]
+        while len(self) and self._lsns[-1] >= lsn:
+            self.size -= len(self._frames.pop()[2])
+            self._lsns.pop()
+            self._ends.pop()
+        self._frames.append(frame)
+        self._lsns.append(lsn)
+        self._ends.append((self._ends[-1] if self._ends else 0) + len(frame[2]))
+        self.size += len(frame[2])
+
+    def popleft(self) -> Frame:
+        frame = self._frames[self._head]
+        self._head += 1
+        self.size -= len(frame[2])
+        if self._head >= 1024 and 2 * self._head >= len(self._frames):
+            del self._frames[: self._head], self._lsns[: self._head], self._ends[: self._head]
+            self._head = 0
+        return frame
+
+    def first_after(self, lsn: int) -> int:
+        """Index (for ``since``) of the first frame with an lsn above ``lsn``."""
+        return bisect.bisect_right(self._lsns, lsn, self._head)
+
+    def since(self, index: int) -> Iterator[Frame]:
+        return itertools.islice(self._frames, max(index, self._head), None)
+
+    def bytes_after(self, lsn: int) -> int:
+        """Bytes of the frames held with an lsn above ``lsn``."""
+        i = self.first_after(lsn)
+        if i >= len(self._frames):
+            return 0
+        return self._ends[-1] - self._ends[i] + len(self._frames[i][2])
+
+    def __len__(self) -> int:
+        return len(self._frames) - self._head
+
+    def __iter__(self) -> Iterator[Frame]:
+        return self.since(self._head)
+
+    def __getitem__(self, i: int) -> Frame:
+        if not -len(self) <= i < len(self):
+            raise IndexError("frame ring index out of range")
+        return self._frames[i] if i < 0 else self._frames[self._head + i]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +143,15 @@ class Shipper:
         self.preferred = preferred
         self.wait_seconds = wait
         self.silent_after = renew_deadline / 2
-        self.ring: deque[tuple[int, int, bytes]] = deque()
-        self.ring_size = 0
+        # Behind this long: out of the set. Just short of the wait a write is refused after:
+        # a slow standby costs latency, and only one that would cost refusals is dropped.
+        self.lag_max = max(self.silent_after, 0.8 * wait)
+        self.ring = FrameRing()
         self.ring_bytes = ring_bytes
         self.acked: dict[str, tuple[int, int]] = {}  # name -> (term, lsn) of its last fetch
         self.seen: dict[str, float] = {}  # name -> our clock at its last fetch
         self.caught_up_at: dict[str, float] = {}  # name -> when it last held all we did
+        self._asked: dict[str, tuple[int, float]] = {}  # name -> (our lsn, clock) at its fetch
         self.committed = 0
         self.shipped = 0  # frames sent, for metrics
         self.stopping = False
@@ -104,6 +183,7 @@ class Shipper:
         self.acked.clear()
         self.seen.clear()
         self.caught_up_at.clear()
+        self._asked.clear()
         # Everything we hold counts as committed from here (it includes every write
         # acknowledged so far): a standby joins the in-sync set only once it holds
         # all of it, so no acknowledged write can be missing on a later candidate.
@@ -124,10 +204,13 @@ class Shipper:
 
     def _add(self, term: int, lsn: int, frame: bytes) -> None:
         self.ring.append((term, lsn, frame))
-        self.ring_size += len(frame)
-        while self.ring_size > self.ring_bytes and len(self.ring) > 1:
-            self.ring_size -= len(self.ring.popleft()[2])
+        while self.ring.size > self.ring_bytes and len(self.ring) > 1:
+            self.ring.popleft()
         self._notify()
+
+    def lag_bytes(self, name: str) -> int:
+        """WAL bytes held here that the standby ``name`` has not confirmed."""
+        return self.ring.bytes_after(self._acked_lsn(name))
 
     @property
     def lsn(self) -> int:
@@ -200,11 +283,21 @@ class Shipper:
         first = self.ring[0][1] if self.ring else mine + 1
         if after_lsn < mine and first > after_lsn + 1:
             return _json(409, {"error": "too far behind: re-copy", "term": state.term})
+        now = time.monotonic()
+        moved = self.acked.get(name) != (after_term, after_lsn)
         self.acked[name] = (after_term, after_lsn)
-        self.seen[name] = time.monotonic()
+        self.seen[name] = now
+        # Kafka's rule for replica.lag.time.max.ms: caught up now if it holds all we
+        # do, else caught up as of its previous fetch if it holds all we had then (a
+        # standby that keeps pace under load is never "behind" for long).
+        asked = self._asked.get(name)
         if after_lsn >= mine:
-            self.caught_up_at[name] = self.seen[name]
-        self._notify()  # the commit point may move
+            self.caught_up_at[name] = now
+        elif asked is not None and after_lsn >= asked[0]:
+            self.caught_up_at[name] = max(self.caught_up_at.get(name, 0.0), asked[1])
+        self._asked[name] = (mine, now)
+        if moved:
+            self._notify()  # the commit point may move
         # Caught up = holds everything committed (Kafka: the follower's log end reached
         # the high watermark). From the CAS on, every further batch waits for it too.
         caught_up = after_lsn >= mine or after_lsn >= self.commit_point()
@@ -213,23 +306,20 @@ class Shipper:
             task = asyncio.create_task(self._join(name), name=f"ISR join {name}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        deadline = asyncio.get_running_loop().time() + min(1.0, self.silent_after / 2)
-        while (
-            self.lsn <= after_lsn
-            and self.commit_point() <= known_commit
-            and self.roles.is_primary
-            and not self.stopping
-        ):
-            left = deadline - asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(1.0, self.silent_after / 2)
+        while self.lsn <= after_lsn and self.roles.is_primary and not self.stopping:
+            if self.commit_point() > known_commit:  # news, but no frames: linger a little
+                deadline = min(deadline, loop.time() + COMMIT_LINGER)
+                known_commit = self.committed
+            left = deadline - loop.time()
             if left <= 0:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), left)
         parts: list[bytes] = []
         size = 0
-        for t, lsn, frame in self.ring:
-            if lsn <= after_lsn:
-                continue
+        for t, lsn, frame in self.ring.since(self.ring.first_after(after_lsn)):
             if parts and size + len(frame) > MAX_ANSWER:
                 break
             parts += [FRAME_HEAD.pack(t, lsn, len(frame)), frame]
@@ -263,13 +353,23 @@ class Shipper:
             now = time.monotonic()
             in_sync = self.roles.state.in_sync
             silent = [n for n in in_sync if now - self.seen.get(n, 0.0) > self.silent_after]
-            if silent:
-                keep = [n for n in in_sync if n not in silent]
+            # Kafka's replica.lag.time.max.ms: a standby that fetches but does not keep up
+            # (its disk full, its storage failed closed) would hold every write until the
+            # replication wait refuses it; it leaves the set well before that.
+            behind = [
+                n
+                for n in in_sync
+                if n not in silent and now - self.caught_up_at.setdefault(n, now) > self.lag_max
+            ]
+            if silent or behind:
+                keep = [n for n in in_sync if n not in silent and n not in behind]
                 if await self.roles.change_in_sync(keep):
                     log.warning(
-                        "removed %s from the in-sync set: no fetch for %.1fs",
+                        "removed %s from the in-sync set: no fetch for %.1fs; %s: behind for %.1fs",
                         silent,
                         self.silent_after,
+                        behind,
+                        self.lag_max,
                     )
                     self._notify()
 
