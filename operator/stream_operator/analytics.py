@@ -12,7 +12,9 @@ them and tests can check them without a cluster:
   plain ``spark-submit --master k8s://...`` and pod template files.
 
 Why per replica: each server pod is an independent server with its own
-ReadWriteOnce volume (PVC ``data-<name>-<i>``). A ReadWriteOnce volume can be
+ReadWriteOnce volume (PVC ``data-<name>-<i>``). A replica set's pods hold
+copies of the same streams: the operator then asks for one replica, an
+in-sync standby's (``replicas=[i]``, analytics_source.py), never the primary's. A ReadWriteOnce volume can be
 mounted only on the node where it is attached, so a job that reads it live
 must run its driver and executors on the server pod's node
 (``volumeAccess: coschedule``: required podAffinity on
@@ -427,24 +429,29 @@ def render_scheduled_applications(
     spec: dict[str, Any],
     *,
     service_accounts: Sequence[str] | None = None,
+    replicas: Sequence[int] | None = None,
+    hold: bool = False,
 ) -> list[dict[str, Any]]:
     """Every ScheduledSparkApplication a DurableStream's ``spec.analytics`` asks for.
 
     Empty when analytics is not enabled. Raises AnalyticsError for a spec it
     cannot carry out or may not ask for (the operator reports it in a condition).
     ``service_accounts``: the allowed ones, by default the operator's setting.
+    ``replicas``: the ordinals whose volumes are read, by default every one (each
+    server its own data); for a replica set the operator names one in-sync standby
+    (analytics_source.py), and ``hold`` suspends the jobs while none is in sync.
     """
     a = with_defaults(spec.get("analytics"), service_accounts)
     if not a["enabled"]:
         return []
     validate(a, service_accounts)
     out = []
-    for replica in range(_replicas(spec)):
+    for replica in range(_replicas(spec)) if replicas is None else replicas:
         for job in a["jobs"]:
             obj_spec: dict[str, Any] = {
                 "schedule": a["schedule"],
                 "concurrencyPolicy": a["concurrencyPolicy"],
-                "suspend": bool(a["suspend"]),
+                "suspend": bool(a["suspend"]) or hold,
                 "successfulRunHistoryLimit": 3,
                 "failedRunHistoryLimit": 3,
                 "template": application_spec(name, replica, job, a),

@@ -12,6 +12,7 @@ and a field it stops rendering is removed.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable
@@ -322,3 +323,41 @@ def label_pod(
     client.CoreV1Api(api_client).patch_namespaced_pod(
         name, namespace, {"metadata": {"labels": labels}}, _content_type=MERGE_PATCH
     )
+
+
+def read_secret_value(
+    api_client: client.ApiClient, namespace: str, name: str, key: str
+) -> str | None:
+    """One key of a Secret, decoded (None: no such Secret or key)."""
+    try:
+        secret = client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    raw = (secret.data or {}).get(key)
+    return base64.b64decode(raw).decode() if raw is not None else None
+
+
+def create_secret(api_client: client.ApiClient, secret: dict[str, Any]) -> bool:
+    """Create ``secret`` unless one of its name exists (never overwritten): True if created."""
+    try:
+        client.CoreV1Api(api_client).create_namespaced_secret(
+            secret["metadata"]["namespace"], secret
+        )
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+    return True
+
+
+def delete_pod(api_client: client.ApiClient, namespace: str, name: str) -> bool:
+    """Delete one pod (its StatefulSet recreates it on the update revision); False if gone."""
+    try:
+        client.CoreV1Api(api_client).delete_namespaced_pod(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

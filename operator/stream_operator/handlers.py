@@ -35,6 +35,7 @@ import os
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -43,11 +44,14 @@ from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, KIND, PLURAL, VERSION, leadership, metrics
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
+from stream_operator.analytics_source import choose_source
 from stream_operator.apply import (
     RENDERED_KINDS,
     apply,
     crd_exists,
+    create_secret,
     delete,
+    delete_pod,
     delete_pvcs,
     grow_pvc,
     instance_pods,
@@ -57,19 +61,32 @@ from stream_operator.apply import (
     prune,
     read,
     read_lease,
+    read_secret_value,
     storage_class,
     write_status,
 )
 from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
-from stream_operator.render import MANAGED_BY, ROLE, desired_objects, endpoint, lease_name
+from stream_operator.render import (
+    MANAGED_BY,
+    ROLE,
+    desired_objects,
+    endpoint,
+    lease_name,
+    pod_url,
+    render_replication_secret,
+    replication_secret_name,
+)
 from stream_operator.replica_roles import (
     lease_view,
+    pod_ready,
     refused_scale_down,
     relabel_order,
     wanted_roles,
 )
+from stream_operator.rollout import Step, failed_switchover, plan_rollout
 from stream_operator.spec import quantity_bytes, refused_change, replicated, with_defaults
 from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
+from stream_operator.switchover import TOKEN_KEY, new_token, request_switchover
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
 # How often the status is compared with what the StatefulSet reports (seconds).
@@ -95,16 +112,42 @@ def api() -> client.ApiClient:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-        _api = client.ApiClient()
+        _api = _LeaderOnlyWrites()
         # Which replica wrote what shows in the API server's audit log.
         _api.user_agent = f"durable-streams-operator ({leadership.identity()})"
     return _api
+
+
+class _LeaderOnlyWrites(client.ApiClient):
+    """An API client that refuses to write once this process may not act.
+
+    ``may_act`` is checked when a reconcile or a status round starts; a process frozen
+    in the middle of one (SIGSTOP, a stalled node) and thawed after another operator
+    took the Lease would otherwise carry on with what it read before, and, say, prune
+    what the new leader just created. Each write is checked here instead.
+    """
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method.upper() not in ("GET", "HEAD", "OPTIONS") and not leadership.may_act():
+            raise kopf.TemporaryError(f"not writing ({method} {url}): the lease is not held")
+        return super().request(method, url, *args, **kwargs)
 
 
 def use_api_client(api_client: client.ApiClient) -> None:
     """Point the handlers at a given API server (tests, embedding)."""
     global _api
     _api = api_client
+
+
+# (name, namespace, pod, spec) -> the origin a replica set's pod answers at: its DNS name
+# through the headless Service in a cluster; tests point it at a real local server.
+PodURL = Callable[[str, str, str, dict[str, Any]], str]
+_pod_url: list[PodURL] = [pod_url]
+
+
+def use_pod_urls(resolve: PodURL | None) -> None:
+    """Where the operator reaches the servers' pods (None: their cluster DNS names)."""
+    _pod_url[0] = resolve or pod_url
 
 
 @kopf.on.startup()
@@ -288,7 +331,7 @@ def converge(name: str, namespace: str, logger: logging.Logger) -> None:
         )
         _periodic.converged(namespace, name)
         sts = read(ac, "StatefulSet", namespace, name)
-        _write(ac, ds, _observed(ds, sts, outcome, analytics))
+        _write(ac, ds, *_observed(ds, sts, outcome, analytics))
     if error is not None and error.status not in _PERMANENT:
         raise kopf.TemporaryError(outcome.message, delay=10)
 
@@ -316,6 +359,8 @@ def _reconcile(
         analytics = _analytics(ac, name, namespace, uid, spec)[1]
         return Outcome("ChangeRefused", refused), analytics
     full = with_defaults(spec)
+    if replicated(spec):
+        _ensure_replication_secret(ac, ds)
     objs = desired_objects(
         name,
         namespace,
@@ -334,6 +379,18 @@ def _reconcile(
     outcome = _grow_volumes(ac, ds, full["storage"]["size"])
     analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
     return outcome, analytics
+
+
+def _ensure_replication_secret(ac: client.ApiClient, ds: dict[str, Any]) -> None:
+    """The replica set's peer token, made once: never rendered from the spec, so no apply
+    overwrites it and no prune removes it (it goes with the DurableStream)."""
+    meta = ds["metadata"]
+    secret = replication_secret_name(meta["name"])
+    if read_secret_value(ac, meta["namespace"], secret, TOKEN_KEY) is not None:
+        return
+    body = render_replication_secret(meta["name"], meta["namespace"], meta["uid"], new_token())
+    if create_secret(ac, body):
+        kopf.info(ds, reason="Created", message=f"created Secret {secret} (the peer token)")
 
 
 def _refused_scale_down(
@@ -418,7 +475,27 @@ def _analytics(
         return wanted, []
     if not crd_exists(ac, "ScheduledSparkApplication"):
         return None, analytics_condition(spark_operator=False)
-    return wanted, analytics_condition(scheduled=wanted)
+    if not replicated(spec):
+        return wanted, analytics_condition(scheduled=wanted)
+    # A replica set: one in-sync standby's volume (analytics_source.py).
+    view = lease_view(read_lease(ac, namespace, lease_name(name)))
+    selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "analytics"}
+    current = [
+        int(r)
+        for obj in list_labelled(ac, "ScheduledSparkApplication", namespace, selector)
+        if (
+            r := (obj["metadata"].get("labels") or {}).get("streams.pyds.dev/replica", "")
+        ).isdigit()
+    ]
+    source = choose_source(name, int(with_defaults(spec)["replicas"]), view, current)
+    if source.replica is None:
+        return None, analytics_condition(waiting=source.waiting)
+    wanted = render_scheduled_applications(
+        name, namespace, uid, spec, replicas=[source.replica], hold=source.waiting is not None
+    )
+    if source.waiting is not None:
+        return wanted, analytics_condition(waiting=source.waiting)
+    return wanted, analytics_condition(scheduled=wanted, source=f"{name}-{source.replica}")
 
 
 def _reconcile_analytics(
@@ -433,6 +510,15 @@ def _reconcile_analytics(
     wanted, cond = _analytics(ac, name, namespace, uid, spec)
     if cond and cond[0]["reason"] == "InvalidAnalytics":
         kopf.warn(body, reason="InvalidAnalytics", message=cond[0]["message"])
+    if (
+        cond
+        and cond[0]["reason"] == "NoStandbyInSync"
+        and not any(
+            c.get("reason") == "NoStandbyInSync"
+            for c in (body.get("status") or {}).get("conditions") or []
+        )
+    ):
+        kopf.warn(body, reason="NoStandbyInSync", message=cond[0]["message"])
     if wanted is None:
         return cond
     if wanted or crd_exists(ac, "ScheduledSparkApplication"):
@@ -450,7 +536,9 @@ def _observed(
     sts: dict[str, Any] | None,
     outcome: Outcome | None,
     extra: list[dict[str, Any]],
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """The status to write, and the pods that were ready (to tell a failover from a
+    switchover); a replica set's rolling update takes its next step here."""
     meta = ds["metadata"]
     spec = dict(ds.get("spec") or {})
     # The pods say why a server is not ready (crash loop, OOM); the claims, whether
@@ -458,9 +546,16 @@ def _observed(
     name, namespace = meta["name"], meta["namespace"]
     pods = instance_pods(api(), namespace, name) if sts is not None else []
     lease = None
+    step = None
     if sts is not None and replicated(spec):
         lease = read_lease(api(), namespace, lease_name(name))
         pods = _label_roles(namespace, pods, lease)
+        step = _roll(ds, sts, pods, lease)
+        if step is not None and step.switchover is not None:
+            # The Lease names the new primary: label it and report it in this round.
+            lease = read_lease(api(), namespace, lease_name(name))
+            pods = _label_roles(namespace, pods, lease)
+    ready = frozenset(p["metadata"]["name"] for p in pods if pod_ready(p))
     return compute_status(
         spec=spec,
         generation=meta.get("generation"),
@@ -472,7 +567,84 @@ def _observed(
         pods=pods,
         pvcs=instance_pvcs(api(), namespace, name) if sts is not None else [],
         lease=lease,
+        rollout=step,
+    ), ready
+
+
+# The switchovers this operator made, (namespace, name) -> the new primary: the Event
+# for that change of primary says "switchover" for certain.
+_switched: dict[tuple[str, str], str] = {}
+
+
+def _roll(
+    ds: dict[str, Any], sts: dict[str, Any], pods: list[dict[str, Any]], lease: Any
+) -> Step | None:
+    """One step of a replica set's rolling update (rollout.py), carried out; None when the
+    live StatefulSet is not OnDelete (its controller rolls the pods) or writes are not
+    ours to make."""
+    if not leadership.may_act():
+        return None
+    if ((sts.get("spec") or {}).get("updateStrategy") or {}).get("type") != "OnDelete":
+        return None
+    meta = ds["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    previous = next(
+        (
+            c.get("reason")
+            for c in (ds.get("status") or {}).get("conditions") or []
+            if c.get("type") == "Progressing"
+        ),
+        None,
     )
+    st = sts.get("status") or {}
+    # The controller has not seen the newest template yet: its updateRevision is old.
+    seen = (st.get("observedGeneration") or 0) >= (
+        (sts.get("metadata") or {}).get("generation") or 0
+    )
+    step = plan_rollout(
+        name,
+        int((sts.get("spec") or {}).get("replicas") or 0),
+        st.get("updateRevision") if seen else None,
+        pods,
+        lease_view(lease),
+        previous,
+    )
+    if step.delete is not None:
+        if delete_pod(api(), namespace, step.delete):
+            kopf.info(ds, reason=step.reason, message=f"deleted pod {step.delete}: {step.message}")
+    elif step.switchover is not None:
+        step = _switch_over(ds, step)
+    return step
+
+
+def _switch_over(ds: dict[str, Any], step: Step) -> Step:
+    """Ask the primary to hand its Lease to the step's target; the step that resulted."""
+    assert step.switchover is not None
+    meta = ds["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    spec = dict(ds.get("spec") or {})
+    source, target = step.switchover
+    token = read_secret_value(api(), namespace, replication_secret_name(name), TOKEN_KEY)
+    if token is None:
+        return failed_switchover(step, f"Secret {replication_secret_name(name)} has no token")
+    verify: bool | str = True
+    tls = with_defaults(spec)["server"].get("tlsSecretName")
+    if tls:
+        verify = read_secret_value(api(), namespace, tls, "ca.crt") or True
+    answer = request_switchover(
+        _pod_url[0](name, namespace, source, spec), token, target, verify=verify
+    )
+    if not answer.ok:
+        failed = failed_switchover(step, answer.why)
+        kopf.warn(ds, reason="SwitchoverFailed", message=failed.message)
+        return failed
+    _switched[(namespace, name)] = answer.primary
+    message = (
+        f"switchover {source} -> {answer.primary} (term {answer.term}, writes held "
+        f"{answer.paused_ms:.0f} ms) before updating {source}"
+    )
+    kopf.info(ds, reason="Switchover", message=message)
+    return step
 
 
 def _label_roles(
@@ -507,26 +679,47 @@ def _label_roles(
     ]
 
 
-def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:
-    """Write the status only when it says something new (no churn, no watch events)."""
+def _write(
+    ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any], ready: frozenset[str]
+) -> None:
+    """Write the status only when it says something new (no churn, no watch events).
+    ``ready``: the pods seen ready."""
     meta = ds["metadata"]
     metrics.CONDITION_COUNTS.observe(meta["namespace"], meta["name"], new.get("conditions") or [])
     if not leadership.may_act():
         return  # the Lease was lost during this reconcile: the new leader writes it
-    _tell_primary_change(ds, dict(ds.get("status") or {}), new)
+    _tell_primary_change(ds, dict(ds.get("status") or {}), new, ready)
     if not same_status(new, dict(ds.get("status") or {})):
         write_status(ac, meta["namespace"], meta["name"], new)
 
 
-def _tell_primary_change(ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
-    """An Event for every change of primary the status records (failover or switchover:
-    the servers decide which; the term says how many there were)."""
+def _failing_over(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "FailingOver" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _tell_primary_change(
+    ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any], ready: frozenset[str]
+) -> None:
+    """An Event for every change of primary the status records, saying which it was: a
+    switchover (this operator asked for it, or the old primary's pod is still ready and
+    no failover was seen: a planned hand-over) or a failover (the old primary's pod was
+    seen gone or not ready, or its Lease expired)."""
+    meta = ds["metadata"]
     before, after = old.get("primary") or "", new.get("primary") or ""
     if not after or before == after:
         return
     if before:
-        message = f"primary {before} -> {after} (term {new.get('term')})"
-        kopf.warn(ds, reason="PrimaryChanged", message=message)
+        ours = _switched.pop((meta["namespace"], meta["name"]), None) == after
+        planned = ours or (before in ready and not _failing_over(old) and not _failing_over(new))
+        kind = "switchover" if planned else "failover"
+        message = f"{kind}: primary {before} -> {after} (term {new.get('term')})"
+        if planned:
+            kopf.info(ds, reason="PrimaryChanged", message=message)
+        else:
+            kopf.warn(ds, reason="PrimaryChanged", message=message)
     else:
         kopf.info(ds, reason="PrimaryElected", message=f"primary {after} (term {new.get('term')})")
 
@@ -542,7 +735,11 @@ def refresh_status(name: str, namespace: str) -> None:
             return
         uid, spec = ds["metadata"]["uid"], dict(ds.get("spec") or {})
         sts = read(ac, "StatefulSet", namespace, name)
-        analytics = _analytics(ac, name, namespace, uid, spec)[1]
+        if replicated(spec) and (spec.get("analytics") or {}).get("enabled"):
+            # A replica set's jobs follow the Lease: an in-sync standby, never the primary.
+            analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
+        else:
+            analytics = _analytics(ac, name, namespace, uid, spec)[1]
         was_missing = any(
             c.get("type") == "Analytics" and c.get("reason") == "SparkOperatorMissing"
             for c in (ds.get("status") or {}).get("conditions") or []
@@ -550,7 +747,7 @@ def refresh_status(name: str, namespace: str) -> None:
         if was_missing and analytics and analytics[0]["reason"] == "Scheduled":
             # The Spark Operator was installed after the spec asked for analytics.
             analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
-        _write(ac, ds, _observed(ds, sts, None, analytics))
+        _write(ac, ds, *_observed(ds, sts, None, analytics))
 
 
 def _deletes_pvcs(spec: kopf.Spec, **_: Any) -> bool:

@@ -9,6 +9,7 @@ object the operator would apply is unit-tested without a cluster.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Mapping
@@ -81,6 +82,21 @@ def service_account_name(name: str) -> str:
     return name
 
 
+def replication_secret_name(name: str) -> str:
+    """The replica set's peer token (key ``token``): made once by the operator, never
+    rendered from the spec (handlers._ensure_replication_secret)."""
+    return f"{name}-replication"
+
+
+REPLICATION_TOKEN_DIR = "/etc/durable-streams/replication"
+
+
+def pod_url(name: str, namespace: str, pod: str, spec: dict[str, Any]) -> str:
+    """Where a replica set's pod answers, through the headless Service (its peers' URL)."""
+    scheme = "https" if with_defaults(spec)["server"].get("tlsSecretName") else "http"
+    return f"{scheme}://{pod}.{headless_name(name)}.{namespace}.svc:{CONTAINER_PORT}"
+
+
 def replication_env(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, str]:
     """A replica set's settings that are the same on every pod (none with one replica:
     single-node mode, exactly as before). Each pod's own name and URL come from the
@@ -97,6 +113,8 @@ def replication_env(name: str, namespace: str, spec: dict[str, Any]) -> dict[str
         "DS_LEASE_DURATION": str(rep["leaseDurationSeconds"]),
         "DS_LEASE_RENEW_DEADLINE": str(rep["renewDeadlineSeconds"]),
         "DS_LEASE_RETRY_PERIOD": str(rep["retryPeriodSeconds"]),
+        # Peers (fetch, snapshot) and the operator (switchover) show this Bearer token.
+        "DS_REPLICATION_TOKEN_FILE": f"{REPLICATION_TOKEN_DIR}/token",
     }
 
 
@@ -240,6 +258,10 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
     if tls:
         volumes.append({"name": "tls", "secret": {"secretName": srv["tlsSecretName"]}})
         mounts.append({"name": "tls", "mountPath": "/etc/durable-streams/tls", "readOnly": True})
+    if replicated(spec):
+        secret = {"secretName": replication_secret_name(name), "defaultMode": 0o440}
+        volumes.append({"name": "replication", "secret": secret})
+        mounts.append({"name": "replication", "mountPath": REPLICATION_TOKEN_DIR, "readOnly": True})
     container = {
         "name": "server",
         "image": s["image"],
@@ -308,7 +330,9 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
             # Pods are independent servers with their own volumes: start them together.
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(name)},
-            "updateStrategy": {"type": "RollingUpdate"},
+            # A replica set's pods are replaced by the operator, standbys first, the
+            # primary after a switchover (rollout.py); one server rolls as usual.
+            "updateStrategy": {"type": "OnDelete" if replicated(spec) else "RollingUpdate"},
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": retention,
                 "whenScaled": "Retain",
@@ -431,6 +455,17 @@ def render_role_binding(
         "subjects": [
             {"kind": "ServiceAccount", "name": service_account_name(name), "namespace": namespace}
         ],
+    }
+
+
+def render_replication_secret(name: str, namespace: str, uid: str, token: str) -> dict[str, Any]:
+    """The peer token's Secret, owned by the DurableStream (it goes with it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(replication_secret_name(name), namespace, uid, instance=name, owner=name),
+        "type": "Opaque",
+        "data": {"token": base64.b64encode(token.encode()).decode()},
     }
 
 

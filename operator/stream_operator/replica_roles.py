@@ -8,6 +8,7 @@ Lease and the pods as the API returns them.
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,15 @@ class LeaseView:
     term: int = 0
     in_sync: tuple[str, ...] = ()
     positions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    renewed: datetime.datetime | None = None  # spec.renewTime: the holder's last renewal
+    duration: int = 0  # spec.leaseDurationSeconds: how long a renewal holds
+
+    def expired(self, now: datetime.datetime) -> bool:
+        """Whether the holder has not renewed within the Lease's duration: a standby may
+        take it (and the holder stopped acknowledging writes at its renew deadline)."""
+        if not self.holder or self.renewed is None or self.duration <= 0:
+            return False
+        return now > self.renewed + datetime.timedelta(seconds=self.duration)
 
     @property
     def synced(self) -> frozenset[str]:
@@ -59,12 +69,82 @@ def lease_view(lease: Mapping[str, Any] | None) -> LeaseView:
         for k, v in _json(notes.get(POSITIONS), dict).items()
         if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)
     }
+    spec = lease.get("spec") or {}
+    try:
+        duration = int(spec.get("leaseDurationSeconds") or 0)
+    except (TypeError, ValueError):
+        duration = 0
     return LeaseView(
-        holder=str((lease.get("spec") or {}).get("holderIdentity") or ""),
+        holder=str(spec.get("holderIdentity") or ""),
         term=term,
         in_sync=tuple(str(n) for n in _json(notes.get(IN_SYNC), list)),
         positions=positions,
+        renewed=_micro_time(spec.get("renewTime")),
+        duration=duration,
     )
+
+
+def _micro_time(raw: Any) -> datetime.datetime | None:
+    """A MicroTime (``2026-11-23T15:14:39.123456Z``); unreadable reads as never renewed."""
+    if not raw:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """The kubelet's verdict: the pod's Ready condition (or, lacking it, its server
+    container's ``ready``); a pod being deleted is not ready."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return any(cs.get("ready") for cs in status.get("containerStatuses") or [])
+
+
+# The reasons of the FailingOver condition while it is True.
+PRIMARY_LOST = "PrimaryLost"
+LEASE_EXPIRED = "LeaseExpired"
+
+
+def failing_over(
+    view: LeaseView,
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    had_primary: bool,
+    now: datetime.datetime,
+) -> tuple[str, str] | None:
+    """Why the replica set is between two primaries, as (reason, message), or None.
+
+    From the moment the Lease's holder is seen gone (its pod deleted or not ready) or its
+    Lease expired (a frozen or partitioned primary), until a holder whose pod is ready
+    holds a live Lease. ``had_primary``: the status named a primary before; the first
+    election of a new set is not a failover.
+    """
+    if not had_primary or not view.holder or not pods:
+        return None  # no pods listed: nothing to judge (the Ready condition says why)
+    pod = next((p for p in pods if pod_name(p) == view.holder), None)
+    if pod is None:
+        return PRIMARY_LOST, (
+            f"the primary {view.holder}'s pod is gone; an in-sync standby takes the Lease "
+            "once it expires"
+        )
+    if not pod_ready(pod):
+        return PRIMARY_LOST, (
+            f"the primary {view.holder}'s pod is not ready; an in-sync standby takes the "
+            "Lease once it expires"
+        )
+    if view.expired(now):
+        return LEASE_EXPIRED, (
+            f"the primary {view.holder} has not renewed its Lease for more than "
+            f"{view.duration} s; an in-sync standby takes it over"
+        )
+    return None
 
 
 def pod_name(pod: Mapping[str, Any]) -> str:

@@ -27,7 +27,8 @@ from typing import Any
 
 from stream_operator.plan import short_claims
 from stream_operator.pod_states import pod_trouble
-from stream_operator.replica_roles import lease_view, replica_states
+from stream_operator.replica_roles import failing_over, lease_view, replica_states
+from stream_operator.rollout import Step
 from stream_operator.spec import min_in_sync, quantity_bytes, replicated, with_defaults
 
 
@@ -68,18 +69,26 @@ def analytics_condition(
     error: str | None = None,
     spark_operator: bool = True,
     scheduled: Sequence[dict[str, Any]] = (),
+    source: str | None = None,
+    waiting: str | None = None,
 ) -> list[dict[str, str]]:
-    """The Analytics condition: the renderer's refusal, a missing Spark Operator, or the
-    ScheduledSparkApplications in place (none when analytics is off)."""
+    """The Analytics condition: the renderer's refusal, a missing Spark Operator, a
+    replica set's jobs waiting for a standby in sync (``waiting``: why), or the
+    ScheduledSparkApplications in place (none when analytics is off); ``source``: the
+    standby a replica set's jobs read."""
     if error is not None:
         return [condition("Analytics", False, "InvalidAnalytics", error)]
     if not spark_operator:
         message = "spec.analytics is enabled, but the Spark Operator is not installed"
         return [condition("Analytics", False, "SparkOperatorMissing", message)]
+    if waiting is not None:
+        return [condition("Analytics", False, "NoStandbyInSync", waiting)]
     if not scheduled:
         return []
     schedule = scheduled[0]["spec"]["schedule"]
     message = f"{len(scheduled)} ScheduledSparkApplication(s), schedule {schedule}"
+    if source:
+        message += f", reading the volume of {source} (a standby in sync)"
     return [condition("Analytics", True, "Scheduled", message)]
 
 
@@ -95,10 +104,14 @@ def compute_status(
     pods: Sequence[dict[str, Any]] = (),
     pvcs: Sequence[dict[str, Any]] = (),
     lease: dict[str, Any] | None = None,
+    rollout: Step | None = None,
+    now: datetime.datetime | None = None,
 ) -> dict[str, Any]:
     """``extra``: conditions of optional parts (Analytics), decided where they are applied.
     ``pods``, ``pvcs``: the DurableStream's pods and claims, as the API lists them.
-    ``lease``: a replica set's Lease as the servers wrote it (None: none yet)."""
+    ``lease``: a replica set's Lease as the servers wrote it (None: none yet).
+    ``rollout``: the step a replica set's rolling update took this round (rollout.py).
+    ``now``: the time the Lease's expiry is judged at (default: now)."""
     previous = previous or {}
     if outcome is not None:
         accepted: dict[str, str] | None = condition(
@@ -171,7 +184,9 @@ def compute_status(
             conditions.append(
                 condition("Ready", False, "ReplicasNotReady", f"{ready}/{want} servers ready")
             )
-        if rolling:
+        if rollout is not None and rollout.rolling:
+            progressing = condition("Progressing", True, rollout.reason, rollout.message)
+        elif rolling:
             progressing = condition(
                 "Progressing",
                 True,
@@ -199,6 +214,31 @@ def compute_status(
             )
     replication: dict[str, Any] = {}
     if replicated(spec) and statefulset is not None:
+        lost = failing_over(
+            lease_view(lease),
+            pods,
+            had_primary=bool(previous.get("primary")),
+            now=now or datetime.datetime.now(datetime.UTC),
+        )
+        if lost is not None:
+            # No replica acknowledges writes until a standby holds the Lease and is ready.
+            # A pod's own trouble (CrashLoopBackOff with the server's words) says more.
+            phase = "Degraded"
+            ready_now = next(c for c in conditions if c["type"] == "Ready")
+            if ready_now["reason"] in ("AllReplicasReady", "ReplicasNotReady"):
+                conditions = [c for c in conditions if c["type"] != "Ready"]
+                conditions.insert(0, condition("Ready", False, *lost))
+            conditions.append(condition("FailingOver", True, *lost))
+        else:
+            holder = lease_view(lease).holder
+            conditions.append(
+                condition(
+                    "FailingOver",
+                    False,
+                    "PrimaryHoldsLease" if holder else "NoPrimaryYet",
+                    f"{holder} holds the Lease" if holder else "no replica holds the Lease yet",
+                )
+            )
         replication, too_few = _replication_status(spec, lease, pods)
         if too_few is not None and not any(
             c["type"] == "Degraded" and c["status"] == "True" for c in conditions

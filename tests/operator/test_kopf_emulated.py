@@ -359,7 +359,8 @@ def test_operator_restart_touches_nothing_that_is_already_right():
                 for e in kube.list("Event", NS)
                 if e["reason"] == "Created" and e["involvedObject"]["name"] == "events"
             ]
-            assert len(created) == 9  # from the first run only (a replica set's 9 objects)
+            # From the first run only: a replica set's 9 objects and its peer token Secret.
+            assert len(created) == 10
             # Resyncs ran, and found nothing to correct: no write, no event.
             rewritten = [
                 e
@@ -544,12 +545,8 @@ def test_analytics_waits_for_the_spark_operator_then_schedules_jobs(kube: Cluste
         message="Analytics=True",
     )
     apps = scheduled_apps(kube)
-    assert sorted(apps) == [
-        "events-0-orders",
-        "events-0-stats",
-        "events-1-orders",
-        "events-1-stats",
-    ]
+    # A replica set's jobs read one copy: the in-sync standby's, never the primary's.
+    assert sorted(apps) == ["events-1-orders", "events-1-stats"]
     owner_uid = kube.get(KIND, NS, "events")["metadata"]["uid"]
     for app in apps.values():
         assert [r["uid"] for r in app["metadata"]["ownerReferences"]] == [owner_uid]
@@ -558,13 +555,13 @@ def test_analytics_waits_for_the_spark_operator_then_schedules_jobs(kube: Cluste
     assert volumes[0]["persistentVolumeClaim"] == {"claimName": "data-events-1", "readOnly": True}
 
     # A job removed from the spec is unscheduled; the others stay as they were.
-    kept = apps["events-0-stats"]["metadata"]["resourceVersion"]
+    kept = apps["events-1-stats"]["metadata"]["resourceVersion"]
     kube.patch(KIND, NS, "events", {"spec": {"analytics": {"jobs": ANALYTICS["jobs"][:1]}}})
     wait_for(
-        lambda: sorted(scheduled_apps(kube)) == ["events-0-stats", "events-1-stats"],
+        lambda: sorted(scheduled_apps(kube)) == ["events-1-stats"],
         message="the orders jobs unscheduled",
     )
-    assert scheduled_apps(kube)["events-0-stats"]["metadata"]["resourceVersion"] == kept
+    assert scheduled_apps(kube)["events-1-stats"]["metadata"]["resourceVersion"] == kept
 
     # A spec the renderer cannot carry out is reported; what is scheduled stays.
     bad = {"jobs": [{"name": "x", "type": "extract"}]}  # extract without fields
@@ -574,7 +571,7 @@ def test_analytics_waits_for_the_spark_operator_then_schedules_jobs(kube: Cluste
         message="InvalidAnalytics",
     )
     assert "needs fields" in condition(kube, "events", "Analytics")["message"]
-    assert sorted(scheduled_apps(kube)) == ["events-0-stats", "events-1-stats"]
+    assert sorted(scheduled_apps(kube)) == ["events-1-stats"]
 
     # Turning analytics off unschedules everything and drops the condition.
     kube.patch(KIND, NS, "events", {"spec": {"analytics": {"enabled": False}}})
@@ -664,6 +661,8 @@ def test_a_server_that_refuses_its_data_format_is_named_in_the_status(kube: Clus
     (data / "FORMAT").write_text(f"durable-streams-py data format {newer}\nread-version 1\n")
     env = container_env(kube, NS, container, "events-1")
     env.update(DS_HOST="127.0.0.1", DS_PORT=str(free_port()), DS_DATA_DIR=str(data))
+    (tmp_path / "token").write_text("peer-token\n")  # the mounted Secret, here
+    env["DS_REPLICATION_TOKEN_FILE"] = str(tmp_path / "token")
     proc = subprocess.run(
         [sys.executable, "-m", "stream_server", *container["args"]],
         env={**os.environ, **env},

@@ -22,7 +22,7 @@ from stream_operator import KIND
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
-from testkit.kubelet import claim_volumes, pod_object, statefulset_status
+from testkit.kubelet import claim_volumes, pod_object, pod_status, statefulset_status
 from testkit.operator import running_operator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +69,9 @@ def role(c: Cluster, namespace: str, pod: str) -> str | None:
 
 
 def become_a_replica_set_and_back(c: Cluster, namespace: str) -> None:
-    """Three replicas (the pods' account, Role, RoleBinding, the standbys' Service, the
-    role labels from the Lease), then one again (all of that pruned)."""
+    """Three replicas (the pods' account, Role, RoleBinding, peer token Secret, the
+    standbys' Service, the role labels from the Lease, a standby's pod deleted to update
+    it), then one again (all of that pruned but the Secret, which goes with the owner)."""
     c.patch(KIND, namespace, "events", {"spec": {"replicas": 3}}).raise_for_status()
     wait_for(lambda: c.get("RoleBinding", namespace, "events"), message="the RoleBinding")
     wait_for(
@@ -78,21 +79,29 @@ def become_a_replica_set_and_back(c: Cluster, namespace: str) -> None:
         message="three replicas",
     )
     sts = c.get("StatefulSet", namespace, "events")
+    container = sts["spec"]["template"]["spec"]["containers"][0]
     for i in range(3):
-        c.create(pod_object(sts, i)).raise_for_status()
+        pod = pod_object(sts, i)
+        # Pods of an older revision than the StatefulSet's: the rolling update deletes one.
+        pod["metadata"]["labels"]["controller-revision-hash"] = "events-old"
+        c.create(pod).raise_for_status()
+        ready = {"status": pod_status(container, ready=True, restarts=0)}
+        c.patch("Pod", namespace, f"events-{i}", ready, status=True).raise_for_status()
+    in_sync = {"streams.pyds.dev/in-sync": '["events-1", "events-2"]'}
     lease = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": "events-leader", "namespace": namespace},
+        "metadata": {"name": "events-leader", "namespace": namespace, "annotations": in_sync},
         "spec": {"holderIdentity": "events-0"},
     }
     c.create(lease).raise_for_status()
     play_statefulset_controller(c, namespace, "events")
     wait_for(lambda: role(c, namespace, "events-0") == "primary", message="the primary label")
+    wait_for(lambda: c.get("Pod", namespace, "events-2") is None, message="a standby updated")
     c.patch(KIND, namespace, "events", {"spec": {"replicas": 1}}).raise_for_status()
     wait_for(lambda: c.get("RoleBinding", namespace, "events") is None, message="pruned RBAC")
     wait_for(lambda: c.get("Service", namespace, "events-replicas") is None, message="pruned")
-    for i in range(3):
+    for i in range(2):
         c.delete("Pod", namespace, f"events-{i}").raise_for_status()
     play_statefulset_controller(c, namespace, "events")
 

@@ -3,13 +3,15 @@
 The servers elect their primary through the Lease (docs/replication.md); here
 the test writes that Lease as they would, plays the StatefulSet controller
 and the kubelet (pods), and checks what the operator makes of it: the pods'
-own RBAC, the role labels the client Services select on, the status (primary,
-term, in-sync count, Degraded), the Events of a change of primary, and a
-refused scale-down.
+own RBAC and peer token, the role labels the client Services select on, the
+status (primary, term, in-sync count, Degraded, FailingOver), the Events of a
+failover, and a refused scale-down. (Rolling updates with a switchover, and
+Spark on a standby: test_replica_set_rollout_kopf.py.)
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +22,7 @@ from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
-from testkit.kubelet import claim_volumes, pod_object, statefulset_status
+from testkit.kubelet import claim_volumes, pod_object, pod_status, statefulset_status
 from testkit.operator import running_operator
 
 NS = "default"
@@ -68,6 +70,17 @@ def write_lease(c: Cluster, holder: str, term: int, in_sync: list[str]) -> None:
         c.patch("Lease", NS, "events-leader", body).raise_for_status()
 
 
+def set_ready(c: Cluster, sts: dict[str, Any], ordinal: int, ready: bool) -> None:
+    """The kubelet's report of a pod's readiness."""
+    status = pod_status(sts["spec"]["template"]["spec"]["containers"][0], ready=ready, restarts=0)
+    c.patch("Pod", NS, f"events-{ordinal}", {"status": status}, status=True).raise_for_status()
+
+
+def secret(c: Cluster) -> dict[str, Any] | None:
+    r = c.http.get(f"/api/v1/namespaces/{NS}/secrets/events-replication")
+    return r.json() if r.status_code == 200 else None
+
+
 def running_replica_set(c: Cluster, spec: dict[str, Any]) -> None:
     """Create the DurableStream, then do what the StatefulSet controller and kubelet would."""
     c.create(durable_stream("events", spec)).raise_for_status()
@@ -75,6 +88,7 @@ def running_replica_set(c: Cluster, spec: dict[str, Any]) -> None:
     claim_volumes(c, sts)
     for i in range(sts["spec"]["replicas"]):
         c.create(pod_object(sts, i)).raise_for_status()
+        set_ready(c, sts, i, True)
     want = sts["spec"]["replicas"]
     rev = f"events-{sts['metadata']['generation']}"
     status = statefulset_status(sts, want, want, want, rev, rev)
@@ -93,6 +107,19 @@ def test_a_replica_set_gets_its_rights_its_services_and_a_status_that_follows_th
     assert kube.get("Service", NS, "events")["spec"]["selector"][ROLE] == "primary"
     assert kube.get("Service", NS, "events-replicas")["spec"]["selector"][ROLE] == "standby"
     assert kube.get("PodDisruptionBudget", NS, "events")["spec"]["minAvailable"] == 2
+    # The peer token: made once, owned by the DurableStream, mounted into the pods.
+    token = secret(kube)
+    assert token is not None and len(base64.b64decode(token["data"]["token"])) == 43
+    assert (
+        token["metadata"]["ownerReferences"][0]["uid"]
+        == kube.get(KIND, NS, "events")["metadata"]["uid"]
+    )
+    volumes = sts["spec"]["template"]["spec"]["volumes"]
+    assert {
+        "name": "replication",
+        "secret": {"secretName": "events-replication", "defaultMode": 0o440},
+    } in volumes
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
     # Before any server took the Lease: no primary, too few in sync.
     wait_for(lambda: condition(kube, "Degraded").get("reason") == "TooFewInSync", message="-")
     wait_for(lambda: set(roles(kube).values()) == {"standby"}, message="standby labels")
@@ -106,14 +133,25 @@ def test_a_replica_set_gets_its_rights_its_services_and_a_status_that_follows_th
     assert roles(kube) == {"events-0": "primary", "events-1": "standby", "events-2": "standby"}
     wait_for(lambda: events(kube, "PrimaryElected"), message="an Event for the election")
 
+    assert condition(kube, "FailingOver")["status"] == "False"
+
+    # The primary's pod stops being ready: failing over until a standby holds the Lease.
+    set_ready(kube, sts, 0, False)
+    wait_for(lambda: condition(kube, "FailingOver").get("status") == "True", message="FailingOver")
+    assert condition(kube, "FailingOver")["reason"] == "PrimaryLost"
+    assert (condition(kube, "Ready")["status"], status_of(kube)["phase"]) == ("False", "Degraded")
     # Failover: events-2 takes the Lease in term 2, events-0 is out of the in-sync set.
     write_lease(kube, "events-2", 2, ["events-1"])
     wait_for(lambda: status_of(kube).get("primary") == "events-2", message="the new primary")
+    wait_for(lambda: condition(kube, "FailingOver").get("status") == "False", message="over")
     assert roles(kube) == {"events-0": "standby", "events-1": "standby", "events-2": "primary"}
     assert status_of(kube)["term"] == 2 and status_of(kube)["inSyncReplicas"] == 2
     assert condition(kube, "Degraded")["status"] == "False"  # 2 is a majority of 3
     changed = wait_for(lambda: events(kube, "PrimaryChanged"), message="an Event")
-    assert changed == ["primary events-0 -> events-2 (term 2)"]
+    assert changed == ["failover: primary events-0 -> events-2 (term 2)"]
+    set_ready(kube, sts, 0, True)
+    # The token was never written again (no apply, no prune touches it).
+    assert secret(kube)["metadata"]["resourceVersion"] == token["metadata"]["resourceVersion"]
 
     # The last standby falls behind: fewer in sync than a majority.
     write_lease(kube, "events-2", 2, [])

@@ -10,7 +10,9 @@ count. The rendered settings are given to the real server's settings loader.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -21,6 +23,7 @@ from stream_operator.render import (
     desired_objects,
     render_configmap,
     render_pdb,
+    render_replication_secret,
     render_role,
     render_service,
     render_statefulset,
@@ -104,13 +107,47 @@ def expanded(spec: dict[str, Any], pod: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("replicas", [2, 3, 5])
-def test_the_server_accepts_the_rendered_replica_set_settings(replicas: int):
-    """The real settings loader, with its unknown-variable and consistency checks."""
+def test_the_server_accepts_the_rendered_replica_set_settings(replicas: int, tmp_path: Path):
+    """The real settings loader, with its unknown-variable and consistency checks; the
+    peer token file is where the Secret is mounted (here a file of the test's)."""
     spec = {**THREE, "replicas": replicas}
-    s = settings_from(argparse.Namespace(), expanded(spec, "ev-1"))
+    env = expanded(spec, "ev-1")
+    mount = container(spec)["volumeMounts"][-1]["mountPath"]
+    assert env["DS_REPLICATION_TOKEN_FILE"] == f"{mount}/token"
+    (tmp_path / "token").write_text("s3cret\n")
+    env["DS_REPLICATION_TOKEN_FILE"] = str(tmp_path / "token")
+    s = settings_from(argparse.Namespace(), env)
     assert s.replication_lease == "ns/ev-leader" and s.replica_name == "ev-1"
     assert s.replica_url == "http://ev-1.ev-headless.ns.svc:4437"
     assert s.replication_set_size == replicas and s.min_in_sync == replicas // 2 + 1
+
+
+def test_a_replica_set_mounts_its_peer_token_and_leaves_its_pods_to_the_operator():
+    """The Secret (made once by the operator, not part of desired_objects) is mounted
+    read-only, and the StatefulSet's controller replaces no pod by itself (OnDelete: the
+    operator updates standbys first and switches over before the primary, rollout.py)."""
+    sts = render_statefulset("ev", "ns", UID, THREE)
+    pod = sts["spec"]["template"]["spec"]
+    assert {
+        "name": "replication",
+        "secret": {"secretName": "ev-replication", "defaultMode": 0o440},
+    } in pod["volumes"]
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["replication"] == {
+        "name": "replication",
+        "mountPath": "/etc/durable-streams/replication",
+        "readOnly": True,
+    }
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert "Secret" not in {kind for kind, _ in kinds(THREE)}  # never applied, never pruned
+    one = render_statefulset("ev", "ns", UID, {"replicas": 1})
+    assert one["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    assert "replication" not in {v["name"] for v in one["spec"]["template"]["spec"]["volumes"]}
+    assert "DS_REPLICATION_TOKEN_FILE" not in env_of({"replicas": 1})
+    secret = render_replication_secret("ev", "ns", UID, "tok-en")
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert base64.b64decode(secret["data"]["token"]) == b"tok-en"
+    kubernetes_validate.validate(secret, K8S_VERSION, strict=True)
 
 
 def test_the_pods_rights_are_their_lease_by_name_and_nothing_cluster_wide():

@@ -1,0 +1,167 @@
+"""Rolling a replica set onto a new pod template without losing a write, as CloudNativePG does.
+
+A StatefulSet's own RollingUpdate replaces pods from the highest ordinal down,
+whichever of them is the primary: the primary would go down with writes in
+flight and the set would fail over as after a crash (a pause of a Lease
+duration, and the writes that were waiting answered 503). A ``partition``
+cannot avoid that either: it only holds back the ordinals below it, and the
+primary may be any ordinal (say ``events-1`` of three, after a failover).
+
+So a replica set's StatefulSet uses ``updateStrategy: OnDelete`` and the
+operator replaces the pods itself, one step per round, each step decided here
+from what was observed (the StatefulSet's update revision, the pods with their
+``controller-revision-hash`` labels and readiness, the Lease):
+
+1. ``UpdatingStandbys``: delete the stale standbys one at a time (not-ready
+   ones first, then the highest ordinal first); the next goes only once every
+   updated standby is ready and back in the Lease's in-sync set, and every
+   other pod is ready.
+2. ``SwitchingOver``: every standby is updated and the primary is not: ask the
+   primary to hand the Lease to an updated, in-sync standby
+   (``POST /replication/switchover``), and wait until the Lease names it. A
+   refused or failed switchover (409, 503, no answer) changes nothing and is
+   tried again the next round (``SwitchoverFailed``). The primary's pod is
+   never deleted while it holds the Lease.
+3. ``UpdatingFormerPrimary``: the former primary is now a standby; delete it.
+
+A pod without the revision label (not made by a StatefulSet controller, or an
+API that does not report revisions) is taken as up to date: the operator does
+not delete what it cannot judge. Pure functions: every decision is unit-tested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stream_operator.replica_roles import LeaseView, pod_name, pod_ready
+
+REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on its pods
+
+STABLE = "Stable"
+UPDATING_STANDBYS = "UpdatingStandbys"
+SWITCHING_OVER = "SwitchingOver"
+SWITCHOVER_FAILED = "SwitchoverFailed"
+UPDATING_FORMER_PRIMARY = "UpdatingFormerPrimary"
+# Reasons after which a stale standby is the primary just switched away from.
+_AFTER_SWITCHOVER = frozenset({SWITCHING_OVER, SWITCHOVER_FAILED, UPDATING_FORMER_PRIMARY})
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the rolling update does this round: its reason (the ``Progressing``
+    condition's), why, and at most one action: a pod to delete or a switchover."""
+
+    reason: str = STABLE
+    message: str = "every pod runs the current revision"
+    delete: str | None = None
+    switchover: tuple[str, str] | None = None  # (current primary, target)
+
+    @property
+    def rolling(self) -> bool:
+        return self.reason != STABLE
+
+
+@dataclass(frozen=True)
+class _Pod:
+    name: str
+    ordinal: int
+    revision: str | None
+    ready: bool
+    deleting: bool
+
+
+def _pods(pods: Sequence[Mapping[str, Any]]) -> dict[str, _Pod]:
+    out = {}
+    for pod in pods:
+        name = pod_name(pod)
+        tail = name.rsplit("-", 1)[-1]
+        if not tail.isdigit():
+            continue
+        meta = pod.get("metadata") or {}
+        out[name] = _Pod(
+            name=name,
+            ordinal=int(tail),
+            revision=(meta.get("labels") or {}).get(REVISION_LABEL),
+            ready=pod_ready(pod),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+    return out
+
+
+def plan_rollout(
+    name: str,
+    replicas: int,
+    update_revision: str | None,
+    pods: Sequence[Mapping[str, Any]],
+    view: LeaseView,
+    previous_reason: str | None = None,
+) -> Step:
+    """The next step of a replica set's rolling update (see the module's docstring).
+
+    ``update_revision``: the StatefulSet's ``status.updateRevision``; ``previous_reason``:
+    the ``Progressing`` reason the status had, which tells the primary just switched away
+    from (``UpdatingFormerPrimary``) from any other stale standby.
+    """
+    if not update_revision:
+        return Step()
+    by_name = _pods(pods)
+    stale = [p for p in by_name.values() if p.revision not in (None, update_revision)]
+    if not stale:
+        return Step()
+    holder = by_name.get(view.holder)
+    reason = UPDATING_STANDBYS
+    if holder is not None and holder.revision in (None, update_revision):
+        reason = UPDATING_FORMER_PRIMARY if previous_reason in _AFTER_SWITCHOVER else reason
+    gone = [
+        f"{name}-{i}"
+        for i in range(replicas)
+        if f"{name}-{i}" not in by_name or by_name[f"{name}-{i}"].deleting
+    ]
+    if gone:
+        return Step(reason, f"waiting for pod {gone[0]} to be recreated")
+    if holder is None or not holder.ready:
+        who = view.holder or "no replica"
+        return Step(reason, f"waiting for a ready primary ({who} holds the Lease)")
+    standbys = [p for p in by_name.values() if p.name != holder.name]
+    lagging = [
+        p
+        for p in sorted(standbys, key=lambda p: p.ordinal)
+        if p.revision in (None, update_revision) and not (p.ready and p.name in view.synced)
+    ]
+    if lagging:
+        return Step(reason, f"waiting for {lagging[0].name} to be ready and in sync")
+    # Not-ready stale standbys first (replacing them costs nothing), then from the top.
+    order = sorted((p for p in standbys if p in stale), key=lambda p: (p.ready, -p.ordinal))
+    if order:
+        victim = order[0]
+        unready = [p.name for p in by_name.values() if p is not victim and not p.ready]
+        if unready:
+            return Step(reason, f"waiting for {unready[0]} to be ready")
+        what = "the former primary" if reason == UPDATING_FORMER_PRIMARY else "a standby"
+        return Step(reason, f"updating {victim.name} ({what})", delete=victim.name)
+    # Only the primary is stale.
+    candidates = [p for p in standbys if p.ready and p.name in view.synced]
+    if not candidates:
+        return Step(
+            SWITCHING_OVER,
+            f"waiting for an updated standby in sync to take over from {holder.name}",
+        )
+    target = max(candidates, key=lambda p: (view.positions.get(p.name, (0, 0)), -p.ordinal))
+    return Step(
+        SWITCHING_OVER,
+        f"switching over from {holder.name} to {target.name} before updating {holder.name}",
+        switchover=(holder.name, target.name),
+    )
+
+
+def failed_switchover(step: Step, why: str) -> Step:
+    """The step after a switchover the primary refused or did not answer: nothing changed,
+    the next round tries again."""
+    assert step.switchover is not None
+    source, target = step.switchover
+    return Step(
+        SWITCHOVER_FAILED,
+        f"switchover {source} -> {target} failed ({why}); trying again in the next round",
+    )
