@@ -6,6 +6,7 @@ acknowledged write; the old primary, restarted, follows the new one."""
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import shutil
 import time
 
@@ -15,25 +16,34 @@ from conftest import read_all
 from tests.replication.conftest import primary_with_standbys, status, until
 
 TEXT = {"content-type": "text/plain"}
+log = logging.getLogger(__name__)
 REFUSED_UNWRITTEN = (b"this replica is not the primary right now", b"too few replicas in sync")
 
 
 def append_many(base: str, path: str, count: int, prefix: str) -> list[bytes]:
-    """``count`` appends from 8 threads; returns the bodies acknowledged (204)."""
+    """``count`` appends from 8 threads; returns the bodies acknowledged (204). What was
+    not acknowledged is logged with its answer, for the assertion that counts them."""
 
     def one(i: int) -> bytes | None:
         body = f"{prefix}-{i:05d};".encode()
+        answer = "no answer"
         for _ in range(30):
             try:
                 r = httpx.post(f"{base}{path}", content=body, headers=TEXT, timeout=10)
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
+                log.warning("%r: %r", body, exc)
                 return None
             # Refused before anything was written (a renewal late on a loaded machine,
             # or a standby not yet back in sync): a client retries, as told.
             if r.status_code == 503 and r.content.startswith(REFUSED_UNWRITTEN):
+                answer = r.text
                 time.sleep(float(r.headers.get("retry-after", "1")) / 3)
                 continue
-            return body if r.status_code == 204 else None
+            if r.status_code == 204:
+                return body
+            answer = f"{r.status_code} {r.text}"
+            break
+        log.warning("%r not acknowledged: %s", body, answer)
         return None
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:

@@ -339,16 +339,35 @@ class RoleLoop:
         self._changed()
 
     async def _renew(self, record: LeaseRecord, now: float) -> None:
-        new = replace(
-            record,
-            renew_time=micro_time(),
-            positions={**record.positions, **self.reported(), self.config.name: self.position()},
-        )
-        try:
-            written = await self.client.replace(new)
-        except (LeaseConflict, LeaseUnavailable) as exc:
-            log.warning("could not renew the Lease: %s", exc)
-            await self._check_deadline()
+        written = None
+        for attempt in range(2):
+            new = replace(
+                record,
+                renew_time=micro_time(),
+                positions={
+                    **record.positions,
+                    **self.reported(),
+                    self.config.name: self.position(),
+                },
+            )
+            try:
+                written = await self.client.replace(new)
+                break
+            except LeaseConflict as exc:
+                # Most often our own in-sync change won the race: try again at once on
+                # the fresh version, rather than a retry period later (under load that
+                # wait alone can reach the renew deadline and stop acknowledgements).
+                fresh = None if attempt else await self._reread()
+                if fresh is None or fresh.holder != self.config.name or fresh.term != record.term:
+                    log.warning("could not renew the Lease: %s", exc)
+                    await self._check_deadline()
+                    return
+                record = fresh
+            except LeaseUnavailable as exc:
+                log.warning("could not renew the Lease: %s", exc)
+                await self._check_deadline()
+                return
+        if written is None:
             return
         self._observe(written, now)
         self._renewed_at = now
@@ -374,6 +393,15 @@ class RoleLoop:
             log.warning("could not give up the Lease (the next round tries again): %s", exc)
             return
         self._observe(written, self.clock())
+
+    async def _reread(self) -> LeaseRecord | None:
+        try:
+            record = await self.client.get()
+        except LeaseUnavailable:
+            return None
+        if record is not None:
+            self._observe(record, self.clock())
+        return record
 
     async def _check_deadline(self) -> None:
         """A primary that has not renewed for the renew deadline stops acknowledging."""
