@@ -14,11 +14,26 @@ reports (ready, restartCount, state, lastState): a server that exits is
 restarted after a doubling back-off (CrashLoopBackOff meanwhile), and under
 ``terminationMessagePolicy: FallbackToLogsOnError`` the end of its log is the
 last state's message, which is what the operator's status reads.
+
+What the controller does with a changed template follows ``updateStrategy``:
+``RollingUpdate`` replaces the highest stale ordinal at or above the
+``partition`` once every pod is ready; ``OnDelete`` replaces a pod only when
+someone deletes its Pod object (the operator does, for a replica set). A pod
+deleted through the API gets SIGTERM, SIGKILL after its grace period, and its
+replacement starts only once it has exited (one process per volume). Pods carry
+``controller-revision-hash``, as the operator's rollout reads it.
+
+A replica set's pods get what only the stand-in knows: ``DS_KUBE_API`` (the
+emulated API server, where a pod would use its service account) and
+``DS_REPLICA_URL`` (the pod's own 127.0.0.1 origin, where a pod would be reached
+through the headless Service); mounted Secrets are written to files and the
+env paths that point into them translated. Readiness honours the readiness
+probe's period, timeout and failure threshold.
 """
 
 from __future__ import annotations
 
-import contextlib
+import base64
 import hashlib
 import json
 import os
@@ -28,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,18 +125,35 @@ def container_env(
     return env
 
 
-def pod_object(sts: dict[str, Any], ordinal: int) -> dict[str, Any]:
-    """The pod the StatefulSet controller makes for ``ordinal`` (without its status)."""
+# The label the StatefulSet controller puts on each pod: the revision it was made from.
+REVISION_LABEL = "controller-revision-hash"
+
+
+def template_revision(sts: dict[str, Any], template: dict[str, Any] | None = None) -> str:
+    """The revision name of a pod template, as the StatefulSet controller names its
+    ControllerRevisions (``<statefulset>-<hash>``)."""
+    template = template if template is not None else sts["spec"]["template"]
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{sts['metadata']['name']}-{digest}"
+
+
+def pod_object(
+    sts: dict[str, Any],
+    ordinal: int,
+    revision: str | None = None,
+    template: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The pod the StatefulSet controller makes for ``ordinal`` (without its status), from
+    ``template`` (default: the StatefulSet's), labelled with its ``revision`` if given."""
     name, namespace = sts["metadata"]["name"], sts["metadata"]["namespace"]
-    template = sts["spec"]["template"]
+    template = template if template is not None else sts["spec"]["template"]
+    labels = dict(template["metadata"].get("labels") or {})
+    if revision is not None:
+        labels[REVISION_LABEL] = revision
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-{ordinal}",
-            "namespace": namespace,
-            "labels": template["metadata"].get("labels") or {},
-        },
+        "metadata": {"name": f"{name}-{ordinal}", "namespace": namespace, "labels": labels},
         "spec": template["spec"],
     }
 
@@ -196,13 +229,51 @@ def statefulset_status(
     }
 
 
+def secret_volumes(
+    cluster: Cluster, namespace: str, template: dict[str, Any], root: Path
+) -> dict[str, Path] | None:
+    """The Secret volumes the server container mounts, written out as the kubelet writes
+    them (one file per key) under ``root``: ``{mount path: local directory}``. None while
+    a Secret the pod needs does not exist yet (the pod stays in ContainerCreating)."""
+    volumes = {v["name"]: v for v in template["spec"].get("volumes") or []}
+    container = template["spec"]["containers"][0]
+    mounted: dict[str, Path] = {}
+    for mount in container.get("volumeMounts") or []:
+        source = (volumes.get(mount["name"]) or {}).get("secret")
+        if source is None:
+            continue
+        assert cluster.http is not None
+        r = cluster.http.get(f"/api/v1/namespaces/{namespace}/secrets/{source['secretName']}")
+        if r.status_code == 404:
+            if source.get("optional"):
+                continue
+            return None
+        r.raise_for_status()
+        data = r.json().get("data") or {}
+        wanted = source.get("items") or [{"key": k, "path": k} for k in data]
+        local = root / mount["name"]
+        local.mkdir(parents=True, exist_ok=True)
+        for item in wanted:
+            (local / item["path"]).write_bytes(base64.b64decode(data.get(item["key"], "")))
+        mounted[mount["mountPath"].rstrip("/")] = local
+    return mounted
+
+
+def translated(value: str, mounts: dict[str, Path]) -> str:
+    """A path inside the container as the same file here (a mounted Secret's directory)."""
+    for inside, local in mounts.items():
+        if value == inside or value.startswith(inside + "/"):
+            return str(local) + value[len(inside) :]
+    return value
+
+
 @dataclass
 class Pod:
     ordinal: int
     revision: str
     data_dir: Path
     port: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     log_path: Path
     probe_path: str
     ready: bool = False
@@ -210,6 +281,13 @@ class Pod:
     restarts: int = 0
     last: dict[str, Any] | None = None  # the previous run's terminated state
     back_off_until: float = 0.0  # exited: restarted at this time (CrashLoopBackOff)
+    grace: float = 30.0  # terminationGracePeriodSeconds: SIGTERM, then SIGKILL this later
+    failure_threshold: int = 1  # the readiness probe's failureThreshold
+    probe_period: float = 0.0  # its periodSeconds (0: on every round of the stand-in)
+    probe_timeout: float = 1.0  # its timeoutSeconds
+    next_probe: float = 0.0
+    failures: int = 0  # readiness probes failed in a row
+    kill_at: float = 0.0  # terminating: SIGKILL at this time
 
     @property
     def url(self) -> str:
@@ -219,9 +297,32 @@ class Pod:
         if self.proc.poll() is not None:
             return False
         try:
-            return httpx.get(self.url + self.probe_path, timeout=1).status_code == 200
+            answer = httpx.get(self.url + self.probe_path, timeout=self.probe_timeout)
         except httpx.HTTPError:
             return False
+        return answer.status_code == 200
+
+    def probe_due(self) -> None:
+        """Run the readiness probe if its period is over since the last one; a container
+        that exited is not ready at once (the kubelet sees it exit, no probe needed)."""
+        now = time.monotonic()
+        if self.proc.poll() is not None:
+            self.observe(False)
+        elif now >= self.next_probe:
+            self.next_probe = now + self.probe_period
+            self.observe(self.probe())
+
+    def observe(self, success: bool) -> None:
+        """Readiness as the kubelet judges it from probe results: ready on a success, not
+        ready after ``failure_threshold`` failures in a row, or at once when the container
+        has exited (one slow answer from a busy server does not take it out of its
+        Services)."""
+        if success:
+            self.ready, self.failures = True, 0
+            return
+        self.failures += 1
+        if self.failures >= self.failure_threshold or self.proc.poll() is not None:
+            self.ready = False
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
@@ -232,6 +333,12 @@ class Pod:
                 self.proc.kill()
                 self.proc.wait()
 
+    def terminate(self) -> None:
+        """SIGTERM now, SIGKILL once the grace period is over (``Kubelet._reap``)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.kill_at = time.monotonic() + self.grace
+
 
 @dataclass
 class Kubelet:
@@ -241,9 +348,21 @@ class Kubelet:
     root: Path
     # How long a deleted pod stays away before its replacement starts (scheduling, pulling).
     restart_delay: float = 3.0
+    # Called with a pod just before it is sent SIGTERM for a rollout, a scale-down or a
+    # deletion through the API: a test notes what the pod was doing then.
+    before_stop: Callable[[Pod], None] | None = None
     pods: dict[int, Pod] = field(default_factory=dict)
+    # Every stop and start, in order: (monotonic time, "stop"|"start", ordinal, revision).
+    history: list[tuple[float, str, int, str]] = field(default_factory=list)
+    _terminating: dict[int, Pod] = field(default_factory=dict)  # SIGTERM sent, not exited
     _away_until: dict[int, float] = field(default_factory=dict)
     _published: dict[int, dict[str, Any]] = field(default_factory=dict)  # pod statuses
+    _uids: dict[int, str] = field(default_factory=dict)  # the Pod objects this kubelet runs
+    _templates: dict[str, dict[str, Any]] = field(default_factory=dict)  # by revision
+    _claimed_at: float = float("-inf")
+    _ran: dict[int, str] = field(default_factory=dict)  # the revision each ordinal last ran
+    api_errors: list[str] = field(default_factory=list)  # the last few, for a failure
+    failure: Exception | None = None  # what stopped the stand-in's loop, raised at exit
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
@@ -259,27 +378,51 @@ class Kubelet:
         self._stop.set()
         if self._thread:
             self._thread.join(30)
-        for pod in list(self.pods.values()):
+        for pod in [*self.pods.values(), *self._terminating.values()]:
             pod.stop()
+        if self.failure is not None:
+            raise RuntimeError(f"the kubelet stand-in failed: {self.failure!r}") from self.failure
 
     def delete_pod(self, ordinal: int) -> None:
         """The pod dies (SIGKILL) and its replacement comes ``restart_delay`` later."""
         with self._lock:
             pod = self.pods.pop(ordinal)
             self._away_until[ordinal] = time.monotonic() + self.restart_delay
+            self.history.append((time.monotonic(), "stop", ordinal, pod.revision))
         pod.stop(signal.SIGKILL)
+
+    def kill(self, ordinal: int, sig: int = signal.SIGKILL) -> None:
+        """Signal the server process in the pod (``kill -9`` inside the container): the pod
+        stays, and its container is restarted as ``restartPolicy: Always`` restarts it."""
+        with self._lock:
+            self.pods[ordinal].proc.send_signal(sig)
 
     def ready_pods(self) -> list[Pod]:
         with self._lock:
             return [p for p in self.pods.values() if p.ready]
 
+    def url_of(self, pod_name: str) -> str | None:
+        """Where the pod named ``pod_name`` listens now (its address, as a pod IP and the
+        container port would give it), or None when no process runs for it."""
+        prefix = f"{self.name}-"
+        if not pod_name.startswith(prefix) or not pod_name[len(prefix) :].isdigit():
+            return None
+        with self._lock:
+            pod = self.pods.get(int(pod_name[len(prefix) :]))
+            return pod.url if pod is not None and pod.proc.poll() is None else None
+
     # -- the controller -----------------------------------------------------------------
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            # The API server may go away first at the end of a test.
-            with contextlib.suppress(httpx.HTTPError):
+            try:
                 self.sync()
+            except httpx.HTTPError as exc:  # e.g. the API server went away first at the end
+                self.api_errors.append(f"{type(exc).__name__}: {exc}")
+                del self.api_errors[:-20]
+            except Exception as exc:  # a bug here: the test fails with it (__exit__)
+                self.failure = exc
+                return
             self._stop.wait(0.2)
 
     def sync(self) -> None:
@@ -288,38 +431,73 @@ class Kubelet:
             with self._lock:
                 for ordinal in list(self.pods):
                     self.pods.pop(ordinal).stop()
+                for ordinal in list(self._terminating):
+                    self._terminating.pop(ordinal).stop(signal.SIGKILL)
             self._publish(None, {})
             return
         spec = sts["spec"]
         want = int(spec.get("replicas", 1))
         template = spec["template"]
-        revision = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
-        claim_volumes(self.cluster, sts)
+        revision = template_revision(sts)
+        self._templates[revision] = template
+        strategy = spec.get("updateStrategy") or {"type": "RollingUpdate"}
+        partition = int((strategy.get("rollingUpdate") or {}).get("partition") or 0)
+        if time.monotonic() - self._claimed_at >= 1.0:  # the volume controllers' pace
+            claim_volumes(self.cluster, sts)
+            self._claimed_at = time.monotonic()
+        selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
+        in_api = {
+            p["metadata"]["name"]: p["metadata"].get("uid")
+            for p in self.cluster.list("Pod", self.namespace, selector)
+        }
         with self._lock:
+            self._reap()
+            for ordinal, uid in list(self._uids.items()):
+                if in_api.get(f"{self.name}-{ordinal}") != uid:
+                    # Deleted through the API (the operator, a user): its process goes,
+                    # and the StatefulSet controller makes the pod again.
+                    del self._uids[ordinal]
+                    self._published.pop(ordinal, None)
+                    if ordinal in self.pods:
+                        self._terminate(ordinal)
             for ordinal in [o for o in self.pods if o >= want]:
-                self.pods.pop(ordinal).stop()  # scaled down
-            stale = sorted(
-                (o for o, p in self.pods.items() if p.revision != revision), reverse=True
-            )
-            all_ready = all(self.pods.get(o) and self.pods[o].ready for o in range(want))
-            if stale and all_ready:
-                # Rolling update: one pod at a time, highest ordinal first.
-                self.pods.pop(stale[0]).stop()
+                self._delete(ordinal)  # scaled down
+            if strategy.get("type", "RollingUpdate") == "RollingUpdate":
+                stale = sorted(
+                    (o for o, p in self.pods.items() if p.revision != revision and o >= partition),
+                    reverse=True,
+                )
+                all_ready = all(self.pods.get(o) and self.pods[o].ready for o in range(want))
+                if stale and all_ready and not self._terminating:
+                    # Rolling update: one pod at a time, highest ordinal first.
+                    self._delete(stale[0])
             for ordinal in range(want):
-                if ordinal not in self.pods and time.monotonic() >= self._away_until.get(
-                    ordinal, 0
+                if (
+                    ordinal not in self.pods
+                    and ordinal not in self._terminating
+                    and time.monotonic() >= self._away_until.get(ordinal, 0)
                 ):
-                    self.pods[ordinal] = self._start(ordinal, template, revision)
+                    # Below a RollingUpdate's partition a pod comes back as it was.
+                    was = self._ran.get(ordinal, revision)
+                    keep = ordinal < partition and was in self._templates
+                    started = (
+                        self._start(ordinal, self._templates[was], was)
+                        if keep
+                        else self._start(ordinal, template, revision)
+                    )
+                    if started is not None:
+                        self.pods[ordinal] = started
             self._restart_exited(template, revision)
             for pod in self.pods.values():
-                pod.ready = pod.probe()
+                pod.probe_due()
             pods = dict(self.pods)
             # A deleted pod's replacement exists at once, Pending until its delay is over.
             pending = [o for o in range(want) if o not in pods]
         ready = sum(1 for p in pods.values() if p.ready)
         updated = sum(1 for p in pods.values() if p.revision == revision) + len(pending)
         count = len(pods) + len(pending)
-        current_revision = revision if updated == count == want else f"{self.name}-previous"
+        older = sorted({p.revision for p in pods.values()} - {revision})
+        current_revision = older[0] if older else revision
         status = statefulset_status(sts, count, ready, updated, current_revision, revision)
         if status != {k: (sts.get("status") or {}).get(k) for k in status}:
             self.cluster.patch(
@@ -327,10 +505,36 @@ class Kubelet:
             )
         self._publish(sts, pods)
 
+    def _terminate(self, ordinal: int) -> None:
+        """Take the pod's process down gracefully (SIGTERM, SIGKILL after its grace
+        period); its replacement starts only once it has exited, as a StatefulSet never
+        runs two pods of one ordinal (they would share the volume)."""
+        pod = self.pods.pop(ordinal)
+        if self.before_stop is not None:
+            self.before_stop(pod)
+        self.history.append((time.monotonic(), "stop", ordinal, pod.revision))
+        pod.terminate()
+        self._terminating[ordinal] = pod
+
+    def _delete(self, ordinal: int) -> None:
+        """The StatefulSet controller deletes the pod (a rollout, a scale-down)."""
+        self._terminate(ordinal)
+        if self._uids.pop(ordinal, None) is not None:
+            self.cluster.delete("Pod", self.namespace, f"{self.name}-{ordinal}")
+        self._published.pop(ordinal, None)
+
+    def _reap(self) -> None:
+        for ordinal, pod in list(self._terminating.items()):
+            if pod.proc.poll() is not None:
+                del self._terminating[ordinal]
+            elif time.monotonic() >= pod.kill_at:
+                pod.proc.kill()
+
     def _restart_exited(self, template: dict[str, Any], revision: str) -> None:
         """restartPolicy Always: a server that exited is recorded (exit code, and the end
         of its log as the message under FallbackToLogsOnError) and started again after a
-        back-off that doubles each time, as the kubelet's CrashLoopBackOff does."""
+        back-off that doubles each time, as the kubelet's CrashLoopBackOff does. The
+        container comes back in the same pod: same address, same volume."""
         container = template["spec"]["containers"][0]
         now = time.monotonic()
         for ordinal, pod in list(self.pods.items()):
@@ -349,15 +553,17 @@ class Kubelet:
             elif pod.back_off_until and now >= pod.back_off_until and pod.revision == revision:
                 # (A pod of an older revision stays down, as a real StatefulSet's broken
                 # pod does until it is deleted.)
-                new = self._start(ordinal, template, revision)
-                new.restarts, new.last = pod.restarts, pod.last
-                self.pods[ordinal] = new
+                new = self._start(ordinal, template, revision, port=pod.port)
+                if new is not None:
+                    new.restarts, new.last = pod.restarts, pod.last
+                    self.pods[ordinal] = new
 
     def _publish(self, sts: dict[str, Any] | None, pods: dict[int, Pod]) -> None:
         """The pods as Pod objects in the API, their status as the kubelet reports it."""
         for ordinal in [o for o in self._published if o not in pods]:
             self.cluster.delete("Pod", self.namespace, f"{self.name}-{ordinal}")
             del self._published[ordinal]
+            self._uids.pop(ordinal, None)
         if sts is None:
             return
         container = sts["spec"]["template"]["spec"]["containers"][0]
@@ -374,20 +580,39 @@ class Kubelet:
                 continue
             if ordinal not in self._published:
                 self.cluster.delete("Pod", self.namespace, name)  # a replaced pod
-                self.cluster.create(pod_object(sts, ordinal)).raise_for_status()
+                made = pod_object(sts, ordinal, pod.revision, self._templates.get(pod.revision))
+                created = self.cluster.create(made)
+                created.raise_for_status()
+                self._uids[ordinal] = created.json()["metadata"]["uid"]
             self.cluster.patch(
                 "Pod", self.namespace, name, {"status": status}, status=True
             ).raise_for_status()
             self._published[ordinal] = status
 
-    def _start(self, ordinal: int, template: dict[str, Any], revision: str) -> Pod:
+    def _start(
+        self, ordinal: int, template: dict[str, Any], revision: str, port: int | None = None
+    ) -> Pod | None:
+        """The pod's server process, or None while it cannot start (a Secret it mounts
+        is missing). ``port``: a container restarted in its pod keeps the pod's address."""
+        name = f"{self.name}-{ordinal}"
+        pod_root = self.root / "pods" / name
+        mounts = secret_volumes(self.cluster, self.namespace, template, pod_root)
+        if mounts is None:
+            return None
         container = template["spec"]["containers"][0]
-        env = container_env(self.cluster, self.namespace, container, f"{self.name}-{ordinal}")
+        env = {
+            key: translated(value, mounts)
+            for key, value in container_env(self.cluster, self.namespace, container, name).items()
+        }
         data_dir = self.root / f"data-{self.name}-{ordinal}"  # the PVC, as a directory
         data_dir.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        port = port or free_port()
         env.update(DS_HOST="127.0.0.1", DS_PORT=str(port), DS_DATA_DIR=str(data_dir))
-        log_path = self.root / f"{self.name}-{ordinal}.log"
+        if env.get("DS_REPLICATION_LEASE"):
+            # In a cluster the server finds the API server from its service account and
+            # peers reach it through the headless Service; here both are on 127.0.0.1.
+            env.update(DS_KUBE_API=self.cluster.url, DS_REPLICA_URL=f"http://127.0.0.1:{port}")
+        log_path = self.root / f"{name}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
         log_start = log.tell()
         proc = subprocess.Popen(
@@ -396,5 +621,21 @@ class Kubelet:
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},
         )
-        probe = container.get("readinessProbe", {}).get("httpGet", {}).get("path", "/readyz")
-        return Pod(ordinal, revision, data_dir, port, proc, log_path, probe, log_start=log_start)
+        log.close()  # the child holds its own descriptor
+        self.history.append((time.monotonic(), "start", ordinal, revision))
+        self._ran[ordinal] = revision
+        readiness = container.get("readinessProbe") or {}
+        return Pod(
+            ordinal,
+            revision,
+            data_dir,
+            port,
+            proc,
+            log_path,
+            (readiness.get("httpGet") or {}).get("path", "/readyz"),
+            log_start=log_start,
+            grace=float(template["spec"].get("terminationGracePeriodSeconds", 30)),
+            failure_threshold=int(readiness.get("failureThreshold", 3)),
+            probe_period=float(readiness.get("periodSeconds", 10)),
+            probe_timeout=float(readiness.get("timeoutSeconds", 1)),
+        )

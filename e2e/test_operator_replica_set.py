@@ -1,0 +1,440 @@
+"""Issue 16 end to end: a 3-replica DurableStream under the real operator, writers going
+through the primary Service while the primary pod is killed and while the image is rolled.
+
+kopf runs the real handlers against the emulated API server; the kubelet
+stand-in (testkit.kubelet) runs the StatefulSet's pods as real server
+processes that elect their primary through the Lease the operator names; the
+operator moves the role label the client Service selects on. Writers are
+idempotent producers that send every append to wherever the Service routes
+now (testkit.services: its ready, selected pods), and retry on a refused
+connection, no endpoint, or 503: a retry resends the same Producer-Seq, so
+it can never land twice.
+
+The kill must show in the status as ``FailingOver`` before the set is Ready
+again under a new term. The roll must replace the standbys first and the old
+primary last, after a switchover: no pod is stopped while the Lease names it
+(the stand-in notes the holder as it stops each pod).
+
+Every attempt goes into a testkit.history.History. At the end every
+replica must hold byte-identical streams and the checker must find every
+acknowledged append exactly once, in its writer's order. The longest wait a
+writer saw between two acknowledgements around each event is printed (the
+pause), never asserted: the waits below are liveness bounds only.
+
+The emulated API server runs as a process of its own (testkit.kube_serve),
+and the operator reaches the pods for a switchover where the stand-in runs
+them (``handlers.use_pod_urls``, standing in for cluster DNS).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from stream_operator import KIND, handlers
+from stream_operator.render import lease_name
+from testkit import wait_for
+from testkit.cluster import Cluster
+from testkit.history import History, check, message
+from testkit.kube import CRD_FILE, durable_stream, storage_class
+from testkit.kubelet import Kubelet, Pod
+from testkit.operator import running_operator
+from testkit.services import ServiceEndpoints
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = "default"
+NAME = "ledger"
+STREAMS = ["orders/0", "orders/1"]
+WRITERS = {"p0": STREAMS[0], "p1": STREAMS[0], "p2": STREAMS[1]}
+OCTET = {"Content-Type": "application/octet-stream"}
+# Short leases, so that a failover takes seconds; a renew deadline that leaves a primary
+# three rounds to renew on a loaded machine (2 cores shared with other tests).
+SPEC: dict[str, Any] = {
+    "replicas": 3,
+    "image": "durable-streams-server:0.1.0",
+    "replication": {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 4, "retryPeriodSeconds": 1},
+    "server": {"logFormat": "plain", "longPollTimeoutSeconds": 2},
+    "lifecycle": {"terminationGracePeriodSeconds": 10, "readinessPeriodSeconds": 1},
+}
+ROLLED_IMAGE = "durable-streams-server:0.1.1"
+LIVENESS = 120.0  # seconds any awaited change may take before the test fails (2 shared cores)
+# Each writer's pause between an acknowledgement and its next append: a steady load (about
+# 30 appends a second in all) that leaves the 2 shared cores to the servers' own work.
+PACE = 0.1
+AFTER_EVENT = 5  # appends each writer must get acknowledged after an event
+T = TypeVar("T")
+
+
+def until(what: Callable[[], T | None], message: str | Callable[[], str]) -> T:
+    return wait_for(what, timeout=LIVENESS, message=message)
+
+
+# -- what the operator reports ----------------------------------------------------------------
+
+
+def ds_status(kube: Cluster) -> dict[str, Any]:
+    return (kube.get(KIND, NS, NAME) or {}).get("status") or {}
+
+
+def true_conditions(st: dict[str, Any]) -> set[str]:
+    return {c["type"] for c in st.get("conditions") or [] if c.get("status") == "True"}
+
+
+def settled(kube: Cluster, generation: int, after_term: int = 0) -> dict[str, Any] | None:
+    """The status once the set is Ready at ``generation`` with every replica in sync and a
+    primary elected after ``after_term``; None before."""
+    st = ds_status(kube)
+    if (
+        st.get("phase") == "Ready"
+        and st.get("observedGeneration") == generation
+        and st.get("primary")
+        and int(st.get("term") or 0) > after_term
+        and st.get("inSyncReplicas") == 3
+    ):
+        return st
+    return None
+
+
+@dataclass
+class StatusLog:
+    """The DurableStream's status sampled every 0.5 s: (time, phase, primary, true
+    conditions)."""
+
+    kube: Cluster
+    samples: list[tuple[float, str, str, set[str]]] = field(default_factory=list)
+    notes: list[tuple[float, str]] = field(default_factory=list)  # the Progressing message
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            try:
+                st = ds_status(self.kube)
+            except httpx.HTTPError:
+                continue
+            entry = (st.get("phase") or "", st.get("primary") or "", true_conditions(st))
+            self.samples.append((time.monotonic(), *entry))
+            rolling = [c for c in st.get("conditions") or [] if c["type"] == "Progressing"]
+            self.notes.append((time.monotonic(), f"{rolling[0]['message'] if rolling else ''}"))
+
+    def between(self, start: float, end: float) -> list[tuple[float, str, str, set[str]]]:
+        return [s for s in self.samples if start <= s[0] <= end]
+
+
+# -- writers through the primary Service --------------------------------------------------------
+
+
+@dataclass
+class Writers:
+    """Idempotent producers appending through the Service until stopped."""
+
+    service: ServiceEndpoints
+    history: History
+    acks: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WRITERS})
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        for process, stream in WRITERS.items():
+            t = threading.Thread(target=self._write, args=(process, stream), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+        assert not self.errors, self.errors
+
+    def acked_after(self, since: float) -> bool:
+        return all(sum(1 for t in ts if t > since) >= AFTER_EVENT for ts in self.acks.values())
+
+    def last_attempts(self) -> dict[str, str]:
+        """Each writer's last attempt (where it went, what came back), for a failure."""
+        last = {op.process: op for op in self.history.ops if op.kind == "append"}
+        return {p: f"{op.token} to {op.server}: {op.result} {op.detail}" for p, op in last.items()}
+
+    def pause(self, start: float, end: float) -> float:
+        """The longest any writer waited between two acknowledgements around [start, end]."""
+        longest = 0.0
+        for ts in self.acks.values():
+            before = [t for t in ts if t <= start][-1:]
+            around = before + [t for t in ts if start < t <= end]
+            longest = max([longest, *(b - a for a, b in itertools.pairwise(around))])
+        return longest
+
+    def _write(self, process: str, stream: str) -> None:
+        with httpx.Client(timeout=15) as client:
+            seq = 0
+            while not self.stop.is_set():
+                headers = OCTET | {
+                    "Producer-Id": process,
+                    "Producer-Epoch": "0",
+                    "Producer-Seq": str(seq),
+                }
+                token = f"{process}.{seq}"
+                # The same message until acknowledged: a retry must never land twice.
+                while not self._append(client, process, stream, token, headers):
+                    if self.stop.is_set():
+                        return  # its outcome stays unknown
+                    time.sleep(0.05)
+                self.acks[process].append(time.monotonic())
+                seq += 1
+                time.sleep(PACE)
+
+    def _append(
+        self,
+        client: httpx.Client,
+        process: str,
+        stream: str,
+        token: str,
+        headers: dict[str, str],
+    ) -> bool:
+        """One attempt through the Service; True when acknowledged."""
+        try:
+            urls = self.service.urls()
+        except httpx.HTTPError:
+            return False  # the API server is going away at the end of the test
+        if not urls:
+            return False  # no ready primary behind the Service: a refused connection
+        url = random.choice(urls)
+        op = self.history.invoke(process, "append", stream, token=token, server=url)
+        body = message(token, random.randint(0, 100))
+        try:
+            r = client.post(f"{url}/v1/stream/{stream}", content=body, headers=headers)
+        except httpx.ConnectError as exc:  # nothing was sent
+            self.history.complete(op, "fail", type(exc).__name__)
+            return False
+        except httpx.HTTPError as exc:  # sent, the answer lost: unknown
+            self.history.complete(op, "info", type(exc).__name__)
+            return False
+        if r.status_code in (200, 204):
+            self.history.complete(op, "ok", str(r.status_code))
+            return True
+        primary = (r.headers.get("stream-primary") or "").rstrip("/")
+        if r.status_code == 503 and primary and primary != url:
+            # A standby's refusal (the label has not moved yet): never applied there.
+            self.history.complete(op, "fail", f"503 from a standby, primary {primary}")
+        elif r.status_code >= 500:
+            self.history.complete(op, "info", f"{r.status_code} {r.text[:200]}")
+        else:
+            self.history.complete(op, "fail", f"{r.status_code} {r.text[:200]}")
+            self.errors.append(f"{process}: append refused {r.status_code}: {r.text[:300]}")
+            self.stop.set()
+        return False
+
+
+def create_streams(service: ServiceEndpoints) -> None:
+    for stream in STREAMS:
+
+        def created(stream: str = stream) -> bool:
+            for url in service.urls():
+                r = httpx.put(f"{url}/v1/stream/{stream}", headers=OCTET, timeout=15)
+                assert r.status_code in (200, 201, 503), r.text
+                return r.status_code in (200, 201)
+            return False
+
+        until(created, f"stream {stream} created through the Service")
+
+
+def read_all(client: httpx.Client, origin: str, stream: str) -> bytes | None:
+    out, offset = b"", "-1"
+    while True:
+        r = client.get(f"{origin}/v1/stream/{stream}", params={"offset": offset})
+        if r.status_code != 200:
+            return None
+        out += r.content
+        offset = r.headers["stream-next-offset"]
+        if r.headers.get("stream-up-to-date") == "true":
+            return out
+
+
+def converged(kubelet: Kubelet) -> dict[str, bytes]:
+    """Every pod's copy of every stream, once all three are byte-identical."""
+    last: list[dict[str, bytes | None]] = []
+
+    def same() -> dict[str, bytes] | None:
+        nonlocal last
+        with httpx.Client(timeout=10) as client:
+            try:
+                last = [
+                    {s: read_all(client, pod.url, s) for s in STREAMS}
+                    for pod in sorted(kubelet.ready_pods(), key=lambda p: p.ordinal)
+                ]
+            except httpx.HTTPError:
+                return None
+        if len(last) != 3 or any(v is None for v in last[0].values()):
+            return None
+        if any(copy != last[0] for copy in last[1:]):
+            return None
+        return {k: v for k, v in last[0].items() if v is not None}
+
+    def sizes() -> str:
+        return str([{k: None if v is None else len(v) for k, v in c.items()} for c in last])
+
+    return until(same, lambda: f"every replica holding the same bytes: sizes {sizes()}")
+
+
+def dump_timeline(path: Path, kubelet: Kubelet, log: StatusLog) -> None:
+    """The stand-in's starts and stops and the sampled status, in time order, for reading
+    after a failure."""
+    rows = [(t, f"kubelet {what} {NAME}-{o} {rev}") for t, what, o, rev in kubelet.history]
+    rows += [(t, f"status {phase} primary={p} {sorted(c)}") for t, phase, p, c in log.samples]
+    rows += [(t, f"progressing: {note}") for t, note in log.notes]
+    lines = [f"{t:.2f} {what}" for t, what in sorted(rows)]
+    path.write_text("\n".join([*lines, *kubelet.api_errors]) + "\n")
+
+
+# -- the test -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def api_server_process(where: Path) -> Iterator[Cluster]:
+    """The emulated API server as a process of its own (testkit.kube_serve), as the real
+    one is: in this process it would share the interpreter with kopf, the kubelet
+    stand-in and the writers, and answer the servers' Lease renewals late enough under
+    that load to make a healthy primary step down at its renew deadline."""
+    url_file = where / "kube-api.url"
+    with open(where / "kube-api.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "testkit.kube_serve", "--url-file", str(url_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    c = Cluster()
+    try:
+        c.url = wait_for(
+            lambda: url_file.read_text().strip() if url_file.exists() else None,
+            timeout=30,
+            message="the emulated API server's URL",
+        )
+        c.http = httpx.Client(base_url=c.url, timeout=10)
+        c.install_crd_file(CRD_FILE)
+        c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
+        yield c
+    finally:
+        if c.http is not None:
+            c.http.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[Cluster]:
+    try:
+        with api_server_process(tmp_path) as c, running_operator(c):
+            yield c
+    finally:
+        handlers.use_pod_urls(None)  # back to cluster DNS names for the other tests
+
+
+def ordinal(pod_name: str) -> int:
+    return int(pod_name.rsplit("-", 1)[1])
+
+
+def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
+    kube: Cluster, tmp_path: Path
+) -> None:
+    stopped_as: list[tuple[int, str, str]] = []  # (ordinal, revision, Lease holder then)
+
+    def note_holder(pod: Pod) -> None:
+        lease = kube.get("Lease", NS, lease_name(NAME)) or {}
+        holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+        stopped_as.append((pod.ordinal, pod.revision, holder))
+
+    history = History()
+    log = StatusLog(kube)
+    sampler = threading.Thread(target=log.run, daemon=True)
+    with Kubelet(kube, NS, NAME, tmp_path, restart_delay=3.0, before_stop=note_holder) as kubelet:
+        sampler.start()
+        # The operator reaches a pod (to ask for a switchover) where the stand-in runs it,
+        # as cluster DNS would resolve the pod's name through the headless Service.
+        handlers.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
+        writers = Writers(service, history)
+        try:
+            kube.create(durable_stream(NAME, SPEC)).raise_for_status()
+            first = until(lambda: settled(kube, 1), lambda: f"a primary: {ds_status(kube)}")
+            create_streams(service)
+            writers.start()
+            until(lambda: writers.acked_after(0), "first appends acknowledged")
+
+            # (a) kill -9 in the primary's pod: the kubelet restarts the container; the
+            # Lease goes, under a new term, to an in-sync standby or back to the restarted
+            # old primary (the holder may retake it at once when no one reported more:
+            # docs/replication.md), and the operator moves the Service to it.
+            old = first["primary"]
+            killed = time.monotonic()
+            kubelet.kill(ordinal(old), signal.SIGKILL)
+            after_kill = until(
+                lambda: settled(kube, 1, after_term=first["term"]),
+                lambda: f"Ready with a primary of a new term after the kill: {ds_status(kube)}",
+            )
+            recovered = time.monotonic()
+            until(
+                lambda: writers.acked_after(recovered),
+                lambda: f"appends after the failover: {writers.last_attempts()}",
+            )
+            kill_pause = writers.pause(killed, time.monotonic())
+            seen = log.between(killed, time.monotonic())
+            assert any(primary == after_kill["primary"] for _, _, primary, _ in seen)
+            assert any("FailingOver" in conds for *_, conds in seen), seen
+
+            # (b) a new image: every pod restarts on it, the writers go on.
+            rolled_from = after_kill["primary"]
+            revisions = {p.revision for p in kubelet.ready_pods()}
+            rolled = time.monotonic()
+            kube.patch(KIND, NS, NAME, {"spec": {"image": ROLLED_IMAGE}}).raise_for_status()
+
+            def rolled_out() -> dict[str, Any] | None:
+                pods = kubelet.ready_pods()
+                fresh = len(pods) == 3 and not {p.revision for p in pods} & revisions
+                return settled(kube, 2, after_term=after_kill["term"]) if fresh else None
+
+            after_roll = until(rolled_out, lambda: f"rolled out: {ds_status(kube)}")
+            done = time.monotonic()
+            until(
+                lambda: writers.acked_after(done),
+                lambda: f"appends after the roll: {writers.last_attempts()}",
+            )
+            roll_pause = writers.pause(rolled, time.monotonic())
+        finally:
+            writers.stop.set()
+            log.stop.set()
+            history.dump(tmp_path / "history.jsonl")
+            dump_timeline(tmp_path / "timeline.txt", kubelet, log)
+        writers.finish()
+        final = converged(kubelet)
+
+    history.dump(tmp_path / "history.jsonl")
+    report = check(history, final)
+    print(f"\nhistory: {report.summary()}")
+    assert report.ok, f"{report.summary()} (history in {tmp_path / 'history.jsonl'})"
+    assert report.acknowledged > 0
+
+    roll_stops = [(o, holder) for o, rev, holder in stopped_as if rev in revisions]
+    assert sorted(o for o, _ in roll_stops) == [0, 1, 2], stopped_as  # each pod once
+    # Standbys first, then a switchover, the old primary last: no pod was stopped while
+    # the Lease named it.
+    assert roll_stops[-1][0] == ordinal(rolled_from), stopped_as
+    assert all(holder != f"{NAME}-{o}" for o, holder in roll_stops), stopped_as
+    print(
+        f"longest pause a writer saw: {kill_pause:.2f} s around the kill of {old} "
+        f"(primary after: {after_kill['primary']}, term {after_kill['term']}), "
+        f"{roll_pause:.2f} s around the roll (primary {rolled_from} -> {after_roll['primary']}); "
+        f"lease {SPEC['replication']['leaseDurationSeconds']} s"
+    )
