@@ -27,14 +27,19 @@ serve: $(VENV)/.server
 PYTEST := TEST_REQUIRE_ALL=1 $(PY) -m pytest -rfEs
 
 ## Install everything the tests need, then run the whole suite: nothing skipped for want of a package.
+## Two workers, each taking whole files (module fixtures and a file's shared paths stay
+## together): most tests wait on servers and processes, so this nearly halves the time.
+TEST_WORKERS ?= 2
 test: deps
-	$(PYTEST)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile
 
 ## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests,
-## every crash state of the explorer's workloads with 12 random mixes per crash point.
+## every crash state of the explorer's workloads with 12 random mixes per crash point,
+## 10 primaries of a replica set killed one after the other under load.
 test-long: deps
-	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 CRASH_STATES=1000000 CRASH_MIXED=12 $(PYTEST) \
-		e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py tests/engine/test_crash_states.py
+	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 CRASH_STATES=1000000 CRASH_MIXED=12 FAILOVER_ROUNDS=10 \
+		$(PYTEST) e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py \
+		tests/engine/test_crash_states.py tests/replication/test_failover.py
 
 ## Everything the tests and the benchmark need; the only place anything is installed.
 deps: $(VENV)/.all system-deps

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testkit import summary
 from testkit.servers import Child, env_with, free_port, http_status, stream_server_command
 
 ROOT = Path(__file__).parent
@@ -162,3 +163,17 @@ def read_until_closed(s: socket.socket) -> bytes:
     finally:
         s.close()
     return out
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller, or a run without xdist
+        summary.clear()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if hasattr(terminalreporter.config, "workerinput"):
+        return
+    for section, lines in summary.sections().items():
+        terminalreporter.section(section)
+        for line in lines:
+            terminalreporter.write_line(line)

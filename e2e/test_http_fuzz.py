@@ -5,7 +5,7 @@ HTTP client library would refuse to send (odd header values, odd paths) is
 sent too. Each request targets one of a few seeded streams; when the answer
 is 4xx, that stream's state must be exactly what it was.
 
-FUZZ_EXAMPLES (default 250) sets the number of requests per run.
+FUZZ_EXAMPLES (default 120) sets the number of requests per run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from conftest import stream_state
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "250"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
 STREAMS = {
     "fz/bin": "application/octet-stream",
     "fz/json": "application/json",

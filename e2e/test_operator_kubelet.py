@@ -86,9 +86,11 @@ def test_status_follows_real_server_pods(tmp_path: Path):
         # tests cover that phase; here a new process shows the roll.)
         kube.patch(KIND, NS, "events", {"spec": {"server": {"maxBodyBytes": 4096}}})
         wait_for(
-            lambda: phase_is(kube, "Ready", 1)
-            and status(kube).get("observedGeneration") == 2
-            and [p.port for p in kubelet.ready_pods()] not in ([], [pod0.port]),
+            lambda: (
+                phase_is(kube, "Ready", 1)
+                and status(kube).get("observedGeneration") == 2
+                and [p.port for p in kubelet.ready_pods()] not in ([], [pod0.port])
+            ),
             message="Ready on a new pod after the rollout",
         )
         for pod in kubelet.ready_pods():

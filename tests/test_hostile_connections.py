@@ -228,7 +228,7 @@ def test_slow_bodies_are_cut_off_and_hold_little(server_factory):
     socks = [connect(srv.port) for _ in range(10)]
     senders = []
     for s in socks:
-        s.sendall(head % (32 * MiB) + b"y" * 65536)
+        s.sendall(head % (32 * MiB) + b"y" * 8192)
         senders.append(threading.Thread(target=trickle, args=(s, b"y" * 1000, 0.2, stop)))
     stop.clear()
     for t in senders:
@@ -236,7 +236,7 @@ def test_slow_bodies_are_cut_off_and_hold_little(server_factory):
     try:
         time.sleep(0.5)
         held = rss_mib(pid) - before
-        closed = [until_closed(s, 65 + SLACK + 5)[0] for s in socks]
+        closed = [until_closed(s, 9 + SLACK + 5)[0] for s in socks]
     finally:
         stop.set()
         for t in senders:
@@ -244,7 +244,7 @@ def test_slow_bodies_are_cut_off_and_hold_little(server_factory):
         for s in socks:
             s.close()
     assert held < 16, f"ten trickled bodies held {held:.1f} MiB"
-    # 64 KiB at the least rate buys 65 s more than --body-timeout: still a deadline.
+    # 8 KiB at the least rate buys 8 s more than --body-timeout: still a deadline.
     assert all(t is not None for t in closed), closed
     assert httpx.get(f"{srv.base}slow").content == b""
 
@@ -333,9 +333,12 @@ def test_half_open_requests_under_a_low_file_limit(tmp_path):
         socks = []
         try:
             for _ in range(400):
-                s = connect(port)
-                s.sendall(b"GET /v1/stream/fd?offset=-1 HTTP/1.1\r\nHost: x\r\n")
-                socks.append(s)
+                try:
+                    s = connect(port)
+                    socks.append(s)
+                    s.sendall(b"GET /v1/stream/fd?offset=-1 HTTP/1.1\r\nHost: x\r\n")
+                except (ConnectionResetError, BrokenPipeError):
+                    pass  # past the cap a connection is dropped, sometimes before it is set up
             assert proc.poll() is None
             # The client keeps every socket open: only the server's deadlines free them.
             assert healthy(url, 1 + SLACK + 5), "not served after the header deadline"

@@ -9,17 +9,19 @@ the session ("container images").
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from testkit import needs, wait_for
+from testkit import needs, summary, wait_for
 from testkit.containers import INSTALL, PROGRAMS, Container, Podman, runc
 from testkit.servers import free_port, http_status
 
@@ -28,15 +30,12 @@ BUILD = ROOT / "scripts" / "build_images.py"
 SERVER_UID = 10001  # the server image's USER, and the pod's runAsUser/fsGroup
 SPARK_UID = 185
 
-# Lines for the end-of-session summary: image sizes, build times, stop times.
-REPORT: list[str] = []
+BUILD_LOCK = Path(tempfile.gettempdir()) / "durable-streams-images.lock"
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if REPORT:
-        terminalreporter.section("container images")
-        for line in REPORT:
-            terminalreporter.write_line(line)
+def report(line: str) -> None:
+    """A line for the end-of-run summary: image sizes, build times, stop times."""
+    summary.report("container images", line)
 
 
 @pytest.fixture(scope="session")
@@ -48,20 +47,25 @@ def podman() -> Podman:
 
 @pytest.fixture(scope="session")
 def images(podman: Podman) -> dict[str, str]:
-    """Image name -> reference, for images built from this tree (or found unchanged)."""
-    proc = subprocess.run(
-        [sys.executable, str(BUILD), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-        env={**os.environ, "PODMAN_RUNTIME": podman.runtime or ""},
-    )
+    """Image name -> reference, for images built from this tree (or found unchanged).
+
+    Test workers (pytest-xdist) each have their own session: the lock makes the second
+    wait for the first's build and then find the images unchanged."""
+    with open(BUILD_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.run(
+            [sys.executable, str(BUILD), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+            env={**os.environ, "PODMAN_RUNTIME": podman.runtime or ""},
+        )
     if proc.returncode != 0:
         pytest.fail(f"building the images failed:\n{proc.stderr[-5000:]}", pytrace=False)
     for r in json.loads(proc.stdout):
         how = f"built in {r['seconds']:.0f} s" if r["built"] else "unchanged, reused"
-        REPORT.append(f"{r['ref']}: {r['size_bytes'] / 1e6:.0f} MB, {how} (base {r['base']})")
+        report(f"{r['ref']}: {r['size_bytes'] / 1e6:.0f} MB, {how} (base {r['base']})")
     return {r["name"]: r["ref"] for r in json.loads(proc.stdout)}
 
 

@@ -20,7 +20,7 @@ from stream_operator.spec import with_defaults
 from testkit import wait_for
 from testkit.containers import PODMAN_NEEDED
 
-from .conftest import REPORT, SERVER_UID
+from .conftest import SERVER_UID, report
 
 pytestmark = [PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
@@ -52,7 +52,7 @@ def test_runs_as_non_root_writes_its_volume_and_drains_on_sigterm(serve, podman,
     long_poll = raw_get(port, "/v1/stream/log?offset=now&live=long-poll", timeout=GRACE + 30)
     time.sleep(0.5)  # both requests are in the server, waiting
     took = srv.box.stop(grace=GRACE)
-    REPORT.append(f"server container stop (SIGTERM, 2 live readers): {took:.2f} s, grace {GRACE} s")
+    report(f"server container stop (SIGTERM, 2 live readers): {took:.2f} s, grace {GRACE} s")
     print(f"\nserver container stopped in {took:.2f} s (grace period {GRACE} s)")
 
     log = srv.box.logs()

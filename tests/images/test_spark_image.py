@@ -18,7 +18,7 @@ from stream_operator.spec import with_defaults
 from testkit import needs
 from testkit.containers import PODMAN_NEEDED
 
-from .conftest import REPORT, SERVER_UID, SPARK_UID
+from .conftest import SERVER_UID, SPARK_UID, report
 
 pytestmark = [PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
@@ -86,7 +86,7 @@ def test_the_spark_image_runs_the_stats_job_on_the_server_images_volume(
         timeout=900,
     )  # fmt: skip
     took = time.monotonic() - started
-    REPORT.append(f"stats job in the Spark container (local[2], JVM start included): {took:.0f} s")
+    report(f"stats job in the Spark container (local[2], JVM start included): {took:.0f} s")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
     rows = parquet.read_table(out / "by_stream").to_pylist()

@@ -49,6 +49,13 @@ def peer_requests(primary: ServerProcess, standby: str) -> dict[str, httpx.Reque
     }
 
 
+def create_and_append(url: str) -> None:
+    """A write acknowledged by the primary: it needed a standby in sync."""
+    text = {"Content-Type": "text/plain"}
+    assert httpx.put(url, headers=text, timeout=30).status_code == 201
+    assert httpx.post(url, content=b"x", headers=text, timeout=30).status_code == 204
+
+
 def send(request: httpx.Request, headers: dict[str, str]) -> httpx.Response:
     request.headers.update(headers)
     with httpx.Client(timeout=10) as client:
@@ -101,13 +108,7 @@ def test_peer_endpoints_need_the_token_and_followers_send_it(start_set, tmp_path
     r = httpx.post(switch, json={"to": "nobody"}, headers=bearer(new_secret), timeout=10)
     assert r.status_code == 409, r.text
     url = f"{primary.base}peer-auth"
-    assert httpx.put(url, headers={"Content-Type": "text/plain"}, timeout=30).status_code == 201
-    assert (
-        httpx.post(
-            url, content=b"x", headers={"Content-Type": "text/plain"}, timeout=30
-        ).status_code
-        == 204
-    )
+    create_and_append(url)
     assert len(status(primary)["in_sync"]) == 2
 
 
@@ -132,13 +133,7 @@ def test_a_standby_with_the_wrong_token_gets_no_frames(start_set, server_factory
         timeout=30,
     )
     url = f"{primary.base}wrong-token"
-    assert httpx.put(url, headers={"Content-Type": "text/plain"}, timeout=30).status_code == 201
-    assert (
-        httpx.post(
-            url, content=b"x", headers={"Content-Type": "text/plain"}, timeout=30
-        ).status_code
-        == 204
-    )
+    create_and_append(url)
     assert "r2" not in status(primary)["in_sync"]
     assert status(stranger)["durable"]["lsn"] == 0
     assert httpx.get(f"{stranger.base}wrong-token", timeout=10).status_code == 404
