@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,6 +187,55 @@ def test_switchover_to_a_standby_out_of_sync_or_unknown_is_refused_and_changes_n
     r = httpx.post(
         f"{rs.server(primary).base}{streams[0]}", content=message("after.0"), headers=OCTET
     )
+    assert r.status_code == 204, r.text
+
+
+def test_a_switchover_whose_target_does_not_catch_up_is_undone(rs):
+    """The target is paused while a write it has not confirmed is in flight: past the
+    switchover's timeout the primary answers 503 NOT_SWITCHED, stays primary under the
+    same term, takes writes again, and the write in flight is answered."""
+    streams = ["switch-undone/0"]
+    create_streams(rs, streams)
+    primary = in_sync(rs, 2)
+    target = next(s.name for s in rs.servers if s.name != primary)
+    before = lease_of(rs)
+    url = f"{rs.server(primary).base}{streams[0]}"
+    answers: list[httpx.Response] = []
+    lsn = rs.status(primary)["durable"]["lsn"]  # type: ignore[index]
+    rs.kill(target, signal.SIGSTOP)
+    try:
+        writer = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(url, content=message("held.0"), headers=OCTET, timeout=30)
+            )
+        )
+        writer.start()
+        # The write is durable on the primary and waits for the paused target's fetch.
+        wait_for(
+            lambda: rs.status(primary)["durable"]["lsn"] > lsn,  # type: ignore[index]
+            timeout=10,
+            message="the write durable on the primary",
+        )
+        # Straight to the primary: rs.switchover would first ask every replica (the
+        # paused one too) which is primary, long enough for the target to leave the set.
+        r = httpx.post(
+            f"{rs.server(primary).url}/replication/switchover",
+            json={"to": target, "timeout": 0.5},
+            headers=rs.peer_headers(),
+            timeout=10,
+        )
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "NOT_SWITCHED", r.text
+        assert r.headers["retry-after"] == "1"
+        assert lease_of(rs) == before
+        assert rs.status(primary)["role"] == "primary"  # type: ignore[index]
+    finally:
+        rs.kill(target, signal.SIGCONT)
+    writer.join(timeout=60)
+    assert [a.status_code for a in answers] == [204], [a.text for a in answers]
+    in_sync(rs, 2)
+    assert lease_of(rs) == before
+    r = httpx.post(url, content=message("after.0"), headers=OCTET, timeout=30)
     assert r.status_code == 204, r.text
 
 
