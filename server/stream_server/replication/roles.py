@@ -302,7 +302,7 @@ class RoleLoop:
                 acquire_time=now,
                 transitions=record.transitions + 1,
                 in_sync=sorted({*record.in_sync, me} - {target}),
-                positions={**record.positions, **self.reported(), me: self.position()},
+                positions=self._positions(record),
             )
             try:
                 written = await self.client.replace(new)
@@ -339,35 +339,26 @@ class RoleLoop:
         self._changed()
 
     async def _renew(self, record: LeaseRecord, now: float) -> None:
-        written = None
-        for attempt in range(2):
-            new = replace(
-                record,
-                renew_time=micro_time(),
-                positions={
-                    **record.positions,
-                    **self.reported(),
-                    self.config.name: self.position(),
-                },
-            )
-            try:
-                written = await self.client.replace(new)
-                break
-            except LeaseConflict as exc:
-                # Most often our own in-sync change won the race: try again at once on
-                # the fresh version, rather than a retry period later (under load that
-                # wait alone can reach the renew deadline and stop acknowledgements).
-                fresh = None if attempt else await self._reread()
-                if fresh is None or fresh.holder != self.config.name or fresh.term != record.term:
-                    log.warning("could not renew the Lease: %s", exc)
-                    await self._check_deadline()
-                    return
-                record = fresh
-            except LeaseUnavailable as exc:
+        try:
+            written = await self._write_renewal(record)
+        except LeaseConflict as exc:
+            # Most often our own in-sync change won the race: try again at once on the
+            # fresh version, rather than a retry period later (under load that wait
+            # alone can reach the renew deadline and stop acknowledgements).
+            fresh = await self._reread()
+            if fresh is None or fresh.holder != self.config.name or fresh.term != record.term:
                 log.warning("could not renew the Lease: %s", exc)
                 await self._check_deadline()
                 return
-        if written is None:
+            try:
+                written = await self._write_renewal(fresh)
+            except (LeaseConflict, LeaseUnavailable) as again:
+                log.warning("could not renew the Lease: %s", again)
+                await self._check_deadline()
+                return
+        except LeaseUnavailable as exc:
+            log.warning("could not renew the Lease: %s", exc)
+            await self._check_deadline()
             return
         self._observe(written, now)
         self._renewed_at = now
@@ -385,7 +376,7 @@ class RoleLoop:
             record,
             holder="",
             primary_url="",
-            positions={**record.positions, **self.reported(), self.config.name: self.position()},
+            positions=self._positions(record),
         )
         try:
             written = await self.client.replace(new)
@@ -393,6 +384,20 @@ class RoleLoop:
             log.warning("could not give up the Lease (the next round tries again): %s", exc)
             return
         self._observe(written, self.clock())
+
+    def _positions(self, record: LeaseRecord) -> dict[str, Position]:
+        """The Lease's positions with the standbys' as last fetched and ours now (what a
+        cold start chooses by), written with every change a primary makes."""
+        return {**record.positions, **self.reported(), self.config.name: self.position()}
+
+    async def _write_renewal(self, record: LeaseRecord) -> LeaseRecord:
+        return await self.client.replace(
+            replace(
+                record,
+                renew_time=micro_time(),
+                positions=self._positions(record),
+            )
+        )
 
     async def _reread(self) -> LeaseRecord | None:
         try:
