@@ -20,15 +20,15 @@ def report(section: str, line: str) -> None:
 
 
 def sections() -> dict[str, list[str]]:
-    """Section -> its lines in the order reported, each once (two workers may both
-    report the same image)."""
-    out: dict[str, list[str]] = {}
+    """Section -> its lines in the order reported, one per subject (a line's text before
+    its first ": "), the first reported: two workers both report each image, the one
+    that built it and the one that then found it unchanged."""
+    out: dict[str, dict[str, str]] = {}
     if LINES.exists():
         for raw in LINES.read_text().splitlines():
             section, _, line = raw.partition("\t")
-            if line not in out.setdefault(section, []):
-                out[section].append(line)
-    return out
+            out.setdefault(section, {}).setdefault(line.partition(": ")[0], line)
+    return {section: list(lines.values()) for section, lines in out.items()}
 
 
 def clear() -> None:
