@@ -29,15 +29,15 @@ emulated API server, where a pod would use its service account) and
 through the headless Service); mounted Secrets are written to files and the
 env paths that point into them translated. Readiness honours the readiness
 probe's period, timeout and failure threshold.
+
+The API objects themselves (claims, Pod objects and statuses, the StatefulSet's
+status, a container's env) are built in ``testkit.pod_objects``; this module runs
+the processes and decides when.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -52,219 +52,17 @@ import httpx
 
 from testkit import free_port
 from testkit.cluster import Cluster
-
-
-def claim_volumes(cluster: Cluster, sts: dict[str, Any]) -> None:
-    """The StatefulSet controller's part: one PVC per claim template and ordinal, made
-    from the StatefulSet's template as it is (its size included).
-
-    Then the volume controllers' part: each claim is bound with the capacity it asks
-    for, and a claim whose request grew gets that capacity (the external resizer and
-    the kubelet's file-system expansion, done). Until a test calls this again, a grown
-    claim still holds its old capacity, as a real one does while it resizes.
-    """
-    name, namespace = sts["metadata"]["name"], sts["metadata"]["namespace"]
-    for template in sts["spec"].get("volumeClaimTemplates") or []:
-        for ordinal in range(int(sts["spec"].get("replicas", 1))):
-            pvc_name = f"{template['metadata']['name']}-{name}-{ordinal}"
-            pvc = cluster.get("PersistentVolumeClaim", namespace, pvc_name)
-            if pvc is None:
-                pvc = {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "metadata": {
-                        "name": pvc_name,
-                        "namespace": namespace,
-                        "labels": template["metadata"].get("labels") or {},
-                    },
-                    "spec": template["spec"],
-                }
-                cluster.create(pvc).raise_for_status()
-            request = pvc["spec"]["resources"]["requests"]["storage"]
-            if ((pvc.get("status") or {}).get("capacity") or {}).get("storage") != request:
-                bound = {"phase": "Bound", "capacity": {"storage": request}}
-                cluster.patch(
-                    "PersistentVolumeClaim", namespace, pvc_name, {"status": bound}, status=True
-                ).raise_for_status()
-
-
-# What FallbackToLogsOnError keeps of a log as the termination message (kubelet's limits).
-MESSAGE_LINES = 80
-MESSAGE_BYTES = 2048
-
-
-def termination_message(log: bytes) -> str:
-    """The kubelet's termination message for a container that failed without writing
-    /dev/termination-log, under ``terminationMessagePolicy: FallbackToLogsOnError``:
-    the last 80 lines of its log, at most the last 2048 bytes."""
-    tail = b"\n".join(log.rstrip(b"\n").split(b"\n")[-MESSAGE_LINES:])[-MESSAGE_BYTES:]
-    return tail.decode("utf-8", "replace")
-
-
-def container_env(
-    cluster: Cluster, namespace: str, container: dict[str, Any], pod: str
-) -> dict[str, str]:
-    """The environment the kubelet gives ``container`` in pod ``pod``: its ConfigMaps, then
-    ``env`` in order, ``metadata.name`` from the downward API and ``$(VAR)`` expanded
-    from the variables defined before it (as the kubelet does)."""
-    env: dict[str, str] = {}
-    for source in container.get("envFrom") or []:
-        ref = source.get("configMapRef")
-        if ref:
-            cm = cluster.get("ConfigMap", namespace, ref["name"]) or {}
-            env.update(cm.get("data") or {})
-    for var in container.get("env") or []:
-        if "value" in var:
-            env[var["name"]] = re.sub(
-                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                lambda m: env.get(m.group(1), m.group(0)),
-                var["value"],
-            )
-        elif (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
-            env[var["name"]] = pod
-    return env
-
-
-# The label the StatefulSet controller puts on each pod: the revision it was made from.
-REVISION_LABEL = "controller-revision-hash"
-
-
-def template_revision(sts: dict[str, Any], template: dict[str, Any] | None = None) -> str:
-    """The revision name of a pod template, as the StatefulSet controller names its
-    ControllerRevisions (``<statefulset>-<hash>``)."""
-    template = template if template is not None else sts["spec"]["template"]
-    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
-    return f"{sts['metadata']['name']}-{digest}"
-
-
-def pod_object(
-    sts: dict[str, Any],
-    ordinal: int,
-    revision: str | None = None,
-    template: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The pod the StatefulSet controller makes for ``ordinal`` (without its status), from
-    ``template`` (default: the StatefulSet's), labelled with its ``revision`` if given."""
-    name, namespace = sts["metadata"]["name"], sts["metadata"]["namespace"]
-    template = template if template is not None else sts["spec"]["template"]
-    labels = dict(template["metadata"].get("labels") or {})
-    if revision is not None:
-        labels[REVISION_LABEL] = revision
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{name}-{ordinal}", "namespace": namespace, "labels": labels},
-        "spec": template["spec"],
-    }
-
-
-def pod_status(
-    container: dict[str, Any],
-    *,
-    ready: bool,
-    restarts: int,
-    waiting: tuple[str, str] | None = None,
-    last: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A pod's status as the kubelet reports it for its one container: running, or
-    waiting with (reason, message); ``last`` the previous run's ``terminated`` state."""
-    state: dict[str, Any] = {"running": {}}
-    if waiting is not None:
-        state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
-    return {
-        "phase": "Running",
-        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        "containerStatuses": [
-            {
-                "name": container["name"],
-                "ready": ready,
-                "restartCount": restarts,
-                "image": container["image"],
-                "imageID": "",
-                "containerID": "",
-                "state": state,
-                "lastState": {"terminated": last} if last else {},
-            }
-        ],
-    }
-
-
-def failed_pod(
-    sts: dict[str, Any],
-    ordinal: int,
-    *,
-    exit_code: int,
-    message: str,
-    reason: str = "Error",
-    restarts: int = 3,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A StatefulSet pod whose server container keeps failing, and its status as the
-    kubelet reports it: waiting in CrashLoopBackOff, the last run terminated with
-    ``exit_code`` and ``message`` (``reason`` "OOMKilled" when the kernel killed it)."""
-    container = sts["spec"]["template"]["spec"]["containers"][0]
-    back_off = f"back-off 40s restarting failed container={container['name']}"
-    status = pod_status(
-        container,
-        ready=False,
-        restarts=restarts,
-        waiting=("CrashLoopBackOff", back_off),
-        last={"exitCode": exit_code, "reason": reason, "message": message},
-    )
-    return pod_object(sts, ordinal), status
-
-
-def statefulset_status(
-    sts: dict[str, Any], pods: int, ready: int, updated: int, current: str, update: str
-) -> dict[str, Any]:
-    """The status a StatefulSet controller reports for what it sees of its pods."""
-    return {
-        "observedGeneration": sts["metadata"].get("generation"),
-        "replicas": pods,
-        "readyReplicas": ready,
-        "availableReplicas": ready,
-        "currentReplicas": pods,
-        "updatedReplicas": updated,
-        "currentRevision": current,
-        "updateRevision": update,
-    }
-
-
-def secret_volumes(
-    cluster: Cluster, namespace: str, template: dict[str, Any], root: Path
-) -> dict[str, Path] | None:
-    """The Secret volumes the server container mounts, written out as the kubelet writes
-    them (one file per key) under ``root``: ``{mount path: local directory}``. None while
-    a Secret the pod needs does not exist yet (the pod stays in ContainerCreating)."""
-    volumes = {v["name"]: v for v in template["spec"].get("volumes") or []}
-    container = template["spec"]["containers"][0]
-    mounted: dict[str, Path] = {}
-    for mount in container.get("volumeMounts") or []:
-        source = (volumes.get(mount["name"]) or {}).get("secret")
-        if source is None:
-            continue
-        assert cluster.http is not None
-        r = cluster.http.get(f"/api/v1/namespaces/{namespace}/secrets/{source['secretName']}")
-        if r.status_code == 404:
-            if source.get("optional"):
-                continue
-            return None
-        r.raise_for_status()
-        data = r.json().get("data") or {}
-        wanted = source.get("items") or [{"key": k, "path": k} for k in data]
-        local = root / mount["name"]
-        local.mkdir(parents=True, exist_ok=True)
-        for item in wanted:
-            (local / item["path"]).write_bytes(base64.b64decode(data.get(item["key"], "")))
-        mounted[mount["mountPath"].rstrip("/")] = local
-    return mounted
-
-
-def translated(value: str, mounts: dict[str, Path]) -> str:
-    """A path inside the container as the same file here (a mounted Secret's directory)."""
-    for inside, local in mounts.items():
-        if value == inside or value.startswith(inside + "/"):
-            return str(local) + value[len(inside) :]
-    return value
+from testkit.pod_objects import (
+    claim_volumes,
+    container_env,
+    pod_object,
+    pod_status,
+    secret_volumes,
+    statefulset_status,
+    template_revision,
+    termination_message,
+    translated,
+)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from testkit import free_port, wait_for
 from testkit.cluster import cluster
 from testkit.containers import PODMAN_NEEDED
 from testkit.kube import durable_stream
-from testkit.kubelet import claim_volumes, statefulset_status
+from testkit.pod_objects import claim_volumes, statefulset_status
 
 pytestmark = [PODMAN_NEEDED, pytest.mark.timeout(1800)]
 

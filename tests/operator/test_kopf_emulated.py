@@ -28,15 +28,15 @@ from stream_operator import KIND
 from testkit import free_port, rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream, storage_class
-from testkit.kubelet import (
-    Kubelet,
+from testkit.kubelet import Kubelet
+from testkit.operator import running_operator
+from testkit.pod_objects import (
     claim_volumes,
     container_env,
     failed_pod,
     statefulset_status,
     termination_message,
 )
-from testkit.operator import running_operator
 
 NS = "default"
 

@@ -31,7 +31,7 @@ from stream_operator import KIND
 from testkit import free_port, rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import Call, durable_stream
-from testkit.kubelet import claim_volumes, statefulset_status
+from testkit.pod_objects import claim_volumes, statefulset_status
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -22,8 +22,8 @@ from stream_operator.render import desired_objects
 from testkit import free_port, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import CRD_FILE, durable_stream, openapi_as_jsonschema
-from testkit.kubelet import claim_volumes, statefulset_status
 from testkit.operator import running_operator
+from testkit.pod_objects import claim_volumes, statefulset_status
 
 NS = "default"
 UID = "uid-1"

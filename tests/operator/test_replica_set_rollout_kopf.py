@@ -26,8 +26,8 @@ from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
-from testkit.kubelet import claim_volumes, pod_object, pod_status, statefulset_status
 from testkit.operator import running_operator
+from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
 
 NS = "default"
 REVISION = "controller-revision-hash"
