@@ -1,6 +1,10 @@
 """Issue 16 end to end: a 3-replica DurableStream under the real operator, writers going
 through the primary Service while the primary pod is killed and while the image is rolled.
 
+Over 400 lines as one scenario: the writers, the checks of the roll order and the
+convergence check share the one set the test builds (seconds to start), so they stay
+together rather than split across files that would each start their own.
+
 kopf runs the real handlers against the emulated API server; the kubelet
 stand-in (testkit.kubelet) runs the StatefulSet's pods as real server
 processes that elect their primary through the Lease the operator names; the

@@ -1,5 +1,8 @@
 """The ASGI application: stream routes on the hot path, Starlette for the rest.
 
+Over 400 lines: it is the one place that wires the parts (store, recovery,
+replication, subscriptions, metrics, rotation) to routes and to the lifespan.
+
 Requests under the stream base path go straight to the protocol handlers;
 health, readiness (and metrics) are small Starlette routes beside them. The
 lifespan starts recovery as a task (``recovering``), so the socket opens at

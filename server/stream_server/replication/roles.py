@@ -1,5 +1,9 @@
 """The role loop: who is primary, decided only by CAS writes on the Lease.
 
+Over 400 lines because every write to the Lease (create, renew, acquire, take a
+hand-over, hand over, release, change the in-sync set) is here, next to the state
+they change: the safety argument reads one module.
+
 Every ``lease_retry_period`` a replica reads the Lease and
 
 - creates it with itself as holder and term 1 when there is none (the
