@@ -165,9 +165,14 @@ def read_until_closed(s: socket.socket) -> bytes:
     return out
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if not hasattr(session.config, "workerinput"):  # the controller, or a run without xdist
-        summary.clear()
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
+        summary.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        summary.end()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

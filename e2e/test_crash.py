@@ -23,6 +23,7 @@ import pytest
 from conftest import read_all
 from stream_format.layout import Layout
 from stream_format.records import KIND_BYTES, encode_record
+from testkit import summary
 
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 STREAMS = 6
@@ -168,7 +169,11 @@ def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers):
         urls[0], content=b"<w0-999999999->", headers={"Content-Type": "application/octet-stream"}
     )
     assert r.status_code == 204, r.text
-    print(f"\ncrash rounds: {ROUNDS}, acknowledged appends verified: {total_acked}")
+    kind = "idempotent producers" if producers else "plain writers"
+    summary.report(
+        "figures",
+        f"kill -9 rounds ({kind}): {ROUNDS}, acknowledged appends verified: {total_acked}",
+    )
 
 
 def _segment_of(data: Path, sid: int) -> Path:

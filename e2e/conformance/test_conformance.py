@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from testkit import needs, wait_for
+from testkit import needs, summary, wait_for
 from testkit.replicaset import ReplicaSet
 
 HERE = Path(__file__).parent
@@ -56,7 +56,7 @@ def _run_suite(url: str, label: str) -> None:
         f"{report['numPendingTests'] + report['numTodoTests']} skipped "
         f"of {report['numTotalTests']}"
     )
-    print("\n" + totals)
+    summary.report("figures", totals)
     assert not failed, totals + "\n" + "\n".join(failed) + "\n" + proc.stdout[-2000:]
     assert report["numFailedTests"] == 0
     assert report["numPendingTests"] + report["numTodoTests"] == 0, totals

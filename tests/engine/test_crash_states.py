@@ -48,6 +48,7 @@ from stream_server.streams.store import (
     StoreLimits,
     StreamStore,
 )
+from testkit import summary
 from testkit.crashstates import CrashState, KeyedHistory, Recording, check_each, recorded
 from testkit.spark_rows import every_stream
 
@@ -235,7 +236,7 @@ def spark_read(data_dir: Path) -> dict[str, bytes | list]:
     return {path: got if is_json[path] else b"".join(got) for path, got in rows.items()}
 
 
-def test_every_explored_crash_state_recovers_what_was_acknowledged(tmp_path, capsys):
+def test_every_explored_crash_state_recovers_what_was_acknowledged(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     rec = Recording(data_dir)
@@ -255,16 +256,16 @@ def test_every_explored_crash_state_recovers_what_was_acknowledged(tmp_path, cap
             )
 
     explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
-    with capsys.disabled():
-        print(
-            f"\ncrash states: {len(rec.ops)} ops recorded, {explored} states explored, "
-            f"{distinct} distinct, all recovered what was acknowledged"
-        )
+    summary.report(
+        "figures",
+        f"crash states: {len(rec.ops)} ops recorded, {explored} states explored, "
+        f"{distinct} distinct, all recovered what was acknowledged",
+    )
     assert explored == min(BUDGET, explored) and distinct > 0
 
 
 @pytest.mark.parametrize("era", ["current", "format-1", "format-2"])
-def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, era):
+def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, era):
     """Recovery itself is crash-safe: it redoes WAL frames into segment files, then
     deletes the WAL; a crash anywhere in between must not lose what the WAL held,
     even when the segment file it recreated was never in a synced directory.
@@ -341,8 +342,9 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, capsys, e
         assert records in want, f"records {records}, expected one of {want}"
 
     explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
-    with capsys.disabled():
-        print(f"\nrecovery crash states ({era}): {explored} explored, {distinct} distinct")
+    summary.report(
+        "figures", f"recovery crash states ({era}): {explored} explored, {distinct} distinct"
+    )
 
 
 # ------------------------------------------------------------- keyed records
@@ -403,7 +405,7 @@ async def run_records_workload(data_dir: Path, rec: Recording) -> tuple[Expected
     return exp, history
 
 
-def test_every_explored_crash_state_keeps_the_acknowledged_records(tmp_path, capsys):
+def test_every_explored_crash_state_keeps_the_acknowledged_records(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     rec = Recording(data_dir)
@@ -434,11 +436,11 @@ def test_every_explored_crash_state_keeps_the_acknowledged_records(tmp_path, cap
         )
 
     explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
-    with capsys.disabled():
-        print(
-            f"\nrecord crash states: {len(rec.ops)} ops recorded, {len(history.ops)} record "
-            f"and stream operations, {explored} states explored, {distinct} distinct, "
-            f"{len(applied)} different prefixes recovered"
-        )
+    summary.report(
+        "figures",
+        f"record crash states: {len(rec.ops)} ops recorded, {len(history.ops)} record "
+        f"and stream operations, {explored} states explored, {distinct} distinct, "
+        f"{len(applied)} different prefixes recovered",
+    )
     # The states reached both ends: nothing applied yet, and every operation.
     assert 0 in applied and len(history.ops) in applied

@@ -32,6 +32,7 @@ from stream_server.engine import Engine
 from stream_server.streams.errors import OffsetGone
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import AppendRequest, CreateRequest, StoreLimits, StreamStore
+from testkit import summary
 from testkit.crashstates import CrashState, Recording, check_each, recorded
 from testkit.spark_rows import every_stream
 
@@ -121,7 +122,7 @@ async def check_state(data_dir: Path, h: History, point: int) -> dict[str, tuple
     return got
 
 
-def test_every_crash_state_around_a_drop_keeps_one_start_and_the_data_after_it(tmp_path, capsys):
+def test_every_crash_state_around_a_drop_keeps_one_start_and_the_data_after_it(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     rec = Recording(data_dir)
@@ -143,9 +144,9 @@ def test_every_crash_state_around_a_drop_keeps_one_start_and_the_data_after_it(t
             assert b"".join(rows.get(path, [])) == data, f"{path}: Spark disagrees"
 
     explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
-    with capsys.disabled():
-        print(
-            f"\nretention crash states: {len(rec.ops)} ops, {explored} explored, {distinct} "
-            f"distinct, starts recovered {sorted(starts_seen)}"
-        )
+    summary.report(
+        "figures",
+        f"retention crash states: {len(rec.ops)} ops, {explored} explored, {distinct} "
+        f"distinct, starts recovered {sorted(starts_seen)}",
+    )
     assert len(starts_seen) >= 3  # crashes before, between and after drops were explored
