@@ -13,7 +13,7 @@ import re
 
 import httpx
 
-from tests.replication.conftest import primary_with_standbys, status, until
+from tests.replication.conftest import FAST, primary_with_standbys, status, until
 from tests.subscriptions._api import (
     Api,
     Hook,
@@ -39,7 +39,7 @@ def server_kid(srv) -> str:
 def test_webhooks_come_from_the_primary_alone_and_from_the_new_one_after_a_kill(
     start_set, receiver: Receiver
 ) -> None:
-    servers = start_set("hooks")
+    servers = start_set("hooks", timings=FAST)
     primary = primary_with_standbys(servers, 2)
     kids = {srv.url: server_kid(srv) for srv in servers}  # a standby serves the JWKS too
     assert len(set(kids.values())) == 3

@@ -13,7 +13,7 @@ import time
 import httpx
 
 from conftest import read_all
-from tests.replication.conftest import primary_with_standbys, status, until
+from tests.replication.conftest import FAST, primary_with_standbys, status, until
 
 TEXT = {"content-type": "text/plain"}
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def _content(srv) -> bytes | None:
 
 
 def test_failover_after_kill_keeps_every_acknowledged_write(start_set) -> None:
-    servers = start_set("failover")
+    servers = start_set("failover", timings=FAST)
     primary = primary_with_standbys(servers, 2)
     term = status(primary)["term"]
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
