@@ -292,6 +292,7 @@ def build_image(engine: Engine, plan: Plan, *, no_cache: bool) -> None:
         "--file", str(IMAGES_DIR / f"{plan.name}.Containerfile"),
         "--build-arg", f"BASE={plan.base}",
         "--build-arg", f"VERSION={project_version()}",
+        "--build-arg", f"INPUTS={plan.digest}",
         "--label", f"{INPUTS_LABEL}={plan.digest}",
         "--tag", plan.ref,
         str(CONTEXT),
