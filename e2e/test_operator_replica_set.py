@@ -28,6 +28,13 @@ pause), never asserted: the waits below are liveness bounds only.
 The emulated API server runs as a process of its own (testkit.kube_serve),
 and the operator reaches the pods for a switchover where the stand-in runs
 them (``handlers.use_pod_urls``, standing in for cluster DNS).
+
+The scenario runs twice: with the pods as processes of this checkout, and
+with the pods as real containers of the server image under podman
+(``testkit.pod_runtimes.Containers``: the pod's user, read-only root, no
+capabilities, its volume and Secrets mounted where the template says). For
+the roll, the built image is tagged once more as the new version: the
+template names another image and each pod is replaced by a container of it.
 """
 
 from __future__ import annotations
@@ -50,12 +57,14 @@ import pytest
 
 from stream_operator import KIND, handlers
 from stream_operator.render import lease_name
-from testkit import wait_for
+from testkit import images, wait_for
 from testkit.cluster import Cluster
+from testkit.containers import PODMAN_NEEDED
 from testkit.history import History, check, message
 from testkit.kube import CRD_FILE, durable_stream, storage_class
 from testkit.kubelet import Kubelet, Pod
 from testkit.operator import running_operator
+from testkit.pod_runtimes import Containers, Processes, Runtime
 from testkit.services import ServiceEndpoints
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -346,12 +355,34 @@ def kube(tmp_path: Path) -> Iterator[Cluster]:
         handlers.use_pod_urls(None)  # back to cluster DNS names for the other tests
 
 
+@pytest.fixture(
+    params=[
+        "processes",
+        pytest.param("containers", marks=[PODMAN_NEEDED, pytest.mark.timeout(1800)]),
+    ]
+)
+def runtime(request: pytest.FixtureRequest) -> Iterator[Runtime]:
+    """How the pods run: processes of this checkout, or containers of the server image (the
+    rolled version a second tag of the same build)."""
+    if request.param == "processes":
+        yield Processes()
+        return
+    podman = images.podman()
+    server = images.build(podman)["durable-streams-server"]
+    rolled = f"localhost/{ROLLED_IMAGE}"
+    podman.call("tag", server, rolled)
+    try:
+        yield Containers(podman, {SPEC["image"]: server, ROLLED_IMAGE: rolled})
+    finally:
+        podman.call("untag", server, rolled, check=False)
+
+
 def ordinal(pod_name: str) -> int:
     return int(pod_name.rsplit("-", 1)[1])
 
 
 def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
-    kube: Cluster, tmp_path: Path
+    kube: Cluster, runtime: Runtime, tmp_path: Path
 ) -> None:
     stopped_as: list[tuple[int, str, str]] = []  # (ordinal, revision, Lease holder then)
 
@@ -363,7 +394,9 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
     history = History()
     log = StatusLog(kube)
     sampler = threading.Thread(target=log.run, daemon=True)
-    with Kubelet(kube, NS, NAME, tmp_path, restart_delay=3.0, before_stop=note_holder) as kubelet:
+    with Kubelet(
+        kube, NS, NAME, tmp_path, restart_delay=3.0, before_stop=note_holder, runtime=runtime
+    ) as kubelet:
         sampler.start()
         # The operator reaches a pod (to ask for a switchover) where the stand-in runs it,
         # as cluster DNS would resolve the pod's name through the headless Service.

@@ -37,10 +37,8 @@ the processes and decides when.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -61,8 +59,8 @@ from testkit.pod_objects import (
     statefulset_status,
     template_revision,
     termination_message,
-    translated,
 )
+from testkit.pod_runtimes import Launch, Processes, Running, Runtime
 
 
 @dataclass
@@ -71,7 +69,7 @@ class Pod:
     revision: str
     data_dir: Path
     port: int
-    proc: subprocess.Popen[bytes]
+    proc: Running
     log_path: Path
     probe_path: str
     ready: bool = False
@@ -149,6 +147,8 @@ class Kubelet:
     # Called with a pod just before it is sent SIGTERM for a rollout, a scale-down or a
     # deletion through the API: a test notes what the pod was doing then.
     before_stop: Callable[[Pod], None] | None = None
+    # How a pod's container runs: a process of this checkout, or the image under podman.
+    runtime: Runtime = field(default_factory=Processes)
     pods: dict[int, Pod] = field(default_factory=dict)
     # Every stop and start, in order: (monotonic time, "stop"|"start", ordinal, revision).
     history: list[tuple[float, str, int, str]] = field(default_factory=list)
@@ -398,14 +398,11 @@ class Kubelet:
         if mounts is None:
             return None
         container = template["spec"]["containers"][0]
-        env = {
-            key: translated(value, mounts)
-            for key, value in container_env(self.cluster, self.namespace, container, name).items()
-        }
+        env = container_env(self.cluster, self.namespace, container, name)
         data_dir = self.root / f"data-{self.name}-{ordinal}"  # the PVC, as a directory
         data_dir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
-        env.update(DS_HOST="127.0.0.1", DS_PORT=str(port), DS_DATA_DIR=str(data_dir))
+        env.update(DS_HOST="127.0.0.1", DS_PORT=str(port))
         if env.get("DS_REPLICATION_LEASE"):
             # In a cluster the server finds the API server from its service account and
             # peers reach it through the headless Service; here both are on 127.0.0.1.
@@ -413,12 +410,8 @@ class Kubelet:
         log_path = self.root / f"{name}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
         log_start = log.tell()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "stream_server", *container.get("args", [])],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-        )
+        launch = Launch(name, container, template["spec"], env, data_dir, mounts, log)
+        proc = self.runtime.start(launch)
         log.close()  # the child holds its own descriptor
         self.history.append((time.monotonic(), "start", ordinal, revision))
         self._ran[ordinal] = revision

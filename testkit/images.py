@@ -1,0 +1,60 @@
+"""The project's images for tests, as ``make images`` builds them from this tree.
+
+``build`` runs ``scripts/build_images.py``: it builds the images whose inputs
+changed and reuses the others, so a session with nothing changed pays about a
+second. Test workers (pytest-xdist) each have their own session; a file lock
+makes the second wait for the first's build and then find the images
+unchanged. What the images weigh and how long they took goes into the
+end-of-run summary ("container images").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from testkit import needs, summary
+from testkit.containers import INSTALL, PROGRAMS, Podman, runc
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "scripts" / "build_images.py"
+BUILD_LOCK = Path(tempfile.gettempdir()) / "durable-streams-images.lock"
+SUMMARY = "container images"
+
+
+def podman() -> Podman:
+    """Podman with this host's runtime; a missing program is reported as ``testkit.needs``
+    does (a counted skip, a failure under ``make test``)."""
+    if lacking := needs.absent(*PROGRAMS) + ([] if runc() else ["runc"]):
+        needs.missing(f"{', '.join(lacking)} not installed: {INSTALL}")
+    return Podman()
+
+
+def build(podman: Podman) -> dict[str, str]:
+    """Image name (``durable-streams-server``) -> local reference, built or found unchanged."""
+    with open(BUILD_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.run(
+            [sys.executable, str(BUILD), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+            env={**os.environ, "PODMAN_RUNTIME": podman.runtime or ""},
+        )
+    if proc.returncode != 0:
+        pytest.fail(f"building the images failed:\n{proc.stderr[-5000:]}", pytrace=False)
+    built = json.loads(proc.stdout)
+    for r in built:
+        how = f"built in {r['seconds']:.0f} s" if r["built"] else "unchanged, reused"
+        summary.report(
+            SUMMARY, f"{r['ref']}: {r['size_bytes'] / 1e6:.0f} MB, {how} (base {r['base']})"
+        )
+    return {r["name"]: r["ref"] for r in built}
