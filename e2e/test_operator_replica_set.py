@@ -406,6 +406,13 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
         try:
             kube.create(durable_stream(NAME, SPEC)).raise_for_status()
             first = until(lambda: settled(kube, 1), lambda: f"a primary: {ds_status(kube)}")
+            # Each replica's lag, from the positions the primary writes into the Lease.
+            until(
+                lambda: all(
+                    isinstance(r.get("lagBatches"), int) for r in ds_status(kube)["replicaStatus"]
+                ),
+                lambda: f"every replica's lag in the status: {ds_status(kube)}",
+            )
             create_streams(service)
             writers.start()
             until(lambda: writers.acked_after(0), "first appends acknowledged")

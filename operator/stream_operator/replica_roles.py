@@ -171,7 +171,12 @@ def relabel_order(
 
 
 def replica_states(view: LeaseView, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each replica's role and in-sync flag for the status (by pod name)."""
+    """Each replica's role, in-sync flag, last reported ``[term, lsn]`` position and lag
+    (by pod name). The lag is in batches (one lsn per group commit) behind the
+    primary's own position, both as the primary last wrote them into the Lease (every
+    renewal): the ``durable_streams_replication_lag_*`` metrics give it live, in bytes
+    and seconds."""
+    head = view.positions.get(view.holder)
     out = []
     for name in sorted(pod_name(p) for p in pods if pod_name(p)):
         entry: dict[str, Any] = {
@@ -181,6 +186,8 @@ def replica_states(view: LeaseView, pods: Sequence[Mapping[str, Any]]) -> list[d
         }
         if name in view.positions:
             entry["position"] = list(view.positions[name])
+            if head is not None:
+                entry["lagBatches"] = max(0, head[1] - view.positions[name][1])
         out.append(entry)
     return out
 

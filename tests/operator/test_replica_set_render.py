@@ -230,7 +230,7 @@ def lease(holder: str, in_sync: list[str], term: int = 3) -> dict[str, Any]:
             "annotations": {
                 "streams.pyds.dev/term": str(term),
                 "streams.pyds.dev/in-sync": json.dumps(in_sync),
-                "streams.pyds.dev/positions": json.dumps({"ev-0": [3, 120]}),
+                "streams.pyds.dev/positions": json.dumps({"ev-0": [3, 120], "ev-2": [3, 117]}),
             }
         },
         "spec": {"holderIdentity": holder},
@@ -275,9 +275,9 @@ def test_status_names_the_primary_term_and_each_replicas_role():
     )
     assert (s["primary"], s["term"], s["inSyncReplicas"]) == ("ev-0", 3, 2)
     assert s["replicaStatus"] == [
-        {"name": "ev-0", "role": "primary", "inSync": True, "position": [3, 120]},
-        {"name": "ev-1", "role": "standby", "inSync": False},
-        {"name": "ev-2", "role": "standby", "inSync": True},
+        {"name": "ev-0", "role": "primary", "inSync": True, "position": [3, 120], "lagBatches": 0},
+        {"name": "ev-1", "role": "standby", "inSync": False},  # never reported a position
+        {"name": "ev-2", "role": "standby", "inSync": True, "position": [3, 117], "lagBatches": 3},
     ]
     assert conds(s)["Degraded"] == ("False", "AsExpected")
 
