@@ -27,7 +27,7 @@ pause), never asserted: the waits below are liveness bounds only.
 
 The emulated API server runs as a process of its own (testkit.kube_serve),
 and the operator reaches the pods for a switchover where the stand-in runs
-them (``handlers.use_pod_urls``, standing in for cluster DNS).
+them (``replica_set.use_pod_urls``, standing in for cluster DNS).
 
 The scenario runs twice: with the pods as processes of this checkout, and
 with the pods as real containers of the server image under podman
@@ -55,7 +55,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from stream_operator import KIND, handlers
+from stream_operator import KIND, replica_set
 from stream_operator.render import lease_name
 from testkit import images, wait_for
 from testkit.cluster import Cluster
@@ -352,7 +352,7 @@ def kube(tmp_path: Path) -> Iterator[Cluster]:
         with api_server_process(tmp_path) as c, running_operator(c):
             yield c
     finally:
-        handlers.use_pod_urls(None)  # back to cluster DNS names for the other tests
+        replica_set.use_pod_urls(None)  # back to cluster DNS names for the other tests
 
 
 @pytest.fixture(
@@ -400,7 +400,7 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
         sampler.start()
         # The operator reaches a pod (to ask for a switchover) where the stand-in runs it,
         # as cluster DNS would resolve the pod's name through the headless Service.
-        handlers.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
         writers = Writers(service, history)
         try:

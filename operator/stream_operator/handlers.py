@@ -7,7 +7,9 @@ One reconcile (idempotent by construction) run on create, update and resume
 and again every ``RESYNC_INTERVAL`` seconds, so that a deleted or hand-edited
 object is put back; a status refresh every ``STATUS_INTERVAL`` seconds that
 keeps the status true to what the StatefulSet reports; and a delete handler,
-only for ``pvcRetention: Delete``, that deletes the claims.
+only for ``pvcRetention: Delete``, that deletes the claims. A replica set's part
+of the status round (role labels, rolling-update steps, primary-change Events) is
+in ``replica_set``.
 
 The periodic work runs in one background thread over the DurableStreams an
 event handler keeps track of, not in kopf timers: kopf puts its finalizer on
@@ -35,14 +37,13 @@ import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, KIND, PLURAL, VERSION, leadership, metrics
+from stream_operator import GROUP, KIND, PLURAL, VERSION, leadership, metrics, replica_set
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.analytics_source import choose_source
 from stream_operator.apply import (
@@ -51,12 +52,10 @@ from stream_operator.apply import (
     crd_exists,
     create_secret,
     delete,
-    delete_pod,
     delete_pvcs,
     grow_pvc,
     instance_pods,
     instance_pvcs,
-    label_pod,
     list_labelled,
     prune,
     read,
@@ -68,11 +67,9 @@ from stream_operator.apply import (
 from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
 from stream_operator.render import (
     MANAGED_BY,
-    ROLE,
     desired_objects,
     endpoint,
     lease_name,
-    pod_url,
     render_replication_secret,
     replication_secret_name,
 )
@@ -80,13 +77,10 @@ from stream_operator.replica_roles import (
     lease_view,
     pod_ready,
     refused_scale_down,
-    relabel_order,
-    wanted_roles,
 )
-from stream_operator.rollout import Step, failed_switchover, plan_rollout
 from stream_operator.spec import quantity_bytes, refused_change, replicated, with_defaults
 from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
-from stream_operator.switchover import TOKEN_KEY, new_token, request_switchover
+from stream_operator.switchover import TOKEN_KEY, new_token
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
 # How often the status is compared with what the StatefulSet reports (seconds).
@@ -137,17 +131,6 @@ def use_api_client(api_client: client.ApiClient) -> None:
     """Point the handlers at a given API server (tests, embedding)."""
     global _api
     _api = api_client
-
-
-# (name, namespace, pod, spec) -> the origin a replica set's pod answers at: its DNS name
-# through the headless Service in a cluster; tests point it at a real local server.
-PodURL = Callable[[str, str, str, dict[str, Any]], str]
-_pod_url: list[PodURL] = [pod_url]
-
-
-def use_pod_urls(resolve: PodURL | None) -> None:
-    """Where the operator reaches the servers' pods (None: their cluster DNS names)."""
-    _pod_url[0] = resolve or pod_url
 
 
 @kopf.on.startup()
@@ -549,12 +532,12 @@ def _observed(
     step = None
     if sts is not None and replicated(spec):
         lease = read_lease(api(), namespace, lease_name(name))
-        pods = _label_roles(namespace, pods, lease)
-        step = _roll(ds, sts, pods, lease)
+        pods = replica_set.label_roles(api(), namespace, pods, lease)
+        step = replica_set.roll(api(), ds, sts, pods, lease)
         if step is not None and step.switchover is not None:
             # The Lease names the new primary: label it and report it in this round.
             lease = read_lease(api(), namespace, lease_name(name))
-            pods = _label_roles(namespace, pods, lease)
+            pods = replica_set.label_roles(api(), namespace, pods, lease)
     ready = frozenset(p["metadata"]["name"] for p in pods if pod_ready(p))
     return compute_status(
         spec=spec,
@@ -571,114 +554,6 @@ def _observed(
     ), ready
 
 
-# The switchovers this operator made, (namespace, name) -> the new primary: the Event
-# for that change of primary says "switchover" for certain.
-_switched: dict[tuple[str, str], str] = {}
-
-
-def _roll(
-    ds: dict[str, Any], sts: dict[str, Any], pods: list[dict[str, Any]], lease: Any
-) -> Step | None:
-    """One step of a replica set's rolling update (rollout.py), carried out; None when the
-    live StatefulSet is not OnDelete (its controller rolls the pods) or writes are not
-    ours to make."""
-    if not leadership.may_act():
-        return None
-    if ((sts.get("spec") or {}).get("updateStrategy") or {}).get("type") != "OnDelete":
-        return None
-    meta = ds["metadata"]
-    name, namespace = meta["name"], meta["namespace"]
-    previous = next(
-        (
-            c.get("reason")
-            for c in (ds.get("status") or {}).get("conditions") or []
-            if c.get("type") == "Progressing"
-        ),
-        None,
-    )
-    st = sts.get("status") or {}
-    # The controller has not seen the newest template yet: its updateRevision is old.
-    seen = (st.get("observedGeneration") or 0) >= (
-        (sts.get("metadata") or {}).get("generation") or 0
-    )
-    step = plan_rollout(
-        name,
-        int((sts.get("spec") or {}).get("replicas") or 0),
-        st.get("updateRevision") if seen else None,
-        pods,
-        lease_view(lease),
-        previous,
-    )
-    if step.delete is not None:
-        if delete_pod(api(), namespace, step.delete):
-            kopf.info(ds, reason=step.reason, message=f"deleted pod {step.delete}: {step.message}")
-    elif step.switchover is not None:
-        step = _switch_over(ds, step)
-    return step
-
-
-def _switch_over(ds: dict[str, Any], step: Step) -> Step:
-    """Ask the primary to hand its Lease to the step's target; the step that resulted."""
-    assert step.switchover is not None
-    meta = ds["metadata"]
-    name, namespace = meta["name"], meta["namespace"]
-    spec = dict(ds.get("spec") or {})
-    source, target = step.switchover
-    token = read_secret_value(api(), namespace, replication_secret_name(name), TOKEN_KEY)
-    if token is None:
-        return failed_switchover(step, f"Secret {replication_secret_name(name)} has no token")
-    verify: bool | str = True
-    tls = with_defaults(spec)["server"].get("tlsSecretName")
-    if tls:
-        verify = read_secret_value(api(), namespace, tls, "ca.crt") or True
-    answer = request_switchover(
-        _pod_url[0](name, namespace, source, spec), token, target, verify=verify
-    )
-    if not answer.ok:
-        failed = failed_switchover(step, answer.why)
-        kopf.warn(ds, reason="SwitchoverFailed", message=failed.message)
-        return failed
-    _switched[(namespace, name)] = answer.primary
-    message = (
-        f"switchover {source} -> {answer.primary} (term {answer.term}, writes held "
-        f"{answer.paused_ms:.0f} ms) before updating {source}"
-    )
-    kopf.info(ds, reason="Switchover", message=message)
-    return step
-
-
-def _label_roles(
-    namespace: str, pods: list[dict[str, Any]], lease: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    """Label each pod with the role the Lease gives it (the client Services select on it);
-    returns the pods as labelled now.
-
-    Demotions are written before the promotion, so the primary Service never selects two
-    pods. A new holder is labelled within one status interval of its election (the bound
-    docs/kubernetes.md states): until then the old pod, which stopped acknowledging at
-    its renew deadline, still receives the writes and refuses them.
-    """
-    if not leadership.may_act():
-        return pods
-    current = {p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(ROLE) for p in pods}
-    changes = relabel_order(current, wanted_roles(lease_view(lease), pods))
-    for pod, role in changes:
-        label_pod(api(), namespace, pod, {ROLE: role})
-    roles = dict(changes)
-    return [
-        {
-            **p,
-            "metadata": {
-                **p["metadata"],
-                "labels": {**(p["metadata"].get("labels") or {}), ROLE: roles[n]},
-            },
-        }
-        if (n := p["metadata"]["name"]) in roles
-        else p
-        for p in pods
-    ]
-
-
 def _write(
     ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any], ready: frozenset[str]
 ) -> None:
@@ -688,40 +563,9 @@ def _write(
     metrics.CONDITION_COUNTS.observe(meta["namespace"], meta["name"], new.get("conditions") or [])
     if not leadership.may_act():
         return  # the Lease was lost during this reconcile: the new leader writes it
-    _tell_primary_change(ds, dict(ds.get("status") or {}), new, ready)
+    replica_set.tell_primary_change(ds, dict(ds.get("status") or {}), new, ready)
     if not same_status(new, dict(ds.get("status") or {})):
         write_status(ac, meta["namespace"], meta["name"], new)
-
-
-def _failing_over(status: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "FailingOver" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-
-
-def _tell_primary_change(
-    ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any], ready: frozenset[str]
-) -> None:
-    """An Event for every change of primary the status records, saying which it was: a
-    switchover (this operator asked for it, or the old primary's pod is still ready and
-    no failover was seen: a planned hand-over) or a failover (the old primary's pod was
-    seen gone or not ready, or its Lease expired)."""
-    meta = ds["metadata"]
-    before, after = old.get("primary") or "", new.get("primary") or ""
-    if not after or before == after:
-        return
-    if before:
-        ours = _switched.pop((meta["namespace"], meta["name"]), None) == after
-        planned = ours or (before in ready and not _failing_over(old) and not _failing_over(new))
-        kind = "switchover" if planned else "failover"
-        message = f"{kind}: primary {before} -> {after} (term {new.get('term')})"
-        if planned:
-            kopf.info(ds, reason="PrimaryChanged", message=message)
-        else:
-            kopf.warn(ds, reason="PrimaryChanged", message=message)
-    else:
-        kopf.info(ds, reason="PrimaryElected", message=f"primary {after} (term {new.get('term')})")
 
 
 def refresh_status(name: str, namespace: str) -> None:

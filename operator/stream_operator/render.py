@@ -25,7 +25,7 @@ STORAGE_SIZE = f"{GROUP}/storage-size"
 MANAGED_BY = "durable-streams-operator"
 COMPONENT = "app.kubernetes.io/component"
 # A replica set's pods carry their role, which the operator sets from the Lease holder
-# (handlers._label_roles): the client Service selects the primary, ``-replicas`` the rest.
+# (replica_set.label_roles): the client Service selects the primary, ``-replicas`` the rest.
 ROLE = f"{GROUP}/role"
 PRIMARY = "primary"
 STANDBY = "standby"

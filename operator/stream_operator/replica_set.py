@@ -1,0 +1,178 @@
+"""A replica set's part of each status round: the role labels the client Services select
+on, one step of its rolling update carried out (a pod deleted, or a switchover asked of
+the primary), and an Event for every change of primary.
+
+Glue, like ``handlers``: the decisions are pure functions in ``replica_roles`` and
+``rollout``; this module reads and writes through the API client it is given (the
+handlers' own, which refuses writes once this operator lost its Lease) and makes the one
+call to a server (``switchover``). ``handlers`` calls it under the object's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+from stream_operator import leadership
+from stream_operator.apply import delete_pod, label_pod, read_secret_value
+from stream_operator.render import ROLE, pod_url, replication_secret_name
+from stream_operator.replica_roles import lease_view, relabel_order, wanted_roles
+from stream_operator.rollout import Step, failed_switchover, plan_rollout
+from stream_operator.spec import with_defaults
+from stream_operator.switchover import TOKEN_KEY, request_switchover
+
+# (name, namespace, pod, spec) -> the origin a replica set's pod answers at: its DNS name
+# through the headless Service in a cluster; tests point it at a real local server.
+PodURL = Callable[[str, str, str, dict[str, Any]], str]
+_pod_url: list[PodURL] = [pod_url]
+
+
+def use_pod_urls(resolve: PodURL | None) -> None:
+    """Where the operator reaches the servers' pods (None: their cluster DNS names)."""
+    _pod_url[0] = resolve or pod_url
+
+
+# The switchovers this operator made, (namespace, name) -> the new primary: the Event
+# for that change of primary says "switchover" for certain.
+_switched: dict[tuple[str, str], str] = {}
+
+
+def roll(
+    ac: client.ApiClient,
+    ds: dict[str, Any],
+    sts: dict[str, Any],
+    pods: list[dict[str, Any]],
+    lease: Any,
+) -> Step | None:
+    """One step of a replica set's rolling update (rollout.py), carried out; None when the
+    live StatefulSet is not OnDelete (its controller rolls the pods) or writes are not
+    ours to make."""
+    if not leadership.may_act():
+        return None
+    if ((sts.get("spec") or {}).get("updateStrategy") or {}).get("type") != "OnDelete":
+        return None
+    meta = ds["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    previous = next(
+        (
+            c.get("reason")
+            for c in (ds.get("status") or {}).get("conditions") or []
+            if c.get("type") == "Progressing"
+        ),
+        None,
+    )
+    st = sts.get("status") or {}
+    # The controller has not seen the newest template yet: its updateRevision is old.
+    seen = (st.get("observedGeneration") or 0) >= (
+        (sts.get("metadata") or {}).get("generation") or 0
+    )
+    step = plan_rollout(
+        name,
+        int((sts.get("spec") or {}).get("replicas") or 0),
+        st.get("updateRevision") if seen else None,
+        pods,
+        lease_view(lease),
+        previous,
+    )
+    if step.delete is not None:
+        if delete_pod(ac, namespace, step.delete):
+            kopf.info(ds, reason=step.reason, message=f"deleted pod {step.delete}: {step.message}")
+    elif step.switchover is not None:
+        step = _switch_over(ac, ds, step)
+    return step
+
+
+def _switch_over(ac: client.ApiClient, ds: dict[str, Any], step: Step) -> Step:
+    """Ask the primary to hand its Lease to the step's target; the step that resulted."""
+    assert step.switchover is not None
+    meta = ds["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    spec = dict(ds.get("spec") or {})
+    source, target = step.switchover
+    token = read_secret_value(ac, namespace, replication_secret_name(name), TOKEN_KEY)
+    if token is None:
+        return failed_switchover(step, f"Secret {replication_secret_name(name)} has no token")
+    verify: bool | str = True
+    tls = with_defaults(spec)["server"].get("tlsSecretName")
+    if tls:
+        verify = read_secret_value(ac, namespace, tls, "ca.crt") or True
+    answer = request_switchover(
+        _pod_url[0](name, namespace, source, spec), token, target, verify=verify
+    )
+    if not answer.ok:
+        failed = failed_switchover(step, answer.why)
+        kopf.warn(ds, reason="SwitchoverFailed", message=failed.message)
+        return failed
+    _switched[(namespace, name)] = answer.primary
+    message = (
+        f"switchover {source} -> {answer.primary} (term {answer.term}, writes held "
+        f"{answer.paused_ms:.0f} ms) before updating {source}"
+    )
+    kopf.info(ds, reason="Switchover", message=message)
+    return step
+
+
+def label_roles(
+    ac: client.ApiClient, namespace: str, pods: list[dict[str, Any]], lease: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Label each pod with the role the Lease gives it (the client Services select on it);
+    returns the pods as labelled now.
+
+    Demotions are written before the promotion, so the primary Service never selects two
+    pods. A new holder is labelled within one status interval of its election (the bound
+    docs/kubernetes.md states): until then the old pod, which stopped acknowledging at
+    its renew deadline, still receives the writes and refuses them.
+    """
+    if not leadership.may_act():
+        return pods
+    current = {p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(ROLE) for p in pods}
+    changes = relabel_order(current, wanted_roles(lease_view(lease), pods))
+    for pod, role in changes:
+        label_pod(ac, namespace, pod, {ROLE: role})
+    roles = dict(changes)
+    return [
+        {
+            **p,
+            "metadata": {
+                **p["metadata"],
+                "labels": {**(p["metadata"].get("labels") or {}), ROLE: roles[n]},
+            },
+        }
+        if (n := p["metadata"]["name"]) in roles
+        else p
+        for p in pods
+    ]
+
+
+def _failing_over(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "FailingOver" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def tell_primary_change(
+    ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any], ready: frozenset[str]
+) -> None:
+    """An Event for every change of primary the status records, saying which it was: a
+    switchover (this operator asked for it, or the old primary's pod is still ready and
+    no failover was seen: a planned hand-over) or a failover (the old primary's pod was
+    seen gone or not ready, or its Lease expired)."""
+    meta = ds["metadata"]
+    before, after = old.get("primary") or "", new.get("primary") or ""
+    if not after or before == after:
+        return
+    if before:
+        ours = _switched.pop((meta["namespace"], meta["name"]), None) == after
+        planned = ours or (before in ready and not _failing_over(old) and not _failing_over(new))
+        kind = "switchover" if planned else "failover"
+        message = f"{kind}: primary {before} -> {after} (term {new.get('term')})"
+        if planned:
+            kopf.info(ds, reason="PrimaryChanged", message=message)
+        else:
+            kopf.warn(ds, reason="PrimaryChanged", message=message)
+    else:
+        kopf.info(ds, reason="PrimaryElected", message=f"primary {after} (term {new.get('term')})")
