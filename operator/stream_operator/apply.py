@@ -194,6 +194,19 @@ def write_status(
     )
 
 
+def remove_annotation(api_client: client.ApiClient, namespace: str, name: str, key: str) -> None:
+    """Remove one annotation from a DurableStream (a merge patch with null)."""
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        {"metadata": {"annotations": {key: None}}},
+        _content_type=MERGE_PATCH,
+    )
+
+
 def delete_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> list[str]:
     core = client.CoreV1Api(api_client)
     deleted = []

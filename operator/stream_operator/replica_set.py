@@ -17,10 +17,16 @@ import kopf
 from kubernetes import client
 
 from stream_operator import leadership
-from stream_operator.apply import delete_pod, label_pod, read_secret_value
+from stream_operator.apply import delete_pod, label_pod, read_secret_value, remove_annotation
 from stream_operator.render import ROLE, pod_url, replication_secret_name
 from stream_operator.replica_roles import lease_view, relabel_order, wanted_roles
-from stream_operator.rollout import Step, failed_switchover, plan_rollout
+from stream_operator.rollout import (
+    SWITCHOVER_TO,
+    Step,
+    failed_switchover,
+    plan_rollout,
+    requested_switchover,
+)
 from stream_operator.spec import with_defaults
 from stream_operator.switchover import TOKEN_KEY, request_switchover
 
@@ -81,12 +87,37 @@ def roll(
         if delete_pod(ac, namespace, step.delete):
             kopf.info(ds, reason=step.reason, message=f"deleted pod {step.delete}: {step.message}")
     elif step.switchover is not None:
-        step = _switch_over(ac, ds, step)
+        step = _switch_over(ac, ds, step, f"before updating {step.switchover[0]}")
+    elif not step.rolling and (asked := (meta.get("annotations") or {}).get(SWITCHOVER_TO)):
+        step = _requested(ac, ds, sts, asked, lease) or step
     return step
 
 
-def _switch_over(ac: client.ApiClient, ds: dict[str, Any], step: Step) -> Step:
-    """Ask the primary to hand its Lease to the step's target; the step that resulted."""
+def _requested(
+    ac: client.ApiClient, ds: dict[str, Any], sts: dict[str, Any], target: str, lease: Any
+) -> Step | None:
+    """One attempt at the switchover the annotation asks for, then the annotation goes,
+    whatever came of it, with an Event saying what. A failed attempt is not repeated by
+    itself: each one may hold writes up to the switchover timeout. A crash between the
+    two leaves the annotation, and the next round finds the target primary already."""
+    meta = ds["metadata"]
+    replicas = int((sts.get("spec") or {}).get("replicas") or 0)
+    decision = requested_switchover(meta["name"], replicas, target, lease_view(lease))
+    step = None
+    if isinstance(decision, str):
+        done = decision.endswith("the primary already")
+        (kopf.info if done else kopf.warn)(
+            ds, reason="SwitchoverRequest", message=f"{SWITCHOVER_TO}={target}: {decision}"
+        )
+    else:
+        step = _switch_over(ac, ds, decision, f"asked for with {SWITCHOVER_TO}")
+    remove_annotation(ac, meta["namespace"], meta["name"], SWITCHOVER_TO)
+    return step
+
+
+def _switch_over(ac: client.ApiClient, ds: dict[str, Any], step: Step, purpose: str) -> Step:
+    """Ask the primary to hand its Lease to the step's target; the step that resulted.
+    ``purpose`` ends the Event's message."""
     assert step.switchover is not None
     meta = ds["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -109,7 +140,7 @@ def _switch_over(ac: client.ApiClient, ds: dict[str, Any], step: Step) -> Step:
     _switched[(namespace, name)] = answer.primary
     message = (
         f"switchover {source} -> {answer.primary} (term {answer.term}, writes held "
-        f"{answer.paused_ms:.0f} ms) before updating {source}"
+        f"{answer.paused_ms:.0f} ms) {purpose}"
     )
     kopf.info(ds, reason="Switchover", message=message)
     return step

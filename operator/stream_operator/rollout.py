@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stream_operator import GROUP
 from stream_operator.replica_roles import LeaseView, pod_name, pod_ready
 
 REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on its pods
@@ -153,6 +154,34 @@ def plan_rollout(
         SWITCHING_OVER,
         f"switching over from {holder.name} to {target.name} before updating {holder.name}",
         switchover=(holder.name, target.name),
+    )
+
+
+# A switchover asked for by hand (CloudNativePG's ``kubectl cnpg promote``): the pod to
+# make primary, as an annotation on the DurableStream.
+SWITCHOVER_TO = f"{GROUP}/switchover-to"
+
+
+def requested_switchover(name: str, replicas: int, target: str, view: LeaseView) -> Step | str:
+    """The switchover the ``SWITCHOVER_TO`` annotation asks for, or why none is made.
+
+    Only while no rolling update is under way (the caller's part). The target must be a
+    replica of this set and in the Lease's in-sync set (the primary checks it again, and
+    holds writes only once it agrees); a request for the primary itself is done already.
+    """
+    members = [f"{name}-{i}" for i in range(replicas)]
+    if target not in members:
+        return f"{target!r} is not a replica of {name} ({', '.join(members)})"
+    if not view.holder:
+        return "no replica holds the Lease yet"
+    if target == view.holder:
+        return f"{target} is the primary already"
+    if target not in view.synced:
+        return f"{target} is not in sync (in sync: {', '.join(sorted(view.synced))})"
+    return Step(
+        SWITCHING_OVER,
+        f"switching over from {view.holder} to {target}, asked for with {SWITCHOVER_TO}",
+        switchover=(view.holder, target),
     )
 
 

@@ -23,6 +23,7 @@ import pytest
 from primary_stand_in import StandIn, primary_stand_in
 
 from stream_operator import KIND
+from stream_operator.rollout import SWITCHOVER_TO
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
@@ -295,3 +296,50 @@ def test_spark_jobs_read_an_in_sync_standby_and_wait_while_there_is_none(
         assert reads(jobs()["events-0-stats"]) == ("data-events-0", "events-0", False)
     finally:
         controller.stop()
+
+
+def test_a_switchover_asked_for_with_the_annotation_is_tried_once_then_forgotten(
+    kube: tuple[Cluster, StandIn],
+):
+    """``streams.pyds.dev/switchover-to: <pod>``: refused without a call when the pod is not
+    a replica of the set; made when it is in sync; one attempt when the primary refuses;
+    each time the annotation goes and an Event says what came of it."""
+    c, stand_in = kube
+    c.create(durable_stream("events", {"replicas": 3})).raise_for_status()
+    controller = OnDeleteController(c)
+    controller.start(watch=False)
+    write_lease(c, "events-1", 3, ["events-0", "events-2"])
+    wait_for(lambda: status_of(c).get("primary") == "events-1", message="events-1 primary")
+
+    def ask(pod: str) -> None:
+        body = {"metadata": {"annotations": {SWITCHOVER_TO: pod}}}
+        c.patch(KIND, NS, "events", body).raise_for_status()
+
+    def forgotten() -> bool:
+        notes = (c.get(KIND, NS, "events") or {})["metadata"].get("annotations") or {}
+        return SWITCHOVER_TO not in notes
+
+    ask("events-7")
+    refused = wait_for(lambda: events(c, "SwitchoverRequest"), message="the refusal's Event")
+    assert refused == [f"{SWITCHOVER_TO}=events-7: 'events-7' is not a replica of events "
+                       "(events-0, events-1, events-2)"]  # fmt: skip
+    wait_for(forgotten, message="the annotation removed")
+    assert stand_in.calls == []
+
+    ask("events-2")
+    wait_for(lambda: status_of(c).get("primary") == "events-2", message="events-2 primary")
+    wait_for(forgotten, message="the annotation removed")
+    assert [(pod, target, code) for pod, target, code in stand_in.calls] == [
+        ("events-1", "events-2", 200)
+    ]
+    made = wait_for(lambda: events(c, "Switchover"), message="the switchover's Event")
+    assert made[0].startswith("switchover events-1 -> events-2 (term 4")
+    assert made[0].endswith(f"asked for with {SWITCHOVER_TO}")
+
+    stand_in.fail_next(503, "CATCHUP_TIMEOUT")
+    ask("events-0")
+    failed = wait_for(lambda: events(c, "SwitchoverFailed"), message="the failure's Event")
+    assert "503 CATCHUP_TIMEOUT" in failed[0]
+    wait_for(forgotten, message="the annotation removed")
+    assert len(stand_in.calls) == 2  # one attempt, not one a round
+    assert status_of(c)["primary"] == "events-2"

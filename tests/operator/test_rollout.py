@@ -21,6 +21,7 @@ from stream_operator.rollout import (
     Step,
     failed_switchover,
     plan_rollout,
+    requested_switchover,
 )
 
 NEW = "ev-new"
@@ -132,3 +133,17 @@ def test_a_failed_switchover_says_why_and_is_tried_again():
     # Next round, from that reason: the same switchover again, not a deletion.
     again = plan([pod(0, NEW), pod(1), pod(2, NEW)], ALL_SYNCED, previous=SWITCHOVER_FAILED)
     assert again.switchover == ("ev-1", "ev-0") and again.delete is None
+
+
+def test_a_requested_switchover_goes_only_to_an_in_sync_replica_of_the_set():
+    view = lease("ev-1", ["ev-2"])  # ev-0 lags
+    step = requested_switchover("ev", 3, "ev-2", view)
+    assert isinstance(step, Step)
+    assert (step.reason, step.switchover) == (SWITCHING_OVER, ("ev-1", "ev-2"))
+    assert (
+        requested_switchover("ev", 3, "ev-0", view) == "ev-0 is not in sync (in sync: ev-1, ev-2)"
+    )
+    assert requested_switchover("ev", 3, "ev-1", view) == "ev-1 is the primary already"
+    assert "not a replica of ev" in str(requested_switchover("ev", 3, "ev-3", view))
+    assert "not a replica of ev" in str(requested_switchover("ev", 3, "other-0", view))
+    assert requested_switchover("ev", 3, "ev-2", lease("", [])) == "no replica holds the Lease yet"
