@@ -1,5 +1,6 @@
 """Issue 16 end to end: a 3-replica DurableStream under the real operator, writers going
-through the primary Service while the primary pod is killed and while the image is rolled.
+through the primary Service while the primary pod is killed, while the image is rolled and while a
+switchover asked for with an annotation is made.
 
 Over 400 lines as one scenario: the writers, the checks of the roll order and the
 convergence check share the one set the test builds (seconds to start), so they stay
@@ -57,6 +58,7 @@ import pytest
 
 from stream_operator import KIND, replica_set
 from stream_operator.render import lease_name
+from stream_operator.rollout import SWITCHOVER_TO
 from testkit import images, wait_for
 from testkit.cluster import Cluster
 from testkit.containers import PODMAN_NEEDED
@@ -456,6 +458,33 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
                 lambda: f"appends after the roll: {writers.last_attempts()}",
             )
             roll_pause = writers.pause(rolled, time.monotonic())
+
+            # (c) a switchover asked for by hand: the operator asks the real primary to
+            # hand over to the named standby, then forgets the request.
+            target = next(
+                r["name"]
+                for r in after_roll["replicaStatus"]
+                if r["role"] == "standby" and r["inSync"]
+            )
+            asked = time.monotonic()
+            body = {"metadata": {"annotations": {SWITCHOVER_TO: target}}}
+            kube.patch(KIND, NS, NAME, body).raise_for_status()
+            after_ask = until(
+                lambda: (
+                    (st := settled(kube, 2, after_term=after_roll["term"]))
+                    and st["primary"] == target
+                    and st
+                ),
+                lambda: f"{target} primary on request: {ds_status(kube)}",
+            )
+            answered = time.monotonic()
+            until(
+                lambda: writers.acked_after(answered),
+                lambda: f"appends after the requested switchover: {writers.last_attempts()}",
+            )
+            ask_pause = writers.pause(asked, time.monotonic())
+            notes = (kube.get(KIND, NS, NAME) or {})["metadata"].get("annotations") or {}
+            assert SWITCHOVER_TO not in notes
         finally:
             writers.stop.set()
             log.stop.set()
@@ -479,6 +508,8 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
     print(
         f"longest pause a writer saw: {kill_pause:.2f} s around the kill of {old} "
         f"(primary after: {after_kill['primary']}, term {after_kill['term']}), "
-        f"{roll_pause:.2f} s around the roll (primary {rolled_from} -> {after_roll['primary']}); "
+        f"{roll_pause:.2f} s around the roll (primary {rolled_from} -> {after_roll['primary']}), "
+        f"{ask_pause:.2f} s around the switchover asked for ({after_roll['primary']} -> "
+        f"{after_ask['primary']}); "
         f"lease {SPEC['replication']['leaseDurationSeconds']} s"
     )
