@@ -75,7 +75,6 @@ from stream_operator.render import (
 )
 from stream_operator.replica_roles import (
     lease_view,
-    pod_ready,
     refused_scale_down,
 )
 from stream_operator.spec import quantity_bytes, refused_change, replicated, with_defaults
@@ -314,7 +313,7 @@ def converge(name: str, namespace: str, logger: logging.Logger) -> None:
         )
         _periodic.converged(namespace, name)
         sts = read(ac, "StatefulSet", namespace, name)
-        _write(ac, ds, *_observed(ds, sts, outcome, analytics))
+        _write(ac, ds, _observed(ds, sts, outcome, analytics))
     if error is not None and error.status not in _PERMANENT:
         raise kopf.TemporaryError(outcome.message, delay=10)
 
@@ -519,9 +518,8 @@ def _observed(
     sts: dict[str, Any] | None,
     outcome: Outcome | None,
     extra: list[dict[str, Any]],
-) -> tuple[dict[str, Any], frozenset[str]]:
-    """The status to write, and the pods that were ready (to tell a failover from a
-    switchover); a replica set's rolling update takes its next step here."""
+) -> dict[str, Any]:
+    """The status to write; a replica set's rolling update takes its next step here."""
     meta = ds["metadata"]
     spec = dict(ds.get("spec") or {})
     # The pods say why a server is not ready (crash loop, OOM); the claims, whether
@@ -538,7 +536,6 @@ def _observed(
             # The Lease names the new primary: label it and report it in this round.
             lease = read_lease(api(), namespace, lease_name(name))
             pods = replica_set.label_roles(api(), namespace, pods, lease)
-    ready = frozenset(p["metadata"]["name"] for p in pods if pod_ready(p))
     return compute_status(
         spec=spec,
         generation=meta.get("generation"),
@@ -551,19 +548,16 @@ def _observed(
         pvcs=instance_pvcs(api(), namespace, name) if sts is not None else [],
         lease=lease,
         rollout=step,
-    ), ready
+    )
 
 
-def _write(
-    ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any], ready: frozenset[str]
-) -> None:
-    """Write the status only when it says something new (no churn, no watch events).
-    ``ready``: the pods seen ready."""
+def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:
+    """Write the status only when it says something new (no churn, no watch events)."""
     meta = ds["metadata"]
     metrics.CONDITION_COUNTS.observe(meta["namespace"], meta["name"], new.get("conditions") or [])
     if not leadership.may_act():
         return  # the Lease was lost during this reconcile: the new leader writes it
-    replica_set.tell_primary_change(ds, dict(ds.get("status") or {}), new, ready)
+    replica_set.tell_primary_change(ds, dict(ds.get("status") or {}), new)
     if not same_status(new, dict(ds.get("status") or {})):
         write_status(ac, meta["namespace"], meta["name"], new)
 
@@ -591,7 +585,7 @@ def refresh_status(name: str, namespace: str) -> None:
         if was_missing and analytics and analytics[0]["reason"] == "Scheduled":
             # The Spark Operator was installed after the spec asked for analytics.
             analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
-        _write(ac, ds, *_observed(ds, sts, None, analytics))
+        _write(ac, ds, _observed(ds, sts, None, analytics))
 
 
 def _deletes_pvcs(spec: kopf.Spec, **_: Any) -> bool:

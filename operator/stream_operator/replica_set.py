@@ -178,32 +178,21 @@ def label_roles(
     ]
 
 
-def _failing_over(status: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "FailingOver" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-
-
-def tell_primary_change(
-    ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any], ready: frozenset[str]
-) -> None:
-    """An Event for every change of primary the status records, saying which it was: a
-    switchover (this operator asked for it, or the old primary's pod is still ready and
-    no failover was seen: a planned hand-over) or a failover (the old primary's pod was
-    seen gone or not ready, or its Lease expired)."""
+def tell_primary_change(ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+    """An Event for every new term the status records, saying what it was: a switchover
+    when this operator asked for it (Normal), else a failover (Warning), even when the
+    status never showed it: a primary killed and back within one status interval, its
+    pod never seen not ready, still starts a new term, to the same pod or another.
+    (A switchover someone else asked of a server directly reads as a failover.)"""
     meta = ds["metadata"]
     before, after = old.get("primary") or "", new.get("primary") or ""
-    if not after or before == after:
+    if not after or (before == after and old.get("term") == new.get("term")):
         return
     if before:
         ours = _switched.pop((meta["namespace"], meta["name"]), None) == after
-        planned = ours or (before in ready and not _failing_over(old) and not _failing_over(new))
-        kind = "switchover" if planned else "failover"
-        message = f"{kind}: primary {before} -> {after} (term {new.get('term')})"
-        if planned:
-            kopf.info(ds, reason="PrimaryChanged", message=message)
-        else:
-            kopf.warn(ds, reason="PrimaryChanged", message=message)
+        kind = "switchover" if ours else "failover"
+        moved = f"{before} -> {after}" if before != after else f"{after} again"
+        message = f"{kind}: primary {moved} (term {new.get('term')})"
+        (kopf.info if ours else kopf.warn)(ds, reason="PrimaryChanged", message=message)
     else:
         kopf.info(ds, reason="PrimaryElected", message=f"primary {after} (term {new.get('term')})")

@@ -150,11 +150,16 @@ def test_a_replica_set_gets_its_rights_its_services_and_a_status_that_follows_th
     changed = wait_for(lambda: events(kube, "PrimaryChanged"), message="an Event")
     assert changed == ["failover: primary events-0 -> events-2 (term 2)"]
     set_ready(kube, sts, 0, True)
+    # The primary killed and back before the operator saw its pod not ready: the status
+    # never says FailingOver, but its new term is a failover all the same.
+    write_lease(kube, "events-2", 3, ["events-1"])
+    wait_for(lambda: len(events(kube, "PrimaryChanged")) == 2, message="the second Event")
+    assert events(kube, "PrimaryChanged")[1] == "failover: primary events-2 again (term 3)"
     # The token was never written again (no apply, no prune touches it).
     assert secret(kube)["metadata"]["resourceVersion"] == token["metadata"]["resourceVersion"]
 
     # The last standby falls behind: fewer in sync than a majority.
-    write_lease(kube, "events-2", 2, [])
+    write_lease(kube, "events-2", 3, [])
     wait_for(lambda: condition(kube, "Degraded").get("status") == "True", message="Degraded")
     assert (
         condition(kube, "Degraded")["message"] == "1 replica(s) in sync (events-2), minInSync is 2"
