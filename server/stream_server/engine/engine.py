@@ -177,6 +177,10 @@ class Engine:
             raise StorageFailed(f"storage failed closed: {self.failed}") from exc
         t2 = time.perf_counter()
         stats.fsync_seconds = t2 - t1
+        if self.replica is not None:
+            # Durable here: ship it now, so the standbys' apply overlaps our LMDB
+            # commit (engine/replica.py). From here the frame cannot be taken back.
+            self.replica.committed(self.lsn, frame)
         # 3. metadata: the same changes the frame carries.
         try:
             self._hook("wal")
@@ -186,6 +190,11 @@ class Engine:
                 # Unknown state between a durable frame and its commit: stop writing.
                 self._fail(f"batch failed after its WAL flush: {exc!r}")
                 raise
+            if self.replica is not None:
+                # Shipped already: the standbys may hold it, so it stays history and
+                # this replica fails closed (it gives up the Lease) instead.
+                self._fail(f"metadata commit failed after the frame was shipped: {exc!r}")
+                raise StorageFailed(f"storage failed closed: {self.failed}") from exc
             # The frame is durable but unacknowledged; take it back so that a
             # restart does not replay what we are about to report as failed.
             try:
@@ -213,8 +222,6 @@ class Engine:
         # some blocks still allocated; recovery punches again.
         for sid, start_pos in batch.heads.items():
             self._punch(sid, start_pos)
-        if self.replica is not None:
-            self.replica.committed(self.lsn, frame)
         if self.wal.size >= self.checkpoint_bytes:
             self.start_checkpoint()
         return stats

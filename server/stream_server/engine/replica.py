@@ -8,7 +8,11 @@
   epoch cache), from which a primary tells where a follower's history left
   its own.
 - ``ReplicaHooks.committed`` sees each batch's WAL frame bytes, with its term
-  and lsn, once durable locally (the primary ships them).
+  and lsn, once durable locally: as soon as the WAL is flushed, before the
+  LMDB commit, so that the standbys' apply overlaps it (the primary ships
+  them). A shipped frame cannot be taken back: when the LMDB commit after it
+  fails, ``Engine.commit`` fails the replica closed instead of undoing the
+  frame (a single node undoes it), and the replica gives up the Lease.
 - While ``writable`` is False (a standby) ``Engine.commit`` refuses every
   batch: only ``apply_frames`` writes, so a standby never makes history of its
   own (an expiry sweep on a standby fails instead of diverging).
@@ -16,7 +20,10 @@
   steps as a commit: segment files, the WAL (the frame as it came, same lsn),
   fdatasync, LMDB, then the engine's tails; the frames of one fetch answer
   as one group (one write per stream, one WAL write and flush, one LMDB
-  transaction).
+  transaction). It is two halves: ``write_frames`` makes the frames durable
+  (the WAL flushed: the standby's durable position moves, and it may tell
+  the primary), ``commit_frames`` writes LMDB and the tails, so that a
+  standby's acknowledgement need not wait for its LMDB commit.
 
 None of this exists in single-node mode: ``Engine.replica`` is None there.
 """
@@ -27,6 +34,7 @@ import json
 import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from stream_format import wal as walmod
@@ -144,44 +152,78 @@ def _coalesced(writes: Iterable[walmod.Entry]) -> Iterator[tuple[int, int, bytes
         yield sid, start, b"".join(parts)
 
 
-def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> list[Applied]:
-    """Write frames received from the primary through the commit path, as one group:
-    segment files, the frames appended to the WAL as they came, one fdatasync, one
-    LMDB transaction, then the engine's tails. Returns, per frame, its lsn, the
-    position it carries and its metadata changes (for the stream layer).
+@dataclass(slots=True)
+class Written:
+    """Frames of one fetch answer durable in the WAL, their metadata not yet in LMDB
+    (``write_frames``; ``commit_frames`` finishes them)."""
 
-    Runs on a worker thread, while the pipeline is idle (a standby's own commits
-    are refused): nothing else writes meanwhile. A failure fails the engine closed:
-    the frames are the primary's, and a restart is the only safe retry.
+    decoded: list[tuple[int, list[walmod.Entry]]]  # lsn, metadata changes
+    positions: list[Position]
+
+
+def write_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> Written | None:
+    """The durable half of applying frames from the primary: segment files, the frames
+    appended to the WAL as they came, one fdatasync. From here the frames survive a
+    crash (recovery replays the WAL into LMDB), so the position they carry is this
+    replica's durable position (``hooks.durable``), and a standby may report it to the
+    primary while ``commit_frames`` writes LMDB. None when there are no frames.
+
+    Runs on a worker thread, while the pipeline is idle (a standby's own commits are
+    refused) and the previous answer's ``commit_frames`` has returned: nothing else
+    writes meanwhile. A failure fails the engine closed: the frames are the primary's,
+    and a restart is the only safe retry.
     """
     if engine.failed:
         raise StorageFailed(f"storage failed closed: {engine.failed}")
     assert engine.meta is not None and engine.wal is not None
-    decoded: list[tuple[int, list[walmod.Entry], list[walmod.Entry]]] = []
+    decoded: list[tuple[int, list[walmod.Entry]]] = []
+    writes: list[walmod.Entry] = []
     for frame in frames:
         magic, length, crc, lsn = walmod.FRAME_HEADER.unpack_from(frame)
         body = memoryview(frame)[walmod.FRAME_HEADER.size :]
         if magic != walmod.FRAME_MAGIC or len(body) != length or crc32(body) != crc:
             raise ValueError(f"frame {lsn} from the primary is damaged")
-        entries = walmod.decode_entries(body)
-        writes = [e for e in entries if e[0] == walmod.WRITE]
-        decoded.append((lsn, writes, [e for e in entries if e[0] != walmod.WRITE]))
+        changes: list[walmod.Entry] = []
+        for e in walmod.decode_entries(body):
+            (writes if e[0] == walmod.WRITE else changes).append(e)
+        decoded.append((lsn, changes))
     if not decoded:
-        return []
+        return None
     try:
-        for sid, pos, data in _coalesced(w for _, writes, _ in decoded for w in writes):
+        for sid, pos, data in _coalesced(writes):
             fsio.pwrite(engine.segments.writer(sid), data, pos)
             engine._dirty.add(sid)
         engine.wal.append(b"".join(frames))  # the frames as they came, one write
         engine.wal.sync()
-        engine.lsn = decoded[-1][0]
-        engine._lmdb_write([e for _, _, changes in decoded for e in changes])
+    except Exception as exc:
+        engine._fail(f"applying frames from the primary failed: {exc!r}")
+        raise StorageFailed(f"storage failed closed: {engine.failed}") from exc
+    engine.lsn = decoded[-1][0]
+    positions: list[Position] = []
+    for lsn, changes in decoded:
+        position: Position = (hooks.term, lsn)
+        for e in changes:
+            if e[1] == DB_INFO and e[0] == walmod.PUT and e[2] == KEY_TERMS:
+                hooks.terms = [(int(t), int(s)) for t, s in json.loads(bytes(e[3]))]
+            elif e[1] == DB_INFO and e[0] == walmod.PUT and e[2] == KEY_POSITION:
+                position = POSITION.unpack(e[3])
+        positions.append(position)
+    hooks.durable = positions[-1]
+    return Written(decoded, positions)
+
+
+def commit_frames(engine: Engine, written: Written) -> list[Applied]:
+    """The rest of applying frames: one LMDB transaction for their metadata, then the
+    engine's tails (and punches, deletions). Returns, per frame, its lsn, the position
+    it carries and its metadata changes (for the stream layer). A failure fails the
+    engine closed; the frames stay durable in the WAL, which a restart replays."""
+    try:
+        engine._lmdb_write([e for _, changes in written.decoded for e in changes])
     except Exception as exc:
         engine._fail(f"applying frames from the primary failed: {exc!r}")
         raise StorageFailed(f"storage failed closed: {engine.failed}") from exc
     out: list[Applied] = []
-    for lsn, _, changes in decoded:
-        position: Position = (hooks.term, lsn)
+    for (lsn, changes), position in zip(written.decoded, written.positions, strict=True):
         for e in changes:
             if e[1] == DB_TAILS and e[0] == walmod.PUT:
                 sid = U64_BE.unpack(e[2])[0]
@@ -197,12 +239,15 @@ def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> li
                     engine._punched.pop(sid, None)
                     engine.segments.close(sid)
                     fsio.unlink(engine.segments.path(sid))
-            elif e[1] == DB_INFO and e[0] == walmod.PUT and e[2] == KEY_TERMS:
-                hooks.terms = [(int(t), int(s)) for t, s in json.loads(bytes(e[3]))]
-            elif e[1] == DB_INFO and e[0] == walmod.PUT and e[2] == KEY_POSITION:
-                position = POSITION.unpack(e[3])
         out.append((lsn, position, changes))
-    hooks.durable = out[-1][1]
+    assert engine.wal is not None
     if engine.wal.size >= engine.checkpoint_bytes:
         engine.start_checkpoint()
     return out
+
+
+def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> list[Applied]:
+    """Write frames received from the primary through the whole commit path, as one
+    group: ``write_frames`` then ``commit_frames``."""
+    written = write_frames(engine, hooks, frames)
+    return [] if written is None else commit_frames(engine, written)

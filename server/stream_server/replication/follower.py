@@ -2,9 +2,12 @@
 
 While this replica is a standby of a known primary, it asks the primary for the
 frames after its durable position, writes each through the engine's commit
-path (``engine.replica.apply_frames``, one flush per answer), and makes the ones at or below the
-announced commit point visible to its readers (``mirror``). Its next fetch
-names its new position: that is its acknowledgement.
+path (one flush per answer), and makes the ones at or below the announced
+commit point visible to its readers (``mirror``). Its next fetch names its
+new position: that is its acknowledgement. It is sent once the frames are
+durable (``engine.replica.write_frames``: segments, WAL, fdatasync), while
+their LMDB commit (``commit_frames``) runs; ``applying`` keeps the next
+answer's frames, a promotion and a re-copy behind that commit.
 
 An answer from a term older than the highest term seen is refused: it comes
 from a deposed primary. A 409 says why the primary will not serve us (wrong
@@ -19,17 +22,17 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-import httpx
-
 from stream_server.engine.engine import Engine
-from stream_server.engine.replica import ReplicaHooks, apply_frames
+from stream_server.engine.replica import ReplicaHooks, Written, commit_frames, write_frames
 from stream_server.replication.mirror import Mirror
+from stream_server.replication.peer_http import PeerClient, PeerError
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.shipping import FRAME_HEAD, Shipper
 
 log = logging.getLogger("stream_server.replication")
 
 RECOPY = ("diverged", "too far behind: re-copy")
+FETCH_TIMEOUT = 15.0  # seconds: a fetch is answered within a second when the primary is alive
 
 
 class Follower:
@@ -56,6 +59,7 @@ class Follower:
         self.problem: str | None = None
         self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
         self._task: asyncio.Task[None] | None = None
+        self._finishing: asyncio.Task[None] | None = None  # the last answer's LMDB commit
         # The peer token's header (``peer_token.py``), sent on every fetch; none without.
         self.auth: Callable[[], dict[str, str]] = dict
         # Called when the primary says we cannot follow by frames (diverged, or too
@@ -70,9 +74,12 @@ class Follower:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._finishing is not None:
+            await self._finishing  # never cancelled: the store closes after it
 
     async def _run(self) -> None:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
+        http = PeerClient(timeout=FETCH_TIMEOUT)
+        try:
             while True:
                 state = self.roles.state
                 if not self.following or self.roles.is_primary or not state.primary_url:
@@ -82,14 +89,16 @@ class Follower:
                     continue
                 try:
                     await self._fetch_once(http, state.primary_url, state.term)
-                except (httpx.HTTPError, ValueError) as exc:
+                except (PeerError, ValueError) as exc:
                     self.problem = f"fetch from {state.primary_url} failed: {exc!r}"
                     await asyncio.sleep(self.retry_period)
                 except Exception:
                     log.exception("follower round failed")
                     await asyncio.sleep(self.retry_period)
+        finally:
+            await http.aclose()
 
-    async def _fetch_once(self, http: httpx.AsyncClient, primary: str, term: int) -> None:
+    async def _fetch_once(self, http: PeerClient, primary: str, term: int) -> None:
         after_term, after_lsn = self.hooks.durable
         r = await http.get(
             f"{primary}/replication/fetch",
@@ -103,13 +112,15 @@ class Follower:
             },
             headers=self.auth(),
         )
-        if r.status_code == 409:
+        if r.status == 409:
             answer = r.json()
             reason = answer.get("error", "refused")
             if self.problem != reason:
                 log.warning("the primary at %s refuses us: %s", primary, reason)
             self.problem = reason
             if self.on_recopy is not None and reason in RECOPY:
+                async with self.applying:  # the last frames' LMDB commit has ended
+                    pass
                 await self.on_recopy(primary)
             if int(answer.get("term") or 0) > term:
                 # A newer term than ours (a switchover, seconds before the Lease's
@@ -119,7 +130,8 @@ class Follower:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self.retry_period)
             return
-        r.raise_for_status()
+        if r.status != 200:
+            raise PeerError(f"the primary answered {r.status}: {r.body[:200]!r}")
         answer_term = int(r.headers["replication-term"])
         if answer_term < self.highest_term:
             self.problem = f"refused an answer of term {answer_term} (seen {self.highest_term})"
@@ -129,27 +141,58 @@ class Follower:
         self.highest_term = answer_term
         self.problem = None
         self.fetched_at = asyncio.get_running_loop().time()
-        body = r.content
-        async with self.applying:
-            frames: list[tuple[int, bytes]] = []
-            off = 0
-            expect = self.hooks.durable[1] + 1
-            while off < len(body):
-                t, lsn, n = FRAME_HEAD.unpack_from(body, off)
-                frame = body[off + FRAME_HEAD.size : off + FRAME_HEAD.size + n]
-                off += FRAME_HEAD.size + n
-                if lsn < expect:
-                    continue
-                if lsn != expect:
-                    raise ValueError(f"frame {lsn} does not follow our lsn {expect - 1}")
-                frames.append((t, frame))
-                expect += 1
-            if frames and self.following:
-                applied = await asyncio.to_thread(
-                    apply_frames, self.engine, self.hooks, [f for _, f in frames]
-                )
-                for (t, frame), (lsn, _, changes) in zip(frames, applied, strict=True):
-                    self.shipper.add(t, lsn, frame)
-                    self.mirror.stage(lsn, changes)
-            self.commit = max(self.commit, int(r.headers["replication-commit"]))
+        frames = self._frames(r.body)
+        self.commit = max(self.commit, int(r.headers["replication-commit"]))
+        if not frames:
+            if not self.applying.locked():  # else the LMDB commit under way publishes
+                self.mirror.publish(self.commit)
+            return
+        await self.applying.acquire()  # the previous answer's LMDB commit has ended
+        try:
+            if not self.following:
+                self.applying.release()
+                return
+            written = await asyncio.to_thread(
+                write_frames, self.engine, self.hooks, [f for _, f in frames]
+            )
+        except BaseException:
+            self.applying.release()
+            raise
+        # Durable here: our next fetch reports the new position (the acknowledgement)
+        # while the LMDB commit runs; the lock keeps the next answer's frames behind it.
+        assert written is not None
+        self._finishing = asyncio.create_task(
+            self._finish(written, frames), name="replication apply"
+        )
+
+    def _frames(self, body: bytes) -> list[tuple[int, bytes]]:
+        """The answer's frames after our durable position, as (term, frame)."""
+        frames: list[tuple[int, bytes]] = []
+        off = 0
+        expect = self.hooks.durable[1] + 1
+        while off < len(body):
+            t, lsn, n = FRAME_HEAD.unpack_from(body, off)
+            frame = body[off + FRAME_HEAD.size : off + FRAME_HEAD.size + n]
+            off += FRAME_HEAD.size + n
+            if lsn < expect:
+                continue
+            if lsn != expect:
+                raise ValueError(f"frame {lsn} does not follow our lsn {expect - 1}")
+            frames.append((t, frame))
+            expect += 1
+        return frames
+
+    async def _finish(self, written: Written, frames: list[tuple[int, bytes]]) -> None:
+        """LMDB and the tails for frames already durable, then what readers here see.
+        Holds ``applying`` (taken by ``_fetch_once``) until done."""
+        try:
+            applied = await asyncio.to_thread(commit_frames, self.engine, written)
+            for (t, frame), (lsn, _, changes) in zip(frames, applied, strict=True):
+                self.shipper.add(t, lsn, frame)
+                self.mirror.stage(lsn, changes)
             self.mirror.publish(self.commit)
+        except Exception as exc:  # the engine failed closed: the next answer is refused
+            self.problem = f"applying frames failed: {exc!r}"
+            log.error("applying frames from the primary failed: %r", exc)
+        finally:
+            self.applying.release()
