@@ -41,6 +41,7 @@ from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRou
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.ratelimit import RateLimiter
 from stream_server.recovering import RETRY_AFTER, BackgroundRecovery
+from stream_server.replication import fetch_endpoint
 from stream_server.replication.metrics import ReplicationCollector
 from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.streams.retention import parse_policies
@@ -126,7 +127,6 @@ class StreamServerApp:
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
             routes.append(Route("/replication", self.replication_status, methods=["GET"]))
-            routes.append(Route("/replication/fetch", self.replication_fetch, methods=["GET"]))
             routes.append(
                 Route("/replication/snapshot", self.replication_snapshot, methods=["GET"])
             )
@@ -191,6 +191,15 @@ class StreamServerApp:
                 await self.streams(scope, receive, send)
             else:
                 await self._measured(scope, receive, send)
+        elif (
+            self.replication is not None
+            and scope["type"] == "http"
+            and scope["path"] == fetch_endpoint.PATH
+        ):
+            # Ahead of Starlette: every replicated write waits for these (fetch_endpoint.py).
+            await fetch_endpoint.serve(
+                self.replication, scope, send, recovered=self.recovery.finished
+            )
         else:
             await self.web(scope, receive, send)
 
@@ -317,25 +326,6 @@ class StreamServerApp:
         """This replica's role, term, primary and positions (docs/replication.md)."""
         assert self.replication is not None
         return JSONResponse(self.replication.status(), headers={"cache-control": "no-store"})
-
-    async def replication_fetch(self, request: Request) -> Response:
-        """A standby's fetch: the frames after its position, and the commit point."""
-        assert self.replication is not None
-        if (denied := self._peer_denied(request)) is not None:
-            return denied
-        q = request.query_params
-        try:
-            name = q["name"]
-            numbers = [int(q.get(k, "0")) for k in ("term", "after_term", "after_lsn", "committed")]
-        except (KeyError, ValueError):
-            return PlainTextResponse(
-                "name, term, after_term, after_lsn and committed (integers) are required\n",
-                status_code=400,
-            )
-        if not self.recovery.finished:
-            return PlainTextResponse("recovery not finished\n", status_code=503)
-        answer = await self.replication.fetch(name, *numbers, url=q.get("url", ""))
-        return Response(answer.body, status_code=answer.status, headers=answer.headers)
 
     async def replication_snapshot(self, request: Request) -> Response:
         """A consistent copy of the data, for a standby that must re-copy."""
