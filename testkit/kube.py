@@ -170,6 +170,10 @@ def _selected(request: rendering.Request, obj: dict[str, Any]) -> bool:
     return True
 
 
+# How many of its own past requests kmock keeps (ApiServer._forget_old_requests).
+KMOCK_HISTORY = 100
+
+
 class ApiServer(kmock.KubernetesEmulator):
     """kmock's emulator with the API server behaviour listed in the module docstring."""
 
@@ -224,6 +228,18 @@ class ApiServer(kmock.KubernetesEmulator):
 
     # -- writes --------------------------------------------------------------------------
 
+    def _forget_old_requests(self) -> None:
+        """Keep kmock's own request history short. kmock keeps every request for its
+        assertions and finds which reaction sees the one being served by scanning that
+        history, so each request cost time in proportion to all before it: over a
+        minutes-long test with a replica set (Lease renewals, a kubelet, an operator) the
+        emulator slowed until Lease renewals missed their deadlines. ``requests`` (ours)
+        keeps every call."""
+        if len(self._requests) > 2 * KMOCK_HISTORY:
+            del self._requests[:-KMOCK_HISTORY]
+            for payload in self._payloads:
+                del payload._requests[:-KMOCK_HISTORY]
+
     def _record(self, request: rendering.Request, verb: str) -> None:
         """Note the request as RBAC sees it (verb, group, resource[/subresource], agent)."""
         plural = request.resource.plural
@@ -234,6 +250,7 @@ class ApiServer(kmock.KubernetesEmulator):
         self.requests.append(Call(verb, group, plural, agent, request.namespace))
 
     async def _handle(self, request: rendering.Request) -> Any:
+        self._forget_old_requests()
         if request.method == enums.method.PUT and request.resource and request.name:
             return await self._serve_put(request)  # kmock serves no PUT
         verb = _verb(request)
