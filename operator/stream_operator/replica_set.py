@@ -110,14 +110,26 @@ def _requested(
             ds, reason="SwitchoverRequest", message=f"{SWITCHOVER_TO}={target}: {decision}"
         )
     else:
-        step = _switch_over(ac, ds, decision, f"asked for with {SWITCHOVER_TO}")
+        step = _switch_over(
+            ac,
+            ds,
+            decision,
+            f"asked for with {SWITCHOVER_TO}",
+            retry=f"not retried: annotate {SWITCHOVER_TO} again to retry",
+        )
     remove_annotation(ac, meta["namespace"], meta["name"], SWITCHOVER_TO)
     return step
 
 
-def _switch_over(ac: client.ApiClient, ds: dict[str, Any], step: Step, purpose: str) -> Step:
+def _switch_over(
+    ac: client.ApiClient,
+    ds: dict[str, Any],
+    step: Step,
+    purpose: str,
+    retry: str = "trying again in the next round",
+) -> Step:
     """Ask the primary to hand its Lease to the step's target; the step that resulted.
-    ``purpose`` ends the Event's message."""
+    ``purpose`` ends the Event's message; ``retry`` says what follows a failure."""
     assert step.switchover is not None
     meta = ds["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -125,7 +137,9 @@ def _switch_over(ac: client.ApiClient, ds: dict[str, Any], step: Step, purpose: 
     source, target = step.switchover
     token = read_secret_value(ac, namespace, replication_secret_name(name), TOKEN_KEY)
     if token is None:
-        return failed_switchover(step, f"Secret {replication_secret_name(name)} has no token")
+        return failed_switchover(
+            step, f"Secret {replication_secret_name(name)} has no token", retry
+        )
     verify: bool | str = True
     tls = with_defaults(spec)["server"].get("tlsSecretName")
     if tls:
@@ -134,7 +148,7 @@ def _switch_over(ac: client.ApiClient, ds: dict[str, Any], step: Step, purpose: 
         _pod_url[0](name, namespace, source, spec), token, target, verify=verify
     )
     if not answer.ok:
-        failed = failed_switchover(step, answer.why)
+        failed = failed_switchover(step, answer.why, retry)
         kopf.warn(ds, reason="SwitchoverFailed", message=failed.message)
         return failed
     _switched[(namespace, name)] = answer.primary

@@ -185,12 +185,9 @@ def requested_switchover(name: str, replicas: int, target: str, view: LeaseView)
     )
 
 
-def failed_switchover(step: Step, why: str) -> Step:
-    """The step after a switchover the primary refused or did not answer: nothing changed,
-    the next round tries again."""
+def failed_switchover(step: Step, why: str, then: str = "trying again in the next round") -> Step:
+    """The step after a switchover the primary refused or did not answer: nothing changed;
+    ``then`` says what happens next (a rolling update tries again the next round)."""
     assert step.switchover is not None
     source, target = step.switchover
-    return Step(
-        SWITCHOVER_FAILED,
-        f"switchover {source} -> {target} failed ({why}); trying again in the next round",
-    )
+    return Step(SWITCHOVER_FAILED, f"switchover {source} -> {target} failed ({why}); {then}")

@@ -339,7 +339,7 @@ def test_a_switchover_asked_for_with_the_annotation_is_tried_once_then_forgotten
     stand_in.fail_next(503, "CATCHUP_TIMEOUT")
     ask("events-0")
     failed = wait_for(lambda: events(c, "SwitchoverFailed"), message="the failure's Event")
-    assert "503 CATCHUP_TIMEOUT" in failed[0]
+    assert "503 CATCHUP_TIMEOUT" in failed[0] and failed[0].endswith("again to retry")
     wait_for(forgotten, message="the annotation removed")
     assert len(stand_in.calls) == 2  # one attempt, not one a round
     assert status_of(c)["primary"] == "events-2"
