@@ -194,6 +194,16 @@ class Writers:
         last = {op.process: op for op in self.history.ops if op.kind == "append"}
         return {p: f"{op.token} to {op.server}: {op.result} {op.detail}" for p, op in last.items()}
 
+    def resumed(self, started: float, event: str) -> float:
+        """Once the set has settled after ``event`` (begun at ``started``): wait until every
+        writer has had appends acknowledged again, and return the longest pause one saw."""
+        settled_at = time.monotonic()
+        until(
+            lambda: self.acked_after(settled_at),
+            lambda: f"appends after {event}: {self.last_attempts()}",
+        )
+        return self.pause(started, time.monotonic())
+
     def pause(self, start: float, end: float) -> float:
         """The longest any writer waited between two acknowledgements around [start, end]."""
         longest = 0.0
@@ -442,12 +452,7 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
                 lambda: settled(kube, 1, after_term=first["term"]),
                 lambda: f"Ready with a primary of a new term after the kill: {ds_status(kube)}",
             )
-            recovered = time.monotonic()
-            until(
-                lambda: writers.acked_after(recovered),
-                lambda: f"appends after the failover: {writers.last_attempts()}",
-            )
-            kill_pause = writers.pause(killed, time.monotonic())
+            kill_pause = writers.resumed(killed, "the failover")
             seen = log.between(killed, time.monotonic())
             assert any(primary == after_kill["primary"] for _, _, primary, _ in seen)
             # The status shows FailingOver unless the killed primary was back within one
@@ -469,12 +474,7 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
                 return settled(kube, 2, after_term=after_kill["term"]) if fresh else None
 
             after_roll = until(rolled_out, lambda: f"rolled out: {ds_status(kube)}")
-            done = time.monotonic()
-            until(
-                lambda: writers.acked_after(done),
-                lambda: f"appends after the roll: {writers.last_attempts()}",
-            )
-            roll_pause = writers.pause(rolled, time.monotonic())
+            roll_pause = writers.resumed(rolled, "the roll")
 
             # (c) a switchover asked for by hand: the operator asks the real primary to
             # hand over to the named standby, then forgets the request.
@@ -494,12 +494,7 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
                 ),
                 lambda: f"{target} primary on request: {ds_status(kube)}",
             )
-            answered = time.monotonic()
-            until(
-                lambda: writers.acked_after(answered),
-                lambda: f"appends after the requested switchover: {writers.last_attempts()}",
-            )
-            ask_pause = writers.pause(asked, time.monotonic())
+            ask_pause = writers.resumed(asked, "the requested switchover")
             notes = (kube.get(KIND, NS, NAME) or {})["metadata"].get("annotations") or {}
             assert SWITCHOVER_TO not in notes
         finally:
