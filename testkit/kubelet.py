@@ -1,11 +1,12 @@
-"""Play the StatefulSet controller and the kubelet for one StatefulSet, with real processes.
+"""Play the StatefulSet controller and the kubelet for one StatefulSet, with real servers.
 
 When the operator's StatefulSet appears in the emulated API server, each of
-its pods becomes a real ``stream_server`` process: the container's args after
-the image's entrypoint (``durable-streams-server``), the env from its
-``envFrom`` ConfigMap, and its own directory as the ``data`` volume (one per
-PVC, kept across pod restarts as a volume is). Host, port and data path are
-the only things translated, because a pod's network and mounts cannot be
+its pods becomes a real server, a ``stream_server`` process or a container of
+the server image (``runtime``): the container's args after the image's
+entrypoint (``durable-streams-server``), the env from its ``envFrom``
+ConfigMap, and its own directory as the ``data`` volume (one per PVC, kept
+across pod restarts as a volume is). The host and port are set for it (every
+pod is on 127.0.0.1, each on its own port), because a pod network cannot be
 here. Readiness comes from the rendered readiness probe, and the counts go
 back into the StatefulSet's status the way the controller reports them.
 
@@ -26,13 +27,17 @@ replacement starts only once it has exited (one process per volume). Pods carry
 A replica set's pods get what only the stand-in knows: ``DS_KUBE_API`` (the
 emulated API server, where a pod would use its service account) and
 ``DS_REPLICA_URL`` (the pod's own 127.0.0.1 origin, where a pod would be reached
-through the headless Service); mounted Secrets are written to files and the
-env paths that point into them translated. Readiness honours the readiness
+through the headless Service); mounted Secrets are written to files, which the
+runtime (``testkit.pod_runtimes``: a process, or a podman container) gives the
+server at their paths. Readiness honours the readiness
 probe's period, timeout and failure threshold.
 
 The API objects themselves (claims, Pod objects and statuses, the StatefulSet's
-status, a container's env) are built in ``testkit.pod_objects``; this module runs
-the processes and decides when.
+status, a container's env) are built in ``testkit.pod_objects``; how a container
+runs is ``testkit.pod_runtimes``; this module decides when each starts and stops.
+Over 400 lines as the one control loop that a StatefulSet controller and a kubelet
+are together: starts, restarts with back-off, rollouts and deletions share its
+state.
 """
 
 from __future__ import annotations

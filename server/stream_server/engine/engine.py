@@ -6,13 +6,20 @@ Path of one batch (called from the single writer thread):
    of metadata changes;
 2. write the records to the segment files (page cache only);
 3. write one WAL frame holding the records and the metadata changes, and
-   fdatasync it: from here the batch survives a crash;
+   fdatasync it: from here the batch survives a crash; in a replica set the
+   frame is shipped to the standbys now, so their apply overlaps step 4;
 4. commit the same metadata changes to LMDB (tails, index, producers, streams);
 5. publish the new tails to readers; the caller then acknowledges.
 
 A failure in 2-4 that leaves the disk consistent (disk full) undoes the batch
-and raises StorageError; a failed flush fails the engine closed. Recovery is
-``recovery.Recovery``; the segment files' descriptors are ``segments.Segments``.
+and raises StorageError; a failed flush fails the engine closed, and so does a
+failed LMDB commit in a replica set (the frame was shipped: it cannot be taken
+back). Recovery is ``recovery.Recovery``; the segment files' descriptors are
+``segments.Segments``.
+
+Over 400 lines because the batch path, reads, checkpoints and the fail-closed
+state share the LMDB environment, the WAL and one lock; recovery, segments and
+batch building are already modules of their own.
 """
 
 from __future__ import annotations
