@@ -106,17 +106,26 @@ def shared_server(tmp_path_factory) -> ServerProcess:
     srv.stop()
 
 
-def read_all(url: str, *, timeout: float = 10) -> bytes:
-    """A stream's whole content, following Stream-Next-Offset until up to date."""
+def read_served(client: httpx.Client, url: str) -> bytes | None:
+    """A stream's whole content, following Stream-Next-Offset until up to date; None when
+    the server answers anything else than 200 (no such stream there, not serving yet)."""
     out, offset = b"", "-1"
+    while True:
+        r = client.get(url, params={"offset": offset})
+        if r.status_code != 200:
+            return None
+        out += r.content
+        offset = r.headers["stream-next-offset"]
+        if r.headers.get("stream-up-to-date") == "true":
+            return out
+
+
+def read_all(url: str, *, timeout: float = 10) -> bytes:
+    """A stream's whole content, which the server must serve (200)."""
     with httpx.Client(timeout=timeout) as c:
-        while True:
-            r = c.get(url, params={"offset": offset})
-            assert r.status_code == 200, (url, r.status_code, r.text)
-            out += r.content
-            offset = r.headers["stream-next-offset"]
-            if r.headers.get("stream-up-to-date") == "true":
-                return out
+        content = read_served(c, url)
+    assert content is not None, f"{url} is not served (no 200 while reading it)"
+    return content
 
 
 def stream_state(url: str) -> tuple:

@@ -57,6 +57,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from conftest import read_served
 from stream_operator import KIND, replica_set
 from stream_operator.render import lease_name
 from stream_operator.rollout import SWITCHOVER_TO
@@ -287,18 +288,6 @@ def create_streams(service: ServiceEndpoints) -> None:
         until(created, f"stream {stream} created through the Service")
 
 
-def read_all(client: httpx.Client, origin: str, stream: str) -> bytes | None:
-    out, offset = b"", "-1"
-    while True:
-        r = client.get(f"{origin}/v1/stream/{stream}", params={"offset": offset})
-        if r.status_code != 200:
-            return None
-        out += r.content
-        offset = r.headers["stream-next-offset"]
-        if r.headers.get("stream-up-to-date") == "true":
-            return out
-
-
 def converged(kubelet: Kubelet) -> dict[str, bytes]:
     """Every pod's copy of every stream, once all three are byte-identical."""
     last: list[dict[str, bytes | None]] = []
@@ -308,7 +297,7 @@ def converged(kubelet: Kubelet) -> dict[str, bytes]:
         with httpx.Client(timeout=10) as client:
             try:
                 last = [
-                    {s: read_all(client, pod.url, s) for s in STREAMS}
+                    {s: read_served(client, f"{pod.url}/v1/stream/{s}") for s in STREAMS}
                     for pod in sorted(kubelet.ready_pods(), key=lambda p: p.ordinal)
                 ]
             except httpx.HTTPError:

@@ -11,7 +11,6 @@ did to the cluster.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from testkit import free_port, rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream, storage_class
 from testkit.kubelet import Kubelet
+from testkit.leases import replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import (
     claim_volumes,
@@ -123,17 +123,7 @@ def test_create_renders_every_object_with_owner_references(kube: Cluster):
 
 def healthy_lease(name: str, replicas: int) -> dict[str, Any]:
     """A replica set's Lease as its servers write it with every replica in sync."""
-    in_sync = json.dumps([f"{name}-{i}" for i in range(1, replicas)])
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": f"{name}-leader",
-            "namespace": NS,
-            "annotations": {"streams.pyds.dev/term": "1", "streams.pyds.dev/in-sync": in_sync},
-        },
-        "spec": {"holderIdentity": f"{name}-0"},
-    }
+    return replica_lease(name, NS, f"{name}-0", 1, [f"{name}-{i}" for i in range(1, replicas)])
 
 
 def _ready(kube: Cluster, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from stream_operator import KIND
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
+from testkit.leases import replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
 
@@ -87,13 +88,7 @@ def become_a_replica_set_and_back(c: Cluster, namespace: str) -> None:
         c.create(pod).raise_for_status()
         ready = {"status": pod_status(container, ready=True, restarts=0)}
         c.patch("Pod", namespace, f"events-{i}", ready, status=True).raise_for_status()
-    in_sync = {"streams.pyds.dev/in-sync": '["events-1", "events-2"]'}
-    lease = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": "events-leader", "namespace": namespace, "annotations": in_sync},
-        "spec": {"holderIdentity": "events-0"},
-    }
+    lease = replica_lease("events", namespace, "events-0", 1, ["events-1", "events-2"])
     c.create(lease).raise_for_status()
     play_statefulset_controller(c, namespace, "events")
     wait_for(lambda: role(c, namespace, "events-0") == "primary", message="the primary label")

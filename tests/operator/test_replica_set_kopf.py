@@ -12,7 +12,6 @@ Spark on a standby: test_replica_set_rollout_kopf.py.)
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
+from testkit.leases import write_replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
 
@@ -59,15 +59,7 @@ def events(c: Cluster, reason: str) -> list[str]:
 
 
 def write_lease(c: Cluster, holder: str, term: int, in_sync: list[str]) -> None:
-    """The Lease as the servers write it (holder, term and in-sync set in one write)."""
-    notes = {"streams.pyds.dev/term": str(term), "streams.pyds.dev/in-sync": json.dumps(in_sync)}
-    body = {"metadata": {"annotations": notes}, "spec": {"holderIdentity": holder}}
-    if c.get("Lease", NS, "events-leader") is None:
-        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
-        meta = {**body["metadata"], "name": "events-leader", "namespace": NS}
-        c.create({**lease, **body, "metadata": meta}).raise_for_status()
-    else:
-        c.patch("Lease", NS, "events-leader", body).raise_for_status()
+    write_replica_lease(c, "events", NS, holder, term, in_sync)
 
 
 def set_ready(c: Cluster, sts: dict[str, Any], ordinal: int, ready: bool) -> None:

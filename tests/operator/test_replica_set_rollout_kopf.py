@@ -27,12 +27,12 @@ from stream_operator.rollout import SWITCHOVER_TO
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
+from testkit.leases import IN_SYNC, write_replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
 
 NS = "default"
 REVISION = "controller-revision-hash"
-IN_SYNC = "streams.pyds.dev/in-sync"
 
 
 def revision(sts: dict[str, Any]) -> str:
@@ -45,14 +45,7 @@ def lease(c: Cluster) -> dict[str, Any]:
 
 
 def write_lease(c: Cluster, holder: str, term: int, in_sync: list[str]) -> None:
-    notes = {"streams.pyds.dev/term": str(term), IN_SYNC: json.dumps(in_sync)}
-    body = {"metadata": {"annotations": notes}, "spec": {"holderIdentity": holder}}
-    if c.get("Lease", NS, "events-leader") is None:
-        meta = {**body["metadata"], "name": "events-leader", "namespace": NS}
-        obj = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **body, "metadata": meta}
-        c.create(obj).raise_for_status()
-    else:
-        c.patch("Lease", NS, "events-leader", body).raise_for_status()
+    write_replica_lease(c, "events", NS, holder, term, in_sync)
 
 
 def set_in_sync(c: Cluster, in_sync: list[str]) -> None:

@@ -4,7 +4,6 @@ the emulated API server)."""
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Iterator
 
@@ -14,6 +13,7 @@ from primary_stand_in import StandIn, primary_stand_in
 from stream_operator.render import render_replication_secret
 from stream_operator.switchover import new_token, request_switchover
 from testkit.cluster import Cluster, cluster
+from testkit.leases import replica_lease
 
 NS = "default"
 TOKEN = new_token()
@@ -24,14 +24,7 @@ def primary() -> Iterator[tuple[Cluster, StandIn]]:
     with cluster() as c:
         secret = render_replication_secret("events", NS, "uid-1", TOKEN)
         c.http.post(f"/api/v1/namespaces/{NS}/secrets", json=secret).raise_for_status()
-        notes = {"streams.pyds.dev/term": "4", "streams.pyds.dev/in-sync": json.dumps(["events-2"])}
-        lease = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": "events-leader", "namespace": NS, "annotations": notes},
-            "spec": {"holderIdentity": "events-0"},
-        }
-        c.create(lease).raise_for_status()
+        c.create(replica_lease("events", NS, "events-0", 4, ["events-2"])).raise_for_status()
         with primary_stand_in(c.url, NS, "events") as stand_in:
             yield c, stand_in
 
