@@ -37,6 +37,10 @@ _TYPED = {
     "ServiceAccount": (client.CoreV1Api, "service_account"),
     "Role": (client.RbacAuthorizationV1Api, "role"),
     "RoleBinding": (client.RbacAuthorizationV1Api, "role_binding"),
+    # Read or deleted, never rendered: the servers' Lease, a Secret's key, a pod to roll.
+    "Lease": (client.CoordinationV1Api, "lease"),
+    "Secret": (client.CoreV1Api, "secret"),
+    "Pod": (client.CoreV1Api, "pod"),
 }
 _CUSTOM = {
     "DurableStream": (GROUP, VERSION, PLURAL),
@@ -321,13 +325,7 @@ def prune(
 
 def read_lease(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     """A replica set's Lease as the servers wrote it (None before the first one started)."""
-    try:
-        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return api_client.sanitize_for_serialization(lease)
+    return read(api_client, "Lease", namespace, name)
 
 
 def label_pod(
@@ -342,13 +340,7 @@ def read_secret_value(
     api_client: client.ApiClient, namespace: str, name: str, key: str
 ) -> str | None:
     """One key of a Secret, decoded (None: no such Secret or key)."""
-    try:
-        secret = client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    raw = (secret.data or {}).get(key)
+    raw = ((read(api_client, "Secret", namespace, name) or {}).get("data") or {}).get(key)
     return base64.b64decode(raw).decode() if raw is not None else None
 
 
@@ -367,10 +359,4 @@ def create_secret(api_client: client.ApiClient, secret: dict[str, Any]) -> bool:
 
 def delete_pod(api_client: client.ApiClient, namespace: str, name: str) -> bool:
     """Delete one pod (its StatefulSet recreates it on the update revision); False if gone."""
-    try:
-        client.CoreV1Api(api_client).delete_namespaced_pod(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
+    return delete(api_client, "Pod", namespace, name)
