@@ -41,7 +41,7 @@ from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRou
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.ratelimit import RateLimiter
 from stream_server.recovering import RETRY_AFTER, BackgroundRecovery
-from stream_server.replication import fetch_endpoint
+from stream_server.replication import fetch_endpoint, peer_token
 from stream_server.replication.metrics import ReplicationCollector
 from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.streams.retention import parse_policies
@@ -357,9 +357,9 @@ class StreamServerApp:
         if self.replication.peer_allowed(request.headers.get("authorization")):
             return None
         return JSONResponse(
-            {"error": {"code": "UNAUTHORIZED", "message": "the replica set's token is required"}},
+            peer_token.REFUSED,
             status_code=401,
-            headers={"www-authenticate": 'Bearer realm="replication"'},
+            headers={"www-authenticate": peer_token.CHALLENGE},
         )
 
     async def metrics_endpoint(self, request: Request) -> Response:

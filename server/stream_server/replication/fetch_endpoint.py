@@ -17,23 +17,19 @@ and a method other than GET 405.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
+
+from stream_server.protocol.http import Headers, Send, respond, text_headers
+from stream_server.replication.peer_token import CHALLENGE, REFUSED
 
 if TYPE_CHECKING:
     from stream_server.replication.service import Replication
 
 PATH = "/replication/fetch"
 NUMBERS = ("term", "after_term", "after_lsn", "committed")
-
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-RawHeaders = list[tuple[bytes, bytes]]
-
-UNAUTHORIZED = json.dumps(
-    {"error": {"code": "UNAUTHORIZED", "message": "the replica set's token is required"}},
-    separators=(",", ":"),
-).encode()
+UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()
 
 
 async def serve(
@@ -54,7 +50,7 @@ async def serve(
             401,
             [
                 (b"content-type", b"application/json"),
-                (b"www-authenticate", b'Bearer realm="replication"'),
+                (b"www-authenticate", CHALLENGE.encode()),
             ],
             UNAUTHORIZED,
         )
@@ -81,9 +77,7 @@ async def serve(
     await _answer(send, answer.status, headers, answer.body)
 
 
-async def _answer(send: Send, status: int, headers: RawHeaders, body: bytes) -> None:
+async def _answer(send: Send, status: int, headers: Headers, body: bytes) -> None:
     if not any(k == b"content-type" for k, _ in headers):
-        headers = [(b"content-type", b"text/plain; charset=utf-8"), *headers]
-    headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+        headers = text_headers(headers)
+    await respond(send, status, headers, body)

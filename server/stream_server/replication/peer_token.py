@@ -31,6 +31,9 @@ from stream_server.rotation import Signature, signature
 log = logging.getLogger("stream_server.replication")
 
 RECHECK = 1.0  # seconds between two looks at the file's signature
+# The answer (401) on every peer endpoint to a request without the token.
+REFUSED = {"error": {"code": "UNAUTHORIZED", "message": "the replica set's token is required"}}
+CHALLENGE = 'Bearer realm="replication"'  # its WWW-Authenticate
 
 
 def read_secret(path: str) -> str:
