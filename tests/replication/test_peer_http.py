@@ -92,6 +92,48 @@ async def test_requests_share_one_kept_alive_connection(peer):
     assert all(dict(req.headers)[b"host"] == ps.url[7:].encode() for req in ps.requests)
 
 
+async def test_chunked_answers_and_a_connection_the_peer_closes_are_read_whole(peer):
+    """A chunked body is joined; an answer saying ``connection: close`` is read whole
+    and its connection is not used again."""
+
+    async def chunked_then_close(n, req, w, conn) -> bool:
+        close = n == 1
+        headers = [("transfer-encoding", "chunked"), ("x-n", str(n))]
+        if close:
+            headers.append(("connection", "close"))
+        w.write(conn.send(h11.Response(status_code=200, headers=headers)))
+        for part in (b"first ", b"second ", str(n).encode()):
+            w.write(conn.send(h11.Data(data=part)))
+        w.write(conn.send(h11.EndOfMessage()))
+        await w.drain()
+        return not close
+
+    ps = await peer(chunked_then_close)
+    client = PeerClient(timeout=5)
+    try:
+        got = [await client.get(ps.url + f"/{i}") for i in range(3)]
+    finally:
+        await client.aclose()
+    assert [(r.status, r.body, r.headers["x-n"]) for r in got] == [
+        (200, b"first second 0", "0"),
+        (200, b"first second 1", "1"),
+        (200, b"first second 2", "2"),
+    ]
+    assert client.connects == 2  # the third request went on a new connection
+
+
+async def test_a_header_with_a_line_break_is_refused_unsent(peer):
+    ps = await peer(answer)
+    client = PeerClient(timeout=5)
+    try:
+        with pytest.raises(PeerError, match="line break"):
+            await client.get(ps.url + "/a", headers={"authorization": "Bearer x\r\nx-evil: 1"})
+        assert (await client.get(ps.url + "/b")).body == b"0 /b"
+    finally:
+        await client.aclose()
+    assert [r.target for r in ps.requests] == [b"/b"]
+
+
 async def test_a_connection_dropped_before_the_answer_is_retried_once_on_a_new_one(peer):
     async def drop_second(n, req, w, conn) -> bool:
         if n == 1:

@@ -1,15 +1,18 @@
-"""A lean keep-alive HTTP/1.1 client for a standby's fetches: h11 over asyncio streams.
+"""A lean keep-alive HTTP/1.1 client for a standby's fetches: httptools over
+asyncio streams.
 
 A standby asks its primary for frames one request after another, on one
 connection, with nothing but a query and a bearer token; every write of the
-set waits for that round trip. httpx spent 1 to 3 ms of CPU per request on
-it (its request and response models, URL parsing, the connection pool,
-anyio's cancel scopes), more than the standby's apply of the frames
-(docs/performance.md, "Replication"). This client keeps only what a
-follower uses: one connection per origin, GET, a timeout per request. h11
-(already installed with uvicorn) does all the HTTP: request framing, the
-response head, Content-Length and chunked bodies, and whether the
-connection may be reused; this module only moves bytes.
+set waits for that round trip, and each standby makes one per write. httpx
+spent 1 to 3 ms of CPU per request on it (its request and response models,
+URL parsing, the connection pool, anyio's cancel scopes), and h11, pure
+Python, about 0.13 ms to frame a request and parse an answer (a third of a
+standby's CPU per write, docs/performance.md, "The write path's round
+trip"). httptools, the C parser uvicorn serves with (installed with it),
+parses an answer in about 5 us: the status line, the headers, Content-Length
+and chunked bodies, and whether the connection may be kept. This module
+writes the request line and headers itself (a GET with a few headers of our
+own, refused if any holds a line break) and only moves bytes.
 
 A dropped connection: a request that fails on a connection used before,
 before any byte of its answer arrived, is sent once more on a new
@@ -26,11 +29,12 @@ import asyncio
 import contextlib
 import json
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-import h11
+import httptools
 
 READ_SIZE = 256 * 1024  # bytes asked of the socket at a time (a fetch answer is up to 4 MiB)
 
@@ -52,6 +56,28 @@ class PeerResponse:
 Origin = tuple[str, str, int]  # scheme, host, port
 
 
+class _Answer:
+    """httptools' callbacks for one response: what it parsed so far."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers: dict[str, str] = {}
+        self.parts: list[bytes] = []
+        self.keep = False  # the connection may carry the next request
+        self.complete = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        self.parts.append(body)
+
+    def on_message_complete(self) -> None:
+        # Asked here: llhttp answers for the message being parsed, not after it.
+        self.keep = self.parser.should_keep_alive()
+        self.complete = True
+
+
 class _Connection:
     """One HTTP/1.1 connection, used for one request at a time."""
 
@@ -64,8 +90,8 @@ class _Connection:
         self.host = host if origin[2] == default else f"{host}:{origin[2]}"
         self.reader = reader
         self.writer = writer
-        self.h11 = h11.Connection(h11.CLIENT)
         self.used = False  # a request completed on it: the peer may have closed it since
+        self.keep = True  # the last answer let us keep the connection
 
     @classmethod
     async def open(cls, origin: Origin) -> _Connection:
@@ -76,44 +102,38 @@ class _Connection:
 
     @property
     def reusable(self) -> bool:
-        return self.h11.our_state is h11.IDLE and not self.reader.at_eof()
+        return self.keep and not self.reader.at_eof()
 
-    async def request(self, target: str, headers: list[tuple[str, str]]) -> PeerResponse:
-        """Send a GET and read its whole answer. ``_Unanswered`` when not one byte of the
-        answer arrived (the request may be retried on a new connection)."""
-        head = self.h11.send(h11.Request(method="GET", target=target, headers=headers))
-        end = self.h11.send(h11.EndOfMessage())
+    async def request(
+        self, target: str, headers: list[tuple[str, str]], on_sent: Callable[[], None]
+    ) -> PeerResponse:
+        """Send a GET (``on_sent`` once it is written) and read its whole answer.
+        ``_Unanswered`` when not one byte of the answer arrived (the request may be
+        retried on a new connection)."""
+        lines = [f"GET {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
+        if any("\r" in line or "\n" in line for line in lines):
+            raise PeerError("a line break in the request's target or headers")
+        self.keep = False  # until an answer says otherwise
+        answer = _Answer()
         answered = False
         try:
-            self.writer.write((head or b"") + (end or b""))
+            self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
             await self.writer.drain()
-            status = 0
-            names: dict[str, str] = {}
-            parts: list[bytes | bytearray] = []
-            while True:
-                event = self.h11.next_event()
-                if event is h11.NEED_DATA:
-                    data = await self.reader.read(READ_SIZE)
-                    answered = answered or bool(data)
-                    self.h11.receive_data(data)  # b"": the peer closed; h11 tells below
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                    names = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
-                elif isinstance(event, h11.Data):
-                    parts.append(event.data)
-                elif isinstance(event, h11.EndOfMessage):
-                    break
-                elif isinstance(event, h11.ConnectionClosed):
+            on_sent()
+            while not answer.complete:
+                data = await self.reader.read(READ_SIZE)
+                if not data:
                     raise ConnectionResetError("the peer closed the connection")
-                # InformationalResponse (1xx): keep reading
-        except (OSError, h11.ProtocolError) as exc:
+                answered = True
+                answer.parser.feed_data(data)
+        except (OSError, httptools.HttpParserError) as exc:
             if not answered:
                 raise _Unanswered(exc) from exc
             raise PeerError(f"{type(exc).__name__}: {exc}") from exc
         self.used = True
-        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
-            self.h11.start_next_cycle()  # keep-alive; otherwise ``reusable`` is False
-        return PeerResponse(status, names, b"".join(parts))
+        self.keep = answer.keep
+        status = answer.parser.get_status_code()
+        return PeerResponse(status, answer.headers, b"".join(answer.parts))
 
     def close(self) -> None:
         self.writer.close()
@@ -132,8 +152,14 @@ class PeerClient:
         self.connects = 0  # connections opened (tests, and a look at reuse)
 
     async def get(
-        self, url: str, params: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+        self,
+        url: str,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        on_sent: Callable[[], None] = lambda: None,
     ) -> PeerResponse:
+        """GET ``url``; ``on_sent`` is called once the request is written (the follower
+        lets its writer thread go on from there, ``applier.py``)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise PeerError(f"not an http(s) URL: {url!r}")
@@ -148,7 +174,7 @@ class PeerClient:
             target += "?" + query
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._send(origin, target, headers or {})
+                return await self._send(origin, target, headers or {}, on_sent)
         except TimeoutError:
             self._drop()
             raise PeerError(f"no answer from {url} within {self.timeout:g}s") from None
@@ -156,7 +182,9 @@ class PeerClient:
             self._drop()  # cancelled or failed mid-request: the connection's state is unknown
             raise
 
-    async def _send(self, origin: Origin, target: str, headers: dict[str, str]) -> PeerResponse:
+    async def _send(
+        self, origin: Origin, target: str, headers: dict[str, str], on_sent: Callable[[], None]
+    ) -> PeerResponse:
         conn = self._conn
         if conn is not None and (conn.origin != origin or not conn.reusable):
             self._drop()
@@ -171,7 +199,7 @@ class PeerClient:
                 self._conn = conn
             head = [("host", conn.host), *headers.items()]
             try:
-                return await conn.request(target, head)
+                return await conn.request(target, head, on_sent)
             except _Unanswered as exc:
                 fresh = not conn.used
                 self._drop()
