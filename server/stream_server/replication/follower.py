@@ -6,8 +6,9 @@ path (one flush per answer), and makes the ones at or below the announced
 commit point visible to its readers (``mirror``). Its next fetch names its
 new position: that is its acknowledgement. It is sent once the frames are
 durable (``engine.replica.write_frames``: segments, WAL, fdatasync), while
-their LMDB commit (``commit_frames``) runs; ``applying`` keeps the next
-answer's frames, a promotion and a re-copy behind that commit.
+their LMDB commit (``commit_frames``) runs, both on the standby's writer
+thread (``applier.py``); ``applying`` keeps the next answer's frames, a
+promotion and a re-copy behind that commit.
 
 An answer from a term older than the highest term seen is refused: it comes
 from a deposed primary. A 409 says why the primary will not serve us (wrong
@@ -20,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 
 from stream_server.engine.engine import Engine
-from stream_server.engine.replica import ReplicaHooks, Written, commit_frames, write_frames
+from stream_server.engine.replica import ReplicaHooks
+from stream_server.replication.applier import Applier, Job
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_http import PeerClient, PeerError
 from stream_server.replication.roles import RoleLoop
@@ -52,6 +55,7 @@ class Follower:
         self.shipper = shipper
         self.mirror = mirror
         self.retry_period = retry_period
+        self.applier = Applier(engine, hooks)
         self.following = False  # set by the service once the engine is in standby mode
         self.applying = asyncio.Lock()  # held while frames are being written
         self.highest_term = 0
@@ -60,6 +64,7 @@ class Follower:
         self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
         self._task: asyncio.Task[None] | None = None
         self._finishing: asyncio.Task[None] | None = None  # the last answer's LMDB commit
+        self._sent = threading.Event()  # the writer thread's: our acknowledgement went out
         # The peer token's header (``peer_token.py``), sent on every fetch; none without.
         self.auth: Callable[[], dict[str, str]] = dict
         # Called when the primary says we cannot follow by frames (diverged, or too
@@ -76,6 +81,7 @@ class Follower:
                 await self._task
         if self._finishing is not None:
             await self._finishing  # never cancelled: the store closes after it
+        await self.applier.stop()  # the job under way ends first
 
     async def _run(self) -> None:
         http = PeerClient(timeout=FETCH_TIMEOUT)
@@ -111,6 +117,7 @@ class Follower:
                 "url": self.roles.config.url,  # what a switchover names as the new primary
             },
             headers=self.auth(),
+            on_sent=self._sent.set,
         )
         if r.status == 409:
             answer = r.json()
@@ -152,18 +159,15 @@ class Follower:
             if not self.following:
                 self.applying.release()
                 return
-            written = await asyncio.to_thread(
-                write_frames, self.engine, self.hooks, [f for _, f in frames]
-            )
+            job = self.applier.submit([f for _, f in frames])
+            self._sent = job.sent  # set when our next fetch, the acknowledgement, is sent
+            await job.written
         except BaseException:
             self.applying.release()
             raise
         # Durable here: our next fetch reports the new position (the acknowledgement)
         # while the LMDB commit runs; the lock keeps the next answer's frames behind it.
-        assert written is not None
-        self._finishing = asyncio.create_task(
-            self._finish(written, frames), name="replication apply"
-        )
+        self._finishing = asyncio.create_task(self._finish(job, frames), name="replication apply")
 
     def _frames(self, body: bytes) -> list[tuple[int, bytes]]:
         """The answer's frames after our durable position, as (term, frame)."""
@@ -182,11 +186,11 @@ class Follower:
             expect += 1
         return frames
 
-    async def _finish(self, written: Written, frames: list[tuple[int, bytes]]) -> None:
+    async def _finish(self, job: Job, frames: list[tuple[int, bytes]]) -> None:
         """LMDB and the tails for frames already durable, then what readers here see.
         Holds ``applying`` (taken by ``_fetch_once``) until done."""
         try:
-            applied = await asyncio.to_thread(commit_frames, self.engine, written)
+            applied = await job.committed
             for (t, frame), (lsn, _, changes) in zip(frames, applied, strict=True):
                 self.shipper.add(t, lsn, frame)
                 self.mirror.stage(lsn, changes)
