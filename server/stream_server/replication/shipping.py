@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
 from stream_server.replication.roles import RoleLoop
+from stream_server.replication.signal import Signal
 
 log = logging.getLogger("stream_server.replication")
 
@@ -155,7 +156,7 @@ class Shipper:
         self.committed = 0
         self.shipped = 0  # frames sent, for metrics
         self.stopping = False
-        self.changed = asyncio.Event()
+        self.changed = Signal()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._joining: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -257,13 +258,10 @@ class Shipper:
                     )
                 )
                 told = True
-            event = self.changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), left if not told else 1.0)
+            await self.changed.wait(left if not told else 1.0)
 
     def _notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
+        self.changed.notify()
 
     # ------------------------------------------------------------- fetches
 
@@ -315,8 +313,7 @@ class Shipper:
             left = deadline - loop.time()
             if left <= 0:
                 break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), left)
+            await self.changed.wait(left)
         parts: list[bytes] = []
         size = 0
         for t, lsn, frame in self.ring.since(self.ring.first_after(after_lsn)):

@@ -41,7 +41,6 @@ term bump fences any late fetch answer of ours as in a failover.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -186,10 +185,8 @@ async def _until(rep: Replication, done: Callable[[], bool], deadline: float) ->
         left = deadline - loop.time()
         if left <= 0:
             raise TimeoutError
-        changed = rep.shipper.changed
-        with contextlib.suppress(TimeoutError):
-            # The pipeline's idleness moves without an event: look again soon.
-            await asyncio.wait_for(changed.wait(), min(left, 0.01))
+        # The pipeline's idleness moves without a notify: look again soon.
+        await rep.shipper.changed.wait(min(left, 0.01))
 
 
 async def _settle(rep: Replication, target: str) -> LeaseRecord:
