@@ -80,6 +80,15 @@ def die_with_parent() -> None:
         _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process has used so far, user and system (0 when it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def rss_bytes(pid: int, *, children: bool = False) -> int:
     """A process's resident set size (VmRSS), 0 when it cannot be read; with
     ``children``, its descendants' too (the server's JSON worker, say)."""

@@ -82,6 +82,12 @@ class ReplicaSetServer(Server):
     def running(self) -> bool:
         return self.rs is not None and all(runs(s.pid, s.command) for s in self.rs.servers)
 
+    def pids(self) -> list[int]:
+        if self.rs is None or self.primary is None:
+            return []
+        others = [s.pid for s in self.rs.servers if s.name != self.primary.name]
+        return [self.primary.pid, *others]
+
     def log_tail(self) -> str:
         if self.primary is None:
             return ""
@@ -223,6 +229,9 @@ def measure(srv: Server, prof: Profile) -> ReplicationResult:
         seq_p99_ms=s.p99_ms,
         seq_appends_per_s=s.appends_per_s,
         seq_errors=s.errors,
+        seq_cpu_ms=sum(s.cpu_ms) if s.cpu_ms else None,
+        seq_cpu_ms_primary=s.cpu_ms[0] if s.cpu_ms else None,
+        seq_cpu_ms_standby=statistics.mean(s.cpu_ms[1:]) if len(s.cpu_ms) > 1 else None,
         lag_bytes_p50=_median(lag.bytes) if lag else None,
         lag_bytes_max=max(lag.bytes, default=None) if lag else None,
         lag_seconds_p50=_median(lag.seconds) if lag else None,

@@ -114,6 +114,11 @@ REPLICATED_FIGURES: list[Figure] = [
     Figure("64 conns, 64 streams", "appends_per_s", "appends/s", ">= 0.6x single", at_least(0.6)),
     Figure("1 client sequential, p50", "seq_p50_ms", "ms", "<= 2x single", at_most(2)),
     Figure("1 client sequential, p99", "seq_p99_ms", "ms", "reported"),
+    Figure("1 client sequential, CPU per append, all servers", "seq_cpu_ms", "ms", "reported"),
+    Figure("1 client sequential, CPU per append, primary", "seq_cpu_ms_primary", "ms", "reported"),
+    Figure(
+        "1 client sequential, CPU per append, a standby", "seq_cpu_ms_standby", "ms", "reported"
+    ),
     Figure("standby lag in bytes under the appends, p50", "lag_bytes_p50", "bytes", "reported"),
     Figure("standby lag in bytes under the appends, max", "lag_bytes_max", "bytes", "reported"),
     Figure("standby lag in seconds under the appends, p50", "lag_seconds_p50", "s", "reported"),

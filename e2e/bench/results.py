@@ -69,6 +69,9 @@ class SequentialResult(Result):
     p99_ms: float
     appends_per_s: float
     errors: int
+    # CPU (user and system) per append of each server process, from /proc: the
+    # figure that the machine's noise moves least (a replica set: the primary first).
+    cpu_ms: tuple[float, ...] = ()
 
 
 @dataclass
@@ -131,6 +134,9 @@ class ReplicationResult(Result):
     seq_p99_ms: float
     seq_appends_per_s: float
     seq_errors: int
+    seq_cpu_ms: float | None = None  # CPU per sequential append, all the side's servers
+    seq_cpu_ms_primary: float | None = None  # the primary's (single node: the server's)
+    seq_cpu_ms_standby: float | None = None  # each standby's, their mean
     # The worst standby at each sample of the primary's metrics during the appends:
     lag_bytes_p50: float | None = None
     lag_bytes_max: float | None = None

@@ -95,6 +95,10 @@ class Server:
     def running(self) -> bool:
         return self.child is not None and self.child.running
 
+    def pids(self) -> list[int]:
+        """The server's processes (a replica set: the primary first)."""
+        return [self.child.proc.pid] if self.child and self.child.proc else []
+
     def log_tail(self) -> str:
         return self.child.log_tail(3000) if self.child else ""
 

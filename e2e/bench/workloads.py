@@ -40,6 +40,7 @@ from bench.results import (
     SequentialResult,
 )
 from bench.servers import LONG_POLL_SECONDS, Server
+from testkit.servers import cpu_seconds
 
 MiB = 2**20
 
@@ -101,9 +102,16 @@ def sequential(srv: Server, prof: Profile) -> SequentialResult:
     kw = dict(threads=1, connections=1, prefix="seq-", streams=1)
     if prof.warmup:
         wrk(srv, seconds=prof.warmup, **kw)
+    pids = srv.pids()
+    before = [cpu_seconds(p) for p in pids]
     st = wrk(srv, seconds=prof.duration, **kw)
+    used = [cpu_seconds(p) - b for p, b in zip(pids, before, strict=True)]
     return SequentialResult(
-        p50_ms=st.p50_us / 1000, p99_ms=st.p99_us / 1000, appends_per_s=st.rate, errors=st.errors
+        p50_ms=st.p50_us / 1000,
+        p99_ms=st.p99_us / 1000,
+        appends_per_s=st.rate,
+        errors=st.errors,
+        cpu_ms=tuple(1000 * u / max(st.requests, 1) for u in used),
     )
 
 
