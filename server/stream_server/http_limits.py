@@ -56,6 +56,7 @@ from uvicorn.protocols.http.httptools_impl import (
 
 from stream_server.config import Settings
 from stream_server.protocol.http import COMMON
+from stream_server.response_writes import HeadWithBody
 
 log = logging.getLogger("stream_server")
 
@@ -347,6 +348,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # ------------------------------------------------------------------- app
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
         coro = run_asgi(cycle, app)
         if getattr(self.config, "reset_contextvars", False):
             task = self.loop.create_task(coro, context=contextvars.Context())
