@@ -25,6 +25,7 @@ is not late for it: the next answer's frames come a round trip later.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -42,6 +43,25 @@ from stream_server.engine.replica import (
 SENT_WAIT = 0.002  # seconds the commit waits for the acknowledgement to go out (above)
 
 
+class Sent:
+    """Set once by the follower, waited on by the writer thread: a lock held from
+    the start and released by ``set``. ``threading.Event`` does the same through
+    a Python-level condition, which cost a standby a tenth of its CPU per write."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        with contextlib.suppress(RuntimeError):  # set already
+            self._lock.release()
+
+    def wait(self, timeout: float) -> bool:
+        return self._lock.acquire(timeout=timeout)
+
+
 @dataclass
 class Job:
     """One answer's frames; ``written`` resolves once they are durable here (None:
@@ -50,7 +70,7 @@ class Job:
     frames: list[bytes]
     written: asyncio.Future[Written | None]
     committed: asyncio.Future[list[Applied]] = field(repr=False)
-    sent: threading.Event = field(default_factory=threading.Event, repr=False)
+    sent: Sent = field(default_factory=lambda: Sent(), repr=False)
 
 
 class Applier:

@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Awaitable, Callable
 
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.replication.applier import Applier, Job
+from stream_server.replication.applier import Applier, Job, Sent
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_http import PeerClient, PeerError
 from stream_server.replication.roles import RoleLoop
@@ -64,7 +63,7 @@ class Follower:
         self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
         self._task: asyncio.Task[None] | None = None
         self._finishing: asyncio.Task[None] | None = None  # the last answer's LMDB commit
-        self._sent = threading.Event()  # the writer thread's: our acknowledgement went out
+        self._sent = Sent()  # the writer thread's: our acknowledgement went out
         # The peer token's header (``peer_token.py``), sent on every fetch; none without.
         self.auth: Callable[[], dict[str, str]] = dict
         # Called when the primary says we cannot follow by frames (diverged, or too
