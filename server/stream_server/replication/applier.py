@@ -70,7 +70,7 @@ class Job:
     frames: list[bytes]
     written: asyncio.Future[Written | None]
     committed: asyncio.Future[list[Applied]] = field(repr=False)
-    sent: Sent = field(default_factory=lambda: Sent(), repr=False)
+    sent: Sent = field(default_factory=Sent, repr=False)
 
 
 class Applier:
