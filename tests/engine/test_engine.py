@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 
 import pytest
 
 from stream_format.layout import Layout
 from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES, KIND_JSON, Producer
-from stream_server.engine import Engine, LayoutError
+from stream_server.engine import Engine, LayoutError, fsio
 from stream_server.engine.batch import INDEX_GRANULARITY
+from stream_server.engine.engine import STOP_FLUSH_WORKERS
 from stream_server.engine.layout import prepare
 from stream_server.engine.ops import (
     Append,
@@ -219,6 +221,51 @@ def test_checkpoint_rotates_and_deletes_old_wal(tmp_path):
     e2 = Engine(tmp_path / "d")
     e2.open()
     assert read_all(e2, 1, KIND_BYTES, 0, 10_000) == b"z" * 10_000
+    e2.close()
+
+
+class FlushLog:
+    """An fsio recorder: the disk-changing calls in the order they succeeded."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ops: list[tuple] = []
+        self.threads: set[str] = set()  # the threads that flushed segment files
+
+    def record(self, op: tuple) -> None:
+        with self.lock:
+            self.ops.append(op)
+            if op[0] == "fsync":
+                self.threads.add(threading.current_thread().name)
+
+
+def test_a_clean_stop_flushes_every_written_stream_on_threads_before_the_wal_goes(tmp_path):
+    """The stop's checkpoint flushes segment files on several threads: every file
+    written since the last checkpoint is flushed, and all of them before the
+    directories, LMDB and the WAL's deletion."""
+    e = Engine(tmp_path / "d")
+    e.open()
+    count = 5 * STOP_FLUSH_WORKERS  # more files than threads: every thread flushes several
+    for sid in range(1, count + 1):
+        new_stream(e, f"s{sid}", sid)
+        e.commit([Append(sid, KIND_BYTES, [b"x" * 100])])
+    paths = {str(e.segments.path(sid)) for sid in range(1, count + 1)}
+    log = FlushLog()
+    fsio.attach(log)
+    try:
+        e.close()
+    finally:
+        fsio.attach(None)
+    kinds = [op[0] for op in log.ops]
+    flushed = [str(op[1]) for op in log.ops if op[0] == "fsync"]
+    assert set(flushed) == paths and len(flushed) == count  # each once
+    assert len(log.threads) > 1 and all(t.startswith("stop flush") for t in log.threads)
+    last_flush = max(i for i, k in enumerate(kinds) if k == "fsync")
+    assert last_flush < kinds.index("fsync_dir") < kinds.index("unlink")
+    e2 = Engine(tmp_path / "d")
+    _, report = e2.open()
+    assert report.wal_frames_replayed == 0
+    assert all(read_all(e2, sid, KIND_BYTES, 0, 100) == b"x" * 100 for sid in range(1, count + 1))
     e2.close()
 
 
