@@ -13,7 +13,6 @@ from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES, KIND_JSON, Producer
 from stream_server.engine import Engine, LayoutError, fsio
 from stream_server.engine.batch import INDEX_GRANULARITY
-from stream_server.engine.engine import STOP_FLUSH_WORKERS
 from stream_server.engine.layout import prepare
 from stream_server.engine.ops import (
     Append,
@@ -245,7 +244,7 @@ def test_a_clean_stop_flushes_every_written_stream_on_threads_before_the_wal_goe
     directories, LMDB and the WAL's deletion."""
     e = Engine(tmp_path / "d")
     e.open()
-    count = 5 * STOP_FLUSH_WORKERS  # more files than threads: every thread flushes several
+    count = 5 * fsio.FLUSH_WORKERS  # more files than threads: every thread flushes several
     for sid in range(1, count + 1):
         new_stream(e, f"s{sid}", sid)
         e.commit([Append(sid, KIND_BYTES, [b"x" * 100])])
@@ -259,7 +258,7 @@ def test_a_clean_stop_flushes_every_written_stream_on_threads_before_the_wal_goe
     kinds = [op[0] for op in log.ops]
     flushed = [str(op[1]) for op in log.ops if op[0] == "fsync"]
     assert set(flushed) == paths and len(flushed) == count  # each once
-    assert len(log.threads) > 1 and all(t.startswith("stop flush") for t in log.threads)
+    assert len(log.threads) > 1 and all(t.startswith("flush") for t in log.threads)
     last_flush = max(i for i, k in enumerate(kinds) if k == "fsync")
     assert last_flush < kinds.index("fsync_dir") < kinds.index("unlink")
     e2 = Engine(tmp_path / "d")

@@ -28,7 +28,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import lmdb
@@ -82,15 +81,6 @@ log = logging.getLogger("stream_server.engine")
 
 CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
 HINT_REACH = 4096  # units a read hint may be behind the start and still be used
-
-
-# Threads that flush segment files in a clean stop's checkpoint. The file system
-# commits concurrent flushes together (ext4 takes every fdatasync waiting into one
-# journal commit), and a stop must end within the pod's grace period: one flush
-# after another, a server that had written to 100,000 streams took 19 to 32 s to
-# stop (docs/kubernetes.md, "Sizing"). The background checkpoint keeps to one
-# thread, so as not to hold up the commits running beside it.
-STOP_FLUSH_WORKERS = 16
 
 
 class Engine:
@@ -333,7 +323,7 @@ class Engine:
     def _checkpoint(self, dirty: set[int], upto_number: int, workers: int = 1) -> None:
         with self._checkpoint_lock:
             try:
-                _flush_files([self.segments.path(sid) for sid in dirty], workers)
+                fsio.fdatasync_paths([self.segments.path(sid) for sid in dirty], workers)
                 for sub in {self.segments.path(s).parent for s in dirty}:
                     if sub.exists():
                         fsio.fsync_dir(sub)
@@ -355,7 +345,7 @@ class Engine:
                 number = self.wal.number
                 self.wal.close()
                 dirty, self._dirty = self._dirty, set()
-                self._checkpoint(dirty, number, STOP_FLUSH_WORKERS)
+                self._checkpoint(dirty, number, fsio.FLUSH_WORKERS)
             else:
                 self.wal.close()
             self.wal = None
@@ -583,20 +573,3 @@ class Engine:
         finally:
             fsio.close(fd)
         return out, cur, (cur, pos)
-
-
-def _flush_files(paths: list[Path], workers: int) -> None:
-    """fdatasync each file (one gone since needs nothing), on ``workers`` threads;
-    the first error is raised once all have finished."""
-    if workers <= 1 or len(paths) <= workers:
-        for path in paths:
-            fsio.fdatasync_path(path)
-        return
-
-    def flush(part: list[Path]) -> None:
-        for path in part:
-            fsio.fdatasync_path(path)
-
-    with ThreadPoolExecutor(workers, thread_name_prefix="stop flush") as pool:
-        for _ in pool.map(flush, [paths[i::workers] for i in range(workers)]):
-            pass

@@ -16,8 +16,17 @@ from __future__ import annotations
 
 import ctypes
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
+
+# Threads that flush segment files in a clean stop's checkpoint and at the end of
+# recovery. The file system commits concurrent flushes together (ext4 takes every
+# fdatasync waiting into one journal commit), and a stop must end within the pod's
+# grace period: one flush after another, a server that had written to 100,000
+# streams took 19 to 32 s to stop (docs/kubernetes.md, "Sizing"). The background
+# checkpoint keeps to one thread, so as not to hold up the commits beside it.
+FLUSH_WORKERS = 16
 
 Op = tuple[Any, ...]  # ("write", path, pos, data), ("fsync", path), ...
 
@@ -124,6 +133,23 @@ def fdatasync_path(path: Path) -> bool:
         os.close(fd)
     _note(("fsync", str(path)))
     return True
+
+
+def fdatasync_paths(paths: list[Path], workers: int) -> None:
+    """``fdatasync_path`` for each, on ``workers`` threads (``FLUSH_WORKERS`` says
+    why); the first error is raised once all have ended."""
+    if workers <= 1 or len(paths) <= workers:
+        for path in paths:
+            fdatasync_path(path)
+        return
+
+    def flush(part: list[Path]) -> None:
+        for path in part:
+            fdatasync_path(path)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="flush") as pool:
+        for _ in pool.map(flush, [paths[i::workers] for i in range(workers)]):
+            pass
 
 
 def ftruncate(fd: int, length: int) -> None:

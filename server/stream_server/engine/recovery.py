@@ -145,8 +145,7 @@ class Recovery:
                 self.progress.wal_frames = report.wal_frames_replayed
         # The WAL is deleted once recovery ends: what it redid must be durable first,
         # the files' directory entries included (replay may have created them).
-        for sid in touched:
-            fsio.fdatasync(self.segments.writer(sid))
+        fsio.fdatasync_paths([self.segments.path(sid) for sid in touched], fsio.FLUSH_WORKERS)
         for sub in {self.segments.path(sid).parent for sid in touched}:
             fsio.fsync_dir(sub)
         return touched
