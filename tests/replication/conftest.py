@@ -75,7 +75,21 @@ def status(srv: ServerProcess) -> dict:
 
 
 def until(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
-    return wait_for(check, timeout=timeout, message=what)
+    """``wait_for``, with a server that refuses or drops the connection taken as "not
+    yet": in a replica set a server restarts by itself (a re-copy execs it anew), and
+    one killed by the test comes back. The last such error is in the timeout's message."""
+    last: list[httpx.TransportError] = []
+
+    def attempt() -> object:
+        try:
+            return check()
+        except httpx.TransportError as exc:
+            last[:] = [exc]
+            return None
+
+    return wait_for(
+        attempt, timeout=timeout, message=lambda: what + (f" (last: {last[0]!r})" if last else "")
+    )
 
 
 def primary_with_standbys(servers: list[ServerProcess], in_sync: int) -> ServerProcess:

@@ -35,6 +35,7 @@ from typing import TypeVar
 import httpx
 import pytest
 
+from conftest import read_served
 from testkit import wait_for
 from testkit.history import History, check, message
 from testkit.replicaset import ReplicaSet
@@ -206,7 +207,9 @@ class Workload:
 
 
 async def read_from(client: httpx.AsyncClient, origin: str, stream: str) -> bytes | None:
-    """A stream's whole content on one server, or None when that server does not serve it."""
+    """A stream's whole content on one server, or None when that server does not serve it:
+    ``conftest.read_served`` for the history checker's concurrent readers, which need an
+    async client."""
     out, offset = b"", "-1"
     while True:
         r = await client.get(f"{origin}/v1/stream/{stream}", params={"offset": offset})
@@ -257,8 +260,8 @@ def converged(
 ) -> dict[str, bytes]:
     """Wait until every named replica (default: all) serves the same bytes; return them."""
 
-    async def contents() -> list[dict[str, bytes | None]]:
-        async with httpx.AsyncClient(timeout=10) as client:
+    def contents() -> list[dict[str, bytes | None]]:
+        with httpx.Client(timeout=10) as client:
             out = []
             for s in rs.servers:
                 if names is not None and s.name not in names:
@@ -266,7 +269,7 @@ def converged(
                 got: dict[str, bytes | None] = {}
                 for stream in streams:
                     try:
-                        got[stream] = await read_from(client, s.url, stream)
+                        got[stream] = read_served(client, f"{s.url}/v1/stream/{stream}")
                     except httpx.HTTPError:
                         got[stream] = None
                 out.append(got)
@@ -276,7 +279,7 @@ def converged(
 
     def same() -> dict[str, bytes] | None:
         nonlocal last
-        last = asyncio.run(contents())
+        last = contents()
         first = last[0]
         if any(v is None for v in first.values()) or any(other != first for other in last[1:]):
             return None
