@@ -138,15 +138,14 @@ def fdatasync_path(path: Path) -> bool:
 def fdatasync_paths(paths: list[Path], workers: int) -> None:
     """``fdatasync_path`` for each, on ``workers`` threads (``FLUSH_WORKERS`` says
     why); the first error is raised once all have ended."""
-    if workers <= 1 or len(paths) <= workers:
-        for path in paths:
-            fdatasync_path(path)
-        return
 
     def flush(part: list[Path]) -> None:
         for path in part:
             fdatasync_path(path)
 
+    if workers <= 1 or len(paths) <= workers:
+        flush(paths)
+        return
     with ThreadPoolExecutor(workers, thread_name_prefix="flush") as pool:
         for _ in pool.map(flush, [paths[i::workers] for i in range(workers)]):
             pass
