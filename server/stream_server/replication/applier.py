@@ -4,9 +4,10 @@ committed, off the event loop, in the order they came.
 The follower waits for the first half (``write_frames``: the WAL flushed)
 before its next fetch reports the new position, and the second
 (``commit_frames``: LMDB and the tails) runs meanwhile. Two ``to_thread``
-calls per answer cost a standby about a tenth of its CPU per write (the
-executor's work item, its future chained to the loop's, a worker woken for
-each; docs/performance.md, "The write path's round trip"); one thread that
+calls per answer were a tenth of a standby's CPU samples (the executor's
+work item, its future chained to the loop's, a worker woken for each;
+docs/performance.md, "The write path's round trip, second round"); one
+thread that
 lives as long as the follower takes a job from a queue and hands each half's
 outcome back with ``call_soon_threadsafe``.
 
@@ -17,9 +18,8 @@ after the previous answer's commit, as ``engine/replica.py`` requires.
 Between the halves the thread waits, up to ``SENT_WAIT``, until the
 follower has sent its next fetch (``Job.sent``). The commit is Python work
 that holds the GIL, and the event loop, woken to send the acknowledgement,
-would otherwise wait for it: that wait was about a tenth of the sequential
-round trip (docs/performance.md, "The write path's round trip"). The commit
-is not late for it: the next answer's frames come a round trip later.
+would otherwise wait for it before it can send. The commit is not late for
+it: the next answer's frames come a round trip later.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ SENT_WAIT = 0.002  # seconds the commit waits for the acknowledgement to go out 
 class Sent:
     """Set once by the follower, waited on by the writer thread: a lock held from
     the start and released by ``set``. ``threading.Event`` does the same through
-    a Python-level condition, which cost a standby a tenth of its CPU per write."""
+    a Python-level condition, a tenth of a standby's CPU samples (docs/performance.md)."""
 
     __slots__ = ("_lock",)
 

@@ -6,11 +6,11 @@ connection, with nothing but a query and a bearer token; every write of the
 set waits for that round trip, and each standby makes one per write. httpx
 spent 1 to 3 ms of CPU per request on it (its request and response models,
 URL parsing, the connection pool, anyio's cancel scopes), and h11, pure
-Python, about 0.13 ms to frame a request and parse an answer (a third of a
-standby's CPU per write, docs/performance.md, "The write path's round
-trip"). httptools, the C parser uvicorn serves with (installed with it),
-parses an answer in about 5 us: the status line, the headers, Content-Length
-and chunked bodies, and whether the connection may be kept. This module
+Python, was still a third of a standby's CPU samples (docs/performance.md,
+"The write path's round trip, second round"). httptools, the C parser
+uvicorn serves with (installed with it), parses the answer: the status
+line, the headers, Content-Length and chunked bodies, and whether the
+connection may be kept. This module
 writes the request line and headers itself (a GET with a few headers of our
 own, refused if any holds a line break) and only moves bytes.
 

@@ -5,9 +5,8 @@ current waiter, and each wait also ends by itself after its timeout.
 wake its waiter (the event's future, the task ``wait_for`` wraps around
 ``event.wait()``, then its release of the outer waiter), and a replicated
 write waits twice: a standby's fetch for the frame, then the write for the
-standbys' acknowledgements. A future per waiter wakes it in one turn: about
-50 us less per write at each of the two (docs/performance.md, "The write
-path's round trip").
+standbys' acknowledgements. A future per waiter wakes it in one turn
+(docs/performance.md, "The write path's round trip, second round").
 """
 
 from __future__ import annotations
