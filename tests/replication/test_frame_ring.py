@@ -30,6 +30,22 @@ def test_frames_after_a_position_and_the_bytes_they_hold() -> None:
         assert ring.bytes_after(lsn) == sum(len(f[2]) for f in expected), lsn
 
 
+class Unwalkable(list):  # type: ignore[type-arg]
+    """A list that may be indexed and sliced, never walked from its start."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("the ring was walked from its first frame")
+
+
+def test_the_frames_after_a_position_are_reached_without_walking_the_ones_before() -> None:
+    # Every fetch and every frame pushed to a stream asks for the newest frames;
+    # walking the whole ring for them (itertools.islice did) made each cost grow
+    # with the frames held, up to 256 MiB of them.
+    ring = filled(20_000, keep_bytes=1 << 30)
+    ring._frames = Unwalkable(ring._frames)
+    assert [f[1] for f in ring.since(ring.first_after(19_998))] == [19_999, 20_000]
+
+
 def test_a_rewritten_history_replaces_the_frames_from_its_lsn_on() -> None:
     ring = filled(100, keep_bytes=1 << 20)
     ring.append((2, 90, b"new"))

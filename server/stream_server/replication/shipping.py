@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import itertools
 import json
 import logging
 import struct
@@ -98,7 +97,8 @@ class FrameRing:
         return bisect.bisect_right(self._lsns, lsn, self._head)
 
     def since(self, index: int) -> Iterator[Frame]:
-        return itertools.islice(self._frames, max(index, self._head), None)
+        # A slice, not ``islice``: that walks every frame before ``index`` to get there.
+        return iter(self._frames[max(index, self._head) :])
 
     def bytes_after(self, lsn: int) -> int:
         """Bytes of the frames held with an lsn above ``lsn``."""
