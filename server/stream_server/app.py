@@ -194,7 +194,7 @@ class StreamServerApp:
         elif (
             self.replication is not None
             and scope["type"] == "http"
-            and scope["path"] == fetch_endpoint.PATH
+            and scope["path"] in fetch_endpoint.PATHS
         ):
             # Ahead of Starlette: every replicated write waits for these (fetch_endpoint.py).
             await fetch_endpoint.serve(

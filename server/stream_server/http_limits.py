@@ -26,6 +26,12 @@ server:
   half-open connections made ``/healthz`` fail for everyone. Connections over
   the cap are dropped at once, leaving descriptors for the engine. Unless
   configured, the cap is derived from the open-file limit (``server.py``).
+* **Upgrade** (``scope["extensions"]["stream_server.upgrade"]``): a request
+  asking for a protocol in ``UPGRADES`` goes to the app as any other; the app
+  either answers it (the connection then closes: the parser stopped at the
+  head) or takes the connection over for that protocol, which writes the
+  ``101`` and hands the transport to the protocol object it gives. Uvicorn
+  knows only WebSocket upgrades and warned of any other.
 * **Abort** (``scope["extensions"]["stream_server.abort"]``): a graceful close
   keeps unsent output buffered until the client reads it, which a client that
   stopped reading never does. The app aborts instead when it gives up on a
@@ -71,6 +77,8 @@ MAX_SEPARATED_HEADERS = 1024
 LINGER_SECONDS = 2.0
 # SO_LINGER on with a zero timeout: close() resets the connection.
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+# Upgrades the app may take a connection over for (``replication/sender.py``).
+UPGRADES = (b"pyds-replication/1",)
 # Refused connections are logged at most this often, with a count.
 CAP_LOG_INTERVAL = 5.0
 
@@ -166,6 +174,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._refused = False
         self._linger: asyncio.TimerHandle | None = None
         self._extensions: dict[str, Any] = {}
+        self._upgrading = False  # the parser stopped at a head asking for one of UPGRADES
 
     # ------------------------------------------------------------ connection
 
@@ -176,7 +185,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         super().connection_made(transport)
         # Shared by the connection's requests: the app only reads it.
-        self._extensions = {"stream_server.abort": self.abort}
+        self._extensions = {
+            "stream_server.abort": self.abort,
+            "stream_server.upgrade": self.upgrade,
+        }
         # A fresh connection is idle until its first request begins.
         self.timeout_keep_alive_task = self.loop.call_later(
             self.keep_alive_timeout, self.timeout_keep_alive_handler
@@ -203,6 +215,30 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.message_event.set()
         reset(self.transport)
+
+    def upgrade(self, protocol: asyncio.Protocol, headers: list[tuple[bytes, bytes]]) -> None:
+        """Answer ``101 Switching Protocols`` and hand the connection to ``protocol``:
+        uvicorn forgets it (its request is complete, no timer runs, a shutdown no
+        longer waits for it); ``protocol`` owns it from here."""
+        cycle = self.cycle
+        if not self._upgrading or cycle is None or cycle.response_started:
+            raise RuntimeError("this request did not ask for an upgrade")
+        cycle.response_started = cycle.response_complete = True
+        self._upgrading = False
+        self.connections.discard(self)
+        self._cancel_head_timer()
+        self._unset_keepalive_if_required()
+        head = [b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\n"]
+        head.extend(b"%s: %s\r\n" % (name, value) for name, value in headers)
+        self.transport.write(b"".join(head) + b"\r\n")
+        self.transport.set_protocol(protocol)
+        protocol.connection_made(self.transport)
+
+    def on_response_complete(self) -> None:
+        if self._upgrading:  # answered, not taken over: the parser cannot go on
+            self._upgrading = False
+            self.transport.close()
+        HttpToolsProtocol.on_response_complete(self)
 
     def _busy(self) -> bool:
         """A request is in progress: being received, handled or answered."""
@@ -264,7 +300,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _parse_stopped(self, exc: Exception) -> None:
         if isinstance(exc, httptools.HttpParserUpgrade):
-            if self._should_upgrade():
+            if self._get_upgrade() in UPGRADES:
+                self._upgrading = True  # the app answers, or takes the connection (upgrade)
+            elif self._should_upgrade():
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()

@@ -1,4 +1,5 @@
-"""``/replication/fetch`` as a bare ASGI handler, ahead of Starlette.
+"""``/replication/fetch`` and ``/replication/stream`` as bare ASGI handlers,
+ahead of Starlette.
 
 Every write of a replica set waits for a standby's fetch to come back with its
 acknowledgement, and under load each standby fetches once per batch. Through
@@ -12,6 +13,12 @@ What Starlette did stays: the peer token is checked first, before anything
 is parsed or looked up (401 with the same JSON error and
 ``WWW-Authenticate``), bad parameters get 400, a fetch during recovery 503,
 and a method other than GET 405.
+
+A stream request (``sender.py``) has the same parameters and checks, and a
+fetch's 409 when the standby cannot follow; otherwise the connection is
+taken from the HTTP server (``scope["extensions"]["stream_server.upgrade"]``,
+``http_limits.py``) once the ``101`` is written. One that does not ask to
+upgrade to ``pyds-replication/1`` gets 426 Upgrade Required.
 """
 
 from __future__ import annotations
@@ -23,11 +30,15 @@ from urllib.parse import parse_qsl
 
 from stream_server.protocol.http import Headers, Send, respond, text_headers
 from stream_server.replication.peer_token import CHALLENGE, REFUSED
+from stream_server.replication.sender import PATH as STREAM_PATH
+from stream_server.replication.sender import UPGRADE
+from stream_server.replication.shipping import FetchAnswer
 
 if TYPE_CHECKING:
     from stream_server.replication.service import Replication
 
 PATH = "/replication/fetch"
+PATHS = (PATH, STREAM_PATH)
 NUMBERS = ("term", "after_term", "after_lsn", "committed")
 UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()
 
@@ -35,15 +46,18 @@ UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()
 async def serve(
     replication: Replication, scope: MutableMapping[str, Any], send: Send, *, recovered: bool
 ) -> None:
-    """Answer one request for ``PATH`` (``recovered``: the store's recovery finished)."""
+    """Answer one request for one of ``PATHS`` (``recovered``: the store's recovery
+    finished)."""
     if scope["method"] != "GET":
         await _answer(send, 405, [(b"allow", b"GET")], b"only GET\n")
         return
     authorization = None
+    upgrade = b""
     for name, value in scope["headers"]:
         if name == b"authorization":
             authorization = value.decode("latin-1")
-            break
+        elif name == b"upgrade":
+            upgrade = value
     if not replication.peer_allowed(authorization):
         await _answer(
             send,
@@ -70,9 +84,20 @@ async def serve(
     if not recovered:
         await _answer(send, 503, [], b"recovery not finished\n")
         return
-    answer = await replication.fetch(
-        name, term, after_term, after_lsn, committed, url=q.get("url", "")
-    )
+    url = q.get("url", "")
+    if scope["path"] == STREAM_PATH:
+        take_over = scope.get("extensions", {}).get("stream_server.upgrade")
+        if take_over is None or upgrade.decode("latin-1").lower() != UPGRADE:
+            await _answer(send, 426, [(b"upgrade", UPGRADE.encode())], b"upgrade required\n")
+            return
+        stream = replication.stream(name, term, after_term, after_lsn, committed, url=url)
+        if not isinstance(stream, FetchAnswer):
+            term_header = str(stream.term).encode()
+            take_over(stream, [(b"upgrade", UPGRADE.encode()), (b"replication-term", term_header)])
+            return
+        answer = stream
+    else:
+        answer = await replication.fetch(name, term, after_term, after_lsn, committed, url=url)
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()]
     await _answer(send, answer.status, headers, answer.body)
 

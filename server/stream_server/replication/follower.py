@@ -21,14 +21,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks
 from stream_server.replication.applier import Applier, Job, Sent
 from stream_server.replication.mirror import Mirror
-from stream_server.replication.peer_http import PeerClient, PeerError
+from stream_server.replication.peer_http import (
+    READ_SIZE,
+    PeerClient,
+    PeerError,
+    PeerResponse,
+    open_stream,
+)
 from stream_server.replication.roles import RoleLoop
+from stream_server.replication.sender import ACK, MESSAGE, UPGRADE
+from stream_server.replication.sender import PATH as STREAM_PATH
 from stream_server.replication.shipping import FRAME_HEAD, Shipper
 
 log = logging.getLogger("stream_server.replication")
@@ -61,6 +69,8 @@ class Follower:
         self.commit = 0  # the primary's last announced commit point
         self.problem: str | None = None
         self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
+        self._watching: asyncio.TimerHandle | None = None  # a stream's watchdog (_watch)
+        self.fetch_only = ""  # a primary without streams (an older version): fetch from it
         self._task: asyncio.Task[None] | None = None
         self._finishing: asyncio.Task[None] | None = None  # the last answer's LMDB commit
         self._sent = Sent()  # the writer thread's: our acknowledgement went out
@@ -93,7 +103,10 @@ class Follower:
                         await asyncio.wait_for(changed.wait(), self.retry_period)
                     continue
                 try:
-                    await self._fetch_once(http, state.primary_url, state.term)
+                    if self.fetch_only == state.primary_url:
+                        await self._fetch_once(http, state.primary_url, state.term)
+                    else:
+                        await self._stream(state.primary_url, state.term)
                 except (PeerError, ValueError) as exc:
                     self.problem = f"fetch from {state.primary_url} failed: {exc!r}"
                     await asyncio.sleep(self.retry_period)
@@ -103,87 +116,157 @@ class Follower:
         finally:
             await http.aclose()
 
-    async def _fetch_once(self, http: PeerClient, primary: str, term: int) -> None:
+    def _params(self, term: int) -> dict[str, str | int]:
         after_term, after_lsn = self.hooks.durable
+        return {
+            "name": self.roles.config.name,
+            "term": term,
+            "after_term": after_term,
+            "after_lsn": after_lsn,
+            "committed": self.commit,
+            "url": self.roles.config.url,  # what a switchover names as the new primary
+        }
+
+    async def _stream(self, primary: str, term: int) -> None:
+        """Follow ``primary`` over one stream (``sender.py``) until it ends, the
+        term or the primary changes, or we stop following."""
+        r = await open_stream(
+            f"{primary}{STREAM_PATH}", self._params(term), self.auth(), UPGRADE, FETCH_TIMEOUT
+        )
+        if isinstance(r, PeerResponse):
+            if r.status == 404:  # a primary of a version before streams
+                log.info("the primary at %s has no streams: fetching", primary)
+                self.fetch_only = primary
+            else:
+                await self._refused(r, primary, term)
+            return
+        loop = asyncio.get_running_loop()
+        self.fetched_at = loop.time()
+        self._watching = loop.call_later(self.retry_period, self._watch, r.writer, primary, term)
+        try:
+            if not self._answer_term(int(r.headers["replication-term"]), term):
+                return
+            buffer = bytearray(r.early)
+            while True:
+                try:
+                    frames, commit = await _messages(r.reader, buffer)
+                except PeerError:
+                    if self._stale(primary, term):
+                        return  # ended by _watch: we follow someone else now, or no one
+                    raise
+                self.fetched_at = loop.time()
+                self.problem = None
+                job = await self._apply(self._in_order(frames), commit)
+                r.writer.write(ACK.pack(*self.hooks.durable, self.commit))
+                if job is not None:
+                    job.sent.set()
+                if self._stale(primary, term):
+                    return
+        finally:
+            if self._watching is not None:
+                self._watching.cancel()
+            r.writer.close()
+
+    def _stale(self, primary: str, term: int) -> bool:
+        """Whether a stream from ``primary`` in ``term`` is no longer ours to follow."""
+        state = self.roles.state
+        return not self.following or state.term != term or state.primary_url != primary
+
+    def _watch(self, writer: asyncio.StreamWriter, primary: str, term: int) -> None:
+        """End a stream that is no longer ours to follow, or whose primary fell
+        silent (it sends at least every second); else look again later."""
+        loop = asyncio.get_running_loop()
+        if self._stale(primary, term) or loop.time() - self.fetched_at > FETCH_TIMEOUT:
+            writer.close()  # the read under way ends
+            return
+        self._watching = loop.call_later(self.retry_period, self._watch, writer, primary, term)
+
+    async def _fetch_once(self, http: PeerClient, primary: str, term: int) -> None:
         r = await http.get(
             f"{primary}/replication/fetch",
-            params={
-                "name": self.roles.config.name,
-                "term": term,
-                "after_term": after_term,
-                "after_lsn": after_lsn,
-                "committed": self.commit,
-                "url": self.roles.config.url,  # what a switchover names as the new primary
-            },
+            params=self._params(term),
             headers=self.auth(),
             on_sent=self._sent.set,
         )
-        if r.status == 409:
-            answer = r.json()
-            reason = answer.get("error", "refused")
-            if self.problem != reason:
-                log.warning("the primary at %s refuses us: %s", primary, reason)
-            self.problem = reason
-            if self.on_recopy is not None and reason in RECOPY:
-                async with self.applying:  # the last frames' LMDB commit has ended
-                    pass
-                await self.on_recopy(primary)
-            if int(answer.get("term") or 0) > term:
-                # A newer term than ours (a switchover, seconds before the Lease's
-                # retry period would tell us): read the Lease now.
-                self.roles.wake()
-            changed = self.roles.state.changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), self.retry_period)
-            return
         if r.status != 200:
+            await self._refused(r, primary, term)
+            return
+        if not self._answer_term(int(r.headers["replication-term"]), term):
+            return
+        self.problem = None
+        self.fetched_at = asyncio.get_running_loop().time()
+        frames = self._in_order(list(_fetched(r.body)))
+        job = await self._apply(frames, int(r.headers["replication-commit"]))
+        if job is not None:
+            self._sent = job.sent  # set when our next fetch, the acknowledgement, is sent
+
+    async def _refused(self, r: PeerResponse, primary: str, term: int) -> None:
+        """A fetch or stream the primary did not serve: 409 says why (wrong term, or
+        we must be re-copied); any other status is an error."""
+        if r.status != 409:
             raise PeerError(f"the primary answered {r.status}: {r.body[:200]!r}")
-        answer_term = int(r.headers["replication-term"])
+        answer = r.json()
+        reason = answer.get("error", "refused")
+        if self.problem != reason:
+            log.warning("the primary at %s refuses us: %s", primary, reason)
+        self.problem = reason
+        if self.on_recopy is not None and reason in RECOPY:
+            async with self.applying:  # the last frames' LMDB commit has ended
+                pass
+            await self.on_recopy(primary)
+        if int(answer.get("term") or 0) > term:
+            # A newer term than ours (a switchover, seconds before the Lease's
+            # retry period would tell us): read the Lease now.
+            self.roles.wake()
+        changed = self.roles.state.changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), self.retry_period)
+
+    def _answer_term(self, answer_term: int, term: int) -> bool:
+        """Whether an answer of ``answer_term`` may be applied (not a deposed primary's)."""
         if answer_term < self.highest_term:
             self.problem = f"refused an answer of term {answer_term} (seen {self.highest_term})"
-            return
+            return False
         if answer_term > term:
             self.roles.wake()  # the answer of a primary that just handed over: read the Lease
         self.highest_term = answer_term
-        self.problem = None
-        self.fetched_at = asyncio.get_running_loop().time()
-        frames = self._frames(r.body)
-        self.commit = max(self.commit, int(r.headers["replication-commit"]))
+        return True
+
+    async def _apply(self, frames: list[tuple[int, bytes]], commit: int) -> Job | None:
+        """Make ``frames`` durable here (the job, once they are; None without frames)
+        and start their LMDB commit; readers see them up to ``commit``."""
+        self.commit = max(self.commit, commit)
         if not frames:
             if not self.applying.locked():  # else the LMDB commit under way publishes
                 self.mirror.publish(self.commit)
-            return
-        await self.applying.acquire()  # the previous answer's LMDB commit has ended
+            return None
+        await self.applying.acquire()  # the previous frames' LMDB commit has ended
         try:
             if not self.following:
                 self.applying.release()
-                return
+                return None
             job = self.applier.submit([f for _, f in frames])
-            self._sent = job.sent  # set when our next fetch, the acknowledgement, is sent
             await job.written
         except BaseException:
             self.applying.release()
             raise
-        # Durable here: our next fetch reports the new position (the acknowledgement)
-        # while the LMDB commit runs; the lock keeps the next answer's frames behind it.
+        # Durable here: the acknowledgement may go while the LMDB commit runs; the
+        # lock keeps the next frames behind it.
         self._finishing = asyncio.create_task(self._finish(job, frames), name="replication apply")
+        return job
 
-    def _frames(self, body: bytes) -> list[tuple[int, bytes]]:
-        """The answer's frames after our durable position, as (term, frame)."""
-        frames: list[tuple[int, bytes]] = []
-        off = 0
+    def _in_order(self, frames: list[tuple[int, int, bytes]]) -> list[tuple[int, bytes]]:
+        """The frames after our durable position, as (term, frame)."""
+        kept: list[tuple[int, bytes]] = []
         expect = self.hooks.durable[1] + 1
-        while off < len(body):
-            t, lsn, n = FRAME_HEAD.unpack_from(body, off)
-            frame = body[off + FRAME_HEAD.size : off + FRAME_HEAD.size + n]
-            off += FRAME_HEAD.size + n
+        for t, lsn, frame in frames:
             if lsn < expect:
                 continue
             if lsn != expect:
                 raise ValueError(f"frame {lsn} does not follow our lsn {expect - 1}")
-            frames.append((t, frame))
+            kept.append((t, frame))
             expect += 1
-        return frames
+        return kept
 
     async def _finish(self, job: Job, frames: list[tuple[int, bytes]]) -> None:
         """LMDB and the tails for frames already durable, then what readers here see.
@@ -199,3 +282,39 @@ class Follower:
             log.error("applying frames from the primary failed: %r", exc)
         finally:
             self.applying.release()
+
+
+def _fetched(body: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """A fetch answer's frames: (term, lsn, frame)."""
+    off = 0
+    while off < len(body):
+        t, lsn, n = FRAME_HEAD.unpack_from(body, off)
+        yield t, lsn, body[off + FRAME_HEAD.size : off + FRAME_HEAD.size + n]
+        off += FRAME_HEAD.size + n
+
+
+async def _messages(
+    reader: asyncio.StreamReader, buffer: bytearray
+) -> tuple[list[tuple[int, int, bytes]], int]:
+    """The whole messages of a stream buffered or read next (at least one): their
+    frames as (term, lsn, frame), and the highest commit point they carry."""
+    while True:
+        frames: list[tuple[int, int, bytes]] = []
+        commit = 0
+        off = 0
+        while len(buffer) - off >= MESSAGE.size:
+            t, lsn, point, n = MESSAGE.unpack_from(buffer, off)
+            end = off + MESSAGE.size + n
+            if end > len(buffer):
+                break
+            if lsn:
+                frames.append((t, lsn, bytes(buffer[off + MESSAGE.size : end])))
+            commit = max(commit, point)
+            off = end
+        if off:
+            del buffer[:off]
+            return frames, commit
+        data = await reader.read(READ_SIZE)
+        if not data:
+            raise PeerError("the stream ended (closed by the primary, or silent too long)")
+        buffer += data

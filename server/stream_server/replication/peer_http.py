@@ -14,6 +14,11 @@ connection may be kept. This module
 writes the request line and headers itself (a GET with a few headers of our
 own, refused if any holds a line break) and only moves bytes.
 
+``open_stream`` asks a peer to switch a new connection to another protocol
+(``Upgrade``, answered ``101 Switching Protocols``) and returns the
+connection's two streams with the bytes that came after the ``101``; any
+other answer is returned whole, and its connection closed.
+
 A dropped connection: a request that fails on a connection used before,
 before any byte of its answer arrived, is sent once more on a new
 connection (the primary may have closed an idle keep-alive connection just
@@ -110,14 +115,12 @@ class _Connection:
         """Send a GET (``on_sent`` once it is written) and read its whole answer.
         ``_Unanswered`` when not one byte of the answer arrived (the request may be
         retried on a new connection)."""
-        lines = [f"GET {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
-        if any("\r" in line or "\n" in line for line in lines):
-            raise PeerError("a line break in the request's target or headers")
+        request = _get(target, headers)
         self.keep = False  # until an answer says otherwise
         answer = _Answer()
         answered = False
         try:
-            self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            self.writer.write(request)
             await self.writer.drain()
             on_sent()
             while not answer.complete:
@@ -137,6 +140,95 @@ class _Connection:
 
     def close(self) -> None:
         self.writer.close()
+
+    async def upgrade(
+        self, target: str, headers: list[tuple[str, str]]
+    ) -> PeerStream | PeerResponse:
+        """Send a GET asking for an upgrade; the stream on ``101``, else the answer."""
+        request = _get(target, headers)
+        answer = _Answer()
+        try:
+            self.writer.write(request)
+            await self.writer.drain()
+            while not answer.complete:
+                data = await self.reader.read(READ_SIZE)
+                if not data:
+                    raise ConnectionResetError("the peer closed the connection")
+                try:
+                    answer.parser.feed_data(data)
+                except httptools.HttpParserUpgrade as up:
+                    if answer.parser.get_status_code() != 101:
+                        raise PeerError("an upgrade answered without 101") from None
+                    return PeerStream(self.reader, self.writer, answer.headers, data[up.args[0] :])
+        except (OSError, httptools.HttpParserError) as exc:
+            raise PeerError(f"{type(exc).__name__}: {exc}") from exc
+        status = answer.parser.get_status_code()
+        return PeerResponse(status, answer.headers, b"".join(answer.parts))
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStream:
+    """A connection switched to another protocol: its streams, the ``101``'s headers
+    (names in lower case) and what the peer sent after them."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    headers: dict[str, str]
+    early: bytes
+
+
+async def open_stream(
+    url: str,
+    params: dict[str, Any],
+    headers: dict[str, str],
+    upgrade: str,
+    timeout: float,
+) -> PeerStream | PeerResponse:
+    """Ask ``url`` to switch a new connection to ``upgrade``: the stream on
+    ``101``; any other answer, whole, with the connection closed."""
+    origin, target = _target(url, params)
+    try:
+        async with asyncio.timeout(timeout):
+            try:
+                conn = await _Connection.open(origin)
+            except OSError as exc:
+                raise PeerError(f"cannot connect to {origin[1]}:{origin[2]}: {exc}") from exc
+            head = [("host", conn.host), ("connection", "upgrade"), ("upgrade", upgrade)]
+            try:
+                answer = await conn.upgrade(target, [*head, *headers.items()])
+            except BaseException:
+                conn.close()
+                raise
+    except TimeoutError:
+        raise PeerError(f"no answer from {url} within {timeout:g}s") from None
+    if isinstance(answer, PeerResponse):
+        conn.close()
+    return answer
+
+
+def _get(target: str, headers: list[tuple[str, str]]) -> bytes:
+    """A GET's head, refused unsent if the target or a header holds a line break."""
+    lines = [f"GET {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
+    if any("\r" in line or "\n" in line for line in lines):
+        raise PeerError("a line break in the request's target or headers")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _target(url: str, params: dict[str, Any] | None) -> tuple[Origin, str]:
+    """The origin to connect to and the request target, for ``url`` with ``params``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PeerError(f"not an http(s) URL: {url!r}")
+    origin = (
+        parts.scheme,
+        parts.hostname,
+        parts.port or (443 if parts.scheme == "https" else 80),
+    )
+    target = parts.path or "/"
+    query = "&".join(q for q in (parts.query, urlencode(params or {})) if q)
+    if query:
+        target += "?" + query
+    return origin, target
 
 
 class _Unanswered(Exception):
@@ -160,18 +252,7 @@ class PeerClient:
     ) -> PeerResponse:
         """GET ``url``; ``on_sent`` is called once the request is written (the follower
         lets its writer thread go on from there, ``applier.py``)."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise PeerError(f"not an http(s) URL: {url!r}")
-        origin = (
-            parts.scheme,
-            parts.hostname,
-            parts.port or (443 if parts.scheme == "https" else 80),
-        )
-        target = parts.path or "/"
-        query = "&".join(q for q in (parts.query, urlencode(params or {})) if q)
-        if query:
-            target += "?" + query
+        origin, target = _target(url, params)
         try:
             async with asyncio.timeout(self.timeout):
                 return await self._send(origin, target, headers or {}, on_sent)

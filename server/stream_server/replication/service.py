@@ -46,6 +46,7 @@ from stream_server.replication.lease import LeaseClient
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_token import PeerToken
 from stream_server.replication.roles import RoleConfig, RoleLoop
+from stream_server.replication.sender import Sender
 from stream_server.replication.settings import ReplicationSettings, quorum, replica_name
 from stream_server.replication.shipping import FetchAnswer, Shipper
 from stream_server.replication.switchover import SwitchoverAnswer, parse_request, switch_over
@@ -198,6 +199,7 @@ class Replication:
 
     async def _to_standby(self) -> None:
         self.primary_mode = False
+        self.shipper.close_streams()  # each standby asks again and hears the new term
         await self.stop_primary_work()  # before anything is rolled back or followed
         self.hooks.writable = False
         while not self.store.pipeline.idle:
@@ -303,6 +305,19 @@ class Replication:
         if url.startswith(("http://", "https://")):
             self.peer_urls[name] = url.rstrip("/")
         return await self.shipper.fetch(name, term, after_term, after_lsn, committed)
+
+    def stream(
+        self, name: str, term: int, after_term: int, after_lsn: int, committed: int, url: str = ""
+    ) -> FetchAnswer | Sender:
+        """A standby's stream (``sender.py``), or why it cannot follow us (a fetch's 409)."""
+        refused = self.shipper.refusal(term, after_term, after_lsn)
+        if refused is not None:
+            return refused
+        if url.startswith(("http://", "https://")):
+            self.peer_urls[name] = url.rstrip("/")
+        self.shipper.note(name, after_term, after_lsn)
+        heartbeat = min(1.0, self.shipper.silent_after / 2)
+        return Sender(self.shipper, name, after_lsn, committed, heartbeat)
 
     # ---------------------------------------------------------- peers, switchover
 

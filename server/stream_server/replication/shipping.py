@@ -39,11 +39,15 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.signal import Signal
+
+if TYPE_CHECKING:
+    from stream_server.replication.sender import Sender
 
 log = logging.getLogger("stream_server.replication")
 
@@ -162,6 +166,8 @@ class Shipper:
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._term = 0
+        self.senders: set[Sender] = set()  # the standbys' open streams (``sender.py``)
+        self._linger: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------- lifecycle
 
@@ -173,6 +179,7 @@ class Shipper:
     async def stop(self) -> None:
         self.stopping = True
         self._notify()
+        self.close_streams()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -189,6 +196,7 @@ class Shipper:
         # acknowledged so far): a standby joins the in-sync set only once it holds
         # all of it, so no acknowledged write can be missing on a later candidate.
         self.committed = self.lsn
+        self.close_streams()  # of an older term, if any were left
         self._notify()
 
     # -------------------------------------------------------------- frames
@@ -208,6 +216,8 @@ class Shipper:
         while self.ring.size > self.ring_bytes and len(self.ring) > 1:
             self.ring.popleft()
         self._notify()
+        for sender in list(self.senders):
+            sender.push()
 
     def lag_bytes(self, name: str) -> int:
         """WAL bytes held here that the standby ``name`` has not confirmed."""
@@ -265,9 +275,8 @@ class Shipper:
 
     # ------------------------------------------------------------- fetches
 
-    async def fetch(
-        self, name: str, term: int, after_term: int, after_lsn: int, known_commit: int
-    ) -> FetchAnswer:
+    def refusal(self, term: int, after_term: int, after_lsn: int) -> FetchAnswer | None:
+        """Why a standby at this position cannot follow us by frames (409), or None."""
         state = self.roles.state
         if not self.roles.is_primary or term != state.term:
             return _json(
@@ -281,6 +290,13 @@ class Shipper:
         first = self.ring[0][1] if self.ring else mine + 1
         if after_lsn < mine and first > after_lsn + 1:
             return _json(409, {"error": "too far behind: re-copy", "term": state.term})
+        return None
+
+    def note(self, name: str, after_term: int, after_lsn: int) -> None:
+        """A standby's durable position, from a fetch or a stream's acknowledgement:
+        what it holds, when it last spoke, whether it keeps up, and whether it joins
+        the in-sync set."""
+        mine = self.lsn
         now = time.monotonic()
         moved = self.acked.get(name) != (after_term, after_lsn)
         self.acked[name] = (after_term, after_lsn)
@@ -296,14 +312,40 @@ class Shipper:
         self._asked[name] = (mine, now)
         if moved:
             self._notify()  # the commit point may move
+            if self.senders and self._linger is None:
+                # Streams learn a moved commit point with their next frame, or alone
+                # if none comes within the linger (one timer for all of them).
+                self._linger = asyncio.get_running_loop().call_later(
+                    COMMIT_LINGER, self._send_commits
+                )
         # Caught up = holds everything committed (Kafka: the follower's log end reached
         # the high watermark). From the CAS on, every further batch waits for it too.
         caught_up = after_lsn >= mine or after_lsn >= self.commit_point()
+        state = self.roles.state
         if name not in state.in_sync and caught_up and name not in self._joining:
             self._joining.add(name)
             task = asyncio.create_task(self._join(name), name=f"ISR join {name}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _send_commits(self) -> None:
+        self._linger = None
+        for sender in list(self.senders):
+            sender.send_commit()
+
+    def close_streams(self) -> None:
+        """End every standby's stream (we step down, or hand over): each asks again
+        and hears the new term."""
+        for sender in list(self.senders):
+            sender.close()
+
+    async def fetch(
+        self, name: str, term: int, after_term: int, after_lsn: int, known_commit: int
+    ) -> FetchAnswer:
+        refused = self.refusal(term, after_term, after_lsn)
+        if refused is not None:
+            return refused
+        self.note(name, after_term, after_lsn)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(1.0, self.silent_after / 2)
         while self.lsn <= after_lsn and self.roles.is_primary and not self.stopping:
@@ -314,6 +356,7 @@ class Shipper:
             if left <= 0:
                 break
             await self.changed.wait(left)
+        state = self.roles.state
         parts: list[bytes] = []
         size = 0
         for t, lsn, frame in self.ring.since(self.ring.first_after(after_lsn)):

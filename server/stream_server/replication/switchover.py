@@ -137,9 +137,10 @@ async def switch_over(rep: Replication, to: str | None, timeout: float) -> Switc
         await _resume(rep, fenced)
         raise
     paused = loop.time() - started
-    # Answer the standbys' waiting fetches now, under the new term: the target then
-    # reads the Lease at once instead of after its retry period.
+    # Answer the standbys' waiting fetches now, and end their streams, under the new
+    # term: the target then reads the Lease at once instead of after its retry period.
     rep.shipper._notify()
+    rep.shipper.close_streams()
     rep.switching = False  # we are a standby now: held writes are refused with the new primary
     roles.notify()
     log.info(
