@@ -1,0 +1,247 @@
+"""A standby's stream (``replication/sender.py``), spoken byte by byte against a real
+primary: the upgrade and its refusals, frames pushed as they become durable, a
+write acknowledged only once the stream acknowledged its frame, the commit point
+sent alone when no frame carries it; and a standby that finds no streams (a
+primary of an earlier version, here behind a proxy that answers 404) follows
+by fetches instead."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from urllib.parse import urlsplit
+
+import httpx
+
+from conftest import read_all
+from tests.replication.conftest import STEADY, primary_with_standbys, status, until
+
+TEXT = {"content-type": "text/plain"}
+MESSAGE = struct.Struct("<QQQI")  # frame term, lsn (0: none), commit point, frame length
+ACK = struct.Struct("<QQQ")  # durable term, lsn, commit point known
+UPGRADE = "pyds-replication/1"
+
+
+class Peer:
+    """A raw connection to a server, speaking as a standby would."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
+        self.buf = b""
+
+    def request(self, target: str, *headers: str) -> tuple[int, dict[str, str], bytes]:
+        """Send a GET; read its head, and its body when it has one."""
+        head = [f"GET {target} HTTP/1.1", "host: test", *headers]
+        self.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._recv()
+        raw, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = raw.decode().split("\r\n")
+        status = int(lines[0].split()[1])
+        fields = dict(line.split(": ", 1) for line in lines[1:])
+        fields = {k.lower(): v for k, v in fields.items()}
+        length = int(fields.get("content-length", "0"))
+        while len(self.buf) < length:
+            self.buf += self._recv()
+        body, self.buf = self.buf[:length], self.buf[length:]
+        return status, fields, body
+
+    def message(self) -> tuple[int, int, int, bytes]:
+        """The next message the primary pushes: (term, lsn, commit, frame)."""
+        while len(self.buf) < MESSAGE.size:
+            self.buf += self._recv()
+        term, lsn, commit, n = MESSAGE.unpack_from(self.buf)
+        while len(self.buf) < MESSAGE.size + n:
+            self.buf += self._recv()
+        frame = self.buf[MESSAGE.size : MESSAGE.size + n]
+        self.buf = self.buf[MESSAGE.size + n :]
+        return term, lsn, commit, frame
+
+    def ack(self, term: int, lsn: int, commit: int) -> None:
+        self.sock.sendall(ACK.pack(term, lsn, commit))
+
+    def closed(self) -> bool:
+        """Whether the server ended the connection (nothing more, then EOF)."""
+        return not self.buf and self._recv(allow_eof=True) == b""
+
+    def _recv(self, allow_eof: bool = False) -> bytes:
+        data = self.sock.recv(65536)
+        if not data and not allow_eof:
+            raise AssertionError("the server closed the connection")
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def query(term: int, after_lsn: int = 0, name: str = "probe") -> str:
+    return f"/replication/stream?name={name}&term={term}&after_term=0&after_lsn={after_lsn}&committed=0"
+
+
+UPGRADING = ("connection: upgrade", f"upgrade: {UPGRADE}")
+
+
+def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(start_set) -> None:
+    # One server in a set of one: it acknowledges alone until this probe, once
+    # caught up, joins the in-sync set; from then on every write waits for the probe.
+    (srv,) = start_set("stream-push", count=1)
+    primary = primary_with_standbys([srv], 0)
+    assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
+    assert httpx.post(f"{primary.base}s", content=b"one;", headers=TEXT).status_code == 204
+    term = status(primary)["term"]
+    peer = Peer(primary.url)
+    try:
+        code, fields, _ = peer.request(query(term), *UPGRADING)
+        assert code == 101
+        assert fields["upgrade"] == UPGRADE and fields["replication-term"] == str(term)
+        # Everything it holds comes at once, in order, from lsn 1.
+        lsn = 0
+        while lsn < status(primary)["durable"]["lsn"]:
+            t, got, _, frame = peer.message()
+            if not got:  # the commit point alone (a heartbeat)
+                continue
+            assert (t, got) == (term, lsn + 1) and frame
+            lsn = got
+        peer.ack(term, lsn, lsn)
+        until("the probe in the in-sync set", lambda: status(primary)["in_sync"] == ["probe"])
+        assert status(primary)["followers"]["probe"] == {"term": term, "lsn": lsn}
+
+        answer: list[httpx.Response] = []
+        writer = threading.Thread(
+            target=lambda: answer.append(
+                httpx.post(f"{primary.base}s", content=b"two;", headers=TEXT, timeout=30)
+            )
+        )
+        writer.start()
+        t, got, _, frame = peer.message()
+        while not got:
+            t, got, _, frame = peer.message()
+        assert got == lsn + 1 and b"two;" in frame
+        writer.join(0.5)
+        assert writer.is_alive() and not answer, "acknowledged before the standby held it"
+        peer.ack(term, got, lsn)
+        writer.join(30)
+        assert answer[0].status_code == 204
+        # The moved commit point comes alone, no frame being there to carry it.
+        t, none, commit, frame = peer.message()
+        assert (none, commit, frame) == (0, got, b"")
+    finally:
+        peer.close()
+    assert read_all(f"{primary.base}s") == b"one;two;"
+
+
+def test_a_stream_is_refused_as_a_fetch_would_be(start_set) -> None:
+    (srv,) = start_set("stream-refused", count=1)
+    primary = primary_with_standbys([srv], 0)
+    term = status(primary)["term"]
+    cases = [
+        # No upgrade asked: 426, naming the protocol.
+        ((), 426, lambda f, b: f["upgrade"] == UPGRADE),
+        # Another term: the fetch's 409, and the connection ends (it cannot carry on).
+        (UPGRADING, 409, lambda f, b: json.loads(b)["error"] == "wrong term"),
+    ]
+    for headers, code, check in cases:
+        peer = Peer(primary.url)
+        try:
+            got, fields, body = peer.request(query(term + 5 if headers else term), *headers)
+            assert got == code and check(fields, body), (got, fields, body)
+            if headers:
+                assert peer.closed()
+        finally:
+            peer.close()
+    # The upgrade asked of any other path: answered as usual, then the connection ends.
+    peer = Peer(primary.url)
+    try:
+        got, _, _ = peer.request("/healthz", *UPGRADING)
+        assert got == 200 and peer.closed()
+    finally:
+        peer.close()
+
+
+class NoStreams:
+    """A TCP proxy to a primary that answers ``/replication/stream`` with 404, as a
+    primary from before streams did, and passes every other connection through."""
+
+    def __init__(self, target: str) -> None:
+        parts = urlsplit(target)
+        self.target = (parts.hostname, parts.port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.first_lines: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        first = client.recv(65536)
+        self.first_lines.append(first.split(b"\r\n", 1)[0])
+        if first.startswith(b"GET /replication/stream"):
+            client.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            client.close()
+            return
+        try:
+            upstream = socket.create_connection(self.target)
+            upstream.sendall(first)
+        except OSError:  # the primary stopped (the test's end)
+            client.close()
+            return
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            s.close()
+
+
+def member(srv, name: str, url: str, api_url: str) -> None:
+    srv.args += [
+        "--replication-lease", "default/stream-fallback", "--replica-name", name,
+        "--replica-url", url, "--kube-api", api_url, "--replication-set-size", "2",
+        *STEADY,
+    ]  # fmt: skip
+
+
+def test_a_standby_fetches_from_a_primary_without_streams(server_factory, api) -> None:
+    # The primary announces the proxy as its URL: its standby reaches it only
+    # through the proxy, which refuses streams as an earlier version would.
+    first = server_factory()
+    proxy = NoStreams(first.url)
+    try:
+        member(first, "r0", proxy.url, api.url)
+        first.start()
+        until("r0 primary", lambda: status(first)["role"] == "primary")
+        second = server_factory()
+        member(second, "r1", second.url, api.url)
+        second.start()
+        until("r1 in sync", lambda: status(first)["in_sync"] == ["r1"])
+        assert httpx.put(f"{first.base}s", headers=TEXT).status_code == 201
+        for i in range(20):
+            r = httpx.post(f"{first.base}s", content=f"{i};".encode(), headers=TEXT)
+            assert r.status_code == 204
+        expected = read_all(f"{first.base}s")
+        until("r1 holds it", lambda: read_all(f"{second.base}s") == expected)
+        assert status(second)["problem"] is None
+        lines = proxy.first_lines
+        assert any(line.startswith(b"GET /replication/stream") for line in lines)
+        assert any(line.startswith(b"GET /replication/fetch") for line in lines)
+    finally:
+        proxy.close()
