@@ -65,13 +65,21 @@ def send(request: httpx.Request, headers: dict[str, str]) -> httpx.Response:
 def test_peer_endpoints_need_the_token_and_followers_send_it(start_set, tmp_path):
     secret_file = token_file(tmp_path / "token")
     servers = start_set("peer-auth", "--replication-token-file", str(secret_file))
-    # In sync at all means the standbys' fetches carried the token.
+    # In sync at all means the standbys' streams carried the token.
     primary = primary_with_standbys(servers, 2)
     standby = status(primary)["in_sync"][0]
     secret = secret_file.read_text().strip()
     assert httpx.get(f"{primary.url}/replication", timeout=5).status_code == 200  # open
     before = status(primary)
-    for what, request in peer_requests(primary, standby).items():
+    refused = peer_requests(primary, standby)
+    fetch = refused["fetch"]
+    # A stream asks the same of the primary; let in, it is what the standbys use.
+    refused["stream"] = httpx.Request(
+        "GET",
+        fetch.url.copy_with(path="/replication/stream"),
+        headers={"Connection": "upgrade", "Upgrade": "pyds-replication/1"},
+    )
+    for what, request in refused.items():
         for headers in ({}, bearer("wrong"), bearer(secret + "x"), {"Authorization": secret}):
             r = send(request, headers)
             assert r.status_code == 401, (what, headers, r.status_code, r.text)
