@@ -216,13 +216,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             cycle.message_event.set()
         reset(self.transport)
 
-    def upgrade(self, protocol: asyncio.Protocol, headers: list[tuple[bytes, bytes]]) -> None:
+    def upgrade(self, protocol: asyncio.Protocol, headers: list[tuple[bytes, bytes]]) -> bool:
         """Answer ``101 Switching Protocols`` and hand the connection to ``protocol``:
         uvicorn forgets it (its request is complete, no timer runs, a shutdown no
-        longer waits for it); ``protocol`` owns it from here."""
+        longer waits for it); ``protocol`` owns it from here. False, and nothing
+        done, when the request did not ask for an upgrade (the parser stopped for
+        none: no ``connection: upgrade``)."""
         cycle = self.cycle
         if not self._upgrading or cycle is None or cycle.response_started:
-            raise RuntimeError("this request did not ask for an upgrade")
+            return False
         cycle.response_started = cycle.response_complete = True
         self._upgrading = False
         self.connections.discard(self)
@@ -233,6 +235,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(b"".join(head) + b"\r\n")
         self.transport.set_protocol(protocol)
         protocol.connection_made(self.transport)
+        return True
 
     def on_response_complete(self) -> None:
         if self._upgrading:  # answered, not taken over: the parser cannot go on

@@ -138,17 +138,18 @@ def test_a_stream_is_refused_as_a_fetch_would_be(start_set) -> None:
     primary = primary_with_standbys([srv], 0)
     term = status(primary)["term"]
     cases = [
-        # No upgrade asked: 426, naming the protocol.
-        ((), 426, lambda f, b: f["upgrade"] == UPGRADE),
+        # No upgrade asked, or asked without "connection: upgrade": 426, naming it.
+        ((), term, 426, lambda f, b: f["upgrade"] == UPGRADE),
+        ((f"upgrade: {UPGRADE}",), term, 426, lambda f, b: f["upgrade"] == UPGRADE),
         # Another term: the fetch's 409, and the connection ends (it cannot carry on).
-        (UPGRADING, 409, lambda f, b: json.loads(b)["error"] == "wrong term"),
+        (UPGRADING, term + 5, 409, lambda f, b: json.loads(b)["error"] == "wrong term"),
     ]
-    for headers, code, check in cases:
+    for headers, asked_term, code, check in cases:
         peer = Peer(primary.url)
         try:
-            got, fields, body = peer.request(query(term + 5 if headers else term), *headers)
-            assert got == code and check(fields, body), (got, fields, body)
-            if headers:
+            got, fields, body = peer.request(query(asked_term), *headers)
+            assert got == code and check(fields, body), (headers, got, fields, body)
+            if headers == UPGRADING:
                 assert peer.closed()
         finally:
             peer.close()

@@ -1,8 +1,8 @@
-"""A standby's writer thread: each fetch answer's frames made durable, then
+"""A standby's writer thread: the frames received together made durable, then
 committed, off the event loop, in the order they came.
 
 The follower waits for the first half (``write_frames``: the WAL flushed)
-before its next fetch reports the new position, and the second
+before it acknowledges the new position, and the second
 (``commit_frames``: LMDB and the tails) runs meanwhile. Two ``to_thread``
 calls per answer were a tenth of a standby's CPU samples (the executor's
 work item, its future chained to the loop's, a worker woken for each;
@@ -16,7 +16,7 @@ after the previous answer's commit, as ``engine/replica.py`` requires.
 ``stop`` lets the job under way finish: the store is closed after it.
 
 Between the halves the thread waits, up to ``SENT_WAIT``, until the
-follower has sent its next fetch (``Job.sent``). The commit is Python work
+follower has sent its acknowledgement (``Job.sent``). The commit is Python work
 that holds the GIL, and the event loop, woken to send the acknowledgement,
 would otherwise wait for it before it can send. The commit is not late for
 it: the next answer's frames come a round trip later.

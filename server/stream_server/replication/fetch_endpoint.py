@@ -88,18 +88,24 @@ async def serve(
     if scope["path"] == STREAM_PATH:
         take_over = scope.get("extensions", {}).get("stream_server.upgrade")
         if take_over is None or upgrade.decode("latin-1").lower() != UPGRADE:
-            await _answer(send, 426, [(b"upgrade", UPGRADE.encode())], b"upgrade required\n")
+            await _upgrade_required(send)
             return
         stream = replication.stream(name, term, after_term, after_lsn, committed, url=url)
-        if not isinstance(stream, FetchAnswer):
-            term_header = str(stream.term).encode()
-            take_over(stream, [(b"upgrade", UPGRADE.encode()), (b"replication-term", term_header)])
+        if isinstance(stream, FetchAnswer):
+            answer = stream
+        else:
+            headers = [(b"upgrade", UPGRADE.encode()), (b"replication-term", b"%d" % stream.term)]
+            if not take_over(stream, headers):  # no "connection: upgrade"
+                await _upgrade_required(send)
             return
-        answer = stream
     else:
         answer = await replication.fetch(name, term, after_term, after_lsn, committed, url=url)
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()]
     await _answer(send, answer.status, headers, answer.body)
+
+
+async def _upgrade_required(send: Send) -> None:
+    await _answer(send, 426, [(b"upgrade", UPGRADE.encode())], b"upgrade required\n")
 
 
 async def _answer(send: Send, status: int, headers: Headers, body: bytes) -> None:

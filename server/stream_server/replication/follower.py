@@ -1,17 +1,20 @@
-"""A standby's fetch-and-apply loop (Kafka's replica fetcher).
+"""A standby's follow-and-apply loop (PostgreSQL's walreceiver; Kafka's replica
+fetcher with a primary that has no streams).
 
 While this replica is a standby of a known primary, it asks the primary for the
-frames after its durable position, writes each through the engine's commit
-path (one flush per answer), and makes the ones at or below the announced
-commit point visible to its readers (``mirror``). Its next fetch names its
-new position: that is its acknowledgement. It is sent once the frames are
+frames after its durable position, over a stream (``sender.py``) or, from a
+primary that answers 404 to that, by fetches. It writes the frames it
+received through the engine's commit path (one flush for all of them), and
+makes the ones at or below the announced commit point visible to its readers
+(``mirror``). It then reports its new position (the stream's ``ACK``, or the
+next fetch): that is its acknowledgement. It is sent once the frames are
 durable (``engine.replica.write_frames``: segments, WAL, fdatasync), while
 their LMDB commit (``commit_frames``) runs, both on the standby's writer
-thread (``applier.py``); ``applying`` keeps the next answer's frames, a
+thread (``applier.py``); ``applying`` keeps the next frames, a
 promotion and a re-copy behind that commit.
 
-An answer from a term older than the highest term seen is refused: it comes
-from a deposed primary. A 409 says why the primary will not serve us (wrong
+An answer or a stream from a term older than the highest term seen is
+refused: it comes from a deposed primary. A 409 says why the primary will not serve us (wrong
 term: the role loop will catch up; diverged or too far behind: this replica
 must be re-copied, shown in ``/replication`` as ``problem``).
 """
@@ -70,7 +73,8 @@ class Follower:
         self.problem: str | None = None
         self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
         self._watching: asyncio.TimerHandle | None = None  # a stream's watchdog (_watch)
-        self.fetch_only = ""  # a primary without streams (an older version): fetch from it
+        # A primary without streams (an older version), and its term: fetch from it.
+        self.fetch_only: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._finishing: asyncio.Task[None] | None = None  # the last answer's LMDB commit
         self._sent = Sent()  # the writer thread's: our acknowledgement went out
@@ -98,17 +102,15 @@ class Follower:
             while True:
                 state = self.roles.state
                 if not self.following or self.roles.is_primary or not state.primary_url:
-                    changed = state.changed
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(changed.wait(), self.retry_period)
+                    await self._news()
                     continue
                 try:
-                    if self.fetch_only == state.primary_url:
+                    if self.fetch_only == (state.primary_url, state.term):
                         await self._fetch_once(http, state.primary_url, state.term)
                     else:
                         await self._stream(state.primary_url, state.term)
                 except (PeerError, ValueError) as exc:
-                    self.problem = f"fetch from {state.primary_url} failed: {exc!r}"
+                    self.problem = f"following {state.primary_url} failed: {exc!r}"
                     await asyncio.sleep(self.retry_period)
                 except Exception:
                     log.exception("follower round failed")
@@ -134,9 +136,9 @@ class Follower:
             f"{primary}{STREAM_PATH}", self._params(term), self.auth(), UPGRADE, FETCH_TIMEOUT
         )
         if isinstance(r, PeerResponse):
-            if r.status == 404:  # a primary of a version before streams
+            if r.status == 404:  # a primary of a version before streams (a rolling update)
                 log.info("the primary at %s has no streams: fetching", primary)
-                self.fetch_only = primary
+                self.fetch_only = (primary, term)  # a later term asks again
             else:
                 await self._refused(r, primary, term)
             return
@@ -145,6 +147,7 @@ class Follower:
         self._watching = loop.call_later(self.retry_period, self._watch, r.writer, primary, term)
         try:
             if not self._answer_term(int(r.headers["replication-term"]), term):
+                await self._news()
                 return
             buffer = bytearray(r.early)
             while True:
@@ -192,6 +195,7 @@ class Follower:
             await self._refused(r, primary, term)
             return
         if not self._answer_term(int(r.headers["replication-term"]), term):
+            await self._news()
             return
         self.problem = None
         self.fetched_at = asyncio.get_running_loop().time()
@@ -218,6 +222,10 @@ class Follower:
             # A newer term than ours (a switchover, seconds before the Lease's
             # retry period would tell us): read the Lease now.
             self.roles.wake()
+        await self._news()
+
+    async def _news(self) -> None:
+        """Wait for the role loop's next change, a retry period at most."""
         changed = self.roles.state.changed
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), self.retry_period)

@@ -1,17 +1,20 @@
 """The primary's side of log shipping: the recent frames, the fetch answer, the
 in-sync set and the ack gate.
 
-Standbys pull, as Kafka followers do: each ``GET /replication/fetch`` names
+A standby follows by a stream (``sender.py``: frames pushed, its durable
+position sent back as each is flushed) or, from a primary without streams,
+by fetches, as Kafka followers do: each ``GET /replication/fetch`` names
 the follower's durable position, which is also its acknowledgement of every
 frame up to it, and returns the frames after it (waiting a little when there
-are none) with the primary's commit point. The commit point is the highest
+are none) with the primary's commit point. Both count a position the same
+way (``note``). The commit point is the highest
 lsn durable here and on every in-sync standby; the ack gate lets a batch's
 waiters hear of it only once the commit point reaches it and the in-sync set
 with the primary is at least ``min_in_sync`` replicas.
 
 The in-sync set changes only by a CAS on the Lease (``RoleLoop.change_in_sync``):
-a standby joins once its fetch position reaches our durable lsn, and counts
-only once that write succeeded; a standby that has not fetched for half the
+a standby joins once its position reaches our durable lsn, and counts
+only once that write succeeded; a standby not heard from for half the
 renew deadline is removed by a CAS, and until that write succeeded nothing is
 acknowledged without it (it is still in the set the gate uses).
 
