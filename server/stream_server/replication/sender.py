@@ -14,7 +14,8 @@ keeps one connection per standby open in both directions:
 - primary to standby, one ``MESSAGE`` per frame (its term, lsn, the commit
   point as of sending, the frame's length, then the frame), or with lsn 0
   and no frame: the commit point alone, sent when it moved and no frame
-  carried it within ``shipping.COMMIT_LINGER``, and as a heartbeat;
+  carried it and nothing was sent for ``COMMIT_LINGER`` (under load the next
+  frame carries it, as a fetch answer does), and as a heartbeat;
 - standby to primary, one ``ACK`` per group of frames made durable, and one
   per commit-only message: its durable position (term, lsn) and the commit
   point it knows. This is exactly what a fetch's parameters say, and it is
@@ -36,7 +37,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, cast
 
-from stream_server.replication.shipping import MAX_ANSWER
+from stream_server.replication.shipping import COMMIT_LINGER, MAX_ANSWER
 
 if TYPE_CHECKING:
     from stream_server.replication.shipping import Shipper
@@ -130,13 +131,21 @@ class Sender(asyncio.Protocol):
             shipper.shipped += len(parts) // 2
             self._send(b"".join(parts), commit)
 
-    def send_commit(self) -> None:
-        """The commit point alone, if it moved since we last sent it."""
+    def send_commit(self) -> float | None:
+        """The commit point alone, if it moved since we last sent it and nothing
+        was sent for ``COMMIT_LINGER``; else the seconds until that is so (a
+        frame under way will most likely carry it), or None: nothing to send."""
         transport = self.transport
-        if transport is not None and not transport.is_closing():
-            commit = self.shipper.commit_point()
-            if commit > self.sent_commit:
-                self._send(MESSAGE.pack(0, 0, commit, 0), commit)
+        if transport is None or transport.is_closing():
+            return None
+        commit = self.shipper.commit_point()
+        if commit <= self.sent_commit:
+            return None
+        wait = self._last_sent + COMMIT_LINGER - time.monotonic()
+        if wait > 0:
+            return wait
+        self._send(MESSAGE.pack(0, 0, commit, 0), commit)
+        return None
 
     def _send(self, data: bytes, commit: int) -> None:
         assert self.transport is not None

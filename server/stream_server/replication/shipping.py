@@ -333,8 +333,9 @@ class Shipper:
 
     def _send_commits(self) -> None:
         self._linger = None
-        for sender in list(self.senders):
-            sender.send_commit()
+        later = [d for s in list(self.senders) if (d := s.send_commit()) is not None]
+        if later:  # a frame went there meanwhile: its linger runs from that frame
+            self._linger = asyncio.get_running_loop().call_later(min(later), self._send_commits)
 
     def close_streams(self) -> None:
         """End every standby's stream (we step down, or hand over): each asks again
