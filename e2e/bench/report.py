@@ -112,6 +112,9 @@ FIGURES: dict[str, Callable[[Profile], list[Figure]]] = {
 # The replicated workload: the replica set against single-node ours in the same run.
 REPLICATED_FIGURES: list[Figure] = [
     Figure("64 conns, 64 streams", "appends_per_s", "appends/s", ">= 0.6x single", at_least(0.6)),
+    Figure("64 conns, 64 streams, CPU per append, all servers", "cpu_ms", "ms", "reported"),
+    Figure("64 conns, 64 streams, CPU per append, primary", "cpu_ms_primary", "ms", "reported"),
+    Figure("64 conns, 64 streams, CPU per append, a standby", "cpu_ms_standby", "ms", "reported"),
     Figure("1 client sequential, p50", "seq_p50_ms", "ms", "<= 2x single", at_most(2)),
     Figure("1 client sequential, p99", "seq_p99_ms", "ms", "reported"),
     Figure("1 client sequential, CPU per append, all servers", "seq_cpu_ms", "ms", "reported"),

@@ -53,6 +53,7 @@ class AppendResult(Result):
     errors: int
     acknowledged: int  # what wrk saw acknowledged, warm-up included
     held: int | None  # what the streams' tails account for afterwards (None: not measurable)
+    cpu_ms: tuple[float, ...] = ()  # CPU per append of each server process, as SequentialResult's
 
 
 @dataclass
@@ -137,6 +138,9 @@ class ReplicationResult(Result):
     seq_cpu_ms: float | None = None  # CPU per sequential append, all the side's servers
     seq_cpu_ms_primary: float | None = None  # the primary's (single node: the server's)
     seq_cpu_ms_standby: float | None = None  # each standby's, their mean
+    cpu_ms: float | None = None  # CPU per 64 x 64 append, all the side's servers
+    cpu_ms_primary: float | None = None  # as for the sequential ones
+    cpu_ms_standby: float | None = None
     # The worst standby at each sample of the primary's metrics during the appends:
     lag_bytes_p50: float | None = None
     lag_bytes_max: float | None = None

@@ -67,7 +67,10 @@ def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> Append
     acked = 0
     if prof.warmup:
         acked += wrk(srv, seconds=prof.warmup, **kw).ok
+    pids = srv.pids()
+    cpu_before = [cpu_seconds(p) for p in pids]
     st = wrk(srv, seconds=prof.duration, **kw)
+    cpu_used = [cpu_seconds(p) - b for p, b in zip(pids, cpu_before, strict=True)]
     acked += st.ok
     after = tails(srv, names)
     held = None
@@ -82,6 +85,7 @@ def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> Append
         errors=st.errors,
         acknowledged=acked,
         held=held,
+        cpu_ms=tuple(1000 * u / max(st.requests, 1) for u in cpu_used),
     )
 
 
