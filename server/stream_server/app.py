@@ -308,6 +308,13 @@ class StreamServerApp:
         if self.on_fatal is not None:
             self.on_fatal()
 
+    async def hand_over(self) -> None:
+        """In a replica set, a primary that begins to stop hands the Lease to a standby
+        first (``Replication.hand_over_before_stopping``). Called before uvicorn stops
+        listening, while the standbys' streams are still open."""
+        if self.replication is not None:
+            await self.replication.hand_over_before_stopping()
+
     def end_live_reads(self) -> None:
         """Answer every long-poll as on its timeout and end every SSE response after
         its last control event, now and for live reads that arrive from here on.

@@ -86,7 +86,8 @@ def file_watcher(
 
 
 class StreamServer(uvicorn.Server):
-    """Uvicorn's server, which ends live reads the moment shutdown begins.
+    """Uvicorn's server, which ends live reads the moment shutdown begins and, in a
+    replica set, hands a primary's Lease to a standby before it stops listening.
 
     Uvicorn closes idle connections, then waits for busy ones (up to its
     graceful timeout) and only then runs the app's lifespan shutdown. A
@@ -115,6 +116,7 @@ class StreamServer(uvicorn.Server):
         if self.watcher is not None:
             await self.watcher.stop()
         self.stream_app.end_live_reads()
+        await self.stream_app.hand_over()
         backstop = asyncio.get_running_loop().call_later(ABORT_AFTER, self._abort_busy)
         try:
             await super().shutdown(sockets)

@@ -263,3 +263,53 @@ def test_the_command_line_switches_over_through_the_state_file(rs, tmp_path: Pat
     assert rs.primary(timeout=30).name == target
     # A second one to the same (now primary) replica is refused: it is not a standby.
     assert main(["switchover", "--state-file", str(rs.state_file), "--to", target]) == 1
+
+
+def test_a_primary_stopped_by_sigterm_hands_over_first_and_loses_nothing(tmp_path):
+    """A node drain: the primary gets SIGTERM under load. It hands the Lease to an
+    in-sync standby before it exits, so the next primary comes at ``term + 1`` by a
+    hand-over, not by the Lease running out: with a 60 s lease, nothing else could
+    make one within the test's patience. Restarted, the old primary follows on
+    without a re-copy (it wrote nothing past what the target holds)."""
+    slow = {**FAST, "lease_duration": "60", "lease_renew_deadline": "40"}
+    rs = ReplicaSet.up(3, tmp_path / "rs", settings=slow, args=("--long-poll-timeout", "2"))
+    try:
+        streams = [f"drain/{i}" for i in range(STREAMS)]
+        create_streams(rs, streams)
+        old = in_sync(rs, 2)
+        term = lease_of(rs)["term"]
+        history = History()
+        work = Workload(rs, history, streams)
+        stopped: dict[str, Any] = {}
+
+        def drain() -> None:
+            stopped["at"] = time.monotonic()
+            rs.kill(old, signal.SIGTERM)
+            stopped["new"] = rs.primary(timeout=30, exclude=(old,)).name
+            stopped["after"] = time.monotonic() - stopped["at"]
+
+        asyncio.run(load_until(work, drain))
+        new = stopped["new"]
+        assert lease_of(rs) == {"holder": new, "term": term + 1}
+        wait_for(lambda: not rs.alive(old), timeout=30, message=f"{old} exited")
+        log = Path(rs.server(old).log).read_text(errors="replace")
+        assert f"switched over to {new} (term {term + 1})" in log, log[-2000:]
+        final = converged(rs, streams, names=[s.name for s in rs.servers if s.name != old])
+        verdict(history, final, tmp_path)
+        recopies = recopies_of(rs, old)
+        rs.restart(old)
+        new_url = rs.server(new).url
+        wait_for(
+            lambda: (st := rs.status(old)) and st["role"] == "standby" and st["primary"] == new_url,
+            timeout=60,
+            message=lambda: f"{old} following {new}: {rs.statuses()}",
+        )
+        in_sync(rs, 2)
+        assert converged(rs, streams) == final
+        assert recopies_of(rs, old) == recopies
+        print(
+            f"\nSIGTERM to primary {old}: {new} primary (term {term + 1}) after "
+            f"{stopped['after']:.2f} s, harness included"
+        )
+    finally:
+        rs.down()

@@ -55,6 +55,9 @@ from stream_server.streams.store import StreamStore
 log = logging.getLogger("stream_server.replication")
 
 RETRY_AFTER = 1  # seconds: a failover or an ISR change is a lease round away
+# Seconds a primary that is stopping spends at most on handing the Lease over; within
+# the server's stop, which a pod's termination grace period (30 s) bounds.
+STOP_SWITCHOVER_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,22 @@ class Replication:
         self.follower.start()
         self.roles.start()
         await self._coordinate()
+
+    async def hand_over_before_stopping(self) -> SwitchoverAnswer | None:
+        """A primary asked to stop (SIGTERM: a node drain, a restart the operator did
+        not plan) first hands the Lease to its most advanced in-sync standby, by the
+        switchover's steps, as Patroni's leader gives up its key and Kafka's
+        controlled shutdown moves leadership before the process ends. The set then
+        pauses writes for a switchover (tens of milliseconds) instead of refusing
+        them until the Lease runs out (``lease_duration``). When it cannot be done
+        (no standby in sync, the target too slow), the stop goes on and the Lease
+        runs out as before. None on a standby: nothing to hand over."""
+        if not self.primary_mode:
+            return None
+        answer = await switch_over(self, None, STOP_SWITCHOVER_TIMEOUT)
+        if answer.status != 200:
+            log.warning("stopping as primary without a switchover: %s", answer.body)
+        return answer
 
     async def stop(self) -> None:
         await self.shipper.stop()
