@@ -58,6 +58,7 @@ class Frame:
     lsn: int
     entries: list[Entry]
     end: int  # file position just past the frame
+    raw: memoryview  # the frame as stored, header included: what a primary ships
 
 
 def encode_entries(entries: Iterable[Entry]) -> bytes:
@@ -229,7 +230,7 @@ def read_frames(path: Path, *, last_file: bool, headerless: bool = False) -> Ite
             entries = decode_entries(body)
         except WalCorrupt as exc:
             raise WalCorrupt(f"{path}: frame at {body_start - FRAME_HEADER.size}: {exc}") from None
-        yield Frame(lsn, entries, off)
+        yield Frame(lsn, entries, off, data[body_start - FRAME_HEADER.size : off])
 
 
 def wal_files(wal_dir: Path) -> list[Path]:

@@ -433,6 +433,42 @@ def test_all_killed_and_restarted_together_keeps_every_acknowledged_append(repli
     verdict(history, converged(rs, streams), tmp_path)
 
 
+def recopies_of(rs: ReplicaSet, name: str) -> int:
+    """How often a server re-copied itself from a primary (its log says so each time)."""
+    return Path(rs.server(name).log).read_text(errors="replace").count("re-copying everything")
+
+
+def test_a_standby_behind_at_a_cold_start_catches_up_by_frames_not_a_recopy(replica_set):
+    """A standby left out of the in-sync set (paused) misses some appends; then all
+    three are killed and restarted. The new primary's frames were only in its WAL,
+    which recovery replays and retires: it must still ship them (engine/replica.py,
+    ``replayed``), so the standby catches up without re-copying everything."""
+    rs = replica_set
+    stream = "behind/0"
+    create_streams(rs, [stream])
+    primary = in_sync(rs, 2)
+    lagger = next(s.name for s in rs.servers if s.name != primary)
+    recopies = recopies_of(rs, lagger)
+    rs.kill(lagger, signal.SIGSTOP)
+    until(
+        lambda: lagger not in (rs.status(primary) or {}).get("in_sync", [lagger]),
+        lambda: f"{lagger} out of the in-sync set: {rs.statuses()}",
+    )
+    url = f"{rs.server(primary).base}{stream}"
+    sent = [message(f"missed.{i}") for i in range(5)]
+    for body in sent:
+        r = httpx.post(url, content=body, headers=OCTET, timeout=30)
+        assert r.status_code == 204, r.text
+    for s in rs.servers:
+        rs.kill(s.name, signal.SIGKILL)
+    for s in rs.servers:
+        rs.restart(s.name)
+    in_sync(rs, 2)
+    final = converged(rs, [stream])
+    assert final[stream].endswith(b"".join(sent))
+    assert recopies_of(rs, lagger) == recopies
+
+
 def test_a_paused_primary_acknowledges_nothing_more_and_rejoins(replica_set, tmp_path):
     """SIGSTOP past the Lease while writes go on at a new primary, then SIGCONT."""
     rs = replica_set

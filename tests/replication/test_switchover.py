@@ -33,6 +33,7 @@ from tests.replication.test_failover import (
     create_streams,
     in_sync,
     load_until,
+    recopies_of,
     verdict,
 )
 
@@ -111,11 +112,6 @@ def test_switchover_under_load_loses_nothing_and_the_old_primary_follows(rs, tmp
     ]
     print(f"\nswitchover {old} -> {new} (term {answer['term']}): {pause_report(history, answer)}")
     print(f"writes the old primary refused with Stream-Primary: {len(redirected)}")
-
-
-def recopies_of(rs: ReplicaSet, name: str) -> int:
-    """How often a server re-copied itself from a primary (its log says so each time)."""
-    return Path(rs.server(name).log).read_text(errors="replace").count("re-copying everything")
 
 
 def pause_report(history: History, answer: dict[str, Any]) -> str:

@@ -131,6 +131,7 @@ class Engine:
             self._lmdb_write,
             headerless_wal=wal_headerless(found),
             progress=self.progress,
+            replayed=self.replica.replayed if self.replica is not None else None,
         )
         state, report = recovery.run()
         self.tails, self.damaged, self.lsn = state.tails, recovery.damaged, recovery.lsn

@@ -96,6 +96,7 @@ class Recovery:
         *,
         headerless_wal: bool = False,
         progress: RecoveryProgress | None = None,
+        replayed: Callable[[int, list[walmod.Entry], memoryview], None] | None = None,
     ) -> None:
         self.layout = layout
         self.progress = progress or RecoveryProgress()
@@ -103,6 +104,9 @@ class Recovery:
         self.meta = meta
         self.segments = segments
         self.write_meta = write_meta
+        # Told of each frame replayed (lsn, metadata changes, the frame's bytes): a
+        # replica set's hooks keep them for shipping (engine/replica.py).
+        self.replayed = replayed
         self.damaged: dict[int, str] = {}
         self.lsn = 0  # the last frame replayed
 
@@ -140,6 +144,8 @@ class Recovery:
                     else:
                         changes.append(entry)
                 self.write_meta(changes)
+                if self.replayed is not None:
+                    self.replayed(frame.lsn, changes, frame.raw)
                 self.lsn = max(self.lsn, frame.lsn)
                 report.wal_frames_replayed += 1
                 self.progress.wal_frames = report.wal_frames_replayed

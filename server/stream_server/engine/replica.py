@@ -7,6 +7,8 @@
   frame also records the term's first lsn (the term history, KIP-101's leader
   epoch cache), from which a primary tells where a follower's history left
   its own.
+- ``ReplicaHooks.replayed`` keeps the frames recovery replays from the WAL
+  after a crash, with their terms: the shipper starts from them.
 - ``ReplicaHooks.committed`` sees each batch's WAL frame bytes, with its term
   and lsn, once durable locally: as soon as the WAL is flushed, before the
   LMDB commit, so that the standbys' apply overlaps it (the primary ships
@@ -80,6 +82,9 @@ class ReplicaHooks:
         self.terms: list[tuple[int, int]] = []  # (term, first lsn), oldest first
         self.durable: Position = (0, 0)
         self.on_frame: Callable[[int, int, bytes], None] | None = None  # term, lsn, frame
+        # The frames recovery replayed from the WAL, as (term, lsn, frame), for the
+        # shipper to start from (``replayed``).
+        self.recovered: list[tuple[int, int, bytes]] = []
 
     # -------------------------------------------------------------- loading
 
@@ -97,6 +102,19 @@ class ReplicaHooks:
         if terms is not None:
             self.terms = [(int(t), int(s)) for t, s in json.loads(bytes(terms))]
         return self.durable
+
+    def replayed(self, lsn: int, changes: list[walmod.Entry], frame: memoryview) -> None:
+        """A frame recovery replayed: kept with its term, so that after a crash the
+        primary can still ship the frames its WAL held (what a standby a few frames
+        behind needs) rather than have that standby re-copy everything. A frame
+        without a position (written before this data joined a replica set) ends
+        what can be shipped: the kept frames must follow one another."""
+        for entry in changes:
+            if entry[0] == walmod.PUT and entry[1] == DB_INFO and entry[2] == KEY_POSITION:
+                term = POSITION.unpack(bytes(entry[3]))[0]
+                self.recovered.append((term, lsn, bytes(frame)))
+                return
+        self.recovered.clear()
 
     # ------------------------------------------------------- the commit path
 

@@ -141,6 +141,9 @@ class Replication:
         while not ready():
             await asyncio.sleep(0.02)
         await asyncio.to_thread(self.hooks.load, self.store.engine)
+        for term, lsn, frame in self.hooks.recovered:  # what the WAL held after a crash
+            self.shipper.add(term, lsn, frame)
+        self.hooks.recovered = []
         self.mirror.published = self.hooks.durable[1]
         self.shipper.start()
         self.follower.start()
