@@ -20,6 +20,7 @@ from stream_operator import GROUP
 TERM = f"{GROUP}/term"
 IN_SYNC = f"{GROUP}/in-sync"
 POSITIONS = f"{GROUP}/positions"
+TERM_BEGAN = f"{GROUP}/term-began"  # "switchover" (handed over) or "election"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class LeaseView:
     positions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     renewed: datetime.datetime | None = None  # spec.renewTime: the holder's last renewal
     duration: int = 0  # spec.leaseDurationSeconds: how long a renewal holds
+    began: str = ""  # how the term began: "switchover" (handed over) or "election"
 
     def expired(self, now: datetime.datetime) -> bool:
         """Whether the holder has not renewed within the Lease's duration: a standby may
@@ -81,6 +83,7 @@ def lease_view(lease: Mapping[str, Any] | None) -> LeaseView:
         positions=positions,
         renewed=_micro_time(spec.get("renewTime")),
         duration=duration,
+        began=str(notes.get(TERM_BEGAN) or ""),
     )
 
 

@@ -194,19 +194,23 @@ def label_roles(
 
 def tell_primary_change(ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
     """An Event for every new term the status records, saying what it was: a switchover
-    when this operator asked for it (Normal), else a failover (Warning), even when the
-    status never showed it: a primary killed and back within one status interval, its
-    pod never seen not ready, still starts a new term, to the same pod or another.
-    (A switchover someone else asked of a server directly reads as a failover.)"""
+    when this operator asked for it or the Lease says the primary handed it over
+    (``termBegan``: a switchover asked of a server directly, or a primary's hand-over
+    as it stopped) (Normal), else a failover (Warning), even when the status never
+    showed it: a primary killed and back within one status interval, its pod never
+    seen not ready, still starts a new term, to the same pod or another."""
     meta = ds["metadata"]
     before, after = old.get("primary") or "", new.get("primary") or ""
     if not after or (before == after and old.get("term") == new.get("term")):
         return
     if before:
         ours = _switched.pop((meta["namespace"], meta["name"]), None) == after
-        kind = "switchover" if ours else "failover"
+        handed = ours or new.get("termBegan") == "switchover"
+        kind = "switchover" if handed else "failover"
         moved = f"{before} -> {after}" if before != after else f"{after} again"
         message = f"{kind}: primary {moved} (term {new.get('term')})"
-        (kopf.info if ours else kopf.warn)(ds, reason="PrimaryChanged", message=message)
+        if handed and not ours:
+            message += ", handed over by the primary"
+        (kopf.info if handed else kopf.warn)(ds, reason="PrimaryChanged", message=message)
     else:
         kopf.info(ds, reason="PrimaryElected", message=f"primary {after} (term {new.get('term')})")

@@ -277,6 +277,8 @@ def _replication_status(
         "inSyncReplicas": synced,
         "replicaStatus": states,
     }
+    if view.began:
+        fields["termBegan"] = view.began
     if synced >= want:
         return fields, None
     who = view.holder or "no primary elected yet"

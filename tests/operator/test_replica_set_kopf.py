@@ -58,8 +58,8 @@ def events(c: Cluster, reason: str) -> list[str]:
     ]
 
 
-def write_lease(c: Cluster, holder: str, term: int, in_sync: list[str]) -> None:
-    write_replica_lease(c, "events", NS, holder, term, in_sync)
+def write_lease(c: Cluster, holder: str, term: int, in_sync: list[str], began: str = "") -> None:
+    write_replica_lease(c, "events", NS, holder, term, in_sync, began)
 
 
 def set_ready(c: Cluster, sts: dict[str, Any], ordinal: int, ready: bool) -> None:
@@ -147,11 +147,22 @@ def test_a_replica_set_gets_its_rights_its_services_and_a_status_that_follows_th
     write_lease(kube, "events-2", 3, ["events-1"])
     wait_for(lambda: len(events(kube, "PrimaryChanged")) == 2, message="the second Event")
     assert events(kube, "PrimaryChanged")[1] == "failover: primary events-2 again (term 3)"
+    # A primary that handed the Lease over by itself (a switchover asked of it directly,
+    # or its hand-over as it stopped): a switchover, though this operator did not ask.
+    write_lease(kube, "events-1", 4, ["events-2"], began="switchover")
+    wait_for(lambda: len(events(kube, "PrimaryChanged")) == 3, message="the third Event")
+    assert events(kube, "PrimaryChanged")[2] == (
+        "switchover: primary events-2 -> events-1 (term 4), handed over by the primary"
+    )
+    assert status_of(kube)["termBegan"] == "switchover"
+    write_lease(kube, "events-2", 5, ["events-1"], began="election")
+    wait_for(lambda: len(events(kube, "PrimaryChanged")) == 4, message="the fourth Event")
+    assert events(kube, "PrimaryChanged")[3] == "failover: primary events-1 -> events-2 (term 5)"
     # The token was never written again (no apply, no prune touches it).
     assert secret(kube)["metadata"]["resourceVersion"] == token["metadata"]["resourceVersion"]
 
     # The last standby falls behind: fewer in sync than a majority.
-    write_lease(kube, "events-2", 3, [])
+    write_lease(kube, "events-2", 5, [])
     wait_for(lambda: condition(kube, "Degraded").get("status") == "True", message="Degraded")
     assert (
         condition(kube, "Degraded")["message"] == "1 replica(s) in sync (events-2), minInSync is 2"

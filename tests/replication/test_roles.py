@@ -131,6 +131,7 @@ async def test_a_paused_primary_steps_down_when_it_sees_the_new_holder(api, leas
     clock.now += DURATION  # a is paused (SIGSTOP): it runs no round
     await b.step()
     assert (b.state.role, b.state.term) == ("primary", 2)
+    assert b.record.began == "election"  # taken after the Lease ran out (operator Events)
     assert not a.may_acknowledge  # before its next round: its renew deadline passed
     await a.step()  # a wakes up
     assert (a.state.role, a.state.term, a.state.primary_url) == ("standby", 2, "http://b:4437")

@@ -60,6 +60,11 @@ def rs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
 
 def lease_of(rs: ReplicaSet) -> dict[str, Any]:
     """The holder and term the Lease names, from the API server itself."""
+    return {k: v for k, v in lease_fields(rs).items() if k != "began"}
+
+
+def lease_fields(rs: ReplicaSet) -> dict[str, Any]:
+    """Holder, term and how the term began (``term-began``), from the API server."""
     namespace, name = rs.lease.split("/")
     r = httpx.get(
         f"{rs.api}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", timeout=5
@@ -69,6 +74,7 @@ def lease_of(rs: ReplicaSet) -> dict[str, Any]:
     return {
         "holder": obj["spec"]["holderIdentity"],
         "term": int(obj["metadata"]["annotations"]["streams.pyds.dev/term"]),
+        "began": obj["metadata"]["annotations"].get("streams.pyds.dev/term-began"),
     }
 
 
@@ -93,7 +99,7 @@ def test_switchover_under_load_loses_nothing_and_the_old_primary_follows(rs, tmp
     new = answer["primary"]
     assert new != old
     assert answer["term"] == term + 1
-    assert lease_of(rs) == {"holder": new, "term": term + 1}
+    assert lease_fields(rs) == {"holder": new, "term": term + 1, "began": "switchover"}
     assert rs.primary(timeout=30).name == new
     new_url = rs.server(new).url
     wait_for(
@@ -286,7 +292,7 @@ def test_a_primary_stopped_by_sigterm_hands_over_first_and_loses_nothing(tmp_pat
 
         asyncio.run(load_until(work, drain))
         new = stopped["new"]
-        assert lease_of(rs) == {"holder": new, "term": term + 1}
+        assert lease_fields(rs) == {"holder": new, "term": term + 1, "began": "switchover"}
         wait_for(lambda: not rs.alive(old), timeout=30, message=f"{old} exited")
         log = Path(rs.server(old).log).read_text(errors="replace")
         assert f"switched over to {new} (term {term + 1})" in log, log[-2000:]

@@ -29,6 +29,9 @@ TERM = PREFIX + "term"
 PRIMARY_URL = PREFIX + "primary-url"
 IN_SYNC = PREFIX + "in-sync"
 POSITIONS = PREFIX + "positions"
+# How the current term began: "switchover" (handed over by the primary) or "election"
+# (taken after the Lease ran out or was given up). The operator's Events say which.
+TERM_BEGAN = PREFIX + "term-began"
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT = 5.0  # seconds for one API call: well inside a renew deadline
@@ -72,6 +75,7 @@ class LeaseRecord:
     primary_url: str = ""
     in_sync: list[str] = field(default_factory=list)
     positions: dict[str, Position] = field(default_factory=dict)
+    began: str = ""  # TERM_BEGAN
     version: str = ""
 
     @classmethod
@@ -94,6 +98,7 @@ class LeaseRecord:
             primary_url=notes.get(PRIMARY_URL) or "",
             in_sync=[str(n) for n in _json(notes.get(IN_SYNC), [])],
             positions=positions,
+            began=notes.get(TERM_BEGAN) or "",
             version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -108,6 +113,8 @@ class LeaseRecord:
                 POSITIONS: json.dumps({k: list(v) for k, v in sorted(self.positions.items())}),
             },
         }
+        if self.began:
+            meta["annotations"][TERM_BEGAN] = self.began
         if self.version:
             meta["resourceVersion"] = self.version
         spec: dict[str, Any] = {

@@ -223,6 +223,7 @@ class RoleLoop:
             term=1,
             primary_url=self.config.url,
             positions={self.config.name: self.position()},
+            began="election",
         )
         try:
             written = await self.client.create(record)
@@ -245,6 +246,7 @@ class RoleLoop:
             primary_url=self.config.url,
             in_sync=[],  # standbys join again once caught up with the new term
             positions={**record.positions, self.config.name: self.position()},
+            began="election",
             version=record.version,
         )
         try:
@@ -307,6 +309,7 @@ class RoleLoop:
                 transitions=record.transitions + 1,
                 in_sync=sorted({*record.in_sync, me} - {target}),
                 positions=self._positions(record),
+                began="switchover",
             )
             try:
                 written = await self.client.replace(new)
