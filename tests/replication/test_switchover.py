@@ -59,12 +59,8 @@ def rs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
 
 
 def lease_of(rs: ReplicaSet) -> dict[str, Any]:
-    """The holder and term the Lease names, from the API server itself."""
-    return {k: v for k, v in lease_fields(rs).items() if k != "began"}
-
-
-def lease_fields(rs: ReplicaSet) -> dict[str, Any]:
-    """Holder, term and how the term began (``term-began``), from the API server."""
+    """The holder, the term and how the term began (``term-began``) that the Lease
+    names, from the API server itself."""
     namespace, name = rs.lease.split("/")
     r = httpx.get(
         f"{rs.api}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", timeout=5
@@ -99,7 +95,7 @@ def test_switchover_under_load_loses_nothing_and_the_old_primary_follows(rs, tmp
     new = answer["primary"]
     assert new != old
     assert answer["term"] == term + 1
-    assert lease_fields(rs) == {"holder": new, "term": term + 1, "began": "switchover"}
+    assert lease_of(rs) == {"holder": new, "term": term + 1, "began": "switchover"}
     assert rs.primary(timeout=30).name == new
     new_url = rs.server(new).url
     wait_for(
@@ -261,7 +257,7 @@ def test_the_command_line_switches_over_through_the_state_file(rs, tmp_path: Pat
     target = next(s.name for s in rs.servers if s.name != old)
     term = lease_of(rs)["term"]
     assert main(["switchover", "--state-file", str(rs.state_file), "--to", target]) == 0
-    assert lease_of(rs) == {"holder": target, "term": term + 1}
+    assert lease_of(rs) == {"holder": target, "term": term + 1, "began": "switchover"}
     assert rs.primary(timeout=30).name == target
     # A second one to the same (now primary) replica is refused: it is not a standby.
     assert main(["switchover", "--state-file", str(rs.state_file), "--to", target]) == 1
@@ -292,7 +288,7 @@ def test_a_primary_stopped_by_sigterm_hands_over_first_and_loses_nothing(tmp_pat
 
         asyncio.run(load_until(work, drain))
         new = stopped["new"]
-        assert lease_fields(rs) == {"holder": new, "term": term + 1, "began": "switchover"}
+        assert lease_of(rs) == {"holder": new, "term": term + 1, "began": "switchover"}
         wait_for(lambda: not rs.alive(old), timeout=30, message=f"{old} exited")
         log = Path(rs.server(old).log).read_text(errors="replace")
         assert f"switched over to {new} (term {term + 1})" in log, log[-2000:]
