@@ -150,7 +150,7 @@ class Replication:
         self.roles.start()
         await self._coordinate()
 
-    async def hand_over_before_stopping(self) -> SwitchoverAnswer | None:
+    async def hand_over_before_stopping(self) -> None:
         """A primary asked to stop (SIGTERM: a node drain, a restart the operator did
         not plan) first hands the Lease to its most advanced in-sync standby, by the
         switchover's steps, as Patroni's leader gives up its key and Kafka's
@@ -158,13 +158,12 @@ class Replication:
         pauses writes for a switchover (tens of milliseconds) instead of refusing
         them until the Lease runs out (``lease_duration``). When it cannot be done
         (no standby in sync, the target too slow), the stop goes on and the Lease
-        runs out as before. None on a standby: nothing to hand over."""
+        runs out as before. A standby has nothing to hand over."""
         if not self.primary_mode:
-            return None
+            return
         answer = await switch_over(self, None, STOP_SWITCHOVER_TIMEOUT)
         if answer.status != 200:
             log.warning("stopping as primary without a switchover: %s", answer.body)
-        return answer
 
     async def stop(self) -> None:
         await self.shipper.stop()
