@@ -26,7 +26,7 @@ import pytest
 from testkit import wait_for
 from testkit.history import History, message
 from testkit.replicaset import ReplicaSet
-from tests.replication.test_failover import (
+from tests.replication.workload import (
     OCTET,
     Workload,
     converged,
