@@ -3,6 +3,11 @@
     py-spy record --threads --subprocesses --format raw --rate 200 -o raw.txt -- \\
         python e2e/bench/run.py --servers ours --only appends_64x64
     python e2e/bench/profile_shares.py raw.txt --thread MainThread --within stream_server
+    python e2e/bench/profile_shares.py raw.txt --thread '' --functions   # every thread
+
+A frame is a function at a line: ``--functions`` counts a function once per
+sample whatever line it was at (its whole inclusive share), rather than each
+of its call sites apart.
 
 Shares are inclusive (a function counts every sample where it is on the
 stack) and relative to the samples of the chosen threads, optionally only
@@ -17,7 +22,9 @@ import argparse
 from collections import Counter
 
 
-def shares(lines: list[str], thread: str, within: str | None) -> tuple[int, Counter]:
+def shares(
+    lines: list[str], thread: str, within: str | None, functions: bool = False
+) -> tuple[int, Counter]:
     total = 0
     counts: Counter = Counter()
     for line in lines:
@@ -30,15 +37,21 @@ def shares(lines: list[str], thread: str, within: str | None) -> tuple[int, Coun
         if at is None or thread not in frames[at] or (within and within not in stack):
             continue
         total += int(n)
-        for name in {_short(f) for f in frames[at + 1 :]}:
+        for name in {_short(f, functions) for f in frames[at + 1 :]}:
             counts[name] += int(n)
     return total, counts
 
 
-def _short(frame: str) -> str:
-    """``func (/long/path/file.py:12)`` -> ``func (file.py:12)``."""
+def _short(frame: str, functions: bool = False) -> str:
+    """``func (/long/path/file.py:12)`` -> ``func (file.py:12)``, or with ``functions``
+    ``func (file.py)``."""
     func, _, where = frame.partition(" (")
-    return f"{func} ({where.rsplit('/', 1)[-1]}" if where else func
+    if not where:
+        return func
+    where = where.rsplit("/", 1)[-1]
+    if functions:
+        where = where.split(":", 1)[0].rstrip(")") + ")"
+    return f"{func} ({where}"
 
 
 def main() -> None:
@@ -47,9 +60,10 @@ def main() -> None:
     ap.add_argument("--thread", default="MainThread", help="thread name part (default MainThread)")
     ap.add_argument("--within", help="only samples whose stack has a frame containing this")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--functions", action="store_true", help="one share per function, all lines")
     args = ap.parse_args()
     with open(args.raw) as f:
-        total, counts = shares(f.readlines(), args.thread, args.within)
+        total, counts = shares(f.readlines(), args.thread, args.within, args.functions)
     print(
         f"{total} samples of thread {args.thread!r}"
         + (f" within {args.within!r}" if args.within else "")

@@ -22,3 +22,14 @@ def test_shares_count_one_thread_inclusively():
 def test_within_keeps_only_stacks_through_a_frame():
     total, counts = shares(RAW, "MainThread", "get (")
     assert total == 2 and counts["get (h.py:5)"] == 2
+
+
+def test_functions_count_a_function_once_whatever_its_line():
+    raw = [
+        "thread (2): MainThread;serve (f.py:10);write (w.py:3) 4\n",
+        "thread (2): MainThread;serve (f.py:12) 6\n",
+        "thread (2): MainThread;other (o.py:1) 10\n",
+    ]
+    total, counts = shares(raw, "MainThread", None, functions=True)
+    assert total == 20 and counts["serve (f.py)"] == 10 and counts["write (w.py)"] == 4
+    assert shares(raw, "MainThread", None)[1]["serve (f.py:12)"] == 6  # by line, as before
