@@ -25,6 +25,9 @@ from pathlib import Path
 WRITE_VERSION = 4  # the newest format this program writes (and recovers)
 READ_VERSION = 2  # the newest read version this program reads (2: retained starts)
 VERSION_FILE = "FORMAT"
+# A replica set member's set id (docs/replication.md, "A set's identity"): 32 lowercase
+# hex digits and a newline. Optional: single-node data and a new directory have none.
+SET_ID_FILE = "SET_ID"
 LMDB_DATA = "data.mdb"
 
 _FIRST_LINE = "durable-streams-py data format "
@@ -82,6 +85,11 @@ def _version(s: str) -> int:
 CURRENT = DataFormat(WRITE_VERSION, READ_VERSION)  # what this program writes
 
 
+def valid_set_id(text: str) -> bool:
+    """A set id as servers mint them (``uuid4().hex``): 32 lowercase hex digits."""
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
 class Layout:
     """The paths of a data directory's parts."""
 
@@ -91,6 +99,7 @@ class Layout:
         self.wal = self.root / "wal"
         self.segments = self.root / "segments"
         self.version_file = self.root / VERSION_FILE
+        self.set_id_file = self.root / SET_ID_FILE
 
     def segment_path(self, stream_id: int) -> Path:
         return self.segments / f"{stream_id & 0xFF:02x}" / f"{stream_id:016x}.log"
@@ -104,6 +113,18 @@ class Layout:
             return self.version_file.read_text(errors="replace")
         except FileNotFoundError:
             return None
+
+    def read_set_id(self) -> str:
+        """The replica set this directory belongs to ("" when the file is missing);
+        FormatError when the file holds anything but a set id."""
+        try:
+            text = self.set_id_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        set_id = text.removesuffix("\n")
+        if not valid_set_id(set_id) or not text.endswith("\n"):
+            raise FormatError(f"{self.set_id_file}: {text[:80]!r} is not a replica set id")
+        return set_id
 
     def check_version(self, *, write: bool = False) -> DataFormat:
         """The directory's format, or FormatError unless this program may use it.

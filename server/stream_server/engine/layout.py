@@ -13,7 +13,15 @@ from __future__ import annotations
 import logging
 
 from stream_format import wal as walmod
-from stream_format.layout import CURRENT, VERSION_FILE, DataFormat, FormatError, Layout
+from stream_format.layout import (
+    CURRENT,
+    SET_ID_FILE,
+    VERSION_FILE,
+    DataFormat,
+    FormatError,
+    Layout,
+    valid_set_id,
+)
 from stream_server.engine import fsio
 
 LayoutError = FormatError  # the name the server's start-up reports
@@ -29,6 +37,7 @@ def prepare(layout: Layout) -> DataFormat:
     # file's temporary copy behind (its rename not yet durable): that write never
     # finished, and the next one starts afresh.
     fsio.unlink(layout.root / (VERSION_FILE + ".tmp"))
+    fsio.unlink(layout.root / (SET_ID_FILE + ".tmp"))  # the same for the set id
     if layout.read_version() is not None:
         found = layout.check_version(write=True)
     else:
@@ -82,3 +91,18 @@ def upgrade(layout: Layout, found: DataFormat) -> None:
     assert found.write < CURRENT.write, found
     assert not walmod.wal_files(layout.wal), "upgrade with a WAL to replay"
     fsio.write_durably(layout.version_file, CURRENT.text().encode())
+
+
+def write_set_id(layout: Layout, set_id: str) -> None:
+    """Record the replica set this directory belongs to, as the version file is
+    written: a temporary file, flushed, renamed over the old one, the directory
+    flushed (docs/storage-format.md). A crash leaves the old file or the new one."""
+    if not valid_set_id(set_id):
+        raise ValueError(f"{set_id!r} is not a replica set id")
+    fsio.write_durably(layout.set_id_file, (set_id + "\n").encode())
+
+
+def remove_set_id(layout: Layout) -> None:
+    """Forget the set id (one this replica minted for a Lease it then failed to create)."""
+    fsio.unlink(layout.set_id_file)
+    fsio.fsync_dir(layout.root)

@@ -32,6 +32,8 @@ POSITIONS = PREFIX + "positions"
 # How the current term began: "switchover" (handed over by the primary) or "election"
 # (taken after the Lease ran out or was given up). The operator's Events say which.
 TERM_BEGAN = PREFIX + "term-began"
+# The replica set's id (identity.py): its members' data directories hold the same one.
+SET_ID = PREFIX + "set-id"
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT = 5.0  # seconds for one API call: well inside a renew deadline
@@ -76,6 +78,7 @@ class LeaseRecord:
     in_sync: list[str] = field(default_factory=list)
     positions: dict[str, Position] = field(default_factory=dict)
     began: str = ""  # TERM_BEGAN
+    set_id: str = ""  # SET_ID; empty in a Lease written before set ids
     version: str = ""
 
     @classmethod
@@ -99,6 +102,7 @@ class LeaseRecord:
             in_sync=[str(n) for n in _json(notes.get(IN_SYNC), [])],
             positions=positions,
             began=notes.get(TERM_BEGAN) or "",
+            set_id=notes.get(SET_ID) or "",
             version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -115,6 +119,8 @@ class LeaseRecord:
         }
         if self.began:
             meta["annotations"][TERM_BEGAN] = self.began
+        if self.set_id:
+            meta["annotations"][SET_ID] = self.set_id
         if self.version:
             meta["resourceVersion"] = self.version
         spec: dict[str, Any] = {
