@@ -341,9 +341,11 @@ class StreamServerApp:
             return denied
         if not self.recovery.finished:
             return PlainTextResponse("recovery not finished\n", status_code=503)
-        path = await self.replication.snapshot()
+        path = await self.replication.snapshot(request.query_params.get("set", ""))
         if path is None:
             return PlainTextResponse("not the primary\n", status_code=409)
+        if not isinstance(path, Path):  # another set's replica (replication/identity.py)
+            return Response(path.body, status_code=path.status, headers=path.headers)
         return FileResponse(
             path,
             media_type="application/x-tar",

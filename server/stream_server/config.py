@@ -72,6 +72,7 @@ class Settings:
     lease_retry_period: float = 2.0
     replication_wait: float = 5.0
     replication_token_file: str = ""
+    replication_bootstrap: str = ""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -203,6 +204,8 @@ HELP = {
     "replication_wait": "seconds a write waits for enough in-sync replicas before 503",
     "replication_token_file": "file holding the replica set's shared secret: fetch, snapshot "
     "and switchover then require it as a bearer token (empty: no peer authentication)",
+    "replication_bootstrap": "the replica name that may start a new replica set from empty "
+    "storage (a replica holding data may always; empty: any replica may), e.g. ds-0",
     "reload_interval": "seconds between checks of the TLS certificate, key and token file for "
     "a change, which is then loaded without a restart (SIGHUP: check now)",
 }

@@ -40,7 +40,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from stream_format import wal as walmod
-from stream_format.meta import DB_INFO, DB_TAILS, U64_BE, decode_tail
+from stream_format.meta import (
+    DB_INFO,
+    DB_RECORDS,
+    DB_STREAMS,
+    DB_TAILS,
+    KEY_NEXT_STREAM_ID,
+    U64_BE,
+    decode_tail,
+)
 from stream_format.records import crc32
 from stream_server.engine import fsio
 from stream_server.engine.batch import Batch, Tail
@@ -145,6 +153,48 @@ class ReplicaHooks:
             if t == term:
                 return self.terms[i + 1][1] - 1 if i + 1 < len(self.terms) else last_lsn
         return None
+
+
+def holds_data(engine: Engine) -> bool:
+    """Whether this directory holds anything a replica set could lose: a stream was
+    ever created (``next_stream_id``), a record written, or a replica position
+    recorded. Read after recovery, before the replica follows or leads."""
+    assert engine.meta is not None
+    dbs = engine.meta.dbs
+    with engine.meta.env.begin() as txn:
+        if txn.get(KEY_NEXT_STREAM_ID, db=dbs[DB_INFO]) is not None:
+            return True
+        if txn.get(KEY_POSITION, db=dbs[DB_INFO]) is not None:
+            return True
+        return any(txn.cursor(db=dbs[db]).first() for db in (DB_STREAMS, DB_RECORDS))
+
+
+def stamp_base(engine: Engine, hooks: ReplicaHooks, term: int) -> Position:
+    """Give data written before this directory joined a replica set (single-node data
+    whose replica has just created the set's Lease) a position: ``(term, lsn)`` with
+    lsn one past the last lsn recovery saw, and the term history starting there.
+
+    No frame anywhere carries an lsn at or below this base (the single-node history is
+    in LMDB and the segment files only), and it is at least 1: a follower at (0, 0),
+    or anywhere below it, finds no frame to follow on (``Shipper.refusal``: too far
+    behind) and re-copies, instead of following the first frame of the new term and
+    missing everything before it. One LMDB transaction, flushed (meta page
+    included) before this replica writes as primary, so that the frames it ships
+    after it never outlive it. Runs while the engine writes nothing else (a
+    standby's pipeline, before ``writable``)."""
+    lsn = engine.lsn + 1
+    engine._lmdb_write(
+        [
+            (walmod.PUT, DB_INFO, KEY_TERMS, json.dumps([[term, lsn]]).encode()),
+            (walmod.PUT, DB_INFO, KEY_POSITION, POSITION.pack(term, lsn)),
+        ]
+    )
+    assert engine.meta is not None
+    engine.meta.env.sync(True)
+    engine.lsn = lsn
+    hooks.terms = [(term, lsn)]
+    hooks.durable = (term, lsn)
+    return hooks.durable
 
 
 Applied = tuple[int, Position, list[walmod.Entry]]  # lsn, position, metadata changes

@@ -85,12 +85,15 @@ async def serve(
         await _answer(send, 503, [], b"recovery not finished\n")
         return
     url = q.get("url", "")
+    set_id = q.get("set", "")  # the follower's replica set (identity.py); none before set ids
     if scope["path"] == STREAM_PATH:
         take_over = scope.get("extensions", {}).get("stream_server.upgrade")
         if take_over is None or upgrade.decode("latin-1").lower() != UPGRADE:
             await _upgrade_required(send)
             return
-        stream = replication.stream(name, term, after_term, after_lsn, committed, url=url)
+        stream = replication.stream(
+            name, term, after_term, after_lsn, committed, url=url, set_id=set_id
+        )
         if isinstance(stream, FetchAnswer):
             answer = stream
         else:
@@ -99,7 +102,9 @@ async def serve(
                 await _upgrade_required(send)
             return
     else:
-        answer = await replication.fetch(name, term, after_term, after_lsn, committed, url=url)
+        answer = await replication.fetch(
+            name, term, after_term, after_lsn, committed, url=url, set_id=set_id
+        )
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()]
     await _answer(send, answer.status, headers, answer.body)
 

@@ -83,6 +83,10 @@ class Follower:
         # Called when the primary says we cannot follow by frames (diverged, or too
         # far behind): the service re-copies this replica from the primary.
         self.on_recopy: Callable[[str], Awaitable[None]] | None = None
+        # Before following: why this data directory may not join the Lease's set
+        # (``identity.py``; it adopts the set's id when it has none), or None.
+        self.join: Callable[[], Awaitable[str | None]] | None = None
+        self.set_id: Callable[[], str] = str  # sent with every request: the set we hold
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="replication follower")
@@ -103,6 +107,9 @@ class Follower:
                 state = self.roles.state
                 if not self.following or self.roles.is_primary or not state.primary_url:
                     await self._news()
+                    continue
+                if self.join is not None and await self.join() is not None:
+                    await self._news()  # another set's data, or single-node data: never
                     continue
                 try:
                     if self.fetch_only == (state.primary_url, state.term):
@@ -127,6 +134,7 @@ class Follower:
             "after_lsn": after_lsn,
             "committed": self.commit,
             "url": self.roles.config.url,  # what a switchover names as the new primary
+            "set": self.set_id(),  # the primary refuses another set's follower
         }
 
     async def _stream(self, primary: str, term: int) -> None:

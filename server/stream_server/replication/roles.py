@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from stream_server.replication.lease import (
     LeaseClient,
@@ -44,6 +44,9 @@ from stream_server.replication.lease import (
     Position,
     micro_time,
 )
+
+if TYPE_CHECKING:
+    from stream_server.replication.identity import SetIdentity
 
 log = logging.getLogger("stream_server.replication")
 
@@ -83,6 +86,7 @@ class RoleLoop:
         on_demoted: Callable[[], Awaitable[None] | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         failed: Callable[[], str | None] = lambda: None,
+        identity: SetIdentity | None = None,
     ) -> None:
         self.client = client
         self.config = config
@@ -90,6 +94,8 @@ class RoleLoop:
         self.on_demoted = on_demoted
         self.clock = clock
         self.failed = failed
+        # What the data directory holds and its set id (identity.py); None: no checks.
+        self.identity = identity
         self.state = RoleState()
         self.record: LeaseRecord | None = None  # as last read or written
         self._seen_version = ""
@@ -204,6 +210,8 @@ class RoleLoop:
         me = self.config.name
         if self.position() < record.positions.get(me, (0, 0)):
             return False
+        if self.identity is not None and self.identity.mismatch(record.set_id) is not None:
+            return False  # another set's data, or single-node data: never this set's line
         return (
             me in record.in_sync or me == record.holder or (not record.holder and not record.term)
         )
@@ -215,6 +223,9 @@ class RoleLoop:
         return any(record.positions.get(n, (0, 0)) > mine for n in others if n != self.config.name)
 
     async def _create(self, now: float) -> None:
+        set_id = await self._creating()
+        if set_id is None:
+            return
         record = LeaseRecord(
             holder=self.config.name,
             duration=max(1, round(self.config.lease_duration)),
@@ -224,10 +235,13 @@ class RoleLoop:
             primary_url=self.config.url,
             positions={self.config.name: self.position()},
             began="election",
+            set_id=set_id,
         )
         try:
             written = await self.client.create(record)
         except LeaseConflict:
+            if self.identity is not None:
+                await self.identity.forget()  # an id minted for this Lease: not ours
             return  # another replica was first: the next round follows it
         except LeaseUnavailable as exc:
             log.warning("cannot create the Lease: %s", exc)
@@ -247,6 +261,7 @@ class RoleLoop:
             in_sync=[],  # standbys join again once caught up with the new term
             positions={**record.positions, self.config.name: self.position()},
             began="election",
+            set_id=await self._set_id(record),
             version=record.version,
         )
         try:
@@ -403,8 +418,29 @@ class RoleLoop:
                 record,
                 renew_time=micro_time(),
                 positions=self._positions(record),
+                set_id=await self._set_id(record),  # a Lease from before set ids gets ours
             )
         )
+
+    async def _creating(self) -> str | None:
+        """The set id to create the Lease with, or None when this replica may not
+        create it: empty storage, and another replica is the set's bootstrap one
+        (identity.py). A directory with data, or the bootstrap replica, mints an id
+        (written to the directory first) when it has none."""
+        if self.identity is None:
+            return ""
+        if (why := self.identity.may_create()) is not None:
+            self.identity.wait(why)
+            return None
+        return await self.identity.settle("")
+
+    async def _set_id(self, record: LeaseRecord) -> str:
+        """The set id to write into the Lease: the Lease's own (this replica's data
+        directory then holds it: ``_eligible`` let only such a replica get here), or,
+        in a Lease written before set ids, this directory's."""
+        if self.identity is None:
+            return record.set_id
+        return await self.identity.settle(record.set_id)
 
     async def _reread(self) -> LeaseRecord | None:
         try:

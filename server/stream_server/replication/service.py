@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -39,8 +40,8 @@ from pathlib import Path
 
 import httpx
 
-from stream_server.engine.replica import ReplicaHooks
-from stream_server.replication import snapshot
+from stream_server.engine.replica import ReplicaHooks, stamp_base
+from stream_server.replication import identity, snapshot
 from stream_server.replication.follower import Follower
 from stream_server.replication.lease import LeaseClient
 from stream_server.replication.mirror import Mirror
@@ -84,6 +85,10 @@ class Replication:
         self.quorum = quorum(settings)
         self.hooks = ReplicaHooks()
         store.engine.replica = self.hooks
+        # Which set the data directory belongs to, and what it may do (identity.py).
+        self.identity = identity.SetIdentity(
+            store.engine.layout, self.name, settings.replication_bootstrap
+        )
         self.roles = RoleLoop(
             LeaseClient(settings.replication_lease, settings.kube_api),
             RoleConfig(
@@ -95,6 +100,7 @@ class Replication:
             ),
             position=lambda: self.hooks.durable,
             failed=lambda: self.store.engine.failed or None,
+            identity=self.identity,
         )
         self.shipper = Shipper(
             self.roles,
@@ -116,6 +122,8 @@ class Replication:
             retry_period=settings.lease_retry_period,
         )
         self.follower.on_recopy = self.recopy
+        self.follower.join = self._join
+        self.follower.set_id = lambda: self.identity.set_id
         self.peer_token = (
             PeerToken(settings.replication_token_file) if settings.replication_token_file else None
         )
@@ -140,7 +148,7 @@ class Replication:
     async def _start(self, ready: Callable[[], bool]) -> None:
         while not ready():
             await asyncio.sleep(0.02)
-        await asyncio.to_thread(self.hooks.load, self.store.engine)
+        await asyncio.to_thread(self._load)
         for term, lsn, frame in self.hooks.recovered:  # what the WAL held after a crash
             self.shipper.add(term, lsn, frame)
         self.hooks.recovered = []
@@ -149,6 +157,17 @@ class Replication:
         self.follower.start()
         self.roles.start()
         await self._coordinate()
+
+    def _load(self) -> None:
+        """The position, the term history and the set identity, after recovery."""
+        self.hooks.load(self.store.engine)
+        self.identity.load(self.store.engine)
+
+    async def _join(self) -> str | None:
+        """Before following: why this data directory may not join the Lease's set, or
+        None once it holds the set's id (adopted when it had none)."""
+        record = self.roles.record
+        return await self.identity.join(record.set_id if record is not None else "")
 
     async def hand_over_before_stopping(self) -> None:
         """A primary asked to stop (SIGTERM: a node drain, a restart the operator did
@@ -193,12 +212,28 @@ class Replication:
         self.mirror.publish(self.store.engine.lsn)
         term = self.roles.state.term
         self.hooks.term = term
+        await self._stamp_base(term)
         self.shipper.became_primary(term)
         self.hooks.writable = True
         self.primary_mode = True
         self.failovers += 1
         log.info("primary for term %d at lsn %d", term, self.store.engine.lsn)
         await self.start_primary_work()
+
+    async def _stamp_base(self, term: int) -> None:
+        """Data from before this directory joined a set (single-node data, whose replica
+        just created the Lease) gets a position before anything is written or shipped
+        (``engine.replica.stamp_base``): a follower then re-copies it rather than
+        follow frames that start after it."""
+        if self.hooks.durable != (0, 0) or not self.identity.data:
+            return
+        position = await asyncio.to_thread(stamp_base, self.store.engine, self.hooks, term)
+        self.identity.positioned = True
+        log.warning(
+            "the data written before this replica set began is its history up to %s: "
+            "standbys re-copy it",
+            position,
+        )
 
     async def start_primary_work(self) -> None:
         self.store.expiry.resume()
@@ -273,11 +308,29 @@ class Replication:
             body = "this replica is not the primary right now; retry\n"
         return Refusal(503, headers, body.encode())
 
-    async def snapshot(self) -> Path | None:
+    def set_refusal(
+        self, set_id: str, position: identity.Position | None = None
+    ) -> FetchAnswer | None:
+        """A 409 for a follower of another set, or for one with no set id at (0, 0)
+        while we hold a history (``identity.refusal``), or None."""
+        body = identity.refusal(
+            self.identity.set_id, set_id, position, self.hooks.durable, self.roles.state.term
+        )
+        if body is None:
+            return None
+        if body["error"] == identity.OTHER_SET:
+            log.warning("refused a follower of set %s: this is set %s", set_id, body["set"])
+        return FetchAnswer(409, {"content-type": "application/json"}, json.dumps(body).encode())
+
+    async def snapshot(self, set_id: str = "") -> Path | FetchAnswer | None:
         """A consistent copy of our data for a standby that must re-copy (a tar file
-        the caller removes once sent); None unless we are the primary."""
+        the caller removes once sent); a 409 for another set's replica; None unless
+        we are the primary."""
         if not self.primary_mode:
             return None
+        refused = self.set_refusal(set_id)
+        if refused is not None:
+            return refused
         fd, name = tempfile.mkstemp(dir=self.store.engine.layout.root, prefix=".snapshot-")
         os.close(fd)
         out = Path(name)
@@ -301,7 +354,10 @@ class Replication:
             async with (
                 httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http,
                 http.stream(
-                    "GET", f"{primary}/replication/snapshot", headers=self.peer_headers()
+                    "GET",
+                    f"{primary}/replication/snapshot",
+                    params={"set": self.identity.set_id},
+                    headers=self.peer_headers(),
                 ) as r,
             ):
                 if r.status_code != 200:
@@ -321,17 +377,36 @@ class Replication:
         snapshot.restart_process()
 
     async def fetch(
-        self, name: str, term: int, after_term: int, after_lsn: int, committed: int, url: str = ""
+        self,
+        name: str,
+        term: int,
+        after_term: int,
+        after_lsn: int,
+        committed: int,
+        url: str = "",
+        set_id: str = "",
     ) -> FetchAnswer:
+        refused = self.set_refusal(set_id, (after_term, after_lsn))
+        if refused is not None:
+            return refused
         if url.startswith(("http://", "https://")):
             self.peer_urls[name] = url.rstrip("/")
         return await self.shipper.fetch(name, term, after_term, after_lsn, committed)
 
     def stream(
-        self, name: str, term: int, after_term: int, after_lsn: int, committed: int, url: str = ""
+        self,
+        name: str,
+        term: int,
+        after_term: int,
+        after_lsn: int,
+        committed: int,
+        url: str = "",
+        set_id: str = "",
     ) -> FetchAnswer | Sender:
         """A standby's stream (``sender.py``), or why it cannot follow us (a fetch's 409)."""
-        refused = self.shipper.refusal(term, after_term, after_lsn)
+        refused = self.set_refusal(set_id, (after_term, after_lsn)) or self.shipper.refusal(
+            term, after_term, after_lsn
+        )
         if refused is not None:
             return refused
         if url.startswith(("http://", "https://")):
@@ -375,6 +450,7 @@ class Replication:
             "followers": {n: {"term": t, "lsn": x} for n, (t, x) in self.shipper.acked.items()}
             if primary
             else {},
-            "problem": None if primary else self.follower.problem,
+            "problem": None if primary else (self.identity.problem or self.follower.problem),
+            "set_id": self.identity.set_id,
             "failovers": self.failovers,
         }

@@ -29,6 +29,7 @@ class ReplicationSettings(Protocol):
     lease_retry_period: float
     replication_wait: float
     replication_token_file: str
+    replication_bootstrap: str
 
 
 def check_settings(s: ReplicationSettings) -> None:

@@ -2,9 +2,10 @@
 standby that cannot follow by frames (a wiped or long-gone replica, or a former
 primary whose unacknowledged tail diverged from the new history).
 
-The primary's copy is a tar of: the version file, an LMDB copy (one read
-transaction, so one batch boundary: its ``replica_position`` says which), and
-each stream's segment file up to the tail that copy records. Bytes below a
+The primary's copy is a tar of: the version file, the set id file (so the copy
+belongs to the primary's set, docs/replication.md "A set's identity"), an LMDB
+copy (one read transaction, so one batch boundary: its ``replica_position`` says
+which), and each stream's segment file up to the tail that copy records. Bytes below a
 committed tail never change, except that retention may punch them; a copy
 during which a retained start moved is taken again. The WAL is not copied:
 everything it holds is in LMDB and the segment files already.
@@ -61,6 +62,8 @@ def _build_once(engine: Engine, out: Path) -> bool:
             copy.env.close()
         with tarfile.open(out, "w") as tar:
             tar.add(layout.version_file, arcname=layout.version_file.name)
+            if layout.set_id_file.exists():  # a primary from before set ids has none yet
+                tar.add(layout.set_id_file, arcname=layout.set_id_file.name)
             tar.add(meta_copy, arcname="meta")
             for sid, tail in tails.items():
                 path = engine.segments.path(sid)
@@ -100,7 +103,8 @@ def install(data_dir: Path, tar_path: Path) -> None:
     """Replace the data directory's contents with the copy in ``tar_path``.
 
     Extracted into a new directory beside the old contents first; the swap is a
-    few renames. The store must be stopped.
+    few renames. The store must be stopped. The copy's set id replaces ours; a copy
+    without one (a primary from before set ids) leaves ours.
     """
     layout = Layout(data_dir)
     fresh = data_dir / ".recopy"
@@ -113,7 +117,10 @@ def install(data_dir: Path, tar_path: Path) -> None:
     old = data_dir / ".replaced"
     shutil.rmtree(old, ignore_errors=True)
     old.mkdir()
-    for part in (layout.meta, layout.wal, layout.segments, layout.version_file):
+    parts = [layout.meta, layout.wal, layout.segments, layout.version_file]
+    if (fresh / layout.set_id_file.name).exists():
+        parts.append(layout.set_id_file)
+    for part in parts:
         if part.exists():
             part.rename(old / part.name)
     for part in fresh.iterdir():
