@@ -188,16 +188,21 @@ class ReplicaSet:
         lease: str = DEFAULT_LEASE,
         settings: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
+        order: tuple[int, ...] | None = None,
     ) -> ReplicaSet:
         """Start the API server and ``n`` servers; write and return the state.
 
         ``settings`` are further server settings by name (``lease_duration``:
         ``DS_LEASE_DURATION``), ``args`` further command-line flags. With
         ``base_port`` the API listens on it and server i on ``base_port + 1 + i``.
+        ``order`` is the order the servers start in (default: ds-0 first), each
+        once it answers; a data directory already at ``data_root/ds-i`` is used.
         Whatever started is stopped again when a later part fails to start.
         """
         if not 1 <= n <= 5:
             raise ValueError(f"a replica set has 1 to 5 servers, not {n}")
+        if order is not None and sorted(order) != list(range(n)):
+            raise ValueError(f"order must name each of the {n} servers once, not {order}")
         namespace, sep, name = lease.partition("/")
         if not (sep and namespace and name):
             raise ValueError(f"the lease must be 'namespace/name', not {lease!r}")
@@ -243,9 +248,9 @@ class ReplicaSet:
             extra = {f"DS_{k.upper()}": str(v) for k, v in (settings or {}).items()}
             for i in range(n):
                 port = base_port + 1 + i if base_port is not None else free_port()
-                replica = rs._replica(f"{NAME_PREFIX}{i}", port, n, extra, args)
-                rs.servers.append(replica)
-                rs._start(replica)
+                rs.servers.append(rs._replica(f"{NAME_PREFIX}{i}", port, n, extra, args))
+            for i in order if order is not None else range(n):
+                rs._start(rs.servers[i])
             rs.save()
         except BaseException:
             rs.down(grace=2)
@@ -265,6 +270,8 @@ class ReplicaSet:
                 "DS_REPLICA_URL": url,
                 "DS_KUBE_API": self.api,
                 "DS_REPLICATION_SET_SIZE": str(n),
+                # Only ds-0 starts the set from empty storage (docs/replication.md).
+                "DS_REPLICATION_BOOTSTRAP": f"{NAME_PREFIX}0",
             }
             if self.token_file:
                 env["DS_REPLICATION_TOKEN_FILE"] = self.token_file

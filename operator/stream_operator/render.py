@@ -115,6 +115,9 @@ def replication_env(name: str, namespace: str, spec: dict[str, Any]) -> dict[str
         "DS_LEASE_RETRY_PERIOD": str(rep["retryPeriodSeconds"]),
         # Peers (fetch, snapshot) and the operator (switchover) show this Bearer token.
         "DS_REPLICATION_TOKEN_FILE": f"{REPLICATION_TOKEN_DIR}/token",
+        # Only pod 0 starts a new set from empty storage; a pod holding data always may,
+        # so a single server scaled up keeps its data (pod 0 leads, the others copy).
+        "DS_REPLICATION_BOOTSTRAP": f"{name}-0",
     }
 
 

@@ -84,6 +84,9 @@ def test_three_replicas_render_the_lease_settings_and_each_pods_identity():
     assert env["DS_REPLICATION_DURABILITY"] == "preferred"
     assert (env["DS_LEASE_DURATION"], env["DS_LEASE_RENEW_DEADLINE"]) == ("20", "10")
     assert env["DS_LEASE_RETRY_PERIOD"] == "2"
+    # Pod 0 alone starts the set from empty storage; a pod with data always may, so a
+    # single server scaled up keeps its data (docs/replication.md, "A set's identity").
+    assert env["DS_REPLICATION_BOOTSTRAP"] == "ev-0"
     ident = container(spec)["env"]
     assert ident[0] == {
         "name": "POD_NAME",
@@ -119,6 +122,7 @@ def test_the_server_accepts_the_rendered_replica_set_settings(replicas: int, tmp
     s = settings_from(argparse.Namespace(), env)
     assert s.replication_lease == "ns/ev-leader" and s.replica_name == "ev-1"
     assert s.replica_url == "http://ev-1.ev-headless.ns.svc:4437"
+    assert s.replication_bootstrap == "ev-0"
     assert s.replication_set_size == replicas and s.min_in_sync == replicas // 2 + 1
 
 
