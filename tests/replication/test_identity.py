@@ -64,6 +64,10 @@ def test_a_missing_set_id_reads_empty_and_a_damaged_one_is_refused(tmp_path: Pat
             layout.read_set_id()
     with pytest.raises(ValueError):
         write_set_id(layout, "x" * 32)
+    prepare(Layout(tmp_path / "data"))
+    (tmp_path / "data" / "SET_ID").write_text("not an id\n")
+    with pytest.raises(FormatError):  # the server's start refuses it, as a bad FORMAT
+        prepare(Layout(tmp_path / "data"))
     remove_set_id(layout)
     assert layout.read_set_id() == ""
 

@@ -54,6 +54,7 @@ def prepare(layout: Layout) -> DataFormat:
     fsio.fsync_dir(layout.root)
     for path in walmod.wal_files(layout.wal):
         walmod.check_file(path, headerless=wal_headerless(found))
+    layout.read_set_id()  # a damaged set id refuses the start here, as FORMAT does
     return found
 
 
