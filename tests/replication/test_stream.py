@@ -77,8 +77,11 @@ class Peer:
         self.sock.close()
 
 
-def query(term: int, after_lsn: int = 0, name: str = "probe") -> str:
-    return f"/replication/stream?name={name}&term={term}&after_term=0&after_lsn={after_lsn}&committed=0"
+def query(term: int, set_id: str, after_lsn: int = 0, name: str = "probe") -> str:
+    return (
+        f"/replication/stream?name={name}&term={term}&after_term=0&after_lsn={after_lsn}"
+        f"&committed=0&set={set_id}"
+    )
 
 
 UPGRADING = ("connection: upgrade", f"upgrade: {UPGRADE}")
@@ -91,10 +94,10 @@ def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(star
     primary = primary_with_standbys([srv], 0)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
     assert httpx.post(f"{primary.base}s", content=b"one;", headers=TEXT).status_code == 204
-    term = status(primary)["term"]
+    term, set_id = status(primary)["term"], status(primary)["set_id"]
     peer = Peer(primary.url)
     try:
-        code, fields, _ = peer.request(query(term), *UPGRADING)
+        code, fields, _ = peer.request(query(term, set_id), *UPGRADING)
         assert code == 101
         assert fields["upgrade"] == UPGRADE and fields["replication-term"] == str(term)
         # Everything it holds comes at once, in order, from lsn 1.
@@ -136,18 +139,28 @@ def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(star
 def test_a_stream_is_refused_as_a_fetch_would_be(start_set) -> None:
     (srv,) = start_set("stream-refused", count=1)
     primary = primary_with_standbys([srv], 0)
-    term = status(primary)["term"]
+    assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
+    term, set_id = status(primary)["term"], status(primary)["set_id"]
+    other = "0123456789abcdef0123456789abcdef"
+
+    def error(b: bytes) -> str:
+        return json.loads(b)["error"]
+
     cases = [
         # No upgrade asked, or asked without "connection: upgrade": 426, naming it.
-        ((), term, 426, lambda f, b: f["upgrade"] == UPGRADE),
-        ((f"upgrade: {UPGRADE}",), term, 426, lambda f, b: f["upgrade"] == UPGRADE),
+        ((), term, set_id, 426, lambda f, b: f["upgrade"] == UPGRADE),
+        ((f"upgrade: {UPGRADE}",), term, set_id, 426, lambda f, b: f["upgrade"] == UPGRADE),
         # Another term: the fetch's 409, and the connection ends (it cannot carry on).
-        (UPGRADING, term + 5, 409, lambda f, b: json.loads(b)["error"] == "wrong term"),
+        (UPGRADING, term + 5, set_id, 409, lambda f, b: error(b) == "wrong term"),
+        # Another set's replica (docs/replication.md, "A set's identity").
+        (UPGRADING, term, other, 409, lambda f, b: json.loads(b)["set"] == set_id),
+        # No set id (a version before them) at (0, 0) while the primary has a history.
+        (UPGRADING, term, "", 409, lambda f, b: error(b) == "too far behind: re-copy"),
     ]
-    for headers, asked_term, code, check in cases:
+    for headers, asked_term, asked_set, code, check in cases:
         peer = Peer(primary.url)
         try:
-            got, fields, body = peer.request(query(asked_term), *headers)
+            got, fields, body = peer.request(query(asked_term, asked_set), *headers)
             assert got == code and check(fields, body), (headers, got, fields, body)
             if headers == UPGRADING:
                 assert peer.closed()
