@@ -184,27 +184,23 @@ class Shipper:
     # ------------------------------------------------------------- the gate
 
     async def wait(self, lsn: int, late: Callable[[StorageError], None]) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait_seconds
-        told = False
+        """Until the commit point reaches ``lsn`` (True) or this replica may no longer
+        acknowledge (False). The pipeline times each batch's waiters out on its own
+        (``overdue``), so a batch queued behind a held one gets its answer in time."""
         while True:
             if self.stopping or not self.roles.may_acknowledge:
-                if not told:
-                    late(NotReplicated("not acknowledged: this replica is no longer the primary"))
+                late(NotReplicated("not acknowledged: this replica is no longer the primary"))
                 return False
             if self.commit_point() >= lsn:
                 return True
-            left = deadline - loop.time()
-            if not told and left <= 0:
-                have = 1 + len(self.roles.state.in_sync)
-                late(
-                    NotReplicated(
-                        f"not acknowledged: {have} replicas in sync of the {self.quorum} "
-                        "required have not all confirmed this write; retry"
-                    )
-                )
-                told = True
-            await self.changed.wait(left if not told else 1.0)
+            await self.changed.wait(1.0)
+
+    def overdue(self) -> StorageError:
+        have = 1 + len(self.roles.state.in_sync)
+        return NotReplicated(
+            f"not acknowledged: {have} replicas in sync of the {self.quorum} "
+            "required have not all confirmed this write; retry"
+        )
 
     def _notify(self) -> None:
         self.changed.notify()
