@@ -39,6 +39,13 @@ def api() -> Iterator[Cluster]:
 
 
 @pytest.fixture
+def lease(api: Cluster, request: pytest.FixtureRequest) -> str:
+    """A Lease name of the test's own, so tests share one API server."""
+    name = request.node.name.replace("_", "-").lower()[:50]
+    return f"default/{name}"
+
+
+@pytest.fixture
 def start_set(server_factory, api: Cluster) -> StartSet:
     """Start ``count`` servers named r0, r1, ... holding the Lease ``default/<lease>``, in a
     set of ``set_size`` replicas (default: ``count``, fewer when a test wants a set short of

@@ -32,6 +32,10 @@ POSITIONS = PREFIX + "positions"
 # How the current term began: "switchover" (handed over by the primary) or "election"
 # (taken after the Lease ran out or was given up). The operator's Events say which.
 TERM_BEGAN = PREFIX + "term-began"
+# Standbys out of the in-sync set that still hold every acknowledged write (Kafka's
+# eligible leader replicas, KIP-966): removed while too few were in sync for anything
+# to be acknowledged without them. They may be elected as in-sync members may.
+ELIGIBLE = PREFIX + "eligible"
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT = 5.0  # seconds for one API call: well inside a renew deadline
@@ -75,6 +79,7 @@ class LeaseRecord:
     primary_url: str = ""
     in_sync: list[str] = field(default_factory=list)
     positions: dict[str, Position] = field(default_factory=dict)
+    eligible: list[str] = field(default_factory=list)  # ELIGIBLE
     began: str = ""  # TERM_BEGAN
     version: str = ""
 
@@ -98,6 +103,7 @@ class LeaseRecord:
             primary_url=notes.get(PRIMARY_URL) or "",
             in_sync=[str(n) for n in _json(notes.get(IN_SYNC), [])],
             positions=positions,
+            eligible=[str(n) for n in _json(notes.get(ELIGIBLE), [])],
             began=notes.get(TERM_BEGAN) or "",
             version=str(meta.get("resourceVersion") or ""),
         )
@@ -115,6 +121,8 @@ class LeaseRecord:
         }
         if self.began:
             meta["annotations"][TERM_BEGAN] = self.began
+        if self.eligible:
+            meta["annotations"][ELIGIBLE] = json.dumps(self.eligible)
         if self.version:
             meta["resourceVersion"] = self.version
         spec: dict[str, Any] = {

@@ -92,6 +92,7 @@ class Replication:
                 lease_duration=settings.lease_duration,
                 renew_deadline=settings.lease_renew_deadline,
                 retry_period=settings.lease_retry_period,
+                keeps_eligible=settings.replication_durability == "required",
             ),
             position=lambda: self.hooks.durable,
             failed=lambda: self.store.engine.failed or None,
@@ -361,13 +362,16 @@ class Replication:
         term, lsn = self.hooks.durable
         primary = self.primary_mode
         return {
-            "role": "primary" if primary else "standby",
+            # Primary only while it may acknowledge: past its renew deadline (an API
+            # call hanging, a pause) it is no longer one, whatever the next round says.
+            "role": "primary" if primary and self.roles.may_acknowledge else "standby",
             "name": self.name,
             "term": state.term,
             "primary": state.primary_url,
             "durable": {"term": term, "lsn": lsn},
             "committed": self.shipper.commit_point() if primary else self.mirror.published,
             "in_sync": list(state.in_sync),
+            "eligible": list(state.eligible),
             "durability": self.settings.replication_durability,
             "degraded": self.degraded,
             "min_in_sync": self.quorum,
