@@ -425,9 +425,11 @@ def render_service_account(
 
 
 def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """Exactly what the servers ask of the API: their own Lease, by name. ``create`` cannot
-    be limited by resourceNames in Kubernetes (the name is not known when a create is
-    authorized), so it is granted on leases in this namespace (docs/kubernetes.md)."""
+    """Exactly what the servers ask of the API: their own Lease, by name (a watch names
+    it by ``fieldSelector=metadata.name``, which resourceNames authorizes). ``create``
+    cannot be limited by resourceNames in Kubernetes (the name is not known when a
+    create is authorized), so it is granted on leases in this namespace
+    (docs/kubernetes.md)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -437,7 +439,7 @@ def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> di
                 "apiGroups": ["coordination.k8s.io"],
                 "resources": ["leases"],
                 "resourceNames": [lease_name(name)],
-                "verbs": ["get", "update"],
+                "verbs": ["get", "update", "watch"],
             },
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         ],

@@ -169,7 +169,7 @@ def test_the_pods_rights_are_their_lease_by_name_and_nothing_cluster_wide():
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "resourceNames": ["ev-leader"],
-            "verbs": ["get", "update"],
+            "verbs": ["get", "update", "watch"],
         }
     ]
     # create cannot be limited by name in Kubernetes: the one verb granted without it.

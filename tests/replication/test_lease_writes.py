@@ -185,3 +185,28 @@ async def test_having_given_up_the_primary_lets_the_others_go_first(api, lease) 
     clock.now += DURATION
     await a.step()  # nobody did: a takes it back (it holds every acknowledged write)
     assert (a.state.role, a.state.term) == ("primary", 2)
+
+
+async def test_a_primary_learns_of_a_new_holder_from_the_watch_not_its_clock(api, lease) -> None:
+    """A primary whose clock barely moves (here: not at all) and whose next round is
+    far off still steps down as soon as another replica writes the Lease."""
+    a = replica(api, lease, "a", Clock())
+    a.config.retry_period = 1000.0
+    a.start()
+    try:
+        while not a.is_primary:
+            await asyncio.sleep(0.01)
+        client = LeaseClient(lease, api.url)
+        try:
+            record = await client.get()
+            assert record is not None
+            await client.replace(replace(record, holder="b", term=record.term + 1))
+        finally:
+            await client.close()
+        for _ in range(1000):  # 10 s of real time at most
+            if not a.is_primary:
+                break
+            await asyncio.sleep(0.01)
+        assert (a.state.role, a.state.holder) == ("standby", "b")
+    finally:
+        await a.stop()

@@ -110,6 +110,7 @@ class RoleLoop:
         self._gave_up_at: float | None = None  # our clock when we last gave up for a quorum
         self._task: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         # The standbys' positions as the primary last saw them, written with each
         # renewal for a cold start's choice.
@@ -120,15 +121,34 @@ class RoleLoop:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="replication role loop")
         self._watchdog = asyncio.create_task(self._watch_deadline(), name="renew deadline")
+        self._watcher = asyncio.create_task(self._watch_lease(), name="Lease watch")
 
     async def stop(self) -> None:
-        for task in (self._task, self._watchdog):
+        for task in (self._task, self._watchdog, self._watcher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._task = self._watchdog = None
+        self._task = self._watchdog = self._watcher = None
         await self.client.close()
+
+    async def _watch_lease(self) -> None:
+        """Run a round as soon as the Lease names another holder or term than we
+        believe: a primary deposed while its clock ran slow, or whose round is far
+        off, learns it when the new holder writes, not when its own clock says; a
+        standby sees a Lease given up, or a new primary, at once. Rounds still
+        decide everything; without a watch (an API that refuses it) they poll."""
+        warned = False
+        while True:
+            try:
+                async for record in self.client.watch():
+                    if (record.holder, record.term) != (self.state.holder, self.state.term):
+                        self.wake()
+            except LeaseUnavailable as exc:
+                if not warned:
+                    log.warning("cannot watch the Lease (rounds poll it instead): %s", exc)
+                    warned = True
+            await asyncio.sleep(self.config.retry_period)
 
     async def _watch_deadline(self) -> None:
         """Step down at the renew deadline even while a round hangs on the API (a call
