@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.server
+import shutil
 import ssl
 import threading
 from collections.abc import Iterator
@@ -69,18 +70,22 @@ def statuses(c: httpx.Client, servers: list[ServerProcess]) -> dict[str, dict[st
     return out
 
 
+def _primary_in_sync(c: httpx.Client, servers: list[ServerProcess]) -> ServerProcess | None:
+    """The primary, once both its standbys are in sync."""
+    for name, st in statuses(c, servers).items():
+        if st["role"] == "primary" and len(st["in_sync"]) == 2:
+            return servers[int(name[1:])]
+    return None
+
+
 def test_a_set_over_https_with_a_private_ca_replicates(start_set, pki):
     servers = start_set("peer-tls", *pki.serving(), *pki.peers(), scheme="https")
     by_name = {f"r{i}": srv for i, srv in enumerate(servers)}
     with httpx.Client(verify=pki.client_context(), timeout=30) as c:
-
-        def primary_with_both() -> ServerProcess | None:
-            for name, st in statuses(c, servers).items():
-                if st["role"] == "primary" and len(st["in_sync"]) == 2:
-                    return by_name[name]
-            return None
-
-        primary = until("a primary with both standbys in sync over https", primary_with_both)
+        primary = until(
+            "a primary with both standbys in sync over https",
+            lambda: _primary_in_sync(c, servers),
+        )
         assert isinstance(primary, ServerProcess)
         url = f"{primary.base}over-tls"
         assert c.put(url, headers=TEXT).status_code == 201
@@ -96,6 +101,27 @@ def test_a_set_over_https_with_a_private_ca_replicates(start_set, pki):
         for name, srv in by_name.items():
             path = f"{srv.base}over-tls"
             until(f"{name} serves the bytes written", lambda p=path: read_served(c, p) == sent)
+
+
+def test_a_wiped_standby_is_copied_again_over_https(start_set, pki):
+    """The re-copy's snapshot download checks the primary's certificate with the same CA."""
+    servers = start_set("peer-tls-recopy", *pki.serving(), *pki.peers(), scheme="https")
+    with httpx.Client(verify=pki.client_context(), timeout=30) as c:
+        primary = until("a primary with both in sync", lambda: _primary_in_sync(c, servers))
+        assert isinstance(primary, ServerProcess)
+        url = f"{primary.base}recopied"
+        assert c.put(url, headers=TEXT).status_code == 201
+        assert c.post(url, content=b"kept;", headers=TEXT).status_code == 204
+        for srv in servers:
+            srv.stop()  # all down: after this start no primary holds old frames in memory
+        wiped = next(s for s in servers if s is not primary)
+        shutil.rmtree(wiped.data_dir)
+        for srv in servers:
+            srv.start()
+        wiped_url = f"{wiped.base}recopied"
+        until("the wiped standby holds the stream again", lambda: read_served(c, wiped_url))
+        assert read_served(c, wiped_url) == b"kept;"
+        assert "re-copy installed" in wiped.log()
 
 
 def test_without_the_ca_file_the_standbys_never_join(start_set, pki):
