@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from testkit.replicaset import ReplicaSet  # noqa: E402
+from testkit.replicaset import ReplicaSet
 
 TEXT = {"content-type": "text/plain"}
 
