@@ -89,6 +89,7 @@ def replication_secret_name(name: str) -> str:
 
 
 REPLICATION_TOKEN_DIR = "/etc/durable-streams/replication"
+TLS_DIR = "/etc/durable-streams/tls"  # where server.tlsSecretName is mounted
 
 
 def pod_url(name: str, namespace: str, pod: str, spec: dict[str, Any]) -> str:
@@ -105,7 +106,7 @@ def replication_env(name: str, namespace: str, spec: dict[str, Any]) -> dict[str
         return {}
     s = with_defaults(spec)
     rep = s["replication"]
-    return {
+    env = {
         "DS_REPLICATION_LEASE": f"{namespace}/{lease_name(name)}",
         "DS_REPLICATION_SET_SIZE": str(s["replicas"]),
         "DS_MIN_IN_SYNC": str(min_in_sync(spec)),
@@ -119,6 +120,11 @@ def replication_env(name: str, namespace: str, spec: dict[str, Any]) -> dict[str
         # so a single server scaled up keeps its data (pod 0 leads, the others copy).
         "DS_REPLICATION_BOOTSTRAP": f"{name}-0",
     }
+    if s["server"].get("tlsSecretName"):
+        # The peers' certificates are the TLS Secret's: check them against its issuer's
+        # CA, which cert-manager writes next to them (a private CA the system lacks).
+        env["DS_REPLICATION_CA_FILE"] = f"{TLS_DIR}/ca.crt"
+    return env
 
 
 def replica_identity_env(name: str, namespace: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -162,8 +168,8 @@ def server_env(spec: dict[str, Any]) -> dict[str, str]:
             "key", "tokens.json"
         )
     if srv.get("tlsSecretName"):
-        env["DS_TLS_CERT"] = "/etc/durable-streams/tls/tls.crt"
-        env["DS_TLS_KEY"] = "/etc/durable-streams/tls/tls.key"
+        env["DS_TLS_CERT"] = f"{TLS_DIR}/tls.crt"
+        env["DS_TLS_KEY"] = f"{TLS_DIR}/tls.key"
     if srv.get("rateLimit"):
         env["DS_RATE_LIMIT"] = str(srv["rateLimit"].get("requestsPerSecond", 0))
         env["DS_RATE_BURST"] = str(srv["rateLimit"].get("burst", 100))
@@ -260,7 +266,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         mounts.append({"name": "auth", "mountPath": "/etc/durable-streams/auth", "readOnly": True})
     if tls:
         volumes.append({"name": "tls", "secret": {"secretName": srv["tlsSecretName"]}})
-        mounts.append({"name": "tls", "mountPath": "/etc/durable-streams/tls", "readOnly": True})
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     if replicated(spec):
         secret = {"secretName": replication_secret_name(name), "defaultMode": 0o440}
         volumes.append({"name": "replication", "secret": secret})
@@ -428,9 +434,11 @@ def render_service_account(
 
 
 def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """Exactly what the servers ask of the API: their own Lease, by name. ``create`` cannot
-    be limited by resourceNames in Kubernetes (the name is not known when a create is
-    authorized), so it is granted on leases in this namespace (docs/kubernetes.md)."""
+    """Exactly what the servers ask of the API: their own Lease, by name (a watch names
+    it by ``fieldSelector=metadata.name``, which resourceNames authorizes). ``create``
+    cannot be limited by resourceNames in Kubernetes (the name is not known when a
+    create is authorized), so it is granted on leases in this namespace
+    (docs/kubernetes.md)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -440,7 +448,7 @@ def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> di
                 "apiGroups": ["coordination.k8s.io"],
                 "resources": ["leases"],
                 "resourceNames": [lease_name(name)],
-                "verbs": ["get", "update"],
+                "verbs": ["get", "update", "watch"],
             },
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         ],

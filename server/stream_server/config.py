@@ -72,6 +72,9 @@ class Settings:
     lease_retry_period: float = 2.0
     replication_wait: float = 5.0
     replication_token_file: str = ""
+    replication_ca_file: str = ""
+    replication_cert_file: str = ""
+    replication_key_file: str = ""
     replication_bootstrap: str = ""
 
     def __post_init__(self) -> None:
@@ -204,6 +207,11 @@ HELP = {
     "replication_wait": "seconds a write waits for enough in-sync replicas before 503",
     "replication_token_file": "file holding the replica set's shared secret: fetch, snapshot "
     "and switchover then require it as a bearer token (empty: no peer authentication)",
+    "replication_ca_file": "PEM bundle of CAs that peers' certificates (https replica URLs) are "
+    "checked against, instead of the system's CAs (empty: the system's CAs)",
+    "replication_cert_file": "client certificate (PEM) this replica presents to its peers, "
+    "for mutual TLS; with --replication-key-file (empty: none)",
+    "replication_key_file": "private key (PEM, unencrypted) of --replication-cert-file",
     "replication_bootstrap": "the replica name that may start a new replica set from empty "
     "storage (a replica holding data may always; empty: any replica may), e.g. ds-0",
     "reload_interval": "seconds between checks of the TLS certificate, key and token file for "

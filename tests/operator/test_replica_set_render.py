@@ -37,6 +37,7 @@ from stream_operator.replica_roles import (
 from stream_operator.spec import min_in_sync, refused_change
 from stream_operator.status import compute_status
 from stream_server.config import settings_from
+from testkit.pki import PrivateCA
 
 UID = "uid-1"
 K8S_VERSION = "1.31"  # as tests/operator/test_chart.py
@@ -126,6 +127,32 @@ def test_the_server_accepts_the_rendered_replica_set_settings(replicas: int, tmp
     assert s.replication_set_size == replicas and s.min_in_sync == replicas // 2 + 1
 
 
+def test_a_replica_set_over_tls_checks_its_peers_against_the_secrets_ca(tmp_path: Path):
+    """With a TLS Secret the peers' https certificates come from its issuer, a private CA
+    the system store lacks: its ``ca.crt`` (cert-manager writes it into the Secret, which
+    is mounted whole) becomes the set's CA file. One replica, or no TLS: no such setting.
+    The real settings loader takes it, given a real CA file where the Secret is mounted."""
+    spec = {**THREE, "server": {"tlsSecretName": "ev-tls"}}
+    env = expanded(spec, "ev-0")
+    mounts = {m["name"]: m["mountPath"] for m in container(spec)["volumeMounts"]}
+    assert env["DS_REPLICATION_CA_FILE"] == f"{mounts['tls']}/ca.crt"
+    assert env["DS_TLS_CERT"] == f"{mounts['tls']}/tls.crt"
+    assert "DS_REPLICATION_CA_FILE" not in env_of({"replicas": 1, "server": spec["server"]})
+    assert "DS_REPLICATION_CA_FILE" not in env_of(THREE)
+    ca = PrivateCA(tmp_path / "ca")
+    served = ca.issue("tls", "ev-0.ev-headless.ns.svc")
+    (tmp_path / "token").write_text("s3cret\n")
+    env |= {
+        "DS_REPLICATION_CA_FILE": str(ca.cert),
+        "DS_TLS_CERT": str(served.cert),
+        "DS_TLS_KEY": str(served.key),
+        "DS_REPLICATION_TOKEN_FILE": str(tmp_path / "token"),
+    }
+    s = settings_from(argparse.Namespace(), env)
+    assert s.replica_url == "https://ev-0.ev-headless.ns.svc:4437"
+    assert s.replication_ca_file == str(ca.cert)
+
+
 def test_a_replica_set_mounts_its_peer_token_and_leaves_its_pods_to_the_operator():
     """The Secret (made once by the operator, not part of desired_objects) is mounted
     read-only, and the StatefulSet's controller replaces no pod by itself (OnDelete: the
@@ -173,7 +200,7 @@ def test_the_pods_rights_are_their_lease_by_name_and_nothing_cluster_wide():
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "resourceNames": ["ev-leader"],
-            "verbs": ["get", "update"],
+            "verbs": ["get", "update", "watch"],
         }
     ]
     # create cannot be limited by name in Kubernetes: the one verb granted without it.

@@ -39,11 +39,20 @@ def api() -> Iterator[Cluster]:
 
 
 @pytest.fixture
+def lease(api: Cluster, request: pytest.FixtureRequest) -> str:
+    """A Lease name of the test's own, so tests share one API server."""
+    name = request.node.name.replace("_", "-").lower()[:50]
+    return f"default/{name}"
+
+
+@pytest.fixture
 def start_set(server_factory, api: Cluster) -> StartSet:
     """Start ``count`` servers named r0, r1, ... holding the Lease ``default/<lease>``, in a
     set of ``set_size`` replicas (default: ``count``, fewer when a test wants a set short of
     its members); ``extra`` arguments go to every server. ``timings`` is ``STEADY`` unless
-    the test kills a primary and waits for the next (``FAST``)."""
+    the test kills a primary and waits for the next (``FAST``). ``scheme="https"`` for
+    servers that serve TLS (``extra`` then names ``--tls-cert`` and ``--tls-key``): their
+    replica URLs are https."""
 
     def start(
         lease: str,
@@ -51,10 +60,12 @@ def start_set(server_factory, api: Cluster) -> StartSet:
         count: int = 3,
         set_size: int | None = None,
         timings: list[str] = STEADY,
+        scheme: str = "http",
     ) -> list[ServerProcess]:
         servers = []
         for i in range(count):
             srv = server_factory()
+            srv.scheme = scheme
             srv.args += [
                 "--replication-lease", f"default/{lease}",
                 "--replica-name", f"r{i}",

@@ -9,56 +9,7 @@ import asyncio
 import pytest
 
 from stream_server.replication.lease import LeaseClient, LeaseConflict, LeaseRecord
-from stream_server.replication.roles import RoleConfig, RoleLoop
-from testkit.cluster import Cluster
-
-LEASE = "default/streams"
-DURATION = 15.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def lease(api: Cluster, request: pytest.FixtureRequest) -> str:
-    """A Lease name of the test's own, so tests share one API server."""
-    name = request.node.name.replace("_", "-").lower()[:50]
-    return f"default/{name}"
-
-
-def replica(
-    api: Cluster, lease: str, name: str, clock: Clock, position: tuple[int, int] = (0, 0)
-) -> RoleLoop:
-    demoted: list[int] = []
-    loop = RoleLoop(
-        LeaseClient(lease, api.url),
-        RoleConfig(
-            name=name,
-            url=f"http://{name}:4437",
-            lease_duration=DURATION,
-            renew_deadline=10.0,
-            retry_period=2.0,
-        ),
-        position=lambda: position,
-        on_demoted=lambda: demoted.append(1) and None,
-        clock=clock,
-    )
-    loop.demoted = demoted  # type: ignore[attr-defined]
-    return loop
-
-
-async def seed(api: Cluster, lease: str, **fields: object) -> LeaseRecord:
-    """Write the Lease as a previous primary left it."""
-    client = LeaseClient(lease, api.url)
-    try:
-        return await client.create(LeaseRecord(duration=int(DURATION), **fields))  # type: ignore[arg-type]
-    finally:
-        await client.close()
+from tests.replication.role_loops import DURATION, Clock, replica, seed
 
 
 async def test_first_replica_creates_the_lease_and_the_others_follow(api, lease) -> None:

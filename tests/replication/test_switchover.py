@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import signal
 import threading
 import time
@@ -164,16 +165,6 @@ def test_switchover_to_a_standby_out_of_sync_or_unknown_is_refused_and_changes_n
         r = rs.switchover(standbys[0])
         assert r.status_code == 409, r.text
         assert r.json()["error"]["code"] == "NOT_IN_SYNC"
-        rs.kill(standbys[1], signal.SIGSTOP)
-        stopped.append(standbys[1])
-        wait_for(
-            lambda: not (rs.status(primary) or {}).get("in_sync", ["?"]),
-            timeout=30,
-            message=lambda: f"no standby in sync: {rs.status(primary)}",
-        )
-        r = rs.switchover()
-        assert r.status_code == 409, r.text
-        assert r.json()["error"]["code"] == "NO_CANDIDATE"
         assert lease_of(rs) == before
         assert rs.status(primary)["role"] == "primary"
     finally:
@@ -186,6 +177,56 @@ def test_switchover_to_a_standby_out_of_sync_or_unknown_is_refused_and_changes_n
         f"{rs.server(primary).base}{streams[0]}", content=message("after.0"), headers=OCTET
     )
     assert r.status_code == 204, r.text
+
+
+def test_with_every_standby_gone_no_switchover_and_the_lease_goes_to_the_eligible(rs):
+    """Both standbys paused: no switchover target (NO_CANDIDATE); they stay eligible
+    (nothing could be acknowledged without them), so the primary, below its quorum
+    for a renew deadline, gives the Lease up for one of them (a primary cut off from
+    its standbys but not from the API would otherwise refuse writes for as long as
+    the cut lasts). Once they are back the set has a primary with both in sync."""
+    streams = ["switch-no-candidate/0"]
+    create_streams(rs, streams)
+    primary = in_sync(rs, 2)
+    standbys = [s.name for s in rs.servers if s.name != primary]
+    before = lease_of(rs)
+    try:
+        for name in standbys:
+            rs.kill(name, signal.SIGSTOP)
+        wait_for(
+            lambda: not (rs.status(primary) or {}).get("in_sync", ["?"]),
+            timeout=30,
+            message=lambda: f"no standby in sync: {rs.status(primary)}",
+        )
+        r = rs.switchover()
+        # Refused either way; NOT_PRIMARY once it gave the Lease up (a renew deadline
+        # after the in-sync set emptied).
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["code"] in ("NO_CANDIDATE", "NOT_PRIMARY")
+        # Given up (holder empty, same term); with nobody else able to take it, the
+        # old primary takes it back a lease duration later, under a new term.
+        wait_for(
+            lambda: lease_of(rs)["term"] > before["term"],
+            timeout=30,
+            message=lambda: f"the primary gave the Lease up: {lease_of(rs)}",
+        )
+        # Still nothing acknowledged without them: they stay eligible.
+        assert set(standbys) <= set(lease_eligible(rs))
+    finally:
+        for name in standbys:
+            rs.kill(name, signal.SIGCONT)
+    now = in_sync(rs, 2)
+    r = httpx.post(f"{rs.server(now).base}{streams[0]}", content=message("after.0"), headers=OCTET)
+    assert r.status_code == 204, r.text
+
+
+def lease_eligible(rs: ReplicaSet) -> list[str]:
+    namespace, name = rs.lease.split("/")
+    r = httpx.get(
+        f"{rs.api}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", timeout=5
+    )
+    r.raise_for_status()
+    return json.loads(r.json()["metadata"]["annotations"].get("streams.pyds.dev/eligible", "[]"))
 
 
 def test_a_switchover_whose_target_does_not_catch_up_is_undone(rs):

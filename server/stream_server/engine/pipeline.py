@@ -142,6 +142,11 @@ class CommitPipeline:
             self.on_batch(result, len(batch))
         if self.gate is not None:
             self._gated.append((batch, result, self.engine.lsn))
+            # Each batch's own deadline, from when it reached the gate: one queued
+            # behind a held batch must not wait for that batch's release to start
+            # counting (the gate releases in lsn order, and may hold the first long).
+            assert self._loop is not None
+            self._loop.call_later(self.gate.wait_seconds, self._overdue, batch)
             if self._releasing is None or self._releasing.done():
                 self._releasing = asyncio.ensure_future(self._release())
             if self._waiting:
@@ -150,6 +155,17 @@ class CommitPipeline:
         self._resolve(batch, result)
         if self._waiting:
             self._dispatch()
+
+    def _overdue(self, batch: list[Waiting]) -> None:
+        """The batch's waiters have waited ``gate.wait_seconds``: they hear 503 (an
+        unknown outcome); the batch itself stays gated and is published once
+        replicated."""
+        if self.gate is None or not any(b is batch for b, _, _ in self._gated):
+            return
+        error = self.gate.overdue()
+        for _, fut, _, _ in batch:
+            if not fut.done():
+                fut.set_exception(error)
 
     def _resolve(self, batch: list[Waiting], result: BatchStats) -> None:
         for _, _, _, apply in batch:
@@ -162,8 +178,9 @@ class CommitPipeline:
     async def _release(self) -> None:
         """Resolve gated batches in lsn order, each once the gate lets it through.
 
-        A batch the gate holds past its wait fails its waiters (503: they may retry)
-        but is still published once replicated, as later batches build on it; one
+        A batch the gate holds past its wait has failed its waiters (``_overdue``:
+        503, they may retry) but is still published once replicated, as later
+        batches build on it; one
         the gate refuses for good (this replica was deposed) fails and is not
         published: the replication layer reloads the stream state then.
         """

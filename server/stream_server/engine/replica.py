@@ -74,10 +74,17 @@ class NotReplicated(StorageError):
 class AckGate(Protocol):
     """What the commit pipeline awaits before a batch's waiters hear of it."""
 
+    wait_seconds: float  # how long a batch's waiters wait at the gate before ``overdue``
+
     async def wait(self, lsn: int, late: Callable[[StorageError], None]) -> bool:
         """True once the batch at ``lsn`` may be acknowledged and published; False
-        when it never will be (this replica is no longer the primary). Calls ``late``
-        (once) with the error for its waiters when they must not wait any longer."""
+        when it never will be (this replica is no longer the primary), after calling
+        ``late`` with the error for its waiters."""
+        ...
+
+    def overdue(self) -> StorageError:
+        """The error for the waiters of a batch still at the gate ``wait_seconds``
+        after it got there (its outcome is unknown: it may still be published)."""
         ...
 
 

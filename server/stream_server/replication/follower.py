@@ -35,7 +35,9 @@ from stream_server.replication.peer_http import (
     PeerClient,
     PeerError,
     PeerResponse,
+    TlsContext,
     open_stream,
+    system_tls,
 )
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.sender import ACK, MESSAGE, UPGRADE
@@ -80,6 +82,8 @@ class Follower:
         self._sent = Sent()  # the writer thread's: our acknowledgement went out
         # The peer token's header (``peer_token.py``), sent on every fetch; none without.
         self.auth: Callable[[], dict[str, str]] = dict
+        # The client context for an https primary (``peer_tls.py``), at each connection.
+        self.tls: TlsContext = system_tls
         # Called when the primary says we cannot follow by frames (diverged, or too
         # far behind): the service re-copies this replica from the primary.
         self.on_recopy: Callable[[str], Awaitable[None]] | None = None
@@ -101,7 +105,7 @@ class Follower:
         await self.applier.stop()  # the job under way ends first
 
     async def _run(self) -> None:
-        http = PeerClient(timeout=FETCH_TIMEOUT)
+        http = PeerClient(timeout=FETCH_TIMEOUT, tls=self.tls)
         try:
             while True:
                 state = self.roles.state
@@ -141,7 +145,12 @@ class Follower:
         """Follow ``primary`` over one stream (``sender.py``) until it ends, the
         term or the primary changes, or we stop following."""
         r = await open_stream(
-            f"{primary}{STREAM_PATH}", self._params(term), self.auth(), UPGRADE, FETCH_TIMEOUT
+            f"{primary}{STREAM_PATH}",
+            self._params(term),
+            self.auth(),
+            UPGRADE,
+            FETCH_TIMEOUT,
+            tls=self.tls,
         )
         if isinstance(r, PeerResponse):
             if r.status == 404:  # a primary of a version before streams (a rolling update)

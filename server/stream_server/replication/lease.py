@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import ssl
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,11 +33,16 @@ POSITIONS = PREFIX + "positions"
 # How the current term began: "switchover" (handed over by the primary) or "election"
 # (taken after the Lease ran out or was given up). The operator's Events say which.
 TERM_BEGAN = PREFIX + "term-began"
+# Standbys out of the in-sync set that still hold every acknowledged write (Kafka's
+# eligible leader replicas, KIP-966): removed while too few were in sync for anything
+# to be acknowledged without them. They may be elected as in-sync members may.
+ELIGIBLE = PREFIX + "eligible"
 # The replica set's id (identity.py): its members' data directories hold the same one.
 SET_ID = PREFIX + "set-id"
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT = 5.0  # seconds for one API call: well inside a renew deadline
+WATCH_SECONDS = 300  # a watch's length; the API server ends it, and it is opened again
 
 
 class _QuietPolling(logging.Filter):
@@ -77,6 +83,7 @@ class LeaseRecord:
     primary_url: str = ""
     in_sync: list[str] = field(default_factory=list)
     positions: dict[str, Position] = field(default_factory=dict)
+    eligible: list[str] = field(default_factory=list)  # ELIGIBLE
     began: str = ""  # TERM_BEGAN
     set_id: str = ""  # SET_ID; empty in a Lease written before set ids
     version: str = ""
@@ -101,6 +108,7 @@ class LeaseRecord:
             primary_url=notes.get(PRIMARY_URL) or "",
             in_sync=[str(n) for n in _json(notes.get(IN_SYNC), [])],
             positions=positions,
+            eligible=[str(n) for n in _json(notes.get(ELIGIBLE), [])],
             began=notes.get(TERM_BEGAN) or "",
             set_id=notes.get(SET_ID) or "",
             version=str(meta.get("resourceVersion") or ""),
@@ -119,6 +127,8 @@ class LeaseRecord:
         }
         if self.began:
             meta["annotations"][TERM_BEGAN] = self.began
+        if self.eligible:
+            meta["annotations"][ELIGIBLE] = json.dumps(self.eligible)
         if self.set_id:
             meta["annotations"][SET_ID] = self.set_id
         if self.version:
@@ -198,6 +208,34 @@ class LeaseClient:
         assert record.version, "a replace must name the version it read"
         body = record.to_object(self.namespace, self.name)
         return self._decoded(await self._call("PUT", f"{self.collection}/{self.name}", body))
+
+    async def watch(self) -> AsyncIterator[LeaseRecord]:
+        """Each change of the Lease as the API server pushes it (a watch on this one
+        name), until the server ends the watch; LeaseUnavailable when it cannot be
+        opened or breaks. It tells the role loop *that* something changed without
+        waiting for a round, which no clock of ours can make late."""
+        params = {
+            "watch": "true",
+            "fieldSelector": f"metadata.name={self.name}",
+            "timeoutSeconds": str(WATCH_SECONDS),
+        }
+        timeout = httpx.Timeout(TIMEOUT, read=WATCH_SECONDS + TIMEOUT)
+        try:
+            async with self.http.stream(
+                "GET", self.collection, params=params, timeout=timeout
+            ) as r:
+                if r.status_code != 200:
+                    raise LeaseUnavailable(f"watch {self.collection}: {r.status_code}")
+                async for line in r.aiter_lines():
+                    event = _json(line, {})
+                    obj = event.get("object")
+                    if (
+                        isinstance(obj, dict)
+                        and (obj.get("metadata") or {}).get("name") == self.name
+                    ):
+                        yield LeaseRecord.from_object(obj)
+        except httpx.HTTPError as exc:
+            raise LeaseUnavailable(f"watch {self.collection}: {exc!r}") from exc
 
     async def _call(
         self, method: str, url: str, body: dict[str, Any] | None = None

@@ -7,12 +7,13 @@ primary did, Kafka's measure for ``replica.lag.time.max.ms``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from stream_server.replication import clock as replication_clock
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -70,7 +71,7 @@ class ReplicationCollector(Collector):
             labels=["standby"],
         )
         if primary:
-            now = time.monotonic()
+            now = replication_clock.now()  # the clock caught_up_at is read on
             mine = shipper.lsn
             for name, (_, lsn) in sorted(shipper.acked.items()):
                 frames.add_metric([name], max(0, mine - lsn))

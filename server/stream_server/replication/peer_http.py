@@ -14,6 +14,10 @@ connection may be kept. This module
 writes the request line and headers itself (a GET with a few headers of our
 own, refused if any holds a line break) and only moves bytes.
 
+An https peer is reached with the context the caller's ``tls`` gives at each
+new connection (``peer_tls.py``: the set's CA bundle and client certificate),
+by default one checking against the system's CAs.
+
 ``open_stream`` asks a peer to switch a new connection to another protocol
 (``Upgrade``, answered ``101 Switching Protocols``) and returns the
 connection's two streams with the bytes that came after the ``101``; any
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import ssl
 from collections.abc import Callable
@@ -59,6 +64,14 @@ class PeerResponse:
 
 
 Origin = tuple[str, str, int]  # scheme, host, port
+# The client context for a new https connection (``peer_tls.PeerTls.context``).
+TlsContext = Callable[[], ssl.SSLContext]
+
+
+@functools.cache
+def system_tls() -> ssl.SSLContext:
+    """Certificates checked against the system's CAs: without ``--replication-ca-file``."""
+    return ssl.create_default_context()
 
 
 class _Answer:
@@ -99,9 +112,9 @@ class _Connection:
         self.keep = True  # the last answer let us keep the connection
 
     @classmethod
-    async def open(cls, origin: Origin) -> _Connection:
+    async def open(cls, origin: Origin, tls: TlsContext) -> _Connection:
         scheme, host, port = origin
-        context = ssl.create_default_context() if scheme == "https" else None
+        context = tls() if scheme == "https" else None
         reader, writer = await asyncio.open_connection(host, port, ssl=context, limit=READ_SIZE)
         return cls(origin, reader, writer)
 
@@ -183,6 +196,7 @@ async def open_stream(
     headers: dict[str, str],
     upgrade: str,
     timeout: float,
+    tls: TlsContext = system_tls,
 ) -> PeerStream | PeerResponse:
     """Ask ``url`` to switch a new connection to ``upgrade``: the stream on
     ``101``; any other answer, whole, with the connection closed."""
@@ -190,7 +204,7 @@ async def open_stream(
     try:
         async with asyncio.timeout(timeout):
             try:
-                conn = await _Connection.open(origin)
+                conn = await _Connection.open(origin, tls)
             except OSError as exc:
                 raise PeerError(f"cannot connect to {origin[1]}:{origin[2]}: {exc}") from exc
             head = [("host", conn.host), ("connection", "upgrade"), ("upgrade", upgrade)]
@@ -238,8 +252,9 @@ class _Unanswered(Exception):
 class PeerClient:
     """GETs to peers, on one kept-alive connection to the origin last asked."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, tls: TlsContext = system_tls) -> None:
         self.timeout = timeout
+        self.tls = tls
         self._conn: _Connection | None = None
         self.connects = 0  # connections opened (tests, and a look at reuse)
 
@@ -273,7 +288,7 @@ class PeerClient:
         for attempt in (0, 1):
             if conn is None:
                 try:
-                    conn = await _Connection.open(origin)
+                    conn = await _Connection.open(origin, self.tls)
                 except OSError as exc:
                     raise PeerError(f"cannot connect to {origin[1]}:{origin[2]}: {exc}") from exc
                 self.connects += 1

@@ -12,15 +12,22 @@ Every ``lease_retry_period`` a replica reads the Lease and
   for ``lease_renew_deadline`` (shorter than the lease, so it stops
   acknowledging before anyone else may take over);
 - takes it, with ``term + 1`` and an empty in-sync set, when it has expired
-  and this replica is eligible: a member of the in-sync set or the old
-  holder, which are the replicas that hold every acknowledged write;
+  and this replica is eligible: a member of the in-sync set, one of the
+  ``eligible`` standbys (removed from it while nothing could be acknowledged
+  without them, KIP-966), or the old holder: the replicas that hold every
+  acknowledged write;
 - takes it at the term it names, by a renewal, when the primary handed it
   over (a switchover, ``hand_over``): it names this replica under a term
   newer than any this process has followed, so nobody has written under it.
 
 Expiry is judged, as client-go's leader election does, from when *this*
-replica last saw the Lease change (its resourceVersion), by its own
-monotonic clock: the replicas' clocks need not agree. At a cold start an
+replica last saw the Lease change (its resourceVersion), stamped once the
+answer that showed the change arrived, by its own clock (``clock.py``, which
+keeps counting through a suspend): the replicas' clocks need not agree, only
+run at about the same rate (a primary stops acknowledging ``lease_duration -
+lease_renew_deadline`` before anyone may take over). A write whose answer was
+lost (a timeout, a cut connection) may still have happened: it is settled by
+reading the Lease back before the primary acts on either outcome (``_settle``). At a cold start an
 eligible replica whose reported position is behind another eligible one's
 waits one more lease duration, so that the most advanced replica wins when
 it is alive. The safety argument is in docs/replication.md.
@@ -31,11 +38,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
+from stream_server.replication import clock as replication_clock
 from stream_server.replication.lease import (
     LeaseClient,
     LeaseConflict,
@@ -60,6 +67,10 @@ class RoleConfig:
     lease_duration: float
     renew_deadline: float
     retry_period: float
+    # Durability "required": standbys removed from the in-sync set while too few were
+    # in sync stay eligible (nothing could be acknowledged without them); "preferred"
+    # acknowledges alone then, so they may not.
+    keeps_eligible: bool = True
 
 
 @dataclass
@@ -71,6 +82,7 @@ class RoleState:
     primary_url: str | None = None
     holder: str = ""
     in_sync: list[str] = field(default_factory=list)
+    eligible: list[str] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -84,7 +96,7 @@ class RoleLoop:
         *,
         position: Callable[[], Position] = lambda: (0, 0),
         on_demoted: Callable[[], Awaitable[None] | None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = replication_clock.now,
         failed: Callable[[], str | None] = lambda: None,
         identity: SetIdentity | None = None,
     ) -> None:
@@ -100,8 +112,11 @@ class RoleLoop:
         self.record: LeaseRecord | None = None  # as last read or written
         self._seen_version = ""
         self._seen_at = 0.0  # our clock when the Lease last changed (or we first saw it)
-        self._renewed_at = 0.0  # our clock when our last renewal succeeded
+        self._renewed_at = 0.0  # our clock when our last successful renewal was sent
+        self._gave_up_at: float | None = None  # our clock when we last gave up for a quorum
         self._task: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         # The standbys' positions as the primary last saw them, written with each
         # renewal for a cold start's choice.
@@ -111,14 +126,50 @@ class RoleLoop:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="replication role loop")
+        self._watchdog = asyncio.create_task(self._watch_deadline(), name="renew deadline")
+        self._watcher = asyncio.create_task(self._watch_lease(), name="Lease watch")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._watchdog, self._watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._watchdog = self._watcher = None
         await self.client.close()
+
+    async def _watch_lease(self) -> None:
+        """Run a round as soon as the Lease names another holder or term than we
+        believe: a primary deposed while its clock ran slow, or whose round is far
+        off, learns it when the new holder writes, not when its own clock says; a
+        standby sees a Lease given up, or a new primary, at once. Rounds still
+        decide everything; without a watch (an API that refuses it) they poll."""
+        warned = False
+        while True:
+            try:
+                async for record in self.client.watch():
+                    if (record.holder, record.term) != (self.state.holder, self.state.term):
+                        self.wake()
+            except LeaseUnavailable as exc:
+                if not warned:
+                    log.warning("cannot watch the Lease (rounds poll it instead): %s", exc)
+                    warned = True
+            await asyncio.sleep(self.config.retry_period)
+
+    async def _watch_deadline(self) -> None:
+        """Step down at the renew deadline even while a round hangs on the API (a call
+        can take its whole timeout): ``/replication`` and the work that only a
+        primary does follow ``may_acknowledge`` within a moment, not a round later."""
+        while True:
+            changed = self.state.changed
+            left = self.config.retry_period
+            if self.is_primary:
+                left = self._renewed_at + self.config.renew_deadline - self.clock()
+                if left <= 0:
+                    await self._check_deadline()
+                    continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), max(left, 0.001))
 
     async def _run(self) -> None:
         while True:
@@ -156,13 +207,15 @@ class RoleLoop:
 
     async def step(self) -> None:
         """One round: read the Lease, then renew, acquire, or follow."""
-        now = self.clock()
         try:
             record = await self.client.get()
         except LeaseUnavailable as exc:
             log.warning("cannot read the Lease: %s", exc)
             await self._check_deadline()
             return
+        # Stamped once the answer is here, as client-go does: the Lease may have
+        # changed at any moment before, and an earlier stamp would end it too soon.
+        now = self.clock()
         if record is None:
             await self._create(now)
             return
@@ -179,6 +232,11 @@ class RoleLoop:
             await self._renew(record, now)
         elif mine and 0 < self.state.term < record.term and self._eligible(record):
             await self._take_handed_over(record, now)
+        elif self._gave_up_at is not None and now - self._gave_up_at < self.config.lease_duration:
+            # We gave the Lease up for want of a quorum (``give_up``): the others
+            # go first for a lease duration (if our CAS was lost, it runs out).
+            if not mine:
+                await self._follow(record)
         elif (mine and self._eligible(record) and not self._behind(record)) or (
             self._expired(record, now) and self._eligible(record)
         ):
@@ -213,13 +271,16 @@ class RoleLoop:
         if self.identity is not None and self.identity.mismatch(record.set_id) is not None:
             return False  # another set's data, or single-node data: never this set's line
         return (
-            me in record.in_sync or me == record.holder or (not record.holder and not record.term)
+            me in record.in_sync
+            or me in record.eligible
+            or me == record.holder
+            or (not record.holder and not record.term)
         )
 
     def _behind(self, record: LeaseRecord) -> bool:
         """Another eligible replica reported a more advanced position than ours."""
         mine = self.position()
-        others = [record.holder, *record.in_sync]
+        others = [record.holder, *record.in_sync, *record.eligible]
         return any(record.positions.get(n, (0, 0)) > mine for n in others if n != self.config.name)
 
     async def _create(self, now: float) -> None:
@@ -250,6 +311,16 @@ class RoleLoop:
         self._became_primary(written, now)
 
     async def _acquire(self, record: LeaseRecord, now: float) -> None:
+        me = self.config.name
+        # Everyone who was eligible stays so until this term has a quorum: nothing is
+        # acknowledged before, so they still hold every acknowledged write, and one
+        # of them can take over if we die first.
+        eligible = (
+            sorted({record.holder, *record.in_sync, *record.eligible} - {me, ""})
+            if self.config.keeps_eligible
+            else []
+        )
+        sent = self.clock()
         new = LeaseRecord(
             holder=self.config.name,
             duration=max(1, round(self.config.lease_duration)),
@@ -260,6 +331,7 @@ class RoleLoop:
             primary_url=self.config.url,
             in_sync=[],  # standbys join again once caught up with the new term
             positions={**record.positions, self.config.name: self.position()},
+            eligible=eligible,
             began="election",
             set_id=await self._set_id(record),
             version=record.version,
@@ -272,7 +344,7 @@ class RoleLoop:
             log.warning("cannot take the Lease: %s", exc)
             return
         log.info("took the Lease: primary for term %d (was %r)", written.term, record.holder)
-        self._became_primary(written, now)
+        self._became_primary(written, sent)
 
     async def _take_handed_over(self, record: LeaseRecord, now: float) -> None:
         """A switchover named us: renew at its term (the CAS proves the Lease is still
@@ -287,13 +359,14 @@ class RoleLoop:
             renew_time=micro_time(),
             positions={**record.positions, self.config.name: self.position()},
         )
+        sent = self.clock()
         try:
             written = await self.client.replace(new)
         except (LeaseConflict, LeaseUnavailable) as exc:
             log.warning("could not take the handed-over Lease: %s", exc)
             return
         log.info("took the handed-over Lease: primary for term %d", written.term)
-        self._became_primary(written, now)
+        self._became_primary(written, sent)
 
     async def hand_over(self, target: str, url: str) -> LeaseRecord:
         """Name ``target`` holder, by CAS, under ``term + 1`` and step down: the last
@@ -323,6 +396,7 @@ class RoleLoop:
                 acquire_time=now,
                 transitions=record.transitions + 1,
                 in_sync=sorted({*record.in_sync, me} - {target}),
+                eligible=sorted(set(record.eligible) - {target, me}),
                 positions=self._positions(record),
                 began="switchover",
             )
@@ -352,15 +426,20 @@ class RoleLoop:
         elif self.is_primary:
             await self._demote(self.state.term, None)
 
-    def _became_primary(self, written: LeaseRecord, now: float) -> None:
-        self._observe(written, now)
-        self._renewed_at = now
+    def _became_primary(self, written: LeaseRecord, sent: float) -> None:
+        """``sent``: our clock when the write that made us holder was sent (the Lease
+        runs from no earlier than that for anyone)."""
+        self._observe(written, self.clock())
+        self._renewed_at = sent
+        self._gave_up_at = None
         s = self.state
         s.role, s.term, s.primary_url = "primary", written.term, written.primary_url
         s.holder, s.in_sync = written.holder, list(written.in_sync)
+        s.eligible = list(written.eligible)
         self._changed()
 
     async def _renew(self, record: LeaseRecord, now: float) -> None:
+        sent = self.clock()
         try:
             written = await self._write_renewal(record)
         except LeaseConflict as exc:
@@ -368,10 +447,16 @@ class RoleLoop:
             # fresh version, rather than a retry period later (under load that wait
             # alone can reach the renew deadline and stop acknowledgements).
             fresh = await self._reread()
-            if fresh is None or fresh.holder != self.config.name or fresh.term != record.term:
+            if fresh is not None and (
+                fresh.holder != self.config.name or fresh.term != record.term
+            ):
+                await self._follow(fresh)  # deposed: the Lease says so, whatever our clock
+                return
+            if fresh is None:
                 log.warning("could not renew the Lease: %s", exc)
                 await self._check_deadline()
                 return
+            sent = self.clock()
             try:
                 written = await self._write_renewal(fresh)
             except (LeaseConflict, LeaseUnavailable) as again:
@@ -379,12 +464,15 @@ class RoleLoop:
                 await self._check_deadline()
                 return
         except LeaseUnavailable as exc:
+            # Perhaps written, perhaps not: either way the deadline runs from the last
+            # renewal we know of, which is the safe side.
             log.warning("could not renew the Lease: %s", exc)
             await self._check_deadline()
             return
-        self._observe(written, now)
-        self._renewed_at = now
+        self._observe(written, self.clock())
+        self._renewed_at = sent
         self.state.in_sync = list(written.in_sync)
+        self.state.eligible = list(written.eligible)
 
     async def _release(self, record: LeaseRecord, reason: str) -> None:
         """Give the Lease up at once (an empty holder, the term kept), so that an in-sync
@@ -398,6 +486,7 @@ class RoleLoop:
             record,
             holder="",
             primary_url="",
+            eligible=sorted(set(record.eligible) - {self.config.name}),
             positions=self._positions(record),
         )
         try:
@@ -466,14 +555,16 @@ class RoleLoop:
             )
             await self._demote(record.term, record.primary_url or None)
         s = self.state
-        if (s.term, s.primary_url, s.holder, s.in_sync) != (
+        if (s.term, s.primary_url, s.holder, s.in_sync, s.eligible) != (
             record.term,
             record.primary_url or None,
             record.holder,
             record.in_sync,
+            record.eligible,
         ):
             s.term, s.primary_url = record.term, record.primary_url or None
             s.holder, s.in_sync = record.holder, list(record.in_sync)
+            s.eligible = list(record.eligible)
             self._changed()
 
     async def _demote(self, term: int, primary: str | None) -> None:
@@ -485,22 +576,108 @@ class RoleLoop:
             if done is not None:
                 await done
 
-    async def change_in_sync(self, names: list[str]) -> bool:
-        """Write a new in-sync set by CAS; True only once it is in the Lease (a standby's
-        acknowledgements count, and a removed one's stop mattering, only then)."""
+    async def change_in_sync(self, names: list[str], eligible: list[str] | None = None) -> bool:
+        """Write a new in-sync set (and eligible set) by CAS; True only once it is in
+        the Lease (a standby's acknowledgements count, and a removed one's stop
+        mattering, only then). A write whose answer was lost is settled by reading
+        the Lease back first (``_settle``): until then the caller keeps waiting for
+        both the old and the new members."""
         record = self.record
         if not self.is_primary or record is None or record.holder != self.config.name:
             return False
-        new = replace(record, in_sync=sorted(names))
+        new = replace(
+            record,
+            in_sync=sorted(names),
+            eligible=sorted(record.eligible if eligible is None else eligible),
+        )
+        try:
+            written = await self.client.replace(new)
+        except LeaseConflict as exc:
+            log.warning("could not change the in-sync set: %s", exc)
+            fresh = await self._reread()
+            if fresh is not None and (
+                fresh.holder != self.config.name or fresh.term != self.state.term
+            ):
+                await self._follow(fresh)  # deposed: step down now, not at the deadline
+            return False
+        except LeaseUnavailable as exc:
+            log.warning("the in-sync change's answer was lost (%s): reading the Lease back", exc)
+            settled = await self._settle(new)
+            if settled is None:
+                return False
+            written = settled
+        self._observe(written, self.clock())
+        self.state.in_sync = list(written.in_sync)
+        self.state.eligible = list(written.eligible)
+        self._changed()
+        return True
+
+    async def _settle(self, new: LeaseRecord) -> LeaseRecord | None:
+        """Whether ``new``, written with an answer that never came, is in the Lease:
+        the record if it is, None if it is not and never will be.
+
+        Read back until it is known. Our change is there: written. The version it
+        was written against is still there: the write may yet arrive, so renew at
+        that version first (a CAS: the late write can then only fail), and it was
+        not written. Any other version: not written, for a CAS against an older
+        version can never succeed (resourceVersions are never reused). Gives up
+        (None) once this replica may no longer acknowledge: it then stops being
+        primary, which is safe whatever the Lease says.
+        """
+        while self.may_acknowledge:
+            try:
+                record = await self.client.get()
+            except LeaseUnavailable as exc:
+                log.warning("cannot read the Lease back: %s", exc)
+                await asyncio.sleep(self.config.retry_period / 4)
+                continue
+            if record is None:
+                return None
+            self._observe(record, self.clock())
+            if record.holder != self.config.name or record.term != new.term:
+                await self._follow(record)
+                return None
+            if record.version == new.version:
+                sent = self.clock()
+                try:
+                    renewed = await self._write_renewal(record)
+                except (LeaseConflict, LeaseUnavailable):
+                    continue  # something landed, perhaps ours: read again
+                self._observe(renewed, self.clock())
+                self._renewed_at = sent
+                return None
+            if (record.in_sync, record.eligible) == (new.in_sync, new.eligible):
+                return record
+            return None
+        return None
+
+    async def give_up(self, reason: str) -> None:
+        """Hand the Lease to whoever can form a quorum: an empty holder, the term kept,
+        and this replica added to the eligible set (it holds every write it
+        acknowledged). For a primary with too few standbys in sync for too long
+        while others are eligible: cut off from its standbys but not from the
+        API, it would otherwise refuse every write for as long as the cut lasts.
+        It does not take the Lease back for a lease duration, so the others go
+        first; safe whatever the CAS gives, since it stops being primary first."""
+        record = self.record
+        if not self.is_primary or record is None or record.holder != self.config.name:
+            return
+        log.error("giving up the Lease: %s", reason)
+        self._gave_up_at = self.clock()
+        await self._demote(self.state.term, None)
+        new = replace(
+            record,
+            holder="",
+            primary_url="",
+            eligible=sorted({*record.eligible, self.config.name}),
+            positions=self._positions(record),
+        )
         try:
             written = await self.client.replace(new)
         except (LeaseConflict, LeaseUnavailable) as exc:
-            log.warning("could not change the in-sync set: %s", exc)
-            return False
+            log.warning("could not give up the Lease (it runs out instead): %s", exc)
+            return
         self._observe(written, self.clock())
-        self.state.in_sync = list(written.in_sync)
-        self._changed()
-        return True
 
     def _changed(self) -> None:
         self.state.changed.set()

@@ -23,7 +23,10 @@ durability it writes alone and reports itself degraded. During a switchover
 
 With ``--replication-token-file`` the peer endpoints (fetch, snapshot,
 switchover) need the set's shared secret, and this replica sends it on its own
-fetches and snapshot requests (``peer_token.py``).
+fetches and snapshot requests (``peer_token.py``). Every connection to a peer
+(the follower's, the snapshot download) checks an https peer's certificate
+with one client context (``peer_tls.py``: ``--replication-ca-file``, and the
+client certificate of ``--replication-cert-file``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from stream_server.replication import identity, snapshot
 from stream_server.replication.follower import Follower
 from stream_server.replication.lease import LeaseClient
 from stream_server.replication.mirror import Mirror
+from stream_server.replication.peer_tls import PeerTls
 from stream_server.replication.peer_token import PeerToken
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.sender import Sender
@@ -97,6 +101,7 @@ class Replication:
                 lease_duration=settings.lease_duration,
                 renew_deadline=settings.lease_renew_deadline,
                 retry_period=settings.lease_retry_period,
+                keeps_eligible=settings.replication_durability == "required",
             ),
             position=lambda: self.hooks.durable,
             failed=lambda: self.store.engine.failed or None,
@@ -128,6 +133,9 @@ class Replication:
             PeerToken(settings.replication_token_file) if settings.replication_token_file else None
         )
         self.follower.auth = self.peer_headers
+        # One client context for every connection to a peer (``peer_tls.py``).
+        self.peer_tls = PeerTls(settings)
+        self.follower.tls = self.peer_tls.context
         # Each follower's origin, as its fetches give it: a switchover names it primary.
         self.peer_urls: dict[str, str] = {}
         self.switching = False  # a switchover holds new writes (switchover.py)
@@ -352,7 +360,9 @@ class Replication:
         log.warning("re-copying everything from the primary at %s", primary)
         try:
             async with (
-                httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http,
+                httpx.AsyncClient(
+                    timeout=httpx.Timeout(60.0), verify=self.peer_tls.context()
+                ) as http,
                 http.stream(
                     "GET",
                     f"{primary}/replication/snapshot",
@@ -436,13 +446,16 @@ class Replication:
         term, lsn = self.hooks.durable
         primary = self.primary_mode
         return {
-            "role": "primary" if primary else "standby",
+            # Primary only while it may acknowledge: past its renew deadline (an API
+            # call hanging, a pause) it is no longer one, whatever the next round says.
+            "role": "primary" if primary and self.roles.may_acknowledge else "standby",
             "name": self.name,
             "term": state.term,
             "primary": state.primary_url,
             "durable": {"term": term, "lsn": lsn},
             "committed": self.shipper.commit_point() if primary else self.mirror.published,
             "in_sync": list(state.in_sync),
+            "eligible": list(state.eligible),
             "durability": self.settings.replication_durability,
             "degraded": self.degraded,
             "min_in_sync": self.quorum,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 from typing import Protocol
 
+from stream_server.replication import peer_tls
 from stream_server.replication.peer_token import read_secret
 
 DURABILITIES = ("required", "preferred")
@@ -29,6 +30,9 @@ class ReplicationSettings(Protocol):
     lease_retry_period: float
     replication_wait: float
     replication_token_file: str
+    replication_ca_file: str
+    replication_cert_file: str
+    replication_key_file: str
     replication_bootstrap: str
 
 
@@ -48,6 +52,7 @@ def check_settings(s: ReplicationSettings) -> None:
         raise ValueError("replication-wait must not be negative")
     if s.replication_token_file:
         read_secret(s.replication_token_file)  # a missing or empty file fails here, at start
+    peer_tls.check(s)  # so do the peers' CA bundle, client certificate and key
     if not s.replication_lease:
         return
     namespace, _, name = s.replication_lease.partition("/")

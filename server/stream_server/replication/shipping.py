@@ -12,11 +12,23 @@ lsn durable here and on every in-sync standby; the ack gate lets a batch's
 waiters hear of it only once the commit point reaches it and the in-sync set
 with the primary is at least ``min_in_sync`` replicas.
 
-The in-sync set changes only by a CAS on the Lease (``RoleLoop.change_in_sync``):
-a standby joins once its position reaches our durable lsn, and counts
-only once that write succeeded; a standby not heard from for half the
-renew deadline is removed by a CAS, and until that write succeeded nothing is
-acknowledged without it (it is still in the set the gate uses).
+The in-sync set changes only by a CAS on the Lease (``RoleLoop.change_in_sync``).
+A standby joins once its position reaches the commit point; from the moment
+its join is written (or its outcome unknown) the commit point waits for it
+too, and it counts towards ``min_in_sync`` only once the write succeeded (as
+Kafka's leader computes the high watermark over the "maximal ISR", KIP-497).
+A standby not heard from for half the renew deadline is removed by a CAS, and
+until that write succeeded nothing is acknowledged without it (it is still
+in the set the gate uses). "preferred" durability acknowledges without the
+quorum, never without an in-sync member: every replica that may be elected
+holds every acknowledged write, whatever the durability.
+
+Removed while too few were in sync (durability "required"), a standby stays
+``eligible`` (KIP-966's eligible leader replicas): nothing could be
+acknowledged without it. A primary left below the quorum for a renew
+deadline while another replica is eligible gives the Lease up
+(``RoleLoop.give_up``), so that standbys cut off from it but not from each
+other can elect one of themselves and go on.
 
 Frames are kept in memory (``ring_bytes``, oldest dropped first): a follower
 further behind is told to re-copy (docs/replication.md, first version). A
@@ -38,13 +50,13 @@ import contextlib
 import json
 import logging
 import struct
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
+from stream_server.replication import clock as replication_clock
 from stream_server.replication.frame_ring import RING_BYTES, FrameRing
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.signal import Signal
@@ -83,6 +95,7 @@ class Shipper:
         self.quorum = quorum
         self.preferred = preferred
         self.wait_seconds = wait
+        self.renew_deadline = renew_deadline
         self.silent_after = renew_deadline / 2
         # Behind this long: out of the set. Just short of the wait a write is refused after:
         # a slow standby costs latency, and only one that would cost refusals is dropped.
@@ -98,7 +111,9 @@ class Shipper:
         self.stopping = False
         self.changed = Signal()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._joining: set[str] = set()
+        self._joining: set[str] = set()  # join written, not yet confirmed: waited for
+        self._short_since: float | None = None  # our clock since too few were in sync
+        self._gave_up = False  # gave the Lease up in this spell below the quorum
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._term = 0
@@ -128,6 +143,7 @@ class Shipper:
         self.seen.clear()
         self.caught_up_at.clear()
         self._asked.clear()
+        self._short_since = None
         # Everything we hold counts as committed from here (it includes every write
         # acknowledged so far): a standby joins the in-sync set only once it holds
         # all of it, so no acknowledged write can be missing on a later candidate.
@@ -169,10 +185,11 @@ class Shipper:
         if not self.roles.is_primary:
             return self.committed
         in_sync = self.roles.state.in_sync
-        if 1 + len(in_sync) >= self.quorum:
-            point = min([self.lsn, *(self._acked_lsn(n) for n in in_sync)])
-        elif self.preferred:
-            point = self.lsn
+        if 1 + len(in_sync) >= self.quorum or self.preferred:
+            # Every member, confirmed or joining: a join whose write is in flight or
+            # unknown may already be in the Lease, making that standby electable.
+            members = {*in_sync, *self._joining}
+            point = min([self.lsn, *(self._acked_lsn(n) for n in members)])
         else:
             point = self.committed
         self.committed = max(self.committed, point)
@@ -184,27 +201,23 @@ class Shipper:
     # ------------------------------------------------------------- the gate
 
     async def wait(self, lsn: int, late: Callable[[StorageError], None]) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait_seconds
-        told = False
+        """Until the commit point reaches ``lsn`` (True) or this replica may no longer
+        acknowledge (False). The pipeline times each batch's waiters out on its own
+        (``overdue``), so a batch queued behind a held one gets its answer in time."""
         while True:
             if self.stopping or not self.roles.may_acknowledge:
-                if not told:
-                    late(NotReplicated("not acknowledged: this replica is no longer the primary"))
+                late(NotReplicated("not acknowledged: this replica is no longer the primary"))
                 return False
             if self.commit_point() >= lsn:
                 return True
-            left = deadline - loop.time()
-            if not told and left <= 0:
-                have = 1 + len(self.roles.state.in_sync)
-                late(
-                    NotReplicated(
-                        f"not acknowledged: {have} replicas in sync of the {self.quorum} "
-                        "required have not all confirmed this write; retry"
-                    )
-                )
-                told = True
-            await self.changed.wait(left if not told else 1.0)
+            await self.changed.wait(1.0)
+
+    def overdue(self) -> StorageError:
+        have = 1 + len(self.roles.state.in_sync)
+        return NotReplicated(
+            f"not acknowledged: {have} replicas in sync of the {self.quorum} "
+            "required have not all confirmed this write; retry"
+        )
 
     def _notify(self) -> None:
         self.changed.notify()
@@ -233,7 +246,7 @@ class Shipper:
         what it holds, when it last spoke, whether it keeps up, and whether it joins
         the in-sync set."""
         mine = self.lsn
-        now = time.monotonic()
+        now = replication_clock.now()
         moved = self.acked.get(name) != (after_term, after_lsn)
         self.acked[name] = (after_term, after_lsn)
         self.seen[name] = now
@@ -314,7 +327,7 @@ class Shipper:
     async def _join(self, name: str) -> None:
         try:
             names = sorted({*self.roles.state.in_sync, name})
-            if await self.roles.change_in_sync(names):
+            if await self.roles.change_in_sync(names, self._eligible_after(names)):
                 log.info("%s is in sync (in-sync set now %s)", name, names)
                 self._notify()
         finally:
@@ -327,7 +340,7 @@ class Shipper:
             await asyncio.sleep(self.silent_after / 4)
             if not self.roles.is_primary:
                 continue
-            now = time.monotonic()
+            now = replication_clock.now()
             in_sync = self.roles.state.in_sync
             silent = [n for n in in_sync if now - self.seen.get(n, 0.0) > self.silent_after]
             # Kafka's replica.lag.time.max.ms: a standby that fetches but does not keep up
@@ -340,7 +353,7 @@ class Shipper:
             ]
             if silent or behind:
                 keep = [n for n in in_sync if n not in silent and n not in behind]
-                if await self.roles.change_in_sync(keep):
+                if await self.roles.change_in_sync(keep, self._eligible_after(keep)):
                     log.warning(
                         "removed %s from the in-sync set: no fetch for %.1fs; %s: behind for %.1fs",
                         silent,
@@ -349,6 +362,38 @@ class Shipper:
                         self.lag_max,
                     )
                     self._notify()
+            await self._give_up_without_quorum(now)
+
+    def _eligible_after(self, in_sync: list[str]) -> list[str]:
+        """The eligible set once ``in_sync`` is the in-sync set: empty while a quorum is
+        in sync (writes are acknowledged without the others from then on) and in
+        "preferred" durability (it acknowledges alone); otherwise every replica
+        that was in sync or eligible keeps holding every acknowledged write."""
+        if self.preferred or 1 + len(in_sync) >= self.quorum:
+            return []
+        state = self.roles.state
+        return sorted({*state.in_sync, *state.eligible} - set(in_sync))
+
+    async def _give_up_without_quorum(self, now: float) -> None:
+        """Once per spell below the quorum: if nobody else took the Lease (the
+        standbys are down, not cut off), this replica takes it back after a lease
+        duration and waits for them as primary instead of handing it round."""
+        state = self.roles.state
+        if self.preferred or 1 + len(state.in_sync) >= self.quorum:
+            self._short_since = None
+            self._gave_up = False
+            return
+        if self._gave_up or not state.eligible:
+            return
+        if self._short_since is None:
+            self._short_since = now
+        elif now - self._short_since >= self.renew_deadline:
+            self._short_since = None
+            self._gave_up = True
+            await self.roles.give_up(
+                f"{1 + len(state.in_sync)} of the {self.quorum} replicas required in sync "
+                f"for {self.renew_deadline:.1f}s, while {state.eligible} may take over"
+            )
 
     def positions(self) -> dict[str, tuple[int, int]]:
         return dict(self.acked)
