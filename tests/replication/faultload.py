@@ -165,22 +165,24 @@ def new_primary_after(history: History, since: float, old: str) -> float | None:
     return min(times) - since if times else None
 
 
-def claimed_primary_after(history: History, old: str) -> float:
-    """How long ``old`` still said it was primary, in answers to requests sent after
-    another server had been seen primary at a higher term (0: never)."""
-    terms = [s.term or 0 for s in history.seen if s.server == old and s.role == "primary"]
+def claimed_primary_after(history: History, old: str, term: int) -> float:
+    """How long ``old``, primary at ``term``, still said it was primary in answers to
+    requests sent after another server had been seen primary at a higher term (0: never,
+    or no other primary was seen)."""
     newer = [
         s.received
         for s in history.seen
-        if s.server != old and s.role == "primary" and (s.term or 0) > max(terms, default=0)
+        if s.server != old and s.role == "primary" and (s.term or 0) > term
     ]
     if not newer:
         return 0.0
     first = min(newer)
     late = [
-        s.sent - first for s in history.seen if s.server == old and s.role == "primary"
-    ]  # fmt: skip
-    return max([0.0, *(x for x in late if x > 0)])
+        s.sent - first
+        for s in history.seen
+        if s.server == old and s.role == "primary" and s.term == term and s.sent > first
+    ]
+    return max(late, default=0.0)
 
 
 # -- the run and its verdict --------------------------------------------------------------
