@@ -165,6 +165,16 @@ def new_primary_after(history: History, since: float, old: str) -> float | None:
     return min(times) - since if times else None
 
 
+def first_ack_after(history: History, since: float) -> float | None:
+    """Seconds from ``since`` until the first acknowledgement received after it, or None."""
+    done = [
+        op.completed
+        for op in history.ops
+        if op.kind == "append" and op.outcome == "ok" and op.completed and op.completed > since
+    ]
+    return min(done) - since if done else None
+
+
 def claimed_primary_after(history: History, old: str, term: int) -> float:
     """How long ``old``, primary at ``term``, still said it was primary in answers to
     requests sent after another server had been seen primary at a higher term (0: never,
