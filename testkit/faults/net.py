@@ -132,7 +132,11 @@ class Net:
         hub = self.namespaces["hub"]
         _run(self.ip, "netns", "add", hub)
         self._in(hub, "link", "set", "dev", "lo", "up")
-        self._in(hub, "link", "add", "name", "br0", "type", "bridge")
+        # A bridge takes the lowest MAC among its ports unless told one; members added
+        # while others run would then change it under their ARP caches, and frames to the
+        # old address are dropped (not for this host): a fixed address keeps it.
+        mac = "02:" + ":".join(f"{random.randint(0, 255):02x}" for _ in range(5))
+        self._in(hub, "link", "add", "name", "br0", "address", mac, "type", "bridge")
         self._in(hub, "addr", "add", f"{self.addresses[API]}/24", "dev", "br0")
         self._in(hub, "link", "set", "dev", "br0", "up")
         root_end = f"{self.tag}r"
