@@ -35,11 +35,15 @@ test: deps
 
 ## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests,
 ## every crash state of the explorer's workloads with 12 random mixes per crash point,
-## 10 primaries of a replica set killed one after the other under load.
+## 10 primaries of a replica set killed one after the other under load, and each replica-set
+## fault of tests/replication/test_faults_*.py (partitions, pauses, lost Lease answers, a slow
+## clock, a full disk, kill -9 of two) repeated 5 times under load.
 test-long: deps
 	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 CRASH_STATES=1000000 CRASH_MIXED=12 FAILOVER_ROUNDS=10 \
+		FAULT_ROUNDS=5 \
 		$(PYTEST) e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py \
-		tests/engine/test_crash_states.py tests/replication/test_failover.py
+		tests/engine/test_crash_states.py tests/replication/test_failover.py \
+		tests/replication/test_faults_*.py
 
 ## Everything the tests and the benchmark need; the only place anything is installed.
 deps: $(VENV)/.all system-deps

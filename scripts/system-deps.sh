@@ -23,6 +23,9 @@ declare -A package=(
   [runc]=runc                       # podman's runtime here (crun fails on hybrid cgroups)
   [mmdebstrap]=mmdebstrap           # a Debian base image where no registry answers
   [newuidmap]=uidmap                # podman and mmdebstrap without root
+  [ip]=iproute2                     # the fault tests' network namespaces and veth pairs
+  [iptables]=iptables               # the fault tests' partitions
+  [faketime]=faketime               # the fault tests' slow clock (libfaketime)
 )
 
 lacking() {

@@ -26,10 +26,26 @@ The checker judges the history against the final content of each stream
 does not decide linearizability in general (Knossos does that, at a cost
 exponential in concurrency); these checks are the ones the durability
 promise makes, and each is cheap and exact.
+
+The fault tests (issue 24) add two promises about deposed, paused and
+partitioned replicas, checked when the history holds what they need:
+
+- **no stale read claimed fresh**: a read whose last answer said
+  ``Stream-Up-To-Date: true`` (``Op.fresh_at``: when that request was sent)
+  must hold every write acknowledged more than ``bound`` seconds before it
+  (``check(..., bound=)``; the server's ``replication_read_staleness``);
+- **no acknowledgement from a deposed primary**: no replica acknowledges a
+  write sent after another replica was seen primary at a higher term. The
+  test's monitor polls ``GET /replication`` on every server and records each
+  answer (``History.observe``); an ack's term is the one its answer named
+  (``Op.term``, from a ``Replication-Term`` header, when the server sends
+  one), else the highest term its server was seen primary at before the
+  ack came back.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -83,10 +99,23 @@ class Op:
     outcome: Outcome | None = None  # None: never completed, which counts as info
     detail: str = ""  # status code or error
     value: bytes = b""  # reads: what came back
+    fresh_at: float | None = None  # reads: when the request answered up to date was sent
+    term: int | None = None  # appends: the term the acknowledgement named, if it named one
 
     @property
     def result(self) -> Outcome:
         return self.outcome or "info"
+
+
+@dataclass
+class Seen:
+    """One answer of ``GET /replication`` (None fields: the server did not answer)."""
+
+    server: str
+    sent: float
+    received: float
+    role: str | None
+    term: int | None
 
 
 @dataclass
@@ -105,6 +134,11 @@ class Report:
     reordered: list[str] = field(default_factory=list)
     unstable_reads: list[str] = field(default_factory=list)  # saw data later missing
     garbage: list[str] = field(default_factory=list)
+    stale_reads: list[str] = field(default_factory=list)  # fresh, yet older than the bound
+    deposed_acks: list[str] = field(default_factory=list)  # after a higher term's primary
+    fresh_reads: int = 0  # reads that said up to date
+    staleness: float = 0.0  # seconds: the oldest acknowledged write a fresh read missed
+    pause: float = 0.0  # seconds: the longest time without any acknowledgement
 
     @property
     def ok(self) -> bool:
@@ -115,19 +149,22 @@ class Report:
             or self.reordered
             or self.unstable_reads
             or self.garbage
+            or self.stale_reads
+            or self.deposed_acks
         )
 
     def summary(self) -> str:
         problems = {
-            k: v[:10]
+            f"{k} ({len(v)})": v[:10]
             for k, v in asdict(self).items()
-            if isinstance(v, list) and v  # the first few of each kind
+            if isinstance(v, list) and v  # how many, and the first few of each kind
         }
         return (
             f"{self.attempts} append requests, {self.appends} messages ({self.acknowledged} "
             "acknowledged, "
             f"{self.unknown_landed} unknown that landed, {self.unknown_lost} unknown that did "
-            f"not), {self.reads} reads; problems: {problems or 'none'}"
+            f"not), {self.reads} reads ({self.fresh_reads} said up to date); "
+            f"problems: {problems or 'none'}"
         )
 
 
@@ -136,6 +173,7 @@ class History:
 
     def __init__(self) -> None:
         self.ops: list[Op] = []
+        self.seen: list[Seen] = []  # the set's roles as a monitor saw them
         self._lock = threading.Lock()
 
     def invoke(
@@ -152,6 +190,11 @@ class History:
         op.detail = detail
         op.value = value
 
+    def observe(self, server: str, sent: float, role: str | None, term: int | None) -> None:
+        """A monitor's answer from ``server`` to a ``GET /replication`` sent at ``sent``."""
+        with self._lock:
+            self.seen.append(Seen(server, sent, time.monotonic(), role, term))
+
     def dump(self, path: Path) -> None:
         """The history as JSON lines, for reading after a failure."""
         with open(path, "w") as out:
@@ -159,10 +202,13 @@ class History:
                 row = asdict(op)
                 row["value"] = op.value[:200].decode(errors="replace")
                 out.write(json.dumps(row) + "\n")
+            for seen in self.seen:
+                out.write(json.dumps({"seen": asdict(seen)}) + "\n")
 
 
-def check(history: History, final: dict[str, bytes]) -> Report:
-    """Judge ``history`` against the final content of each stream it touched."""
+def check(history: History, final: dict[str, bytes], *, bound: float | None = None) -> Report:
+    """Judge ``history`` against the final content of each stream it touched; with
+    ``bound``, also the reads that said they were up to date (module doc)."""
     report = Report()
     present: dict[str, dict[str, list[int]]] = {}  # stream -> token -> positions
     for stream, content in final.items():
@@ -229,4 +275,84 @@ def check(history: History, final: dict[str, bytes]) -> Report:
                 f"{op.stream}: read #{op.index} on {op.server} returned {len(op.value)} bytes "
                 "that are not a prefix of the final stream"
             )
+    if bound is not None:
+        _stale_reads(history, present, bound, report)
+    _deposed_acks(history, report)
+    acks = sorted(op.completed for op in appends if op.outcome == "ok" and op.completed)
+    report.pause = max((b - a for a, b in itertools.pairwise(acks)), default=0.0)
     return report
+
+
+def _stale_reads(
+    history: History, present: dict[str, dict[str, list[int]]], bound: float, report: Report
+) -> None:
+    """Fresh reads that miss a write acknowledged more than ``bound`` before them.
+
+    A read is a prefix of the final stream (else it is an unstable read, above), so
+    the writes it misses are those at or past its length in messages: the oldest
+    acknowledgement among them, a suffix minimum, is how stale the read was.
+    """
+    acked: dict[str, dict[str, float]] = {}  # stream -> token -> its first acknowledgement
+    for op in history.ops:
+        if op.kind == "append" and op.outcome == "ok" and op.completed is not None:
+            first = acked.setdefault(op.stream, {})
+            first[op.token] = min(first.get(op.token, op.completed), op.completed)
+    oldest_from: dict[str, list[float]] = {}  # stream -> k -> oldest ack at position >= k
+    for stream, where in present.items():
+        by_position = sorted((pos[0], t) for t, pos in where.items())
+        times = [acked.get(stream, {}).get(t, float("inf")) for _, t in by_position]
+        suffix = [float("inf")] * (len(times) + 1)
+        for i in range(len(times) - 1, -1, -1):
+            suffix[i] = min(times[i], suffix[i + 1])
+        oldest_from[stream] = suffix
+    for op in history.ops:
+        if op.kind != "read" or op.result != "ok" or op.fresh_at is None:
+            continue
+        report.fresh_reads += 1
+        suffix = oldest_from.get(op.stream, [float("inf")])
+        seen = len(MESSAGE.findall(op.value))
+        oldest = suffix[min(seen, len(suffix) - 1)]
+        age = op.fresh_at - oldest
+        if age <= 0:
+            continue
+        report.staleness = max(report.staleness, age)
+        if age > bound:
+            report.stale_reads.append(
+                f"{op.stream}: read #{op.index} on {op.server} said up to date with "
+                f"{seen} messages, missing a write acknowledged {age:.2f} s before it "
+                f"(bound {bound} s)"
+            )
+
+
+def _deposed_acks(history: History, report: Report) -> None:
+    """Acknowledgements of writes sent after another replica was seen primary at a
+    higher term than the acknowledging replica's (module doc)."""
+    first: dict[tuple[str, int], float] = {}  # (server, term) -> first seen primary at it
+    for s in history.seen:
+        if s.role == "primary" and s.term is not None:
+            key = (s.server, s.term)
+            first[key] = min(first.get(key, s.received), s.received)
+    if not first:
+        return
+    for op in history.ops:
+        if op.kind != "append" or op.outcome != "ok" or op.completed is None:
+            continue
+        term = op.term
+        if term is None:  # the highest term its server was seen primary at, by the ack
+            done = op.completed
+            term = max((t for (srv, t), at in first.items() if srv == op.server and at <= done),
+                       default=0)  # fmt: skip
+        higher = min(
+            (
+                (at, srv, t)
+                for (srv, t), at in first.items()
+                if srv != op.server and t > term and at < op.invoked
+            ),
+            default=None,
+        )
+        if higher is not None:
+            report.deposed_acks.append(
+                f"{op.stream}: {op.token} acknowledged by {op.server} (term {term}) though "
+                f"{higher[1]} was seen primary at term {higher[2]} "
+                f"{op.invoked - higher[0]:.2f} s before the write was sent"
+            )

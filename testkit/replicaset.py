@@ -29,6 +29,14 @@ set, and ``switchover`` sends it.
 ``env`` (the ``DS_*`` settings given to that server) are what ``restart``
 starts again, so a restart is the same server on the same port and data.
 
+The fault tests (``testkit.faults``) start a process differently through
+``up(launch=...)``: on another address, behind a command prefix that execs
+it (``ip netns exec NS``: a network namespace of its own), with more
+environment (a slowed clock, its own proxy to the API). A server's
+``prefix`` is recorded with it (``api_prefix`` for the API server) and used
+again by ``restart``; ``command`` stays what the process runs once the
+prefix has exec'd it, which is what a pid is checked against.
+
 Signals go to each child's process group (its session), so a server's own
 helper processes go with it, as a container's do; and a pid is only ever
 signalled after /proc shows it still runs the command the state file
@@ -81,6 +89,15 @@ def replication_supported() -> bool:
 
 
 @dataclass
+class Launch:
+    """How one process is started beyond its own command (``ReplicaSet.up(launch=...)``)."""
+
+    host: str = "127.0.0.1"  # the address it listens on, and others reach it at
+    prefix: list[str] = field(default_factory=list)  # runs it; must exec it (ip netns exec NS)
+    env: dict[str, str] = field(default_factory=dict)  # more environment, over the settings'
+
+
+@dataclass
 class Replica:
     """One server of the set, as the state file records it."""
 
@@ -91,10 +108,15 @@ class Replica:
     log: str
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    prefix: list[str] = field(default_factory=list)
 
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
+
+    @property
+    def host(self) -> str:
+        return self.url.split("://", 1)[1].rsplit(":", 1)[0]
 
     @property
     def base(self) -> str:
@@ -132,11 +154,13 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _spawn(command: list[str], log: Path, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _spawn(
+    command: list[str], log: Path, extra_env: dict[str, str], prefix: list[str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``command`` detached (a session of its own), its output appended to ``log``."""
     with open(log, "ab") as out:
         return subprocess.Popen(
-            command,
+            [*(prefix or []), *command],
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -168,6 +192,7 @@ class ReplicaSet:
         self.api: str = state["api"]
         self.api_pid: int = state["api_pid"]
         self.api_command: list[str] = state["api_command"]
+        self.api_prefix: list[str] = state.get("api_prefix", [])
         self.lease: str = state["lease"]
         self.replication: bool = state["replication"]
         self.data_root = Path(state["data_root"])
@@ -189,6 +214,7 @@ class ReplicaSet:
         settings: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
         order: tuple[int, ...] | None = None,
+        launch: Callable[[str, str], Launch] | None = None,
     ) -> ReplicaSet:
         """Start the API server and ``n`` servers; write and return the state.
 
@@ -197,7 +223,10 @@ class ReplicaSet:
         ``base_port`` the API listens on it and server i on ``base_port + 1 + i``.
         ``order`` is the order the servers start in (default: ds-0 first), each
         once it answers; a data directory already at ``data_root/ds-i`` is used.
-        Whatever started is stopped again when a later part fails to start.
+        ``launch(name, api)`` says how each process is started (``Launch``): asked
+        for the API server first (name ``kube-api``, api ``""``), then for each
+        server with the API's URL. Whatever started is stopped again when a later
+        part fails to start.
         """
         if not 1 <= n <= 5:
             raise ValueError(f"a replica set has 1 to 5 servers, not {n}")
@@ -210,6 +239,7 @@ class ReplicaSet:
         data_root.mkdir(parents=True, exist_ok=True)
         state_file = Path(state_file or data_root / "replicaset.json").resolve()
         api_port = base_port if base_port is not None else free_port()
+        api_launch = launch("kube-api", "") if launch is not None else Launch()
         api_command = [
             sys.executable,
             "-m",
@@ -217,12 +247,15 @@ class ReplicaSet:
             "--port",
             str(api_port),
         ]
+        if api_launch.host != Launch.host:
+            api_command += ["--host", api_launch.host]
         rs = cls(
             state_file,
             {
-                "api": f"http://127.0.0.1:{api_port}",
+                "api": f"http://{api_launch.host}:{api_port}",
                 "api_pid": 0,
                 "api_command": api_command,
+                "api_prefix": api_launch.prefix,
                 "lease": lease,
                 "replication": replication_supported(),
                 "data_root": str(data_root),
@@ -236,19 +269,26 @@ class ReplicaSet:
             token.write_text(secrets.token_urlsafe(32) + "\n")
             rs.token_file = str(token)
         try:
-            api = _spawn(api_command, data_root / "kube-api.log", {})
+            api = _spawn(api_command, data_root / "kube-api.log", api_launch.env, api_launch.prefix)
             rs.api_pid = api.pid
             rs._children[api.pid] = api
             rs._wait_ready(
                 "the emulated API server",
                 api,
                 data_root / "kube-api.log",
-                lambda: http_status(api_port, "/api/v1/namespaces/default/configmaps") == 200,
+                lambda: (
+                    http_status(
+                        api_port, "/api/v1/namespaces/default/configmaps", host=api_launch.host
+                    )
+                    == 200
+                ),
             )
             extra = {f"DS_{k.upper()}": str(v) for k, v in (settings or {}).items()}
             for i in range(n):
                 port = base_port + 1 + i if base_port is not None else free_port()
-                rs.servers.append(rs._replica(f"{NAME_PREFIX}{i}", port, n, extra, args))
+                name = f"{NAME_PREFIX}{i}"
+                how = launch(name, rs.api) if launch is not None else Launch()
+                rs.servers.append(rs._replica(name, port, n, extra, args, how))
             for i in order if order is not None else range(n):
                 rs._start(rs.servers[i])
             rs.save()
@@ -258,9 +298,17 @@ class ReplicaSet:
         return rs
 
     def _replica(
-        self, name: str, port: int, n: int, extra: dict[str, str], args: tuple[str, ...]
+        self,
+        name: str,
+        port: int,
+        n: int,
+        extra: dict[str, str],
+        args: tuple[str, ...],
+        how: Launch,
     ) -> Replica:
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{how.host}:{port}"
+        if how.host != Launch.host:
+            args = ("--host", how.host, *args)
         data_dir = self.data_root / name
         env = dict(extra)
         if self.replication:
@@ -275,6 +323,7 @@ class ReplicaSet:
             }
             if self.token_file:
                 env["DS_REPLICATION_TOKEN_FILE"] = self.token_file
+        env |= how.env
         return Replica(
             name=name,
             url=url,
@@ -283,6 +332,7 @@ class ReplicaSet:
             log=str(self.data_root / f"{name}.log"),
             command=stream_server_command(port, data_dir, *args),
             env=env,
+            prefix=list(how.prefix),
         )
 
     @classmethod
@@ -295,6 +345,7 @@ class ReplicaSet:
             "api": self.api,
             "api_pid": self.api_pid,
             "api_command": self.api_command,
+            "api_prefix": self.api_prefix,
             "lease": self.lease,
             "replication": self.replication,
             "data_root": str(self.data_root),
@@ -316,7 +367,7 @@ class ReplicaSet:
 
     def _start(self, replica: Replica) -> None:
         Path(replica.data_dir).mkdir(parents=True, exist_ok=True)
-        proc = _spawn(replica.command, Path(replica.log), replica.env)
+        proc = _spawn(replica.command, Path(replica.log), replica.env, replica.prefix)
         replica.pid = proc.pid
         self._children[proc.pid] = proc
         # /healthz, not /readyz: a standby that is still catching up is started, not ready.
@@ -324,7 +375,7 @@ class ReplicaSet:
             f"server {replica.name}",
             proc,
             Path(replica.log),
-            lambda: http_status(replica.port, "/healthz", timeout=1) == 200,
+            lambda: http_status(replica.port, "/healthz", timeout=1, host=replica.host) == 200,
         )
 
     def _wait_ready(

@@ -30,21 +30,26 @@ def free_port() -> int:
 
 
 def http_status(
-    port: int, path: str = "/readyz", *, tls: bool = False, timeout: float = 2.0
+    port: int,
+    path: str = "/readyz",
+    *,
+    tls: bool = False,
+    timeout: float = 2.0,
+    host: str = "127.0.0.1",
 ) -> int | None:
-    """The status of ``GET path`` on 127.0.0.1:port, or None when nothing answers.
+    """The status of ``GET path`` on host:port (default 127.0.0.1), or None when nothing answers.
 
     Raw socket, one request, ``Connection: close``; with ``tls`` the
     certificate is not checked (a readiness probe, not a client).
     """
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
             sock: socket.socket = raw
             if tls:
                 ctx = ssl.create_default_context()
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
-                sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+                sock = ctx.wrap_socket(raw, server_hostname=host)
             sock.sendall(
                 f"GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n".encode()
             )

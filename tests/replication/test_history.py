@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from testkit.history import History, check, message, parse
+from testkit.history import History, Seen, check, message, parse
 
 
 def append(h: History, process: str, token: str, outcome: str, stream: str = "s") -> None:
@@ -88,3 +88,63 @@ def test_messages_round_trip_and_bad_tokens_are_refused():
     assert parse(message("a.1", 2) + message("b:2")) == ["a.1", "b:2"]
     with pytest.raises(ValueError, match="token"):
         message("a|b")
+
+
+def _at(op, invoked: float, completed: float) -> None:
+    op.invoked, op.completed = invoked, completed
+
+
+def test_a_read_that_says_up_to_date_but_misses_an_old_acknowledgement_is_found():
+    h = History()
+    for i, token in enumerate(["w0.0", "w0.1"]):
+        op = h.invoke("w0", "append", "s", token=token, server="ds-0")
+        h.complete(op, "ok")
+        _at(op, 10.0 + i, 10.5 + i)  # acknowledged at 10.5 and 11.5
+    final = {"s": message("w0.0") + message("w0.1")}
+    for sent in (12.0, 17.0):  # 0.5 s after w0.1's ack (within 5 s), then 5.5 s after
+        op = h.invoke("r0", "read", "s", server="ds-1")
+        h.complete(op, "ok", "200", message("w0.0"))
+        op.fresh_at = sent
+    report = check(h, final, bound=5.0)
+    assert len(report.stale_reads) == 1 and "5.50 s" in report.stale_reads[0], report.summary()
+    assert report.fresh_reads == 2 and report.staleness == pytest.approx(5.5)
+    assert check(h, final, bound=6.0).ok  # a looser bound allows it
+    assert check(h, final).ok  # no bound: reads are only checked for being a prefix
+
+
+def test_a_read_that_does_not_say_up_to_date_is_never_stale():
+    h = History()
+    op = h.invoke("w0", "append", "s", token="w0.0", server="ds-0")
+    h.complete(op, "ok")
+    _at(op, 1.0, 1.0)
+    read(h, b"")  # fresh_at None: the server did not claim it was up to date
+    assert check(h, {"s": message("w0.0")}, bound=0.1).ok
+
+
+def test_an_acknowledgement_after_a_higher_term_primary_was_seen_is_found():
+    h = History()
+    h.seen.append(Seen("ds-0", 0.0, 0.1, "primary", 1))
+    h.seen.append(Seen("ds-1", 5.0, 5.1, "primary", 2))
+    tokens = []
+    for i, (server, sent) in enumerate([("ds-0", 1.0), ("ds-0", 6.0), ("ds-1", 6.0)]):
+        op = h.invoke("w0", "append", "s", token=f"w0.{i}", server=server)
+        h.complete(op, "ok")
+        _at(op, sent, sent + 0.1)
+        tokens.append(op.token)
+    final = {"s": b"".join(message(t) for t in tokens)}
+    report = check(h, final)
+    assert (
+        len(report.deposed_acks) == 1
+        and "w0.1 acknowledged by ds-0 (term 1)" in (report.deposed_acks[0])
+    ), report.summary()
+    h.ops[1].term = 3  # its answer named a term above ds-1's: a later election, not a deposed ack
+    assert check(h, final).ok
+
+
+def test_the_longest_pause_between_acknowledgements_is_measured():
+    h = History()
+    for i, done in enumerate([1.0, 1.5, 4.0]):
+        op = h.invoke("w0", "append", "s", token=f"w0.{i}", server="ds-0")
+        h.complete(op, "ok")
+        _at(op, done - 0.1, done)
+    assert check(h, {"s": b"".join(message(f"w0.{i}") for i in range(3))}).pause == 2.5

@@ -7,8 +7,10 @@ on a 503 and try the next server when one does not answer. Plain writers send a
 new message per attempt (they cannot say they are retrying); idempotent
 producers (``Producer-Id/Epoch/Seq``) resend the same message until it is
 acknowledged. Readers read every stream from the start on any server, standbys
-included. The waits are liveness bounds (generous, for 2 shared cores), never
-speed requirements.
+included, and note when the request whose answer said ``Stream-Up-To-Date``
+was sent (the staleness check of ``testkit.history``). An acknowledgement
+whose answer names its term (``Replication-Term``) records it. The waits are
+liveness bounds (generous, for 2 shared cores), never speed requirements.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from testkit.replicaset import ReplicaSet
 LIVENESS = 90.0  # seconds: the most any awaited state change may take before the test fails
 AFTER_EVENT = 10  # appends each writer must get acknowledged after a kill, before it stops
 OCTET = {"Content-Type": "application/octet-stream"}
+TERM_HEADER = "replication-term"  # an acknowledgement's term, where the server names it
+MAX_READ_REQUESTS = 100  # a read gives up (not fresh) after this many answers
 T = TypeVar("T")
 
 
@@ -68,6 +72,8 @@ class Workload:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     next_seq: dict[str, int] = field(default_factory=dict)  # producer -> next Producer-Seq
     attempts: itertools.count = field(default_factory=itertools.count)
+    timeout: float = 10.0  # seconds a client waits for an answer
+    readers: int = 1  # per stream
 
     def acked_since(self, since: float, process: str | None = None) -> int:
         return sum(
@@ -84,12 +90,13 @@ class Workload:
 
     async def run(self) -> None:
         limits = httpx.Limits(max_connections=32)
-        async with httpx.AsyncClient(timeout=10, limits=limits) as client:
+        async with httpx.AsyncClient(timeout=self.timeout, limits=limits) as client:
             tasks = []
             for i, stream in enumerate(self.streams):
                 tasks.append(self._plain(client, f"w{i}", stream))
                 tasks.append(self._producer(client, f"p{i}", stream))
-                tasks.append(self._reader(client, f"r{i}", stream))
+                for j in range(self.readers):
+                    tasks.append(self._reader(client, f"r{i}" + (f".{j}" if j else ""), stream))
             await asyncio.gather(*tasks)
 
     async def _append(
@@ -122,6 +129,8 @@ class Workload:
             return False
         if r.status_code in (200, 204):
             self.history.complete(op, "ok", str(r.status_code))
+            if TERM_HEADER in r.headers:
+                op.term = int(r.headers[TERM_HEADER])
             return True
         if 400 <= r.status_code < 500:
             self.history.complete(op, "fail", f"{r.status_code} {r.text[:200]}")
@@ -165,30 +174,39 @@ class Workload:
             server = random.choice(self.rs.servers)
             op = self.history.invoke(process, "read", stream, server=server.name)
             try:
-                content = await read_from(client, server.url, stream)
+                got = await read_from(client, server.url, stream)
             except httpx.HTTPError as exc:
                 self.history.complete(op, "info", type(exc).__name__)
             else:
-                if content is None:
+                if got is None:
                     self.history.complete(op, "info", "not served")
                 else:
-                    self.history.complete(op, "ok", "200", content)
+                    op.fresh_at = got[1]
+                    self.history.complete(op, "ok", "200", got[0])
             await asyncio.sleep(0.05)
 
 
-async def read_from(client: httpx.AsyncClient, origin: str, stream: str) -> bytes | None:
-    """A stream's whole content on one server, or None when that server does not serve it:
+async def read_from(
+    client: httpx.AsyncClient, origin: str, stream: str
+) -> tuple[bytes, float | None] | None:
+    """A stream's content on one server and when the request answered up to date was
+    sent (None: no answer said so), or None when that server does not serve it:
     ``conftest.read_served`` for the history checker's concurrent readers, which need an
     async client."""
     out, offset = b"", "-1"
-    while True:
+    for _ in range(MAX_READ_REQUESTS):
+        sent = time.monotonic()
         r = await client.get(f"{origin}/v1/stream/{stream}", params={"offset": offset})
         if r.status_code != 200:
             return None
         out += r.content
+        moved = r.headers["stream-next-offset"] != offset
         offset = r.headers["stream-next-offset"]
         if r.headers.get("stream-up-to-date") == "true":
-            return out
+            return out, sent
+        if not moved and not r.content:
+            break  # neither up to date nor any further: a stale replica that says so
+    return out, None
 
 
 # -- the set's state ------------------------------------------------------------------------
