@@ -72,6 +72,7 @@ class Settings:
     lease_retry_period: float = 2.0
     replication_wait: float = 5.0
     replication_token_file: str = ""
+    replication_read_staleness: float = 5.0
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -203,6 +204,9 @@ HELP = {
     "replication_wait": "seconds a write waits for enough in-sync replicas before 503",
     "replication_token_file": "file holding the replica set's shared secret: fetch, snapshot "
     "and switchover then require it as a bearer token (empty: no peer authentication)",
+    "replication_read_staleness": "seconds a replica's reads may lag the primary's "
+    "acknowledged writes: a replica that cannot show it is current within this refuses reads "
+    "with 503 (more than twice the commit-point heartbeat)",
     "reload_interval": "seconds between checks of the TLS certificate, key and token file for "
     "a change, which is then loaded without a restart (SIGHUP: check now)",
 }
