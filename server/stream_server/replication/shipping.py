@@ -294,6 +294,10 @@ class Shipper:
                 break
             await self.changed.wait(left)
         state = self.roles.state
+        if not self.roles.may_acknowledge:
+            # The answer makes the standby's reads current as of its request
+            # (freshness.py): only a primary that may acknowledge gives one.
+            return _json(503, {"error": "not acknowledging", "term": state.term})
         parts: list[bytes] = []
         size = 0
         for t, lsn, frame in self.ring.since(self.ring.first_after(after_lsn)):
