@@ -273,7 +273,8 @@ STEADY_READS = {
     "replication_wait": "10",
     "replication_read_staleness": "2",
 }
-RUN = 8.0  # seconds of appends and reads: four times the bound
+IDLE = 2.0  # seconds of reads before the appends begin: the heartbeats alone renew
+RUN = 8.0  # seconds of reads in all: four times the bound
 
 
 def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path):
@@ -290,12 +291,16 @@ def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path):
         )
     acked: dict[bytes, float] = {}
     answers: list[Answer] = []
+    # How long ago a standby was last known current, when asked: idle, and under appends.
+    ages: dict[str, list[float]] = {"idle": [], "appending": []}
 
     async def run() -> None:
+        appending = time.monotonic() + IDLE
         stop = time.monotonic() + RUN
         async with httpx.AsyncClient(timeout=30) as client:
 
             async def writer() -> None:
+                await asyncio.sleep(IDLE)  # the scenario: an idle set first
                 i = 0
                 while time.monotonic() < stop:
                     body = f"w.{i};".encode()
@@ -314,11 +319,29 @@ def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path):
                     answers.append(Answer(name, sent, r.status_code, up, r.content))
                     await asyncio.sleep(0.02)
 
-            await asyncio.gather(writer(), *(reader(n) for n in standbys))
+            async def sampler(name: str) -> None:
+                while time.monotonic() < stop:
+                    r = await client.get(f"{rs.server(name).url}/replication")
+                    phase = "idle" if time.monotonic() < appending else "appending"
+                    ages[phase].append(bound - r.json()["fresh_for"])
+                    await asyncio.sleep(0.05)
+
+            await asyncio.gather(
+                writer(), *(reader(n) for n in standbys), *(sampler(n) for n in standbys)
+            )
 
     asyncio.run(run())
     refused = [f"{a.server} {a.status} {a.body[:120]!r}" for a in answers if a.status != 200]
-    print(f"\n{len(acked)} appends, {len(answers)} reads on the standbys, {len(refused)} refused")
+    seen = {
+        phase: f"{sorted(a)[len(a) // 2]:.2f} s (median of {len(a)}), {max(a):.2f} s at most"
+        for phase, a in ages.items()
+        if a
+    }
+    print(
+        f"\n{len(acked)} appends, {len(answers)} reads on the standbys, {len(refused)} refused; "
+        f"a standby was last known current, idle: {seen.get('idle')}; under appends: "
+        f"{seen.get('appending')} (bound {bound:g} s, heartbeat 0.5 s)"
+    )
     assert len(acked) > 10 and answers
     assert not refused, refused[:5]
     assert not lacking(answers, acked, bound)
