@@ -28,6 +28,7 @@ def primary_at(
     hooks = ReplicaHooks()
     hooks.terms, hooks.durable = terms, (terms[-1][0], lsn)
     shipper = Shipper(roles, hooks, quorum=2, preferred=False, wait=1.0, renew_deadline=0.4)
+    shipper.became_primary(terms[-1][0])
     for n in range(ring_from, lsn + 1):
         shipper.ring.append((terms[-1][0], n, b"frame"))
     return shipper
@@ -46,6 +47,16 @@ async def test_a_primary_past_its_renew_deadline_answers_no_fetch() -> None:
     now[0] = 0.4
     answer = await shipper.fetch("s", 3, 3, 60, 60)
     assert answer.status == 503 and json.loads(answer.body)["error"] == "not acknowledging"
+
+
+async def test_a_primary_that_has_not_taken_up_its_term_answers_no_fetch() -> None:
+    # Elected (the role loop's state), but the service has not yet made it primary: its
+    # commit point is not yet everything it holds, so it cannot vouch for a standby.
+    shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
+    shipper.roles.state.term = 4
+    assert not shipper.vouching
+    answer = await shipper.fetch("s", 4, 3, 60, 60)
+    assert answer.status == 503
 
 
 async def test_frames_of_a_term_past_its_end_here_diverged() -> None:

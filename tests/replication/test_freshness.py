@@ -93,13 +93,13 @@ def test_a_primary_past_its_renew_deadline_may_not_acknowledge_nor_vouch_for_rea
 
 class FakeRoles:
     def __init__(self) -> None:
-        self.may_acknowledge = True
         self.state = type("State", (), {"term": 3})()
 
 
 class FakeShipper:
     def __init__(self) -> None:
         self.roles = FakeRoles()
+        self.vouching = True  # primary of the term, renewed within the renew deadline
         self.ring = FrameRing()
         self.senders: set[Sender] = set()
         self.shipped = 0
@@ -170,7 +170,7 @@ async def test_the_stream_echoes_the_newest_stamp_while_the_primary_may_acknowle
         raw = transport.take()
         assert len(raw) == MESSAGE.size and await parse(raw) == ([], 3, 8 * S)
         # Past its renew deadline the primary renews nobody's freshness.
-        shipper.roles.may_acknowledge = False
+        shipper.vouching = False
         shipper.ring.append((3, 3, b"frame-three"))
         sender.push()
         assert await parse(transport.take()) == ([(3, 3, b"frame-three")], 3, 0)

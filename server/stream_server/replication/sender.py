@@ -22,9 +22,10 @@ keeps one connection per standby open in both directions:
   fetch's parameters say, and it is counted the same way (``Shipper.note``).
 
 The echo is the newest stamp received on this stream before the message was
-built, and 0 while this replica may not acknowledge (its Lease not renewed
-within the renew deadline): with it the standby knows how current its reads
-are (``freshness.py``), and a deposed primary renews no one's freshness.
+built, and 0 unless this replica's commit point covers every acknowledged
+write (``Shipper.vouching``: primary of the Lease's term, renewed within the
+renew deadline): with it the standby knows how current its reads are
+(``freshness.py``), and a deposed primary renews no one's freshness.
 A standby of the version before the echo asks for ``pyds-replication/1``
 (a rolling update) and gets the same stream without stamps or echoes
 (``MESSAGE_V1``, ``ACK_V1``).
@@ -180,7 +181,7 @@ class Sender(asyncio.Protocol):
         as of now: the newest stamp received, while this replica may acknowledge."""
         if self.version < 2:
             return MESSAGE_V1.pack
-        echo = self.stamp if self.shipper.roles.may_acknowledge else 0
+        echo = self.stamp if self.shipper.vouching else 0
         pack = MESSAGE.pack
         return lambda t, lsn, commit, n: pack(t, lsn, commit, echo, n)
 
