@@ -55,10 +55,10 @@ async def long_poll(
         await _wait(ctx, s, unit, ctx.settings.long_poll_timeout, hangup)
         if hangup.happened:
             return
-        s = ctx.store.get(s.path)
         if ctx.read_gate is not None and (refusal := ctx.read_gate.read_refusal()) is not None:
             await respond(send, *refusal)
             return
+        s = ctx.store.get(s.path)
     if s.tail <= unit:
         hs: Headers = [
             (b"stream-next-offset", format_offset(s.tail).encode()),
