@@ -365,6 +365,11 @@ ROWS: list[tuple[str, list[dict]]] = [
                 "short",
                 [gauge("replication_failovers_total", TARGET_LEGEND, agg="max", by=TARGET)],
             ),
+            ts(
+                "Reads answered per pod (0 = refused: not current within the staleness bound)",
+                "none",
+                [gauge("replication_read_fresh", TARGET_LEGEND, agg="min", by=TARGET)],
+            ),
         ],
     ),
     (

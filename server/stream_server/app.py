@@ -118,6 +118,8 @@ class StreamServerApp:
             Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
         ]
         if self.replication is not None:
+            # Reads only while this replica is current within its staleness bound.
+            self.streams.context.read_gate = self.replication
             # Deliveries, wakes and lease expiries only on the primary: a standby would
             # send duplicates and write records it may not (docs/replication.md).
             self.subscriptions.primary_only = True

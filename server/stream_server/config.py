@@ -76,6 +76,7 @@ class Settings:
     replication_cert_file: str = ""
     replication_key_file: str = ""
     replication_bootstrap: str = ""
+    replication_read_staleness: float = 5.0
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -214,6 +215,9 @@ HELP = {
     "replication_key_file": "private key (PEM, unencrypted) of --replication-cert-file",
     "replication_bootstrap": "the replica name that may start a new replica set from empty "
     "storage (a replica holding data may always; empty: any replica may), e.g. ds-0",
+    "replication_read_staleness": "seconds a replica's reads may lag the primary's "
+    "acknowledged writes: a replica that cannot show it is current within this refuses reads "
+    "with 503 (more than twice the commit-point heartbeat)",
     "reload_interval": "seconds between checks of the TLS certificate, key and token file for "
     "a change, which is then loaded without a restart (SIGHUP: check now)",
 }

@@ -1,7 +1,9 @@
 """Which follower positions the primary serves, from its term history (KIP-101):
 a follower holding frames the primary never had is told it diverged, one
 behind the frames the primary still holds is told to re-copy, and a fetch
-under another term is refused."""
+under another term is refused; a primary past its renew deadline answers none
+(its commit point would make the follower's reads current: Reads, in
+docs/replication.md)."""
 
 from __future__ import annotations
 
@@ -13,15 +15,20 @@ from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.shipping import Shipper
 
 
-def primary_at(lsn: int, terms: list[tuple[int, int]], ring_from: int) -> Shipper:
+def primary_at(
+    lsn: int, terms: list[tuple[int, int]], ring_from: int, now: list[float] | None = None
+) -> Shipper:
+    clock = now if now is not None else [0.0]  # renewed at 0: it may acknowledge until 0.4
     roles = RoleLoop(
         LeaseClient("default/unused", "http://127.0.0.1:9"),  # never called here
         RoleConfig("p", "http://p", lease_duration=3, renew_deadline=0.4, retry_period=0.1),
+        clock=lambda: clock[0],
     )
     roles.state.role, roles.state.term = "primary", terms[-1][0]
     hooks = ReplicaHooks()
     hooks.terms, hooks.durable = terms, (terms[-1][0], lsn)
     shipper = Shipper(roles, hooks, quorum=2, preferred=False, wait=1.0, renew_deadline=0.4)
+    shipper.became_primary(terms[-1][0])
     for n in range(ring_from, lsn + 1):
         shipper.ring.append((terms[-1][0], n, b"frame"))
     return shipper
@@ -32,6 +39,24 @@ async def test_a_follower_on_the_history_is_served() -> None:
     answer = await shipper.fetch("s", 3, 1, 41, 0)  # the last frame of term 1 is 41
     assert answer.status == 200
     assert answer.headers["replication-lsn"] == "60"
+
+
+async def test_a_primary_past_its_renew_deadline_answers_no_fetch() -> None:
+    now = [0.0]
+    shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30, now=now)
+    now[0] = 0.4
+    answer = await shipper.fetch("s", 3, 3, 60, 60)
+    assert answer.status == 503 and json.loads(answer.body)["error"] == "not acknowledging"
+
+
+async def test_a_primary_that_has_not_taken_up_its_term_answers_no_fetch() -> None:
+    # Elected (the role loop's state), but the service has not yet made it primary: its
+    # commit point is not yet everything it holds, so it cannot vouch for a standby.
+    shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
+    shipper.roles.state.term = 4
+    assert not shipper.vouching
+    answer = await shipper.fetch("s", 4, 3, 60, 60)
+    assert answer.status == 503
 
 
 async def test_frames_of_a_term_past_its_end_here_diverged() -> None:

@@ -144,7 +144,11 @@ def test_a_standby_with_the_wrong_token_gets_no_frames(start_set, server_factory
     create_and_append(url)
     assert "r2" not in status(primary)["in_sync"]
     assert status(stranger)["durable"]["lsn"] == 0
-    assert httpx.get(f"{stranger.base}wrong-token", timeout=10).status_code == 404
+    # Never current (no primary answered it): it refuses reads rather than say "no such
+    # stream" from its empty store.
+    r = httpx.get(f"{stranger.base}wrong-token", timeout=10)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "STALE_REPLICA"
+    assert status(stranger)["fresh_for"] == 0
 
 
 @pytest.mark.parametrize("content", [None, "", "  \n"])

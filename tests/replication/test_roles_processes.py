@@ -41,7 +41,13 @@ def test_the_standby_refuses_writes_and_names_the_primary(start_set) -> None:
     assert r.status_code == 503
     assert r.headers["stream-primary"] == primary.url
     assert r.headers["retry-after"] == "1"
-    assert httpx.head(f"{standby.base}s").status_code == 404  # nothing was applied there
+    # Nothing was applied there (asked once it is current: until then it refuses reads).
+    wait_for(
+        lambda: httpx.get(f"{standby.url}/replication").json()["fresh_for"] > 0,
+        timeout=30,
+        message="the standby current",
+    )
+    assert httpx.head(f"{standby.base}s").status_code == 404
     r = httpx.put(f"{primary.base}s", headers={"content-type": "text/plain"})
     assert r.status_code == 201
     assert (

@@ -8,6 +8,7 @@ from stream_server.config import Settings
 from stream_server.replication.settings import quorum
 
 LEASE = {"replication_lease": "ns/ds", "replica_url": "http://127.0.0.1:4501"}
+SHORT = {"lease_duration": 3.0, "lease_renew_deadline": 2.0, "lease_retry_period": 0.3}
 
 
 @pytest.mark.parametrize(
@@ -21,11 +22,21 @@ LEASE = {"replication_lease": "ns/ds", "replica_url": "http://127.0.0.1:4501"}
         ({"replication_set_size": 3, "min_in_sync": 4}, "min-in-sync"),
         ({"replication_durability": "maybe"}, "required"),
         ({"replication_wait": -1.0}, "replication-wait"),
+        ({"replication_read_staleness": 0.0}, "replication-read-staleness must be positive"),
+        # Two heartbeats (a quarter of the renew deadline, at most 1 s) or less: refused.
+        ({**LEASE, "replication_read_staleness": 2.0}, "twice the commit-point heartbeat"),
+        ({**LEASE, **SHORT, "replication_read_staleness": 1.0}, r"heartbeat \(0.5s"),
     ],
 )
 def test_bad_combinations_are_refused(values: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Settings(**values)
+
+
+def test_a_read_staleness_just_over_two_heartbeats_is_taken() -> None:
+    assert Settings(**LEASE).replication_read_staleness == 5.0
+    Settings(**LEASE, replication_read_staleness=2.1)
+    Settings(**LEASE, **SHORT, replication_read_staleness=1.1)
 
 
 def test_the_default_quorum_is_a_majority() -> None:

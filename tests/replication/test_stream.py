@@ -1,9 +1,11 @@
 """A standby's stream (``replication/sender.py``), spoken byte by byte against a real
 primary: the upgrade and its refusals, frames pushed as they become durable, a
 write acknowledged only once the stream acknowledged its frame, the commit point
-sent alone when no frame carries it; and a standby that finds no streams (a
-primary of an earlier version, here behind a proxy that answers 404) follows
-by fetches instead."""
+sent alone when no frame carries it, the standby's clock stamps echoed back (and
+the version before the echo still served); and a standby that finds no streams
+of its version (a primary of an earlier version, here behind a proxy that
+answers 404, or 426 as a primary before the echo does) follows by fetches
+instead."""
 
 from __future__ import annotations
 
@@ -14,23 +16,30 @@ import threading
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
-from conftest import read_all
+from conftest import read_all, read_served
 from tests.replication.conftest import STEADY, primary_with_standbys, status, until
 
 TEXT = {"content-type": "text/plain"}
-MESSAGE = struct.Struct("<QQQI")  # frame term, lsn (0: none), commit point, frame length
-ACK = struct.Struct("<QQQ")  # durable term, lsn, commit point known
-UPGRADE = "pyds-replication/1"
+# Frame term, lsn (0: none), commit point, echo (the newest stamp received), frame length.
+MESSAGE = struct.Struct("<QQQQI")
+ACK = struct.Struct("<QQQQ")  # durable term, lsn, commit point known, the standby's stamp
+UPGRADE = "pyds-replication/2"
+MESSAGE_V1 = struct.Struct("<QQQI")  # the version before the echo
+ACK_V1 = struct.Struct("<QQQ")
+UPGRADE_V1 = "pyds-replication/1"
 
 
 class Peer:
     """A raw connection to a server, speaking as a standby would."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, version: int = 2) -> None:
         parts = urlsplit(url)
         self.sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
         self.buf = b""
+        self.version = version
+        self.echo = 0  # the last message's echo (version 2)
 
     def request(self, target: str, *headers: str) -> tuple[int, dict[str, str], bytes]:
         """Send a GET; read its head, and its body when it has one."""
@@ -50,18 +59,24 @@ class Peer:
         return status, fields, body
 
     def message(self) -> tuple[int, int, int, bytes]:
-        """The next message the primary pushes: (term, lsn, commit, frame)."""
-        while len(self.buf) < MESSAGE.size:
+        """The next message the primary pushes: (term, lsn, commit, frame); its echo
+        is kept in ``echo``."""
+        head = MESSAGE if self.version == 2 else MESSAGE_V1
+        while len(self.buf) < head.size:
             self.buf += self._recv()
-        term, lsn, commit, n = MESSAGE.unpack_from(self.buf)
-        while len(self.buf) < MESSAGE.size + n:
+        term, lsn, commit, *echo, n = head.unpack_from(self.buf)
+        while len(self.buf) < head.size + n:
             self.buf += self._recv()
-        frame = self.buf[MESSAGE.size : MESSAGE.size + n]
-        self.buf = self.buf[MESSAGE.size + n :]
+        frame = self.buf[head.size : head.size + n]
+        self.buf = self.buf[head.size + n :]
+        self.echo = echo[0] if echo else 0
         return term, lsn, commit, frame
 
-    def ack(self, term: int, lsn: int, commit: int) -> None:
-        self.sock.sendall(ACK.pack(term, lsn, commit))
+    def ack(self, term: int, lsn: int, commit: int, stamp: int = 0) -> None:
+        if self.version == 2:
+            self.sock.sendall(ACK.pack(term, lsn, commit, stamp))
+        else:
+            self.sock.sendall(ACK_V1.pack(term, lsn, commit))
 
     def closed(self) -> bool:
         """Whether the server ended the connection (nothing more, then EOF)."""
@@ -77,6 +92,11 @@ class Peer:
         self.sock.close()
 
 
+def served(url: str) -> bytes | None:
+    with httpx.Client(timeout=10) as client:
+        return read_served(client, url)
+
+
 def query(term: int, set_id: str, after_lsn: int = 0, name: str = "probe") -> str:
     return (
         f"/replication/stream?name={name}&term={term}&after_term=0&after_lsn={after_lsn}"
@@ -85,6 +105,7 @@ def query(term: int, set_id: str, after_lsn: int = 0, name: str = "probe") -> st
 
 
 UPGRADING = ("connection: upgrade", f"upgrade: {UPGRADE}")
+OFFERED = f"{UPGRADE}, {UPGRADE_V1}"
 
 
 def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(start_set) -> None:
@@ -136,6 +157,46 @@ def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(star
     assert read_all(f"{primary.base}s") == b"one;two;"
 
 
+def test_the_primary_echoes_the_newest_stamp_and_serves_the_version_before(start_set) -> None:
+    """Every message echoes the newest stamp the standby sent on its stream (0 before
+    any): the heartbeat after an acknowledgement carries its stamp. A standby of the
+    version before the echo (pyds-replication/1) is served the same stream without."""
+    (srv,) = start_set("stream-echo", count=1)
+    primary = primary_with_standbys([srv], 0)
+    assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
+    term, set_id = status(primary)["term"], status(primary)["set_id"]
+    lsn = status(primary)["durable"]["lsn"]
+    peer = Peer(primary.url)
+    try:
+        code, fields, _ = peer.request(query(term, set_id), *UPGRADING)
+        assert code == 101 and fields["upgrade"] == UPGRADE
+        t, got, _, _ = peer.message()
+        assert peer.echo == 0  # nothing to echo yet
+        for stamp in (111, 222):
+            peer.ack(term, lsn, lsn, stamp)
+            # Messages already on their way echo the older stamp; a heartbeat comes
+            # at least once a second and echoes this one.
+            until(
+                f"stamp {stamp} echoed", lambda stamp=stamp: peer.message() and peer.echo == stamp
+            )
+    finally:
+        peer.close()
+    old = Peer(primary.url, version=1)
+    try:
+        code, fields, _ = old.request(
+            query(term, set_id, name="old"), "connection: upgrade", f"upgrade: {UPGRADE_V1}"
+        )
+        assert code == 101 and fields["upgrade"] == UPGRADE_V1
+        got = 0
+        while got < lsn:  # its frames, in order, in the version 1 layout
+            t, n, _, frame = old.message()
+            if n:
+                assert (t, n) == (term, got + 1) and frame
+                got = n
+    finally:
+        old.close()
+
+
 def test_a_stream_is_refused_as_a_fetch_would_be(start_set) -> None:
     (srv,) = start_set("stream-refused", count=1)
     primary = primary_with_standbys([srv], 0)
@@ -147,9 +208,17 @@ def test_a_stream_is_refused_as_a_fetch_would_be(start_set) -> None:
         return json.loads(b)["error"]
 
     cases = [
-        # No upgrade asked, or asked without "connection: upgrade": 426, naming it.
-        ((), term, set_id, 426, lambda f, b: f["upgrade"] == UPGRADE),
-        ((f"upgrade: {UPGRADE}",), term, set_id, 426, lambda f, b: f["upgrade"] == UPGRADE),
+        # No upgrade asked, an unknown one, or asked without "connection: upgrade": 426,
+        # naming both versions.
+        ((), term, set_id, 426, lambda f, b: f["upgrade"] == OFFERED),
+        ((f"upgrade: {UPGRADE}",), term, set_id, 426, lambda f, b: f["upgrade"] == OFFERED),
+        (
+            ("connection: upgrade", "upgrade: pyds-replication/3"),
+            term,
+            set_id,
+            426,
+            lambda f, b: True,
+        ),
         # Another term: the fetch's 409, and the connection ends (it cannot carry on).
         (UPGRADING, term + 5, set_id, 409, lambda f, b: error(b) == "wrong term"),
         # Another set's replica (docs/replication.md, "A set's identity").
@@ -175,12 +244,23 @@ def test_a_stream_is_refused_as_a_fetch_would_be(start_set) -> None:
         peer.close()
 
 
-class NoStreams:
-    """A TCP proxy to a primary that answers ``/replication/stream`` with 404, as a
-    primary from before streams did, and passes every other connection through."""
+# What a primary of an earlier version answers a stream request of ours: 404 before
+# streams; before the echo, uvicorn logs "Unsupported upgrade request" and the app
+# answers 426 naming the one version it speaks (seen from a server of that version).
+EARLIER = {
+    404: b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
+    426: b"HTTP/1.1 426 Upgrade Required\r\nupgrade: pyds-replication/1\r\n"
+    b"content-type: text/plain; charset=utf-8\r\ncontent-length: 17\r\n\r\nupgrade required\n",
+}
 
-    def __init__(self, target: str) -> None:
+
+class NoStreams:
+    """A TCP proxy to a primary that answers ``/replication/stream`` as a primary of an
+    earlier version did (``EARLIER``), and passes every other connection through."""
+
+    def __init__(self, target: str, answer: bytes = EARLIER[404]) -> None:
         parts = urlsplit(target)
+        self.answer = answer
         self.target = (parts.hostname, parts.port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
@@ -199,7 +279,7 @@ class NoStreams:
         first = client.recv(65536)
         self.first_lines.append(first.split(b"\r\n", 1)[0])
         if first.startswith(b"GET /replication/stream"):
-            client.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            client.sendall(self.answer)
             client.close()
             return
         try:
@@ -226,25 +306,29 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
             s.close()
 
 
-def member(srv, name: str, url: str, api_url: str) -> None:
+def member(srv, name: str, url: str, api_url: str, lease: str) -> None:
     srv.args += [
-        "--replication-lease", "default/stream-fallback", "--replica-name", name,
+        "--replication-lease", lease, "--replica-name", name,
         "--replica-url", url, "--kube-api", api_url, "--replication-set-size", "2",
         *STEADY,
     ]  # fmt: skip
 
 
-def test_a_standby_fetches_from_a_primary_without_streams(server_factory, api) -> None:
+@pytest.mark.parametrize("earlier", sorted(EARLIER))
+def test_a_standby_fetches_from_a_primary_without_streams_of_its_version(
+    server_factory, api, earlier: int
+) -> None:
     # The primary announces the proxy as its URL: its standby reaches it only
     # through the proxy, which refuses streams as an earlier version would.
     first = server_factory()
-    proxy = NoStreams(first.url)
+    proxy = NoStreams(first.url, EARLIER[earlier])
     try:
-        member(first, "r0", proxy.url, api.url)
+        lease = f"default/stream-fallback-{earlier}"
+        member(first, "r0", proxy.url, api.url, lease)
         first.start()
         until("r0 primary", lambda: status(first)["role"] == "primary")
         second = server_factory()
-        member(second, "r1", second.url, api.url)
+        member(second, "r1", second.url, api.url, lease)
         second.start()
         until("r1 in sync", lambda: status(first)["in_sync"] == ["r1"])
         assert httpx.put(f"{first.base}s", headers=TEXT).status_code == 201
@@ -252,8 +336,9 @@ def test_a_standby_fetches_from_a_primary_without_streams(server_factory, api) -
             r = httpx.post(f"{first.base}s", content=f"{i};".encode(), headers=TEXT)
             assert r.status_code == 204
         expected = read_all(f"{first.base}s")
-        until("r1 holds it", lambda: read_all(f"{second.base}s") == expected)
-        assert status(second)["problem"] is None
+        # Its reads are current by its fetches (each answer vouches as of its request).
+        until("r1 serves it", lambda: served(f"{second.base}s") == expected)
+        assert status(second)["problem"] is None and status(second)["fresh_for"] > 0
         lines = proxy.first_lines
         assert any(line.startswith(b"GET /replication/stream") for line in lines)
         assert any(line.startswith(b"GET /replication/fetch") for line in lines)

@@ -10,11 +10,12 @@ from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from stream_format.offsets import OffsetError, parse_offset
 from stream_server.auth import TokenAuth
 from stream_server.metrics import Metrics
-from stream_server.protocol.http import Receive, Scope, read_body
+from stream_server.protocol.http import Headers, Receive, Scope, read_body
 from stream_server.protocol.live import ReaderSlots
 from stream_server.protocol.paths import stream_path
 from stream_server.ratelimit import RateLimiter
@@ -29,6 +30,20 @@ CACHE_NONE = b"no-store"
 # are streamed in chunks of this size (JSON responses stop at it).
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 TRUE = b"true"
+
+
+class ReadGate(Protocol):
+    """Whether this server may answer reads now: a replica set's member answers them
+    only while it knows it is current within its staleness bound (docs/replication.md,
+    "Reads"). A single node has none: it is always current."""
+
+    def fresh_for(self) -> float:
+        """Seconds reads stay answerable without news (0: refuse them now)."""
+        ...
+
+    def read_refusal(self) -> tuple[int, Headers, bytes] | None:
+        """None while reads may be answered; else the refusal to send."""
+        ...
 
 
 @dataclass
@@ -64,6 +79,7 @@ class Context:
         self.metrics = metrics
         self.auth = auth
         self.limiter = limiter
+        self.read_gate: ReadGate | None = None  # set for a replica set's member (app.py)
         self.base = settings.base_path.encode()
         per_client = settings.max_live_readers_per_client or max(1, settings.max_live_readers // 10)
         self.slots = ReaderSlots(settings.max_live_readers, per_client)

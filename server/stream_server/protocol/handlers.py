@@ -3,8 +3,9 @@
 ``StreamRoutes`` is the public face (``app`` builds it over a ``Context``);
 it does what every request needs, in order: a send that gives up on clients
 that stop reading, the stream path (400 when malformed or past its length limits),
-CORS preflight, admission (auth and rate limits), then one handler per
-method. The reserved ``__ds`` paths go first, on their raw form, to
+CORS preflight, admission (auth and rate limits), for a read (GET, HEAD) on a
+replica set's member its read gate (503 while it cannot show that it is current:
+``ReadGate``, docs/replication.md, "Reads"), then one handler per method. The reserved ``__ds`` paths go first, on their raw form, to
 ``subscriptions`` (which does its own admission). Each handler is a plain function over a
 ``Context`` in a module of its own (``create``: PUT, ``append``: POST,
 ``reads``: GET and HEAD, ``live_reads``: long-poll and SSE), and every
@@ -32,6 +33,8 @@ from stream_server.protocol.paths import is_reserved
 from stream_server.protocol.refusals import error_response
 from stream_server.streams.errors import StreamError
 from stream_server.subscriptions.service import Subscriptions
+
+READS = frozenset({"GET", "HEAD"})
 
 
 class StreamRoutes:
@@ -69,6 +72,11 @@ class StreamRoutes:
                     send, 400, text_headers(), b"__ds is reserved: spell it out literally\n"
                 )
                 return
+            if method in READS and ctx.read_gate is not None:
+                refusal = ctx.read_gate.read_refusal()
+                if refusal is not None:
+                    await respond(send, *refusal)
+                    return
             if method == "GET":
                 await reads.get(ctx, scope, receive, send, path, headers, client)
             elif method == "POST":

@@ -9,6 +9,13 @@ up-to-date, closed) per read, until the stream closes, is deleted, or the
 reconnect interval passes at the tail (then the client reconnects with the
 last cursor it was sent). The slots and the hangup machinery live in
 ``live``; this module is the reading.
+
+On a replica set's member (``ctx.read_gate``) a live read waits no longer
+than the replica stays current within its staleness bound, and looks again
+whenever it wakes: a long-poll on a replica that fell behind (its primary
+paused, a partition) is then answered 503 as a new read would be, and an SSE
+response ends (as at its reconnect interval), so that the client reconnects
+and hears the 503. Neither ever says up to date from a tail it cannot vouch for.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from stream_server.streams.model import Stream
 
 log = logging.getLogger("stream_server.protocol")
 
+MIN_WAIT = 0.01  # seconds: the shortest piece a live read's wait is cut into (``_wait``)
+
 
 async def long_poll(
     ctx: Context,
@@ -43,8 +52,11 @@ async def long_poll(
     hangup: Hangup,
 ) -> None:
     if s.tail <= unit and not s.meta.closed:
-        await ctx.store.wait(s, unit, ctx.settings.long_poll_timeout, hangup.future)
+        await _wait(ctx, s, unit, ctx.settings.long_poll_timeout, hangup)
         if hangup.happened:
+            return
+        if ctx.read_gate is not None and (refusal := ctx.read_gate.read_refusal()) is not None:
+            await respond(send, *refusal)
             return
         s = ctx.store.get(s.path)
     if s.tail <= unit:
@@ -104,6 +116,8 @@ async def sse(
                 if unit >= s.tail:
                     control["upToDate"] = True
             chunks.append(sse_format.control_event(orjson.dumps(control)))
+            if ctx.read_gate is not None and ctx.read_gate.fresh_for() <= 0:
+                break  # this replica fell behind: the client reconnects and hears why
             await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
             if closed:
                 break
@@ -112,7 +126,7 @@ async def sse(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            await ctx.store.wait(s, unit, remaining, hangup.future)
+            await _wait(ctx, s, unit, remaining, hangup)
             if hangup.happened:
                 return
             if not ctx.store.is_current(s):
@@ -122,3 +136,24 @@ async def sse(
     except StreamError as exc:
         log.debug("SSE ended: %s", exc)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _wait(ctx: Context, s: Stream, unit: int, timeout: float, hangup: Hangup) -> None:
+    """``store.wait`` for data past ``unit``, on a replica set's member no longer than
+    it stays current (module doc)."""
+    gate = ctx.read_gate
+    if gate is None:
+        await ctx.store.wait(s, unit, timeout, hangup.future)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        fresh = gate.fresh_for()
+        if left <= 0 or fresh <= 0:
+            return
+        # Freshness is renewed about once a heartbeat, so this wait usually ends with it
+        # renewed: wait again for what is left.
+        if await ctx.store.wait(s, unit, min(left, max(fresh, MIN_WAIT)), hangup.future):
+            return
+        if hangup.happened or not ctx.store.ready:
+            return

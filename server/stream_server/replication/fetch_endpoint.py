@@ -18,7 +18,8 @@ A stream request (``sender.py``) has the same parameters and checks, and a
 fetch's 409 when the standby cannot follow; otherwise the connection is
 taken from the HTTP server (``scope["extensions"]["stream_server.upgrade"]``,
 ``http_limits.py``) once the ``101`` is written. One that does not ask to
-upgrade to ``pyds-replication/1`` gets 426 Upgrade Required.
+upgrade to ``pyds-replication/2`` (or ``/1``, a standby of the version before
+the read freshness echo) gets 426 Upgrade Required, naming both.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from urllib.parse import parse_qsl
 from stream_server.protocol.http import Headers, Send, respond, text_headers
 from stream_server.replication.peer_token import CHALLENGE, REFUSED
 from stream_server.replication.sender import PATH as STREAM_PATH
-from stream_server.replication.sender import UPGRADE
+from stream_server.replication.sender import UPGRADE, UPGRADE_V1, VERSIONS
 from stream_server.replication.shipping import FetchAnswer
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ PATH = "/replication/fetch"
 PATHS = (PATH, STREAM_PATH)
 NUMBERS = ("term", "after_term", "after_lsn", "committed")
 UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()
+OFFERED = f"{UPGRADE}, {UPGRADE_V1}".encode()
 
 
 async def serve(
@@ -88,16 +90,18 @@ async def serve(
     set_id = q.get("set", "")  # the follower's replica set (identity.py); none before set ids
     if scope["path"] == STREAM_PATH:
         take_over = scope.get("extensions", {}).get("stream_server.upgrade")
-        if take_over is None or upgrade.decode("latin-1").lower() != UPGRADE:
+        asked = upgrade.decode("latin-1").strip().lower()
+        version = VERSIONS.get(asked)
+        if take_over is None or version is None:
             await _upgrade_required(send)
             return
         stream = replication.stream(
-            name, term, after_term, after_lsn, committed, url=url, set_id=set_id
+            name, term, after_term, after_lsn, committed, url=url, set_id=set_id, version=version
         )
         if isinstance(stream, FetchAnswer):
             answer = stream
         else:
-            headers = [(b"upgrade", UPGRADE.encode()), (b"replication-term", b"%d" % stream.term)]
+            headers = [(b"upgrade", asked.encode()), (b"replication-term", b"%d" % stream.term)]
             if not take_over(stream, headers):  # no "connection: upgrade"
                 await _upgrade_required(send)
             return
@@ -110,7 +114,7 @@ async def serve(
 
 
 async def _upgrade_required(send: Send) -> None:
-    await _answer(send, 426, [(b"upgrade", UPGRADE.encode())], b"upgrade required\n")
+    await _answer(send, 426, [(b"upgrade", OFFERED)], b"upgrade required\n")
 
 
 async def _answer(send: Send, status: int, headers: Headers, body: bytes) -> None:

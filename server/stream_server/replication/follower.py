@@ -13,6 +13,13 @@ their LMDB commit (``commit_frames``) runs, both on the standby's writer
 thread (``applier.py``); ``applying`` keeps the next frames, a
 promotion and a re-copy behind that commit.
 
+Every answer that renews this replica's read freshness (``freshness.py``)
+answers a stamp of its clock: a fetch's is when it was sent, and the stream's
+acknowledgements carry one, which the primary echoes. The acknowledgements go
+in answer to every message, the heartbeats included, so an idle stream renews
+freshness once a heartbeat. A primary that refuses ``pyds-replication/2``
+(426: a version before the echo; 404: before streams) is followed by fetches.
+
 An answer or a stream from a term older than the highest term seen is
 refused: it comes from a deposed primary. A 409 says why the primary will not serve us (wrong
 term: the role loop will catch up; diverged or too far behind: this replica
@@ -29,6 +36,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks
 from stream_server.replication.applier import Applier, Job, Sent
+from stream_server.replication.freshness import Freshness
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_http import (
     READ_SIZE,
@@ -60,6 +68,7 @@ class Follower:
         mirror: Mirror,
         *,
         retry_period: float,
+        freshness: Freshness | None = None,
     ) -> None:
         self.roles = roles
         self.engine = engine
@@ -67,6 +76,7 @@ class Follower:
         self.shipper = shipper
         self.mirror = mirror
         self.retry_period = retry_period
+        self.freshness = freshness if freshness is not None else Freshness(5.0)
         self.applier = Applier(engine, hooks)
         self.following = False  # set by the service once the engine is in standby mode
         self.applying = asyncio.Lock()  # held while frames are being written
@@ -153,8 +163,10 @@ class Follower:
             tls=self.tls,
         )
         if isinstance(r, PeerResponse):
-            if r.status == 404:  # a primary of a version before streams (a rolling update)
-                log.info("the primary at %s has no streams: fetching", primary)
+            if r.status in (404, 426):
+                # A primary of a version before streams (404) or before the stream's
+                # echo (426, naming only pyds-replication/1): a rolling update.
+                log.info("the primary at %s has no streams of our version: fetching", primary)
                 self.fetch_only = (primary, term)  # a later term asks again
             else:
                 await self._refused(r, primary, term)
@@ -166,10 +178,12 @@ class Follower:
             if not self._answer_term(int(r.headers["replication-term"]), term):
                 await self._news()
                 return
+            # A stamp at once: the primary's first message echoes it.
+            r.writer.write(ACK.pack(*self.hooks.durable, self.commit, self.freshness.stamp()))
             buffer = bytearray(r.early)
             while True:
                 try:
-                    frames, commit = await _messages(r.reader, buffer)
+                    frames, commit, echo = await _messages(r.reader, buffer)
                 except PeerError:
                     if self._stale(primary, term):
                         return  # ended by _watch: we follow someone else now, or no one
@@ -177,7 +191,8 @@ class Follower:
                 self.fetched_at = loop.time()
                 self.problem = None
                 job = await self._apply(self._in_order(frames), commit)
-                r.writer.write(ACK.pack(*self.hooks.durable, self.commit))
+                self.freshness.heard(echo, commit, self.mirror.published)
+                r.writer.write(ACK.pack(*self.hooks.durable, self.commit, self.freshness.stamp()))
                 if job is not None:
                     job.sent.set()
                 if self._stale(primary, term):
@@ -202,6 +217,7 @@ class Follower:
         self._watching = loop.call_later(self.retry_period, self._watch, writer, primary, term)
 
     async def _fetch_once(self, http: PeerClient, primary: str, term: int) -> None:
+        stamp = self.freshness.stamp()  # its answer is current as of this or later
         r = await http.get(
             f"{primary}/replication/fetch",
             params=self._params(term),
@@ -217,7 +233,9 @@ class Follower:
         self.problem = None
         self.fetched_at = asyncio.get_running_loop().time()
         frames = self._in_order(list(_fetched(r.body)))
-        job = await self._apply(frames, int(r.headers["replication-commit"]))
+        commit = int(r.headers["replication-commit"])
+        job = await self._apply(frames, commit)
+        self.freshness.heard(stamp, commit, self.mirror.published)
         if job is not None:
             self._sent = job.sent  # set when our next fetch, the acknowledgement, is sent
 
@@ -263,7 +281,7 @@ class Follower:
         self.commit = max(self.commit, commit)
         if not frames:
             if not self.applying.locked():  # else the LMDB commit under way publishes
-                self.mirror.publish(self.commit)
+                self._publish()
             return None
         await self.applying.acquire()  # the previous frames' LMDB commit has ended
         try:
@@ -279,6 +297,11 @@ class Follower:
         # lock keeps the next frames behind it.
         self._finishing = asyncio.create_task(self._finish(job, frames), name="replication apply")
         return job
+
+    def _publish(self) -> None:
+        """Readers here see the frames up to the commit point we know (those applied)."""
+        self.mirror.publish(self.commit)
+        self.freshness.visible(self.mirror.published)
 
     def _in_order(self, frames: list[tuple[int, int, bytes]]) -> list[tuple[int, bytes]]:
         """The frames after our durable position, as (term, frame)."""
@@ -301,7 +324,7 @@ class Follower:
             for (t, frame), (lsn, _, changes) in zip(frames, applied, strict=True):
                 self.shipper.add(t, lsn, frame)
                 self.mirror.stage(lsn, changes)
-            self.mirror.publish(self.commit)
+            self._publish()
         except Exception as exc:  # the engine failed closed: the next answer is refused
             self.problem = f"applying frames failed: {exc!r}"
             log.error("applying frames from the primary failed: %r", exc)
@@ -320,25 +343,27 @@ def _fetched(body: bytes) -> Iterator[tuple[int, int, bytes]]:
 
 async def _messages(
     reader: asyncio.StreamReader, buffer: bytearray
-) -> tuple[list[tuple[int, int, bytes]], int]:
+) -> tuple[list[tuple[int, int, bytes]], int, int]:
     """The whole messages of a stream buffered or read next (at least one): their
-    frames as (term, lsn, frame), and the highest commit point they carry."""
+    frames as (term, lsn, frame), the highest commit point and the highest echo they
+    carry (both only grow along a stream, so the pair is a conservative one)."""
     while True:
         frames: list[tuple[int, int, bytes]] = []
-        commit = 0
+        commit = echo = 0
         off = 0
         while len(buffer) - off >= MESSAGE.size:
-            t, lsn, point, n = MESSAGE.unpack_from(buffer, off)
+            t, lsn, point, stamp, n = MESSAGE.unpack_from(buffer, off)
             end = off + MESSAGE.size + n
             if end > len(buffer):
                 break
             if lsn:
                 frames.append((t, lsn, bytes(buffer[off + MESSAGE.size : end])))
             commit = max(commit, point)
+            echo = max(echo, stamp)
             off = end
         if off:
             del buffer[:off]
-            return frames, commit
+            return frames, commit, echo
         data = await reader.read(READ_SIZE)
         if not data:
             raise PeerError("the stream ended (closed by the primary, or silent too long)")

@@ -51,6 +51,12 @@ class ReplicationCollector(Collector):
         )
         yield gauge("degraded", "1 when fewer than min-in-sync replicas are in sync", r.degraded)
         yield gauge("durable_lsn", "The last batch durable on this replica", r.hooks.durable[1])
+        yield gauge(
+            "read_fresh",
+            "1 while this replica answers reads (current within the read staleness bound), "
+            "0 while it refuses them with 503",
+            r.fresh_for() > 0,
+        )
         shipped = CounterMetricFamily(f"{PREFIX}_frames_shipped", "WAL frames sent to standbys")
         shipped.add_metric([], shipper.shipped)
         yield shipped

@@ -205,6 +205,13 @@ class RoleLoop:
         GC) acknowledges nothing when it wakes, before its next round even runs."""
         return self.is_primary and self.clock() - self._renewed_at < self.config.renew_deadline
 
+    @property
+    def acknowledge_for(self) -> float:
+        """Seconds ``may_acknowledge`` stays true without another renewal (0: false)."""
+        if not self.is_primary:
+            return 0.0
+        return max(0.0, self.config.renew_deadline - (self.clock() - self._renewed_at))
+
     async def step(self) -> None:
         """One round: read the Lease, then renew, acquire, or follow."""
         try:

@@ -6,20 +6,29 @@ parsed, answered through uvicorn's request cycle and a task of its own, and
 woken again when the next frame comes. Under a sequential load that was 42%
 of the primary's samples holding the GIL (docs/performance.md, "The write path's round
 trip, third round"). A standby that asks for a stream instead (``GET
-/replication/stream`` with ``Upgrade: pyds-replication/1``, the same
+/replication/stream`` with ``Upgrade: pyds-replication/2``, the same
 parameters and checks as a fetch) gets ``101 Switching Protocols``, and the
 connection becomes two byte streams, as PostgreSQL's streaming replication
 keeps one connection per standby open in both directions:
 
 - primary to standby, one ``MESSAGE`` per frame (its term, lsn, the commit
-  point as of sending, the frame's length, then the frame), or with lsn 0
-  and no frame: the commit point alone, sent when it moved and no frame
-  carried it and nothing was sent for ``COMMIT_LINGER`` (under load the next
-  frame carries it, as a fetch answer does), and as a heartbeat;
+  point as of sending, the echo, the frame's length, then the frame), or
+  with lsn 0 and no frame: the commit point alone, sent when it moved and no
+  frame carried it and nothing was sent for ``COMMIT_LINGER`` (under load the
+  next frame carries it, as a fetch answer does), and as a heartbeat;
 - standby to primary, one ``ACK`` per group of frames made durable, and one
-  per commit-only message: its durable position (term, lsn) and the commit
-  point it knows. This is exactly what a fetch's parameters say, and it is
-  counted the same way (``Shipper.note``).
+  per commit-only message: its durable position (term, lsn), the commit
+  point it knows and a stamp of its clock. The position is exactly what a
+  fetch's parameters say, and it is counted the same way (``Shipper.note``).
+
+The echo is the newest stamp received on this stream before the message was
+built, and 0 unless this replica's commit point covers every acknowledged
+write (``Shipper.vouching``: primary of the Lease's term, renewed within the
+renew deadline): with it the standby knows how current its reads are
+(``freshness.py``), and a deposed primary renews no one's freshness.
+A standby of the version before the echo asks for ``pyds-replication/1``
+(a rolling update) and gets the same stream without stamps or echoes
+(``MESSAGE_V1``, ``ACK_V1``).
 
 Frames are pushed from the moment they are added to the ring, with no task
 and no wake-up in between. Sending stops while more than ``MAX_ANSWER``
@@ -35,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from stream_server.replication.shipping import COMMIT_LINGER, MAX_ANSWER
@@ -43,20 +53,34 @@ if TYPE_CHECKING:
     from stream_server.replication.shipping import Shipper
 
 PATH = "/replication/stream"
-UPGRADE = "pyds-replication/1"
-# Primary to standby: frame term, lsn (0: no frame), commit point, frame length.
-MESSAGE = struct.Struct("<QQQI")
-# Standby to primary: the term and lsn of its durable position, the commit point it knows.
-ACK = struct.Struct("<QQQ")
+UPGRADE = "pyds-replication/2"
+UPGRADE_V1 = "pyds-replication/1"  # what a standby of the version before asks for
+VERSIONS = {UPGRADE: 2, UPGRADE_V1: 1}
+# Primary to standby: frame term, lsn (0: no frame), commit point, echo, frame length.
+MESSAGE = struct.Struct("<QQQQI")
+# Standby to primary: the term and lsn of its durable position, the commit point it
+# knows, its clock (ns).
+ACK = struct.Struct("<QQQQ")
+MESSAGE_V1 = struct.Struct("<QQQI")  # version 1: no echo
+ACK_V1 = struct.Struct("<QQQ")  # version 1: no stamp
 
 
 class Sender(asyncio.Protocol):
     """One standby's stream, on the primary; ``Shipper.senders`` holds the open ones."""
 
     def __init__(
-        self, shipper: Shipper, name: str, after_lsn: int, known_commit: int, heartbeat: float
+        self,
+        shipper: Shipper,
+        name: str,
+        after_lsn: int,
+        known_commit: int,
+        heartbeat: float,
+        version: int = 2,
     ) -> None:
         self.shipper = shipper
+        self.version = version
+        self._ack = ACK if version >= 2 else ACK_V1
+        self.stamp = 0  # the newest stamp the standby sent on this stream (0: none yet)
         self.name = name
         self.term = shipper.roles.state.term
         self.sent_lsn = after_lsn  # frames up to here are sent, or were held already
@@ -91,12 +115,16 @@ class Sender(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buf = self._input
         buf += data
-        whole = len(buf) - len(buf) % ACK.size
+        size = self._ack.size
+        whole = len(buf) - len(buf) % size
         if not whole:
             return
-        # Positions only grow: the last acknowledgement says all the earlier ones do.
-        after_term, after_lsn, known = ACK.unpack_from(buf, whole - ACK.size)
+        # Positions and stamps only grow: the last acknowledgement says all the earlier
+        # ones do.
+        after_term, after_lsn, known, *stamp = self._ack.unpack_from(buf, whole - size)
         del buf[:whole]
+        if stamp:
+            self.stamp = max(self.stamp, stamp[0])
         shipper = self.shipper
         if shipper.refusal(self.term, after_term, after_lsn) is not None:
             self.close()  # its next request hears why
@@ -119,12 +147,13 @@ class Sender(asyncio.Protocol):
         shipper = self.shipper
         ring = shipper.ring
         commit = shipper.commit_point()
+        head = self._head()
         unacked = ring.bytes_after(self.acked_lsn) - ring.bytes_after(self.sent_lsn)
         parts: list[bytes] = []
         for t, lsn, frame in ring.since(ring.first_after(self.sent_lsn)):
             if unacked and unacked + len(frame) > MAX_ANSWER:
                 break
-            parts += [MESSAGE.pack(t, lsn, commit, len(frame)), frame]
+            parts += [head(t, lsn, commit, len(frame)), frame]
             unacked += len(frame)
             self.sent_lsn = lsn
         if parts:
@@ -144,8 +173,17 @@ class Sender(asyncio.Protocol):
         wait = self._last_sent + COMMIT_LINGER - time.monotonic()
         if wait > 0:
             return wait
-        self._send(MESSAGE.pack(0, 0, commit, 0), commit)
+        self._send(self._head()(0, 0, commit, 0), commit)
         return None
+
+    def _head(self) -> Callable[[int, int, int, int], bytes]:
+        """Packs a message's head (term, lsn, commit point, frame length) with the echo
+        as of now: the newest stamp received, while this replica may acknowledge."""
+        if self.version < 2:
+            return MESSAGE_V1.pack
+        echo = self.stamp if self.shipper.vouching else 0
+        pack = MESSAGE.pack
+        return lambda t, lsn, commit, n: pack(t, lsn, commit, echo, n)
 
     def _send(self, data: bytes, commit: int) -> None:
         assert self.transport is not None
@@ -155,10 +193,11 @@ class Sender(asyncio.Protocol):
 
     def _on_beat(self) -> None:
         """Say something at least every ``heartbeat``: the standby answers, and its
-        answer keeps it counted as alive (``Shipper._watch``)."""
+        answer keeps it counted as alive (``Shipper._watch``); its answer's stamp,
+        echoed by the next message, keeps its reads fresh (``freshness.py``)."""
         idle = time.monotonic() - self._last_sent
         if idle >= self.heartbeat and self.transport is not None:
             commit = self.shipper.commit_point()
-            self._send(MESSAGE.pack(0, 0, commit, 0), commit)
+            self._send(self._head()(0, 0, commit, 0), commit)
             idle = 0.0
         self._beat = asyncio.get_running_loop().call_later(self.heartbeat - idle, self._on_beat)

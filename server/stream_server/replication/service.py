@@ -21,6 +21,14 @@ durability it writes alone and reports itself degraded. During a switchover
 (``switchover.py``) writes are held the same way, and refused 503 with
 ``Stream-Primary`` naming the new primary once this replica has handed over.
 
+Reads are answered only while this replica knows it is current within
+``replication_read_staleness`` (docs/replication.md, "Reads"): the primary
+while it may acknowledge (renewed within the renew deadline, so that no other
+primary can exist), a standby until its last stamp the primary answered plus
+the bound (``freshness.py``). Past that every stream read gets 503 with
+``Retry-After: 1``, ``Stream-Primary`` when known, and a JSON error saying
+why (``read_refusal``, which the protocol layer asks, as its ``ReadGate``).
+
 With ``--replication-token-file`` the peer endpoints (fetch, snapshot,
 switchover) need the set's shared secret, and this replica sends it on its own
 fetches and snapshot requests (``peer_token.py``). Every connection to a peer
@@ -46,13 +54,19 @@ import httpx
 from stream_server.engine.replica import ReplicaHooks, stamp_base
 from stream_server.replication import identity, snapshot
 from stream_server.replication.follower import Follower
+from stream_server.replication.freshness import Freshness
 from stream_server.replication.lease import LeaseClient
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_tls import PeerTls
 from stream_server.replication.peer_token import PeerToken
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.sender import Sender
-from stream_server.replication.settings import ReplicationSettings, quorum, replica_name
+from stream_server.replication.settings import (
+    ReplicationSettings,
+    heartbeat,
+    quorum,
+    replica_name,
+)
 from stream_server.replication.shipping import FetchAnswer, Shipper
 from stream_server.replication.switchover import SwitchoverAnswer, parse_request, switch_over
 from stream_server.streams.store import StreamStore
@@ -118,6 +132,7 @@ class Replication:
         self.roles.reported = self.shipper.positions
         store.pipeline.gate = self.shipper
         self.mirror = Mirror(store)
+        self.freshness = Freshness(settings.replication_read_staleness)
         self.follower = Follower(
             self.roles,
             store.engine,
@@ -125,6 +140,7 @@ class Replication:
             self.shipper,
             self.mirror,
             retry_period=settings.lease_retry_period,
+            freshness=self.freshness,
         )
         self.follower.on_recopy = self.recopy
         self.follower.join = self._join
@@ -306,6 +322,46 @@ class Replication:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(state.changed.wait(), left)
 
+    def fresh_for(self) -> float:
+        """Seconds this replica's reads stay current within the bound (0: stale): the
+        primary's while it may acknowledge, else what the standby's stamps show."""
+        if self.primary_mode:
+            return self.roles.acknowledge_for
+        return self.freshness.fresh_for()
+
+    def read_refusal(self) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+        """None while reads here may be answered (as up to date); else the 503 to give
+        (status, headers, body). Changes nothing."""
+        if self.fresh_for() > 0:
+            return None
+        bound = self.settings.replication_read_staleness
+        if self.primary_mode:
+            why = (
+                f"this primary could not renew its Lease within {self.roles.config.renew_deadline:g}"
+                f" s and may have been replaced; reads are refused past the {bound:g} s "
+                "staleness bound until it renews or follows the new primary"
+            )
+        elif (age := self.freshness.age()) is None:
+            why = (
+                "this replica has not yet heard from a primary that may acknowledge; reads are "
+                f"refused until it has (staleness bound {bound:g} s)"
+            )
+        else:
+            why = (
+                f"this replica last heard from its primary {age:.1f} s ago; reads are refused "
+                f"past the {bound:g} s staleness bound"
+            )
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"cache-control", b"no-store"),
+            (b"retry-after", str(RETRY_AFTER).encode()),
+        ]
+        primary = self.roles.state.primary_url
+        if primary and primary.rstrip("/") != self.settings.replica_url.rstrip("/"):
+            headers.append((b"stream-primary", primary.encode()))
+        body = {"error": {"code": "STALE_REPLICA", "message": why}}
+        return 503, headers, json.dumps(body).encode()
+
     def _not_primary(self) -> Refusal:
         primary = self.roles.state.primary_url
         headers = [(b"retry-after", str(RETRY_AFTER).encode())]
@@ -412,8 +468,10 @@ class Replication:
         committed: int,
         url: str = "",
         set_id: str = "",
+        version: int = 2,
     ) -> FetchAnswer | Sender:
-        """A standby's stream (``sender.py``), or why it cannot follow us (a fetch's 409)."""
+        """A standby's stream (``sender.py``, of that wire ``version``), or why it cannot
+        follow us (a fetch's 409)."""
         refused = self.set_refusal(set_id, (after_term, after_lsn)) or self.shipper.refusal(
             term, after_term, after_lsn
         )
@@ -422,8 +480,9 @@ class Replication:
         if url.startswith(("http://", "https://")):
             self.peer_urls[name] = url.rstrip("/")
         self.shipper.note(name, after_term, after_lsn)
-        heartbeat = min(1.0, self.shipper.silent_after / 2)
-        return Sender(self.shipper, name, after_lsn, committed, heartbeat)
+        return Sender(
+            self.shipper, name, after_lsn, committed, heartbeat(self.settings), version=version
+        )
 
     # ---------------------------------------------------------- peers, switchover
 
@@ -466,4 +525,6 @@ class Replication:
             "problem": None if primary else (self.identity.problem or self.follower.problem),
             "set_id": self.identity.set_id,
             "failovers": self.failovers,
+            "fresh_for": round(self.fresh_for(), 3),
+            "read_staleness": self.settings.replication_read_staleness,
         }

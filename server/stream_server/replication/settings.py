@@ -15,6 +15,7 @@ from stream_server.replication.peer_token import read_secret
 
 DURABILITIES = ("required", "preferred")
 MAX_SET_SIZE = 5
+HEARTBEAT_MAX = 1.0  # seconds (``heartbeat``)
 
 
 class ReplicationSettings(Protocol):
@@ -34,6 +35,7 @@ class ReplicationSettings(Protocol):
     replication_cert_file: str
     replication_key_file: str
     replication_bootstrap: str
+    replication_read_staleness: float
 
 
 def check_settings(s: ReplicationSettings) -> None:
@@ -50,6 +52,8 @@ def check_settings(s: ReplicationSettings) -> None:
             raise ValueError(f"{name.replace('_', '-')} must be positive")
     if s.replication_wait < 0:
         raise ValueError("replication-wait must not be negative")
+    if s.replication_read_staleness <= 0:
+        raise ValueError("replication-read-staleness must be positive")
     if s.replication_token_file:
         read_secret(s.replication_token_file)  # a missing or empty file fails here, at start
     peer_tls.check(s)  # so do the peers' CA bundle, client certificate and key
@@ -66,6 +70,22 @@ def check_settings(s: ReplicationSettings) -> None:
         raise ValueError("lease-renew-deadline must be less than lease-duration")
     if not s.lease_retry_period < s.lease_renew_deadline:
         raise ValueError("lease-retry-period must be less than lease-renew-deadline")
+    beat = heartbeat(s)
+    if not s.replication_read_staleness > 2 * beat:
+        # A standby's freshness is renewed by the heartbeat after the one its stamp
+        # answered (docs/replication.md, "Reads"): a bound of two heartbeats or less
+        # would refuse reads between rounds on an idle, healthy set.
+        raise ValueError(
+            f"replication-read-staleness must be more than twice the commit-point heartbeat "
+            f"({beat:g}s: a quarter of lease-renew-deadline, at most {HEARTBEAT_MAX:g}s)"
+        )
+
+
+def heartbeat(s: ReplicationSettings) -> float:
+    """Seconds between the primary's commit-only messages on an idle stream (and the
+    longest an idle fetch waits): often enough that a standby is never silent for
+    half the renew deadline, the in-sync set's limit."""
+    return min(HEARTBEAT_MAX, s.lease_renew_deadline / 4)
 
 
 def quorum(s: ReplicationSettings) -> int:

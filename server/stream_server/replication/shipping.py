@@ -195,6 +195,15 @@ class Shipper:
         self.committed = max(self.committed, point)
         return self.committed
 
+    @property
+    def vouching(self) -> bool:
+        """Whether our commit point covers every write acknowledged so far, by us or a
+        primary before us: we took up the Lease's term (``became_primary`` set the
+        commit point to all we held) and renewed within the renew deadline, so no other
+        primary can exist. Only then may an answer of ours make a standby's reads
+        current (``freshness.py``)."""
+        return self._term == self.roles.state.term and self.roles.may_acknowledge
+
     def _acked_lsn(self, name: str) -> int:
         return self.acked.get(name, (0, 0))[1]
 
@@ -307,6 +316,10 @@ class Shipper:
                 break
             await self.changed.wait(left)
         state = self.roles.state
+        if not self.vouching:
+            # The answer makes the standby's reads current as of its request
+            # (freshness.py): only a primary that may acknowledge gives one.
+            return _json(503, {"error": "not acknowledging", "term": state.term})
         parts: list[bytes] = []
         size = 0
         for t, lsn, frame in self.ring.since(self.ring.first_after(after_lsn)):
