@@ -210,3 +210,15 @@ async def test_a_primary_learns_of_a_new_holder_from_the_watch_not_its_clock(api
         assert (a.state.role, a.state.holder) == ("standby", "b")
     finally:
         await a.stop()
+
+
+async def test_a_peer_following_a_newer_term_deposes_the_primary_at_once(api, lease) -> None:
+    """Cut off from the API with a slow clock, a deposed primary hears of the new term
+    from a standby whose stream ended; it steps down without waiting for a deadline."""
+    a = replica(api, lease, "a", Clock())
+    await a.step()
+    await a.deposed(a.state.term, "http://b:4437")  # the same term: nothing newer
+    assert a.is_primary
+    await a.deposed(a.state.term + 1, "http://b:4437")
+    assert (a.state.role, a.state.term, a.state.primary_url) == ("standby", 2, "http://b:4437")
+    assert a.demoted == [1]  # type: ignore[attr-defined]

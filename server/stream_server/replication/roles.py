@@ -658,6 +658,19 @@ class RoleLoop:
             return None
         return None
 
+    async def deposed(self, term: int, primary_url: str | None) -> None:
+        """A peer follows a newer term than ours: the Lease names another holder, for
+        terms only grow by a CAS on it. Step down now (no Lease write: always
+        safe) rather than when our clock, perhaps slow, reaches the renew deadline;
+        the next round reads the Lease."""
+        if not self.is_primary or term <= self.state.term:
+            return
+        log.error(
+            "a peer follows term %d while we lead term %d: stepping down", term, self.state.term
+        )
+        await self._demote(term, primary_url)
+        self.wake()
+
     async def give_up(self, reason: str) -> None:
         """Hand the Lease to whoever can form a quorum: an empty holder, the term kept,
         and this replica added to the eligible set (it holds every write it

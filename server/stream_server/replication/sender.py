@@ -105,6 +105,7 @@ class Sender(asyncio.Protocol):
         if self._beat is not None:
             self._beat.cancel()
             self._beat = None
+        self.shipper.stream_lost(self.name, self.term)
 
     def close(self) -> None:
         if self.transport is not None:

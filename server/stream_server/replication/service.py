@@ -77,6 +77,7 @@ RETRY_AFTER = 1  # seconds: a failover or an ISR change is a lease round away
 # Seconds a primary that is stopping spends at most on handing the Lease over; within
 # the server's stop, which a pod's termination grace period (30 s) bounds.
 STOP_SWITCHOVER_TIMEOUT = 5.0
+PEER_QUESTION_TIMEOUT = 2.0  # seconds to ask a standby whose stream ended which term it follows
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +153,14 @@ class Replication:
         # One client context for every connection to a peer (``peer_tls.py``).
         self.peer_tls = PeerTls(settings)
         self.follower.tls = self.peer_tls.context
+        self.shipper.on_stream_lost = self._ask_why_it_left
         # Each follower's origin, as its fetches give it: a switchover names it primary.
         self.peer_urls: dict[str, str] = {}
         self.switching = False  # a switchover holds new writes (switchover.py)
         self.primary_mode = False
         self.failovers = 0  # times this replica became primary
         self._tasks: list[asyncio.Task[None]] = []
+        self._asking: set[asyncio.Task[None]] = set()  # ``_check_term_of`` under way
         # Paused before the store starts them: a standby until the Lease says otherwise.
         store.expiry.pause()
         store.retention.pause()
@@ -385,6 +388,27 @@ class Replication:
         if body["error"] == identity.OTHER_SET:
             log.warning("refused a follower of set %s: this is set %s", set_id, body["set"])
         return FetchAnswer(409, {"content-type": "application/json"}, json.dumps(body).encode())
+
+    def _ask_why_it_left(self, name: str) -> None:
+        url = self.peer_urls.get(name)
+        if url is not None:
+            task = asyncio.create_task(self._check_term_of(url), name=f"term of {name}")
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
+
+    async def _check_term_of(self, url: str) -> None:
+        """Ask a standby whose stream ended which term it follows (``GET /replication``);
+        a newer one than ours means we were deposed (``RoleLoop.deposed``)."""
+        try:
+            async with httpx.AsyncClient(
+                timeout=PEER_QUESTION_TIMEOUT, verify=self.peer_tls.context()
+            ) as http:
+                answer = (await http.get(f"{url}/replication")).json()
+            term, primary = int(answer["term"]), answer.get("primary")
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            log.info("could not ask %s which term it follows: %s", url, exc)
+            return
+        await self.roles.deposed(term, primary if isinstance(primary, str) else None)
 
     async def snapshot(self, set_id: str = "") -> Path | FetchAnswer | None:
         """A consistent copy of our data for a standby that must re-copy (a tar file

@@ -118,6 +118,7 @@ class Shipper:
         self._task: asyncio.Task[None] | None = None
         self._term = 0
         self.senders: set[Sender] = set()  # the standbys' open streams (``sender.py``)
+        self.on_stream_lost: Callable[[str], None] | None = None
         self._linger: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------- lifecycle
@@ -291,6 +292,19 @@ class Shipper:
         later = [d for s in list(self.senders) if (d := s.send_commit()) is not None]
         if later:  # a frame went there meanwhile: its linger runs from that frame
             self._linger = asyncio.get_running_loop().call_later(min(later), self._send_commits)
+
+    def stream_lost(self, name: str, term: int) -> None:
+        """A standby's stream of our current term ended while we are primary: perhaps
+        it follows a newer primary. ``on_stream_lost`` asks it (``service.py``), so
+        that a primary whose clock runs slow, cut off from the API, learns it was
+        deposed from its standbys instead of at a deadline its clock stretches."""
+        if (
+            self.on_stream_lost is not None
+            and not self.stopping
+            and self.roles.is_primary
+            and term == self.roles.state.term
+        ):
+            self.on_stream_lost(name)
 
     def close_streams(self) -> None:
         """End every standby's stream (we step down, or hand over): each asks again
