@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import fields
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -42,6 +43,7 @@ from stream_server.protocol.http import Receive, Scope, Send, respond, text_head
 from stream_server.ratelimit import RateLimiter
 from stream_server.recovering import RETRY_AFTER, BackgroundRecovery
 from stream_server.replication import fetch_endpoint, peer_token
+from stream_server.replication.identity import leave
 from stream_server.replication.metrics import ReplicationCollector
 from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.streams.retention import parse_policies
@@ -80,6 +82,8 @@ class StreamServerApp:
             self.store,
             on_failure=self._recovery_failed,
             serving=f"under {settings.base_path} from {settings.data_dir}",
+            # A single node on a set member's directory: it leaves the set first.
+            opened=None if settings.replication_lease else partial(leave, self.store.engine),
         )
         # Told when recovery fails, so that the server stops (set by server.py).
         self.on_fatal: Callable[[], None] | None = None

@@ -67,8 +67,11 @@ class BackgroundRecovery:
         on_failure: Callable[[BaseException], None] | None = None,
         log_every: float = LOG_EVERY,
         serving: str = "",
+        opened: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
+        # Run once the engine is open, before anything is written (``StreamStore.start``).
+        self.opened = opened
         self.serving = serving  # where streams are served from, for the last log line
         self.progress: RecoveryProgress = store.engine.progress
         self.on_failure = on_failure
@@ -155,7 +158,7 @@ class BackgroundRecovery:
         )
         ticker = asyncio.create_task(self._log_progress())
         try:
-            report = await self.store.start()
+            report = await self.store.start(opened=self.opened)
         except Exception as exc:
             self.error = exc
             self._mark_end()  # not killed: this start ended, with its reason in the log

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import lmdb
+import pytest
 
 from conftest import ServerProcess, read_all
 from stream_format.layout import Layout
@@ -193,3 +194,108 @@ def test_single_node_data_refuses_to_join_a_set_with_other_data(
     never_joins(api, "id-single", servers, "r2")
     newcomer.stop()
     assert fingerprint(single.data_dir) == kept
+
+
+# ------------------------------------------- a member scaled down to one, and back up
+
+
+def append_alone(base: str, written: dict[str, bytes], tag: str) -> dict[str, bytes]:
+    """Appends to streams the set already had (the set's other replicas hold them,
+    shorter), as a single node scaled down from the set makes them; the new bodies."""
+    out = {}
+    with httpx.Client(timeout=30) as c:
+        for path, body in written.items():
+            chunk = f"{tag} {path};".encode()
+            r = c.post(f"{base}{path}", headers=BIN, content=chunk)
+            if r.status_code == 409:  # the closed one
+                out[path] = body
+                continue
+            assert r.status_code in (200, 204), r.text
+            out[path] = body + chunk
+    return out
+
+
+def scaled_down_to_one(
+    server_factory, start_set: StartSet, lease: str, count: int
+) -> tuple[list[ServerProcess], str, dict[str, bytes]]:
+    """A set of ``count`` with writes in sync everywhere, all stopped; then r0's
+    directory served alone by a single node (no Lease), which writes more, to new
+    streams and to the set's. Returns the set's servers (stopped), its id and every
+    stream's content as r0's directory now holds it."""
+    servers = start_set(lease, count=count)
+    primary = primary_with_standbys(servers, count - 1)
+    written = write_streams(primary.base, "x")
+    for i, s in enumerate(servers):
+        until(f"r{i} serves the set's data", lambda s=s: served(s.base, written))
+    x_id = status(primary)["set_id"]
+    for s in servers:
+        s.stop()
+    single = server_factory(data_dir=servers[0].data_dir).start()
+    written = append_alone(single.base, written, "alone")
+    written |= write_streams(single.base, "alone", streams=2)
+    single.stop()
+    return servers, x_id, written
+
+
+def test_a_member_scaled_down_to_one_leaves_its_set(
+    server_factory, api: Cluster, start_set: StartSet
+) -> None:
+    """Served alone, set X's member leaves X before it writes, and says so; started
+    against X's Lease again (kept), it refuses X and its directory is left as it is.
+    The old code took it for X's member at its old position and led X again."""
+    (x,), x_id, written = scaled_down_to_one(server_factory, start_set, "leave-kept", 1)
+    kept = fingerprint(x.data_dir)
+    assert lease_set_id(api, "leave-kept") == x_id  # the operator kept the Lease
+    again = member(server_factory, api, "leave-kept", "r0", x.data_dir)
+    until(
+        "r0 refuses its old set, or leads it",
+        lambda: status(again)["problem"] or status(again)["role"] == "primary",
+    )
+    st = status(again)
+    assert st["role"] == "standby", f"r0 leads set {x_id} again: {st}"
+    assert f"holds single-node data; it cannot join set {x_id}" in st["problem"], st
+    assert served(again.base, written)  # what it wrote alone is all there
+    again.stop()
+    assert fingerprint(x.data_dir) == kept
+    assert "SET_ID" not in kept
+    logged = x.log_path.read_text()
+    left = f"WARNING stream_server.replication: this data directory left replica set {x_id}"
+    assert left in logged
+
+
+def test_a_stale_member_is_never_in_sync_with_a_member_written_to_alone(
+    server_factory, api: Cluster, start_set: StartSet
+) -> None:
+    """The defect of issue 24 (3 -> 1 -> 3): r0 served alone, then the set came back,
+    its Lease deleted, r1 on its old directory of X, r2 on a new one. The old code
+    recreated X's Lease at r0's old position, and r1, at that same position, was
+    counted in sync without anything r0 wrote alone. Now r0 starts a new set with its
+    data, r1 (X's) refuses it and is never in sync, r2 copies everything."""
+    lease = "leave-stale"
+    servers, x_id, written = scaled_down_to_one(server_factory, start_set, lease, 3)
+    assert api.delete("Lease", "default", lease).status_code == 200
+    r0 = member(server_factory, api, lease, "r0", servers[0].data_dir)
+    until("r0 leads a set with its data", lambda: status(r0)["role"] == "primary")
+    r1 = member(server_factory, api, lease, "r1", servers[1].data_dir)  # X's, stale
+    r2 = member(server_factory, api, lease, "r2", servers[2].data_dir.with_name("r2-new"))
+
+    def in_sync_check() -> bool:
+        st = status(r0)
+        if "r1" in st["in_sync"]:
+            pytest.fail(
+                f"r1 is counted in sync ({st['in_sync']}, position {status(r1)['durable']}) "
+                f"and serves what r0 wrote alone: {served(r1.base, written)}"
+            )
+        return "r2" in st["in_sync"]
+
+    until("r2 in sync (and r1 never)", in_sync_check, timeout=90)
+    y_id = lease_set_id(api, lease)
+    assert y_id != x_id and status(r0)["set_id"] == y_id  # a new set, from r0's data
+    until(
+        "r1 says why it does not join",
+        lambda: f"set {x_id}'s data" in (status(r1)["problem"] or ""),
+    )
+    assert f"cannot join set {y_id}" in status(r1)["problem"]
+    never_joins(api, lease, [r0, r2], "r1")
+    assert served(r0.base, written)  # every byte r0 wrote, alone or in X
+    until("r2 serves every byte r0 holds", lambda: served(r2.base, written))

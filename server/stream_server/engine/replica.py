@@ -27,7 +27,9 @@
   the primary), ``commit_frames`` writes LMDB and the tails, so that a
   standby's acknowledgement need not wait for its LMDB commit.
 
-None of this exists in single-node mode: ``Engine.replica`` is None there.
+None of this exists in single-node mode: ``Engine.replica`` is None there. A
+single-node start on a set member's directory makes it leave the set first
+(``leave_set``), so that what it then writes is never taken for the set's.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from stream_format.records import crc32
 from stream_server.engine import fsio
 from stream_server.engine.batch import Batch, Tail
 from stream_server.engine.errors import StorageError, StorageFailed
+from stream_server.engine.layout import remove_set_id
 
 if TYPE_CHECKING:
     from stream_server.engine.engine import Engine
@@ -61,6 +64,9 @@ log = logging.getLogger("stream_server.engine")
 
 KEY_POSITION = b"replica_position"  # DB_INFO: (term, lsn) of the last batch, "<QQ"
 KEY_TERMS = b"replica_terms"  # DB_INFO: JSON [[term, first lsn], ...], oldest first
+# DB_INFO: JSON {"set": id or "", "position": [term, lsn] or null}: the set this
+# directory left when a single node started on it (``leave_set``)
+KEY_LEFT = b"replica_left"
 POSITION = struct.Struct("<QQ")
 
 Position = tuple[int, int]
@@ -100,16 +106,22 @@ class ReplicaHooks:
         # The frames recovery replayed from the WAL, as (term, lsn, frame), for the
         # shipper to start from (``replayed``).
         self.recovered: list[tuple[int, int, bytes]] = []
+        # The set this directory left (``leave_set``), None when it left none: a set
+        # id file naming it is a leftover of the leave, not a membership.
+        self.left: str | None = None
 
     # -------------------------------------------------------------- loading
 
     def load(self, engine: Engine) -> Position:
-        """Read the position and the term history after recovery; the engine's lsn
-        continues from the stored lsn (a clean shutdown leaves an empty WAL)."""
+        """Read the position, the term history and the set left after recovery; the
+        engine's lsn continues from the stored lsn (a clean shutdown leaves an empty
+        WAL)."""
         assert engine.meta is not None
         with engine.meta.env.begin() as txn:
             raw = txn.get(KEY_POSITION, db=engine.meta.dbs[DB_INFO])
             terms = txn.get(KEY_TERMS, db=engine.meta.dbs[DB_INFO])
+            left = txn.get(KEY_LEFT, db=engine.meta.dbs[DB_INFO])
+        self.left = None if left is None else str(json.loads(bytes(left))["set"])
         if raw is not None:
             term, lsn = POSITION.unpack(bytes(raw))
             self.durable = (term, max(lsn, engine.lsn))
@@ -164,15 +176,15 @@ class ReplicaHooks:
 
 def holds_data(engine: Engine) -> bool:
     """Whether this directory holds anything a replica set could lose: a stream was
-    ever created (``next_stream_id``), a record written, or a replica position
-    recorded. Read after recovery, before the replica follows or leads."""
+    ever created (``next_stream_id``), a record written, a replica position
+    recorded, or a set left (``leave_set``: what the set had, and maybe more). Read
+    after recovery, before the replica follows or leads."""
     assert engine.meta is not None
     dbs = engine.meta.dbs
     with engine.meta.env.begin() as txn:
-        if txn.get(KEY_NEXT_STREAM_ID, db=dbs[DB_INFO]) is not None:
-            return True
-        if txn.get(KEY_POSITION, db=dbs[DB_INFO]) is not None:
-            return True
+        for key in (KEY_NEXT_STREAM_ID, KEY_POSITION, KEY_LEFT):
+            if txn.get(key, db=dbs[DB_INFO]) is not None:
+                return True
         return any(txn.cursor(db=dbs[db]).first() for db in (DB_STREAMS, DB_RECORDS))
 
 
@@ -187,13 +199,15 @@ def stamp_base(engine: Engine, hooks: ReplicaHooks, term: int) -> Position:
     behind) and re-copies, instead of following the first frame of the new term and
     missing everything before it. One LMDB transaction, flushed (meta page
     included) before this replica writes as primary, so that the frames it ships
-    after it never outlive it. Runs while the engine writes nothing else (a
-    standby's pipeline, before ``writable``)."""
+    after it never outlive it; it also drops the record of a set this directory
+    left (``leave_set``): it is now the new set's. Runs while the engine writes
+    nothing else (a standby's pipeline, before ``writable``)."""
     lsn = engine.lsn + 1
     engine._lmdb_write(
         [
             (walmod.PUT, DB_INFO, KEY_TERMS, json.dumps([[term, lsn]]).encode()),
             (walmod.PUT, DB_INFO, KEY_POSITION, POSITION.pack(term, lsn)),
+            (walmod.DELETE, DB_INFO, KEY_LEFT),
         ]
     )
     assert engine.meta is not None
@@ -201,7 +215,75 @@ def stamp_base(engine: Engine, hooks: ReplicaHooks, term: int) -> Position:
     engine.lsn = lsn
     hooks.terms = [(term, lsn)]
     hooks.durable = (term, lsn)
+    hooks.left = None
     return hooks.durable
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """The replica set a directory left (``leave_set``)."""
+
+    set_id: str  # "" for a set from before set ids
+    position: Position | None  # where its history stopped; None: it had none
+
+
+def leave_set(engine: Engine) -> Left | None:
+    """Make a replica set member's directory single-node data, before a single node
+    writes anything to it; None when it is no set's (nothing changes).
+
+    A directory is a member while it holds a set id file or a replica position
+    (``replication/identity.py``). A single node's writes move no position, so a
+    member written to alone would still look like one at its old position, and a
+    standby at that position would be counted in sync without those writes. So it
+    leaves first, in two steps, either of which a crash may stop before:
+
+    1. one LMDB transaction, flushed: the position and the term history deleted,
+       and ``replica_left`` recording the set id and the position it stopped at;
+    2. the set id file removed (the directory flushed).
+
+    Stopped before 1, the directory is the member it was, with exactly the set's
+    history (nothing was written alone yet), and the next single-node start leaves
+    again. Between 1 and 2 it has no position and a set id file naming the set it
+    left, which ``ReplicaHooks.left`` tells the classification to ignore: it is
+    single-node data (``holds_data`` counts ``replica_left``), and the next
+    single-node start removes the file. The key stays until ``stamp_base`` makes
+    the directory a new set's. A set id file naming another set than the one left
+    (a set this directory began later, before it wrote a position) is left in turn.
+
+    Runs on the recovery thread after ``Engine.open`` and before the store starts
+    its pipeline: nothing else writes meanwhile."""
+    assert engine.meta is not None
+    info = engine.meta.dbs[DB_INFO]
+    set_id = engine.layout.read_set_id()
+    with engine.meta.env.begin() as txn:
+        raw = txn.get(KEY_POSITION, db=info)
+        terms = txn.get(KEY_TERMS, db=info)
+        left = txn.get(KEY_LEFT, db=info)
+    done = None if left is None else json.loads(bytes(left))
+    if raw is None and terms is None:
+        if not set_id:
+            return None  # no set's: empty, single-node data, or a set left before
+        if done is not None and done["set"] == set_id:  # a crash stopped step 2
+            remove_set_id(engine.layout)
+            return Left(set_id, None if done["position"] is None else _pair(done["position"]))
+    position = None if raw is None else _pair(POSITION.unpack(bytes(raw)))
+    record = {"set": set_id, "position": None if position is None else list(position)}
+    engine._lmdb_write(  # step 1
+        [
+            (walmod.DELETE, DB_INFO, KEY_POSITION),
+            (walmod.DELETE, DB_INFO, KEY_TERMS),
+            (walmod.PUT, DB_INFO, KEY_LEFT, json.dumps(record).encode()),
+        ]
+    )
+    engine.meta.sync()  # durable (the meta page too) before the file goes
+    if set_id:
+        remove_set_id(engine.layout)  # step 2
+    return Left(set_id, position)
+
+
+def _pair(pair: Iterable[int]) -> Position:
+    term, lsn = pair
+    return (int(term), int(lsn))
 
 
 Applied = tuple[int, Position, list[walmod.Entry]]  # lsn, position, metadata changes

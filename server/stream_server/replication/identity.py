@@ -11,7 +11,9 @@ A set has an id (``uuid4().hex``), kept in each member's data directory (the
   the Lease's id before it follows (nothing to lose);
 - **single-node data** (data, but no set id and no replica position): it may create
   the Lease (minting an id, written to the directory first): that is how a single
-  server becomes a replica set, keeping its data. It never joins an existing set;
+  server becomes a replica set, keeping its data. It never joins an existing set.
+  A member's directory becomes single-node data when a single node starts on it
+  (``leave``, before it writes anything: its writes move no position);
 - **a member of set X** (a set id; or, from before set ids, a replica position
   without one, which adopts the Lease's id): it may create the Lease with X, and
   follows or leads only a set whose Lease names X.
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 
 from stream_format.layout import Layout, valid_set_id
 from stream_server.engine.layout import remove_set_id, write_set_id
-from stream_server.engine.replica import holds_data
+from stream_server.engine.replica import holds_data, leave_set
 
 if TYPE_CHECKING:
     from stream_server.engine.engine import Engine
@@ -72,6 +74,8 @@ class SetIdentity:
         """Read the set id and what the directory holds (a worker thread, after
         recovery and ``ReplicaHooks.load``)."""
         self.set_id = self.layout.read_set_id()
+        if engine.replica is not None and self.set_id == engine.replica.left:
+            self.set_id = ""  # the file of a set left, whose removal a crash stopped
         self.data = holds_data(engine)
         self.positioned = engine.replica is not None and engine.replica.durable != (0, 0)
 
@@ -169,6 +173,28 @@ class SetIdentity:
             await self.settle(lease_set_id)
         self.clear()
         return None
+
+
+def leave(engine: Engine) -> None:
+    """A single node starts on this directory (no ``--replication-lease``): if it is a
+    set's member, it leaves the set before anything is written (``leave_set``), and
+    says so. Its writes from now on are single-node data: the set's other members
+    lack them, so it must never again be counted in sync with them, nor they with it
+    (docs/replication.md, "A set's identity")."""
+    left = leave_set(engine)
+    if left is None:
+        return
+    named = f"replica set {left.set_id}" if left.set_id else "its replica set"
+    at = f" at position {left.position}" if left.position is not None else ""
+    log.warning(
+        "this data directory left %s%s: this server runs in single-node mode (no "
+        "--replication-lease), whose writes the set's other replicas never get. It is "
+        "single-node data now: it may start a new set, and never joins that one again "
+        "(its other replicas' directories must be deleted before they join a new set)",
+        named,
+        at,
+        extra={"fields": {"event": "left_set", "set_id": left.set_id}},
+    )
 
 
 def refusal(

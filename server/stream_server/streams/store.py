@@ -33,6 +33,7 @@ from stream_format.records import Producer
 from stream_server.engine import (
     BatchStats,
     Engine,
+    LoadedState,
     RecoveryReport,
     StorageError,
     StorageFailed,
@@ -123,9 +124,12 @@ class StreamStore:
 
     # ---------------------------------------------------------------- lifecycle
 
-    async def start(self) -> RecoveryReport:
+    async def start(self, *, opened: Callable[[], None] | None = None) -> RecoveryReport:
+        """Recover and start serving. ``opened`` runs on the recovery thread once the
+        engine is open, before the store can commit anything (no pipeline, no sweep
+        yet): the single-node start's ``replication.identity.leave``."""
         self._loop = asyncio.get_running_loop()
-        state, report = await self._loop.run_in_executor(None, self.engine.open)
+        state, report = await self._loop.run_in_executor(None, self._open, opened)
         for path, meta in state.streams.items():
             tail = state.tails.get(meta.id)
             unit = tail.unit if tail else meta.fork_offset
@@ -143,6 +147,12 @@ class StreamStore:
         self.recovery = report
         self.ready = True
         return report
+
+    def _open(self, opened: Callable[[], None] | None) -> tuple[LoadedState, RecoveryReport]:
+        found = self.engine.open()
+        if opened is not None:
+            opened()
+        return found
 
     async def stop(self) -> None:
         self.ready = False
