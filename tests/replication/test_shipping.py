@@ -128,7 +128,12 @@ def test_with_its_standbys_gone_the_primary_acknowledges_nothing(start_set) -> N
     r = httpx.post(f"{primary.base}s", content=b"lost;", headers=TEXT, timeout=30)
     assert r.status_code == 503
     assert r.headers["retry-after"] == "1"
-    assert read_all(f"{primary.base}s") == b"kept;"
+    # Below its quorum with the standbys still eligible, the primary gives the Lease up
+    # for a while (nobody takes it) and leads again: its reads answer 503 meanwhile.
+    # The 503 was an unknown outcome: the write is durable here, and is published
+    # once this replica leads again (docs/replication.md, "The ack gate").
+    content = until("the primary serves the stream", lambda: _content(primary))
+    assert content in (b"kept;", b"kept;lost;"), content
 
 
 def test_a_wiped_standby_is_copied_again_from_the_primary(start_set) -> None:

@@ -47,6 +47,10 @@ class CommitPipeline:
         # single-node mode.
         self.gate: AckGate | None = None
         self._gated: list[tuple[list[Waiting], BatchStats, int]] = []
+        # The lsn of the last gated batch whose changes reached the stream layer: those
+        # after it that the gate refused for good are durable here but were never
+        # published (the replication layer stages them when it stops being primary).
+        self.published = 0
         self._releasing: asyncio.Task[None] | None = None
 
     @property
@@ -201,3 +205,4 @@ class CommitPipeline:
             self._gated.pop(0)
             if passed:
                 self._resolve(batch, result)
+                self.published = lsn

@@ -318,6 +318,22 @@ class Written:
     positions: list[Position]
 
 
+def frame_entries(frame: bytes) -> tuple[int, list[walmod.Entry]]:
+    """A frame's lsn and entries, its checksum checked (ValueError when damaged)."""
+    magic, length, crc, lsn = walmod.FRAME_HEADER.unpack_from(frame)
+    body = memoryview(frame)[walmod.FRAME_HEADER.size :]
+    if magic != walmod.FRAME_MAGIC or len(body) != length or crc32(body) != crc:
+        raise ValueError(f"frame {lsn} is damaged")
+    return lsn, list(walmod.decode_entries(body))
+
+
+def frame_changes(frame: bytes) -> tuple[int, list[walmod.Entry]]:
+    """A frame's lsn and metadata changes (its writes to segment files left out): what
+    the stream layer learns from it."""
+    lsn, entries = frame_entries(frame)
+    return lsn, [e for e in entries if e[0] != walmod.WRITE]
+
+
 def write_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> Written | None:
     """The durable half of applying frames from the primary: segment files, the frames
     appended to the WAL as they came, one fdatasync. From here the frames survive a
@@ -336,12 +352,9 @@ def write_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> Wr
     decoded: list[tuple[int, list[walmod.Entry]]] = []
     writes: list[walmod.Entry] = []
     for frame in frames:
-        magic, length, crc, lsn = walmod.FRAME_HEADER.unpack_from(frame)
-        body = memoryview(frame)[walmod.FRAME_HEADER.size :]
-        if magic != walmod.FRAME_MAGIC or len(body) != length or crc32(body) != crc:
-            raise ValueError(f"frame {lsn} from the primary is damaged")
+        lsn, entries = frame_entries(frame)
         changes: list[walmod.Entry] = []
-        for e in walmod.decode_entries(body):
+        for e in entries:
             (writes if e[0] == walmod.WRITE else changes).append(e)
         decoded.append((lsn, changes))
     if not decoded:

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import httpx
 
-from stream_server.engine.replica import ReplicaHooks, stamp_base
+from stream_server.engine.replica import ReplicaHooks, frame_changes, stamp_base
 from stream_server.replication import identity, snapshot
 from stream_server.replication.follower import Follower
 from stream_server.replication.freshness import Freshness
@@ -237,6 +237,7 @@ class Replication:
             pass
         # Everything this replica holds becomes its history under the new term.
         self.mirror.publish(self.store.engine.lsn)
+        self.store.pipeline.published = self.store.engine.lsn
         term = self.roles.state.term
         self.hooks.term = term
         await self._stamp_base(term)
@@ -288,8 +289,30 @@ class Replication:
         while not self.store.pipeline.idle:
             await asyncio.sleep(0.005)
         self.store.table.rollback()  # queued changes of ours will never be published
+        self._stage_unpublished()
         self.follower.following = True
         log.info("standby of %s (term %d)", self.roles.state.primary_url, self.roles.state.term)
+
+    def _stage_unpublished(self) -> None:
+        """Batches this replica wrote as primary that never passed the gate (held when
+        it stopped being primary) are durable history here, in the WAL and LMDB, but
+        missing from the stream layer. Staged as a standby stages the frames it
+        applies, they become visible once a commit point covers them, or once this
+        replica leads again, as every frame it holds does; a diverged tail re-copies."""
+        upto = self.store.pipeline.published
+        if not self.failovers or upto >= self.store.engine.lsn:
+            return  # never primary in this process, or nothing held
+        self.mirror.published = upto
+        ring = self.shipper.ring
+        for _, lsn, frame in ring.since(ring.first_after(upto)):
+            self.mirror.stage(*frame_changes(frame))
+            upto = lsn
+        if upto < self.store.engine.lsn:  # older than the frames kept in memory
+            log.warning(
+                "batches up to lsn %d were never published here and are no longer in "
+                "memory: readers of this replica miss them until it restarts",
+                self.store.engine.lsn,
+            )
 
     # -------------------------------------------------------------- requests
 
