@@ -105,6 +105,7 @@ class FakeShipper:
         self.shipped = 0
         self.committed = 0
         self.noted: list[tuple[str, int, int]] = []
+        self.lost: list[tuple[str, int]] = []  # streams ended (``Shipper.stream_lost``)
 
     @property
     def lsn(self) -> int:
@@ -118,6 +119,9 @@ class FakeShipper:
 
     def note(self, name: str, after_term: int, after_lsn: int) -> None:
         self.noted.append((name, after_term, after_lsn))
+
+    def stream_lost(self, name: str, term: int) -> None:
+        self.lost.append((name, term))
 
 
 class Transport:

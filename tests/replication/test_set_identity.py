@@ -254,7 +254,10 @@ def test_a_member_scaled_down_to_one_leaves_its_set(
     st = status(again)
     assert st["role"] == "standby", f"r0 leads set {x_id} again: {st}"
     assert f"holds single-node data; it cannot join set {x_id}" in st["problem"], st
-    assert served(again.base, written)  # what it wrote alone is all there
+    # Following no primary, it vouches for no read (docs/replication.md, "Reads"): what
+    # it wrote alone stays on its volume, as the fingerprint below shows.
+    r = httpx.get(f"{again.base}{next(iter(written))}?offset=-1", timeout=10)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "STALE_REPLICA", r.text
     again.stop()
     assert fingerprint(x.data_dir) == kept
     assert "SET_ID" not in kept
