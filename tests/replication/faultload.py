@@ -25,7 +25,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
+from testkit import needs
 from testkit.faults.net import API, Net
 from testkit.faults.proxy import ApiProxy
 from testkit.history import History, Report, check
@@ -46,6 +48,14 @@ MONITOR_EVERY = 0.1  # seconds between two GET /replication to one server
 # Seconds a fault test waits for a new primary: a failover takes about lease_duration
 # plus a retry period; this is a liveness bound for a loaded 2-core machine, not a speed.
 FAILOVER_PATIENCE = 60.0
+
+
+# What the namespace tests need: Debian's ip and iptables, and root (as make test and CI
+# run), for network namespaces and their rules.
+NAMESPACES = [
+    needs.commands("ip", "iptables", install="Debian's iproute2 and iptables (make system-deps)"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+]
 
 
 # -- sets ---------------------------------------------------------------------------------

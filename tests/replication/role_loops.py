@@ -3,6 +3,7 @@ role-loop tests share (a replica, a Lease as a previous primary left it)."""
 
 from __future__ import annotations
 
+from stream_server.replication.identity import SetIdentity
 from stream_server.replication.lease import LeaseClient, LeaseRecord
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from testkit.cluster import Cluster
@@ -19,7 +20,12 @@ class Clock:
 
 
 def replica(
-    api: Cluster, lease: str, name: str, clock: Clock, position: tuple[int, int] = (0, 0)
+    api: Cluster,
+    lease: str,
+    name: str,
+    clock: Clock,
+    position: tuple[int, int] = (0, 0),
+    identity: SetIdentity | None = None,
 ) -> RoleLoop:
     demoted: list[int] = []
     loop = RoleLoop(
@@ -34,6 +40,7 @@ def replica(
         position=lambda: position,
         on_demoted=lambda: demoted.append(1) and None,
         clock=clock,
+        identity=identity,
     )
     loop.demoted = demoted  # type: ignore[attr-defined]
     return loop

@@ -15,15 +15,12 @@ the set is a liveness bound. Real processes, real TCP; see ``faultload.py``.
 
 from __future__ import annotations
 
-import os
 import time
 
-import pytest
-
-from testkit import needs
 from testkit.history import History
 from tests.replication.faultload import (
     BOUND,
+    NAMESPACES,
     ROUNDS,
     elect,
     monitor,
@@ -33,10 +30,7 @@ from tests.replication.faultload import (
 )
 from tests.replication.workload import Workload, converged, create_streams, in_sync
 
-pytestmark = [
-    needs.commands("ip", "iptables", install="Debian's iproute2 and iptables (make system-deps)"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-]
+pytestmark = NAMESPACES
 
 STREAMS = 3
 PAST_BOUND = 3.0  # seconds a cut outlasts the staleness bound

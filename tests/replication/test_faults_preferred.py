@@ -16,15 +16,12 @@ be on it.
 
 from __future__ import annotations
 
-import os
 import time
 
-import pytest
-
-from testkit import needs
 from testkit.faults.processes import kill9
 from testkit.history import History
 from tests.replication.faultload import (
+    NAMESPACES,
     ROUNDS,
     elect,
     monitor,
@@ -41,10 +38,7 @@ from tests.replication.workload import (
     until,
 )
 
-pytestmark = [
-    needs.commands("ip", "iptables", install="Debian's iproute2 and iptables (make system-deps)"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-]
+pytestmark = NAMESPACES
 
 STREAMS = 3
 SETTINGS = {

@@ -17,12 +17,13 @@ from stream_server.engine.ops import CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks, stamp_base
 from stream_server.replication.identity import WAITING, SetIdentity, refusal
 from stream_server.replication.lease import LeaseClient, LeaseRecord
-from stream_server.replication.roles import RoleConfig, RoleLoop
+from stream_server.replication.roles import RoleLoop
 from testkit.cluster import Cluster
+from tests.replication import role_loops
+from tests.replication.role_loops import DURATION, Clock
 
 SET_X = "0123456789abcdef0123456789abcdef"
 SET_Y = "fedcba9876543210fedcba9876543210"
-DURATION = 15.0
 
 
 class Recorder:
@@ -160,19 +161,6 @@ def test_the_primary_refuses_another_set_and_an_unknown_empty_follower() -> None
 # ------------------------------------------------------------ the role loop
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def lease(api: Cluster, request: pytest.FixtureRequest) -> str:
-    return "default/" + request.node.name.replace("_", "-").lower()[:50]
-
-
 def identity(
     root: Path, name: str, *, bootstrap: str = "", data: bool = False, positioned: bool = False
 ) -> SetIdentity:
@@ -191,19 +179,7 @@ def replica(
     clock: Clock,
     position: tuple[int, int] = (0, 0),
 ) -> RoleLoop:
-    return RoleLoop(
-        LeaseClient(lease, api.url),
-        RoleConfig(
-            name=name,
-            url=f"http://{name}:4437",
-            lease_duration=DURATION,
-            renew_deadline=10.0,
-            retry_period=2.0,
-        ),
-        position=lambda: position,
-        clock=clock,
-        identity=ident,
-    )
+    return role_loops.replica(api, lease, name, clock, position, identity=ident)
 
 
 def annotations(api: Cluster, lease: str) -> dict[str, str]:
