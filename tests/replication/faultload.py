@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from testkit import needs
+from testkit import needs, summary
 from testkit.faults.net import API, Net
 from testkit.faults.proxy import ApiProxy
 from testkit.history import History, Report, check
@@ -35,6 +35,7 @@ from testkit.replicaset import Launch, ReplicaSet
 from tests.replication.workload import Workload, load_until
 
 ROUNDS = int(os.environ.get("FAULT_ROUNDS", "1"))
+SUMMARY = "replica-set faults (issue 24)"  # the end-of-run figures' section
 BOUND = float(os.environ.get("FAULT_STALENESS_BOUND", "5"))
 # Short leases so that a failover takes seconds, as the failover tests have them.
 FAST = {
@@ -237,12 +238,14 @@ def verdict(
     report = check(history, final, bound=bound)
     history.dump(tmp_path / "history.jsonl")
     over = "-" if failover is None else f"{failover:.2f} s"
-    print(
-        f"\nfigures {name}: acknowledged appends {report.acknowledged}, lost "
+    figures = (
+        f"{name}: acknowledged appends {report.acknowledged}, lost "
         f"{len(report.lost)}, longest write pause {report.pause:.2f} s, longest staleness "
         f"{report.staleness:.2f} s (bound {bound:g} s), failover {over}; "
         f"{report.fresh_reads} up-to-date reads"
     )
+    print(f"\nfigures {figures}")
+    summary.report(SUMMARY, figures)
     print(f"history: {report.summary()}")
     where = f"(history in {tmp_path / 'history.jsonl'})"
     assert report.ok, f"{report.summary()} {where}"
