@@ -46,7 +46,9 @@ class CommitPipeline:
         # order for the in-sync replicas before their waiters hear of them. None in
         # single-node mode.
         self.gate: AckGate | None = None
-        self._gated: list[tuple[list[Waiting], BatchStats, int]] = []
+        # Each held batch with its lsn and the timer that answers its waiters if it is
+        # held too long (cancelled once it is released, so that it keeps nothing alive).
+        self._gated: list[tuple[list[Waiting], BatchStats, int, asyncio.TimerHandle]] = []
         # The lsn of the last gated batch whose changes reached the stream layer: those
         # after it that the gate refused for good are durable here but were never
         # published (the replication layer stages them when it stops being primary).
@@ -145,12 +147,12 @@ class CommitPipeline:
         if self.on_batch is not None:
             self.on_batch(result, len(batch))
         if self.gate is not None:
-            self._gated.append((batch, result, self.engine.lsn))
             # Each batch's own deadline, from when it reached the gate: one queued
             # behind a held batch must not wait for that batch's release to start
             # counting (the gate releases in lsn order, and may hold the first long).
             assert self._loop is not None
-            self._loop.call_later(self.gate.wait_seconds, self._overdue, batch)
+            timer = self._loop.call_later(self.gate.wait_seconds, self._overdue, batch)
+            self._gated.append((batch, result, self.engine.lsn, timer))
             if self._releasing is None or self._releasing.done():
                 self._releasing = asyncio.ensure_future(self._release())
             if self._waiting:
@@ -164,7 +166,7 @@ class CommitPipeline:
         """The batch's waiters have waited ``gate.wait_seconds``: they hear 503 (an
         unknown outcome); the batch itself stays gated and is published once
         replicated."""
-        if self.gate is None or not any(b is batch for b, _, _ in self._gated):
+        if self.gate is None or not any(b is batch for b, _, _, _ in self._gated):
             return
         error = self.gate.overdue()
         for _, fut, _, _ in batch:
@@ -190,7 +192,7 @@ class CommitPipeline:
         """
         assert self.gate is not None
         while self._gated:
-            batch, result, lsn = self._gated[0]
+            batch, result, lsn, timer = self._gated[0]
 
             def late(error: StorageError, batch: list[Waiting] = batch) -> None:
                 for _, fut, _, _ in batch:
@@ -203,6 +205,7 @@ class CommitPipeline:
                 late(StorageError(f"replication failed: {exc!r}"))
                 passed = False
             self._gated.pop(0)
+            timer.cancel()
             if passed:
                 self._resolve(batch, result)
                 self.published = lsn
