@@ -5,6 +5,8 @@ held before it (a write queued behind a held batch once waited 16.6 s)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Callable
 
 from stream_format.meta import StreamMeta
@@ -77,5 +79,33 @@ async def test_a_batch_queued_behind_a_held_one_times_out_on_its_own_deadline(tm
         assert engine.tails[1].unit == 2
     finally:
         gate.release(1 << 62)
+        await pipeline.stop()
+        engine.close()
+
+
+async def test_a_released_batch_is_kept_alive_by_nothing(tmp_path):
+    """Its overdue timer is cancelled on release: a timer left to run would keep every
+    batch of the last ``wait_seconds`` alive (ops, payloads, futures), which under
+    load costs the garbage collector more per append."""
+    engine = Engine(tmp_path / "d")
+    await asyncio.to_thread(engine.open)
+    pipeline = CommitPipeline(engine, on_failure=lambda e: None)
+    gate = HoldingGate(wait_seconds=60.0)
+    gate.release(1 << 62)
+    pipeline.gate = gate
+    pipeline.start()
+    try:
+        meta = StreamMeta(id=1, content_type="text/plain", created_at=0.0)
+        fut = pipeline.submit([CreateLog(1, 0), PutStream("s", meta)])
+        await fut
+        ref = weakref.ref(fut)
+        del fut
+        # The next batch, so that the writer thread no longer holds the first.
+        await pipeline.submit([Append(1, KIND_BYTES, [b"a"])])
+        while pipeline._gated:
+            await asyncio.sleep(0.01)
+        gc.collect()
+        assert ref() is None
+    finally:
         await pipeline.stop()
         engine.close()
