@@ -489,6 +489,16 @@ class Replication:
         log.warning("re-copy installed: restarting to recover from it")
         snapshot.restart_process()
 
+    def _admit(
+        self, name: str, url: str, set_id: str, position: identity.Position
+    ) -> FetchAnswer | None:
+        """What a stream and a fetch check first: the follower's set (a 409 for another
+        set's), then its origin is remembered (a switchover names it primary)."""
+        refused = self.set_refusal(set_id, position)
+        if refused is None and url.startswith(("http://", "https://")):
+            self.peer_urls[name] = url.rstrip("/")
+        return refused
+
     async def fetch(
         self,
         name: str,
@@ -499,11 +509,9 @@ class Replication:
         url: str = "",
         set_id: str = "",
     ) -> FetchAnswer:
-        refused = self.set_refusal(set_id, (after_term, after_lsn))
+        refused = self._admit(name, url, set_id, (after_term, after_lsn))
         if refused is not None:
             return refused
-        if url.startswith(("http://", "https://")):
-            self.peer_urls[name] = url.rstrip("/")
         return await self.shipper.fetch(name, term, after_term, after_lsn, committed)
 
     def stream(
@@ -519,13 +527,11 @@ class Replication:
     ) -> FetchAnswer | Sender:
         """A standby's stream (``sender.py``, of that wire ``version``), or why it cannot
         follow us (a fetch's 409)."""
-        refused = self.set_refusal(set_id, (after_term, after_lsn)) or self.shipper.refusal(
+        refused = self._admit(name, url, set_id, (after_term, after_lsn)) or self.shipper.refusal(
             term, after_term, after_lsn
         )
         if refused is not None:
             return refused
-        if url.startswith(("http://", "https://")):
-            self.peer_urls[name] = url.rstrip("/")
         self.shipper.note(name, after_term, after_lsn)
         return Sender(
             self.shipper, name, after_lsn, committed, heartbeat(self.settings), version=version
