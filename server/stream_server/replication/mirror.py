@@ -16,6 +16,7 @@ the table no longer holds is noticed and the index rebuilt.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from stream_format import wal
 from stream_format.meta import (
@@ -32,6 +33,7 @@ from stream_format.meta import (
     stream_path,
 )
 from stream_format.records import Producer
+from stream_server.engine.replica import frame_changes
 from stream_server.streams.model import Stream
 from stream_server.streams.store import StreamStore
 
@@ -46,6 +48,20 @@ class Mirror:
 
     def stage(self, lsn: int, changes: list[wal.Entry]) -> None:
         self.staged.append((lsn, changes))
+
+    def stage_frames(
+        self, published: int, lsn: int, frames: Iterable[tuple[int, int, bytes]]
+    ) -> bool:
+        """Frames (term, lsn, frame) this replica wrote as primary up to ``lsn`` whose
+        changes the stream layer dropped (they never passed the gate): readers see up
+        to ``published`` now, and the frames once a commit point covers them (or this
+        replica leads again, as every frame it holds). False when ``frames`` did not
+        reach ``lsn`` (older ones are no longer held)."""
+        self.published = published
+        for _, at, frame in frames:
+            self.stage(*frame_changes(frame))
+            published = at
+        return published >= lsn
 
     def publish(self, upto: int) -> None:
         """Make every staged frame at or below ``upto`` visible to readers, in order."""

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import httpx
 
-from stream_server.engine.replica import ReplicaHooks, frame_changes, stamp_base
+from stream_server.engine.replica import ReplicaHooks, stamp_base
 from stream_server.replication import identity, snapshot
 from stream_server.replication.follower import Follower
 from stream_server.replication.freshness import Freshness
@@ -180,6 +180,7 @@ class Replication:
             self.shipper.add(term, lsn, frame)
         self.hooks.recovered = []
         self.mirror.published = self.hooks.durable[1]
+        self.store.pipeline.published = self.store.engine.lsn  # recovered: all published
         self.shipper.start()
         self.follower.start()
         self.roles.start()
@@ -296,22 +297,17 @@ class Replication:
     def _stage_unpublished(self) -> None:
         """Batches this replica wrote as primary that never passed the gate (held when
         it stopped being primary) are durable history here, in the WAL and LMDB, but
-        missing from the stream layer. Staged as a standby stages the frames it
-        applies, they become visible once a commit point covers them, or once this
-        replica leads again, as every frame it holds does; a diverged tail re-copies."""
-        upto = self.store.pipeline.published
-        if not self.failovers or upto >= self.store.engine.lsn:
-            return  # never primary in this process, or nothing held
-        self.mirror.published = upto
+        missing from the stream layer: staged as a standby stages the frames it
+        applies (``Mirror.stage_frames``)."""
+        upto, lsn = self.store.pipeline.published, self.store.engine.lsn
+        if upto >= lsn:
+            return
         ring = self.shipper.ring
-        for _, lsn, frame in ring.since(ring.first_after(upto)):
-            self.mirror.stage(*frame_changes(frame))
-            upto = lsn
-        if upto < self.store.engine.lsn:  # older than the frames kept in memory
+        if not self.mirror.stage_frames(upto, lsn, ring.since(ring.first_after(upto))):
             log.warning(
                 "batches up to lsn %d were never published here and are no longer in "
                 "memory: readers of this replica miss them until it restarts",
-                self.store.engine.lsn,
+                lsn,
             )
 
     # -------------------------------------------------------------- requests

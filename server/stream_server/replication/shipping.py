@@ -189,8 +189,10 @@ class Shipper:
         if 1 + len(in_sync) >= self.quorum or self.preferred:
             # Every member, confirmed or joining: a join whose write is in flight or
             # unknown may already be in the Lease, making that standby electable.
-            members = {*in_sync, *self._joining}
-            point = min([self.lsn, *(self._acked_lsn(n) for n in members)])
+            point = self.lsn
+            for group in (in_sync, self._joining):
+                for name in group:
+                    point = min(point, self._acked_lsn(name))
         else:
             point = self.committed
         self.committed = max(self.committed, point)
