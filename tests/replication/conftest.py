@@ -4,6 +4,7 @@ and the waits the tests on them share (imported as ``tests.replication.conftest`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -62,23 +63,42 @@ def start_set(server_factory, api: Cluster) -> StartSet:
         timings: list[str] = STEADY,
         scheme: str = "http",
     ) -> list[ServerProcess]:
-        servers = []
-        for i in range(count):
-            srv = server_factory()
-            srv.scheme = scheme
-            srv.args += [
-                "--replication-lease", f"default/{lease}",
-                "--replica-name", f"r{i}",
-                "--replica-url", srv.url,
-                "--kube-api", api.url,
-                "--replication-set-size", str(set_size or count),
-                *timings,
-                *extra,
-            ]  # fmt: skip
-            servers.append(srv.start())
-        return servers
+        return [
+            start_member(
+                server_factory, api, lease, f"r{i}", set_size=set_size or count,
+                timings=[*timings, *extra], scheme=scheme,
+            )
+            for i in range(count)
+        ]  # fmt: skip
 
     return start
+
+
+def start_member(
+    server_factory,
+    api: Cluster,
+    lease: str,
+    name: str,
+    *,
+    set_size: int = 3,
+    timings: list[str] = STEADY,
+    data_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    scheme: str = "http",
+) -> ServerProcess:
+    """One server of the set holding the Lease ``default/<lease>`` (on ``data_dir``, a
+    new one by default), started; ``timings`` and any further arguments after them."""
+    srv = server_factory(data_dir=data_dir, env=env)
+    srv.scheme = scheme
+    srv.args += [
+        "--replication-lease", f"default/{lease}",
+        "--replica-name", name,
+        "--replica-url", srv.url,
+        "--kube-api", api.url,
+        "--replication-set-size", str(set_size),
+        *timings,
+    ]  # fmt: skip
+    return srv.start()
 
 
 def status(srv: ServerProcess) -> dict:

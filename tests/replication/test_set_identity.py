@@ -22,7 +22,14 @@ from stream_format.layout import Layout
 from stream_format.meta import ALL_DB_NAMES
 from testkit.cluster import Cluster
 from testkit.replicaset import ReplicaSet
-from tests.replication.conftest import STEADY, StartSet, primary_with_standbys, status, until
+from tests.replication.conftest import (
+    STEADY,
+    StartSet,
+    primary_with_standbys,
+    start_member,
+    status,
+    until,
+)
 
 BIN = {"Content-Type": "application/octet-stream"}
 LEASE_NOTE = "streams.pyds.dev/set-id"
@@ -81,20 +88,9 @@ def fingerprint(data_dir: Path) -> dict[str, str]:
     return out
 
 
-def member(
-    server_factory, api: Cluster, lease: str, name: str, data_dir: Path
-) -> ServerProcess:  # fmt: skip
+def member(server_factory, api: Cluster, lease: str, name: str, data_dir: Path) -> ServerProcess:
     """A server of the set ``default/<lease>`` (3 replicas) on ``data_dir``."""
-    srv = server_factory(data_dir=data_dir)
-    srv.args += [
-        "--replication-lease", f"default/{lease}",
-        "--replica-name", name,
-        "--replica-url", srv.url,
-        "--kube-api", api.url,
-        "--replication-set-size", "3",
-        *STEADY,
-    ]  # fmt: skip
-    return srv.start()
+    return start_member(server_factory, api, lease, name, timings=STEADY, data_dir=data_dir)
 
 
 def lease_set_id(api: Cluster, name: str) -> str:

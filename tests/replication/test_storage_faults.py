@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ServerProcess, read_all
 from testkit.cluster import Cluster
-from tests.replication.conftest import FAST, primary_with_standbys, status, until
+from tests.replication.conftest import FAST, primary_with_standbys, start_member, status, until
 
 BIN = {"Content-Type": "application/octet-stream"}
 
@@ -28,16 +28,7 @@ def _member(
     server_factory, api: Cluster, lease: str, name: str, *, data_dir: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> ServerProcess:  # fmt: skip
-    srv = server_factory(data_dir=data_dir, env=env)
-    srv.args += [
-        "--replication-lease", f"default/{lease}",
-        "--replica-name", name,
-        "--replica-url", srv.url,
-        "--kube-api", api.url,
-        "--replication-set-size", "3",
-        *FAST,
-    ]  # fmt: skip
-    return srv.start()
+    return start_member(server_factory, api, lease, name, timings=FAST, data_dir=data_dir, env=env)
 
 
 def _post(url: str, body: bytes) -> int:
