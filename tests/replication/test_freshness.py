@@ -324,6 +324,12 @@ class Gate:
             return None
         return 503, [(b"retry-after", b"1")], b"stale\n"
 
+    def stale(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        loop.call_later(self.fresh_for(), lambda: future.done() or future.set_result(None))
+        return future
+
 
 @pytest.fixture
 async def node(tmp_path: Path):

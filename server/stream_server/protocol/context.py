@@ -9,6 +9,7 @@ from.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,6 +44,11 @@ class ReadGate(Protocol):
 
     def read_refusal(self) -> tuple[int, Headers, bytes] | None:
         """None while reads may be answered; else the refusal to send."""
+        ...
+
+    def stale(self) -> asyncio.Future[None]:
+        """Resolves once reads may no longer be answered (done already if so now): one
+        future that every live read waits on beside its data."""
         ...
 
 

@@ -10,9 +10,9 @@ reconnect interval passes at the tail (then the client reconnects with the
 last cursor it was sent). The slots and the hangup machinery live in
 ``live``; this module is the reading.
 
-On a replica set's member (``ctx.read_gate``) a live read waits no longer
-than the replica stays current within its staleness bound, and looks again
-whenever it wakes: a long-poll on a replica that fell behind (its primary
+On a replica set's member (``ctx.read_gate``) a live read's wait also ends
+when the replica stops being current within its staleness bound (an event,
+``ReadGate.stale``), and it looks again whenever it wakes: a long-poll on a replica that fell behind (its primary
 paused, a partition) is then answered 503 as a new read would be, and an SSE
 response ends (as at its reconnect interval), so that the client reconnects
 and hears the 503. Neither ever says up to date from a tail it cannot vouch for.
@@ -20,6 +20,7 @@ and hears the 503. Neither ever says up to date from a tail it cannot vouch for.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import time
@@ -38,8 +39,6 @@ from stream_server.streams.errors import StreamError
 from stream_server.streams.model import Stream
 
 log = logging.getLogger("stream_server.protocol")
-
-MIN_WAIT = 0.01  # seconds: the shortest piece a live read's wait is cut into (``_wait``)
 
 
 async def long_poll(
@@ -139,21 +138,26 @@ async def sse(
 
 
 async def _wait(ctx: Context, s: Stream, unit: int, timeout: float, hangup: Hangup) -> None:
-    """``store.wait`` for data past ``unit``, on a replica set's member no longer than
-    it stays current (module doc)."""
+    """``store.wait`` for data past ``unit``; on a replica set's member it also ends the
+    moment the replica stops being current (``ReadGate.stale``: one future for every
+    live read, woken by one timer, not a timer per reader)."""
     gate = ctx.read_gate
     if gate is None:
         await ctx.store.wait(s, unit, timeout, hangup.future)
         return
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        fresh = gate.fresh_for()
-        if left <= 0 or fresh <= 0:
-            return
-        # Freshness is renewed about once a heartbeat, so this wait usually ends with it
-        # renewed: wait again for what is left.
-        if await ctx.store.wait(s, unit, min(left, max(fresh, MIN_WAIT)), hangup.future):
-            return
-        if hangup.happened or not ctx.store.ready:
-            return
+    stale = gate.stale()
+    if stale.done():
+        return
+    either: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def end(_: asyncio.Future[Any]) -> None:
+        if not either.done():
+            either.set_result(None)
+
+    for f in (hangup.future, stale):
+        f.add_done_callback(end)
+    try:
+        await ctx.store.wait(s, unit, timeout, either)
+    finally:
+        for f in (hangup.future, stale):
+            f.remove_done_callback(end)

@@ -161,6 +161,7 @@ class Replication:
         self.failovers = 0  # times this replica became primary
         self._tasks: list[asyncio.Task[None]] = []
         self._asking: set[asyncio.Task[None]] = set()  # ``_check_term_of`` under way
+        self._stale: asyncio.Future[None] | None = None  # ``stale``: live reads wait on it
         # Paused before the store starts them: a standby until the Lease says otherwise.
         store.expiry.pause()
         store.retention.pause()
@@ -350,6 +351,25 @@ class Replication:
         if self.primary_mode:
             return self.roles.acknowledge_for
         return self.freshness.fresh_for()
+
+    def stale(self) -> asyncio.Future[None]:
+        """Resolves once this replica's reads stop being current (``ReadGate.stale``).
+        One future for every live read, and one timer at the moment freshness would
+        run out, moved on when it was renewed meanwhile."""
+        if self._stale is None or self._stale.done():
+            self._stale = asyncio.get_running_loop().create_future()
+            self._check_stale()
+        return self._stale
+
+    def _check_stale(self) -> None:
+        future = self._stale
+        if future is None or future.done():
+            return
+        left = self.fresh_for()
+        if left <= 0:
+            future.set_result(None)
+        else:
+            asyncio.get_running_loop().call_later(left, self._check_stale)
 
     def read_refusal(self) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
         """None while reads here may be answered (as up to date); else the 503 to give
