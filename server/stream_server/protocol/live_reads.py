@@ -12,10 +12,10 @@ last cursor it was sent). The slots and the hangup machinery live in
 
 On a replica set's member (``ctx.read_gate``) a live read's wait also ends
 when the replica stops being current within its staleness bound (an event,
-``ReadGate.stale``), and it looks again whenever it wakes: a long-poll on a replica that fell behind (its primary
-paused, a partition) is then answered 503 as a new read would be, and an SSE
-response ends (as at its reconnect interval), so that the client reconnects
-and hears the 503. Neither ever says up to date from a tail it cannot vouch for.
+``ReadGate.stale``), and it looks again whenever it wakes: a long-poll on a
+replica that fell behind (its primary paused, a partition) is then answered
+503 as a new read would be, and an SSE response ends (as at its reconnect
+interval), so that the client reconnects and hears the 503. Neither ever says up to date from a tail it cannot vouch for.
 """
 
 from __future__ import annotations
