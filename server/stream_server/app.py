@@ -123,7 +123,7 @@ class StreamServerApp:
         ]
         if self.replication is not None:
             # Reads only while this replica is current within its staleness bound.
-            self.streams.context.read_gate = self.replication
+            self.streams.context.read_gate = self.replication.reads
             # Deliveries, wakes and lease expiries only on the primary: a standby would
             # send duplicates and write records it may not (docs/replication.md).
             self.subscriptions.primary_only = True

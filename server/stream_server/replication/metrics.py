@@ -55,7 +55,7 @@ class ReplicationCollector(Collector):
             "read_fresh",
             "1 while this replica answers reads (current within the read staleness bound), "
             "0 while it refuses them with 503",
-            r.fresh_for() > 0,
+            r.reads.fresh_for() > 0,
         )
         shipped = CounterMetricFamily(f"{PREFIX}_frames_shipped", "WAL frames sent to standbys")
         shipped.add_metric([], shipper.shipped)

@@ -22,12 +22,7 @@ durability it writes alone and reports itself degraded. During a switchover
 ``Stream-Primary`` naming the new primary once this replica has handed over.
 
 Reads are answered only while this replica knows it is current within
-``replication_read_staleness`` (docs/replication.md, "Reads"): the primary
-while it may acknowledge (renewed within the renew deadline, so that no other
-primary can exist), a standby until its last stamp the primary answered plus
-the bound (``freshness.py``). Past that every stream read gets 503 with
-``Retry-After: 1``, ``Stream-Primary`` when known, and a JSON error saying
-why (``read_refusal``, which the protocol layer asks, as its ``ReadGate``).
+``replication_read_staleness`` (``reads.py``, the protocol layer's read gate).
 
 With ``--replication-token-file`` the peer endpoints (fetch, snapshot,
 switchover) need the set's shared secret, and this replica sends it on its own
@@ -59,6 +54,7 @@ from stream_server.replication.lease import LeaseClient
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_tls import PeerTls
 from stream_server.replication.peer_token import PeerToken
+from stream_server.replication.reads import RETRY_AFTER, ReadFence
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.sender import Sender
 from stream_server.replication.settings import (
@@ -73,7 +69,6 @@ from stream_server.streams.store import StreamStore
 
 log = logging.getLogger("stream_server.replication")
 
-RETRY_AFTER = 1  # seconds: a failover or an ISR change is a lease round away
 # Seconds a primary that is stopping spends at most on handing the Lease over; within
 # the server's stop, which a pod's termination grace period (30 s) bounds.
 STOP_SWITCHOVER_TIMEOUT = 5.0
@@ -134,6 +129,8 @@ class Replication:
         store.pipeline.gate = self.shipper
         self.mirror = Mirror(store)
         self.freshness = Freshness(settings.replication_read_staleness)
+        # The protocol layer's read gate (``reads.py``).
+        self.reads = ReadFence(settings, self.roles, self.freshness, lambda: self.primary_mode)
         self.follower = Follower(
             self.roles,
             store.engine,
@@ -161,7 +158,6 @@ class Replication:
         self.failovers = 0  # times this replica became primary
         self._tasks: list[asyncio.Task[None]] = []
         self._asking: set[asyncio.Task[None]] = set()  # ``_check_term_of`` under way
-        self._stale: asyncio.Future[None] | None = None  # ``stale``: live reads wait on it
         # Paused before the store starts them: a standby until the Lease says otherwise.
         store.expiry.pause()
         store.retention.pause()
@@ -344,65 +340,6 @@ class Replication:
                 return Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], why.encode())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(state.changed.wait(), left)
-
-    def fresh_for(self) -> float:
-        """Seconds this replica's reads stay current within the bound (0: stale): the
-        primary's while it may acknowledge, else what the standby's stamps show."""
-        if self.primary_mode:
-            return self.roles.acknowledge_for
-        return self.freshness.fresh_for()
-
-    def stale(self) -> asyncio.Future[None]:
-        """Resolves once this replica's reads stop being current (``ReadGate.stale``).
-        One future for every live read, and one timer at the moment freshness would
-        run out, moved on when it was renewed meanwhile."""
-        if self._stale is None or self._stale.done():
-            self._stale = asyncio.get_running_loop().create_future()
-            self._check_stale()
-        return self._stale
-
-    def _check_stale(self) -> None:
-        future = self._stale
-        if future is None or future.done():
-            return
-        left = self.fresh_for()
-        if left <= 0:
-            future.set_result(None)
-        else:
-            asyncio.get_running_loop().call_later(left, self._check_stale)
-
-    def read_refusal(self) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
-        """None while reads here may be answered (as up to date); else the 503 to give
-        (status, headers, body). Changes nothing."""
-        if self.fresh_for() > 0:
-            return None
-        bound = self.settings.replication_read_staleness
-        if self.primary_mode:
-            why = (
-                f"this primary could not renew its Lease within {self.roles.config.renew_deadline:g}"
-                f" s and may have been replaced; reads are refused past the {bound:g} s "
-                "staleness bound until it renews or follows the new primary"
-            )
-        elif (age := self.freshness.age()) is None:
-            why = (
-                "this replica has not yet heard from a primary that may acknowledge; reads are "
-                f"refused until it has (staleness bound {bound:g} s)"
-            )
-        else:
-            why = (
-                f"this replica last heard from its primary {age:.1f} s ago; reads are refused "
-                f"past the {bound:g} s staleness bound"
-            )
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"cache-control", b"no-store"),
-            (b"retry-after", str(RETRY_AFTER).encode()),
-        ]
-        primary = self.roles.state.primary_url
-        if primary and primary.rstrip("/") != self.settings.replica_url.rstrip("/"):
-            headers.append((b"stream-primary", primary.encode()))
-        body = {"error": {"code": "STALE_REPLICA", "message": why}}
-        return 503, headers, json.dumps(body).encode()
 
     def _not_primary(self) -> Refusal:
         primary = self.roles.state.primary_url
@@ -594,6 +531,6 @@ class Replication:
             "problem": None if primary else (self.identity.problem or self.follower.problem),
             "set_id": self.identity.set_id,
             "failovers": self.failovers,
-            "fresh_for": round(self.fresh_for(), 3),
+            "fresh_for": round(self.reads.fresh_for(), 3),
             "read_staleness": self.settings.replication_read_staleness,
         }
