@@ -1,5 +1,10 @@
 """The engine's side of replication: what a replica set needs from the commit path.
 
+Over 400 lines because it holds every LMDB key a replica set adds to the engine's
+data (position, term history, a standby's applied frames, a set's base and a
+member's leaving) with the code that writes them: the on-disk half of the
+safety argument reads one module.
+
 - ``ReplicaHooks.stamp`` puts the replica position (term, lsn) into every
   batch's metadata, so that it is in the WAL frame and in LMDB in the same
   commit: the position survives a restart with the data it describes, and a

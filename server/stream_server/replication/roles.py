@@ -1,8 +1,11 @@
 """The role loop: who is primary, decided only by CAS writes on the Lease.
 
 Over 400 lines because every write to the Lease (create, renew, acquire, take a
-hand-over, hand over, release, change the in-sync set) is here, next to the state
-they change: the safety argument reads one module.
+hand-over, hand over, release, give up for want of a quorum, change the in-sync
+and eligible sets, settle a write whose answer was lost) and every way this
+replica learns it was deposed (a round, the Lease watch, the renew-deadline
+watchdog, a newer term heard from a peer) is here, next to the state they
+change: the safety argument reads one module.
 
 Every ``lease_retry_period`` a replica reads the Lease and
 

@@ -1,6 +1,11 @@
 """The replica set as the app sees it: the role loop, the switch between primary
 and standby mode, what this replica refuses, and ``GET /replication``.
 
+Over 400 lines because it is where the parts meet: each piece of logic lives in
+its own module (roles, shipping, follower, mirror, identity, reads, snapshot,
+switchover), and this one holds what needs several of them at once: the role
+switch, the refusals, the peer endpoints' checks and the re-copy.
+
 Primary mode: the engine accepts batches under the Lease's term and the
 pipeline's ack gate is the shipper's. Standby mode: the engine refuses every
 batch of its own (only the follower's frames are written), the stream layer's

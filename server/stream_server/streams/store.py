@@ -1,6 +1,6 @@
 """The stream store: the one place that coordinates every operation on streams.
 
-(About 440 lines: the create and append checks stay together here, as each is one
+(About 500 lines: the create and append checks stay together here, as each is one
 synchronous check-and-reserve step that must read as a whole.)
 
 All validation runs on the event loop against each stream's pending state
