@@ -37,16 +37,18 @@ import logging
 import os
 import signal
 import ssl
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from stream_server.auth import TokenAuth
 
 log = logging.getLogger("stream_server.rotation")
 
 Signature = tuple[object, ...]
+T = TypeVar("T")
 
 
 def signature(paths: Sequence[str]) -> Signature:
@@ -68,6 +70,40 @@ def signature(paths: Sequence[str]) -> Signature:
         except OSError as exc:
             out.append((path, "missing", exc.errno))
     return tuple(out)
+
+
+class Reloaded(Generic[T]):
+    """A value loaded from files and loaded again when they change, looked at no more
+    than once a ``recheck`` seconds when it is asked for: for what the requests
+    themselves need (the peer token, the peers' TLS context), with no watcher task.
+    A change that does not load (``load`` raises ValueError) keeps the value in use
+    and is logged; the next change is tried again."""
+
+    def __init__(
+        self, what: str, paths: Sequence[str], load: Callable[[], T], recheck: float
+    ) -> None:
+        self.what = what
+        self.paths = tuple(paths)
+        self.load = load
+        self.recheck = recheck
+        self._seen = signature(self.paths)
+        self._value = load()  # at start, where a file that does not load stops the server
+        self._checked = time.monotonic()
+
+    def get(self) -> T:
+        now = time.monotonic()
+        if self.paths and now - self._checked >= self.recheck:
+            self._checked = now
+            seen = signature(self.paths)
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    self._value = self.load()
+                except ValueError as exc:
+                    log.error("%s changed but does not load, keeping it: %s", self.what, exc)
+                else:
+                    log.info("%s reloaded from %s", self.what, ", ".join(self.paths))
+        return self._value
 
 
 @dataclass

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-import time
 from pathlib import Path
 from typing import Protocol
 
@@ -37,7 +36,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
-from stream_server.rotation import Signature, signature
+from stream_server.rotation import Reloaded
 
 log = logging.getLogger("stream_server.replication")
 
@@ -127,27 +126,11 @@ class PeerTls:
 
     def __init__(self, s: TlsSettings) -> None:
         self.settings = s
-        self.paths = tuple(
-            p for p in (s.replication_ca_file, s.replication_cert_file, s.replication_key_file) if p
+        paths = (s.replication_ca_file, s.replication_cert_file, s.replication_key_file)
+        self._context = Reloaded(
+            "the peers' TLS files", [p for p in paths if p], lambda: build(s), RECHECK
         )
-        self._seen: Signature = signature(self.paths)
-        self._context = build(s)
-        self._checked = time.monotonic()
 
     def context(self) -> ssl.SSLContext:
         """The context for a new connection to a peer."""
-        if not self.paths:
-            return self._context
-        now = time.monotonic()
-        if now - self._checked >= RECHECK:
-            self._checked = now
-            seen = signature(self.paths)
-            if seen != self._seen:
-                self._seen = seen
-                try:
-                    self._context = build(self.settings)
-                except ValueError as exc:
-                    log.error("the peers' TLS files changed but do not load, keeping them: %s", exc)
-                else:
-                    log.info("the peers' TLS files reloaded from %s", ", ".join(self.paths))
-        return self._context
+        return self._context.get()

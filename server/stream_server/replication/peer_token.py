@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 from pathlib import Path
 
-from stream_server.rotation import Signature, signature
+from stream_server.rotation import Reloaded
 
 log = logging.getLogger("stream_server.replication")
 
@@ -52,24 +51,10 @@ class PeerToken:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._seen: Signature = signature((path,))
-        self._secret = read_secret(path)
-        self._checked = time.monotonic()
+        self._secret = Reloaded("the peer token file", (path,), lambda: read_secret(path), RECHECK)
 
     def secret(self) -> str:
-        now = time.monotonic()
-        if now - self._checked >= RECHECK:
-            self._checked = now
-            seen = signature((self.path,))
-            if seen != self._seen:
-                self._seen = seen
-                try:
-                    self._secret = read_secret(self.path)
-                except ValueError as exc:
-                    log.error("the peer token file changed but does not load, keeping it: %s", exc)
-                else:
-                    log.info("peer token reloaded from %s", self.path)
-        return self._secret
+        return self._secret.get()
 
     def allows(self, authorization: str | None) -> bool:
         """Whether a request's ``Authorization`` header carries the secret."""
