@@ -492,17 +492,23 @@ class RoleLoop:
         if self.is_primary:
             log.error("storage failed closed (%s): giving up the Lease", reason)
             await self._demote(self.state.term, None)
+        await self._vacate(record, set(record.eligible) - {self.config.name})
+
+    async def _vacate(self, record: LeaseRecord, eligible: set[str]) -> None:
+        """One CAS that empties the holder and keeps the term, so that an eligible
+        replica may take the Lease at once; lost or refused, the Lease runs out (or
+        the next round writes it again) instead."""
         new = replace(
             record,
             holder="",
             primary_url="",
-            eligible=sorted(set(record.eligible) - {self.config.name}),
+            eligible=sorted(eligible),
             positions=self._positions(record),
         )
         try:
             written = await self.client.replace(new)
         except (LeaseConflict, LeaseUnavailable) as exc:
-            log.warning("could not give up the Lease (the next round tries again): %s", exc)
+            log.warning("could not give up the Lease: %s", exc)
             return
         self._observe(written, self.clock())
 
@@ -688,19 +694,7 @@ class RoleLoop:
         log.error("giving up the Lease: %s", reason)
         self._gave_up_at = self.clock()
         await self._demote(self.state.term, None)
-        new = replace(
-            record,
-            holder="",
-            primary_url="",
-            eligible=sorted({*record.eligible, self.config.name}),
-            positions=self._positions(record),
-        )
-        try:
-            written = await self.client.replace(new)
-        except (LeaseConflict, LeaseUnavailable) as exc:
-            log.warning("could not give up the Lease (it runs out instead): %s", exc)
-            return
-        self._observe(written, self.clock())
+        await self._vacate(record, {*record.eligible, self.config.name})
 
     def _changed(self) -> None:
         self.state.changed.set()
