@@ -295,7 +295,7 @@ def render(report: Mapping[str, Any], now: datetime.datetime | None = None) -> s
         ]
     else:
         out.append("Conditions:   all as expected")
-    header = ["POD", "ROLE", "READY", "IN-SYNC", "POSITION", "LAG", "RESTARTS", "FENCED"]
+    header = ["POD", "ROLE", "READY", "IN-SYNC", "POSITION", "LAG-BATCHES", "RESTARTS", "FENCED"]
     live = any("live" in r for r in report["pods"])
     if live:
         header += ["LIVE-ROLE", "LIVE-POSITION", "LIVE-LAG", "PROBLEM"]
