@@ -25,9 +25,10 @@ from primary_stand_in import StandIn, primary_stand_in
 
 from stream_operator import KIND
 from stream_operator.kubectl_plugin import PluginError, fencing
-from testkit import wait_for
+from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
+from testkit.kubelet import Kubelet
 from testkit.leases import write_replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
@@ -367,3 +368,83 @@ def test_the_fenced_list_follows_cloudnativepgs_rules():
         fencing.unfence(["*"], ["events-1"], all_pods=False)
     with pytest.raises(PluginError):
         fencing.fenced_list('{"events-1": true}')
+
+
+def documented_role() -> dict[str, Any]:
+    """The ClusterRole docs/kubernetes.md gives a user of the plugin, as it is printed."""
+    doc = (ROOT / "docs" / "kubernetes.md").read_text()
+    section = doc.split("## The kubectl plugin", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    role = yaml.safe_load("\n".join(line.removeprefix("  ") for line in block.splitlines()))
+    assert role["kind"] == "ClusterRole"
+    return role
+
+
+# Short leases, so the servers elect at once (the e2e replica-set test's timings).
+LIVE_SPEC: dict[str, Any] = {
+    "replicas": 2,
+    "replication": {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 4, "retryPeriodSeconds": 1},
+    "server": {"logFormat": "plain"},
+    "lifecycle": {"readinessPeriodSeconds": 1},
+}
+
+
+def test_live_status_and_a_switchover_with_real_servers_and_only_the_documented_rights(
+    tmp_path: Path,
+):
+    """The pods are real server processes (the kubelet stand-in) that elect their primary
+    through the Lease: ``--live`` reads each one's ``GET /replication`` through the API
+    server's pod proxy, a switchover is made by the real primary, and every request the
+    plugin made is granted by the ClusterRole the docs give, which grants nothing else."""
+    from stream_operator import replica_set
+
+    with (
+        cluster() as c,
+        running_operator(c),
+        Kubelet(c, NS, "events", tmp_path / "pods", restart_delay=1.0) as kubelet,
+    ):
+        config = kubeconfig(tmp_path / "config", c.url)
+        c.api.pod_network = lambda namespace, pod, port: kubelet.url_of(pod)
+        replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        try:
+            c.create(durable_stream("events", LIVE_SPEC, NS)).raise_for_status()
+            wait_for(
+                lambda: (
+                    status_of(c).get("inSyncReplicas") == 2 and status_of(c).get("phase") == "Ready"
+                ),
+                timeout=120,
+                message=lambda: f"two in sync: {status_of(c)}",
+            )
+            primary = status_of(c)["primary"]
+            standby = next(p for p in ("events-0", "events-1") if p != primary)
+
+            done = plugin(config, "status", "events", "--live", "-o", "json")
+            assert done.returncode == 0, done.stderr
+            live = {r["pod"]: r["live"] for r in json.loads(done.stdout)["pods"]}
+            assert live[primary]["role"] == "primary" and live[primary]["lagBatches"] == 0
+            assert live[standby]["role"] == "standby" and live[standby]["problem"] is None
+            assert all(isinstance(x, int) for x in live[standby]["durable"])
+            assert isinstance(live[standby]["lagBatches"], int)
+            text = plugin(config, "status", "events", "--live")
+            assert "LIVE-ROLE" in text.stdout.splitlines()[-3]
+
+            moved = plugin(config, "switchover", "events", standby, "--timeout", "90")
+            assert moved.returncode == 0, moved.stderr
+            assert moved.stdout.splitlines()[-1].startswith(f"{standby} is the primary now")
+            assert status_of(c)["primary"] == standby
+            for args in (("fence", "events", primary), ("unfence", "events", primary)):
+                assert plugin(config, *args).returncode == 0
+            assert plugin(config, "hibernate", "events", "off").returncode == 0
+        finally:
+            replica_set.use_pod_urls(None)
+        calls = [x for x in c.api.requests if x.agent.startswith("kubectl-dstream")]
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "plugin-user", "namespace": NS},
+        "roleRef": {"kind": "ClusterRole", "name": "durable-streams-kubectl-plugin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "user", "namespace": NS}],
+    }
+    granted = rbac.grants([documented_role(), binding], "user", NS)
+    assert rbac.denied(calls, granted) == []
+    assert rbac.unused(calls, granted) == []

@@ -13,7 +13,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -52,9 +52,10 @@ def _json(api: client.ApiClient, obj: Any) -> Any:
 
 def read_stream(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     try:
-        return client.CustomObjectsApi(api).get_namespaced_custom_object(
+        found = client.CustomObjectsApi(api).get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name, _request_timeout=TIMEOUT
         )
+        return cast("dict[str, Any]", found)  # a custom object: JSON as it came
     except ApiException as exc:
         if exc.status == 404:
             raise PluginError(
@@ -134,7 +135,8 @@ def _live(
     for pod in pods:
         name = pod["metadata"]["name"]
         try:
-            raw = core.connect_get_namespaced_pod_proxy_with_path(
+            # Unparsed (_preload_content=False): the urllib3 response, not the typed str.
+            raw: Any = core.connect_get_namespaced_pod_proxy_with_path(
                 f"{scheme}{name}:{CONTAINER_PORT}",
                 namespace,
                 "replication",
@@ -176,7 +178,7 @@ def _annotate(
     meta: dict[str, Any] = {"annotations": notes}
     if resource_version:
         meta["resourceVersion"] = resource_version
-    return client.CustomObjectsApi(api).patch_namespaced_custom_object(
+    patched = client.CustomObjectsApi(api).patch_namespaced_custom_object(
         GROUP,
         VERSION,
         namespace,
@@ -186,6 +188,7 @@ def _annotate(
         _content_type=MERGE_PATCH,
         _request_timeout=TIMEOUT,
     )
+    return cast("dict[str, Any]", patched)
 
 
 def hibernate(api: client.ApiClient, namespace: str, name: str, on: bool, out: TextIO) -> int:

@@ -17,6 +17,8 @@ from kubernetes.config.config_exception import ConfigException
 
 from stream_operator.kubectl_plugin import PluginError
 
+# What the API server's audit log and the RBAC tests see (kubectl sends its own name too).
+USER_AGENT = "kubectl-dstream"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -36,7 +38,9 @@ def connect(
             if SERVICE_ACCOUNT_NAMESPACE.exists()
             else "default"
         )
-        return client.ApiClient(configuration), namespace or inside
+        api = client.ApiClient(configuration)
+        api.user_agent = USER_AGENT
+        return api, namespace or inside
     try:
         contexts, current = config.list_kube_config_contexts(config_file=path)
     except (ConfigException, OSError) as exc:
@@ -56,4 +60,5 @@ def connect(
         )
     except (ConfigException, OSError) as exc:
         raise PluginError(f"cannot use context {chosen['name']!r}: {exc}") from None
+    api.user_agent = USER_AGENT
     return api, namespace or (chosen.get("context") or {}).get("namespace") or "default"
