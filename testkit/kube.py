@@ -26,7 +26,9 @@ adds them, the way kube-apiserver does them:
 - StorageClasses as admission uses them: a PVC created without a class gets
   the default one, and growing a PVC whose class does not set
   ``allowVolumeExpansion: true`` (or a PVC without a class) is refused with
-  403, as the PersistentVolumeClaimResize admission plugin refuses it.
+  403, as the PersistentVolumeClaimResize admission plugin refuses it;
+- the pod proxy (``pods/NAME:PORT/proxy/PATH``, ``testkit.pod_proxy``) to where the
+  test says each pod listens (``pod_network``).
 
 Every request is recorded (``ApiServer.requests``: the RBAC verb, group and
 resource it needs, and its User-Agent) so that a test can check that the
@@ -52,6 +54,8 @@ import jsonschema
 import kmock
 from kmock._internal import dicts, enums, rendering
 from kubernetes.utils import parse_quantity
+
+from testkit import pod_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
@@ -183,6 +187,8 @@ class ApiServer(kmock.KubernetesEmulator):
         self._schemas: dict[Any, dict[str, Any]] = {}
         self._status_subresource: set[Any] = set()
         self.requests: list[Call] = []  # every resource request, in order
+        # Where each pod listens, for the pod proxy (testkit.pod_proxy); None: nowhere.
+        self.pod_network: pod_proxy.PodNetwork | None = None
         self.resources.load_bundled()
         for res, info in list(self.resources.items()):
             if "status" in info.subresources:
@@ -253,6 +259,15 @@ class ApiServer(kmock.KubernetesEmulator):
         self._forget_old_requests()
         if request.method == enums.method.PUT and request.resource and request.name:
             return await self._serve_put(request)  # kmock serves no PUT
+        if pod_proxy.is_pod_proxy(request):
+            agent = request.headers.get("User-Agent") or ""
+            verb = pod_proxy.verb(request)
+            self.requests.append(Call(verb, "", "pods/proxy", agent, request.namespace))
+            name = pod_proxy.split_name(request.name or "")[1]
+            key = (request.resource, request.namespace, name)
+            alive = key in self._objects and not self._objects[key].deleted
+            pod = self._objects[key].raw if alive else None
+            return await pod_proxy.serve(request, pod, self.pod_network)
         verb = _verb(request)
         if verb is not None:
             self._record(request, verb)

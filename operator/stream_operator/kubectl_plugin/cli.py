@@ -1,0 +1,120 @@
+"""``kubectl-dstream``: the arguments, and the exit status (0 done, 1 refused or failed).
+
+kubectl passes every argument after ``kubectl dstream`` to the plugin unparsed, so the
+connection flags (``-n``, ``--context``, ``--kubeconfig``) are accepted before the
+subcommand and after it, as kubectl accepts them anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import urllib3
+
+from stream_operator.kubectl_plugin import PluginError, commands
+from stream_operator.kubectl_plugin.connect import connect
+
+
+def _connection_flags(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "-n", "--namespace", default=default, help="the namespace (default: the context's)"
+    )
+    parser.add_argument("--context", default=default, help="the kubeconfig context to use")
+    parser.add_argument(
+        "--kubeconfig", default=default, help="the kubeconfig file (default: $KUBECONFIG)"
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="kubectl dstream",
+        description="Look after DurableStreams: status, switchover, hibernation, fencing.",
+    )
+    _connection_flags(top, None)
+    # In the subcommands the flags keep what was given before the subcommand, if anything.
+    shared = argparse.ArgumentParser(add_help=False)
+    _connection_flags(shared, argparse.SUPPRESS)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    status = sub.add_parser(
+        "status", parents=[shared], help="phase, Lease, each replica's role, lag and term"
+    )
+    status.add_argument("name", help="the DurableStream")
+    status.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    status.add_argument(
+        "--live",
+        action="store_true",
+        help="also ask each pod for GET /replication (through the API server's pod proxy)",
+    )
+
+    switch = sub.add_parser(
+        "switchover", parents=[shared], help="make an in-sync standby the primary"
+    )
+    switch.add_argument("name", help="the DurableStream")
+    switch.add_argument("target", help="the pod to become primary, e.g. events-2")
+    switch.add_argument(
+        "--no-wait", dest="wait", action="store_false", help="annotate and return at once"
+    )
+    switch.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the outcome (60)"
+    )
+
+    hib = sub.add_parser(
+        "hibernate", parents=[shared], help="scale to zero keeping the data (on), or wake (off)"
+    )
+    hib.add_argument("name", help="the DurableStream")
+    hib.add_argument("state", choices=["on", "off"])
+
+    for verb, what in (("fence", "fence pods (up, not ready)"), ("unfence", "unfence pods")):
+        cmd = sub.add_parser(verb, parents=[shared], help=what)
+        cmd.add_argument("name", help="the DurableStream")
+        cmd.add_argument("pods", nargs="*", metavar="POD", help="pod names, e.g. events-1")
+        cmd.add_argument("--all", dest="all_pods", action="store_true", help="every pod")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    out = sys.stdout
+    try:
+        api, namespace = connect(args.kubeconfig, args.context, args.namespace)
+        with api:
+            if args.command == "status":
+                return commands.status(
+                    api,
+                    namespace,
+                    args.name,
+                    live=args.live,
+                    as_json=args.output == "json",
+                    out=out,
+                )
+            if args.command == "switchover":
+                return commands.switchover(
+                    api,
+                    namespace,
+                    args.name,
+                    args.target,
+                    wait=args.wait,
+                    timeout=args.timeout,
+                    out=out,
+                )
+            if args.command == "hibernate":
+                return commands.hibernate(api, namespace, args.name, args.state == "on", out)
+            return commands.fence(
+                api,
+                namespace,
+                args.name,
+                args.pods,
+                all_pods=args.all_pods,
+                on=args.command == "fence",
+                out=out,
+            )
+    except urllib3.exceptions.HTTPError as exc:
+        why: object = f"cannot reach the API server: {exc}"
+    except PluginError as exc:
+        why = exc
+    out.flush()
+    print(f"error: {why}", file=sys.stderr)
+    return 1
