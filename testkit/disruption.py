@@ -29,6 +29,7 @@ eviction and the deletion it sees, is always empty here and is left out.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -135,7 +136,7 @@ def budget_status(
             **old,
             "observedGeneration": generation,
             "disruptionsAllowed": 0,
-            "conditions": [_allowed_condition(False, "SyncFailed", str(exc), generation)],
+            "conditions": [_allowed_condition(pdb, False, "SyncFailed", str(exc))],
         }
     allowed = current - desired
     if expected <= 0 or allowed <= 0:
@@ -147,17 +148,31 @@ def budget_status(
         "currentHealthy": current,
         "desiredHealthy": desired,
         "expectedPods": expected,
-        "conditions": [_allowed_condition(allowed > 0, reason, "", generation)],
+        "conditions": [_allowed_condition(pdb, allowed > 0, reason, "")],
     }
 
 
-def _allowed_condition(ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
+def _allowed_condition(pdb: dict[str, Any], ok: bool, reason: str, message: str) -> dict[str, Any]:
+    """The DisruptionAllowed condition (a metav1.Condition: its lastTransitionTime is
+    required, and moves only when the status does)."""
+    status = "True" if ok else "False"
+    old = next(
+        (
+            c
+            for c in (pdb.get("status") or {}).get("conditions") or []
+            if c.get("type") == "DisruptionAllowed"
+        ),
+        {},
+    )
+    since = old.get("lastTransitionTime") if old.get("status") == status else None
     return {
         "type": "DisruptionAllowed",
-        "status": "True" if ok else "False",
+        "status": status,
         "reason": reason,
         "message": message,
-        "observedGeneration": generation,
+        "observedGeneration": pdb["metadata"].get("generation", 1),
+        "lastTransitionTime": since
+        or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 

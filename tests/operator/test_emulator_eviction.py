@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import kubernetes_validate
 import pytest
 
 from testkit.cluster import Cluster, cluster
 from testkit.disruption import REFUSED
 
 NS = "default"
+K8S_VERSION = "1.31"  # as tests/operator/test_chart.py
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +116,9 @@ def test_max_unavailable_one_lets_one_go_until_its_replacement_is_ready(kube: Cl
     kube.create(budget("trio", maxUnavailable=1)).raise_for_status()
     pods(kube, "trio", [True, True, True])
     assert kube.evict(NS, "trio-0").status_code == 201
-    status = kube.get("PodDisruptionBudget", NS, "trio")["status"]
+    pdb = kube.get("PodDisruptionBudget", NS, "trio")
+    kubernetes_validate.validate(pdb, K8S_VERSION, strict=True)  # as clients parse it
+    status = pdb["status"]
     assert (status["currentHealthy"], status["desiredHealthy"]) == (3, 2)
     assert status["disruptionsAllowed"] == 0  # spent by the eviction
     assert refused(kube.evict(NS, "trio-1"), 2, 2, "trio")
