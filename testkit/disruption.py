@@ -156,7 +156,7 @@ def _allowed_condition(pdb: dict[str, Any], ok: bool, reason: str, message: str)
     """The DisruptionAllowed condition (a metav1.Condition: its lastTransitionTime is
     required, and moves only when the status does)."""
     status = "True" if ok else "False"
-    old = next(
+    old: dict[str, Any] = next(
         (
             c
             for c in (pdb.get("status") or {}).get("conditions") or []

@@ -39,7 +39,7 @@ def keeps_writable(spec: dict[str, Any]) -> bool:
     full = with_defaults(spec)
     if full["replication"]["durability"] == "preferred":
         return True
-    return int(full["replicas"]) - 1 >= min_in_sync(spec)
+    return bool(int(full["replicas"]) - 1 >= min_in_sync(spec))
 
 
 def budget(spec: dict[str, Any]) -> dict[str, Any]:
