@@ -13,6 +13,7 @@ import pytest
 
 from testkit import summary
 from testkit.servers import Child, env_with, free_port, http_status, stream_server_command
+from testkit.stream_reads import read_served
 
 ROOT = Path(__file__).parent
 # Marks a test's needs (programs, packages): skipped by hand, failed under make test.
@@ -23,6 +24,7 @@ __all__ = [
     "ServerProcess",
     "free_port",
     "read_all",
+    "read_served",
     "server_factory",
     "shared_server",
     "stream_state",
@@ -104,20 +106,6 @@ def shared_server(tmp_path_factory) -> ServerProcess:
     ).start()
     yield srv
     srv.stop()
-
-
-def read_served(client: httpx.Client, url: str) -> bytes | None:
-    """A stream's whole content, following Stream-Next-Offset until up to date; None when
-    the server answers anything else than 200 (no such stream there, not serving yet)."""
-    out, offset = b"", "-1"
-    while True:
-        r = client.get(url, params={"offset": offset})
-        if r.status_code != 200:
-            return None
-        out += r.content
-        offset = r.headers["stream-next-offset"]
-        if r.headers.get("stream-up-to-date") == "true":
-            return out
 
 
 def read_all(url: str, *, timeout: float = 10) -> bytes:

@@ -41,34 +41,30 @@ template names another image and each pod is replaced by a container of it.
 
 from __future__ import annotations
 
-import itertools
-import random
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 
-from conftest import read_served
 from stream_operator import KIND, replica_set
 from stream_operator.render import lease_name
 from stream_operator.rollout import SWITCHOVER_TO
-from testkit import images, wait_for
+from testkit import images
 from testkit.cluster import Cluster
 from testkit.containers import PODMAN_NEEDED
-from testkit.history import History, check, message
-from testkit.kube import CRD_FILE, durable_stream, storage_class
+from testkit.history import History, check
+from testkit.kube import durable_stream
+from testkit.kube_serve import api_server_process
 from testkit.kubelet import Kubelet, Pod
 from testkit.operator import running_operator
 from testkit.pod_runtimes import Containers, Processes, Runtime
+from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +72,6 @@ NS = "default"
 NAME = "ledger"
 STREAMS = ["orders/0", "orders/1"]
 WRITERS = {"p0": STREAMS[0], "p1": STREAMS[0], "p2": STREAMS[1]}
-OCTET = {"Content-Type": "application/octet-stream"}
 # Short leases, so that a failover takes seconds; a renew deadline that leaves a primary
 # three rounds to renew on a loaded machine (2 cores shared with other tests).
 SPEC: dict[str, Any] = {
@@ -87,16 +82,6 @@ SPEC: dict[str, Any] = {
     "lifecycle": {"terminationGracePeriodSeconds": 10, "readinessPeriodSeconds": 1},
 }
 ROLLED_IMAGE = "durable-streams-server:0.1.1"
-LIVENESS = 120.0  # seconds any awaited change may take before the test fails (2 shared cores)
-# Each writer's pause between an acknowledgement and its next append: a steady load (about
-# 30 appends a second in all) that leaves the 2 shared cores to the servers' own work.
-PACE = 0.1
-AFTER_EVENT = 5  # appends each writer must get acknowledged after an event
-T = TypeVar("T")
-
-
-def until(what: Callable[[], T | None], message: str | Callable[[], str]) -> T:
-    return wait_for(what, timeout=LIVENESS, message=message)
 
 
 # -- what the operator reports ----------------------------------------------------------------
@@ -161,159 +146,6 @@ class StatusLog:
         return [s for s in self.samples if start <= s[0] <= end]
 
 
-# -- writers through the primary Service --------------------------------------------------------
-
-
-@dataclass
-class Writers:
-    """Idempotent producers appending through the Service until stopped."""
-
-    service: ServiceEndpoints
-    history: History
-    acks: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WRITERS})
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    threads: list[threading.Thread] = field(default_factory=list)
-
-    def start(self) -> None:
-        for process, stream in WRITERS.items():
-            t = threading.Thread(target=self._write, args=(process, stream), daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    def finish(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-        assert not self.errors, self.errors
-
-    def acked_after(self, since: float) -> bool:
-        return all(sum(1 for t in ts if t > since) >= AFTER_EVENT for ts in self.acks.values())
-
-    def last_attempts(self) -> dict[str, str]:
-        """Each writer's last attempt (where it went, what came back), for a failure."""
-        last = {op.process: op for op in self.history.ops if op.kind == "append"}
-        return {p: f"{op.token} to {op.server}: {op.result} {op.detail}" for p, op in last.items()}
-
-    def resumed(self, started: float, event: str) -> float:
-        """Once the set has settled after ``event`` (begun at ``started``): wait until every
-        writer has had appends acknowledged again, and return the longest pause one saw."""
-        settled_at = time.monotonic()
-        until(
-            lambda: self.acked_after(settled_at),
-            lambda: f"appends after {event}: {self.last_attempts()}",
-        )
-        return self.pause(started, time.monotonic())
-
-    def pause(self, start: float, end: float) -> float:
-        """The longest any writer waited between two acknowledgements around [start, end]."""
-        longest = 0.0
-        for ts in self.acks.values():
-            before = [t for t in ts if t <= start][-1:]
-            around = before + [t for t in ts if start < t <= end]
-            longest = max([longest, *(b - a for a, b in itertools.pairwise(around))])
-        return longest
-
-    def _write(self, process: str, stream: str) -> None:
-        with httpx.Client(timeout=15) as client:
-            seq = 0
-            while not self.stop.is_set():
-                headers = OCTET | {
-                    "Producer-Id": process,
-                    "Producer-Epoch": "0",
-                    "Producer-Seq": str(seq),
-                }
-                token = f"{process}.{seq}"
-                # The same message until acknowledged: a retry must never land twice.
-                while not self._append(client, process, stream, token, headers):
-                    if self.stop.is_set():
-                        return  # its outcome stays unknown
-                    time.sleep(0.05)
-                self.acks[process].append(time.monotonic())
-                seq += 1
-                time.sleep(PACE)
-
-    def _append(
-        self,
-        client: httpx.Client,
-        process: str,
-        stream: str,
-        token: str,
-        headers: dict[str, str],
-    ) -> bool:
-        """One attempt through the Service; True when acknowledged."""
-        try:
-            urls = self.service.urls()
-        except httpx.HTTPError:
-            return False  # the API server is going away at the end of the test
-        if not urls:
-            return False  # no ready primary behind the Service: a refused connection
-        url = random.choice(urls)
-        op = self.history.invoke(process, "append", stream, token=token, server=url)
-        body = message(token, random.randint(0, 100))
-        try:
-            r = client.post(f"{url}/v1/stream/{stream}", content=body, headers=headers)
-        except httpx.ConnectError as exc:  # nothing was sent
-            self.history.complete(op, "fail", type(exc).__name__)
-            return False
-        except httpx.HTTPError as exc:  # sent, the answer lost: unknown
-            self.history.complete(op, "info", type(exc).__name__)
-            return False
-        if r.status_code in (200, 204):
-            self.history.complete(op, "ok", str(r.status_code))
-            return True
-        primary = (r.headers.get("stream-primary") or "").rstrip("/")
-        if r.status_code == 503 and primary and primary != url:
-            # A standby's refusal (the label has not moved yet): never applied there.
-            self.history.complete(op, "fail", f"503 from a standby, primary {primary}")
-        elif r.status_code >= 500:
-            self.history.complete(op, "info", f"{r.status_code} {r.text[:200]}")
-        else:
-            self.history.complete(op, "fail", f"{r.status_code} {r.text[:200]}")
-            self.errors.append(f"{process}: append refused {r.status_code}: {r.text[:300]}")
-            self.stop.set()
-        return False
-
-
-def create_streams(service: ServiceEndpoints) -> None:
-    for stream in STREAMS:
-
-        def created(stream: str = stream) -> bool:
-            for url in service.urls():
-                r = httpx.put(f"{url}/v1/stream/{stream}", headers=OCTET, timeout=15)
-                assert r.status_code in (200, 201, 503), r.text
-                return r.status_code in (200, 201)
-            return False
-
-        until(created, f"stream {stream} created through the Service")
-
-
-def converged(kubelet: Kubelet) -> dict[str, bytes]:
-    """Every pod's copy of every stream, once all three are byte-identical."""
-    last: list[dict[str, bytes | None]] = []
-
-    def same() -> dict[str, bytes] | None:
-        nonlocal last
-        with httpx.Client(timeout=10) as client:
-            try:
-                last = [
-                    {s: read_served(client, f"{pod.url}/v1/stream/{s}") for s in STREAMS}
-                    for pod in sorted(kubelet.ready_pods(), key=lambda p: p.ordinal)
-                ]
-            except httpx.HTTPError:
-                return None
-        if len(last) != 3 or any(v is None for v in last[0].values()):
-            return None
-        if any(copy != last[0] for copy in last[1:]):
-            return None
-        return {k: v for k, v in last[0].items() if v is not None}
-
-    def sizes() -> str:
-        return str([{k: None if v is None else len(v) for k, v in c.items()} for c in last])
-
-    return until(same, lambda: f"every replica holding the same bytes: sizes {sizes()}")
-
-
 def dump_timeline(path: Path, kubelet: Kubelet, log: StatusLog) -> None:
     """The stand-in's starts and stops and the sampled status, in time order, for reading
     after a failure."""
@@ -325,38 +157,6 @@ def dump_timeline(path: Path, kubelet: Kubelet, log: StatusLog) -> None:
 
 
 # -- the test -------------------------------------------------------------------------------------
-
-
-@contextmanager
-def api_server_process(where: Path) -> Iterator[Cluster]:
-    """The emulated API server as a process of its own (testkit.kube_serve), as the real
-    one is: in this process it would share the interpreter with kopf, the kubelet
-    stand-in and the writers, and answer the servers' Lease renewals late enough under
-    that load to make a healthy primary step down at its renew deadline."""
-    url_file = where / "kube-api.url"
-    with open(where / "kube-api.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "testkit.kube_serve", "--url-file", str(url_file)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-    c = Cluster()
-    try:
-        c.url = wait_for(
-            lambda: url_file.read_text().strip() if url_file.exists() else None,
-            timeout=30,
-            message="the emulated API server's URL",
-        )
-        c.http = httpx.Client(base_url=c.url, timeout=10)
-        c.install_crd_file(CRD_FILE)
-        c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
-        yield c
-    finally:
-        if c.http is not None:
-            c.http.close()
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture
@@ -415,7 +215,7 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
         # as cluster DNS would resolve the pod's name through the headless Service.
         replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
-        writers = Writers(service, history)
+        writers = Writers(service, history, WRITERS)
         try:
             kube.create(durable_stream(NAME, SPEC)).raise_for_status()
             first = until(lambda: settled(kube, 1), lambda: f"a primary: {ds_status(kube)}")
@@ -426,7 +226,7 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
                 ),
                 lambda: f"every replica's lag in the status: {ds_status(kube)}",
             )
-            create_streams(service)
+            create_streams(service, STREAMS)
             writers.start()
             until(lambda: writers.acked_after(0), "first appends acknowledged")
 
@@ -492,7 +292,7 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
             history.dump(tmp_path / "history.jsonl")
             dump_timeline(tmp_path / "timeline.txt", kubelet, log)
         writers.finish()
-        final = converged(kubelet)
+        final = converged(kubelet, STREAMS, 3)
 
     history.dump(tmp_path / "history.jsonl")
     report = check(history, final)

@@ -64,6 +64,18 @@ class Cluster:
     def delete(self, kind: str, namespace: str | None, name: str) -> httpx.Response:
         return self.http.delete(self.path(kind, namespace, name))
 
+    def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> httpx.Response:
+        """Ask the Eviction API to evict a pod, as ``kubectl drain`` does for each pod: 201
+        once deleted, 429 while its PodDisruptionBudget allows no disruption."""
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
+        return self.http.post(self.path("Pod", namespace, name) + "/eviction", json=body)
+
     def install_spark_operator_crd(self) -> None:
         """The Spark Operator's ScheduledSparkApplication CRD, with its published schema."""
         published = json.loads(SPARK_CRD_SCHEMA.read_text())

@@ -23,6 +23,10 @@ adds them, the way kube-apiserver does them:
   watches resume from a resourceVersion instead of replaying everything;
 - deletion waits for finalizers, then garbage-collects the objects that name
   the deleted one as their owner (background propagation);
+- the Eviction API (``POST pods/{name}/eviction``) as kube-apiserver serves it, with
+  each PodDisruptionBudget's status computed as the disruption controller would at that
+  moment (testkit.disruption: 429 with a ``DisruptionBudget`` cause when no disruption
+  is allowed, ``unhealthyPodEvictionPolicy`` honoured); an evicted pod is deleted;
 - StorageClasses as admission uses them: a PVC created without a class gets
   the default one, and growing a PVC whose class does not set
   ``allowVolumeExpansion: true`` (or a PVC without a class) is refused with
@@ -55,7 +59,7 @@ import kmock
 from kmock._internal import dicts, enums, rendering
 from kubernetes.utils import parse_quantity
 
-from testkit import pod_proxy
+from testkit import disruption, pod_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
@@ -257,6 +261,8 @@ class ApiServer(kmock.KubernetesEmulator):
 
     async def _handle(self, request: rendering.Request) -> Any:
         self._forget_old_requests()
+        if request.method == enums.method.POST and request.subresource == "eviction":
+            return await self._serve_eviction(request)  # kmock knows no such action
         if request.method == enums.method.PUT and request.resource and request.name:
             return await self._serve_put(request)  # kmock serves no PUT
         if pod_proxy.is_pod_proxy(request):
@@ -408,6 +414,9 @@ class ApiServer(kmock.KubernetesEmulator):
         key = (request.resource, request.namespace, request.name)
         if key not in self._objects or self._objects[key].deleted:
             raise kmock.KubernetesObjectNotFoundError()
+        await self._delete_key(key)
+
+    async def _delete_key(self, key: tuple) -> None:
         obj = copy.deepcopy(self._objects[key].raw)
         meta = obj["metadata"]
         if meta.get("deletionTimestamp"):
@@ -416,7 +425,7 @@ class ApiServer(kmock.KubernetesEmulator):
             meta["deletionTimestamp"] = _now()
             meta["resourceVersion"] = self._next_rv()
             self._store(key, obj)
-            await self._buses[request.resource].put({"type": "MODIFIED", "object": obj})
+            await self._buses[key[0]].put({"type": "MODIFIED", "object": obj})
             return
         await self._remove(key)
 
@@ -438,6 +447,102 @@ class ApiServer(kmock.KubernetesEmulator):
             self._objects[key].create(obj)  # appends a version to the object's history
         else:
             self._objects[key] = obj
+
+    # -- evictions (testkit.disruption) --------------------------------------------------
+
+    async def _serve_eviction(self, request: rendering.Request) -> aiohttp.web.Response:
+        """``POST pods/{name}/eviction`` (policy/v1 Eviction): the pod is deleted if the
+        budget that covers it allows, else 429 with a ``DisruptionBudget`` cause."""
+        self._record(request, "create")
+        data = request.data if isinstance(request.data, dict) else {}
+        if (data.get("metadata") or {}).get("name") != request.name:
+            message = "name in URL does not match name in Eviction object"
+            raise kmock.KubernetesError(400, "BadRequest", message)
+        dry = "All" in ((data.get("deleteOptions") or {}).get("dryRun") or [])
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                message = f'pods "{request.name}" not found'
+                raise kmock.KubernetesError(404, "NotFound", message)
+            pod = self._objects[key].raw
+            if not disruption.ignores_budgets(pod):
+                budgets = [
+                    (k, b)
+                    for k, b in self._live("poddisruptionbudgets")
+                    if disruption.selects(b, pod)
+                ]
+                if len(budgets) > 1:
+                    raise kmock.KubernetesError(500, "InternalError", disruption.MANY_BUDGETS)
+                if budgets:
+                    await self._spend_budget(*budgets[0], pod, dry)
+            if not dry:
+                await self._evict(key)
+        status = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success"}
+        return aiohttp.web.json_response({**status, "code": 201}, status=201)
+
+    def _live(self, plural: str) -> list[tuple[tuple, dict[str, Any]]]:
+        """(key, object) of every stored object of a resource."""
+        return [
+            (k, o.raw) for k, o in self._objects.items() if k[0].plural == plural and not o.deleted
+        ]
+
+    def _scale_of(self, namespace: str) -> Any:
+        """How the disruption controller finds a controller's scale: its ``spec.replicas``."""
+
+        def scale(ref: dict[str, Any]) -> int | None:
+            plural = {"StatefulSet": "statefulsets", "ReplicaSet": "replicasets"}.get(ref["kind"])
+            for _, obj in self._live(plural or ""):
+                meta = obj["metadata"]
+                if meta.get("namespace") == namespace and meta.get("uid") == ref.get("uid"):
+                    return int((obj.get("spec") or {}).get("replicas", 1))
+            return None
+
+        return scale
+
+    async def _spend_budget(
+        self, key: tuple, pdb: dict[str, Any], pod: dict[str, Any], dry: bool
+    ) -> None:
+        """The disruption controller's status for ``pdb`` now, then the eviction's check
+        and decrement (a refusal raises 429 with the status written)."""
+        namespace = pdb["metadata"]["namespace"]
+        pods = [p for _, p in self._live("pods") if disruption.selects(pdb, p)]
+        status = disruption.budget_status(pdb, pods, self._scale_of(namespace))
+        try:
+            if disruption.admit(pod, pdb, status) and not dry:
+                status["disruptionsAllowed"] -= 1
+        except disruption.Refused as refused:
+            raise kmock.KubernetesError(
+                refused.code, refused.reason, refused.message, refused.details
+            ) from None
+        finally:
+            if not dry:
+                await self._write_status(key, status)
+
+    async def _write_status(self, key: tuple, status: dict[str, Any]) -> None:
+        obj = self._objects[key].raw
+        if obj.get("status") == status:
+            return
+        new = {**copy.deepcopy(obj), "status": status}
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._store(key, new)
+        await self._buses[key[0]].put({"type": "MODIFIED", "object": new})
+
+    async def _evict(self, key: tuple) -> None:
+        """Mark the pod as evicted (the DisruptionTarget condition), then delete it."""
+        pod = copy.deepcopy(self._objects[key].raw)
+        status = pod.setdefault("status", {})
+        target = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting",
+            "lastTransitionTime": _now(),
+        }
+        status["conditions"] = [*(status.get("conditions") or []), target]
+        pod["metadata"]["resourceVersion"] = self._next_rv()
+        self._store(key, pod)
+        await self._buses[key[0]].put({"type": "MODIFIED", "object": pod})
+        await self._delete_key(key)
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ It serves until SIGTERM or SIGINT. ``--url-file`` receives its URL once it
 listens (``--port 0``: any free port), so that a starter knows where it is
 without parsing logs. Leases (``coordination.k8s.io/v1``) are among the
 bundled resources: no CRD is needed for replication.
+
+``api_server_process`` starts it so for a test, with the CRD installed.
 """
 
 from __future__ import annotations
@@ -18,12 +20,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import kmock
 
-from testkit.kube import ApiServer
+from testkit import wait_for
+from testkit.cluster import Cluster
+from testkit.kube import CRD_FILE, ApiServer, storage_class
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def serve(host: str, port: int, url_file: Path | None) -> None:
@@ -41,6 +51,39 @@ async def serve(host: str, port: int, url_file: Path | None) -> None:
             tmp.write_text(url + "\n")
             tmp.replace(url_file)  # whole or absent: a reader never sees half a URL
         await stop.wait()
+
+
+@contextmanager
+def api_server_process(where: Path) -> Iterator[Cluster]:
+    """The emulated API server as a process of its own (its URL file and log in ``where``),
+    with the DurableStream CRD and a default StorageClass, as the real one is: in the test's
+    process it would share the interpreter with kopf, the kubelet stand-in and the
+    writers, and answer the servers' Lease renewals late enough under that load to make a
+    healthy primary step down at its renew deadline."""
+    url_file = where / "kube-api.url"
+    with open(where / "kube-api.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "testkit.kube_serve", "--url-file", str(url_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    c = Cluster()
+    try:
+        c.url = wait_for(
+            lambda: url_file.read_text().strip() if url_file.exists() else None,
+            timeout=30,
+            message="the emulated API server's URL",
+        )
+        c.http = httpx.Client(base_url=c.url, timeout=10)
+        c.install_crd_file(CRD_FILE)
+        c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
+        yield c
+    finally:
+        if c.http is not None:
+            c.http.close()
+        proc.terminate()
+        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -115,7 +115,23 @@ def pod_object(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"{name}-{ordinal}", "namespace": namespace, "labels": labels},
+        "metadata": {
+            "name": f"{name}-{ordinal}",
+            "namespace": namespace,
+            "labels": labels,
+            # The StatefulSet controls it: the disruption controller finds the expected
+            # number of pods through this reference (a budget's maxUnavailable).
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": name,
+                    "uid": sts["metadata"].get("uid", ""),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
         "spec": template["spec"],
     }
 

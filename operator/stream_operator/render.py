@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stream_operator import GROUP, KIND, VERSION
+from stream_operator import GROUP, KIND, VERSION, disruptions
 from stream_operator.spec import min_in_sync, replicated, with_defaults
 
 DATA_DIR = "/data"
@@ -481,16 +481,14 @@ def render_replication_secret(name: str, namespace: str, uid: str, token: str) -
 
 
 def render_pdb(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """One server down at a time; a replica set keeps its in-sync count through a node
-    drain (with minInSync equal to replicas no pod may be evicted: writes need them all)."""
-    budget: dict[str, Any] = {"maxUnavailable": 1}
-    if replicated(spec):
-        budget = {"minAvailable": min_in_sync(spec)}
+    """One pod at a time whenever the set stays writable with one pod away, counting Ready
+    (in sync) pods, the primary among them; none where every write needs every pod; pods
+    that are not Ready may always go (stream_operator.disruptions says why)."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(name, namespace, uid),
-        "spec": {**budget, "selector": {"matchLabels": selector(name)}},
+        "spec": {**disruptions.budget(spec), "selector": {"matchLabels": selector(name)}},
     }
 
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stream_operator.disruptions import drain_condition
 from stream_operator.plan import short_claims
 from stream_operator.pod_states import pod_trouble
 from stream_operator.replica_roles import failing_over, lease_view, replica_states
@@ -245,6 +246,7 @@ def compute_status(
         ):
             conditions = [c for c in conditions if c["type"] != "Degraded"]
             conditions.append(condition("Degraded", True, "TooFewInSync", too_few))
+        conditions.append(drain_condition(spec))  # whether node drains can move on
     if accepted is not None:
         conditions.append(accepted)
     conditions += list(extra)

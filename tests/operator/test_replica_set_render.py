@@ -3,8 +3,8 @@
 One replica renders exactly what it rendered before replication existed; more
 than one renders the Lease settings, each pod's identity from the downward
 API, the pods' own ServiceAccount/Role/RoleBinding, a primary-only client
-Service, a standbys' Service and a PodDisruptionBudget that keeps the in-sync
-count. The rendered settings are given to the real server's settings loader.
+Service, a standbys' Service and a PodDisruptionBudget that lets one in-sync pod go
+at a time. The rendered settings are given to the real server's settings loader.
 """
 
 from __future__ import annotations
@@ -219,9 +219,11 @@ def test_services_route_the_primary_and_the_standbys_apart():
     assert svc["ev-replicas"]["metadata"]["labels"]["app.kubernetes.io/component"] == "replicas"
 
 
-def test_the_disruption_budget_keeps_the_in_sync_count():
+def test_the_disruption_budget_lets_one_pod_go_at_a_time():
+    """(The rule for every setting: test_disruptions.)"""
     assert render_pdb("ev", "ns", UID, THREE)["spec"] == {
-        "minAvailable": 2,
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
         "selector": {
             "matchLabels": {
                 "app.kubernetes.io/name": "durable-streams",
@@ -230,7 +232,7 @@ def test_the_disruption_budget_keeps_the_in_sync_count():
         },
     }
     pinned = {**THREE, "replicas": 5, "replication": {"minInSync": 4}}
-    assert render_pdb("ev", "ns", UID, pinned)["spec"]["minAvailable"] == 4
+    assert render_pdb("ev", "ns", UID, pinned)["spec"]["maxUnavailable"] == 1
     assert min_in_sync(pinned) == 4
 
 
