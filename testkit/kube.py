@@ -54,7 +54,7 @@ from kmock._internal import dicts, enums, rendering
 from kubernetes.utils import parse_quantity
 
 ROOT = Path(__file__).resolve().parent.parent
-CRD_FILE = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
+CRD_FILE = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
 # The published openAPIV3Schema of the Spark Operator's CRD (see tests/operator/crds/README.md).
 SPARK_CRD_SCHEMA = ROOT / "tests" / "operator" / "crds" / "scheduledsparkapplications.json"
 
