@@ -22,7 +22,6 @@ from stream_operator.render import ROLE, pod_url, replication_secret_name
 from stream_operator.replica_roles import lease_view, relabel_order, wanted_roles
 from stream_operator.rollout import (
     SWITCHOVER_TO,
-    UNSUPERVISED,
     WAITING_FOR_SWITCHOVER,
     Step,
     failed_switchover,
@@ -84,7 +83,7 @@ def roll(
         pods,
         lease_view(lease),
         previous,
-        (ds.get("spec") or {}).get("primaryUpdateStrategy") or UNSUPERVISED,
+        with_defaults(dict(ds.get("spec") or {}))["primaryUpdateStrategy"],
     )
     asked = (meta.get("annotations") or {}).get(SWITCHOVER_TO)
     if step.reason == WAITING_FOR_SWITCHOVER and previous != step.reason and not asked:

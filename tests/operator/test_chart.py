@@ -208,6 +208,23 @@ def test_the_resync_interval_reaches_the_operator(helm):
     assert proc.returncode != 0 and "resyncIntervalSeconds" in proc.stderr
 
 
+def test_the_unpinned_image_setting_reaches_the_operator(helm):
+    """Issue 25: operator.unpinnedServerImage becomes the DS_OPERATOR_UNPINNED_SERVER_IMAGE
+    the operator reads (server_image.POLICY_ENV); only roll and hold pass the schema."""
+    from stream_operator.server_image import POLICY_ENV
+
+    for sets, want in [((), "roll"), (("operator.unpinnedServerImage=hold",), "hold")]:
+        deployment = next(d for d in template(helm, *sets) if d["kind"] == "Deployment")
+        env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert {"name": POLICY_ENV, "value": want} in env
+    proc = subprocess.run(
+        [helm, "template", "rel", str(CHART), "--set", "operator.unpinnedServerImage=later"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "unpinnedServerImage" in proc.stderr
+
+
 def test_the_chart_can_be_a_dependency(helm):
     """Issue 15, finding 8: a parent chart passes ``global`` to every subchart."""
     docs = template(helm, "global.storageClass=fast", "global.imageRegistry=registry.example")
