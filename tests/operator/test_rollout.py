@@ -14,8 +14,8 @@ from stream_operator.replica_roles import lease_view
 from stream_operator.rollout import (
     REVISION_LABEL,
     STABLE,
-    SWITCHING_OVER,
     SUPERVISED,
+    SWITCHING_OVER,
     SWITCHOVER_FAILED,
     UPDATING_FORMER_PRIMARY,
     UPDATING_STANDBYS,
