@@ -69,7 +69,7 @@ def render() -> dict[str, str]:
         files[fname] = HEADER + yaml.safe_dump_all(chosen, sort_keys=False)
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     files["namespace.yaml"] = HEADER + yaml.safe_dump(ns, sort_keys=False)
-    files["crd.yaml"] = HEADER + (CHART / "crds" / "durablestreams.yaml").read_text()
+    files["crd.yaml"] = HEADER + (CHART / "files" / "crds" / "durablestreams.yaml").read_text()
     files["examples/durablestream.yaml"] = HEADER + yaml.safe_dump(EXAMPLE, sort_keys=False)
     return files
 

@@ -136,8 +136,9 @@ class Cluster:
 
 
 @contextmanager
-def cluster() -> Iterator[Cluster]:
-    """An API server with the DurableStream CRD installed, for the length of the block.
+def cluster(*, crd: bool = True) -> Iterator[Cluster]:
+    """An API server with the DurableStream CRD installed (``crd=False``: not yet, for a
+    test that installs it as a user would, e.g. with helm), for the length of the block.
 
     It has a default StorageClass, ``standard``, that allows volume expansion, as
     most managed clusters do; a test adds a class without expansion where it needs one.
@@ -159,7 +160,8 @@ def cluster() -> Iterator[Cluster]:
         raise RuntimeError("the emulated API server did not start")
     c.http = httpx.Client(base_url=c.url, timeout=10)
     try:
-        c.install_crd_file(CRD_FILE)
+        if crd:
+            c.install_crd_file(CRD_FILE)
         c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
         yield c
     finally:

@@ -18,7 +18,13 @@ adds them, the way kube-apiserver does them:
   a write that names a ``resourceVersion`` other than the stored one is
   refused with 409 Conflict (compare-and-swap, what leader election needs);
 - custom resources validated against their CRD's OpenAPI schema (422), and a
-  CRD created through the API becomes a served resource;
+  CRD created through the API becomes a served resource, Established (the
+  condition ``helm install`` waits for); an updated CRD serves its new schema
+  from then on (what ``helm upgrade`` of a CRD template relies on);
+- what helm needs besides: core discovery naming its group version ``v1``,
+  request bodies in Kubernetes' protobuf encoding for Secrets and ConfigMaps
+  (``testkit.kube_protobuf``: helm's release records), and an ``/openapi/v2``
+  document (empty: no schema is published for client-side validation);
 - lists honour equality label selectors and return the real resourceVersion;
   watches resume from a resourceVersion instead of replaying everything;
 - deletion waits for finalizers, then garbage-collects the objects that name
@@ -46,6 +52,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -59,10 +66,10 @@ import kmock
 from kmock._internal import dicts, enums, rendering
 from kubernetes.utils import parse_quantity
 
-from testkit import disruption, pod_proxy
+from testkit import disruption, kube_protobuf, pod_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
-CRD_FILE = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
+CRD_FILE = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
 # The published openAPIV3Schema of the Spark Operator's CRD (see tests/operator/crds/README.md).
 SPARK_CRD_SCHEMA = ROOT / "tests" / "operator" / "crds" / "scheduledsparkapplications.json"
 
@@ -178,6 +185,10 @@ def _selected(request: rendering.Request, obj: dict[str, Any]) -> bool:
     return True
 
 
+# What ``/openapi/v2`` answers: client-go asks for a protobuf openapi_v2.Document
+# (``...spec.v2@v1.0+protobuf``, which Go's mime parser refuses as a response type).
+OPENAPI_V2_PROTOBUF = "application/octet-stream"
+
 # How many of its own past requests kmock keeps (ApiServer._forget_old_requests).
 KMOCK_HISTORY = 100
 
@@ -197,6 +208,25 @@ class ApiServer(kmock.KubernetesEmulator):
         for res, info in list(self.resources.items()):
             if "status" in info.subresources:
                 self._status_subresource.add(res)
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Read a protobuf body (Helm's release Secrets) as its JSON form; else 415.
+        ``/openapi/v2`` is an empty document: no schema published, which client-side
+        validation (helm's, kubectl's) reads as nothing to check; the server-side
+        validation of custom resources against their CRD stays."""
+        if raw_request.path == "/openapi/v2":
+            return aiohttp.web.Response(body=b"", content_type=OPENAPI_V2_PROTOBUF)
+        if raw_request.content_type == kube_protobuf.CONTENT_TYPE:
+            try:
+                obj = kube_protobuf.decode(await raw_request.read())
+            except kube_protobuf.Undecodable as exc:
+                return aiohttp.web.json_response(
+                    {"kind": "Status", "status": "Failure", "code": 415, "message": str(exc)},
+                    status=415,
+                )
+            # kmock reads the body from aiohttp's buffer of it: put the JSON form there.
+            raw_request._read_bytes = json.dumps(obj).encode()  # type: ignore[attr-defined]
+        return await super().__call__(raw_request)
 
     # -- resources -----------------------------------------------------------------------
 
@@ -219,8 +249,34 @@ class ApiServer(kmock.KubernetesEmulator):
             if "status" in subresources:
                 self._status_subresource.add(res)
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            self._schemas.pop(res, None)
             if schema:
                 self._schemas[res] = openapi_as_jsonschema(schema)
+
+    def _establish(self, crd: dict[str, Any]) -> None:
+        """What kube-apiserver's apiextensions controllers do with a written CRD: serve it
+        (its current schema) and report its names accepted and the CRD Established."""
+        self.install_crd(crd)
+        now = _now()
+        crd["status"] = {
+            "acceptedNames": crd["spec"]["names"],
+            "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
+            "conditions": [
+                {"type": t, "status": "True", "reason": r, "lastTransitionTime": now}
+                for t, r in (
+                    ("NamesAccepted", "NoConflicts"),
+                    ("Established", "InitialNamesAccepted"),
+                )
+            ],
+        }
+
+    async def _serve_version(self, request: rendering.Request) -> rendering.Payload:
+        """Discovery of one group/version. kmock names the core group's ``/v1``; the real
+        one says ``v1``, and client-go's REST mapper (helm's) then finds no core kind."""
+        payload = await super()._serve_version(request)
+        if isinstance(payload, dict):
+            payload["groupVersion"] = payload["groupVersion"].lstrip("/")
+        return payload
 
     def _next_rv(self) -> str:
         self._rv += 1
@@ -330,9 +386,9 @@ class ApiServer(kmock.KubernetesEmulator):
             resourceVersion=self._next_rv(),
             generation=1,
         )
+        if _is_crd(request.resource):
+            self._establish(obj)
         self._store(key, obj)
-        if request.resource.plural == "customresourcedefinitions":
-            self.install_crd(obj)
         await self._buses[request.resource].put({"type": "ADDED", "object": obj})
 
     async def _update(self, request: rendering.Request) -> None:
@@ -369,6 +425,8 @@ class ApiServer(kmock.KubernetesEmulator):
         self._validate(request.resource, new)
         if _body(new) != _body(old):
             new["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
+            if _is_crd(request.resource):
+                self._establish(new)
         new["metadata"]["resourceVersion"] = self._next_rv()
         self._store(key, new)
         await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
@@ -604,6 +662,12 @@ def _replaced(old: dict[str, Any], data: Any) -> dict[str, Any]:
     new = copy.deepcopy(data or {})
     new.setdefault("metadata", {})
     return new
+
+
+def _is_crd(resource: Any) -> bool:
+    return (
+        resource.plural == "customresourcedefinitions" and resource.group == "apiextensions.k8s.io"
+    )
 
 
 def _is_pvc(resource: Any) -> bool:

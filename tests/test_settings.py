@@ -22,7 +22,7 @@ from stream_operator.spec import DEFAULTS, with_defaults
 from stream_server.config import NOT_SETTINGS, add_arguments, env_names, settings_from
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD = ROOT / "charts" / "durable-streams" / "crds" / "durablestreams.yaml"
+CRD = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
 
 
 def parse(argv: list[str], env: dict[str, str]):

@@ -43,7 +43,16 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, KIND, PLURAL, VERSION, leadership, metrics, replica_set
+from stream_operator import (
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    leadership,
+    metrics,
+    replica_set,
+    server_image,
+)
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.analytics_source import choose_source
 from stream_operator.apply import (
@@ -61,6 +70,7 @@ from stream_operator.apply import (
     read,
     read_lease,
     read_secret_value,
+    remove_annotation,
     storage_class,
     write_status,
 )
@@ -200,6 +210,12 @@ def _lock(namespace: str, name: str) -> threading.Lock:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def reconcile(name: str, namespace: str, logger: logging.Logger, **_: Any) -> None:
+    converge(name, namespace, logger)
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, annotations={server_image.UPDATE_NOW: kopf.PRESENT})
+def update_server_image(name: str, namespace: str, logger: logging.Logger, **_: Any) -> None:
+    """The owner asks for the operator's server image now (server_image.py, ``hold``)."""
     converge(name, namespace, logger)
 
 
@@ -343,11 +359,12 @@ def _reconcile(
     full = with_defaults(spec)
     if replicated(spec):
         _ensure_replication_secret(ac, ds)
+    image = server_image.for_object(ds, sts).image  # the operator's, or the one held
     objs = desired_objects(
         name,
         namespace,
         uid,
-        spec,
+        {**spec, "image": image},
         servicemonitor_crd=crd_exists(ac, "ServiceMonitor"),
         servicemonitor_labels=SERVICEMONITOR_LABELS,
     )
@@ -356,7 +373,12 @@ def _reconcile(
             obj["metadata"]["annotations"][APPLIED_SPEC] = json.dumps(
                 {"storage": full["storage"]}, sort_keys=True
             )
+            obj["metadata"]["annotations"][server_image.IN_USE] = server_image.record(
+                image, meta.get("generation")
+            )
         _apply_and_tell(ac, obj, ds)
+    if server_image.UPDATE_NOW in (meta.get("annotations") or {}):
+        remove_annotation(ac, namespace, name, server_image.UPDATE_NOW)
     _prune_rendered(ac, ds, objs)
     outcome = _grow_volumes(ac, ds, full["storage"]["size"])
     analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
@@ -536,7 +558,7 @@ def _observed(
             # The Lease names the new primary: label it and report it in this round.
             lease = read_lease(api(), namespace, lease_name(name))
             pods = replica_set.label_roles(api(), namespace, pods, lease)
-    return compute_status(
+    return server_image.status_fields(ds, sts) | compute_status(
         spec=spec,
         generation=meta.get("generation"),
         statefulset=sts,
@@ -558,6 +580,10 @@ def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> Non
     if not leadership.may_act():
         return  # the Lease was lost during this reconcile: the new leader writes it
     replica_set.tell_primary_change(ds, dict(ds.get("status") or {}), new)
+    available = new.get("imageUpdateAvailable")
+    if available and available != (ds.get("status") or {}).get("imageUpdateAvailable"):
+        message = server_image.update_message(meta["name"], new.get("image") or "", available)
+        kopf.info(ds, reason="ServerImageUpdateAvailable", message=message)
     if not same_status(new, dict(ds.get("status") or {})):
         write_status(ac, meta["namespace"], meta["name"], new)
 

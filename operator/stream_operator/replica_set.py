@@ -22,6 +22,7 @@ from stream_operator.render import ROLE, pod_url, replication_secret_name
 from stream_operator.replica_roles import lease_view, relabel_order, wanted_roles
 from stream_operator.rollout import (
     SWITCHOVER_TO,
+    WAITING_FOR_SWITCHOVER,
     Step,
     failed_switchover,
     plan_rollout,
@@ -82,13 +83,18 @@ def roll(
         pods,
         lease_view(lease),
         previous,
+        with_defaults(dict(ds.get("spec") or {}))["primaryUpdateStrategy"],
     )
+    asked = (meta.get("annotations") or {}).get(SWITCHOVER_TO)
+    if step.reason == WAITING_FOR_SWITCHOVER and previous != step.reason and not asked:
+        kopf.info(ds, reason=step.reason, message=step.message)
     if step.delete is not None:
         if delete_pod(ac, namespace, step.delete):
             kopf.info(ds, reason=step.reason, message=f"deleted pod {step.delete}: {step.message}")
     elif step.switchover is not None:
         step = _switch_over(ac, ds, step, f"before updating {step.switchover[0]}")
-    elif not step.rolling and (asked := (meta.get("annotations") or {}).get(SWITCHOVER_TO)):
+    elif asked and (not step.rolling or step.reason == WAITING_FOR_SWITCHOVER):
+        # Supervised: the user's switchover is the step the rolling update waits for.
         step = _requested(ac, ds, sts, asked, lease) or step
     return step
 

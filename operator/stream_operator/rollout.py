@@ -24,6 +24,12 @@ from what was observed (the StatefulSet's update revision, the pods with their
    never deleted while it holds the Lease.
 3. ``UpdatingFormerPrimary``: the former primary is now a standby; delete it.
 
+``spec.primaryUpdateStrategy`` (CloudNativePG's name and values) decides step 2:
+``unsupervised`` (the default) switches over by itself; ``supervised`` stops at
+``WaitingForSwitchover`` once every standby is updated and in sync, and says how
+to go on (``kubectl annotate dstream NAME streams.pyds.dev/switchover-to=POD``):
+the user picks the moment, the operator then updates the former primary.
+
 A pod without the revision label (not made by a StatefulSet controller, or an
 API that does not report revisions) is taken as up to date: the operator does
 not delete what it cannot judge. Pure functions: every decision is unit-tested.
@@ -39,14 +45,23 @@ from stream_operator import GROUP
 from stream_operator.replica_roles import LeaseView, pod_name, pod_ready
 
 REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on its pods
+# A switchover asked for by hand (CloudNativePG's ``kubectl cnpg promote``): the pod to
+# make primary, as an annotation on the DurableStream.
+SWITCHOVER_TO = f"{GROUP}/switchover-to"
 
 STABLE = "Stable"
 UPDATING_STANDBYS = "UpdatingStandbys"
 SWITCHING_OVER = "SwitchingOver"
 SWITCHOVER_FAILED = "SwitchoverFailed"
 UPDATING_FORMER_PRIMARY = "UpdatingFormerPrimary"
+WAITING_FOR_SWITCHOVER = "WaitingForSwitchover"
 # Reasons after which a stale standby is the primary just switched away from.
-_AFTER_SWITCHOVER = frozenset({SWITCHING_OVER, SWITCHOVER_FAILED, UPDATING_FORMER_PRIMARY})
+_AFTER_SWITCHOVER = frozenset(
+    {SWITCHING_OVER, SWITCHOVER_FAILED, UPDATING_FORMER_PRIMARY, WAITING_FOR_SWITCHOVER}
+)
+# spec.primaryUpdateStrategy (CloudNativePG's primaryUpdateStrategy).
+UNSUPERVISED = "unsupervised"
+SUPERVISED = "supervised"
 
 
 @dataclass(frozen=True)
@@ -98,12 +113,14 @@ def plan_rollout(
     pods: Sequence[Mapping[str, Any]],
     view: LeaseView,
     previous_reason: str | None = None,
+    strategy: str = UNSUPERVISED,
 ) -> Step:
     """The next step of a replica set's rolling update (see the module's docstring).
 
     ``update_revision``: the StatefulSet's ``status.updateRevision``; ``previous_reason``:
     the ``Progressing`` reason the status had, which tells the primary just switched away
-    from (``UpdatingFormerPrimary``) from any other stale standby.
+    from (``UpdatingFormerPrimary``) from any other stale standby; ``strategy``: the
+    spec's ``primaryUpdateStrategy`` (``supervised``: no switchover of our own).
     """
     if not update_revision:
         return Step()
@@ -150,16 +167,18 @@ def plan_rollout(
             f"waiting for an updated standby in sync to take over from {holder.name}",
         )
     target = max(candidates, key=lambda p: (view.positions.get(p.name, (0, 0)), -p.ordinal))
+    if strategy == SUPERVISED:
+        return Step(
+            WAITING_FOR_SWITCHOVER,
+            f"every standby is updated; {holder.name} (the primary) is updated after a "
+            f"switchover you start (primaryUpdateStrategy: supervised): kubectl annotate "
+            f"dstream {name} {SWITCHOVER_TO}={target.name}",
+        )
     return Step(
         SWITCHING_OVER,
         f"switching over from {holder.name} to {target.name} before updating {holder.name}",
         switchover=(holder.name, target.name),
     )
-
-
-# A switchover asked for by hand (CloudNativePG's ``kubectl cnpg promote``): the pod to
-# make primary, as an annotation on the DurableStream.
-SWITCHOVER_TO = f"{GROUP}/switchover-to"
 
 
 def requested_switchover(name: str, replicas: int, target: str, view: LeaseView) -> Step | str:

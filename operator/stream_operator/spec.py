@@ -23,6 +23,9 @@ DEFAULT_IMAGE = "durable-streams-server:0.1.0"  # an operator started without th
 DEFAULTS: dict[str, Any] = {
     "imagePullPolicy": "IfNotPresent",
     "replicas": 1,
+    # A replica set's primary is updated after a switchover the operator makes
+    # (unsupervised) or one the user makes (supervised), as CloudNativePG's field.
+    "primaryUpdateStrategy": "unsupervised",
     "storage": {"size": "10Gi", "pvcRetention": "Retain"},
     "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
     "server": {

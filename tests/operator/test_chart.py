@@ -28,7 +28,7 @@ def helm() -> str:
 
 
 def template(helm: str, *sets: str) -> list[dict]:
-    args = [helm, "template", "rel", str(CHART), "--namespace", "ds", "--include-crds"]
+    args = [helm, "template", "rel", str(CHART), "--namespace", "ds"]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -48,7 +48,7 @@ def validate(docs: list[dict]) -> None:
 
 
 def crd_schema() -> dict:
-    crd = yaml.safe_load((CHART / "crds" / "durablestreams.yaml").read_text())
+    crd = yaml.safe_load((CHART / "files" / "crds" / "durablestreams.yaml").read_text())
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
@@ -179,7 +179,7 @@ def test_crd_schema_defaults_ranges_and_immutability():
                     "spec": bad,
                 }
             )
-    crd = yaml.safe_load((CHART / "crds" / "durablestreams.yaml").read_text())
+    crd = yaml.safe_load((CHART / "files" / "crds" / "durablestreams.yaml").read_text())
     assert crd["spec"]["names"]["shortNames"][0] == "dstream"  # "ds" is DaemonSet
     columns = {c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
     assert {"Phase", "Ready", "Endpoint", "Age"} <= columns
@@ -206,6 +206,23 @@ def test_the_resync_interval_reaches_the_operator(helm):
         text=True,
     )
     assert proc.returncode != 0 and "resyncIntervalSeconds" in proc.stderr
+
+
+def test_the_unpinned_image_setting_reaches_the_operator(helm):
+    """Issue 25: operator.unpinnedServerImage becomes the DS_OPERATOR_UNPINNED_SERVER_IMAGE
+    the operator reads (server_image.POLICY_ENV); only roll and hold pass the schema."""
+    from stream_operator.server_image import POLICY_ENV
+
+    for sets, want in [((), "roll"), (("operator.unpinnedServerImage=hold",), "hold")]:
+        deployment = next(d for d in template(helm, *sets) if d["kind"] == "Deployment")
+        env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert {"name": POLICY_ENV, "value": want} in env
+    proc = subprocess.run(
+        [helm, "template", "rel", str(CHART), "--set", "operator.unpinnedServerImage=later"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "unpinnedServerImage" in proc.stderr
 
 
 def test_the_chart_can_be_a_dependency(helm):
@@ -291,27 +308,57 @@ def test_crd_lifecycle_defaults_and_ranges():
             validate_cr(cr(bad))
 
 
-def test_crd_upgrades_are_documented_and_the_named_files_are_the_crd(helm):
-    """Issue 15, finding 8: helm never upgrades crds/ (Strimzi's answer: apply the CRD
-    first). The documented commands name files that are exactly the chart's CRD."""
-    docs = (ROOT / "docs" / "kubernetes.md").read_text()
-    upgrades = docs.split("## Upgrades", 1)[1].split("\n## ", 1)[0]
-    assert "kubectl apply --server-side -f manifests/crd.yaml" in upgrades
-    assert "helm show crds" in upgrades
-    crd = (CHART / "crds" / "durablestreams.yaml").read_text()
-    assert (ROOT / "manifests" / "crd.yaml").read_text().endswith(crd)
-    shown = subprocess.run(
-        [helm, "show", "crds", str(CHART)], capture_output=True, text=True, check=True
-    ).stdout
-    assert yaml.safe_load(shown) == yaml.safe_load(crd)
-    # What `helm upgrade` does with crds/: nothing (the reason for the step above).
-    skipped = subprocess.run(
-        [helm, "template", "rel", str(CHART), "--skip-crds"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "CustomResourceDefinition" not in skipped
+def test_the_crd_is_a_kept_template_that_is_the_crd_file(helm):
+    """Issue 25: helm never upgrades crds/, so the CRD is a template (``helm upgrade``
+    applies it) with ``helm.sh/resource-policy: keep`` (``helm uninstall`` leaves it and
+    every DurableStream); it is exactly the file manifests/crd.yaml is made from, and
+    ``crds.install=false`` leaves it to whoever manages CRDs."""
+    crd_text = (CHART / "files" / "crds" / "durablestreams.yaml").read_text()
+    assert (ROOT / "manifests" / "crd.yaml").read_text().endswith(crd_text)
+    assert not (CHART / "crds").exists()  # helm would install it once, never upgrade it
+    rendered = [d for d in template(helm) if d["kind"] == "CustomResourceDefinition"]
+    assert len(rendered) == 1
+    annotations = rendered[0]["metadata"].pop("annotations")
+    assert annotations == {"helm.sh/resource-policy": "keep"}
+    assert rendered[0] == yaml.safe_load(crd_text)
+    without = template(helm, "crds.install=false")
+    assert not [d for d in without if d["kind"] == "CustomResourceDefinition"]
+    upgrades = (ROOT / "docs" / "kubernetes.md").read_text().split("## Upgrades", 1)[1]
+    assert "--take-ownership" in upgrades.split("\n## ", 1)[0]
+
+
+def test_the_example_waits_for_the_crd_on_a_first_install(helm):
+    """On ``helm install`` the CRD does not exist when helm maps the release's objects,
+    so the example DurableStream is a post-install hook then (with the ownership the
+    next upgrade adopts); on an upgrade, an ordinary object of the release."""
+
+    def example(*args: str) -> dict:
+        out = subprocess.run(
+            [
+                helm,
+                "template",
+                "rel",
+                str(CHART),
+                "-n",
+                "ds",
+                "--set",
+                "example.enabled=true",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "DurableStream")
+
+    installed = example()["metadata"]
+    assert installed["annotations"]["helm.sh/hook"] == "post-install"
+    assert installed["annotations"]["meta.helm.sh/release-name"] == "rel"
+    assert installed["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert "helm.sh/hook" not in example("--is-upgrade")["metadata"]["annotations"]
+    external = example("--set", "crds.install=false")["metadata"]["annotations"]
+    assert "helm.sh/hook" not in external
+    validate_cr(example())
 
 
 def test_operator_metrics_leader_election_and_monitoring_labels(helm):

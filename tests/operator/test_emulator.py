@@ -192,3 +192,96 @@ def test_kmocks_own_request_history_stays_short_while_ours_keeps_every_call(kube
     assert len(kube.api.requests) - before == 1 + 5 * KMOCK_HISTORY
     kube.patch("ConfigMap", NS, "many", {"data": {"a": "b"}}).raise_for_status()
     assert kube.get("ConfigMap", NS, "many")["data"] == {"a": "b"}
+
+
+def test_a_crd_is_established_and_an_updated_crd_serves_its_new_schema():
+    """What ``helm install`` waits for (Established) and ``helm upgrade`` of a CRD template
+    relies on: the schema of the CRD as updated, not as first created."""
+    with cluster(crd=False) as c:
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object"}},
+                    }
+                ],
+            },
+        }
+        c.create(crd).raise_for_status()
+        url = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"
+        status = c.http.get(url).json()["status"]
+        conditions = {x["type"]: x["status"] for x in status["conditions"]}
+        assert conditions == {"NamesAccepted": "True", "Established": "True"}
+        assert status["acceptedNames"]["kind"] == "Widget"
+        widget = {"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"size": "big"}}
+        base = "/apis/example.com/v1/namespaces/default/widgets"
+        assert c.http.post(base, json={**widget, "metadata": {"name": "w1"}}).status_code == 201
+        schema = {
+            "type": "object",
+            "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+        }
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema
+        c.http.put(url, json=crd).raise_for_status()
+        assert c.http.post(base, json={**widget, "metadata": {"name": "w2"}}).status_code == 422
+
+
+def test_discovery_names_the_core_group_version_v1_and_openapi_v2_is_empty(kube: Cluster):
+    """client-go's REST mapper (helm's) finds no core kind under kmock's ``/v1``; its
+    client-side validation reads ``/openapi/v2`` (no schema published: nothing checked)."""
+    assert kube.http.get("/api/v1").json()["groupVersion"] == "v1"
+    assert kube.http.get("/apis/apps/v1").json()["groupVersion"] == "apps/v1"
+    openapi = kube.http.get("/openapi/v2")
+    assert openapi.status_code == 200 and openapi.content == b""
+
+
+def _pb(number: int, value: bytes) -> bytes:
+    """One length-delimited protobuf field (all these tests need)."""
+    size, out = len(value), b""
+    while size > 0x7F:
+        out += bytes([size & 0x7F | 0x80])
+        size >>= 7
+    return bytes([number << 3 | 2]) + out + bytes([size]) + value
+
+
+def _protobuf_secret(name: str, labels: dict[str, str], data: dict[str, bytes]) -> bytes:
+    """A Secret as client-go's protobuf serializer writes it (k8s.io/api generated.proto):
+    the ``k8s\\0`` magic, then runtime.Unknown{typeMeta{apiVersion, kind}, raw}."""
+    meta = _pb(1, name.encode()) + _pb(3, b"default")
+    for k, v in labels.items():
+        meta += _pb(11, _pb(1, k.encode()) + _pb(2, v.encode()))
+    secret = _pb(1, meta) + b"".join(
+        _pb(2, _pb(1, k.encode()) + _pb(2, v)) for k, v in data.items()
+    )
+    secret += _pb(3, b"helm.sh/release.v1")
+    return b"k8s\x00" + _pb(1, _pb(1, b"v1") + _pb(2, b"Secret")) + _pb(2, secret)
+
+
+def test_protobuf_secrets_are_read_as_helm_writes_its_releases(kube: Cluster):
+    headers = {"Content-Type": "application/vnd.kubernetes.protobuf"}
+    body = _protobuf_secret("sh.helm.release.v1.r.v1", {"owner": "helm"}, {"release": b"\x00\xff"})
+    made = kube.http.post("/api/v1/namespaces/default/secrets", content=body, headers=headers)
+    assert made.status_code == 201
+    secret = kube.http.get("/api/v1/namespaces/default/secrets/sh.helm.release.v1.r.v1").json()
+    assert secret["metadata"]["labels"] == {"owner": "helm"}
+    assert secret["data"] == {"release": "AP8="} and secret["type"] == "helm.sh/release.v1"
+    listed = kube.http.get(
+        "/api/v1/namespaces/default/secrets", params={"labelSelector": "owner=helm"}
+    )
+    assert [s["metadata"]["name"] for s in listed.json()["items"]] == ["sh.helm.release.v1.r.v1"]
+    # An update (PUT) in protobuf too; a kind it cannot read is 415, not a 500.
+    body = _protobuf_secret("sh.helm.release.v1.r.v1", {"owner": "helm", "status": "deployed"}, {})
+    url = "/api/v1/namespaces/default/secrets/sh.helm.release.v1.r.v1"
+    kube.http.put(url, content=body, headers=headers).raise_for_status()
+    assert kube.http.get(url).json()["metadata"]["labels"]["status"] == "deployed"
+    pod = b"k8s\x00" + _pb(1, _pb(1, b"v1") + _pb(2, b"Pod")) + _pb(2, b"")
+    answer = kube.http.post("/api/v1/namespaces/default/pods", content=pod, headers=headers)
+    assert answer.status_code == 415

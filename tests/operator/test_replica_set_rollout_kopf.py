@@ -336,3 +336,52 @@ def test_a_switchover_asked_for_with_the_annotation_is_tried_once_then_forgotten
     wait_for(forgotten, message="the annotation removed")
     assert len(stand_in.calls) == 2  # one attempt, not one a round
     assert status_of(c)["primary"] == "events-2"
+
+
+def test_supervised_updates_the_standbys_then_waits_for_the_users_switchover(
+    kube: tuple[Cluster, StandIn],
+):
+    """Issue 25: ``primaryUpdateStrategy: supervised``: the standbys are updated, then
+    nothing until the user switches over (the status says how); then the former primary."""
+    c, stand_in = kube
+    spec = {"replicas": 3, "image": "ds:1", "primaryUpdateStrategy": "supervised"}
+    c.create(durable_stream("events", spec)).raise_for_status()
+    controller = OnDeleteController(c)
+    controller.start()
+    try:
+        write_lease(c, "events-1", 3, ["events-0", "events-2"])
+        wait_for(lambda: status_of(c).get("phase") == "Ready", message="Ready")
+        c.patch(KIND, NS, "events", {"spec": {"image": "ds:2"}}).raise_for_status()
+        waiting = wait_for(
+            lambda: events(c, "WaitingForSwitchover"), timeout=60, message="the wait's Event"
+        )
+        command = f"kubectl annotate dstream events {SWITCHOVER_TO}=events-0"
+        assert waiting[0].endswith(command)
+        cond = wait_for(
+            lambda: (
+                (x := condition(c, "Progressing")).get("reason") == "WaitingForSwitchover" and x
+            ),
+            message="Progressing: WaitingForSwitchover",
+        )
+        assert cond["status"] == "True" and cond["message"].endswith(command)
+        # Standbys updated, the primary untouched, no switchover of the operator's own.
+        assert controller.deleted == ["events-2", "events-0"]
+        assert stand_in.calls == []
+        body = {"metadata": {"annotations": {SWITCHOVER_TO: "events-2"}}}
+        c.patch(KIND, NS, "events", body).raise_for_status()
+        wait_for(lambda: len(controller.deleted) == 3, timeout=60, message="the former primary")
+        wait_for(lambda: condition(c, "Progressing").get("status") == "False", message="done")
+    finally:
+        controller.stop()
+    assert controller.violations == []
+    assert controller.deleted == ["events-2", "events-0", "events-1"]
+    assert [(pod, target, code) for pod, target, code in stand_in.calls] == [
+        ("events-1", "events-2", 200)
+    ]
+    assert status_of(c)["primary"] == "events-2"
+    steps = [r for r in controller.reasons if r not in ("RollingUpdate", "Stable")]
+    assert steps[0] == "UpdatingStandbys" and steps[-1] == "UpdatingFormerPrimary", steps
+    assert "WaitingForSwitchover" in steps
+    assert len(events(c, "WaitingForSwitchover")) == 1  # told once, not every round
+    images = {p["metadata"]["name"]: p["spec"]["containers"][0]["image"] for p in c.list("Pod", NS)}
+    assert images == {"events-0": "ds:2", "events-1": "ds:2", "events-2": "ds:2"}

@@ -14,10 +14,12 @@ from stream_operator.replica_roles import lease_view
 from stream_operator.rollout import (
     REVISION_LABEL,
     STABLE,
+    SUPERVISED,
     SWITCHING_OVER,
     SWITCHOVER_FAILED,
     UPDATING_FORMER_PRIMARY,
     UPDATING_STANDBYS,
+    WAITING_FOR_SWITCHOVER,
     Step,
     failed_switchover,
     plan_rollout,
@@ -123,6 +125,35 @@ def test_after_the_switchover_the_former_primary_is_updated_last():
     # And once it is back: stable.
     done = plan([pod(0, NEW), pod(1, NEW), pod(2, NEW)], after, UPDATING_FORMER_PRIMARY)
     assert done == Step()
+
+
+def test_supervised_updates_the_standbys_then_waits_for_the_users_switchover():
+    """Issue 25: primaryUpdateStrategy supervised (CloudNativePG's): the standbys as
+    ever, then no switchover of the operator's own, a message saying how to make one;
+    after the user's switchover, the former primary is updated."""
+
+    def supervised(pods: list[dict], view, previous: str | None = None) -> Step:
+        return plan_rollout("ev", 3, NEW, pods, view, previous, SUPERVISED)
+
+    step = supervised([pod(0), pod(1), pod(2)], ALL_SYNCED)
+    assert (step.reason, step.delete) == (UPDATING_STANDBYS, "ev-2")
+    view = lease("ev-1", ["ev-0", "ev-2"], {"ev-0": [3, 90], "ev-2": [3, 120]})
+    waiting = supervised([pod(0, NEW), pod(1), pod(2, NEW)], view)
+    assert waiting.reason == WAITING_FOR_SWITCHOVER
+    assert (waiting.delete, waiting.switchover) == (None, None)
+    # The way on, with the standby furthest ahead as the suggested target.
+    assert waiting.message.endswith(
+        "kubectl annotate dstream ev streams.pyds.dev/switchover-to=ev-2"
+    )
+    # It waits as long as the user does.
+    again = supervised([pod(0, NEW), pod(1), pod(2, NEW)], view, WAITING_FOR_SWITCHOVER)
+    assert again == waiting
+    # The user switched over to ev-0: the former primary ev-1 goes now.
+    after = lease("ev-0", ["ev-1", "ev-2"])
+    step = supervised([pod(0, NEW), pod(1), pod(2, NEW)], after, WAITING_FOR_SWITCHOVER)
+    assert (step.reason, step.delete) == (UPDATING_FORMER_PRIMARY, "ev-1")
+    # Unsupervised, the same pods get the operator's own switchover (today's behaviour).
+    assert plan([pod(0, NEW), pod(1), pod(2, NEW)], view).switchover == ("ev-1", "ev-2")
 
 
 def test_a_failed_switchover_says_why_and_is_tried_again():
