@@ -40,7 +40,7 @@ EXAMPLE = {
         "replicas": 1,
         "storage": {"size": "10Gi", "pvcRetention": "Retain"},
         "server": {"longPollTimeoutSeconds": 30, "logFormat": "json"},
-        "metrics": {"serviceMonitor": {"enabled": True}},
+        "metrics": {"podMonitor": {"enabled": True}},
     },
 }
 

@@ -15,7 +15,15 @@ import httpx
 import kmock
 import yaml
 
-from testkit.kube import CRD_FILE, KINDS, SPARK_CRD_SCHEMA, ApiServer, storage_class
+from testkit.kube import (
+    CERTIFICATE_CRD_SCHEMA,
+    CRD_FILE,
+    KINDS,
+    PODMONITOR_CRD_SCHEMA,
+    SPARK_CRD_SCHEMA,
+    ApiServer,
+    storage_class,
+)
 
 
 class Cluster:
@@ -105,29 +113,42 @@ class Cluster:
             }
         ).raise_for_status()
 
-    def install_servicemonitor_crd(self, schema: dict[str, Any] | None = None) -> None:
-        """The Prometheus Operator's ServiceMonitor CRD; objects are validated only against
+    def install_custom_crd(self, kind: str, schema: dict[str, Any] | None = None) -> None:
+        """The CRD of ``kind`` (one of ``KINDS``); objects are validated only against
         ``schema`` (an openAPIV3Schema) when one is given."""
-        version: dict[str, Any] = {"name": "v1", "served": True, "storage": True}
+        group, version_name, plural = KINDS[kind]
+        version: dict[str, Any] = {"name": version_name, "served": True, "storage": True}
         if schema is not None:
             version["schema"] = {"openAPIV3Schema": schema}
         self.create(
             {
                 "apiVersion": "apiextensions.k8s.io/v1",
                 "kind": "CustomResourceDefinition",
-                "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+                "metadata": {"name": f"{plural}.{group}"},
                 "spec": {
-                    "group": "monitoring.coreos.com",
+                    "group": group,
                     "scope": "Namespaced",
-                    "names": {
-                        "kind": "ServiceMonitor",
-                        "plural": "servicemonitors",
-                        "singular": "servicemonitor",
-                    },
+                    "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
                     "versions": [version],
                 },
             }
         ).raise_for_status()
+
+    def install_servicemonitor_crd(self, schema: dict[str, Any] | None = None) -> None:
+        """The Prometheus Operator's ServiceMonitor CRD (``install_custom_crd``)."""
+        self.install_custom_crd("ServiceMonitor", schema)
+
+    def install_podmonitor_crd(self, schema: dict[str, Any] | None = None) -> None:
+        """The Prometheus Operator's PodMonitor CRD, validating against its published
+        schema (tests/operator/crds/podmonitors.json) unless another is given."""
+        published = json.loads(PODMONITOR_CRD_SCHEMA.read_text())["openAPIV3Schema"]
+        self.install_custom_crd("PodMonitor", published if schema is None else schema)
+
+    def install_certificate_crd(self) -> None:
+        """cert-manager's Certificate CRD, validating against its published schema
+        (tests/operator/crds/certificates.json)."""
+        published = json.loads(CERTIFICATE_CRD_SCHEMA.read_text())["openAPIV3Schema"]
+        self.install_custom_crd("Certificate", published)
 
     def install_crd_file(self, path: Path) -> None:
         for doc in yaml.safe_load_all(path.read_text()):

@@ -72,6 +72,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
 # The published openAPIV3Schema of the Spark Operator's CRD (see tests/operator/crds/README.md).
 SPARK_CRD_SCHEMA = ROOT / "tests" / "operator" / "crds" / "scheduledsparkapplications.json"
+# The published schemas of the Prometheus Operator's PodMonitor and cert-manager's Certificate.
+PODMONITOR_CRD_SCHEMA = ROOT / "tests" / "operator" / "crds" / "podmonitors.json"
+CERTIFICATE_CRD_SCHEMA = ROOT / "tests" / "operator" / "crds" / "certificates.json"
 
 # The group/version/plural of the kinds tests touch, for URL building.
 KINDS: dict[str, tuple[str, str, str]] = {
@@ -90,6 +93,9 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "CustomResourceDefinition": ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
     "DurableStream": ("streams.pyds.dev", "v1alpha1", "durablestreams"),
     "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
+    "PodMonitor": ("monitoring.coreos.com", "v1", "podmonitors"),
+    "Certificate": ("cert-manager.io", "v1", "certificates"),
+    "Secret": ("", "v1", "secrets"),
     "ScheduledSparkApplication": ("sparkoperator.k8s.io", "v1beta2", "scheduledsparkapplications"),
 }
 

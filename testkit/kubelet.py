@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -89,16 +90,18 @@ class Pod:
     next_probe: float = 0.0
     failures: int = 0  # readiness probes failed in a row
     kill_at: float = 0.0  # terminating: SIGKILL at this time
+    scheme: str = "http"  # the readiness probe's: https when the server serves TLS
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def probe(self) -> bool:
         if self.proc.poll() is not None:
             return False
         try:
-            answer = httpx.get(self.url + self.probe_path, timeout=self.probe_timeout)
+            # The kubelet does not check the certificate of an HTTPS probe.
+            answer = httpx.get(self.url + self.probe_path, timeout=self.probe_timeout, verify=False)
         except httpx.HTTPError:
             return False
         return answer.status_code == 200
@@ -154,6 +157,11 @@ class Kubelet:
     before_stop: Callable[[Pod], None] | None = None
     # How a pod's container runs: a process of this checkout, or the image under podman.
     runtime: Runtime = field(default_factory=Processes)
+    # A replica set's peers reach a pod by the name in its rendered DS_REPLICA_URL
+    # (``<pod>.<name>-headless.<ns>.svc``, which TLS checks against its certificate), on
+    # the pod's port; the test makes those names resolve (testkit.hosts). Otherwise
+    # they reach it at 127.0.0.1.
+    pod_hostnames: bool = False
     pods: dict[int, Pod] = field(default_factory=dict)
     # Every stop and start, in order: (monotonic time, "stop"|"start", ordinal, revision).
     history: list[tuple[float, str, int, str]] = field(default_factory=list)
@@ -408,10 +416,14 @@ class Kubelet:
         data_dir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
         env.update(DS_HOST="127.0.0.1", DS_PORT=str(port))
+        readiness = container.get("readinessProbe") or {}
+        scheme = str((readiness.get("httpGet") or {}).get("scheme", "HTTP")).lower()
         if env.get("DS_REPLICATION_LEASE"):
             # In a cluster the server finds the API server from its service account and
             # peers reach it through the headless Service; here both are on 127.0.0.1.
-            env.update(DS_KUBE_API=self.cluster.url, DS_REPLICA_URL=f"http://127.0.0.1:{port}")
+            url = urlsplit(env.get("DS_REPLICA_URL") or "")
+            host = url.hostname if self.pod_hostnames and url.hostname else "127.0.0.1"
+            env.update(DS_KUBE_API=self.cluster.url, DS_REPLICA_URL=f"{scheme}://{host}:{port}")
         log_path = self.root / f"{name}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
         log_start = log.tell()
@@ -420,7 +432,6 @@ class Kubelet:
         log.close()  # the child holds its own descriptor
         self.history.append((time.monotonic(), "start", ordinal, revision))
         self._ran[ordinal] = revision
-        readiness = container.get("readinessProbe") or {}
         return Pod(
             ordinal,
             revision,
@@ -434,4 +445,5 @@ class Kubelet:
             failure_threshold=int(readiness.get("failureThreshold", 3)),
             probe_period=float(readiness.get("periodSeconds", 10)),
             probe_timeout=float(readiness.get("timeoutSeconds", 1)),
+            scheme=scheme,
         )

@@ -81,12 +81,17 @@ class PrivateCA:
         self.cert = self.dir / f"{name}.crt"
         self.cert.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, name: str, *hosts: str, client: bool = False) -> Issued:
+    def issue(
+        self, name: str, *hosts: str, client: bool = False, server_and_client: bool = False
+    ) -> Issued:
         """A certificate ``<name>.crt`` and key ``<name>.key``: for a server reached at
-        ``hosts`` (DNS names or IP addresses), or with ``client`` a client certificate."""
+        ``hosts`` (DNS names or IP addresses), or with ``client`` a client certificate;
+        ``server_and_client``: both usages (a replica's, which it serves and presents)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]
+        if server_and_client:
+            usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
         builder = (
             x509.CertificateBuilder()
             .subject_name(_name(hosts[0] if hosts else name))
@@ -96,7 +101,7 @@ class PrivateCA:
             .not_valid_before(now - DAY)
             .not_valid_after(now + DAY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
                 critical=False,

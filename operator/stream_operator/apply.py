@@ -44,7 +44,10 @@ _TYPED = {
 }
 _CUSTOM = {
     "DurableStream": (GROUP, VERSION, PLURAL),
+    # Rendered by older operators only: pruned (monitoring.py renders a PodMonitor).
     "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
+    "PodMonitor": ("monitoring.coreos.com", "v1", "podmonitors"),
+    "Certificate": ("cert-manager.io", "v1", "certificates"),
     "ScheduledSparkApplication": ("sparkoperator.k8s.io", "v1beta2", "scheduledsparkapplications"),
 }
 
@@ -243,6 +246,8 @@ RENDERED_KINDS = (
     "PodDisruptionBudget",
     "StatefulSet",
     "ServiceMonitor",
+    "PodMonitor",
+    "Certificate",
     "ServiceAccount",
     "Role",
     "RoleBinding",

@@ -74,6 +74,11 @@ from stream_operator.apply import (
     storage_class,
     write_status,
 )
+from stream_operator.certificates import (
+    certificates_condition,
+    issuer_ref,
+    refused_certificates,
+)
 from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
 from stream_operator.render import (
     MANAGED_BY,
@@ -97,10 +102,13 @@ STATUS_INTERVAL = float(os.environ.get("DS_OPERATOR_STATUS_INTERVAL", "5"))
 # How often every DurableStream is reconciled again, to undo drift (seconds): a
 # deleted Service, a hand-scaled StatefulSet, a StorageClass that now allows growth.
 RESYNC_INTERVAL = float(os.environ.get("DS_OPERATOR_RESYNC_INTERVAL", "60"))
-# Labels on every ServiceMonitor made for a DurableStream (JSON object; the chart's
-# operator.serviceMonitorLabels): kube-prometheus-stack finds ServiceMonitors by label.
-SERVICEMONITOR_LABELS: dict[str, str] = json.loads(
-    os.environ.get("DS_OPERATOR_SERVICEMONITOR_LABELS") or "{}"
+# Labels on every PodMonitor made for a DurableStream (JSON object; the chart's
+# operator.podMonitorLabels): kube-prometheus-stack finds monitors by label. The older
+# setting for ServiceMonitors is read when the new one is not given.
+MONITOR_LABELS: dict[str, str] = json.loads(
+    os.environ.get("DS_OPERATOR_PODMONITOR_LABELS")
+    or os.environ.get("DS_OPERATOR_SERVICEMONITOR_LABELS")
+    or "{}"
 )
 # API errors that retrying soon will not fix: wait for the next resync instead.
 _PERMANENT = (400, 403, 404, 422)
@@ -350,7 +358,11 @@ def _reconcile(
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     spec = dict(ds.get("spec") or {})
     sts = read(ac, "StatefulSet", namespace, name)
-    refused = refused_change(_applied_spec(sts), spec) or _refused_scale_down(ac, ds, sts)
+    refused = (
+        refused_change(_applied_spec(sts), spec)
+        or refused_certificates(spec)
+        or _refused_scale_down(ac, ds, sts)
+    )
     if refused:
         kopf.warn(ds, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
@@ -365,8 +377,9 @@ def _reconcile(
         namespace,
         uid,
         {**spec, "image": image},
-        servicemonitor_crd=crd_exists(ac, "ServiceMonitor"),
-        servicemonitor_labels=SERVICEMONITOR_LABELS,
+        podmonitor_crd=crd_exists(ac, "PodMonitor"),
+        certificate_crd=issuer_ref(spec) is not None and crd_exists(ac, "Certificate"),
+        monitor_labels=MONITOR_LABELS,
     )
     for obj in objs:
         if obj["kind"] == "StatefulSet":
@@ -565,12 +578,19 @@ def _observed(
         endpoint=endpoint(name, namespace, spec),
         outcome=outcome,
         previous=dict(ds.get("status") or {}),
-        extra=extra,
+        extra=[*extra, *_certificates(spec, name)],
         pods=pods,
         pvcs=instance_pvcs(api(), namespace, name) if sts is not None else [],
         lease=lease,
         rollout=step,
     )
+
+
+def _certificates(spec: dict[str, Any], name: str) -> list[dict[str, str]]:
+    """The Certificates condition, computed afresh each round as Analytics is."""
+    if issuer_ref(spec) is None:
+        return []
+    return certificates_condition(name, spec, crd_exists(api(), "Certificate"))
 
 
 def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from stream_operator import leadership
 from stream_operator.apply import delete_pod, label_pod, read_secret_value, remove_annotation
+from stream_operator.certificates import with_certificate
 from stream_operator.render import ROLE, pod_url, replication_secret_name
 from stream_operator.replica_roles import lease_view, relabel_order, wanted_roles
 from stream_operator.rollout import (
@@ -147,7 +148,7 @@ def _switch_over(
             step, f"Secret {replication_secret_name(name)} has no token", retry
         )
     verify: bool | str = True
-    tls = with_defaults(spec)["server"].get("tlsSecretName")
+    tls = with_defaults(with_certificate(name, spec))["server"].get("tlsSecretName")
     if tls:
         verify = read_secret_value(ac, namespace, tls, "ca.crt") or True
     answer = request_switchover(

@@ -51,7 +51,12 @@ DEFAULTS: dict[str, Any] = {
         "retryPeriodSeconds": 2,
     },
     "service": {"type": "ClusterIP", "port": 4437},
-    "metrics": {"serviceMonitor": {"enabled": False, "interval": "30s"}},
+    # podMonitor's interval has no default: left out, the deprecated serviceMonitor's
+    # applies (monitoring.podmonitor_settings).
+    "metrics": {
+        "podMonitor": {"enabled": False},
+        "serviceMonitor": {"enabled": False, "interval": "30s"},
+    },
     # Probe timings and shutdown (CloudNativePG's startDelay/stopDelay): recovery of a
     # large data directory may need more than five minutes, a slow disk more than 30 s
     # to finish its last batch and checkpoint.

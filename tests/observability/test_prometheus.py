@@ -103,7 +103,14 @@ def alert_rules() -> list[dict]:
 
 
 class Prometheus:
-    def __init__(self, tmp_path: Path, targets: list[tuple[str, dict]]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        targets: list[tuple[str, dict]],
+        scrape_configs: list[dict] | None = None,
+    ) -> None:
+        """Scrapes ``targets`` as one static job, or the jobs ``scrape_configs`` give
+        (a PodMonitor's, as the Prometheus Operator writes them)."""
         self.port = free_port()
         self.api = f"http://127.0.0.1:{self.port}/api/v1"
         self.log_path = tmp_path / "prometheus.log"
@@ -111,14 +118,20 @@ class Prometheus:
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(ALERTS)],
             "scrape_configs": [
-                {
-                    # As the Prometheus Operator names a ServiceMonitor's job: after
-                    # the Service (the DurableStream), not after the application.
-                    "job_name": "orders",
-                    "static_configs": [
-                        {"targets": [address], "labels": labels} for address, labels in targets
-                    ],
-                },
+                *(
+                    scrape_configs
+                    or [
+                        {
+                            # A job named after the DurableStream (a Service's name), not
+                            # after the application: what the alerts' up rule also covers.
+                            "job_name": "orders",
+                            "static_configs": [
+                                {"targets": [address], "labels": labels}
+                                for address, labels in targets
+                            ],
+                        }
+                    ]
+                ),
                 {
                     "job_name": "prometheus",
                     "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}],

@@ -371,6 +371,7 @@ def test_operator_metrics_leader_election_and_monitoring_labels(helm):
         "operator.metrics.serviceMonitor.enabled=true",
         f"operator.metrics.serviceMonitor.labels.{release}",
         f"operator.serviceMonitorLabels.{release}",
+        "operator.podMonitorLabels.team=streams",
         "operator.replicas=2",
     )
     by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
@@ -378,7 +379,11 @@ def test_operator_metrics_leader_election_and_monitoring_labels(helm):
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
-    assert env["DS_OPERATOR_SERVICEMONITOR_LABELS"] == '{"release":"kube-prometheus"}'
+    # The PodMonitors' labels, the deprecated serviceMonitorLabels merged under them.
+    assert json.loads(env["DS_OPERATOR_PODMONITOR_LABELS"]) == {
+        "release": "kube-prometheus",
+        "team": "streams",
+    }
     assert env["DS_OPERATOR_LEADER_ELECTION"] == "true"
     assert env["DS_OPERATOR_LEASE_NAME"] == "rel-durable-streams"
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}

@@ -422,13 +422,13 @@ def test_growth_the_storage_class_cannot_make_is_reported_not_claimed(kube: Clus
 
 def test_a_change_the_api_server_refuses_is_reported_not_observed(kube: Cluster):
     """Issue 15, finding 1: an API error during a reconcile is said, with its message."""
-    # A ServiceMonitor CRD whose schema refuses what the operator renders (422).
+    # A PodMonitor CRD whose schema refuses what the operator renders (422).
     strict = {
         "type": "object",
         "properties": {"spec": {"type": "object", "properties": {"jobLabel": {"type": "integer"}}}},
     }
-    kube.install_servicemonitor_crd(strict)
-    kube.create(durable_stream("events", {"metrics": {"serviceMonitor": {"enabled": True}}}))
+    kube.install_podmonitor_crd(strict)
+    kube.create(durable_stream("events", {"metrics": {"podMonitor": {"enabled": True}}}))
     wait_for(
         lambda: condition(kube, "events", "Accepted").get("reason") == "ApplyFailed",
         message="Accepted=False, ApplyFailed",
@@ -437,7 +437,7 @@ def test_a_change_the_api_server_refuses_is_reported_not_observed(kube: Cluster)
     assert accepted["status"] == "False" and "422" in accepted["message"]
     assert "jobLabel" in accepted["message"]
     assert "observedGeneration" not in status_of(kube, "events")  # nothing applied yet
-    off = {"metrics": {"serviceMonitor": {"enabled": False}}}
+    off = {"metrics": {"podMonitor": {"enabled": False}}}
     kube.patch(KIND, NS, "events", {"spec": off}).raise_for_status()
     wait_for(
         lambda: status_of(kube, "events").get("observedGeneration") == 2,
@@ -474,15 +474,15 @@ def test_drift_is_corrected(kube: Cluster):
     assert corrected[0]["type"] == "Warning"
 
 
-def test_a_servicemonitor_no_longer_rendered_is_deleted(kube: Cluster):
+def test_a_monitor_no_longer_rendered_is_deleted(kube: Cluster):
     """Issue 15, finding 3: what the operator stops rendering goes; nothing else does."""
-    kube.install_servicemonitor_crd()
-    _ready(kube, "events", {"metrics": {"serviceMonitor": {"enabled": True}}})
-    monitor = wait_for(lambda: kube.get("ServiceMonitor", NS, "events"), message="ServiceMonitor")
+    kube.install_podmonitor_crd()
+    _ready(kube, "events", {"metrics": {"podMonitor": {"enabled": True}}})
+    monitor = wait_for(lambda: kube.get("PodMonitor", NS, "events"), message="PodMonitor")
     # Same labels, made by hand (no owner reference): not the operator's to delete.
     hand_made = {
         "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
+        "kind": "PodMonitor",
         "metadata": {
             "name": "events-by-hand",
             "namespace": NS,
@@ -491,20 +491,20 @@ def test_a_servicemonitor_no_longer_rendered_is_deleted(kube: Cluster):
         "spec": monitor["spec"],
     }
     kube.create(hand_made).raise_for_status()
-    off = {"metrics": {"serviceMonitor": {"enabled": False}}}
+    off = {"metrics": {"podMonitor": {"enabled": False}}}
     kube.patch(KIND, NS, "events", {"spec": off}).raise_for_status()
-    wait_for(lambda: kube.get("ServiceMonitor", NS, "events") is None, message="it is deleted")
-    assert kube.get("ServiceMonitor", NS, "events-by-hand") is not None
+    wait_for(lambda: kube.get("PodMonitor", NS, "events") is None, message="it is deleted")
+    assert kube.get("PodMonitor", NS, "events-by-hand") is not None
     assert kube.get("Service", NS, "events") is not None  # still rendered, kept
     deleted = [
         e
         for e in kube.list("Event", NS)
         if e["reason"] == "Deleted" and e["involvedObject"]["name"] == "events"
     ]
-    assert [e["message"] for e in deleted] == ["deleted ServiceMonitor events: no longer rendered"]
+    assert [e["message"] for e in deleted] == ["deleted PodMonitor events: no longer rendered"]
     # Turned on again, it comes back.
-    kube.patch(KIND, NS, "events", {"spec": {"metrics": {"serviceMonitor": {"enabled": True}}}})
-    wait_for(lambda: kube.get("ServiceMonitor", NS, "events"), message="ServiceMonitor again")
+    kube.patch(KIND, NS, "events", {"spec": {"metrics": {"podMonitor": {"enabled": True}}}})
+    wait_for(lambda: kube.get("PodMonitor", NS, "events"), message="PodMonitor again")
 
 
 ANALYTICS = {

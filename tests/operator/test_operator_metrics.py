@@ -1,8 +1,8 @@
-"""Issue 15, finding 10: the operator's own metrics, and the ServiceMonitors it makes.
+"""Issue 15, finding 10: the operator's own metrics, and the PodMonitors it makes.
 
 The metrics are read over HTTP from the operator's metrics server while the
 real kopf operator reconciles against the emulated API server: one object
-that applies, one that the API server refuses (a ServiceMonitor CRD whose
+that applies, one that the API server refuses (a PodMonitor CRD whose
 schema rejects what the operator renders), then a deletion.
 """
 
@@ -64,14 +64,14 @@ def status_of(c: Cluster, name: str) -> dict[str, Any]:
 def test_reconciles_timestamps_and_conditions_from_a_real_run(scrape):
     before = scrape()
     with cluster() as c:
-        # A ServiceMonitor CRD whose schema refuses what the operator renders (422).
+        # A PodMonitor CRD whose schema refuses what the operator renders (422).
         strict = {
             "type": "object",
             "properties": {
                 "spec": {"type": "object", "properties": {"jobLabel": {"type": "integer"}}}
             },
         }
-        c.install_servicemonitor_crd(strict)
+        c.install_podmonitor_crd(strict)
         with running_operator(c):
             c.create(durable_stream("good")).raise_for_status()
             sts = wait_for(lambda: c.get("StatefulSet", NS, "good"), message="StatefulSet")
@@ -131,8 +131,9 @@ def test_healthz_asks_the_callback():
 
 
 def servicemonitor(spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    objs = desired_objects("ev", "ns", UID, spec, servicemonitor_crd=True, **extra)
-    return next(o for o in objs if o["kind"] == "ServiceMonitor")
+    """The monitor ``spec.metrics.serviceMonitor`` (the deprecated alias) renders now."""
+    objs = desired_objects("ev", "ns", UID, spec, podmonitor_crd=True, **extra)
+    return next(o for o in objs if o["kind"] == "PodMonitor")
 
 
 def crd_validates(spec: dict[str, Any]) -> None:
@@ -145,7 +146,7 @@ def crd_validates(spec: dict[str, Any]) -> None:
 def test_servicemonitor_labels_from_the_operator_and_the_spec():
     spec = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"team": "streams"}}}}
     crd_validates(spec)
-    sm = servicemonitor(spec, servicemonitor_labels={"release": "prom", "team": "ops"})
+    sm = servicemonitor(spec, monitor_labels={"release": "prom", "team": "ops"})
     labels = sm["metadata"]["labels"]
     assert labels["release"] == "prom" and labels["team"] == "streams"  # the spec wins
     assert labels["app.kubernetes.io/managed-by"] == "durable-streams-operator"
@@ -158,7 +159,7 @@ def test_servicemonitor_checks_the_servers_certificate():
     """Before: ``insecureSkipVerify: true`` whenever the server spoke TLS."""
     tls = {"server": {"tlsSecretName": "ev-tls"}}
     sm = servicemonitor({**tls, "metrics": {"serviceMonitor": {"enabled": True}}})
-    endpoint = sm["spec"]["endpoints"][0]
+    endpoint = sm["spec"]["podMetricsEndpoints"][0]
     assert endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"] == {
         "ca": {"secret": {"name": "ev-tls", "key": "ca.crt"}},
@@ -170,14 +171,16 @@ def test_servicemonitor_checks_the_servers_certificate():
     }
     spec = {**tls, "metrics": {"serviceMonitor": {"enabled": True, "tlsConfig": own}}}
     crd_validates(spec)
-    assert servicemonitor(spec)["spec"]["endpoints"][0]["tlsConfig"] == own
+    assert servicemonitor(spec)["spec"]["podMetricsEndpoints"][0]["tlsConfig"] == own
     insecure = {"enabled": True, "tlsConfig": {"insecureSkipVerify": True}}
     spec = {**tls, "metrics": {"serviceMonitor": insecure}}
     crd_validates(spec)
-    assert servicemonitor(spec)["spec"]["endpoints"][0]["tlsConfig"] == {"insecureSkipVerify": True}
+    assert servicemonitor(spec)["spec"]["podMetricsEndpoints"][0]["tlsConfig"] == {
+        "insecureSkipVerify": True
+    }
     # Plain HTTP: no tlsConfig at all.
     plain = servicemonitor({"metrics": {"serviceMonitor": {"enabled": True}}})
-    assert "tlsConfig" not in plain["spec"]["endpoints"][0]
+    assert "tlsConfig" not in plain["spec"]["podMetricsEndpoints"][0]
     # One CA source, not two.
     both = {
         "secret": {"name": "a", "key": "ca.crt"},

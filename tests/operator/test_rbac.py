@@ -101,28 +101,66 @@ def become_a_replica_set_and_back(c: Cluster, namespace: str) -> None:
     play_statefulset_controller(c, namespace, "events")
 
 
+def older_servicemonitor(owner: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """A ServiceMonitor as operators before the PodMonitor made it: owned and labelled
+    as the operator's, so that this one prunes it."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {
+            "name": "events",
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": "durable-streams",
+                "app.kubernetes.io/instance": "events",
+                "app.kubernetes.io/managed-by": "durable-streams-operator",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": KIND,
+                    "name": "events",
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/instance": "events"}}},
+    }
+
+
 def everything_the_operator_does(c: Cluster, namespace: str) -> None:
     """Create with every optional part, grow, turn parts off (prune), delete (PVCs go)."""
     c.install_servicemonitor_crd()
+    c.install_podmonitor_crd()
+    c.install_certificate_crd()
     c.install_spark_operator_crd()
     spec = {
         "storage": {"size": "1Gi", "pvcRetention": "Delete"},
-        "metrics": {"serviceMonitor": {"enabled": True}},
+        "metrics": {"podMonitor": {"enabled": True}},
+        "certificates": {"issuerRef": {"name": "ca"}},
         "analytics": ANALYTICS,
     }
-    c.create(durable_stream("events", spec, namespace)).raise_for_status()
+    created = c.create(durable_stream("events", spec, namespace))
+    created.raise_for_status()
+    c.create(older_servicemonitor(created.json(), namespace)).raise_for_status()
     wait_for(lambda: c.get("StatefulSet", namespace, "events"), message="the StatefulSet")
+    wait_for(lambda: c.get("Certificate", namespace, "events-tls"), message="the Certificate")
+    wait_for(lambda: c.get("ServiceMonitor", namespace, "events") is None, message="pruned")
     play_statefulset_controller(c, namespace, "events")
     wait_for(lambda: phase(c, namespace, "events") == "Ready", message="Ready")
     wait_for(lambda: c.list("ScheduledSparkApplication", namespace), message="a Spark job")
     become_a_replica_set_and_back(c, namespace)
     off = {
         "storage": {"size": "2Gi"},
-        "metrics": {"serviceMonitor": {"enabled": False}},
+        "metrics": {"podMonitor": {"enabled": False}},
+        "certificates": None,
         "analytics": {"enabled": False},
     }
     c.patch(KIND, namespace, "events", {"spec": off}).raise_for_status()
-    wait_for(lambda: c.get("ServiceMonitor", namespace, "events") is None, message="pruned")
+    wait_for(lambda: c.get("PodMonitor", namespace, "events") is None, message="pruned")
+    wait_for(lambda: c.get("Certificate", namespace, "events-tls") is None, message="pruned")
     wait_for(lambda: not c.list("ScheduledSparkApplication", namespace), message="unscheduled")
     wait_for(
         lambda: (

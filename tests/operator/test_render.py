@@ -51,18 +51,6 @@ def test_objects_and_owner_references():
     assert headless["metadata"]["name"] == "ev-headless" and headless["spec"]["clusterIP"] == "None"
 
 
-def test_servicemonitor_only_when_asked_and_the_crd_exists():
-    spec = {"metrics": {"serviceMonitor": {"enabled": True}}}
-    assert "ServiceMonitor" not in [
-        o["kind"] for o in desired_objects("a", "n", UID, spec, servicemonitor_crd=False)
-    ]
-    assert "ServiceMonitor" not in [
-        o["kind"] for o in desired_objects("a", "n", UID, {}, servicemonitor_crd=True)
-    ]
-    sm = desired_objects("a", "n", UID, spec, servicemonitor_crd=True)[-1]
-    assert sm["kind"] == "ServiceMonitor" and sm["spec"]["endpoints"][0]["path"] == "/metrics"
-
-
 def test_statefulset_runs_the_server_as_configured():
     spec = {
         "image": "registry/ds:1.2",
@@ -135,18 +123,6 @@ def test_refused_changes():
     assert "storageClassName" in refused_change(
         old, {"storage": {"size": "10Gi", "storageClassName": "slow"}}
     )
-
-
-def test_servicemonitor_scrapes_each_pod_once_under_one_job_label():
-    objs = desired_objects(
-        "a", "n", UID, {"metrics": {"serviceMonitor": {"enabled": True}}}, servicemonitor_crd=True
-    )
-    client_svc = objs[2]
-    sm = objs[-1]
-    assert sm["spec"]["jobLabel"] == "app.kubernetes.io/name"
-    wanted = sm["spec"]["selector"]["matchLabels"]
-    assert wanted.items() <= client_svc["metadata"]["labels"].items()
-    assert not wanted.items() <= objs[1]["metadata"]["labels"].items()  # not the headless Service
 
 
 def test_lifecycle_sets_the_probes_and_the_grace_period():

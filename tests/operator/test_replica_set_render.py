@@ -215,7 +215,7 @@ def test_services_route_the_primary_and_the_standbys_apart():
     assert svc["ev"]["spec"]["selector"]["streams.pyds.dev/role"] == "primary"
     assert svc["ev-replicas"]["spec"]["selector"]["streams.pyds.dev/role"] == "standby"
     assert "streams.pyds.dev/role" not in svc["ev-headless"]["spec"]["selector"]
-    # The ServiceMonitor selects the client component: the standbys' Service is not it.
+    # Each Service says which it is (component), for users' own monitors and tools.
     assert svc["ev-replicas"]["metadata"]["labels"]["app.kubernetes.io/component"] == "replicas"
 
 

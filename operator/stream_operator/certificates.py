@@ -1,0 +1,140 @@
+"""The server's TLS certificate made by cert-manager: ``spec.certificates.issuerRef``.
+
+With an issuer named, the operator renders a cert-manager ``Certificate`` for every name
+a client, a peer or Prometheus reaches a pod by, and the server serves the Secret
+cert-manager writes (``tls.crt``, ``tls.key``, and the issuer's ``ca.crt``, which the
+standbys check the primary against and Prometheus checks every pod against). That
+Secret takes the place of ``server.tlsSecretName``, which is for a Secret made some
+other way: naming both is refused, since either would silently be ignored.
+
+Pure functions: the handlers apply the Certificate only when cert-manager's CRD exists,
+and otherwise say so in the ``Certificates`` condition.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from stream_operator.spec import with_defaults
+from stream_operator.status import condition
+
+CERT_MANAGER_GROUP = "cert-manager.io"
+
+
+def issuer_ref(spec: dict[str, Any]) -> dict[str, str] | None:
+    """The issuer the spec names, with cert-manager's defaults (kind Issuer, its group)."""
+    ref = ((spec or {}).get("certificates") or {}).get("issuerRef")
+    if not ref or not ref.get("name"):
+        return None
+    return {
+        "name": ref["name"],
+        "kind": ref.get("kind") or "Issuer",
+        "group": ref.get("group") or CERT_MANAGER_GROUP,
+    }
+
+
+def certificate_name(name: str) -> str:
+    return f"{name}-tls"
+
+
+def certificate_secret(name: str, spec: dict[str, Any]) -> str | None:
+    """The Secret cert-manager writes for this DurableStream (None: no issuer named)."""
+    if issuer_ref(spec) is None:
+        return None
+    return ((spec or {}).get("certificates") or {}).get("secretName") or certificate_name(name)
+
+
+def with_certificate(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as the server sees it: with an issuer named, ``server.tlsSecretName`` is
+    the Certificate's Secret, so that every place that serves or checks TLS (the pods'
+    mount, probes, peer URLs, the endpoint, the PodMonitor's CA) follows it unchanged."""
+    secret = certificate_secret(name, spec)
+    if secret is None:
+        return spec
+    out = copy.deepcopy(dict(spec))
+    out.setdefault("server", {})["tlsSecretName"] = secret
+    return out
+
+
+def refused_certificates(spec: dict[str, Any]) -> str | None:
+    """What the CRD's rule refuses (for a cluster that did not run it): two sources of
+    the server's certificate, one of which would be ignored."""
+    if issuer_ref(spec) is not None and ((spec or {}).get("server") or {}).get("tlsSecretName"):
+        return (
+            "server.tlsSecretName and certificates.issuerRef are both set: name the Secret "
+            "to serve, or the issuer that makes it (certificates.secretName), not both"
+        )
+    return None
+
+
+def dns_names(name: str, namespace: str, replicas: int) -> list[str]:
+    """Every name a pod is reached by: the client Service and the standbys' Service in
+    each short and long form, the headless Service's wildcard, and each pod by name
+    (peers use ``<pod>.<name>-headless.<ns>.svc``; a wildcard covers them, and the pods
+    are listed too for clients that do not accept wildcards)."""
+    headless = f"{name}-headless.{namespace}.svc"
+    out: list[str] = []
+    for service in (name, f"{name}-replicas"):
+        out += [
+            service,
+            f"{service}.{namespace}",
+            f"{service}.{namespace}.svc",
+            f"{service}.{namespace}.svc.cluster.local",
+        ]
+    out.append(f"*.{headless}")
+    out += [f"{name}-{i}.{headless}" for i in range(replicas)]
+    return out
+
+
+def render_certificate(
+    name: str, namespace: str, meta: dict[str, Any], spec: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The cert-manager Certificate (None: no issuer named). ``meta`` is the owned
+    object's metadata (name, labels, owner reference) as render.py makes it.
+
+    Usages: server auth, and client auth since a standby may present the same
+    certificate to its primary; a new private key at every renewal (rotationPolicy
+    Always), as cert-manager recommends and v1.18 made the default.
+    """
+    ref = issuer_ref(spec)
+    if ref is None:
+        return None
+    wanted = (spec or {}).get("certificates") or {}
+    body: dict[str, Any] = {
+        "secretName": certificate_secret(name, spec),
+        "issuerRef": ref,
+        "dnsNames": dns_names(name, namespace, int(with_defaults(spec)["replicas"])),
+        "usages": ["server auth", "client auth", "digital signature", "key encipherment"],
+        "privateKey": {"rotationPolicy": "Always"},
+    }
+    for key in ("duration", "renewBefore"):
+        if wanted.get(key):
+            body[key] = wanted[key]
+    return {
+        "apiVersion": f"{CERT_MANAGER_GROUP}/v1",
+        "kind": "Certificate",
+        "metadata": meta,
+        "spec": body,
+    }
+
+
+def certificates_condition(name: str, spec: dict[str, Any], served: bool) -> list[dict[str, str]]:
+    """The Certificates condition (none without an issuer): False while cert-manager's
+    Certificate kind is not served (the pods wait for a Secret nobody makes), True with
+    the Certificate, issuer and Secret once it is applied."""
+    ref = issuer_ref(spec)
+    if ref is None:
+        return []
+    if not served:
+        message = (
+            "certificates.issuerRef is set, but cert-manager is not installed (no "
+            f"certificates.{CERT_MANAGER_GROUP} CRD): Secret {certificate_secret(name, spec)} "
+            "is not made and the pods wait for it"
+        )
+        return [condition("Certificates", False, "CertManagerMissing", message)]
+    message = (
+        f"Certificate {certificate_name(name)} from {ref['kind']} {ref['name']}, "
+        f"served from Secret {certificate_secret(name, spec)}"
+    )
+    return [condition("Certificates", True, "Requested", message)]
