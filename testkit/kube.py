@@ -12,8 +12,9 @@ adds them, the way kube-apiserver does them:
   status changes, no-op patches that change nothing (no event, no bump);
 - the status subresource: a patch to ``/status`` changes only the status,
   any other patch leaves the status alone;
-- merge patch, JSON patch (a failed ``test`` op is 422, as kopf expects) and
-  server-side apply (the applier's top-level fields replace the live ones; it
+- merge patch, strategic merge patch on built-in kinds (lists such as a pod's
+  conditions merge by their key; 415 on custom resources), JSON patch (a failed
+  ``test`` op is 422, as kopf expects) and server-side apply (the applier's top-level fields replace the live ones; it
   creates the object when it is missing); an update (PUT) replaces the object;
   a write that names a ``resourceVersion`` other than the stored one is
   refused with 409 Conflict (compare-and-swap, what leader election needs);
@@ -182,6 +183,7 @@ class ApiServer(kmock.KubernetesEmulator):
         self._rv = 0
         self._schemas: dict[Any, dict[str, Any]] = {}
         self._status_subresource: set[Any] = set()
+        self._custom: set[Any] = set()  # the resources CRDs serve (no strategic merge)
         self.requests: list[Call] = []  # every resource request, in order
         self.resources.load_bundled()
         for res, info in list(self.resources.items()):
@@ -198,6 +200,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 continue
             res = kmock.resource(spec["group"], version["name"], spec["names"]["plural"])
             subresources = set((version.get("subresources") or {}).keys())
+            self._custom.add(res)
             self.resources[res] = kmock.ResourceInfo(
                 kind=spec["names"]["kind"],
                 singular=spec["names"].get("singular"),
@@ -325,6 +328,15 @@ class ApiServer(kmock.KubernetesEmulator):
                 await self._create(request)
                 return
             raise kmock.KubernetesObjectNotFoundError()
+        if ctype == STRATEGIC_MERGE and request.resource in self._custom:
+            # Custom resources have no patch strategies: kube-apiserver refuses it.
+            raise kmock.KubernetesError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown "
+                "format - accepted media types include: application/json-patch+json, "
+                "application/merge-patch+json, application/apply-patch+yaml",
+            )
         old = copy.deepcopy(self._objects[key].raw)
         _check_precondition(old, request.data)
         if request.method == enums.method.PUT:
@@ -490,7 +502,62 @@ def _is_pvc(resource: Any) -> bool:
     return resource.plural == "persistentvolumeclaims" and not resource.group
 
 
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+# The lists a strategic merge patch merges element by element, by this key (the
+# patchMergeKey of the built-in types' fields of that name); every other list is replaced
+# whole, as in a merge patch.
+MERGE_KEYS = {
+    "conditions": "type",
+    "containerStatuses": "name",
+    "initContainerStatuses": "name",
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "env": "name",
+    "ownerReferences": "uid",
+}
+
+
+def _strategic(old: Any, patch: Any) -> Any:
+    """A strategic merge patch, as kube-apiserver applies one to a built-in object: maps
+    merge (null deletes a key), the lists of ``MERGE_KEYS`` merge by their key (an
+    element named again is merged, a new one appended, the others kept: a pod condition
+    written by one writer leaves the kubelet's alone), other lists are replaced. The
+    ``$patch``/``$retainKeys`` directives are not modelled."""
+    if not isinstance(old, dict) or not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(old)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif key in MERGE_KEYS and isinstance(value, list) and isinstance(old.get(key), list):
+            field = MERGE_KEYS[key]
+            merged = copy.deepcopy(old[key])
+            for item in value:
+                at = next(
+                    (
+                        i
+                        for i, have in enumerate(merged)
+                        if isinstance(have, dict)
+                        and isinstance(item, dict)
+                        and have.get(field) == item.get(field)
+                    ),
+                    None,
+                )
+                if at is None:
+                    merged.append(copy.deepcopy(item))
+                else:
+                    merged[at] = _strategic(merged[at], item)
+            out[key] = merged
+        else:
+            out[key] = _strategic(old.get(key), value)
+    return out
+
+
 def _patched(old: dict[str, Any], data: Any, content_type: str) -> dict[str, Any]:
+    if content_type == STRATEGIC_MERGE and isinstance(data, dict):
+        return dict(_strategic(old, data))
     if content_type == "application/json-patch+json" or isinstance(data, list):
         try:
             return jsonpatch.apply_patch(old, data or [], in_place=False)
