@@ -39,6 +39,10 @@ def conditions(kube: Cluster, pod: str) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status.get("conditions") or []}
 
 
+def ready_replicas(kube: Cluster) -> int:
+    return int(((kube.get("StatefulSet", NS, "gated") or {}).get("status") or {})["readyReplicas"])
+
+
 def set_gate(kube: Cluster, pod: str, value: bool) -> None:
     cond = {"type": GATE, "status": str(value), "reason": "Test"}
     body = {"status": {"conditions": [cond]}}
@@ -115,7 +119,7 @@ def test_the_kubelet_stand_in_makes_a_pod_ready_only_once_its_gates_are_true(
         assert ready["Ready"]["reason"] == "ReadinessGatesNotReady"
         assert GATE in ready["Ready"]["message"]
         assert endpoints.pods() == [] and kubelet.ready_pods() == []
-        assert kube.get("StatefulSet", NS, "gated")["status"]["readyReplicas"] == 0
+        assert ready_replicas(kube) == 0
 
         set_gate(kube, "gated-0", True)
         wait_for(
@@ -124,7 +128,7 @@ def test_the_kubelet_stand_in_makes_a_pod_ready_only_once_its_gates_are_true(
         )
         assert endpoints.pods() == ["gated-0"]
         wait_for(
-            lambda: kube.get("StatefulSet", NS, "gated")["status"]["readyReplicas"] == 1,
+            lambda: ready_replicas(kube) == 1,
             message="counted ready by the StatefulSet",
         )
         # The stand-in wrote Ready after the gate was set, and kept the gate as it was.
