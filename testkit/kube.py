@@ -29,8 +29,8 @@ adds them, the way kube-apiserver does them:
   ``allowVolumeExpansion: true`` (or a PVC without a class) is refused with
   403, as the PersistentVolumeClaimResize admission plugin refuses it.
 
-Every request is recorded (``ApiServer.requests``: the RBAC verb, group and
-resource it needs, and its User-Agent) so that a test can check that the
+Every request is recorded (``ApiServer.requests``: the RBAC verb, group,
+resource and object name it needs, and its User-Agent) so that a test can check that the
 operator's role grants each one the operator made.
 
 What it still does not do: CEL rules, defaulting from the schema, admission,
@@ -124,6 +124,9 @@ class Call(NamedTuple):
     resource: str
     agent: str
     namespace: str | None = None  # None: a cluster-scoped object, or across all namespaces
+    # The object's name, as RBAC's resourceNames match it: a list or watch names one only
+    # by ``fieldSelector=metadata.name=NAME`` (None: a collection, or a create).
+    name: str | None = None
 
 
 def _verb(request: rendering.Request) -> str | None:
@@ -250,7 +253,11 @@ class ApiServer(kmock.KubernetesEmulator):
             plural = f"{plural}/{request.subresource}"
         agent = request.headers.get("User-Agent") or ""
         group = request.resource.group or ""
-        self.requests.append(Call(verb, group, plural, agent, request.namespace))
+        name = request.name
+        fields = request.params.get("fieldSelector") or ""
+        if name is None and fields.startswith("metadata.name=") and "," not in fields:
+            name = fields.partition("=")[2]
+        self.requests.append(Call(verb, group, plural, agent, request.namespace, name))
 
     async def _handle(self, request: rendering.Request) -> Any:
         self._forget_old_requests()

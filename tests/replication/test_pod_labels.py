@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stream_operator.render import lease_name, render_role, render_role_binding
 from stream_server.replication.lease import LeaseRecord
 from stream_server.replication.pod_labels import (
     IN_SYNC_GATE,
@@ -20,6 +21,7 @@ from stream_server.replication.pod_labels import (
     wanted_marks,
 )
 from stream_server.replication.roles import RoleLoop
+from testkit import rbac
 from testkit.cluster import Cluster
 from tests.replication.role_loops import Clock, replica
 
@@ -162,3 +164,46 @@ async def test_missing_pods_are_skipped_and_a_failed_write_is_retried(
         await broken.stop()
         await pa.stop()
         await a.stop()
+
+
+async def test_the_pods_role_grants_every_request_a_server_makes_by_name(api: Cluster) -> None:
+    """The Role the operator renders for the pods (their Lease and their set's pods, by
+    name) allows each request the role loop and the pod marker made, with the object
+    named as RBAC's resourceNames match it."""
+    name = "rbac"
+    lease = f"{NS}/{lease_name(name)}"
+    make_pods(api, name, 3)
+    before = len(api.api.requests)
+    clock = Clock()
+    a, b = replica(api, lease, f"{name}-0", clock), replica(api, lease, f"{name}-1", clock)
+    pa, pb = marker(api, a, f"{name}-0", 3), marker(api, b, f"{name}-1", 3)
+    try:
+        await a.step()  # create
+        await b.step()
+        assert await a.change_in_sync([f"{name}-1"])  # update
+        async for _ in a.client.watch():  # the watch, by fieldSelector=metadata.name
+            break
+        assert await pa.mark()  # get and patch pods, patch pods/status
+        assert await pb.mark()
+    finally:
+        for closing in (pa, pb, a, b):
+            await closing.stop()
+    calls = [
+        c for c in api.api.requests[before:] if c.agent == "durable-streams-server/replication"
+    ]
+    assert {(c.verb, c.resource) for c in calls} >= {
+        ("create", "leases"),
+        ("get", "leases"),
+        ("update", "leases"),
+        ("watch", "leases"),
+        ("get", "pods"),
+        ("patch", "pods"),
+        ("patch", "pods/status"),
+    }
+    spec = {"replicas": 3}
+    docs = [render_role(name, NS, "uid", spec), render_role_binding(name, NS, "uid", spec)]
+    granted = rbac.grants(docs, name, NS)
+    assert rbac.denied(calls, granted) == []
+    # A pod of another set is not the servers' to touch.
+    other = calls[-1]._replace(name="other-0")
+    assert rbac.denied([other], granted) == [other._replace(agent="")]
