@@ -16,6 +16,7 @@ from typing import Any
 
 import kopf
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from stream_operator import leadership
 from stream_operator.apply import (
@@ -218,21 +219,21 @@ def mark_in_sync(
         )
     ]
     for pod, in_sync in in_sync_changes(view, gated, IN_SYNC):
-        set_pod_condition(
-            ac,
-            namespace,
-            pod,
-            {
-                "type": IN_SYNC,
-                "status": str(in_sync),
-                "reason": "InSync" if in_sync else "NotInSync",
-                "message": f"{'in' if in_sync else 'not in'} the in-sync set of term "
-                f"{view.term} (set by the operator from the Lease)",
-                "lastTransitionTime": datetime.datetime.now(datetime.UTC).strftime(
-                    "%Y-%m-%dT%H:%M:%SZ"
-                ),
-            },
-        )
+        condition = {
+            "type": IN_SYNC,
+            "status": str(in_sync),
+            "reason": "InSync" if in_sync else "NotInSync",
+            "message": f"{'in' if in_sync else 'not in'} the in-sync set of term "
+            f"{view.term} (set by the operator from the Lease)",
+            "lastTransitionTime": datetime.datetime.now(datetime.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+        }
+        try:
+            set_pod_condition(ac, namespace, pod, condition)
+        except ApiException as exc:
+            if exc.status != 404:  # a pod deleted since it was listed: nothing to mark
+                raise
 
 
 def tell_primary_change(ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
