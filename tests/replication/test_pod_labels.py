@@ -207,3 +207,37 @@ async def test_the_pods_role_grants_every_request_a_server_makes_by_name(api: Cl
     # A pod of another set is not the servers' to touch.
     other = calls[-1]._replace(name="other-0")
     assert rbac.denied([other], granted) == [other._replace(agent="")]
+
+
+class DeposedWhileReading(PodClient):
+    """Reads a pod, and by the time the answer is here this replica's renew deadline has
+    passed (a new holder may have labelled its own pod meanwhile)."""
+
+    def __init__(self, api: Cluster, clock: Clock, loop: RoleLoop) -> None:
+        super().__init__(NS, api.url)
+        self.clock, self.loop = clock, loop
+
+    async def get(self, pod: str) -> dict[str, Any] | None:
+        got = await super().get(pod)
+        self.clock.now += self.loop.config.renew_deadline
+        return got
+
+
+async def test_a_primary_deposed_between_reading_a_pod_and_writing_it_writes_nothing(
+    api: Cluster, lease: str
+) -> None:
+    prefix = "race"
+    make_pods(api, prefix, 2)
+    # The new holder's label, as the old primary reads it on its way out.
+    api.patch("Pod", NS, f"{prefix}-1", {"metadata": {"labels": {ROLE: "primary"}}})
+    clock = Clock()
+    a = replica(api, lease, f"{prefix}-0", clock)
+    pa = PodMarker(DeposedWhileReading(api, clock, a), a, f"{prefix}-0", 2, every=15.0)
+    try:
+        await a.step()
+        assert not await pa.mark()  # gave up: no longer entitled
+        assert marks(api, f"{prefix}-1") == ("primary", None)
+        assert marks(api, f"{prefix}-0") == (None, None)
+    finally:
+        await pa.stop()
+        await a.stop()

@@ -200,10 +200,9 @@ class PodMarker:
         role, term = (PRIMARY if self.roles.may_acknowledge else STANDBY), state.term
         members = set_members(self.pod, self.set_size, self.roles.record)
         for marks in wanted_marks(self.pod, role, state.in_sync, members):
-            if role == PRIMARY and not (self.roles.may_acknowledge and state.term == term):
-                return False  # deposed on the way: the next pass marks as a standby
             try:
-                await self._mark(marks, term)
+                if not await self._mark(marks, role, term):
+                    return False  # deposed on the way: the next pass marks as a standby
             except PodWriteFailed as exc:
                 self.failures += 1
                 (log.warning if self.failures == 1 else log.debug)(
@@ -215,13 +214,28 @@ class PodMarker:
             self.failures = 0
         return True
 
-    async def _mark(self, marks: PodMarks, term: int) -> None:
+    def _entitled(self, role: str, term: int) -> bool:
+        """Whether a pass planned as ``role`` in ``term`` may still write: a standby's own
+        label always; a primary's marks only while it may acknowledge in that term."""
+        return role != PRIMARY or (self.roles.may_acknowledge and self.roles.state.term == term)
+
+    async def _mark(self, marks: PodMarks, role: str, term: int) -> bool:
+        """Read the pod, write what differs; False when this replica lost the right to
+        (checked before each write: the old holder's late patch never lands on the pod
+        a new holder has just labelled)."""
+        if not self._entitled(role, term):
+            return False
         pod = await self.client.get(marks.pod)
         if pod is None:
-            return  # no such pod (a set smaller than its names, or one not made yet)
+            return True  # no such pod (a set smaller than its names, or one not made yet)
         if pod_role(pod) != marks.role:
+            if not self._entitled(role, term):
+                return False
             await self.client.label(marks.pod, marks.role)
             log.info("labelled pod %s %s (term %d)", marks.pod, marks.role, term)
         if marks.in_sync is not None and pod_in_sync(pod) != marks.in_sync:
+            if not self._entitled(role, term):
+                return False
             await self.client.set_condition(marks.pod, in_sync_condition(marks.in_sync, term))
             log.info("pod %s in sync: %s (term %d)", marks.pod, marks.in_sync, term)
+        return True
