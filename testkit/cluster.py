@@ -63,10 +63,20 @@ class Cluster:
         return self.http.post(self.path(obj["kind"], namespace), json=obj)
 
     def patch(
-        self, kind: str, namespace: str | None, name: str, body: Any, *, status: bool = False
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        status: bool = False,
+        strategic: bool = False,
     ) -> httpx.Response:
+        """A merge patch, or a strategic merge patch (built-in kinds: a pod's conditions
+        merge by type, as the kubelet writes them)."""
         url = self.path(kind, namespace, name) + ("/status" if status else "")
-        headers = {"Content-Type": "application/merge-patch+json"}
+        kind_of_patch = "strategic-merge-patch" if strategic else "merge-patch"
+        headers = {"Content-Type": f"application/{kind_of_patch}+json"}
         return self.http.patch(url, json=body, headers=headers)
 
     def delete(self, kind: str, namespace: str | None, name: str) -> httpx.Response:

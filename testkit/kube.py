@@ -12,8 +12,9 @@ adds them, the way kube-apiserver does them:
   status changes, no-op patches that change nothing (no event, no bump);
 - the status subresource: a patch to ``/status`` changes only the status,
   any other patch leaves the status alone;
-- merge patch, JSON patch (a failed ``test`` op is 422, as kopf expects) and
-  server-side apply (the applier's top-level fields replace the live ones; it
+- merge patch, strategic merge patch on built-in kinds (lists such as a pod's
+  conditions merge by their key; 415 on custom resources), JSON patch (a failed
+  ``test`` op is 422, as kopf expects) and server-side apply (the applier's top-level fields replace the live ones; it
   creates the object when it is missing); an update (PUT) replaces the object;
   a write that names a ``resourceVersion`` other than the stored one is
   refused with 409 Conflict (compare-and-swap, what leader election needs);
@@ -40,8 +41,8 @@ adds them, the way kube-apiserver does them:
 - the pod proxy (``pods/NAME:PORT/proxy/PATH``, ``testkit.pod_proxy``) to where the
   test says each pod listens (``pod_network``).
 
-Every request is recorded (``ApiServer.requests``: the RBAC verb, group and
-resource it needs, and its User-Agent) so that a test can check that the
+Every request is recorded (``ApiServer.requests``: the RBAC verb, group,
+resource and object name it needs, and its User-Agent) so that a test can check that the
 operator's role grants each one the operator made.
 
 What it still does not do: CEL rules, defaulting from the schema, admission,
@@ -144,6 +145,9 @@ class Call(NamedTuple):
     resource: str
     agent: str
     namespace: str | None = None  # None: a cluster-scoped object, or across all namespaces
+    # The object's name, as RBAC's resourceNames match it: a list or watch names one only
+    # by ``fieldSelector=metadata.name=NAME`` (None: a collection, or a create).
+    name: str | None = None
 
 
 def _verb(request: rendering.Request) -> str | None:
@@ -207,6 +211,7 @@ class ApiServer(kmock.KubernetesEmulator):
         self._rv = 0
         self._schemas: dict[Any, dict[str, Any]] = {}
         self._status_subresource: set[Any] = set()
+        self._custom: set[Any] = set()  # the resources CRDs serve (no strategic merge)
         self.requests: list[Call] = []  # every resource request, in order
         # Where each pod listens, for the pod proxy (testkit.pod_proxy); None: nowhere.
         self.pod_network: pod_proxy.PodNetwork | None = None
@@ -244,6 +249,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 continue
             res = kmock.resource(spec["group"], version["name"], spec["names"]["plural"])
             subresources = set((version.get("subresources") or {}).keys())
+            self._custom.add(res)
             self.resources[res] = kmock.ResourceInfo(
                 kind=spec["names"]["kind"],
                 singular=spec["names"].get("singular"),
@@ -319,7 +325,11 @@ class ApiServer(kmock.KubernetesEmulator):
             plural = f"{plural}/{request.subresource}"
         agent = request.headers.get("User-Agent") or ""
         group = request.resource.group or ""
-        self.requests.append(Call(verb, group, plural, agent, request.namespace))
+        name = request.name
+        fields = request.params.get("fieldSelector") or ""
+        if name is None and fields.startswith("metadata.name=") and "," not in fields:
+            name = fields.partition("=")[2]
+        self.requests.append(Call(verb, group, plural, agent, request.namespace, name))
 
     async def _handle(self, request: rendering.Request) -> Any:
         self._forget_old_requests()
@@ -408,6 +418,15 @@ class ApiServer(kmock.KubernetesEmulator):
                 await self._create(request)
                 return
             raise kmock.KubernetesObjectNotFoundError()
+        if ctype == STRATEGIC_MERGE and request.resource in self._custom:
+            # Custom resources have no patch strategies: kube-apiserver refuses it.
+            raise kmock.KubernetesError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown "
+                "format - accepted media types include: application/json-patch+json, "
+                "application/merge-patch+json, application/apply-patch+yaml",
+            )
         old = copy.deepcopy(self._objects[key].raw)
         _check_precondition(old, request.data)
         if request.method == enums.method.PUT:
@@ -680,7 +699,62 @@ def _is_pvc(resource: Any) -> bool:
     return resource.plural == "persistentvolumeclaims" and not resource.group
 
 
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+# The lists a strategic merge patch merges element by element, by this key (the
+# patchMergeKey of the built-in types' fields of that name); every other list is replaced
+# whole, as in a merge patch.
+MERGE_KEYS = {
+    "conditions": "type",
+    "containerStatuses": "name",
+    "initContainerStatuses": "name",
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "env": "name",
+    "ownerReferences": "uid",
+}
+
+
+def _strategic(old: Any, patch: Any) -> Any:
+    """A strategic merge patch, as kube-apiserver applies one to a built-in object: maps
+    merge (null deletes a key), the lists of ``MERGE_KEYS`` merge by their key (an
+    element named again is merged, a new one appended, the others kept: a pod condition
+    written by one writer leaves the kubelet's alone), other lists are replaced. The
+    ``$patch``/``$retainKeys`` directives are not modelled."""
+    if not isinstance(old, dict) or not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(old)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif key in MERGE_KEYS and isinstance(value, list) and isinstance(old.get(key), list):
+            field = MERGE_KEYS[key]
+            merged = copy.deepcopy(old[key])
+            for item in value:
+                at = next(
+                    (
+                        i
+                        for i, have in enumerate(merged)
+                        if isinstance(have, dict)
+                        and isinstance(item, dict)
+                        and have.get(field) == item.get(field)
+                    ),
+                    None,
+                )
+                if at is None:
+                    merged.append(copy.deepcopy(item))
+                else:
+                    merged[at] = _strategic(merged[at], item)
+            out[key] = merged
+        else:
+            out[key] = _strategic(old.get(key), value)
+    return out
+
+
 def _patched(old: dict[str, Any], data: Any, content_type: str) -> dict[str, Any]:
+    if content_type == STRATEGIC_MERGE and isinstance(data, dict):
+        return dict(_strategic(old, data))
     if content_type == "application/json-patch+json" or isinstance(data, list):
         try:
             return jsonpatch.apply_patch(old, data or [], in_place=False)

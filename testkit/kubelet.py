@@ -30,7 +30,9 @@ emulated API server, where a pod would use its service account) and
 through the headless Service); mounted Secrets are written to files, which the
 runtime (``testkit.pod_runtimes``: a process, or a podman container) gives the
 server at their paths. Readiness honours the readiness
-probe's period, timeout and failure threshold.
+probe's period, timeout and failure threshold, and a pod's Ready condition its
+``readinessGates`` too, as the kubelet's: Ready once the container is and every
+gate's condition (set by someone else through ``pods/status``, kept as set) is True.
 
 The API objects themselves (claims, Pod objects and statuses, the StatefulSet's
 status, a container's env) are built in ``testkit.pod_objects``; how a container
@@ -59,8 +61,10 @@ from testkit.cluster import Cluster
 from testkit.pod_objects import (
     claim_volumes,
     container_env,
+    gates_not_ready,
     pod_object,
     pod_status,
+    readiness_gates,
     secret_volumes,
     statefulset_status,
     template_revision,
@@ -91,6 +95,13 @@ class Pod:
     failures: int = 0  # readiness probes failed in a row
     kill_at: float = 0.0  # terminating: SIGKILL at this time
     scheme: str = "http"  # the readiness probe's: https when the server serves TLS
+    gates: list[str] = field(default_factory=list)  # its readinessGates' condition types
+    gates_met: bool = True  # every gate's condition True in the API (as last listed)
+
+    @property
+    def pod_ready(self) -> bool:
+        """The pod's Ready condition: its container ready and every readiness gate met."""
+        return self.ready and self.gates_met
 
     @property
     def url(self) -> str:
@@ -209,8 +220,9 @@ class Kubelet:
             self.pods[ordinal].proc.send_signal(sig)
 
     def ready_pods(self) -> list[Pod]:
+        """The pods whose Ready condition is True (readiness gates included)."""
         with self._lock:
-            return [p for p in self.pods.values() if p.ready]
+            return [p for p in self.pods.values() if p.pod_ready]
 
     def url_of(self, pod_name: str) -> str | None:
         """Where the pod named ``pod_name`` listens now (its address, as a pod IP and the
@@ -257,9 +269,15 @@ class Kubelet:
             claim_volumes(self.cluster, sts)
             self._claimed_at = time.monotonic()
         selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
-        in_api = {
-            p["metadata"]["name"]: p["metadata"].get("uid")
-            for p in self.cluster.list("Pod", self.namespace, selector)
+        listed = self.cluster.list("Pod", self.namespace, selector)
+        in_api = {p["metadata"]["name"]: p["metadata"].get("uid") for p in listed}
+        # The conditions others set (a readiness gate's), by the uid they were set on.
+        conditions = {
+            (p["metadata"]["name"], p["metadata"].get("uid")): (p.get("status") or {}).get(
+                "conditions"
+            )
+            or []
+            for p in listed
         }
         with self._lock:
             self._reap()
@@ -278,7 +296,7 @@ class Kubelet:
                     (o for o, p in self.pods.items() if p.revision != revision and o >= partition),
                     reverse=True,
                 )
-                all_ready = all(self.pods.get(o) and self.pods[o].ready for o in range(want))
+                all_ready = all(self.pods.get(o) and self.pods[o].pod_ready for o in range(want))
                 if stale and all_ready and not self._terminating:
                     # Rolling update: one pod at a time, highest ordinal first.
                     self._delete(stale[0])
@@ -299,12 +317,14 @@ class Kubelet:
                     if started is not None:
                         self.pods[ordinal] = started
             self._restart_exited(template, revision)
-            for pod in self.pods.values():
+            for ordinal, pod in self.pods.items():
                 pod.probe_due()
+                seen = conditions.get((f"{self.name}-{ordinal}", self._uids.get(ordinal)), [])
+                pod.gates_met = gates_not_ready(pod.gates, seen) is None
             pods = dict(self.pods)
             # A deleted pod's replacement exists at once, Pending until its delay is over.
             pending = [o for o in range(want) if o not in pods]
-        ready = sum(1 for p in pods.values() if p.ready)
+        ready = sum(1 for p in pods.values() if p.pod_ready)
         updated = sum(1 for p in pods.values() if p.revision == revision) + len(pending)
         count = len(pods) + len(pending)
         older = sorted({p.revision for p in pods.values()} - {revision})
@@ -314,7 +334,7 @@ class Kubelet:
             self.cluster.patch(
                 "StatefulSet", self.namespace, self.name, {"status": status}, status=True
             )
-        self._publish(sts, pods)
+        self._publish(sts, pods, conditions)
 
     def _terminate(self, ordinal: int) -> None:
         """Take the pod's process down gracefully (SIGTERM, SIGKILL after its grace
@@ -369,8 +389,16 @@ class Kubelet:
                     new.restarts, new.last = pod.restarts, pod.last
                     self.pods[ordinal] = new
 
-    def _publish(self, sts: dict[str, Any] | None, pods: dict[int, Pod]) -> None:
-        """The pods as Pod objects in the API, their status as the kubelet reports it."""
+    def _publish(
+        self,
+        sts: dict[str, Any] | None,
+        pods: dict[int, Pod],
+        conditions: dict[tuple[str, str | None], list[dict[str, Any]]] | None = None,
+    ) -> None:
+        """The pods as Pod objects in the API, their status as the kubelet reports it:
+        Ready only once the container is ready and every readiness gate's condition,
+        which someone else sets, is True. Written by a strategic merge patch that names
+        only the kubelet's conditions, so the others' stay as they were set."""
         for ordinal in [o for o in self._published if o not in pods]:
             self.cluster.delete("Pod", self.namespace, f"{self.name}-{ordinal}")
             del self._published[ordinal]
@@ -384,8 +412,17 @@ class Kubelet:
             if pod.back_off_until:
                 why = f"back-off restarting failed container={container['name']} pod={name}"
                 waiting = ("CrashLoopBackOff", why)
+            seen = []  # a pod about to be made has no conditions yet
+            if ordinal in self._published:
+                seen = (conditions or {}).get((name, self._uids.get(ordinal)), [])
             status = pod_status(
-                container, ready=pod.ready, restarts=pod.restarts, waiting=waiting, last=pod.last
+                container,
+                ready=pod.ready,
+                restarts=pod.restarts,
+                waiting=waiting,
+                last=pod.last,
+                gates=pod.gates,
+                conditions=seen,
             )
             if self._published.get(ordinal) == status:
                 continue
@@ -396,7 +433,7 @@ class Kubelet:
                 created.raise_for_status()
                 self._uids[ordinal] = created.json()["metadata"]["uid"]
             self.cluster.patch(
-                "Pod", self.namespace, name, {"status": status}, status=True
+                "Pod", self.namespace, name, {"status": status}, status=True, strategic=True
             ).raise_for_status()
             self._published[ordinal] = status
 
@@ -446,4 +483,6 @@ class Kubelet:
             probe_period=float(readiness.get("periodSeconds", 10)),
             probe_timeout=float(readiness.get("timeoutSeconds", 1)),
             scheme=scheme,
+            gates=readiness_gates(template["spec"]),
+            gates_met=not readiness_gates(template["spec"]),
         )

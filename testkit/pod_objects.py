@@ -136,6 +136,38 @@ def pod_object(
     }
 
 
+def readiness_gates(spec: dict[str, Any]) -> list[str]:
+    """The condition types a pod's ``readinessGates`` name, in order."""
+    return [g["conditionType"] for g in spec.get("readinessGates") or []]
+
+
+def gates_not_ready(gates: list[str], conditions: list[dict[str, Any]]) -> str | None:
+    """Why the readiness gates keep a pod not Ready, in the kubelet's words, or None when
+    every gate's condition is True (the kubelet's GeneratePodReadyCondition)."""
+    have = {c.get("type"): c.get("status") for c in conditions}
+    for gate in gates:
+        if gate not in have:
+            return f'corresponding condition of pod readiness gate "{gate}" does not exist.'
+        if have[gate] != "True":
+            return f'the status of pod readiness gate "{gate}" is not "True", but {have[gate]}'
+    return None
+
+
+def ready_conditions(
+    ready: bool, gates: list[str], conditions: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The conditions the kubelet owns, ContainersReady and Ready: a pod is Ready only
+    when its containers are and every readiness gate's condition (set by someone else,
+    in ``conditions``: the pod's as the API holds them) is True."""
+    containers: dict[str, Any] = {"type": "ContainersReady", "status": str(ready)}
+    pod: dict[str, Any] = {"type": "Ready", "status": str(ready)}
+    if not ready:
+        containers["reason"] = pod["reason"] = "ContainersNotReady"
+    elif (why := gates_not_ready(gates, conditions)) is not None:
+        pod.update(status="False", reason="ReadinessGatesNotReady", message=why)
+    return [containers, pod]
+
+
 def pod_status(
     container: dict[str, Any],
     *,
@@ -143,15 +175,23 @@ def pod_status(
     restarts: int,
     waiting: tuple[str, str] | None = None,
     last: dict[str, Any] | None = None,
+    gates: list[str] | None = None,
+    conditions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A pod's status as the kubelet reports it for its one container: running, or
-    waiting with (reason, message); ``last`` the previous run's ``terminated`` state."""
+    waiting with (reason, message); ``last`` the previous run's ``terminated`` state.
+    With readiness ``gates``, Ready also needs each gate's condition True in
+    ``conditions`` (the pod's in the API); the status holds only the kubelet's own
+    conditions, which a strategic merge patch writes beside the others'."""
     state: dict[str, Any] = {"running": {}}
     if waiting is not None:
         state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+    kubelets = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if gates:
+        kubelets = ready_conditions(ready, gates, conditions or [])
     return {
         "phase": "Running",
-        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "conditions": kubelets,
         "containerStatuses": [
             {
                 "name": container["name"],

@@ -4,8 +4,10 @@ kube-apiserver's RBAC authorizer, for the part the chart uses: a ClusterRole
 bound by a ClusterRoleBinding grants in every namespace and on cluster-scoped
 objects; a Role (or a ClusterRole) bound by a RoleBinding grants in the
 binding's namespace only. Rules match on API group, resource (``plural`` or
-``plural/subresource``) and verb; no wildcards, no resourceNames (the chart
-uses neither, and ``grants`` refuses them rather than guess).
+``plural/subresource``) and verb, and a rule with ``resourceNames`` only
+requests that name one of them (a create never does; a list or watch only by
+``fieldSelector=metadata.name``: ``testkit.kube.Call.name``). No wildcards
+(``grants`` refuses them rather than guess).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Grant(NamedTuple):
     group: str
     resource: str
     namespace: str | None
+    name: str | None = None  # only requests naming this object (a rule's resourceNames)
 
 
 def grants(docs: Iterable[dict[str, Any]], account: str, account_namespace: str) -> set[Grant]:
@@ -48,20 +51,24 @@ def grants(docs: Iterable[dict[str, Any]], account: str, account_namespace: str)
         role = roles.get((ref["kind"], role_ns, ref["name"]))
         assert role is not None, f"{binding['metadata']['name']} binds a missing {ref}"
         for rule in role.get("rules") or []:
-            assert "resourceNames" not in rule, "resourceNames: not modelled here"
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[field], f"a wildcard in {field}: not least privilege"
+            names = rule.get("resourceNames") or [None]
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
-                        out.add(Grant(verb, group, resource, where))
+                        for name in names:
+                            out.add(Grant(verb, group, resource, where, name))
     return out
 
 
 def allowed(call: Call, granted: set[Grant]) -> bool:
-    return Grant(call.verb, call.group, call.resource, None) in granted or (
-        call.namespace is not None
-        and Grant(call.verb, call.group, call.resource, call.namespace) in granted
+    names = {None} if call.name is None else {None, call.name}
+    spaces = {None} if call.namespace is None else {None, call.namespace}
+    return any(
+        Grant(call.verb, call.group, call.resource, space, name) in granted
+        for space in spaces
+        for name in names
     )
 
 
@@ -78,5 +85,7 @@ def unused(calls: Iterable[Call], granted: set[Grant]) -> list[Grant]:
 
 def _needs(call: Call, grant: Grant) -> bool:
     if (call.verb, call.group, call.resource) != (grant.verb, grant.group, grant.resource):
+        return False
+    if grant.name is not None and call.name != grant.name:
         return False
     return grant.namespace is None or call.namespace == grant.namespace

@@ -23,7 +23,8 @@ from testkit.cluster import Cluster
 
 def pod_ready(pod: dict[str, Any]) -> bool:
     """Ready as the endpoints controller counts it: the Ready condition true, not being
-    deleted."""
+    deleted. Readiness gates count through that condition alone, as in Kubernetes: the
+    kubelet (``testkit.kubelet``) writes Ready true only once every gate's is."""
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     conditions = (pod.get("status") or {}).get("conditions") or []

@@ -341,6 +341,19 @@ def label_pod(
     )
 
 
+def set_pod_condition(
+    api_client: client.ApiClient, namespace: str, name: str, condition: dict[str, str]
+) -> None:
+    """One condition of the pod's status, by a strategic merge patch: the conditions merge
+    by type, so the kubelet's and everyone else's stay as they are."""
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        name,
+        namespace,
+        {"status": {"conditions": [condition]}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+
+
 def read_secret_value(
     api_client: client.ApiClient, namespace: str, name: str, key: str
 ) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 from stream_operator import GROUP, KIND, VERSION, disruptions
 from stream_operator.certificates import certificate_name, render_certificate, with_certificate
 from stream_operator.monitoring import podmonitor_settings, render_podmonitor
-from stream_operator.spec import min_in_sync, replicated, with_defaults
+from stream_operator.spec import MAX_REPLICAS, min_in_sync, replicated, with_defaults
 
 DATA_DIR = "/data"
 CONTAINER_PORT = 4437
@@ -31,6 +31,11 @@ COMPONENT = "app.kubernetes.io/component"
 ROLE = f"{GROUP}/role"
 PRIMARY = "primary"
 STANDBY = "standby"
+# A replica set's pods are Ready only while in sync: a readiness gate whose condition the
+# Lease holder sets on each pod (stream_server.replication.pod_labels; the operator too,
+# replica_set.mark_in_sync), so the -replicas Service and the disruption budget count
+# only the pods that hold every acknowledged write.
+IN_SYNC = f"{GROUP}/in-sync"
 
 
 def labels(name: str) -> dict[str, str]:
@@ -142,6 +147,8 @@ def replica_identity_env(name: str, namespace: str, spec: dict[str, Any]) -> lis
     return [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "DS_REPLICA_NAME", "value": "$(POD_NAME)"},
+        # The pod the server labels with its role (and, as primary, the others).
+        {"name": "DS_REPLICATION_POD", "value": "$(POD_NAME)"},
         {"name": "DS_REPLICA_URL", "value": f"{scheme}://{host}:{CONTAINER_PORT}"},
     ]
 
@@ -320,8 +327,9 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
     if s["imagePullSecrets"]:
         pod_spec["imagePullSecrets"] = s["imagePullSecrets"]
     if replicated(spec):
-        # The pods' own rights: their Lease (render_role); nothing else is mounted.
+        # The pods' own rights: their Lease and their pods (render_role).
         pod_spec["serviceAccountName"] = service_account_name(name)
+        pod_spec["readinessGates"] = [{"conditionType": IN_SYNC}]
     for key in (
         "nodeSelector",
         "affinity",
@@ -436,11 +444,18 @@ def render_service_account(
     }
 
 
+def pod_names(name: str) -> list[str]:
+    """Every pod a replica set can have (``<name>-0`` .. ``<name>-4``): the pods' Role names
+    them all, so a scale needs no new Role."""
+    return [f"{name}-{i}" for i in range(MAX_REPLICAS)]
+
+
 def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Exactly what the servers ask of the API: their own Lease, by name (a watch names
-    it by ``fieldSelector=metadata.name``, which resourceNames authorizes). ``create``
-    cannot be limited by resourceNames in Kubernetes (the name is not known when a
-    create is authorized), so it is granted on leases in this namespace
+    it by ``fieldSelector=metadata.name``, which resourceNames authorizes), and their own
+    set's pods by name: read one, patch its role label, patch its status (the in-sync
+    condition). ``create`` cannot be limited by resourceNames in Kubernetes (the name is
+    not known when a create is authorized), so it is granted on leases in this namespace
     (docs/kubernetes.md)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -454,6 +469,18 @@ def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> di
                 "verbs": ["get", "update", "watch"],
             },
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {
+                "apiGroups": [""],
+                "resources": ["pods"],
+                "resourceNames": pod_names(name),
+                "verbs": ["get", "patch"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["pods/status"],
+                "resourceNames": pod_names(name),
+                "verbs": ["patch"],
+            },
         ],
     }
 

@@ -164,6 +164,31 @@ def wanted_roles(view: LeaseView, pods: Sequence[Mapping[str, Any]]) -> dict[str
     }
 
 
+def in_sync_condition(pod: Mapping[str, Any], kind: str) -> bool | None:
+    """The pod's condition of type ``kind`` (None: it has none)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return bool(cond.get("status") == "True")
+    return None
+
+
+def in_sync_changes(
+    view: LeaseView, pods: Sequence[Mapping[str, Any]], kind: str
+) -> list[tuple[str, bool]]:
+    """The (pod, in sync) conditions of type ``kind`` to write so that each pod's says what
+    the Lease does: True on the holder and each in-sync standby, False on the others;
+    only those that differ (or are missing), so a round with nothing new writes nothing.
+    With no holder nothing is decided (the servers have not elected one yet)."""
+    if not view.holder:
+        return []
+    out = []
+    for pod in pods:
+        name = pod_name(pod)
+        if name and in_sync_condition(pod, kind) != (name in view.synced):
+            out.append((name, name in view.synced))
+    return sorted(out)
+
+
 def relabel_order(
     current: Mapping[str, str | None], wanted: Mapping[str, str]
 ) -> list[tuple[str, str]]:

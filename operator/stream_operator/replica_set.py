@@ -10,17 +10,25 @@ call to a server (``switchover``). ``handlers`` calls it under the object's lock
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
 import kopf
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from stream_operator import leadership
-from stream_operator.apply import delete_pod, label_pod, read_secret_value, remove_annotation
+from stream_operator.apply import (
+    delete_pod,
+    label_pod,
+    read_secret_value,
+    remove_annotation,
+    set_pod_condition,
+)
 from stream_operator.certificates import with_certificate
-from stream_operator.render import ROLE, pod_url, replication_secret_name
-from stream_operator.replica_roles import lease_view, relabel_order, wanted_roles
+from stream_operator.render import IN_SYNC, ROLE, pod_url, replication_secret_name
+from stream_operator.replica_roles import in_sync_changes, lease_view, relabel_order, wanted_roles
 from stream_operator.rollout import (
     SWITCHOVER_TO,
     WAITING_FOR_SWITCHOVER,
@@ -174,9 +182,10 @@ def label_roles(
     returns the pods as labelled now.
 
     Demotions are written before the promotion, so the primary Service never selects two
-    pods. A new holder is labelled within one status interval of its election (the bound
-    docs/kubernetes.md states): until then the old pod, which stopped acknowledging at
-    its renew deadline, still receives the writes and refuses them.
+    pods. The Lease holder labels the pods itself as it takes the Lease
+    (stream_server.replication.pod_labels); this is the backstop, within one status
+    interval, for a server that could not (an older image, the API unreachable for it).
+    The in-sync readiness gate's conditions are set the same way (``mark_in_sync``).
     """
     if not leadership.may_act():
         return pods
@@ -184,6 +193,7 @@ def label_roles(
     changes = relabel_order(current, wanted_roles(lease_view(lease), pods))
     for pod, role in changes:
         label_pod(ac, namespace, pod, {ROLE: role})
+    mark_in_sync(ac, namespace, pods, lease)
     roles = dict(changes)
     return [
         {
@@ -197,6 +207,40 @@ def label_roles(
         else p
         for p in pods
     ]
+
+
+def mark_in_sync(
+    ac: client.ApiClient, namespace: str, pods: list[dict[str, Any]], lease: dict[str, Any] | None
+) -> None:
+    """Set each pod's in-sync condition (the readiness gate) from the Lease where it says
+    otherwise: the primary sets them as the in-sync set changes, and this round catches
+    what it could not write. Pods without the gate (a StatefulSet not yet rolled to a
+    template with it) are left alone."""
+    view = lease_view(lease)
+    gated = [
+        p
+        for p in pods
+        if any(
+            g.get("conditionType") == IN_SYNC
+            for g in (p.get("spec") or {}).get("readinessGates") or []
+        )
+    ]
+    for pod, in_sync in in_sync_changes(view, gated, IN_SYNC):
+        condition = {
+            "type": IN_SYNC,
+            "status": str(in_sync),
+            "reason": "InSync" if in_sync else "NotInSync",
+            "message": f"{'in' if in_sync else 'not in'} the in-sync set of term "
+            f"{view.term} (set by the operator from the Lease)",
+            "lastTransitionTime": datetime.datetime.now(datetime.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+        }
+        try:
+            set_pod_condition(ac, namespace, pod, condition)
+        except ApiException as exc:
+            if exc.status != 404:  # a pod deleted since it was listed: nothing to mark
+                raise
 
 
 def tell_primary_change(ds: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:

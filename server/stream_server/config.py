@@ -63,6 +63,7 @@ class Settings:
     replication_lease: str = ""
     replica_name: str = ""
     replica_url: str = ""
+    replication_pod: str = ""
     kube_api: str = ""
     replication_set_size: int = 1
     min_in_sync: int = 0
@@ -195,6 +196,9 @@ HELP = {
     "replica_name": "this replica's identity in the Lease (empty: the host name)",
     "replica_url": "origin that peers and clients reach this server at, e.g. http://ds-0.ds:4437 "
     "(required with --replication-lease)",
+    "replication_pod": "this replica's Pod (its namespace is the Lease's), which it labels "
+    "with its role; as primary it also labels the set's other pods and sets their in-sync "
+    "readiness-gate condition; must equal --replica-name (empty: label no pod)",
     "kube_api": "Kubernetes API URL for the Lease (empty: the in-cluster service account)",
     "replication_set_size": "N, the number of replicas in the set (1 to 5)",
     "min_in_sync": "replicas, the primary included, that must hold a batch before it is "

@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 from stream_operator import KIND
+from stream_operator.render import render_role
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
-from testkit.kube import durable_stream
+from testkit.kube import Call, durable_stream
 from testkit.leases import replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
@@ -193,10 +194,36 @@ def test_rbac_grants_exactly_what_the_operator_uses(watched: tuple[str, ...], se
     granted = rbac.grants(docs, ACCOUNT, RELEASE_NS)
     # The Lease is the leader election's (tests/operator/test_leader_election.py).
     lease = {g for g in granted if g.resource == "leases"}
+    # What the operator holds only to grant it to a replica set's servers (their Role,
+    # render_role): Kubernetes refuses a Role that grants more than its creator holds.
+    pods_role = render_role("events", "a", "uid", {"replicas": 3})["rules"]
+    for_servers = {
+        g
+        for g in granted
+        if any(
+            g.group in r["apiGroups"] and g.resource in r["resources"] and g.verb in r["verbs"]
+            for r in pods_role
+        )
+    }
+    assert (
+        rbac.denied(
+            [
+                Call(verb, group, resource, "server", "a")
+                for r in pods_role
+                for group in r["apiGroups"]
+                for resource in r["resources"]
+                for verb in r["verbs"]
+            ],
+            granted,
+        )
+        == []
+    ), "the operator must hold every right it grants the servers"
     # The scenario runs in "a"; "b" has the same Role (checked below).
-    in_a = {g for g in granted - lease if g.namespace in (None, "a")}
+    in_a = {g for g in granted - lease - for_servers if g.namespace in (None, "a")}
     assert rbac.denied(calls, granted) == []
     assert rbac.unused(calls, in_a) == []
+    # Its own use of one of them: the in-sync condition set from the Lease (a backstop).
+    assert ("patch", "pods/status") in {(c.verb, c.resource) for c in calls}
     if watched:
         per_ns = {
             ns: {(g.verb, g.group, g.resource) for g in granted if g.namespace == ns}

@@ -124,6 +124,7 @@ def test_the_server_accepts_the_rendered_replica_set_settings(replicas: int, tmp
     assert s.replication_lease == "ns/ev-leader" and s.replica_name == "ev-1"
     assert s.replica_url == "http://ev-1.ev-headless.ns.svc:4437"
     assert s.replication_bootstrap == "ev-0"
+    assert s.replication_pod == "ev-1"  # the pod it labels: its own
     assert s.replication_set_size == replicas and s.min_in_sync == replicas // 2 + 1
 
 
@@ -181,7 +182,7 @@ def test_a_replica_set_mounts_its_peer_token_and_leaves_its_pods_to_the_operator
     kubernetes_validate.validate(secret, K8S_VERSION, strict=True)
 
 
-def test_the_pods_rights_are_their_lease_by_name_and_nothing_cluster_wide():
+def test_the_pods_rights_are_their_lease_and_their_pods_by_name_and_nothing_cluster_wide():
     assert kinds(THREE) == [
         ("ConfigMap", "ev-config"),
         ("ServiceAccount", "ev"),
@@ -201,12 +202,30 @@ def test_the_pods_rights_are_their_lease_by_name_and_nothing_cluster_wide():
             "resources": ["leases"],
             "resourceNames": ["ev-leader"],
             "verbs": ["get", "update", "watch"],
-        }
+        },
+        # Their own set's pods, every ordinal a set can have: the holder labels them and
+        # sets their in-sync condition (stream_server.replication.pod_labels).
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": [f"ev-{i}" for i in range(5)],
+            "verbs": ["get", "patch"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["pods/status"],
+            "resourceNames": [f"ev-{i}" for i in range(5)],
+            "verbs": ["patch"],
+        },
     ]
     # create cannot be limited by name in Kubernetes: the one verb granted without it.
     assert [r["verbs"] for r in rules if not r.get("resourceNames")] == [["create"]]
     pod = render_statefulset("ev", "ns", UID, THREE)["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "ev"
+    # Ready only while in sync: the gate whose condition the Lease holder sets.
+    assert pod["readinessGates"] == [{"conditionType": "streams.pyds.dev/in-sync"}]
+    one = render_statefulset("ev", "ns", UID, {"replicas": 1})["spec"]["template"]["spec"]
+    assert "readinessGates" not in one
 
 
 def test_services_route_the_primary_and_the_standbys_apart():

@@ -26,6 +26,10 @@ SHORT = {"lease_duration": 3.0, "lease_renew_deadline": 2.0, "lease_retry_period
         # Two heartbeats (a quarter of the renew deadline, at most 1 s) or less: refused.
         ({**LEASE, "replication_read_staleness": 2.0}, "twice the commit-point heartbeat"),
         ({**LEASE, **SHORT, "replication_read_staleness": 1.0}, r"heartbeat \(0.5s"),
+        # The pod to label: a pod's name, this replica's name in the Lease, with a Lease.
+        ({"replication_pod": "ds-0"}, "replication-pod needs replication-lease"),
+        ({**LEASE, "replica_name": "ds-0", "replication_pod": "DS_0"}, "a pod's name"),
+        ({**LEASE, "replica_name": "ds-0", "replication_pod": "ds-1"}, "must equal replica-name"),
     ],
 )
 def test_bad_combinations_are_refused(values: dict, message: str) -> None:
@@ -46,3 +50,8 @@ def test_the_default_quorum_is_a_majority() -> None:
 
 def test_single_node_mode_needs_none_of_it() -> None:
     assert Settings().replication_lease == ""
+
+
+def test_the_pod_to_label_is_this_replicas_own() -> None:
+    assert Settings(**LEASE, replica_name="ds-0", replication_pod="ds-0").replication_pod == "ds-0"
+    assert Settings(**LEASE).replication_pod == ""  # label nothing

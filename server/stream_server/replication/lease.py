@@ -46,12 +46,13 @@ WATCH_SECONDS = 300  # a watch's length; the API server ends it, and it is opene
 
 
 class _QuietPolling(logging.Filter):
-    """Drop httpx's INFO line for each Lease round and each fetch (several a second,
-    all alike); failures are logged by the role loop and the follower themselves."""
+    """Drop httpx's INFO line for each Lease round, each fetch (several a second, all
+    alike) and each look at a pod; failures are logged by the role loop, the follower
+    and the pod marker themselves."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = str(record.args)
-        return "/leases/" not in text and "/replication/fetch" not in text
+        return not any(p in text for p in ("/leases/", "/replication/fetch", "/pods/"))
 
 
 _quiet = _QuietPolling()
@@ -167,26 +168,33 @@ def micro_time(when: datetime | None = None) -> str:
     return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def api_client(api: str = "") -> tuple[str, httpx.AsyncClient]:
+    """The API server's base URL and a client for it: ``api`` as given, or in a cluster
+    the pod's service account, as client-go's InClusterConfig (the Lease's client and
+    the pod marker's, ``pod_labels.py``, each have their own)."""
+    headers = {"User-Agent": "durable-streams-server/replication"}
+    verify: ssl.SSLContext | bool = True
+    if api:
+        base = api.rstrip("/")
+    else:
+        host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host:
+            raise LeaseUnavailable("no --kube-api and not in a cluster")
+        base = f"https://{host}:{port}"
+        token = (SERVICE_ACCOUNT / "token").read_text().strip()
+        headers["Authorization"] = f"Bearer {token}"
+        verify = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+    return base, httpx.AsyncClient(headers=headers, verify=verify, timeout=TIMEOUT)
+
+
 class LeaseClient:
     """One Lease object, over the Kubernetes REST API."""
 
     def __init__(self, lease: str, api: str = "") -> None:
         self.namespace, _, self.name = lease.partition("/")
-        headers = {"User-Agent": "durable-streams-server/replication"}
-        verify: ssl.SSLContext | bool = True
-        if api:
-            base = api.rstrip("/")
-        else:  # in-cluster: the pod's service account, as client-go's InClusterConfig
-            host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
-            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-            if not host:
-                raise LeaseUnavailable("no --kube-api and not in a cluster")
-            base = f"https://{host}:{port}"
-            token = (SERVICE_ACCOUNT / "token").read_text().strip()
-            headers["Authorization"] = f"Bearer {token}"
-            verify = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+        base, self.http = api_client(api)
         self.collection = f"{base}/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
-        self.http = httpx.AsyncClient(headers=headers, verify=verify, timeout=TIMEOUT)
 
     async def close(self) -> None:
         await self.http.aclose()

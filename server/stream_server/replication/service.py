@@ -59,6 +59,7 @@ from stream_server.replication.lease import LeaseClient
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_tls import PeerTls
 from stream_server.replication.peer_token import PeerToken
+from stream_server.replication.pod_labels import PodClient, PodMarker
 from stream_server.replication.reads import RETRY_AFTER, ReadFence
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.sender import Sender
@@ -131,6 +132,16 @@ class Replication:
             renew_deadline=settings.lease_renew_deadline,
         )
         self.roles.reported = self.shipper.positions
+        # The Lease holder labels the pods itself (pod_labels.py); None: no pod named.
+        self.pods: PodMarker | None = None
+        if settings.replication_pod:
+            self.pods = PodMarker(
+                PodClient(settings.replication_lease.partition("/")[0], settings.kube_api),
+                self.roles,
+                settings.replication_pod,
+                settings.replication_set_size,
+                every=settings.lease_duration,
+            )
         store.pipeline.gate = self.shipper
         self.mirror = Mirror(store)
         self.freshness = Freshness(settings.replication_read_staleness)
@@ -186,6 +197,8 @@ class Replication:
         self.shipper.start()
         self.follower.start()
         self.roles.start()
+        if self.pods is not None:
+            self.pods.start()
         await self._coordinate()
 
     def _load(self) -> None:
@@ -221,6 +234,8 @@ class Replication:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.follower.stop()
+        if self.pods is not None:
+            await self.pods.stop()
         await self.roles.stop()
 
     async def _coordinate(self) -> None:

@@ -7,6 +7,7 @@ writes or never elect a primary: refuse it with the setting's name instead.
 
 from __future__ import annotations
 
+import re
 import socket
 from typing import Protocol
 
@@ -22,6 +23,7 @@ class ReplicationSettings(Protocol):
     replication_lease: str
     replica_name: str
     replica_url: str
+    replication_pod: str
     kube_api: str
     replication_set_size: int
     min_in_sync: int
@@ -57,6 +59,8 @@ def check_settings(s: ReplicationSettings) -> None:
     if s.replication_token_file:
         read_secret(s.replication_token_file)  # a missing or empty file fails here, at start
     peer_tls.check(s)  # so do the peers' CA bundle, client certificate and key
+    if s.replication_pod and not s.replication_lease:
+        raise ValueError("replication-pod needs replication-lease")
     if not s.replication_lease:
         return
     namespace, _, name = s.replication_lease.partition("/")
@@ -70,6 +74,7 @@ def check_settings(s: ReplicationSettings) -> None:
         raise ValueError("lease-renew-deadline must be less than lease-duration")
     if not s.lease_retry_period < s.lease_renew_deadline:
         raise ValueError("lease-retry-period must be less than lease-renew-deadline")
+    check_pod(s)
     beat = heartbeat(s)
     if not s.replication_read_staleness > 2 * beat:
         # A standby's freshness is renewed by the heartbeat after the one its stamp
@@ -78,6 +83,23 @@ def check_settings(s: ReplicationSettings) -> None:
         raise ValueError(
             f"replication-read-staleness must be more than twice the commit-point heartbeat "
             f"({beat:g}s: a quarter of lease-renew-deadline, at most {HEARTBEAT_MAX:g}s)"
+        )
+
+
+POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_pod(s: ReplicationSettings) -> None:
+    """The pod to label (``pod_labels.py``) is a pod's name, and this replica's name in
+    the Lease: the primary labels the other pods by the names the Lease gives them."""
+    if not s.replication_pod:
+        return
+    if len(s.replication_pod) > 253 or not POD_NAME.fullmatch(s.replication_pod):
+        raise ValueError("replication-pod must be a pod's name (a DNS subdomain)")
+    if s.replication_pod != replica_name(s):
+        raise ValueError(
+            f"replication-pod ({s.replication_pod}) must equal replica-name "
+            f"({replica_name(s)}): the Lease names the pods the primary labels"
         )
 
 
