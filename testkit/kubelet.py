@@ -58,8 +58,10 @@ from testkit.cluster import Cluster
 from testkit.pod_objects import (
     claim_volumes,
     container_env,
+    downward_volumes,
     pod_object,
     pod_status,
+    refresh_downward,
     secret_volumes,
     statefulset_status,
     template_revision,
@@ -89,6 +91,8 @@ class Pod:
     next_probe: float = 0.0
     failures: int = 0  # readiness probes failed in a row
     kill_at: float = 0.0  # terminating: SIGKILL at this time
+    # Its downwardAPI volumes' files: (local file, fieldPath), rewritten as the pod changes.
+    downward: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -249,10 +253,10 @@ class Kubelet:
             claim_volumes(self.cluster, sts)
             self._claimed_at = time.monotonic()
         selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
-        in_api = {
-            p["metadata"]["name"]: p["metadata"].get("uid")
-            for p in self.cluster.list("Pod", self.namespace, selector)
+        listed = {
+            p["metadata"]["name"]: p for p in self.cluster.list("Pod", self.namespace, selector)
         }
+        in_api = {name: p["metadata"].get("uid") for name, p in listed.items()}
         with self._lock:
             self._reap()
             for ordinal, uid in list(self._uids.items()):
@@ -291,7 +295,15 @@ class Kubelet:
                     if started is not None:
                         self.pods[ordinal] = started
             self._restart_exited(template, revision)
-            for pod in self.pods.values():
+            for ordinal, pod in self.pods.items():
+                seen = listed.get(f"{self.name}-{ordinal}")
+                if (
+                    pod.downward
+                    and seen is not None
+                    and self._uids.get(ordinal) == seen["metadata"].get("uid")
+                ):
+                    # The kubelet rewrites a downwardAPI volume when the pod changes.
+                    refresh_downward(pod.downward, seen["metadata"])
                 pod.probe_due()
             pods = dict(self.pods)
             # A deleted pod's replacement exists at once, Pending until its delay is over.
@@ -402,6 +414,17 @@ class Kubelet:
         mounts = secret_volumes(self.cluster, self.namespace, template, pod_root)
         if mounts is None:
             return None
+        # The pod's metadata as the API holds it (a container restarted in its pod), or as
+        # the controller is about to make it (a new pod).
+        live = self.cluster.get("Pod", self.namespace, name)
+        meta = (live or {}).get("metadata") or {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": template["metadata"].get("labels") or {},
+            "annotations": template["metadata"].get("annotations") or {},
+        }
+        downward, downward_files = downward_volumes(template, meta, pod_root)
+        mounts.update(downward)
         container = template["spec"]["containers"][0]
         env = container_env(self.cluster, self.namespace, container, name)
         data_dir = self.root / f"data-{self.name}-{ordinal}"  # the PVC, as a directory
@@ -434,4 +457,5 @@ class Kubelet:
             failure_threshold=int(readiness.get("failureThreshold", 3)),
             probe_period=float(readiness.get("periodSeconds", 10)),
             probe_timeout=float(readiness.get("timeoutSeconds", 1)),
+            downward=downward_files,
         )

@@ -336,6 +336,15 @@ def label_pod(
     )
 
 
+def annotate_pod(
+    api_client: client.ApiClient, namespace: str, name: str, annotations: dict[str, str | None]
+) -> None:
+    """Set (or, with None, remove) annotations on a pod: a merge patch."""
+    client.CoreV1Api(api_client).patch_namespaced_pod(
+        name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH
+    )
+
+
 def read_secret_value(
     api_client: client.ApiClient, namespace: str, name: str, key: str
 ) -> str | None:

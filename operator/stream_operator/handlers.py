@@ -43,7 +43,17 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, KIND, PLURAL, VERSION, leadership, metrics, replica_set
+from stream_operator import (
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    leadership,
+    lifecycle,
+    lifecycle_actions,
+    metrics,
+    replica_set,
+)
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.analytics_source import choose_source
 from stream_operator.apply import (
@@ -298,6 +308,9 @@ def converge(name: str, namespace: str, logger: logging.Logger) -> None:
         ds = read(ac, KIND, namespace, name)
         if ds is None or ds["metadata"].get("deletionTimestamp"):
             return
+        if lifecycle.paused(ds):
+            lifecycle_actions.hold(ac, ds)  # streams.pyds.dev/reconcile: paused
+            return
         spec = dict(ds.get("spec") or {})
         started = time.monotonic()
         try:
@@ -334,7 +347,10 @@ def _reconcile(
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     spec = dict(ds.get("spec") or {})
     sts = read(ac, "StatefulSet", namespace, name)
-    refused = refused_change(_applied_spec(sts), spec) or _refused_scale_down(ac, ds, sts)
+    # Hibernation is no scale-down: the claims and the Lease stay (lifecycle.py).
+    refused = refused_change(_applied_spec(sts), spec) or (
+        None if lifecycle.hibernating(ds) else _refused_scale_down(ac, ds, sts)
+    )
     if refused:
         kopf.warn(ds, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
@@ -356,6 +372,7 @@ def _reconcile(
             obj["metadata"]["annotations"][APPLIED_SPEC] = json.dumps(
                 {"storage": full["storage"]}, sort_keys=True
             )
+            lifecycle.hibernated(ds, obj)
         _apply_and_tell(ac, obj, ds)
     _prune_rendered(ac, ds, objs)
     outcome = _grow_volumes(ac, ds, full["storage"]["size"])
@@ -528,15 +545,17 @@ def _observed(
     pods = instance_pods(api(), namespace, name) if sts is not None else []
     lease = None
     step = None
+    pods = lifecycle_actions.fence_pods(api(), ds, pods)
     if sts is not None and replicated(spec):
         lease = read_lease(api(), namespace, lease_name(name))
         pods = replica_set.label_roles(api(), namespace, pods, lease)
-        step = replica_set.roll(api(), ds, sts, pods, lease)
+        if not lifecycle.hibernating(ds):
+            step = replica_set.roll(api(), ds, sts, pods, lease)
         if step is not None and step.switchover is not None:
             # The Lease names the new primary: label it and report it in this round.
             lease = read_lease(api(), namespace, lease_name(name))
             pods = replica_set.label_roles(api(), namespace, pods, lease)
-    return compute_status(
+    status = compute_status(
         spec=spec,
         generation=meta.get("generation"),
         statefulset=sts,
@@ -549,6 +568,7 @@ def _observed(
         lease=lease,
         rollout=step,
     )
+    return lifecycle_actions.observed(ds, sts, pods, status)
 
 
 def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:
@@ -563,16 +583,28 @@ def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> Non
 
 
 def refresh_status(name: str, namespace: str) -> None:
-    """The pods' side of the status; the last reconcile's outcome stands as it was."""
+    """The pods' side of the status; the last reconcile's outcome stands as it was. A
+    lifecycle annotation that needs an apply (a resume, hibernation) converges instead."""
+    if _refresh_status(name, namespace):
+        converge(name, namespace, logging.getLogger("stream_operator.lifecycle"))
+
+
+def _refresh_status(name: str, namespace: str) -> bool:
+    """The status round; True when the object must converge instead."""
     ac = api()
     if not leadership.may_act():
-        return
+        return False
     with _lock(namespace, name):
         ds = read(ac, KIND, namespace, name)
         if ds is None or ds["metadata"].get("deletionTimestamp"):
-            return
+            return False
+        if lifecycle.paused(ds):
+            lifecycle_actions.hold(ac, ds)
+            return False
         uid, spec = ds["metadata"]["uid"], dict(ds.get("spec") or {})
         sts = read(ac, "StatefulSet", namespace, name)
+        if lifecycle.wants_converge(ds, sts):
+            return True
         if replicated(spec) and (spec.get("analytics") or {}).get("enabled"):
             # A replica set's jobs follow the Lease: an in-sync standby, never the primary.
             analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
@@ -586,6 +618,7 @@ def refresh_status(name: str, namespace: str) -> None:
             # The Spark Operator was installed after the spec asked for analytics.
             analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
         _write(ac, ds, _observed(ds, sts, None, analytics))
+    return False
 
 
 def _deletes_pvcs(spec: kopf.Spec, **_: Any) -> bool:
