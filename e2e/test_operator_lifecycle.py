@@ -192,9 +192,7 @@ def test_fenced_pods_keep_their_process_and_storage_and_come_back_in_sync(
     assert report.acknowledged > 0
 
 
-def fence_and_lift(
-    kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str, term: int
-) -> None:
+def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str, term: int) -> None:
     """Fence ``pod`` under the writers, check what a fence promises, and lift it."""
     ordinal = int(pod.rsplit("-", 1)[1])
     running = kubelet.pods[ordinal]
