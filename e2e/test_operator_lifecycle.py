@@ -178,9 +178,9 @@ def test_fenced_pods_keep_their_process_and_storage_and_come_back_in_sync(
             writers.start()
             until(lambda: writers.acked_after(0), "first appends acknowledged")
             standby = next(r["name"] for r in first["replicaStatus"] if r["role"] == "standby")
-            fence_and_lift(kube, kubelet, writers, standby, first["term"])
+            fence_and_lift(kube, kubelet, writers, standby)
             now = until(lambda: settled(kube, 1), lambda: f"settled: {ds_status(kube)}")
-            fence_and_lift(kube, kubelet, writers, now["primary"], now["term"])
+            fence_and_lift(kube, kubelet, writers, now["primary"])
         finally:
             writers.stop.set()
             history.dump(tmp_path / "history.jsonl")
@@ -192,7 +192,7 @@ def test_fenced_pods_keep_their_process_and_storage_and_come_back_in_sync(
     assert report.acknowledged > 0
 
 
-def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str, term: int) -> None:
+def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str) -> None:
     """Fence ``pod`` under the writers, check what a fence promises, and lift it."""
     ordinal = int(pod.rsplit("-", 1)[1])
     running = kubelet.pods[ordinal]
@@ -212,8 +212,8 @@ def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str, 
         return r.status_code == 503 and r.json().get("fenced") is True and not ready
 
     until(fenced, f"{pod} fenced and not ready")
-    assert condition(kube, "Fenced")["status"] == "True"
-    assert any(pod in m for m in [*kubelet_events(kube, "Fenced")])
+    until(lambda: condition(kube, "Fenced").get("status") == "True", "the Fenced condition")
+    assert any(pod in m for m in events(kube, "Fenced"))
     # A fenced primary handed the Lease over: a new term, another primary.
     after = until(
         lambda: (st := ds_status(kube)).get("primary") not in (None, pod) and st,
@@ -240,8 +240,3 @@ def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str, 
     )
     assert running.proc.pid == pid and running.restarts == restarts
     assert not condition(kube, "Fenced")
-    del term
-
-
-def kubelet_events(kube: Cluster, reason: str) -> list[str]:
-    return events(kube, reason)
