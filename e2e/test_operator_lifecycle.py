@@ -181,6 +181,7 @@ def test_fenced_pods_keep_their_process_and_storage_and_come_back_in_sync(
             fence_and_lift(kube, kubelet, writers, standby)
             now = until(lambda: settled(kube, 1), lambda: f"settled: {ds_status(kube)}")
             fence_and_lift(kube, kubelet, writers, now["primary"])
+            fence_all_and_lift(kube, kubelet, writers)
         finally:
             writers.stop.set()
             history.dump(tmp_path / "history.jsonl")
@@ -190,6 +191,36 @@ def test_fenced_pods_keep_their_process_and_storage_and_come_back_in_sync(
     print(f"\nhistory (a standby, then the primary fenced): {report.summary()}")
     assert report.ok, f"{report.summary()} (history in {tmp_path / 'history.jsonl'})"
     assert report.acknowledged > 0
+
+
+def fence_all_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers) -> None:
+    """``["*"]``: every server fenced at once (the primary's hand-over may go to a standby
+    being fenced too), no storage written, and the set back whole once lifted."""
+    pods = dict(kubelet.pods)
+    pids = {o: p.proc.pid for o, p in pods.items()}
+    annotate(kube, FENCED_INSTANCES, '["*"]')
+
+    def all_fenced() -> bool:
+        for p in pods.values():
+            try:
+                r = httpx.get(f"{p.url}/readyz", timeout=5)
+            except httpx.HTTPError:
+                return False
+            if r.status_code != 503 or r.json().get("fenced") is not True:
+                return False
+        return not any(p.ready for p in pods.values())
+
+    until(all_fenced, "every pod fenced")
+    before = {o: segment_files(p.data_dir) for o, p in pods.items()}
+    until(lambda: "every pod" in condition(kube, "Fenced").get("message", ""), "Fenced: all")
+    assert {o: segment_files(p.data_dir) for o, p in pods.items()} == before
+    lifted = time.monotonic()
+    annotate(kube, FENCED_INSTANCES, None)
+    until(lambda: not condition(kube, "Fenced"), "the Fenced condition gone")
+    until(lambda: all(p.ready for p in pods.values()), "every pod serving again, ready")
+    until(lambda: settled(kube, 1), lambda: f"settled after the fence: {ds_status(kube)}")
+    until(lambda: writers.acked_after(lifted), "appends acknowledged after the fence")
+    assert {o: p.proc.pid for o, p in kubelet.pods.items()} == pids  # no pod restarted
 
 
 def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str) -> None:
@@ -230,6 +261,8 @@ def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str) 
     assert kubelet.pods[ordinal] is running and running.restarts == restarts  # no restart
 
     annotate(kube, FENCED_INSTANCES, None)
+    until(lambda: not condition(kube, "Fenced"), "the Fenced condition gone")
+    until(lambda: running.ready, f"{pod} serving again, ready")
     until(
         lambda: (
             (st := settled(kube, 1, after_term=0))
@@ -239,4 +272,3 @@ def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str) 
         lambda: f"{pod} back in sync: {ds_status(kube)}",
     )
     assert running.proc.pid == pid and running.restarts == restarts
-    assert not condition(kube, "Fenced")
