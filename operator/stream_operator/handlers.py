@@ -549,7 +549,7 @@ def _observed(
     if sts is not None and replicated(spec):
         lease = read_lease(api(), namespace, lease_name(name))
         pods = replica_set.label_roles(api(), namespace, pods, lease)
-        if not lifecycle.hibernating(ds):
+        if not lifecycle.holds_rollout(ds, pods):
             step = replica_set.roll(api(), ds, sts, pods, lease)
         if step is not None and step.switchover is not None:
             # The Lease names the new primary: label it and report it in this round.

@@ -91,6 +91,13 @@ def fence_changes(
     return sorted(out)
 
 
+def holds_rollout(ds: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a replica set's rolling update (and a requested switchover) waits: while it
+    hibernates, and while a pod is fenced, which the rollout would otherwise replace as
+    a not-ready stale standby (its replacement would open the storage until fenced again)."""
+    return hibernating(ds) or any(pod_fenced(p) for p in pods)
+
+
 def hibernated(ds: Mapping[str, Any], statefulset: dict[str, Any]) -> dict[str, Any]:
     """The rendered StatefulSet as hibernation wants it: no replicas while it is on."""
     if hibernating(ds):

@@ -15,6 +15,7 @@ from stream_operator.lifecycle import (
     fence_changes,
     fenced_instances,
     hibernated,
+    holds_rollout,
     lifecycle_status,
     paused,
     paused_status,
@@ -57,6 +58,9 @@ def test_the_fence_is_written_on_the_pods_it_names_and_taken_off_the_others():
     assert fence_changes(frozenset({"ev-0"}), pods) == [("ev-0", True), ("ev-1", False)]
     assert fence_changes(frozenset({"*"}), pods) == [("ev-0", True), ("ev-2", True)]
     assert fence_changes(frozenset(), pods) == [("ev-1", False)]
+    # A fenced pod is never replaced by a rolling update: the update waits.
+    assert holds_rollout(ds(), pods) and not holds_rollout(ds(), [pod("ev-0")])
+    assert holds_rollout(ds({HIBERNATION: "on"}), [])
 
 
 def test_hibernation_renders_no_replicas_and_a_round_converges_until_it_is_so():
