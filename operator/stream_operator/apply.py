@@ -336,6 +336,15 @@ def label_pod(
     )
 
 
+def scale_statefulset(
+    api_client: client.ApiClient, namespace: str, name: str, replicas: int
+) -> None:
+    """Set a StatefulSet's replicas alone (a merge patch; the next apply owns it again)."""
+    client.AppsV1Api(api_client).patch_namespaced_stateful_set(
+        name, namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH
+    )
+
+
 def annotate_pod(
     api_client: client.ApiClient, namespace: str, name: str, annotations: dict[str, str | None]
 ) -> None:

@@ -354,6 +354,7 @@ def _reconcile(
     if refused:
         kopf.warn(ds, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
+        lifecycle_actions.scale_anyway(ac, ds, sts)  # hibernation goes on all the same
         analytics = _analytics(ac, name, namespace, uid, spec)[1]
         return Outcome("ChangeRefused", refused), analytics
     full = with_defaults(spec)

@@ -105,6 +105,18 @@ def hibernated(ds: Mapping[str, Any], statefulset: dict[str, Any]) -> dict[str, 
     return statefulset
 
 
+def replicas_anyway(ds: Mapping[str, Any], sts: Mapping[str, Any] | None) -> int | None:
+    """The replicas a StatefulSet must have although the spec was refused (and so nothing
+    applied): 0 to hibernate, ``spec.replicas`` to wake; None when it has them already."""
+    if sts is None:
+        return None
+    live = int((sts.get("spec") or {}).get("replicas") or 0)
+    if hibernating(ds):
+        return 0 if live != 0 else None
+    wanted = int(with_defaults(dict(ds.get("spec") or {}))["replicas"])
+    return wanted if live == 0 and wanted > 0 else None
+
+
 def wants_converge(ds: Mapping[str, Any], sts: Mapping[str, Any] | None) -> bool:
     """Whether a status round must converge instead (the annotations asked for what only
     an apply does): a resume, or a StatefulSet not yet at hibernation's replicas."""

@@ -13,7 +13,7 @@ import kopf
 from kubernetes import client
 
 from stream_operator import leadership
-from stream_operator.apply import annotate_pod, write_status
+from stream_operator.apply import annotate_pod, scale_statefulset, write_status
 from stream_operator.lifecycle import (
     FENCED_INSTANCES,
     PAUSED_MESSAGE,
@@ -23,6 +23,7 @@ from stream_operator.lifecycle import (
     fenced_instances,
     lifecycle_status,
     paused_status,
+    replicas_anyway,
     was_paused,
 )
 from stream_operator.status import same_status
@@ -40,6 +41,23 @@ def hold(ac: client.ApiClient, ds: dict[str, Any]) -> None:
     new = paused_status(previous)
     if not same_status(new, previous):
         write_status(ac, meta["namespace"], meta["name"], new)
+
+
+def scale_anyway(ac: client.ApiClient, ds: dict[str, Any], sts: dict[str, Any] | None) -> None:
+    """Hibernate (or wake) although the rest of the spec was refused: a refusal leaves
+    the servers as they are, but stopping or starting them all changes no data."""
+    replicas = replicas_anyway(ds, sts)
+    if replicas is None or not leadership.may_act():
+        return
+    meta = ds["metadata"]
+    scale_statefulset(ac, meta["namespace"], meta["name"], replicas)
+    what = "hibernating" if replicas == 0 else "waking"
+    kopf.info(
+        ds,
+        reason="Scaled",
+        message=f"StatefulSet {meta['name']} to {replicas} replicas ({what}), the refused "
+        "rest of the spec aside",
+    )
 
 
 def fence_pods(

@@ -11,11 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from stream_operator import KIND
-from stream_operator.lifecycle import FENCED_INSTANCES, POD_FENCED, RECONCILE
+from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED, RECONCILE
 from stream_server.fencing import parse_annotations
-from testkit import wait_for
+from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
@@ -24,10 +25,20 @@ from testkit.operator import running_operator
 NS = "default"
 
 
+RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
+
+
 @pytest.fixture
 def kube() -> Iterator[Cluster]:
-    with cluster() as c, running_operator(c):
-        yield c
+    with cluster() as c:
+        with running_operator(c):
+            yield c
+        # What the lifecycle needs (pods annotated, a StatefulSet scaled) is granted.
+        granted = rbac.grants(
+            yaml.safe_load_all(RBAC.read_text()), "durable-streams", "durable-streams"
+        )
+        calls = [call for call in c.api.requests if not call.agent.startswith("python-httpx/")]
+        assert not rbac.denied(calls, granted)
 
 
 def status_of(c: Cluster, name: str) -> dict[str, Any]:
@@ -135,3 +146,24 @@ def test_a_fenced_server_leaves_its_services_and_comes_back_when_unfenced(
         assert server.proc.pid == pid and server.restarts == 0
         assert not condition(kube, "events", "Fenced")
         assert events(kube, "events", "Unfenced")
+
+
+def test_hibernation_goes_through_a_refused_spec(kube: Cluster):
+    """A refused change (a smaller volume: the CRD's CEL rule, which the emulator does not
+    run) leaves the servers as they are, but hibernating and waking change no data and are
+    carried out all the same."""
+    kube.create(durable_stream("events", {"storage": {"size": "2Gi"}})).raise_for_status()
+    wait_for(lambda: kube.get("StatefulSet", NS, "events"), message="StatefulSet")
+    kube.patch(KIND, NS, "events", {"spec": {"storage": {"size": "1Gi"}}}).raise_for_status()
+    wait_for(lambda: condition(kube, "events", "Accepted").get("reason") == "ChangeRefused")
+    annotate(kube, "events", HIBERNATION, "on")
+    wait_for(
+        lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 0,
+        message="the StatefulSet at 0 replicas",
+    )
+    assert condition(kube, "events", "Accepted").get("reason") == "ChangeRefused"
+    annotate(kube, "events", HIBERNATION, "off")
+    wait_for(
+        lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 1,
+        message="the StatefulSet back at 1 replica",
+    )
