@@ -61,10 +61,12 @@ from testkit.cluster import Cluster
 from testkit.pod_objects import (
     claim_volumes,
     container_env,
+    downward_volumes,
     gates_not_ready,
     pod_object,
     pod_status,
     readiness_gates,
+    refresh_downward,
     secret_volumes,
     statefulset_status,
     template_revision,
@@ -102,6 +104,9 @@ class Pod:
     def pod_ready(self) -> bool:
         """The pod's Ready condition: its container ready and every readiness gate met."""
         return self.ready and self.gates_met
+
+    # Its downwardAPI volumes' files: (local file, fieldPath), rewritten as the pod changes.
+    downward: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -269,16 +274,10 @@ class Kubelet:
             claim_volumes(self.cluster, sts)
             self._claimed_at = time.monotonic()
         selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
-        listed = self.cluster.list("Pod", self.namespace, selector)
-        in_api = {p["metadata"]["name"]: p["metadata"].get("uid") for p in listed}
-        # The conditions others set (a readiness gate's), by the uid they were set on.
-        conditions = {
-            (p["metadata"]["name"], p["metadata"].get("uid")): (p.get("status") or {}).get(
-                "conditions"
-            )
-            or []
-            for p in listed
+        listed = {
+            p["metadata"]["name"]: p for p in self.cluster.list("Pod", self.namespace, selector)
         }
+        in_api = {name: p["metadata"].get("uid") for name, p in listed.items()}
         with self._lock:
             self._reap()
             for ordinal, uid in list(self._uids.items()):
@@ -318,9 +317,22 @@ class Kubelet:
                         self.pods[ordinal] = started
             self._restart_exited(template, revision)
             for ordinal, pod in self.pods.items():
+                seen = listed.get(f"{self.name}-{ordinal}")
+                if (
+                    pod.downward
+                    and seen is not None
+                    and self._uids.get(ordinal) == seen["metadata"].get("uid")
+                ):
+                    # The kubelet rewrites a downwardAPI volume when the pod changes.
+                    refresh_downward(pod.downward, seen["metadata"])
                 pod.probe_due()
-                seen = conditions.get((f"{self.name}-{ordinal}", self._uids.get(ordinal)), [])
-                pod.gates_met = gates_not_ready(pod.gates, seen) is None
+                # The conditions others set (a readiness gate's), on the pod this kubelet runs.
+                conditions = (
+                    (seen.get("status") or {}).get("conditions") or []
+                    if seen is not None and self._uids.get(ordinal) == seen["metadata"].get("uid")
+                    else []
+                )
+                pod.gates_met = gates_not_ready(pod.gates, conditions) is None
             pods = dict(self.pods)
             # A deleted pod's replacement exists at once, Pending until its delay is over.
             pending = [o for o in range(want) if o not in pods]
@@ -447,6 +459,17 @@ class Kubelet:
         mounts = secret_volumes(self.cluster, self.namespace, template, pod_root)
         if mounts is None:
             return None
+        # The pod's metadata as the API holds it (a container restarted in its pod), or as
+        # the controller is about to make it (a new pod).
+        live = self.cluster.get("Pod", self.namespace, name)
+        meta = (live or {}).get("metadata") or {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": template["metadata"].get("labels") or {},
+            "annotations": template["metadata"].get("annotations") or {},
+        }
+        downward, downward_files = downward_volumes(template, meta, pod_root)
+        mounts.update(downward)
         container = template["spec"]["containers"][0]
         env = container_env(self.cluster, self.namespace, container, name)
         data_dir = self.root / f"data-{self.name}-{ordinal}"  # the PVC, as a directory
@@ -485,4 +508,5 @@ class Kubelet:
             scheme=scheme,
             gates=readiness_gates(template["spec"]),
             gates_met=not readiness_gates(template["spec"]),
+            downward=downward_files,
         )

@@ -112,28 +112,26 @@ def pod_object(
     labels = dict(template["metadata"].get("labels") or {})
     if revision is not None:
         labels[REVISION_LABEL] = revision
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-{ordinal}",
-            "namespace": namespace,
-            "labels": labels,
-            # The StatefulSet controls it: the disruption controller finds the expected
-            # number of pods through this reference (a budget's maxUnavailable).
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "StatefulSet",
-                    "name": name,
-                    "uid": sts["metadata"].get("uid", ""),
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": template["spec"],
+    meta: dict[str, Any] = {
+        "name": f"{name}-{ordinal}",
+        "namespace": namespace,
+        "labels": labels,
+        # The StatefulSet controls it: the disruption controller finds the expected
+        # number of pods through this reference (a budget's maxUnavailable).
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "name": name,
+                "uid": sts["metadata"].get("uid", ""),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
     }
+    if template["metadata"].get("annotations"):
+        meta["annotations"] = dict(template["metadata"]["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
 
 
 def readiness_gates(spec: dict[str, Any]) -> list[str]:
@@ -275,6 +273,62 @@ def secret_volumes(
             (local / item["path"]).write_bytes(base64.b64decode(data.get(item["key"], "")))
         mounted[mount["mountPath"].rstrip("/")] = local
     return mounted
+
+
+def downward_text(meta: dict[str, Any], field_path: str) -> str:
+    """A downward API volume's file for ``field_path`` of a pod with metadata ``meta``, as
+    the kubelet writes it: a name or namespace as it is; labels and annotations one
+    ``key="value"`` line each, sorted by key, the value quoted (Go's ``%q``)."""
+    if field_path in ("metadata.name", "metadata.namespace"):
+        return str(meta.get(field_path.split(".")[1], ""))
+    if field_path in ("metadata.labels", "metadata.annotations"):
+        items = meta.get(field_path.split(".")[1]) or {}
+        return "\n".join(
+            f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(items.items())
+        )
+    raise ValueError(f"the stand-in does not give {field_path} through the downward API")
+
+
+def downward_volumes(
+    template: dict[str, Any], meta: dict[str, Any], root: Path
+) -> tuple[dict[str, Path], list[tuple[Path, str]]]:
+    """The downwardAPI volumes the server container mounts, written out under ``root`` for
+    a pod with metadata ``meta``: ``({mount path: local directory}, [(file, fieldPath)])``,
+    the second for ``refresh_downward`` when the pod's metadata changes."""
+    volumes = {v["name"]: v for v in template["spec"].get("volumes") or []}
+    container = template["spec"]["containers"][0]
+    mounted: dict[str, Path] = {}
+    files: list[tuple[Path, str]] = []
+    for mount in container.get("volumeMounts") or []:
+        source = (volumes.get(mount["name"]) or {}).get("downwardAPI")
+        if source is None:
+            continue
+        local = root / mount["name"]
+        local.mkdir(parents=True, exist_ok=True)
+        for item in source.get("items") or []:
+            files.append((local / item["path"], item["fieldRef"]["fieldPath"]))
+        mounted[mount["mountPath"].rstrip("/")] = local
+    refresh_downward(files, meta)
+    return mounted, files
+
+
+def refresh_downward(files: list[tuple[Path, str]], meta: dict[str, Any]) -> bool:
+    """Rewrite the downward API files whose content ``meta`` changes, each replaced whole
+    (the kubelet swaps the volume's directory: a reader sees the old file or the new one,
+    never half of one); whether any changed."""
+    changed = False
+    for path, field_path in files:
+        text = downward_text(meta, field_path)
+        try:
+            if path.read_text() == text:
+                continue
+        except FileNotFoundError:
+            pass
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        changed = True
+    return changed
 
 
 def translated(value: str, mounts: dict[str, Path]) -> str:

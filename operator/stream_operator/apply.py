@@ -354,6 +354,24 @@ def set_pod_condition(
     )
 
 
+def scale_statefulset(
+    api_client: client.ApiClient, namespace: str, name: str, replicas: int
+) -> None:
+    """Set a StatefulSet's replicas alone (a merge patch; the next apply owns it again)."""
+    client.AppsV1Api(api_client).patch_namespaced_stateful_set(
+        name, namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH
+    )
+
+
+def annotate_pod(
+    api_client: client.ApiClient, namespace: str, name: str, annotations: dict[str, str | None]
+) -> None:
+    """Set (or, with None, remove) annotations on a pod: a merge patch."""
+    client.CoreV1Api(api_client).patch_namespaced_pod(
+        name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH
+    )
+
+
 def read_secret_value(
     api_client: client.ApiClient, namespace: str, name: str, key: str
 ) -> str | None:

@@ -49,6 +49,8 @@ from stream_operator import (
     PLURAL,
     VERSION,
     leadership,
+    lifecycle,
+    lifecycle_actions,
     metrics,
     replica_set,
     server_image,
@@ -322,6 +324,9 @@ def converge(name: str, namespace: str, logger: logging.Logger) -> None:
         ds = read(ac, KIND, namespace, name)
         if ds is None or ds["metadata"].get("deletionTimestamp"):
             return
+        if lifecycle.paused(ds):
+            lifecycle_actions.hold(ac, ds)  # streams.pyds.dev/reconcile: paused
+            return
         spec = dict(ds.get("spec") or {})
         started = time.monotonic()
         try:
@@ -358,14 +363,16 @@ def _reconcile(
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     spec = dict(ds.get("spec") or {})
     sts = read(ac, "StatefulSet", namespace, name)
+    # Hibernation is no scale-down: the claims and the Lease stay (lifecycle.py).
     refused = (
         refused_change(_applied_spec(sts), spec)
         or refused_certificates(spec)
-        or _refused_scale_down(ac, ds, sts)
+        or (None if lifecycle.hibernating(ds) else _refused_scale_down(ac, ds, sts))
     )
     if refused:
         kopf.warn(ds, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
+        lifecycle_actions.scale_anyway(ac, ds, sts)  # hibernation goes on all the same
         analytics = _analytics(ac, name, namespace, uid, spec)[1]
         return Outcome("ChangeRefused", refused), analytics
     full = with_defaults(spec)
@@ -389,6 +396,7 @@ def _reconcile(
             obj["metadata"]["annotations"][server_image.IN_USE] = server_image.record(
                 image, meta.get("generation")
             )
+            lifecycle.hibernated(ds, obj)
         _apply_and_tell(ac, obj, ds)
     if server_image.UPDATE_NOW in (meta.get("annotations") or {}):
         remove_annotation(ac, namespace, name, server_image.UPDATE_NOW)
@@ -563,15 +571,17 @@ def _observed(
     pods = instance_pods(api(), namespace, name) if sts is not None else []
     lease = None
     step = None
+    pods = lifecycle_actions.fence_pods(api(), ds, pods)
     if sts is not None and replicated(spec):
         lease = read_lease(api(), namespace, lease_name(name))
         pods = replica_set.label_roles(api(), namespace, pods, lease)
-        step = replica_set.roll(api(), ds, sts, pods, lease)
+        if not lifecycle.holds_rollout(ds, pods):
+            step = replica_set.roll(api(), ds, sts, pods, lease)
         if step is not None and step.switchover is not None:
             # The Lease names the new primary: label it and report it in this round.
             lease = read_lease(api(), namespace, lease_name(name))
             pods = replica_set.label_roles(api(), namespace, pods, lease)
-    return server_image.status_fields(ds, sts) | compute_status(
+    status = server_image.status_fields(ds, sts) | compute_status(
         spec=spec,
         generation=meta.get("generation"),
         statefulset=sts,
@@ -584,6 +594,7 @@ def _observed(
         lease=lease,
         rollout=step,
     )
+    return lifecycle_actions.observed(ds, sts, pods, status)
 
 
 def _certificates(spec: dict[str, Any], name: str) -> list[dict[str, str]]:
@@ -609,16 +620,28 @@ def _write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> Non
 
 
 def refresh_status(name: str, namespace: str) -> None:
-    """The pods' side of the status; the last reconcile's outcome stands as it was."""
+    """The pods' side of the status; the last reconcile's outcome stands as it was. A
+    lifecycle annotation that needs an apply (a resume, hibernation) converges instead."""
+    if _refresh_status(name, namespace):
+        converge(name, namespace, logging.getLogger("stream_operator.lifecycle"))
+
+
+def _refresh_status(name: str, namespace: str) -> bool:
+    """The status round; True when the object must converge instead."""
     ac = api()
     if not leadership.may_act():
-        return
+        return False
     with _lock(namespace, name):
         ds = read(ac, KIND, namespace, name)
         if ds is None or ds["metadata"].get("deletionTimestamp"):
-            return
+            return False
+        if lifecycle.paused(ds):
+            lifecycle_actions.hold(ac, ds)
+            return False
         uid, spec = ds["metadata"]["uid"], dict(ds.get("spec") or {})
         sts = read(ac, "StatefulSet", namespace, name)
+        if lifecycle.wants_converge(ds, sts):
+            return True
         if replicated(spec) and (spec.get("analytics") or {}).get("enabled"):
             # A replica set's jobs follow the Lease: an in-sync standby, never the primary.
             analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
@@ -632,6 +655,7 @@ def refresh_status(name: str, namespace: str) -> None:
             # The Spark Operator was installed after the spec asked for analytics.
             analytics = _reconcile_analytics(ac, name, namespace, uid, spec, ds)
         _write(ac, ds, _observed(ds, sts, None, analytics))
+    return False
 
 
 def _deletes_pvcs(spec: kopf.Spec, **_: Any) -> bool:

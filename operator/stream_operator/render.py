@@ -97,6 +97,16 @@ def replication_secret_name(name: str) -> str:
 
 REPLICATION_TOKEN_DIR = "/etc/durable-streams/replication"
 TLS_DIR = "/etc/durable-streams/tls"  # where server.tlsSecretName is mounted
+# The pod's annotations (downward API): the server is fenced while they hold
+# streams.pyds.dev/fenced="true" (stream_server/fencing.py; lifecycle.py writes it).
+PODINFO_DIR = "/etc/durable-streams/podinfo"
+FENCE_ENV = {"name": "DS_FENCE_FILE", "value": f"{PODINFO_DIR}/annotations"}
+PODINFO_VOLUME = {
+    "name": "podinfo",
+    "downwardAPI": {
+        "items": [{"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]
+    },
+}
 
 
 def pod_url(name: str, namespace: str, pod: str, spec: dict[str, Any]) -> str:
@@ -269,8 +279,12 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
     life = s["lifecycle"]
     tls = bool(srv.get("tlsSecretName"))
     scheme = "HTTPS" if tls else "HTTP"
-    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
-    mounts = [{"name": "data", "mountPath": DATA_DIR}, {"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}, PODINFO_VOLUME]
+    mounts = [
+        {"name": "data", "mountPath": DATA_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True},
+    ]
     if srv.get("authTokensSecret"):
         volumes.append({"name": "auth", "secret": {"secretName": srv["authTokensSecret"]["name"]}})
         mounts.append({"name": "auth", "mountPath": "/etc/durable-streams/auth", "readOnly": True})
@@ -287,7 +301,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         "imagePullPolicy": s["imagePullPolicy"],
         "args": ["serve"],
         "envFrom": [{"configMapRef": {"name": f"{name}-config"}}],
-        **({"env": ident} if (ident := replica_identity_env(name, namespace, spec)) else {}),
+        "env": [*replica_identity_env(name, namespace, spec), FENCE_ENV],
         "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
         **_probes(life, scheme),
         # A container that exits without writing /dev/termination-log (the server logs its

@@ -78,6 +78,7 @@ class Settings:
     replication_key_file: str = ""
     replication_bootstrap: str = ""
     replication_read_staleness: float = 5.0
+    fence_file: str = ""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -222,6 +223,9 @@ HELP = {
     "replication_read_staleness": "seconds a replica's reads may lag the primary's "
     "acknowledged writes: a replica that cannot show it is current within this refuses reads "
     "with 503 (more than twice the commit-point heartbeat)",
+    "fence_file": "file of the pod's annotations (a downward API volume): while it holds "
+    'streams.pyds.dev/fenced="true" the server is fenced: process up, storage closed and '
+    "untouched, /readyz and every request 503 (checked every second; empty: never fenced)",
     "reload_interval": "seconds between checks of the TLS certificate, key and token file for "
     "a change, which is then loaded without a restart (SIGHUP: check now)",
 }

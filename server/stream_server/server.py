@@ -8,6 +8,7 @@ import logging
 import resource
 import socket
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -15,6 +16,7 @@ from stream_server.app import StreamServerApp, create_app
 from stream_server.auth import AuthConfigError
 from stream_server.config import Settings
 from stream_server.engine import LayoutError
+from stream_server.fencing import FencedApp, FenceWatch, fenced_at_start, restart_process
 from stream_server.logs import configure
 from stream_server.rotation import FileWatcher, RotatingTls, Watched, token_loader
 
@@ -33,6 +35,8 @@ SHUTDOWN_GRACE = 5  # seconds (uvicorn takes an int)
 
 def serve(settings: Settings) -> int:
     log_config = configure(settings.log_level, settings.log_format)
+    if fenced_at_start(settings.fence_file):
+        return serve_fenced(settings, log_config)
     from stream_format.layout import Layout
     from stream_server.engine.layout import prepare
 
@@ -64,11 +68,62 @@ def serve(settings: Settings) -> int:
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )
     server = StreamServer(config, app, watcher=file_watcher(settings, app, tls))
+    if settings.fence_file:
+        server.fence = FenceWatch(settings.fence_file, False, server.fence_now)
     server.run()
+    if server.fence is not None and server.fence.requested:
+        restart_process()  # fenced: the store is closed, the process starts again fenced
     failure = app.recovery.error
     if failure is not None:
         return 2 if isinstance(failure, LayoutError) else 1
     return 0 if server.started else 1
+
+
+def serve_fenced(settings: Settings, log_config: dict[str, Any] | None) -> int:
+    """Serve fenced (``fencing.FencedApp``): the data directory is not opened at all.
+    When the fence is lifted, the process starts again as an ordinary server."""
+    log.warning(
+        "fenced by %s: not opening %s; /healthz answers, /readyz and the rest 503",
+        settings.fence_file,
+        settings.data_dir,
+    )
+    config = uvicorn.Config(
+        FencedApp(settings.fence_file),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        lifespan="on",
+        access_log=False,
+        log_config=log_config,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+        server_header=False,
+        ssl_certfile=settings.tls_cert or None,
+        ssl_keyfile=settings.tls_key or None,
+    )
+    server = FencedServer(config)
+    server.fence = FenceWatch(settings.fence_file, True, server.lift)
+    server.run()
+    if server.fence.requested:
+        restart_process()
+    return 0 if server.started else 1
+
+
+class FencedServer(uvicorn.Server):
+    """Uvicorn's server for ``FencedApp``, watching for the fence to be lifted."""
+
+    fence: FenceWatch
+
+    def lift(self) -> None:
+        self.should_exit = True
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.fence.start()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.fence.stop()
+        await super().shutdown(sockets)
 
 
 def file_watcher(
@@ -102,19 +157,28 @@ class StreamServer(uvicorn.Server):
         super().__init__(config)
         self.stream_app = app
         self.watcher = watcher
+        self.fence: FenceWatch | None = None  # the fence file's watch (fencing.py)
         app.on_fatal = self._stop  # recovery failed
 
     def _stop(self) -> None:
+        self.should_exit = True
+
+    def fence_now(self) -> None:
+        """The fence file says fenced: stop as on SIGTERM (``serve`` then starts again)."""
         self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.watcher is not None and self.started:
             self.watcher.start()
+        if self.fence is not None and self.started:
+            self.fence.start()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self.watcher is not None:
             await self.watcher.stop()
+        if self.fence is not None:
+            await self.fence.stop()
         self.stream_app.end_live_reads()
         await self.stream_app.hand_over()
         backstop = asyncio.get_running_loop().call_later(ABORT_AFTER, self._abort_busy)

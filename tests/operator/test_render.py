@@ -79,7 +79,7 @@ def test_statefulset_runs_the_server_as_configured():
     assert claim["resources"]["requests"]["storage"] == "5Gi"
     assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
     # A replica set also mounts its peer token (tests/operator/test_replica_set_render.py).
-    assert {v["name"] for v in pod["volumes"]} == {"tmp", "auth", "tls", "replication"}
+    assert {v["name"] for v in pod["volumes"]} == {"tmp", "podinfo", "auth", "tls", "replication"}
     env = server_env(spec)
     assert env["DS_HOST"] == "0.0.0.0" and env["DS_DATA_DIR"] == "/data"
     assert env["DS_LONG_POLL_TIMEOUT"] == "12"

@@ -20,6 +20,7 @@ import pytest
 
 from stream_operator.render import (
     CONTAINER_PORT,
+    FENCE_ENV,
     desired_objects,
     render_configmap,
     render_pdb,
@@ -65,7 +66,8 @@ def test_one_replica_renders_what_it_rendered_before():
         ("StatefulSet", "ev"),
     ]
     assert not any(k.startswith(("DS_REPLICA", "DS_LEASE", "DS_MIN")) for k in env_of(one))
-    assert "env" not in container(one)
+    # The fence file alone (every pod has it: docs/kubernetes.md, Fencing).
+    assert container(one)["env"] == [FENCE_ENV]
     pod = render_statefulset("ev", "ns", UID, one)["spec"]["template"]["spec"]
     assert "serviceAccountName" not in pod
     assert "streams.pyds.dev/role" not in render_service("ev", "ns", UID, one)["spec"]["selector"]

@@ -1,0 +1,127 @@
+"""Fencing a server at run time through its fence file (stream_server/fencing.py): the
+process stays (same PID, alive), the storage is closed and left untouched, every request
+but the liveness probe gets 503, and lifting the fence serves the same data again.
+
+A replica set's pods fenced under the operator: e2e/test_operator_lifecycle.py."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+from pathlib import Path
+
+import httpx
+
+from conftest import ServerProcess
+from stream_server.fencing import FENCED_ANNOTATION, parse_annotations, read_fence
+from testkit import wait_for
+from testkit.servers import Child, env_with, http_status, stream_server_command
+
+TEXT = {"content-type": "text/plain"}
+
+
+def files_state(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file under ``root``: its content's digest and modification time (ns)."""
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def write_annotations(path: Path, annotations: dict[str, str]) -> None:
+    """As the kubelet writes a downward API file: ``key="value"`` lines, replaced whole."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f'{k}="{v}"\n' for k, v in sorted(annotations.items())))
+    tmp.replace(path)
+
+
+def test_the_annotations_file_is_read_as_the_downward_api_writes_it(tmp_path: Path) -> None:
+    text = (
+        'kubectl.kubernetes.io/restartedAt="2026-01-01T00:00:00Z"\n'
+        'note="a \\"quoted\\" value\\nover two lines"\n'
+        f'{FENCED_ANNOTATION}="true"\n'
+        "garbage line\n"
+    )
+    parsed = parse_annotations(text)
+    assert parsed[FENCED_ANNOTATION] == "true"
+    assert parsed["note"] == 'a "quoted" value\nover two lines'
+    assert "garbage line" not in parsed
+    path = tmp_path / "annotations"
+    assert read_fence(str(path)) is None  # not there: the mode stays as it is
+    write_annotations(path, {FENCED_ANNOTATION: "false"})
+    assert read_fence(str(path)) is False
+    write_annotations(path, {FENCED_ANNOTATION: "true"})
+    assert read_fence(str(path)) is True
+
+
+def test_a_server_fenced_at_run_time_keeps_its_process_and_leaves_its_storage(
+    tmp_path: Path,
+) -> None:
+    fence = tmp_path / "annotations"
+    write_annotations(fence, {"other": "x"})
+    srv = ServerProcess(tmp_path / "data", env={"DS_FENCE_FILE": str(fence)}).start()
+    try:
+        with httpx.Client(timeout=10) as http:
+            url = srv.base + "fenced/one"
+            assert http.put(url, headers=TEXT).status_code == 201
+            for i in range(20):
+                assert http.post(url, content=f"line {i}\n", headers=TEXT).status_code == 204
+            pid = srv.proc.pid
+
+            write_annotations(fence, {"other": "x", FENCED_ANNOTATION: "true"})
+            wait_for(
+                lambda: _fenced(http, srv),
+                timeout=30,
+                message=lambda: f"the server is not fenced:\n{srv.log()[-3000:]}",
+            )
+            before = files_state(srv.data_dir)
+            assert srv.proc.poll() is None and srv.proc.pid == pid  # the same process
+            assert http.get(srv.url + "/healthz").status_code == 200  # liveness passes
+            refused = http.post(url, content="not written\n", headers=TEXT)
+            assert refused.status_code == 503
+            assert refused.json()["error"]["code"] == "FENCED"
+            assert http.get(url, params={"offset": "-1"}).status_code == 503
+            assert http.put(srv.base + "fenced/two").status_code == 503
+            assert files_state(srv.data_dir) == before  # nothing written while fenced
+
+            write_annotations(fence, {"other": "x"})
+            wait_for(lambda: http_status(srv.port, "/readyz") == 200, timeout=30)
+            assert srv.proc.pid == pid
+            r = http.get(url, params={"offset": "-1"})
+            assert r.status_code == 200
+            assert r.content == b"".join(f"line {i}\n".encode() for i in range(20))
+            assert http.post(url, content="after\n", headers=TEXT).status_code == 204
+            assert http.head(srv.base + "fenced/two").status_code == 404
+    finally:
+        assert srv.stop() in (0, -signal.SIGTERM)  # uvicorn re-raises the signal
+
+
+def _fenced(http: httpx.Client, srv: ServerProcess) -> bool:
+    try:
+        r = http.get(srv.url + "/readyz")
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 503 and r.json().get("fenced") is True
+
+
+def test_a_server_started_fenced_does_not_open_its_data_directory(tmp_path: Path) -> None:
+    fence = tmp_path / "annotations"
+    write_annotations(fence, {FENCED_ANNOTATION: "true"})
+    srv = ServerProcess(tmp_path / "data", env={"DS_FENCE_FILE": str(fence)})
+    srv.child = Child(
+        "server",
+        stream_server_command(srv.port, srv.data_dir),
+        srv.log_path,
+        env=env_with(srv.env),
+    )
+    try:
+        # Alive, never ready: ServerProcess.start would wait for /readyz.
+        srv.child.start(lambda: http_status(srv.port, "/healthz") == 200)
+        assert http_status(srv.port, "/readyz") == 503
+        assert not srv.data_dir.exists()  # no layout made, no recovery run
+        write_annotations(fence, {})
+        wait_for(lambda: http_status(srv.port, "/readyz") == 200, timeout=30)
+        assert any(srv.data_dir.iterdir())  # an ordinary server now: its layout made
+    finally:
+        assert srv.stop() in (0, -signal.SIGTERM)  # uvicorn re-raises the signal
