@@ -28,6 +28,11 @@ EXPECTED = {
     "FailingOver": "False",
     "Accepted": "True",
     "Analytics": "True",
+    "Drainable": "True",
+    "Certificates": "True",
+    "Hibernated": "False",
+    "Fenced": "False",
+    "ReconcilePaused": "False",
 }
 # The Events that record a change of primary (stream_operator.replica_set).
 PRIMARY_EVENTS = ("PrimaryChanged", "Switchover")
