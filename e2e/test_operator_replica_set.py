@@ -44,12 +44,9 @@ from __future__ import annotations
 import itertools
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,13 +62,13 @@ from testkit import images, wait_for
 from testkit.cluster import Cluster
 from testkit.containers import PODMAN_NEEDED
 from testkit.history import History, check, message
-from testkit.kube import CRD_FILE, durable_stream, storage_class
+from testkit.kube import durable_stream
+from testkit.kube_serve import api_server_process
 from testkit.kubelet import Kubelet, Pod
 from testkit.operator import running_operator
-from testkit.pod_runtimes import Containers, Processes, Runtime
+from testkit.pod_runtimes import Runtime
 from testkit.services import ServiceEndpoints
 
-ROOT = Path(__file__).resolve().parent.parent
 NS = "default"
 NAME = "ledger"
 STREAMS = ["orders/0", "orders/1"]
@@ -327,38 +324,6 @@ def dump_timeline(path: Path, kubelet: Kubelet, log: StatusLog) -> None:
 # -- the test -------------------------------------------------------------------------------------
 
 
-@contextmanager
-def api_server_process(where: Path) -> Iterator[Cluster]:
-    """The emulated API server as a process of its own (testkit.kube_serve), as the real
-    one is: in this process it would share the interpreter with kopf, the kubelet
-    stand-in and the writers, and answer the servers' Lease renewals late enough under
-    that load to make a healthy primary step down at its renew deadline."""
-    url_file = where / "kube-api.url"
-    with open(where / "kube-api.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "testkit.kube_serve", "--url-file", str(url_file)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-    c = Cluster()
-    try:
-        c.url = wait_for(
-            lambda: url_file.read_text().strip() if url_file.exists() else None,
-            timeout=30,
-            message="the emulated API server's URL",
-        )
-        c.http = httpx.Client(base_url=c.url, timeout=10)
-        c.install_crd_file(CRD_FILE)
-        c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
-        yield c
-    finally:
-        if c.http is not None:
-            c.http.close()
-        proc.terminate()
-        proc.wait(10)
-
-
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[Cluster]:
     try:
@@ -377,17 +342,8 @@ def kube(tmp_path: Path) -> Iterator[Cluster]:
 def runtime(request: pytest.FixtureRequest) -> Iterator[Runtime]:
     """How the pods run: processes of this checkout, or containers of the server image (the
     rolled version a second tag of the same build)."""
-    if request.param == "processes":
-        yield Processes()
-        return
-    podman = images.podman()
-    server = images.build(podman)["durable-streams-server"]
-    rolled = f"localhost/{ROLLED_IMAGE}"
-    podman.call("tag", server, rolled)
-    try:
-        yield Containers(podman, {SPEC["image"]: server, ROLLED_IMAGE: rolled})
-    finally:
-        podman.call("untag", server, rolled, check=False)
+    with images.pod_runtime(request.param, SPEC["image"], also=[ROLLED_IMAGE]) as runtime:
+        yield runtime
 
 
 def ordinal(pod_name: str) -> int:

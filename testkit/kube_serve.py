@@ -18,12 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import kmock
 
-from testkit.kube import ApiServer
+from testkit import wait_for
+from testkit.cluster import Cluster
+from testkit.kube import CRD_FILE, ApiServer, storage_class
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def serve(host: str, port: int, url_file: Path | None) -> None:
@@ -41,6 +49,40 @@ async def serve(host: str, port: int, url_file: Path | None) -> None:
             tmp.write_text(url + "\n")
             tmp.replace(url_file)  # whole or absent: a reader never sees half a URL
         await stop.wait()
+
+
+@contextmanager
+def api_server_process(where: Path) -> Iterator[Cluster]:
+    """The emulated API server as a process of its own, with the DurableStream CRD and a
+    default StorageClass, for tests that run a replica set under the operator: in the
+    test's process it would share the interpreter with kopf, the kubelet stand-in and
+    the writers, and answer the servers' Lease renewals late enough under that load to
+    make a healthy primary step down at its renew deadline. Its log is
+    ``where/kube-api.log``."""
+    url_file = where / "kube-api.url"
+    with open(where / "kube-api.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "testkit.kube_serve", "--url-file", str(url_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    c = Cluster()
+    try:
+        c.url = wait_for(
+            lambda: url_file.read_text().strip() if url_file.exists() else None,
+            timeout=30,
+            message="the emulated API server's URL",
+        )
+        c.http = httpx.Client(base_url=c.url, timeout=10)
+        c.install_crd_file(CRD_FILE)
+        c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
+        yield c
+    finally:
+        if c.http is not None:
+            c.http.close()
+        proc.terminate()
+        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:

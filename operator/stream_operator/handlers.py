@@ -43,7 +43,7 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, KIND, PLURAL, VERSION, leadership, metrics, replica_set
+from stream_operator import GROUP, KIND, PLURAL, VERSION, leadership, metrics, replica_set, scaling
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.analytics_source import choose_source
 from stream_operator.apply import (
@@ -77,6 +77,7 @@ from stream_operator.replica_roles import (
     lease_view,
     refused_scale_down,
 )
+from stream_operator.rollout import Step
 from stream_operator.spec import quantity_bytes, refused_change, replicated, with_defaults
 from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
 from stream_operator.switchover import TOKEN_KEY, new_token
@@ -240,6 +241,13 @@ class _Periodic:
             self._objects.pop((namespace, name), None)
             self._contexts.pop((namespace, name), None)
 
+    def due(self, namespace: str, name: str) -> None:
+        """Converge the object in the next round, not at its next resync (a scale-up that
+        waited for a deletion goes on at once)."""
+        with self._guard:
+            if (namespace, name) in self._objects:
+                self._objects[(namespace, name)] = float("-inf")
+
     def converged(self, namespace: str, name: str) -> None:
         with self._guard:
             if (namespace, name) in self._objects:
@@ -343,11 +351,14 @@ def _reconcile(
     full = with_defaults(spec)
     if replicated(spec):
         _ensure_replication_secret(ac, ds)
+    # A scale-up from one replica waits (the StatefulSet kept at one) until the old set's
+    # copies are gone (scaling.py).
+    allowed = _scaling(ac, ds, sts, None).replicas
     objs = desired_objects(
         name,
         namespace,
         uid,
-        spec,
+        spec if allowed == full["replicas"] else {**spec, "replicas": allowed},
         servicemonitor_crd=crd_exists(ac, "ServiceMonitor"),
         servicemonitor_labels=SERVICEMONITOR_LABELS,
     )
@@ -389,6 +400,39 @@ def _refused_scale_down(
         return None
     view = lease_view(read_lease(ac, meta["namespace"], lease_name(meta["name"])))
     return refused_scale_down(meta["name"], current, wanted, view)
+
+
+def _scaling(
+    ac: client.ApiClient,
+    ds: dict[str, Any],
+    sts: dict[str, Any] | None,
+    pods: list[dict[str, Any]] | None,
+) -> scaling.ScalePlan:
+    """At one replica, the old set's Lease and the removed pods' claims deleted once the
+    removed pods are gone; the replicas the StatefulSet may have now (scaling.py).
+    ``pods``: the instance's pods, if already listed. Reads nothing more unless the
+    StatefulSet is at one pod."""
+    meta = ds["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    wanted = int(with_defaults(dict(ds.get("spec") or {}))["replicas"])
+    if sts is None or int((sts.get("spec") or {}).get("replicas") or 0) != 1:
+        return scaling.ScalePlan(wanted)
+    plan = scaling.plan_scaling(
+        name,
+        wanted,
+        sts,
+        instance_pods(ac, namespace, name) if pods is None else pods,
+        instance_pvcs(ac, namespace, name),
+        read_lease(ac, namespace, lease_name(name)),
+    )
+    if plan.deletes and leadership.may_act():
+        if plan.delete_lease:
+            delete(ac, "Lease", namespace, lease_name(name))
+        for claim in plan.delete_claims:
+            delete(ac, "PersistentVolumeClaim", namespace, claim)
+        kopf.info(ds, reason="ScaledToOne", message=scaling.cleaned_message(name, plan))
+        _periodic.due(namespace, name)  # a waiting scale-up goes on in the next round
+    return plan
 
 
 def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[str, Any]]) -> None:
@@ -528,7 +572,9 @@ def _observed(
     pods = instance_pods(api(), namespace, name) if sts is not None else []
     lease = None
     step = None
-    if sts is not None and replicated(spec):
+    if sts is not None and (waiting := _scaling(api(), ds, sts, pods).waiting):
+        step = Step(scaling.WAITING, waiting)
+    if sts is not None and replicated(spec) and step is None:
         lease = read_lease(api(), namespace, lease_name(name))
         pods = replica_set.label_roles(api(), namespace, pods, lease)
         step = replica_set.roll(api(), ds, sts, pods, lease)
