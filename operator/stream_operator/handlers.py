@@ -9,7 +9,8 @@ object is put back; a status refresh every ``STATUS_INTERVAL`` seconds that
 keeps the status true to what the StatefulSet reports; and a delete handler,
 only for ``pvcRetention: Delete``, that deletes the claims. A replica set's part
 of the status round (role labels, rolling-update steps, primary-change Events) is
-in ``replica_set``.
+in ``replica_set``; at one replica, both rounds delete the old set's Lease and claims
+and hold a scale-up until they are gone (``scaling``).
 
 The periodic work runs in one background thread over the DurableStreams an
 event handler keeps track of, not in kopf timers: kopf puts its finalizer on
