@@ -63,7 +63,7 @@ from testkit.kube import durable_stream
 from testkit.kube_serve import api_server_process
 from testkit.kubelet import Kubelet, Pod
 from testkit.operator import running_operator
-from testkit.pod_runtimes import Containers, Processes, Runtime
+from testkit.pod_runtimes import Runtime
 from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
 
@@ -177,17 +177,8 @@ def kube(tmp_path: Path) -> Iterator[Cluster]:
 def runtime(request: pytest.FixtureRequest) -> Iterator[Runtime]:
     """How the pods run: processes of this checkout, or containers of the server image (the
     rolled version a second tag of the same build)."""
-    if request.param == "processes":
-        yield Processes()
-        return
-    podman = images.podman()
-    server = images.build(podman)["durable-streams-server"]
-    rolled = f"localhost/{ROLLED_IMAGE}"
-    podman.call("tag", server, rolled)
-    try:
-        yield Containers(podman, {SPEC["image"]: server, ROLLED_IMAGE: rolled})
-    finally:
-        podman.call("untag", server, rolled, check=False)
+    with images.pod_runtime(request.param, SPEC["image"], also=[ROLLED_IMAGE]) as runtime:
+        yield runtime
 
 
 def ordinal(pod_name: str) -> int:

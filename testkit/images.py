@@ -16,12 +16,15 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from testkit import needs, summary
 from testkit.containers import INSTALL, PROGRAMS, Podman, runc
+from testkit.pod_runtimes import Containers, Processes, Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "scripts" / "build_images.py"
@@ -58,3 +61,24 @@ def build(podman: Podman) -> dict[str, str]:
             SUMMARY, f"{r['ref']}: {r['size_bytes'] / 1e6:.0f} MB, {how} (base {r['base']})"
         )
     return {r["name"]: r["ref"] for r in built}
+
+
+@contextmanager
+def pod_runtime(kind: str, image: str, also: Sequence[str] = ()) -> Iterator[Runtime]:
+    """How the kubelet stand-in runs pods: ``processes`` of this checkout, or
+    ``containers`` of the server image built from it, which a template names as
+    ``image``; each name in ``also`` (a version a test rolls to) is one more tag of the
+    same build, removed at the end."""
+    if kind == "processes":
+        yield Processes()
+        return
+    engine = podman()
+    server = build(engine)["durable-streams-server"]
+    tags = {name: f"localhost/{name}" for name in also}
+    for tag in tags.values():
+        engine.call("tag", server, tag)
+    try:
+        yield Containers(engine, {image: server, **tags})
+    finally:
+        for tag in tags.values():
+            engine.call("untag", server, tag, check=False)

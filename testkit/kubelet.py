@@ -5,7 +5,9 @@ its pods becomes a real server, a ``stream_server`` process or a container of
 the server image (``runtime``): the container's args after the image's
 entrypoint (``durable-streams-server``), the env from its ``envFrom``
 ConfigMap, and its own directory as the ``data`` volume (one per PVC, kept
-across pod restarts as a volume is). The host and port are set for it (every
+across pod restarts as a volume is; a pod waits for its claim to be bound, and
+a claim deleted through the API and made again gets a new, empty directory, as
+a dynamically provisioned volume is: ``pod_objects.volume_dir``). The host and port are set for it (every
 pod is on 127.0.0.1, each on its own port), because a pod network cannot be
 here. Readiness comes from the rendered readiness probe, and the counts go
 back into the StatefulSet's status the way the controller reports them.
@@ -59,6 +61,7 @@ import httpx
 from testkit import free_port
 from testkit.cluster import Cluster
 from testkit.pod_objects import (
+    claim_name,
     claim_volumes,
     container_env,
     downward_volumes,
@@ -71,6 +74,7 @@ from testkit.pod_objects import (
     statefulset_status,
     template_revision,
     termination_message,
+    volume_dir,
 )
 from testkit.pod_runtimes import Launch, Processes, Running, Runtime
 
@@ -449,12 +453,35 @@ class Kubelet:
             ).raise_for_status()
             self._published[ordinal] = status
 
+    def _volume(self, ordinal: int) -> Path | None:
+        """The directory of the volume bound to the pod's claim, or None while the claim
+        is not bound (or is being deleted): the pod waits for it, as a real one waits
+        Pending. The claim's own volume: a claim deleted and made again is a new, empty
+        one (``pod_objects.volume_dir``)."""
+        sts = self.cluster.get("StatefulSet", self.namespace, self.name)
+        claim = claim_name(sts, ordinal) if sts is not None else None
+        if claim is None:
+            path = self.root / f"data-{self.name}-{ordinal}"
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        pvc = self.cluster.get("PersistentVolumeClaim", self.namespace, claim)
+        if (
+            pvc is None
+            or pvc["metadata"].get("deletionTimestamp")
+            or (pvc.get("status") or {}).get("phase") != "Bound"
+        ):
+            return None
+        return volume_dir(self.root, pvc)
+
     def _start(
         self, ordinal: int, template: dict[str, Any], revision: str, port: int | None = None
     ) -> Pod | None:
         """The pod's server process, or None while it cannot start (a Secret it mounts
         is missing). ``port``: a container restarted in its pod keeps the pod's address."""
         name = f"{self.name}-{ordinal}"
+        data_dir = self._volume(ordinal)
+        if data_dir is None:
+            return None
         pod_root = self.root / "pods" / name
         mounts = secret_volumes(self.cluster, self.namespace, template, pod_root)
         if mounts is None:
@@ -472,8 +499,6 @@ class Kubelet:
         mounts.update(downward)
         container = template["spec"]["containers"][0]
         env = container_env(self.cluster, self.namespace, container, name)
-        data_dir = self.root / f"data-{self.name}-{ordinal}"  # the PVC, as a directory
-        data_dir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
         env.update(DS_HOST="127.0.0.1", DS_PORT=str(port))
         readiness = container.get("readinessProbe") or {}

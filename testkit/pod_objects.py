@@ -50,6 +50,41 @@ def claim_volumes(cluster: Cluster, sts: dict[str, Any]) -> None:
                 ).raise_for_status()
 
 
+def claim_name(sts: dict[str, Any], ordinal: int) -> str | None:
+    """The PVC that holds ``ordinal``'s data volume (the first claim template's), or None
+    for a StatefulSet without claim templates."""
+    templates = sts["spec"].get("volumeClaimTemplates") or []
+    if not templates:
+        return None
+    return f"{templates[0]['metadata']['name']}-{sts['metadata']['name']}-{ordinal}"
+
+
+def volume_dir(root: Path, pvc: dict[str, Any]) -> Path:
+    """The directory that stands for the volume bound to ``pvc``: ``root/<claim name>``.
+
+    A claim is bound to one volume for its whole life; a claim deleted and made again
+    (same name, a new uid) gets a new, empty volume, as dynamic provisioning gives it
+    (the old PersistentVolume goes with its claim, reclaim policy Delete). So the
+    directory records the uid of the claim it belongs to (``<claim name>.uid`` next to
+    it); a directory that belonged to another claim is moved aside to
+    ``root/released/<claim name>-<old uid>`` (kept for reading after a failure, never
+    used again) and an empty one takes its place. A directory without a record (made
+    before records were kept, or by a test that filled it by hand) is the claim's.
+    """
+    name, uid = pvc["metadata"]["name"], pvc["metadata"]["uid"]
+    path, record = root / name, root / f"{name}.uid"
+    owner = record.read_text().strip() if record.exists() else None
+    if owner is not None and owner != uid and path.exists():
+        released = root / "released"
+        released.mkdir(parents=True, exist_ok=True)
+        path.rename(released / f"{name}-{owner}")
+    if owner != uid:
+        path.mkdir(parents=True, exist_ok=True)
+        record.write_text(uid + "\n")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 # What FallbackToLogsOnError keeps of a log as the termination message (kubelet's limits).
 MESSAGE_LINES = 80
 MESSAGE_BYTES = 2048

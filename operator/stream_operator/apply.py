@@ -41,6 +41,7 @@ _TYPED = {
     "Lease": (client.CoordinationV1Api, "lease"),
     "Secret": (client.CoreV1Api, "secret"),
     "Pod": (client.CoreV1Api, "pod"),
+    "PersistentVolumeClaim": (client.CoreV1Api, "persistent_volume_claim"),
 }
 _CUSTOM = {
     "DurableStream": (GROUP, VERSION, PLURAL),

@@ -9,7 +9,8 @@ object is put back; a status refresh every ``STATUS_INTERVAL`` seconds that
 keeps the status true to what the StatefulSet reports; and a delete handler,
 only for ``pvcRetention: Delete``, that deletes the claims. A replica set's part
 of the status round (role labels, rolling-update steps, primary-change Events) is
-in ``replica_set``.
+in ``replica_set``; at one replica, both rounds delete the old set's Lease and claims
+and hold a scale-up until they are gone (``scaling``).
 
 The periodic work runs in one background thread over the DurableStreams an
 event handler keeps track of, not in kopf timers: kopf puts its finalizer on
@@ -53,6 +54,7 @@ from stream_operator import (
     lifecycle_actions,
     metrics,
     replica_set,
+    scaling,
     server_image,
 )
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
@@ -94,6 +96,7 @@ from stream_operator.replica_roles import (
     lease_view,
     refused_scale_down,
 )
+from stream_operator.rollout import Step
 from stream_operator.spec import quantity_bytes, refused_change, replicated, with_defaults
 from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
 from stream_operator.switchover import TOKEN_KEY, new_token
@@ -266,6 +269,13 @@ class _Periodic:
             self._objects.pop((namespace, name), None)
             self._contexts.pop((namespace, name), None)
 
+    def due(self, namespace: str, name: str) -> None:
+        """Converge the object in the next round, not at its next resync (a scale-up that
+        waited for a deletion goes on at once)."""
+        with self._guard:
+            if (namespace, name) in self._objects:
+                self._objects[(namespace, name)] = float("-inf")
+
     def converged(self, namespace: str, name: str) -> None:
         with self._guard:
             if (namespace, name) in self._objects:
@@ -379,11 +389,16 @@ def _reconcile(
     if replicated(spec):
         _ensure_replication_secret(ac, ds)
     image = server_image.for_object(ds, sts).image  # the operator's, or the one held
+    # A scale-up from one replica waits (the StatefulSet kept at one) until the old set's
+    # copies are gone (scaling.py).
+    allowed = _scaling(ac, ds, sts, None).replicas
     objs = desired_objects(
         name,
         namespace,
         uid,
-        {**spec, "image": image},
+        {**spec, "image": image}
+        if allowed == full["replicas"]
+        else {**spec, "image": image, "replicas": allowed},
         podmonitor_crd=crd_exists(ac, "PodMonitor"),
         certificate_crd=issuer_ref(spec) is not None and crd_exists(ac, "Certificate"),
         monitor_labels=MONITOR_LABELS,
@@ -432,6 +447,39 @@ def _refused_scale_down(
         return None
     view = lease_view(read_lease(ac, meta["namespace"], lease_name(meta["name"])))
     return refused_scale_down(meta["name"], current, wanted, view)
+
+
+def _scaling(
+    ac: client.ApiClient,
+    ds: dict[str, Any],
+    sts: dict[str, Any] | None,
+    pods: list[dict[str, Any]] | None,
+) -> scaling.ScalePlan:
+    """At one replica, the old set's Lease and the removed pods' claims deleted once the
+    removed pods are gone; the replicas the StatefulSet may have now (scaling.py).
+    ``pods``: the instance's pods, if already listed. Reads nothing more unless the
+    StatefulSet is at one pod."""
+    meta = ds["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    wanted = int(with_defaults(dict(ds.get("spec") or {}))["replicas"])
+    if sts is None or int((sts.get("spec") or {}).get("replicas") or 0) != 1:
+        return scaling.ScalePlan(wanted)
+    plan = scaling.plan_scaling(
+        name,
+        wanted,
+        sts,
+        instance_pods(ac, namespace, name) if pods is None else pods,
+        instance_pvcs(ac, namespace, name),
+        read_lease(ac, namespace, lease_name(name)),
+    )
+    if plan.deletes and leadership.may_act():
+        if plan.delete_lease:
+            delete(ac, "Lease", namespace, lease_name(name))
+        for claim in plan.delete_claims:
+            delete(ac, "PersistentVolumeClaim", namespace, claim)
+        kopf.info(ds, reason="ScaledToOne", message=scaling.cleaned_message(name, plan))
+        _periodic.due(namespace, name)  # a waiting scale-up goes on in the next round
+    return plan
 
 
 def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[str, Any]]) -> None:
@@ -572,7 +620,9 @@ def _observed(
     lease = None
     step = None
     pods = lifecycle_actions.fence_pods(api(), ds, pods)
-    if sts is not None and replicated(spec):
+    if sts is not None and (waiting := _scaling(api(), ds, sts, pods).waiting):
+        step = Step(scaling.WAITING, waiting)
+    if sts is not None and replicated(spec) and step is None:
         lease = read_lease(api(), namespace, lease_name(name))
         pods = replica_set.label_roles(api(), namespace, pods, lease)
         if not lifecycle.holds_rollout(ds, pods):

@@ -30,6 +30,12 @@ from what was observed (the StatefulSet's update revision, the pods with their
 to go on (``kubectl annotate dstream NAME streams.pyds.dev/switchover-to=POD``):
 the user picks the moment, the operator then updates the former primary.
 
+``StartingSet``: a pod still runs single-node (its container has no replica identity,
+``DS_REPLICA_NAME``): a single server scaled up to a set (or a set scaled down to one
+and back up: ``scaling.py``). It is no replica, so no Lease names it and no set can
+begin without it when it is the bootstrap pod ``<name>-0``, which holds the data: it is
+replaced first, whatever the other pods do (the new, empty ones wait for its Lease).
+
 A pod without the revision label (not made by a StatefulSet controller, or an
 API that does not report revisions) is taken as up to date: the operator does
 not delete what it cannot judge. Pure functions: every decision is unit-tested.
@@ -48,6 +54,8 @@ REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller
 # A switchover asked for by hand (CloudNativePG's ``kubectl cnpg promote``): the pod to
 # make primary, as an annotation on the DurableStream.
 SWITCHOVER_TO = f"{GROUP}/switchover-to"
+SERVER_CONTAINER = "server"
+REPLICA_NAME_ENV = "DS_REPLICA_NAME"  # only a replica set's pods have it (render.py)
 
 STABLE = "Stable"
 UPDATING_STANDBYS = "UpdatingStandbys"
@@ -55,6 +63,7 @@ SWITCHING_OVER = "SwitchingOver"
 SWITCHOVER_FAILED = "SwitchoverFailed"
 UPDATING_FORMER_PRIMARY = "UpdatingFormerPrimary"
 WAITING_FOR_SWITCHOVER = "WaitingForSwitchover"
+STARTING_SET = "StartingSet"
 # Reasons after which a stale standby is the primary just switched away from.
 _AFTER_SWITCHOVER = frozenset(
     {SWITCHING_OVER, SWITCHOVER_FAILED, UPDATING_FORMER_PRIMARY, WAITING_FOR_SWITCHOVER}
@@ -86,6 +95,18 @@ class _Pod:
     revision: str | None
     ready: bool
     deleting: bool
+    single_node: bool  # no replica identity in its container: not a member of any set
+
+
+def _single_node(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's server runs in single-node mode: its server container was made
+    from a template without the replica identity (``render.replica_identity_env``). A
+    pod without that container is not judged (False)."""
+    containers = ((pod.get("spec") or {}).get("containers")) or []
+    server = next((c for c in containers if c.get("name") == SERVER_CONTAINER), None)
+    if server is None:
+        return False
+    return not any(e.get("name") == REPLICA_NAME_ENV for e in server.get("env") or [])
 
 
 def _pods(pods: Sequence[Mapping[str, Any]]) -> dict[str, _Pod]:
@@ -102,6 +123,7 @@ def _pods(pods: Sequence[Mapping[str, Any]]) -> dict[str, _Pod]:
             revision=(meta.get("labels") or {}).get(REVISION_LABEL),
             ready=pod_ready(pod),
             deleting=bool(meta.get("deletionTimestamp")),
+            single_node=_single_node(pod),
         )
     return out
 
@@ -128,6 +150,16 @@ def plan_rollout(
     stale = [p for p in by_name.values() if p.revision not in (None, update_revision)]
     if not stale:
         return Step()
+    bootstrap = by_name.get(f"{name}-0")
+    if bootstrap is not None and bootstrap.single_node and bootstrap in stale:
+        if bootstrap.deleting:
+            return Step(STARTING_SET, f"waiting for pod {bootstrap.name} to be recreated")
+        return Step(
+            STARTING_SET,
+            f"updating {bootstrap.name}, which holds the data, so that it starts the set "
+            "(it runs single-node: no replica leads yet)",
+            delete=bootstrap.name,
+        )
     holder = by_name.get(view.holder)
     reason = UPDATING_STANDBYS
     if holder is not None and holder.revision in (None, update_revision):

@@ -14,6 +14,7 @@ from stream_operator.replica_roles import lease_view
 from stream_operator.rollout import (
     REVISION_LABEL,
     STABLE,
+    STARTING_SET,
     SUPERVISED,
     SWITCHING_OVER,
     SWITCHOVER_FAILED,
@@ -178,3 +179,30 @@ def test_a_requested_switchover_goes_only_to_an_in_sync_replica_of_the_set():
     assert "not a replica of ev" in str(requested_switchover("ev", 3, "ev-3", view))
     assert "not a replica of ev" in str(requested_switchover("ev", 3, "other-0", view))
     assert requested_switchover("ev", 3, "ev-2", lease("", [])) == "no replica holds the Lease yet"
+
+
+def single_node(i: int, revision: str = "ev-old", **kw: Any) -> dict[str, Any]:
+    """A pod made from a ``replicas: 1`` template: its server has no replica identity."""
+    return {**pod(i, revision, **kw), "spec": {"containers": [{"name": "server", "env": []}]}}
+
+
+def replica(i: int, revision: str = NEW, **kw: Any) -> dict[str, Any]:
+    env = [{"name": "POD_NAME"}, {"name": "DS_REPLICA_NAME", "value": "$(POD_NAME)"}]
+    return {**pod(i, revision, **kw), "spec": {"containers": [{"name": "server", "env": env}]}}
+
+
+def test_a_single_server_scaled_up_is_replaced_first_so_that_it_starts_the_set() -> None:
+    """Issue 25: 1 -> 3. Pod 0 still runs single-node (no Lease: no primary to roll
+    around, and the new, empty pods wait for pod 0's Lease): it is replaced at once,
+    whatever the others do; the rolling update would otherwise wait for ever."""
+    new_pods = [replica(1, ready=False), replica(2, ready=False)]
+    step = plan([single_node(0), *new_pods], lease_view(None))
+    assert (step.reason, step.delete) == (STARTING_SET, "ev-0")
+    assert "single-node" in step.message
+    # Being replaced: waited for, not deleted twice.
+    step = plan([single_node(0, deleting=True), *new_pods], lease_view(None))
+    assert (step.reason, step.delete) == (STARTING_SET, None)
+    # On the new revision it is a replica: nothing more to do.
+    assert plan([replica(0), *new_pods], lease_view(None)) == Step()
+    # A stale replica of a set without a Lease is not touched (the old rule: no primary).
+    assert plan([replica(0, "ev-old"), *new_pods], lease_view(None)).delete is None

@@ -99,6 +99,28 @@ class _Limited:
         return data
 
 
+def extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract a primary's copy into ``dest``: plain files and directories inside it only.
+
+    Python's ``data`` extraction filter does it where Python has one (3.11.4 and later);
+    the server image's Python (Debian bookworm's 3.11.2) has none, and there the same
+    rules are checked here before anything is written: a member that is not a regular
+    file or directory, or whose path leaves ``dest``, refuses the whole copy. Modes and
+    owners in the archive are not applied either way (the files are this process's).
+    """
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = dest.resolve()
+    members = tar.getmembers()
+    for member in members:
+        inside = (root / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not inside.is_relative_to(root):
+            raise tarfile.TarError(f"a copy holds {member.name!r}: not a file inside it")
+    for member in members:
+        tar.extract(member, dest, set_attrs=False)
+
+
 def install(data_dir: Path, tar_path: Path) -> None:
     """Replace the data directory's contents with the copy in ``tar_path``.
 
@@ -110,7 +132,7 @@ def install(data_dir: Path, tar_path: Path) -> None:
     fresh = data_dir / ".recopy"
     shutil.rmtree(fresh, ignore_errors=True)
     with tarfile.open(tar_path) as tar:
-        tar.extractall(fresh, filter="data")
+        extract(tar, fresh)
     (fresh / "wal").mkdir(exist_ok=True)
     (fresh / "segments").mkdir(exist_ok=True)
     _sync_tree(fresh)
