@@ -138,6 +138,10 @@ def replication_env(name: str, namespace: str, spec: dict[str, Any]) -> dict[str
         # so a single server scaled up keeps its data (pod 0 leads, the others copy).
         "DS_REPLICATION_BOOTSTRAP": f"{name}-0",
     }
+    if rep.get("readStalenessSeconds") is not None:
+        # Only when set: the server's own default otherwise, and no roll for sets that
+        # never asked for it.
+        env["DS_REPLICATION_READ_STALENESS"] = str(rep["readStalenessSeconds"])
     if s["server"].get("tlsSecretName"):
         # The peers' certificates are the TLS Secret's: check them against its issuer's
         # CA, which cert-manager writes next to them (a private CA the system lacks).

@@ -186,4 +186,12 @@ def refused_replication(spec: dict[str, Any]) -> str | None:
         return "replication.renewDeadlineSeconds must be less than leaseDurationSeconds"
     if not int(rep["retryPeriodSeconds"]) < int(rep["renewDeadlineSeconds"]):
         return "replication.retryPeriodSeconds must be less than renewDeadlineSeconds"
+    staleness = rep.get("readStalenessSeconds")
+    # The server's rule (replication/settings.py): more than two commit-point heartbeats.
+    beat = min(1.0, int(rep["renewDeadlineSeconds"]) / 4)
+    if staleness is not None and not float(staleness) > 2 * beat:
+        return (
+            f"replication.readStalenessSeconds ({staleness}) must be more than twice the "
+            f"commit-point heartbeat ({beat:g} s)"
+        )
     return None

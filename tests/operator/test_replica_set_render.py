@@ -265,6 +265,7 @@ def test_the_disruption_budget_lets_one_pod_go_at_a_time():
         ({"replicas": 3, "replication": {"durability": "maybe"}}, "durability"),
         ({"replication": {"renewDeadlineSeconds": 15}}, "renewDeadlineSeconds must be less"),
         ({"replication": {"retryPeriodSeconds": 10}}, "retryPeriodSeconds must be less"),
+        ({"replication": {"readStalenessSeconds": 2}}, "readStalenessSeconds (2) must be more"),
     ],
 )
 def test_settings_the_server_would_refuse_are_refused(spec: dict[str, Any], words: str):
@@ -378,3 +379,12 @@ def test_a_scale_down_waits_while_it_would_remove_the_primary_or_leave_a_lagging
     alone = refused_scale_down("ev", 2, 1, lease_view(lease("", [])))
     assert alone is not None and "ev-0 serving alone, and it is not in sync" in alone
     assert refused_scale_down("ev", 3, 5, on_two) is None  # growth
+
+
+def test_read_staleness_reaches_the_pods_only_when_set():
+    """Left out, the server's default holds and the config (so the pods) stay as they were."""
+    env = render_configmap("ev", "ns", UID, THREE)["data"]
+    assert "DS_REPLICATION_READ_STALENESS" not in env
+    spec = {**THREE, "replication": {"readStalenessSeconds": 12}}
+    assert render_configmap("ev", "ns", UID, spec)["data"]["DS_REPLICATION_READ_STALENESS"] == "12"
+    assert refused_change(None, spec) is None
