@@ -21,7 +21,6 @@ printed, never asserted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,7 @@ from testkit.cluster import Cluster
 from testkit.drain import Drained, drain_pod
 from testkit.history import History, check
 from testkit.kube import durable_stream
-from testkit.kube_serve import api_server_process
 from testkit.kubelet import Kubelet, Pod
-from testkit.operator import running_operator
 from testkit.service_writers import LIVENESS, Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
 
@@ -76,15 +73,6 @@ def settled(kube: Cluster, replicas: int) -> dict[str, Any] | None:
 
 def condition(st: dict[str, Any], ctype: str) -> dict[str, Any]:
     return next((c for c in st.get("conditions") or [] if c["type"] == ctype), {})
-
-
-@pytest.fixture
-def kube(tmp_path: Path) -> Iterator[Cluster]:
-    try:
-        with api_server_process(tmp_path) as c, running_operator(c):
-            yield c
-    finally:
-        replica_set.use_pod_urls(None)  # back to cluster DNS names for the other tests
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from test_operator_replica_set import (
     SPEC,
     STREAMS,
     Writers,
-    api_server_process,
     converged,
     create_streams,
     ds_status,
@@ -46,17 +44,7 @@ from testkit.cluster import Cluster
 from testkit.history import History, check
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
-from testkit.operator import running_operator
 from testkit.services import ServiceEndpoints
-
-
-@pytest.fixture
-def kube(tmp_path: Path) -> Iterator[Cluster]:
-    try:
-        with api_server_process(tmp_path) as c, running_operator(c):
-            yield c
-    finally:
-        replica_set.use_pod_urls(None)
 
 
 def annotate(kube: Cluster, key: str, value: str | None) -> None:

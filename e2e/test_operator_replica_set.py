@@ -60,9 +60,7 @@ from testkit.cluster import Cluster
 from testkit.containers import PODMAN_NEEDED
 from testkit.history import History, check
 from testkit.kube import durable_stream
-from testkit.kube_serve import api_server_process
 from testkit.kubelet import Kubelet, Pod
-from testkit.operator import running_operator
 from testkit.pod_runtimes import Runtime
 from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
@@ -157,15 +155,6 @@ def dump_timeline(path: Path, kubelet: Kubelet, log: StatusLog) -> None:
 
 
 # -- the test -------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def kube(tmp_path: Path) -> Iterator[Cluster]:
-    try:
-        with api_server_process(tmp_path) as c, running_operator(c):
-            yield c
-    finally:
-        replica_set.use_pod_urls(None)  # back to cluster DNS names for the other tests
 
 
 @pytest.fixture(

@@ -39,9 +39,7 @@ from testkit import images, wait_for
 from testkit.cluster import Cluster
 from testkit.containers import PODMAN_NEEDED
 from testkit.kube import durable_stream
-from testkit.kube_serve import api_server_process
 from testkit.kubelet import Kubelet
-from testkit.operator import running_operator
 from testkit.pod_runtimes import Runtime
 from testkit.services import ServiceEndpoints
 from testkit.stream_kinds import StreamKinds
@@ -149,15 +147,6 @@ def write(
 
 def scale(kube: Cluster, replicas: int) -> None:
     kube.patch(KIND, NS, NAME, {"spec": {"replicas": replicas}}).raise_for_status()
-
-
-@pytest.fixture
-def kube(tmp_path: Path) -> Iterator[Cluster]:
-    try:
-        with api_server_process(tmp_path) as c, running_operator(c):
-            yield c
-    finally:
-        replica_set.use_pod_urls(None)  # back to cluster DNS names for the other tests
 
 
 @pytest.fixture(

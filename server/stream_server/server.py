@@ -49,19 +49,11 @@ def serve(settings: Settings) -> int:
     http, limit_concurrency = http_protocol(settings)
     app.headers_checked = not isinstance(http, str)  # http_limits checks them exactly
     tls = RotatingTls() if settings.tls_cert else None
-    config = uvicorn.Config(
+    config = _uvicorn_config(
         app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        settings,
+        log_config,
         http=http,
-        lifespan="on",
-        access_log=False,
-        log_config=log_config,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE,
-        server_header=False,
-        ssl_certfile=settings.tls_cert or None,
-        ssl_keyfile=settings.tls_key or None,
         ssl_context_factory=tls.factory if tls else None,
         limit_concurrency=limit_concurrency,
         timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
@@ -79,16 +71,12 @@ def serve(settings: Settings) -> int:
     return 0 if server.started else 1
 
 
-def serve_fenced(settings: Settings, log_config: dict[str, Any] | None) -> int:
-    """Serve fenced (``fencing.FencedApp``): the data directory is not opened at all.
-    When the fence is lifted, the process starts again as an ordinary server."""
-    log.warning(
-        "fenced by %s: not opening %s; /healthz answers, /readyz and the rest 503",
-        settings.fence_file,
-        settings.data_dir,
-    )
-    config = uvicorn.Config(
-        FencedApp(settings.fence_file),
+def _uvicorn_config(
+    app: Any, settings: Settings, log_config: dict[str, Any] | None, **extra: Any
+) -> uvicorn.Config:
+    """What the served app and the fenced one share: address, TLS files, shutdown grace."""
+    return uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
@@ -99,7 +87,19 @@ def serve_fenced(settings: Settings, log_config: dict[str, Any] | None) -> int:
         server_header=False,
         ssl_certfile=settings.tls_cert or None,
         ssl_keyfile=settings.tls_key or None,
+        **extra,
     )
+
+
+def serve_fenced(settings: Settings, log_config: dict[str, Any] | None) -> int:
+    """Serve fenced (``fencing.FencedApp``): the data directory is not opened at all.
+    When the fence is lifted, the process starts again as an ordinary server."""
+    log.warning(
+        "fenced by %s: not opening %s; /healthz answers, /readyz and the rest 503",
+        settings.fence_file,
+        settings.data_dir,
+    )
+    config = _uvicorn_config(FencedApp(settings.fence_file), settings, log_config)
     server = FencedServer(config)
     server.fence = FenceWatch(settings.fence_file, True, server.lift)
     server.run()
