@@ -282,6 +282,11 @@ class Kubelet:
             p["metadata"]["name"]: p for p in self.cluster.list("Pod", self.namespace, selector)
         }
         in_api = {name: p["metadata"].get("uid") for name, p in listed.items()}
+        # The conditions others set (a readiness gate's), by the uid they were set on.
+        conditions = {
+            (name, p["metadata"].get("uid")): (p.get("status") or {}).get("conditions") or []
+            for name, p in listed.items()
+        }
         with self._lock:
             self._reap()
             for ordinal, uid in list(self._uids.items()):
@@ -330,13 +335,8 @@ class Kubelet:
                     # The kubelet rewrites a downwardAPI volume when the pod changes.
                     refresh_downward(pod.downward, seen["metadata"])
                 pod.probe_due()
-                # The conditions others set (a readiness gate's), on the pod this kubelet runs.
-                conditions = (
-                    (seen.get("status") or {}).get("conditions") or []
-                    if seen is not None and self._uids.get(ordinal) == seen["metadata"].get("uid")
-                    else []
-                )
-                pod.gates_met = gates_not_ready(pod.gates, conditions) is None
+                gated = conditions.get((f"{self.name}-{ordinal}", self._uids.get(ordinal)), [])
+                pod.gates_met = gates_not_ready(pod.gates, gated) is None
             pods = dict(self.pods)
             # A deleted pod's replacement exists at once, Pending until its delay is over.
             pending = [o for o in range(want) if o not in pods]

@@ -392,13 +392,26 @@ def _reconcile(
     # A scale-up from one replica waits (the StatefulSet kept at one) until the old set's
     # copies are gone (scaling.py).
     allowed = _scaling(ac, ds, sts, None).replicas
+    # A scale-down to one first stops pods 1.. with the set's template kept (scaling.py).
+    keep_set = (
+        scaling.set_size_while_scaling_to_one(
+            name,
+            full["replicas"],
+            sts,
+            instance_pods(ac, namespace, name),
+            read(ac, "ConfigMap", namespace, f"{name}-config"),
+        )
+        if full["replicas"] == 1 and sts is not None
+        else None
+    )
+    rendered = keep_set or allowed
     objs = desired_objects(
         name,
         namespace,
         uid,
         {**spec, "image": image}
-        if allowed == full["replicas"]
-        else {**spec, "image": image, "replicas": allowed},
+        if rendered == full["replicas"]
+        else {**spec, "image": image, "replicas": rendered},
         podmonitor_crd=crd_exists(ac, "PodMonitor"),
         certificate_crd=issuer_ref(spec) is not None and crd_exists(ac, "Certificate"),
         monitor_labels=MONITOR_LABELS,
@@ -411,6 +424,8 @@ def _reconcile(
             obj["metadata"]["annotations"][server_image.IN_USE] = server_image.record(
                 image, meta.get("generation")
             )
+            if keep_set:
+                obj["spec"]["replicas"] = 1
             lifecycle.hibernated(ds, obj)
         _apply_and_tell(ac, obj, ds)
     if server_image.UPDATE_NOW in (meta.get("annotations") or {}):

@@ -17,6 +17,14 @@ deletes a removed instance's claim:
   and no set id, creates a new set and leads; the new pods start on new, empty volumes
   and copy from it.
 
+A scale-down to one goes in two steps. First the StatefulSet asks for one pod while its
+template and the ConfigMap stay the set's (``set_size_while_scaling_to_one``): pod 0, the
+primary, keeps running as the set's primary while pods 1.. stop. Only once they are
+gone is the single-node template applied and pod 0 restarted alone. In one step a
+StatefulSet controller (Parallel pod management) may restart pod 0 while the others
+are still stopping: pod 0 would hand its Lease over on SIGTERM to a standby that is
+itself stopping, which could acknowledge writes pod 0, back alone, never has.
+
 A scale-up from one also needs pod 0 to restart as a replica: a replica set's
 StatefulSet replaces pods only when the operator deletes them (``rollout.py``), and with
 no Lease there is no primary to roll around; ``rollout.plan_rollout`` replaces the
@@ -30,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from stream_operator.rollout import REPLICA_NAME_ENV, SERVER_CONTAINER
 
 REVISION_LABEL = "controller-revision-hash"
 WAITING = "WaitingForScaleDownCleanup"  # the Progressing reason while a scale-up waits
@@ -74,6 +84,10 @@ def plan_scaling(
     replica set's Lease (None: there is none)."""
     live = int(((statefulset or {}).get("spec") or {}).get("replicas") or 0)
     if statefulset is None or live != 1:
+        return ScalePlan(wanted)
+    if _runs_a_set(statefulset):
+        # The first step of a scale-down to one: pod 0 still runs as the set's primary,
+        # and nothing is deleted. Scaled up again meanwhile, the pods simply rejoin it.
         return ScalePlan(wanted)
     leftover = sorted(
         _meta(c)["name"]
@@ -122,6 +136,40 @@ def plan_scaling(
         1,
         waiting=f"scaling 1 -> {wanted} once {name}-0 is the only copy: {why}",
         **deletes,
+    )
+
+
+def set_size_while_scaling_to_one(
+    name: str,
+    wanted: int,
+    statefulset: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    config: Mapping[str, Any] | None,
+) -> int | None:
+    """The set size to keep rendering while a replica set goes down to one replica (the
+    first of the two steps in the module's docstring), or None: render the spec as it is.
+
+    ``config``: the live ConfigMap, whose ``DS_REPLICATION_SET_SIZE`` is the size the
+    running pods were made with; rendering that size again changes neither the template
+    nor the config, so no pod restarts while pods 1.. stop."""
+    if wanted != 1 or statefulset is None or not _runs_a_set(statefulset):
+        return None
+    size = str(((config or {}).get("data") or {}).get("DS_REPLICATION_SET_SIZE") or "")
+    if not size.isdigit() or int(size) < 2:
+        return None
+    live = int((statefulset.get("spec") or {}).get("replicas") or 0)
+    others = [p for p in pods if (_ordinal(_meta(p).get("name", ""), f"{name}-") or 0) >= 1]
+    return int(size) if live > 1 or others else None
+
+
+def _runs_a_set(statefulset: Mapping[str, Any]) -> bool:
+    """Whether the StatefulSet's pod template is a replica set's: its server container
+    has the replica identity (``render.replica_identity_env``)."""
+    template = (statefulset.get("spec") or {}).get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    server = next((c for c in containers if c.get("name") == SERVER_CONTAINER), None)
+    return server is not None and any(
+        e.get("name") == REPLICA_NAME_ENV for e in server.get("env") or []
     )
 
 

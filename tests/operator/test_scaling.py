@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_operator.scaling import ScalePlan, cleaned_message, plan_scaling
+from stream_operator.scaling import (
+    ScalePlan,
+    cleaned_message,
+    plan_scaling,
+    set_size_while_scaling_to_one,
+)
 
 REV = "ev-2"
 
@@ -85,3 +90,32 @@ def test_the_event_says_what_went_and_why() -> None:
     message = cleaned_message("ev", plan)
     assert message.startswith("deleted Lease ev-leader, PVC data-ev-1: ")
     assert "pvcRetention" in message and "ev-0" in message
+
+
+def set_sts(replicas: int) -> dict[str, Any]:
+    """A StatefulSet whose template is still the replica set's (the replica identity)."""
+    out = sts(replicas)
+    env = [{"name": "DS_REPLICA_NAME", "value": "$(POD_NAME)"}]
+    out["spec"]["template"] = {"spec": {"containers": [{"name": "server", "env": env}]}}
+    return out
+
+
+CONFIG = {"data": {"DS_REPLICATION_SET_SIZE": "3"}}
+
+
+def test_a_scale_down_to_one_keeps_the_sets_template_until_pods_1_on_are_gone() -> None:
+    """Step one of two: the StatefulSet asks for one pod, the template and config stay the
+    set's, so pod 0 keeps running as the primary while the others stop; only then is the
+    single-node template applied (a controller restarting pod 0 at once could let it hand
+    its Lease to a standby that is itself stopping)."""
+    keep = set_size_while_scaling_to_one
+    assert keep("ev", 1, set_sts(3), [pod(0), pod(1), pod(2)], CONFIG) == 3
+    assert keep("ev", 1, set_sts(1), [pod(0), pod(2)], CONFIG) == 3  # pod 2 still stopping
+    assert keep("ev", 1, set_sts(1), [pod(0)], CONFIG) is None  # alone: step two
+    assert keep("ev", 3, set_sts(3), [pod(0)], CONFIG) is None  # no scale to one
+    assert keep("ev", 1, sts(1), [pod(0), pod(1)], CONFIG) is None  # single-node template
+    assert keep("ev", 1, set_sts(3), [pod(0)], {"data": {}}) is None  # no set size known
+    # Nothing is deleted while pod 0 still runs as the set's primary, and a scale back up
+    # meanwhile simply brings the members back.
+    assert plan_scaling("ev", 1, set_sts(1), [pod(0)], CLAIMS, LEASE) == ScalePlan(1)
+    assert plan_scaling("ev", 3, set_sts(1), [pod(0)], CLAIMS, LEASE) == ScalePlan(3)
