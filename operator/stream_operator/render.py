@@ -319,6 +319,10 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
     if replicated(spec):
         # The pods' own rights: their Lease (render_role); nothing else is mounted.
         pod_spec["serviceAccountName"] = service_account_name(name)
+    else:
+        # A single server never calls the API: no token of the namespace's default
+        # ServiceAccount in the pod (issue 25; this rolled single servers once).
+        pod_spec["automountServiceAccountToken"] = False
     for key in (
         "nodeSelector",
         "affinity",
