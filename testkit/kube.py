@@ -29,7 +29,10 @@ adds them, the way kube-apiserver does them:
 - lists honour equality label selectors and return the real resourceVersion;
   watches resume from a resourceVersion instead of replaying everything;
 - deletion waits for finalizers, then garbage-collects the objects that name
-  the deleted one as their owner (background propagation);
+  the deleted one as their owner (background propagation); an object created
+  after its owners went (a controller that read its owner just before) is
+  collected just after its create is answered, as the garbage collector finds
+  owner references to no live object;
 - the Eviction API (``POST pods/{name}/eviction``) as kube-apiserver serves it, with
   each PodDisruptionBudget's status computed as the disruption controller would at that
   moment (testkit.disruption: 429 with a ``DisruptionBudget`` cause when no disruption
@@ -51,6 +54,7 @@ and any controller (no pods appear; tests play the controllers).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime
 import json
@@ -215,6 +219,10 @@ class ApiServer(kmock.KubernetesEmulator):
         self.requests: list[Call] = []  # every resource request, in order
         # Where each pod listens, for the pod proxy (testkit.pod_proxy); None: nowhere.
         self.pod_network: pod_proxy.PodNetwork | None = None
+        # Objects created with only dangling owner references, by request: collected
+        # once the create is answered (the real garbage collector is asynchronous too).
+        self._orphans: dict[int, tuple[Any, str]] = {}
+        self._collecting: set[asyncio.Task[None]] = set()
         self.resources.load_bundled()
         for res, info in list(self.resources.items()):
             if "status" in info.subresources:
@@ -365,7 +373,21 @@ class ApiServer(kmock.KubernetesEmulator):
         response = await kmock.KubernetesScaffold._handle(self, request)
         if request.action == enums.action.CREATE and response.status == 200:
             response.set_status(201)  # Created, as kube-apiserver answers
+        orphan = self._orphans.pop(id(request), None)
+        if orphan is not None:
+            task = asyncio.get_running_loop().create_task(self._collect(*orphan))
+            self._collecting.add(task)
+            task.add_done_callback(self._collecting.discard)
         return response
+
+    async def _collect(self, key: tuple, uid: str) -> None:
+        """The garbage collector's part for an object whose owners are all gone."""
+        async with self._lock:
+            if key not in self._objects:
+                return
+            entry = self._objects[key]
+            if not entry.deleted and entry.raw["metadata"].get("uid") == uid:
+                await self._remove(key)
 
     async def _serve_put(self, request: rendering.Request) -> aiohttp.web.Response:
         """An update (PUT): the object as sent replaces the stored one."""
@@ -406,6 +428,10 @@ class ApiServer(kmock.KubernetesEmulator):
             self._establish(obj)
         self._store(key, obj)
         await self._buses[request.resource].put({"type": "ADDED", "object": obj})
+        owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+        live = {o.raw["metadata"].get("uid") for o in self._objects.values() if not o.deleted}
+        if owners and not owners & live:
+            self._orphans[id(request)] = (key, meta["uid"])
 
     async def _update(self, request: rendering.Request) -> None:
         key = (request.resource, request.namespace, request.name)

@@ -55,7 +55,7 @@ def running_operator(cluster: Cluster, namespaces: Sequence[str] = ()) -> Iterat
 
     registry = _registry()
     _server_url[0] = cluster.url
-    handlers.use_api_client(client.ApiClient(client.Configuration(host=cluster.url)))
+    handlers.use_api_client(handlers.new_api_client(client.Configuration(host=cluster.url)))
     stop, ready = threading.Event(), threading.Event()
     failure: list[BaseException] = []
 

@@ -92,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("leaderelection").setLevel(logging.WARNING)
     elected: leadership.Leadership | None = None
     if args.leader_election:
+        # A client of its own: it writes the Lease to become the leader, which the
+        # handlers' client (writes refused while this process may not act) would refuse.
+        campaigner = handlers.new_api_client(handlers.api().configuration, leader_only=False)
+        campaigner.user_agent = handlers.api().user_agent
         elected = leadership.Leadership(
-            handlers.api(),
+            campaigner,
             args.lease_name,
             args.lease_namespace,
             leadership.identity(),
@@ -103,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     running = threading.Event()
 
     def healthy() -> bool:
-        """A standby is alive while it campaigns; a leader while kopf's loop runs."""
+        """A standby is alive while it campaigns; a leader while kopf's loop runs and its
+        periodic workers are neither stuck nor gone."""
         if not running.is_set():
             return elected is not None and not elected.lost.is_set()
-        return bool(handlers.loop_alive())
+        return bool(handlers.alive())
 
     if args.metrics_port:
         metrics.serve(args.metrics_address, args.metrics_port, healthy)

@@ -1,6 +1,6 @@
 """The kopf handlers: thin glue between events and the pure functions.
 
-Over 400 lines on purpose: every handler and the periodic thread share one object lock
+Over 400 lines on purpose: every handler and the periodic rounds share one object lock
 and one status write path.
 
 One reconcile (idempotent by construction) run on create, update and resume
@@ -12,12 +12,14 @@ of the status round (role labels, rolling-update steps, primary-change Events) i
 in ``replica_set``; at one replica, both rounds delete the old set's Lease and claims
 and hold a scale-up until they are gone (``scaling``).
 
-The periodic work runs in one background thread over the DurableStreams an
-event handler keeps track of, not in kopf timers: kopf puts its finalizer on
-every object that has a timer, and a finalizer nobody removes (the operator
-uninstalled) makes ``kubectl delete`` hang. So an object carries the
-finalizer only while its spec asks for ``pvcRetention: Delete``, the one case
-where the operator has something to do before the object goes.
+The periodic work runs per object on a small pool of worker threads
+(``periodic``) over the DurableStreams an event handler keeps track of, not in
+kopf timers: kopf puts its finalizer on every object that has a timer, and a
+finalizer nobody removes (the operator uninstalled) makes ``kubectl delete``
+hang. So an object carries the finalizer only while its spec asks for
+``pvcRetention: Delete``, the one case where the operator has something to do
+before the object goes. Every API request the handlers make has a timeout
+(``API_TIMEOUT``), so no round waits forever on one.
 
 Nothing is written unless ``leadership.may_act()``: with leader election on,
 a process that lost the Lease (or could not renew it in time) writes nothing.
@@ -31,7 +33,6 @@ back into the status.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import logging
 import os
@@ -83,6 +84,7 @@ from stream_operator.certificates import (
     issuer_ref,
     refused_certificates,
 )
+from stream_operator.periodic import Periodic
 from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
 from stream_operator.render import (
     MANAGED_BY,
@@ -107,6 +109,16 @@ STATUS_INTERVAL = float(os.environ.get("DS_OPERATOR_STATUS_INTERVAL", "5"))
 # How often every DurableStream is reconciled again, to undo drift (seconds): a
 # deleted Service, a hand-scaled StatefulSet, a StorageClass that now allows growth.
 RESYNC_INTERVAL = float(os.environ.get("DS_OPERATOR_RESYNC_INTERVAL", "60"))
+# How long one request of the handlers to the API server may take (seconds, connecting
+# and answering): a request the API server (or the network) holds up fails, and the
+# round that made it ends, instead of holding its worker.
+API_TIMEOUT = float(os.environ.get("DS_OPERATOR_API_TIMEOUT", "10"))
+# Worker threads for the periodic rounds: each object is on at most one at a time, so
+# this many objects whose rounds hang hold up the rest (until /healthz restarts us).
+PERIODIC_WORKERS = int(os.environ.get("DS_OPERATOR_PERIODIC_WORKERS", "4"))
+# A worker on one object for this long is stuck (every call of a round has a timeout far
+# shorter): /healthz fails, and the kubelet restarts the operator (seconds).
+STALL_AFTER = float(os.environ.get("DS_OPERATOR_STALL_SECONDS", "300"))
 # Labels on every PodMonitor made for a DurableStream (JSON object; the chart's
 # operator.podMonitorLabels): kube-prometheus-stack finds monitors by label. The older
 # setting for ServiceMonitors is read when the new one is not given.
@@ -128,13 +140,27 @@ def api() -> client.ApiClient:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-        _api = _LeaderOnlyWrites()
+        _api = new_api_client()
         # Which replica wrote what shows in the API server's audit log.
         _api.user_agent = f"durable-streams-operator ({leadership.identity()})"
     return _api
 
 
-class _LeaderOnlyWrites(client.ApiClient):
+class _Timed(client.ApiClient):
+    """An API client that gives every request a timeout: the client's default is to wait
+    forever. A request given no timeout of its own gets ``API_TIMEOUT``.
+
+    ``call_api`` is where every request of the generated API classes goes (kubernetes
+    37 and later; the client has no ``request`` method any more).
+    """
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None and len(args) < 4:
+            kwargs["_request_timeout"] = API_TIMEOUT
+        return super().call_api(method, url, *args, **kwargs)
+
+
+class _LeaderOnlyWrites(_Timed):
     """An API client that refuses to write once this process may not act.
 
     ``may_act`` is checked when a reconcile or a status round starts; a process frozen
@@ -143,10 +169,20 @@ class _LeaderOnlyWrites(client.ApiClient):
     what the new leader just created. Each write is checked here instead.
     """
 
-    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         if method.upper() not in ("GET", "HEAD", "OPTIONS") and not leadership.may_act():
             raise kopf.TemporaryError(f"not writing ({method} {url}): the lease is not held")
-        return super().request(method, url, *args, **kwargs)
+        return super().call_api(method, url, *args, **kwargs)
+
+
+def new_api_client(
+    configuration: client.Configuration | None = None, *, leader_only: bool = True
+) -> client.ApiClient:
+    """An API client whose requests time out, for ``configuration`` (None: the default,
+    as loaded from the cluster or the kubeconfig). ``leader_only``: writes refused while
+    this process may not act (the handlers' client); the leader election's own client,
+    which writes the Lease to become leader, is not."""
+    return (_LeaderOnlyWrites if leader_only else _Timed)(configuration)
 
 
 def use_api_client(api_client: client.ApiClient) -> None:
@@ -164,6 +200,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 60
+    # kopf's own requests: a connection that never opens, or a request never answered,
+    # fails and is retried instead of holding its handler (kopf's defaults: none, 5 min).
+    settings.watching.connect_timeout = API_TIMEOUT
+    settings.networking.connect_timeout = API_TIMEOUT
+    settings.networking.request_timeout = 3 * API_TIMEOUT
     # The timers are short synchronous calls that end on their own: a deletion that
     # finds one running waits for it briefly, then checks every second, not every minute.
     settings.background.instant_exit_timeout = 0.5
@@ -174,7 +215,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # named, and the DurableStream CRD must exist when the operator starts.
     settings.scanning.disabled = not settings.peering.clusterwide
     metrics.restart()
-    _periodic.start()
+    _periodic.start(STATUS_INTERVAL, RESYNC_INTERVAL, STALL_AFTER)
 
 
 @kopf.on.startup()
@@ -196,6 +237,11 @@ _beats = [time.monotonic()]  # a loop not yet started counts as beating
 def loop_alive() -> bool:
     """Whether kopf's event loop ran its heartbeat lately (a blocked loop does not)."""
     return time.monotonic() - _beats[0] < 6 * _BEAT_EVERY
+
+
+def alive() -> bool:
+    """For ``/healthz``: kopf's event loop beats, and no periodic worker is stuck or gone."""
+    return loop_alive() and _periodic.alive()
 
 
 @kopf.on.cleanup()
@@ -242,79 +288,20 @@ def track(type: str | None, name: str, namespace: str, **_: Any) -> None:
         _periodic.track(namespace, name)
 
 
-class _Periodic:
-    """Status refresh and resync for every tracked DurableStream, in one thread.
-
-    Objects are handled one after the other, each under its own lock (as the
-    handlers take it); an error on one is logged and does not stop the others.
-    """
-
-    def __init__(self) -> None:
-        self._objects: dict[tuple[str, str], float] = {}  # -> when it was last converged
-        # Each object's work runs in the context of its last kopf event, as its handlers
-        # do: the events a reconcile posts (kopf.info, kopf.warn) need kopf's queue there.
-        self._contexts: dict[tuple[str, str], contextvars.Context] = {}
-        self._guard = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def track(self, namespace: str, name: str) -> None:
-        """Called from the object's event handler (its context is kept for the work)."""
-        with self._guard:
-            self._objects.setdefault((namespace, name), time.monotonic())
-            self._contexts[(namespace, name)] = contextvars.copy_context()
-
-    def forget(self, namespace: str, name: str) -> None:
-        with self._guard:
-            self._objects.pop((namespace, name), None)
-            self._contexts.pop((namespace, name), None)
-
-    def due(self, namespace: str, name: str) -> None:
-        """Converge the object in the next round, not at its next resync (a scale-up that
-        waited for a deletion goes on at once)."""
-        with self._guard:
-            if (namespace, name) in self._objects:
-                self._objects[(namespace, name)] = float("-inf")
-
-    def converged(self, namespace: str, name: str) -> None:
-        with self._guard:
-            if (namespace, name) in self._objects:
-                self._objects[(namespace, name)] = time.monotonic()
-
-    def start(self) -> None:
-        """Start afresh: kopf lists the objects again and ``track`` sees each of them."""
-        with self._guard:
-            self._objects.clear()
-            self._contexts.clear()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="periodic")
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-
-    def _run(self) -> None:
-        log = logging.getLogger("stream_operator.periodic")
-        while not self._stop.wait(STATUS_INTERVAL):
-            with self._guard:
-                due = [(key, last, self._contexts[key]) for key, last in self._objects.items()]
-            for (namespace, name), last, context in sorted(due, key=lambda d: d[0]):
-                if self._stop.is_set():
-                    return
-                try:
-                    if time.monotonic() - last >= RESYNC_INTERVAL:
-                        context.run(converge, name, namespace, log)
-                    else:
-                        context.run(refresh_status, name, namespace)
-                except kopf.TemporaryError as exc:
-                    log.warning("%s/%s: %s (next try in the next round)", namespace, name, exc)
-                except Exception:
-                    log.exception("%s/%s: periodic reconcile failed", namespace, name)
+def _round(namespace: str, name: str, resync: bool) -> None:
+    """One object's periodic round: a whole reconcile when ``resync`` says it is due, else a
+    status refresh; an error that the next round may not see is logged, not raised."""
+    log = logging.getLogger("stream_operator.periodic")
+    try:
+        if resync:
+            converge(name, namespace, log)
+        else:
+            refresh_status(name, namespace)
+    except kopf.TemporaryError as exc:
+        log.warning("%s/%s: %s (next try in the next round)", namespace, name, exc)
 
 
-_periodic = _Periodic()
+_periodic = Periodic(_round, workers=PERIODIC_WORKERS)
 
 
 def converge(name: str, namespace: str, logger: logging.Logger) -> None:

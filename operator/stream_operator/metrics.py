@@ -29,8 +29,9 @@ PREFIX = "durable_streams_operator"
 # What became of one reconcile: the whole spec applied; a change the operator will not
 # or cannot make (ChangeRefused, ExpansionNotAllowed); the API server refused a write.
 OUTCOMES = ("applied", "refused", "failed")
-# Every condition the status carries; each is counted by status even when no object has it.
-CONDITIONS = ("Ready", "Progressing", "Degraded", "Accepted", "Analytics")
+# Every condition the status carries; each is counted by status even when no object has it
+# (FailingOver: a replica set's, True from a primary lost until a standby holds the Lease).
+CONDITIONS = ("Ready", "Progressing", "Degraded", "Accepted", "Analytics", "FailingOver")
 STATUSES = ("True", "False", "Unknown")
 
 RECONCILES = Counter(

@@ -348,6 +348,10 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         # The pods' own rights: their Lease and their pods (render_role).
         pod_spec["serviceAccountName"] = service_account_name(name)
         pod_spec["readinessGates"] = [{"conditionType": IN_SYNC}]
+    else:
+        # A single server never calls the API: no token of the namespace's default
+        # ServiceAccount in the pod (issue 25; this rolled single servers once).
+        pod_spec["automountServiceAccountToken"] = False
     for key in (
         "nodeSelector",
         "affinity",

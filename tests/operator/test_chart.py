@@ -417,6 +417,25 @@ def test_operator_metrics_leader_election_and_monitoring_labels(helm):
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
 
 
+def test_more_than_one_operator_without_leader_election_is_refused(helm):
+    """Issue 25: every replica would act on every object (two active operators)."""
+    proc = subprocess.run(
+        [
+            *(helm, "template", "rel", str(CHART)),
+            *("--set", "operator.leaderElection.enabled=false", "--set", "operator.replicas=2"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0
+    assert "operator.replicas=2 with operator.leaderElection.enabled=false" in proc.stderr
+    assert "keep operator.replicas=1, or enable leader election" in proc.stderr
+    # Either alone is fine: two replicas under the Lease, or one without it.
+    for sets in (("operator.replicas=2",), ("operator.leaderElection.enabled=false",)):
+        deployment = next(d for d in template(helm, *sets) if d["kind"] == "Deployment")
+        assert deployment["spec"]["replicas"] == (2 if "operator.replicas=2" in sets else 1)
+
+
 def _server_cr(server: dict) -> dict:
     return {
         "apiVersion": "streams.pyds.dev/v1alpha1",

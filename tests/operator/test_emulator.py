@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import KMOCK_HISTORY, RESIZE_FORBIDDEN, durable_stream, storage_class
 
@@ -108,6 +109,30 @@ def test_label_selectors_and_finalizers_and_garbage_collection(kube: Cluster):
     assert kube.get("ConfigMap", NS, "owner") is None
     assert kube.get("ConfigMap", NS, "child") is None  # collected with its owner
     assert kube.get("ConfigMap", NS, "other") is not None
+
+
+def test_an_object_created_after_its_owner_went_is_collected(kube: Cluster):
+    """As kube-apiserver's garbage collector: owner references to no live object (a
+    controller that read its owner just before the owner was deleted) get the object
+    deleted; the create itself is answered as usual. Issue 25: an operator round that
+    read its DurableStream before the delete recreated a StatefulSet nothing collected."""
+    kube.create(config_map("gone-owner")).raise_for_status()
+    gone = kube.get("ConfigMap", NS, "gone-owner")["metadata"]["uid"]
+    kube.delete("ConfigMap", NS, "gone-owner").raise_for_status()
+    kube.create(config_map("kept-owner")).raise_for_status()
+    kept = kube.get("ConfigMap", NS, "kept-owner")["metadata"]["uid"]
+
+    def owned_by(name: str, *uids: str) -> dict:
+        obj = config_map(name)
+        obj["metadata"]["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid} for uid in uids
+        ]
+        return obj
+
+    assert kube.create(owned_by("orphan", gone)).status_code == 201
+    assert kube.create(owned_by("half-orphan", gone, kept)).status_code == 201
+    wait_for(lambda: kube.get("ConfigMap", NS, "orphan") is None, message="the orphan collected")
+    assert kube.get("ConfigMap", NS, "half-orphan") is not None  # one owner still lives
 
 
 def pvc(name: str, size: str, storage_class: str | None = None) -> dict:

@@ -117,6 +117,27 @@ def test_reconciles_timestamps_and_conditions_from_a_real_run(scrape):
             assert value(after, P + "objects", condition="Ready", status="True") == 0
 
 
+def test_replica_sets_failing_over_are_counted(scrape):
+    """Issue 25: the objects metric counted every condition but a replica set's
+    FailingOver, the one an alert on a failover that does not finish needs."""
+    key = P + "objects"
+    before = scrape()
+    assert value(before, key, condition="FailingOver", status="Unknown") is not None
+    lost = {"type": "FailingOver", "status": "True", "reason": "PrimaryLost"}
+    metrics.CONDITION_COUNTS.observe("failing", "events", [lost])
+    metrics.CONDITION_COUNTS.observe("failing", "orders", [{**lost, "status": "False"}])
+    try:
+        now = scrape()
+        for status in ("True", "False"):
+            grew = value(now, key, condition="FailingOver", status=status) - value(
+                before, key, condition="FailingOver", status=status
+            )
+            assert grew == 1, status
+    finally:
+        metrics.forget("failing", "events")
+        metrics.forget("failing", "orders")
+
+
 def test_healthz_asks_the_callback():
     port = free_port()
     healthy = [True]

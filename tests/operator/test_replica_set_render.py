@@ -1,8 +1,9 @@
 """Issue 16, part 1: what a replica set renders, refuses and reports (pure functions).
 
-One replica renders exactly what it rendered before replication existed; more
-than one renders the Lease settings, each pod's identity from the downward
-API, the pods' own ServiceAccount/Role/RoleBinding, a primary-only client
+One replica renders what it rendered before replication existed (but for the
+ServiceAccount token it no longer mounts); more than one renders the Lease
+settings, each pod's identity from the downward API, the pods' own
+ServiceAccount/Role/RoleBinding, a primary-only client
 Service, a standbys' Service and a PodDisruptionBudget that lets one in-sync pod go
 at a time. The rendered settings are given to the real server's settings loader.
 """
@@ -54,9 +55,11 @@ def container(spec: dict[str, Any]) -> dict[str, Any]:
     return render_statefulset("ev", "ns", UID, spec)["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_one_replica_renders_what_it_rendered_before():
+def test_one_replica_renders_no_trace_of_replication_and_mounts_no_token():
     """The objects, the pod's environment and the client Service of a single server have
-    no trace of replication (the hash is unchanged too: test_render)."""
+    no trace of replication (the config hash is unchanged too: test_render). One change
+    since replication came: the pod mounts no ServiceAccount token (issue 25), so the
+    operator upgrade that brought it rolled every single server once."""
     one = {"replicas": 1}
     assert kinds(one) == [
         ("ConfigMap", "ev-config"),
@@ -70,6 +73,9 @@ def test_one_replica_renders_what_it_rendered_before():
     assert container(one)["env"] == [FENCE_ENV]
     pod = render_statefulset("ev", "ns", UID, one)["spec"]["template"]["spec"]
     assert "serviceAccountName" not in pod
+    assert pod["automountServiceAccountToken"] is False
+    three = render_statefulset("ev", "ns", UID, {"replicas": 3})["spec"]["template"]["spec"]
+    assert "automountServiceAccountToken" not in three  # its own account's token: the Lease
     assert "streams.pyds.dev/role" not in render_service("ev", "ns", UID, one)["spec"]["selector"]
     assert render_pdb("ev", "ns", UID, one)["spec"]["maxUnavailable"] == 1
 

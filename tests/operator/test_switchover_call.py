@@ -10,9 +10,11 @@ from collections.abc import Iterator
 import pytest
 from primary_stand_in import StandIn, primary_stand_in
 
+from stream_operator import KIND
 from stream_operator.render import render_replication_secret
 from stream_operator.switchover import new_token, request_switchover
 from testkit.cluster import Cluster, cluster
+from testkit.kube import durable_stream
 from testkit.leases import replica_lease
 
 NS = "default"
@@ -22,7 +24,10 @@ TOKEN = new_token()
 @pytest.fixture
 def primary() -> Iterator[tuple[Cluster, StandIn]]:
     with cluster() as c:
-        secret = render_replication_secret("events", NS, "uid-1", TOKEN)
+        # The Secret's owner exists: one with a dangling owner is garbage-collected.
+        c.create(durable_stream("events", {"replicas": 3})).raise_for_status()
+        uid = c.get(KIND, NS, "events")["metadata"]["uid"]
+        secret = render_replication_secret("events", NS, uid, TOKEN)
         c.http.post(f"/api/v1/namespaces/{NS}/secrets", json=secret).raise_for_status()
         c.create(replica_lease("events", NS, "events-0", 4, ["events-2"])).raise_for_status()
         with primary_stand_in(c.url, NS, "events") as stand_in:

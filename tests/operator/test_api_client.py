@@ -1,0 +1,92 @@
+"""Issue 25: the operator's API client gives every request a timeout, and refuses writes
+while this process may not act (it does not hold the operator's Lease).
+
+Both live in ``call_api``: the kubernetes client (37 and later) sends every request of
+its generated API classes through it. Before, the client waited forever for an answer,
+and the write check sat in a ``request`` method the client no longer calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import kopf
+import pytest
+from kubernetes import client
+from silent_peer import Silent
+
+from stream_operator import GROUP, PLURAL, VERSION, leadership
+from stream_operator.apply import read
+from testkit.cluster import cluster
+from testkit.kube import durable_stream
+
+NS = "default"
+
+
+@pytest.fixture
+def silent() -> Iterator[Silent]:
+    peer = Silent()
+    try:
+        yield peer
+    finally:
+        peer.close()
+
+
+def in_a_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``call`` in a thread of its own; the list gets what it raised."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # reported to the test
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, failed
+
+
+@pytest.mark.parametrize("leader_only", [True, False], ids=["handlers", "election"])
+def test_a_request_the_api_server_never_answers_fails_by_itself(
+    silent: Silent, monkeypatch: pytest.MonkeyPatch, leader_only: bool
+):
+    """The handlers' client, and the leader election's (whose renewals must end before
+    the renew deadline)."""
+    from stream_operator import handlers
+
+    monkeypatch.setattr(handlers, "API_TIMEOUT", 0.5)
+    ac = handlers.new_api_client(client.Configuration(host=silent.url), leader_only=leader_only)
+    caller, failed = in_a_thread(lambda: read(ac, "StatefulSet", NS, "events"))
+    # The client closed the request it never had an answer to (this side never closes it).
+    assert silent.gave_up.wait(20), "the request is still waiting for an answer"
+    caller.join(20)
+    assert not caller.is_alive() and failed, "the call did not end"
+
+
+def test_no_write_while_the_lease_is_not_held():
+    from stream_operator import handlers
+
+    with cluster() as c:
+        ac = handlers.new_api_client(client.Configuration(host=c.url))
+        # A Leadership not (or no longer) elected: this process may not act.
+        leadership.install(leadership.Leadership(ac, "durable-streams-operator", NS, "op-a"))
+        try:
+            assert not leadership.may_act()
+            with pytest.raises(kopf.TemporaryError, match="the lease is not held"):
+                client.CustomObjectsApi(ac).create_namespaced_custom_object(
+                    GROUP, VERSION, NS, PLURAL, durable_stream("x", {})
+                )
+            assert read(ac, "StatefulSet", NS, "x") is None  # reads go on
+            # The election's own client writes (the Lease, to become the leader).
+            campaigner = handlers.new_api_client(
+                client.Configuration(host=c.url), leader_only=False
+            )
+            client.CustomObjectsApi(campaigner).create_namespaced_custom_object(
+                GROUP, VERSION, NS, PLURAL, durable_stream("y", {})
+            )
+        finally:
+            leadership.install(None)
+        names = [o["metadata"]["name"] for o in c.list("DurableStream", NS)]
+        assert names == ["y"]
