@@ -78,14 +78,16 @@ def conditions(kube: Cluster) -> str:
 
 def settled(kube: Cluster, kubelet: Kubelet, replicas: int) -> dict[str, Any] | None:
     """The status once the operator reports ``replicas`` servers ready at the newest
-    generation (a set: a primary and every replica in sync), with exactly that many pods
-    running and none left on an older revision; None before."""
+    generation and nothing in progress (a scale-down to one restarts pod 0 after the
+    others stopped; a set: a primary and every replica in sync), with exactly that many
+    pods running and none left on an older revision; None before."""
     obj = ds(kube)
     st = obj.get("status") or {}
     if (
         st.get("phase") != "Ready"
         or st.get("observedGeneration") != obj["metadata"].get("generation")
         or st.get("readyReplicas") != replicas
+        or any(c["type"] == "Progressing" and c["status"] == "True" for c in st["conditions"])
     ):
         return None
     if replicas > 1 and (not st.get("primary") or st.get("inSyncReplicas") != replicas):

@@ -622,8 +622,10 @@ def _observed(
     lease = None
     step = None
     pods = lifecycle_actions.fence_pods(api(), ds, pods)
-    if sts is not None and (waiting := _scaling(api(), ds, sts, pods).waiting):
-        step = Step(scaling.WAITING, waiting)
+    if sts is not None and (plan := _scaling(api(), ds, sts, pods)).waiting:
+        step = Step(plan.reason, plan.waiting)
+        if plan.reason == scaling.SCALING_DOWN:
+            _periodic.due(namespace, name)  # its second step is applied by a reconcile
     if sts is not None and replicated(spec) and step is None:
         lease = read_lease(api(), namespace, lease_name(name))
         pods = replica_set.label_roles(api(), namespace, pods, lease)

@@ -43,6 +43,7 @@ from stream_operator.rollout import REPLICA_NAME_ENV, SERVER_CONTAINER
 
 REVISION_LABEL = "controller-revision-hash"
 WAITING = "WaitingForScaleDownCleanup"  # the Progressing reason while a scale-up waits
+SCALING_DOWN = "ScalingDownToOne"  # the Progressing reason of a scale-down's two steps
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class ScalePlan:
     delete_lease: bool = False
     delete_claims: tuple[str, ...] = ()
     waiting: str | None = None
+    reason: str = WAITING  # the Progressing reason while ``waiting``
 
     @property
     def deletes(self) -> bool:
@@ -86,9 +88,21 @@ def plan_scaling(
     if statefulset is None or live != 1:
         return ScalePlan(wanted)
     if _runs_a_set(statefulset):
-        # The first step of a scale-down to one: pod 0 still runs as the set's primary,
-        # and nothing is deleted. Scaled up again meanwhile, the pods simply rejoin it.
-        return ScalePlan(wanted)
+        # A scale-down to one under way: pod 0 still runs as the set's primary, and
+        # nothing is deleted. Scaled up again meanwhile, the pods simply rejoin it.
+        if wanted > 1:
+            return ScalePlan(wanted)
+        stopping = sorted(
+            _meta(p)["name"]
+            for p in pods
+            if (_ordinal(_meta(p).get("name", ""), f"{name}-") or 0) >= 1
+        )
+        why = (
+            f"waiting for {', '.join(stopping)} to stop before {name}-0 restarts alone"
+            if stopping
+            else f"restarting {name}-0 alone (single-node mode)"
+        )
+        return ScalePlan(1, waiting=f"scaling down to one replica: {why}", reason=SCALING_DOWN)
     leftover = sorted(
         _meta(c)["name"]
         for c in claims

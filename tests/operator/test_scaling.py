@@ -117,5 +117,9 @@ def test_a_scale_down_to_one_keeps_the_sets_template_until_pods_1_on_are_gone() 
     assert keep("ev", 1, set_sts(3), [pod(0)], {"data": {}}) is None  # no set size known
     # Nothing is deleted while pod 0 still runs as the set's primary, and a scale back up
     # meanwhile simply brings the members back.
-    assert plan_scaling("ev", 1, set_sts(1), [pod(0)], CLAIMS, LEASE) == ScalePlan(1)
+    plan = plan_scaling("ev", 1, set_sts(1), [pod(0), pod(2)], CLAIMS, LEASE)
+    assert (plan.replicas, plan.deletes, plan.reason) == (1, False, "ScalingDownToOne")
+    assert plan.waiting is not None and "ev-2 to stop before ev-0 restarts alone" in plan.waiting
+    plan = plan_scaling("ev", 1, set_sts(1), [pod(0)], CLAIMS, LEASE)
+    assert (plan.deletes, plan.reason) == (False, "ScalingDownToOne")
     assert plan_scaling("ev", 3, set_sts(1), [pod(0)], CLAIMS, LEASE) == ScalePlan(3)
