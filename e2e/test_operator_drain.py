@@ -21,6 +21,7 @@ printed, never asserted.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from testkit.drain import Drained, drain_pod
 from testkit.history import History, check
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet, Pod
+from testkit.operator import operated_api_server
 from testkit.service_writers import LIVENESS, Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
 
@@ -73,6 +75,12 @@ def settled(kube: Cluster, replicas: int) -> dict[str, Any] | None:
 
 def condition(st: dict[str, Any], ctype: str) -> dict[str, Any]:
     return next((c for c in st.get("conditions") or [] if c["type"] == ctype), {})
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[Cluster]:
+    with operated_api_server(tmp_path) as c:
+        yield c
 
 
 @pytest.mark.parametrize(

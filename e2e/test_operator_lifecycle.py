@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from testkit.cluster import Cluster
 from testkit.history import History, check
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
+from testkit.operator import operated_api_server
 from testkit.services import ServiceEndpoints
 
 
@@ -86,6 +88,12 @@ def segment_files(data_dir: Path) -> dict[str, tuple[str, int]]:
         for p in sorted(data_dir.rglob("*"))
         if p.is_file()
     }
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[Cluster]:
+    with operated_api_server(tmp_path) as c:
+        yield c
 
 
 @pytest.mark.parametrize("replicas", [1, 3])

@@ -61,6 +61,7 @@ from testkit.containers import PODMAN_NEEDED
 from testkit.history import History, check
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet, Pod
+from testkit.operator import operated_api_server
 from testkit.pod_runtimes import Runtime
 from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
@@ -155,6 +156,12 @@ def dump_timeline(path: Path, kubelet: Kubelet, log: StatusLog) -> None:
 
 
 # -- the test -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[Cluster]:
+    with operated_api_server(tmp_path) as c:
+        yield c
 
 
 @pytest.fixture(

@@ -40,6 +40,7 @@ from testkit.cluster import Cluster
 from testkit.containers import PODMAN_NEEDED
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
+from testkit.operator import operated_api_server
 from testkit.pod_runtimes import Runtime
 from testkit.services import ServiceEndpoints
 from testkit.stream_kinds import StreamKinds
@@ -149,6 +150,12 @@ def write(
 
 def scale(kube: Cluster, replicas: int) -> None:
     kube.patch(KIND, NS, NAME, {"spec": {"replicas": replicas}}).raise_for_status()
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[Cluster]:
+    with operated_api_server(tmp_path) as c:
+        yield c
 
 
 @pytest.fixture(

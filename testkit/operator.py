@@ -12,12 +12,14 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import kopf
 from kubernetes import client
 
 from testkit.cluster import Cluster
+from testkit.kube_serve import api_server_process
 
 # Status refreshes every second in tests instead of every five, and every
 # DurableStream is reconciled again (drift undone) every second instead of every minute.
@@ -85,3 +87,17 @@ def running_operator(cluster: Cluster, namespaces: Sequence[str] = ()) -> Iterat
         thread.join(20)
     if failure:
         raise failure[0]
+
+
+@contextmanager
+def operated_api_server(where: Path) -> Iterator[Cluster]:
+    """The emulated API server as its own process (``testkit.kube_serve``) with the real
+    kopf operator on it, as the end-to-end operator tests run them; pod URLs are back to
+    cluster DNS names afterwards (a test may point the operator at the stand-in's pods)."""
+    from stream_operator import replica_set  # after the settings above, as in running_operator
+
+    try:
+        with api_server_process(where) as c, running_operator(c):
+            yield c
+    finally:
+        replica_set.use_pod_urls(None)

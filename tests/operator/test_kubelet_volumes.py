@@ -72,6 +72,8 @@ def test_a_deleted_claim_comes_back_empty_and_a_kept_one_keeps_its_data(
 ) -> None:
     for obj in desired_objects(NAME, NS, "uid-0", {"replicas": 1}, servicemonitor_crd=False):
         if obj["kind"] in ("ConfigMap", "StatefulSet"):
+            # No DurableStream owns them here: the garbage collector would take them.
+            obj["metadata"].pop("ownerReferences", None)
             kube.create(obj).raise_for_status()
     with Kubelet(kube, NS, NAME, tmp_path, restart_delay=0.2) as kubelet:
         url = wait_for(lambda: _served(kubelet), timeout=30, message="pod 0 ready")

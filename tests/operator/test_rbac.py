@@ -95,10 +95,18 @@ def become_a_replica_set_and_back(c: Cluster, namespace: str) -> None:
     wait_for(lambda: role(c, namespace, "events-0") == "primary", message="the primary label")
     wait_for(lambda: c.get("Pod", namespace, "events-2") is None, message="a standby updated")
     c.patch(KIND, namespace, "events", {"spec": {"replicas": 1}}).raise_for_status()
+    # The StatefulSet asks for one pod first, its template still the set's; its controller
+    # then removes pods 1.. and the operator applies the single-node objects (scaling.py).
+    wait_for(
+        lambda: c.get("StatefulSet", namespace, "events")["spec"]["replicas"] == 1,
+        message="one replica asked for",
+    )
+    for i in (1, 2):
+        if c.get("Pod", namespace, f"events-{i}") is not None:
+            c.delete("Pod", namespace, f"events-{i}")
     wait_for(lambda: c.get("RoleBinding", namespace, "events") is None, message="pruned RBAC")
     wait_for(lambda: c.get("Service", namespace, "events-replicas") is None, message="pruned")
-    for i in range(2):
-        c.delete("Pod", namespace, f"events-{i}").raise_for_status()
+    c.delete("Pod", namespace, "events-0").raise_for_status()
     play_statefulset_controller(c, namespace, "events")
 
 

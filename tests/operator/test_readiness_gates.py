@@ -93,9 +93,12 @@ def test_the_kubelet_stand_in_makes_a_pod_ready_only_once_its_gates_are_true(
     spec: dict[str, Any] = {"server": {"logFormat": "plain"}, "lifecycle": {}}
     sts = render_statefulset("gated", NS, "uid-1", spec)
     sts["spec"]["template"]["spec"]["readinessGates"] = [{"conditionType": GATE}]
+    config = render_configmap("gated", NS, "uid-1", spec)
+    for obj in (sts, config):  # no DurableStream owns them here (the collector would take them)
+        obj["metadata"].pop("ownerReferences", None)
     probe = sts["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
     probe["periodSeconds"] = 1
-    kube.create(render_configmap("gated", NS, "uid-1", spec)).raise_for_status()
+    kube.create(config).raise_for_status()
     kube.create(sts).raise_for_status()
     service = {
         "apiVersion": "v1",
