@@ -29,6 +29,7 @@ from test_operator_replica_set import (
     NS,
     SPEC,
     STREAMS,
+    WRITERS,
     Writers,
     converged,
     create_streams,
@@ -105,7 +106,7 @@ def test_hibernation_stops_every_server_keeps_the_data_and_wakes_with_every_writ
     with Kubelet(kube, NS, NAME, tmp_path, restart_delay=1.0) as kubelet:
         replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
-        writers = Writers(service, history)
+        writers = Writers(service, history, WRITERS)
         try:
             kube.create(durable_stream(NAME, spec)).raise_for_status()
 
@@ -116,7 +117,7 @@ def test_hibernation_stops_every_server_keeps_the_data_and_wakes_with_every_writ
                 return st if st.get("phase") == "Ready" else None
 
             until(ready, lambda: f"Ready: {ds_status(kube)}")
-            create_streams(service)
+            create_streams(service, STREAMS)
             writers.start()
             until(lambda: writers.acked_after(0), "first appends acknowledged")
 
@@ -149,7 +150,7 @@ def test_hibernation_stops_every_server_keeps_the_data_and_wakes_with_every_writ
             writers.stop.set()
             history.dump(tmp_path / "history.jsonl")
         writers.finish()
-        final = converged(kubelet) if replicas > 1 else None
+        final = converged(kubelet, STREAMS, replicas) if replicas > 1 else None
         served = until(lambda: through_service(service), "the streams through the Service")
         if final is not None:
             assert served == final
@@ -166,11 +167,11 @@ def test_fenced_pods_keep_their_process_and_storage_and_come_back_in_sync(
     with Kubelet(kube, NS, NAME, tmp_path, restart_delay=1.0) as kubelet:
         replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
-        writers = Writers(service, history)
+        writers = Writers(service, history, WRITERS)
         try:
             kube.create(durable_stream(NAME, SPEC)).raise_for_status()
             first = until(lambda: settled(kube, 1), lambda: f"a primary: {ds_status(kube)}")
-            create_streams(service)
+            create_streams(service, STREAMS)
             writers.start()
             until(lambda: writers.acked_after(0), "first appends acknowledged")
             standby = next(r["name"] for r in first["replicaStatus"] if r["role"] == "standby")
@@ -182,7 +183,7 @@ def test_fenced_pods_keep_their_process_and_storage_and_come_back_in_sync(
             writers.stop.set()
             history.dump(tmp_path / "history.jsonl")
         writers.finish()
-        final = converged(kubelet)
+        final = converged(kubelet, STREAMS, 3)
     report = check(history, final)
     print(f"\nhistory (a standby, then the primary fenced): {report.summary()}")
     assert report.ok, f"{report.summary()} (history in {tmp_path / 'history.jsonl'})"

@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx
 import pytest
-from test_operator_replica_set import api_server_process
 
 from stream_operator.render import lease_name, replicas_name
 from testkit import wait_for
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream
+from testkit.kube_serve import api_server_process
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
 from testkit.services import ServiceEndpoints

@@ -150,6 +150,23 @@ class Prometheus:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        """Until Prometheus answers ``/-/ready``: on a loaded machine it may take seconds to
+        open its port, and a query before that is refused (not an answer to wait on)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"prometheus exited with {self.proc.returncode}: {self.log()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/-/ready", timeout=5).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"prometheus not ready after {timeout} s: {self.log()}")
+            time.sleep(0.1)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
