@@ -29,6 +29,7 @@ import pytest
 
 from stream_operator import KIND, replica_set
 from stream_operator.render import lease_name
+from testkit import summary
 from testkit.cluster import Cluster
 from testkit.drain import Drained, drain_pod
 from testkit.history import History, check
@@ -136,9 +137,12 @@ def test_a_node_drain_evicts_every_pod_in_turn_and_loses_nothing(
     assert evicted_as[0] == (primary, f"{NAME}-{primary}"), evicted_as
     primaries = [f"{NAME}-{o}" for o, holder in evicted_as if holder == f"{NAME}-{o}"]
     steps = ", ".join(f"{d.pod} {d.seconds:.1f} s ({d.refusals} x 429)" for d in drained)
-    print(
+    figures = (
         f"drain of {replicas} nodes ({durability}): {drained_at - began:.1f} s [{steps}]; "
         f"evicted as primary: {primaries}; primary at the end {last['primary']} "
         f"(term {last['term']}); longest pause a writer saw: {pause:.2f} s; "
-        f"lease {spec(replicas, durability)['replication']['leaseDurationSeconds']} s"
+        f"lease {spec(replicas, durability)['replication']['leaseDurationSeconds']} s; "
+        f"{report.summary()}"
     )
+    print(figures)
+    summary.report("operator day two (issue 25)", figures)

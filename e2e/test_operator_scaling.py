@@ -35,7 +35,7 @@ import httpx
 import pytest
 
 from stream_operator import KIND, replica_set
-from testkit import images, wait_for
+from testkit import images, summary, wait_for
 from testkit.cluster import Cluster
 from testkit.containers import PODMAN_NEEDED
 from testkit.kube import durable_stream
@@ -193,4 +193,8 @@ def test_scaling_up_down_and_up_again_keeps_every_acknowledged_write(
             if i < len(steps) - 1:
                 write(kinds, kube, kubelet, service, after)
                 everything_kept(kinds, kube, kubelet, service, after)
-    print("\n" + "; ".join(durations) + f" ({kinds.rounds} rounds of writes)")
+    figures = "; ".join(durations) + f" ({kinds.rounds} rounds of writes)"
+    print("\n" + figures)
+    summary.report(
+        "operator day two (issue 25)", f"scaling ({type(runtime).__name__.lower()}): {figures}"
+    )

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from stream_operator.render import lease_name, replicas_name
-from testkit import wait_for
+from testkit import summary, wait_for
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream
 from testkit.kube_serve import api_server_process
@@ -128,7 +128,9 @@ def test_the_client_service_follows_a_failover_with_no_operator(
             f"labels {[role_of(kube, p) for p in PODS]}"
         ),
     )
-    print(f"\nthe client Service followed {old} -> {new} in {time.monotonic() - killed:.1f} s")
+    figures = f"the client Service followed {old} -> {new} in {time.monotonic() - killed:.1f} s"
+    print("\n" + figures)
+    summary.report("operator day two (issue 25)", f"{figures} after a kill -9, no operator running")
     assert role_of(kube, old) == "standby"  # demoted by the new holder, first
     assert status_of(kube, old, GATE) == "False"
 
