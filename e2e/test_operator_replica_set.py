@@ -57,7 +57,6 @@ from stream_operator.render import lease_name
 from stream_operator.rollout import SWITCHOVER_TO
 from testkit import images
 from testkit.cluster import Cluster
-from testkit.containers import PODMAN_NEEDED
 from testkit.history import History, check
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet, Pod
@@ -164,12 +163,7 @@ def kube(tmp_path: Path) -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture(
-    params=[
-        "processes",
-        pytest.param("containers", marks=[PODMAN_NEEDED, pytest.mark.timeout(1800)]),
-    ]
-)
+@pytest.fixture(params=images.POD_RUNTIMES)
 def runtime(request: pytest.FixtureRequest) -> Iterator[Runtime]:
     """How the pods run: processes of this checkout, or containers of the server image (the
     rolled version a second tag of the same build)."""

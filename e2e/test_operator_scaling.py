@@ -37,7 +37,6 @@ import pytest
 from stream_operator import KIND, replica_set
 from testkit import images, summary, wait_for
 from testkit.cluster import Cluster
-from testkit.containers import PODMAN_NEEDED
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operator import operated_api_server
@@ -158,12 +157,7 @@ def kube(tmp_path: Path) -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture(
-    params=[
-        "processes",
-        pytest.param("containers", marks=[PODMAN_NEEDED, pytest.mark.timeout(1800)]),
-    ]
-)
+@pytest.fixture(params=images.POD_RUNTIMES)
 def runtime(request: pytest.FixtureRequest) -> Iterator[Runtime]:
     """How the pods run: processes of this checkout, or containers of the server image."""
     with images.pod_runtime(request.param, SPEC["image"]) as runtime:

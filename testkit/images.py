@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from testkit import needs, summary
-from testkit.containers import INSTALL, PROGRAMS, Podman, runc
+from testkit.containers import INSTALL, PODMAN_NEEDED, PROGRAMS, Podman, runc
 from testkit.pod_runtimes import Containers, Processes, Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +61,13 @@ def build(podman: Podman) -> dict[str, str]:
             SUMMARY, f"{r['ref']}: {r['size_bytes'] / 1e6:.0f} MB, {how} (base {r['base']})"
         )
     return {r["name"]: r["ref"] for r in built}
+
+
+# The two ways a kubelet stand-in test runs its pods (``pod_runtime``), as fixture params.
+POD_RUNTIMES = [
+    "processes",
+    pytest.param("containers", marks=[PODMAN_NEEDED, pytest.mark.timeout(1800)]),
+]
 
 
 @contextmanager
