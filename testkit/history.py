@@ -40,7 +40,8 @@ partitioned replicas, checked when the history holds what they need:
   answer (``History.observe``); an ack's term is the one its answer named
   (``Op.term``, from a ``Replication-Term`` header, when the server sends
   one), else the highest term its server was seen primary at before the
-  ack came back.
+  ack came back (or, never seen primary by then, a new primary that answered
+  before the monitor's next poll: the first term it is seen primary at).
 """
 
 from __future__ import annotations
@@ -342,6 +343,13 @@ def _deposed_acks(history: History, report: Report) -> None:
             done = op.completed
             term = max((t for (srv, t), at in first.items() if srv == op.server and at <= done),
                        default=0)  # fmt: skip
+        if term == 0:
+            # Never seen primary by the ack: newly elected, it acknowledged before the
+            # monitor's next poll. A replica acknowledges only as primary, so its term is
+            # the first it is seen primary at afterwards (a check that fired here would
+            # blame a new primary's first acks on the term it had as a standby).
+            after = [(at, t) for (srv, t), at in first.items() if srv == op.server]
+            term = min(after, default=(0.0, 0))[1]
         higher = min(
             (
                 (at, srv, t)

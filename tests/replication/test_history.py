@@ -141,6 +141,22 @@ def test_an_acknowledgement_after_a_higher_term_primary_was_seen_is_found():
     assert check(h, final).ok
 
 
+def test_a_new_primarys_acks_before_the_monitor_saw_it_are_of_the_term_it_is_seen_at():
+    """Elected at term 2 and acknowledging before the monitor's next poll: its first acks
+    are term 2's (a replica acknowledges only as primary), not a deposed term 0's. A
+    replica seen primary only at a term below one seen earlier is still caught."""
+    h = History()
+    h.seen.append(Seen("ds-0", 0.0, 0.1, "primary", 1))
+    h.seen.append(Seen("ds-2", 7.0, 7.1, "primary", 2))  # polled after its first acks
+    op = h.invoke("w0", "append", "s", token="w0.0", server="ds-2")
+    h.complete(op, "ok")
+    _at(op, 6.0, 6.1)
+    assert check(h, {"s": message("w0.0")}).ok
+    h.seen.append(Seen("ds-1", 2.0, 2.1, "primary", 3))  # a higher term seen before it
+    report = check(h, {"s": message("w0.0")})
+    assert len(report.deposed_acks) == 1 and "ds-2 (term 2)" in report.deposed_acks[0]
+
+
 def test_the_longest_pause_between_acknowledgements_is_measured():
     h = History()
     for i, done in enumerate([1.0, 1.5, 4.0]):
