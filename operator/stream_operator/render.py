@@ -553,15 +553,13 @@ def desired_objects(
     podmonitor_crd: bool = False,
     certificate_crd: bool = False,
     monitor_labels: Mapping[str, str] | None = None,
-    servicemonitor_crd: bool = False,
 ) -> list[dict[str, Any]]:
     """Every object a DurableStream owns, in the order they should be applied.
 
     ``podmonitor_crd``/``certificate_crd``: whether the Prometheus Operator's PodMonitor
-    and cert-manager's Certificate are served. ``servicemonitor_crd`` is no longer read
-    (no ServiceMonitor is rendered: monitoring.py); it is accepted for older callers.
+    and cert-manager's Certificate are served (no ServiceMonitor is rendered any more:
+    monitoring.py).
     """
-    del servicemonitor_crd
     spec = with_certificate(name, spec)
     objs = [render_configmap(name, namespace, uid, spec)]
     if certificate_crd and (

@@ -278,11 +278,11 @@ def server_pod_selectors(name: str, spec: dict) -> dict[str, dict]:
     """Every selector over pods among the objects the operator renders for the servers."""
     render = needs.module("stream_operator.render", install="the operator extra: make deps")
     out = {}
-    for obj in render.desired_objects(name, "prod", "uid-1", spec, servicemonitor_crd=True):
+    for obj in render.desired_objects(name, "prod", "uid-1", spec, podmonitor_crd=True):
         kind, spec_ = obj["kind"], obj.get("spec") or {}
         if kind == "Service" and spec_.get("selector"):
             out[f"Service {obj['metadata']['name']}"] = spec_["selector"]
-        elif kind in ("PodDisruptionBudget", "StatefulSet"):
+        elif kind in ("PodDisruptionBudget", "StatefulSet", "PodMonitor"):
             out[f"{kind} {obj['metadata']['name']}"] = spec_["selector"]
     return out
 

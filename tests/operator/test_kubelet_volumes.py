@@ -70,7 +70,7 @@ def _scale(kube: Cluster, replicas: int) -> None:
 def test_a_deleted_claim_comes_back_empty_and_a_kept_one_keeps_its_data(
     kube: Cluster, tmp_path: Path
 ) -> None:
-    for obj in desired_objects(NAME, NS, "uid-0", {"replicas": 1}, servicemonitor_crd=False):
+    for obj in desired_objects(NAME, NS, "uid-0", {"replicas": 1}):
         if obj["kind"] in ("ConfigMap", "StatefulSet"):
             # No DurableStream owns them here: the garbage collector would take them.
             obj["metadata"].pop("ownerReferences", None)

@@ -75,7 +75,7 @@ def test_a_podmonitor_only_when_asked_and_its_crd_exists():
     assert "PodMonitor" in kinds(on, podmonitor_crd=True)
     # No ServiceMonitor is rendered any more, whatever is asked.
     old = {"metrics": {"serviceMonitor": {"enabled": True}}}
-    assert "ServiceMonitor" not in kinds(old, podmonitor_crd=True, servicemonitor_crd=True)
+    assert "ServiceMonitor" not in kinds(old, podmonitor_crd=True)
 
 
 def test_the_podmonitor_selects_every_server_pod_primary_and_standbys():

@@ -28,7 +28,7 @@ def test_defaults_fill_a_bare_spec():
 
 
 def test_objects_and_owner_references():
-    objs = desired_objects("ev", "ns", UID, {}, servicemonitor_crd=False)
+    objs = desired_objects("ev", "ns", UID, {})
     assert [o["kind"] for o in objs] == [
         "ConfigMap",
         "Service",

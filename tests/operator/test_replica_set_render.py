@@ -47,7 +47,7 @@ THREE = {"replicas": 3, "storage": {"size": "1Gi"}}
 
 
 def kinds(spec: dict[str, Any]) -> list[tuple[str, str]]:
-    objs = desired_objects("ev", "ns", UID, spec, servicemonitor_crd=False)
+    objs = desired_objects("ev", "ns", UID, spec)
     return [(o["kind"], o["metadata"]["name"]) for o in objs]
 
 
@@ -237,7 +237,7 @@ def test_the_pods_rights_are_their_lease_and_their_pods_by_name_and_nothing_clus
 
 
 def test_services_route_the_primary_and_the_standbys_apart():
-    objs = desired_objects("ev", "ns", UID, THREE, servicemonitor_crd=False)
+    objs = desired_objects("ev", "ns", UID, THREE)
     svc = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
     assert svc["ev"]["spec"]["selector"]["streams.pyds.dev/role"] == "primary"
     assert svc["ev-replicas"]["spec"]["selector"]["streams.pyds.dev/role"] == "standby"
@@ -367,7 +367,7 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(replicas
     """Strict (unknown fields refused): a misspelt field in the Role or the env would
     otherwise only show on a real cluster."""
     spec = {**THREE, "replicas": replicas, "server": {"tlsSecretName": "ev-tls"}}
-    for obj in desired_objects("ev", "ns", UID, spec, servicemonitor_crd=False):
+    for obj in desired_objects("ev", "ns", UID, spec):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 

@@ -98,8 +98,7 @@ def test_the_operator_extra_alone_imports_and_renders(tmp_path, wheel):
         "import stream_operator.handlers\n"
         "from stream_operator.render import desired_objects\n"
         "from stream_operator.spec import with_defaults\n"
-        "objs = desired_objects('events', 'default', 'uid-1', with_defaults({'replicas': 2}),"
-        " servicemonitor_crd=False)\n"
+        "objs = desired_objects('events', 'default', 'uid-1', with_defaults({'replicas': 2}))\n"
         "heavy = [m for m in ('starlette', 'uvicorn', 'lmdb', 'pyspark', 'stream_server',"
         " 'stream_spark') if m in sys.modules]\n"
         "print(json.dumps({'kinds': sorted(o['kind'] for o in objs), 'heavy': heavy}))",
