@@ -28,8 +28,6 @@ mode as it is (a kubelet swapping the volume's directory, a file not yet written
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -39,6 +37,8 @@ from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
+
+from stream_server.rotation import FileWatcher, Watched
 
 log = logging.getLogger("stream_server.fencing")
 
@@ -90,14 +90,17 @@ def restart_process() -> None:
 
 class FenceWatch:
     """Calls ``changed`` once the file's fence differs from ``fenced`` (the mode this
-    process runs in); checked every ``CHECK_INTERVAL`` seconds on the event loop."""
+    process runs in): read when the file changes, as ``rotation`` watches the TLS files
+    (looked at every ``CHECK_INTERVAL`` seconds), and once at start."""
 
     def __init__(self, path: str, fenced: bool, changed: Callable[[], None]) -> None:
         self.path = path
         self.fenced = fenced
         self.changed = changed
         self.requested = False  # the file asked for the other mode
-        self._task: asyncio.Task[None] | None = None
+        self._files = FileWatcher(
+            [Watched("fence file", (path,), self.check)], CHECK_INTERVAL, sighup=False
+        )
 
     def check(self) -> None:
         now = read_fence(self.path)
@@ -113,18 +116,11 @@ class FenceWatch:
         self.changed()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="fence-watch")
+        self.check()  # a change between choosing the mode and watching it
+        self._files.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(CHECK_INTERVAL)
-            self.check()
+        await self._files.stop()
 
 
 class FencedApp:

@@ -121,11 +121,13 @@ class Watched:
 
 
 class FileWatcher:
-    """Checks the watched files every ``interval`` seconds and on ``wake()`` (SIGHUP)."""
+    """Checks the watched files every ``interval`` seconds and on ``wake()`` (SIGHUP, when
+    ``sighup``: one watcher per process answers it)."""
 
-    def __init__(self, watched: Sequence[Watched], interval: float) -> None:
+    def __init__(self, watched: Sequence[Watched], interval: float, *, sighup: bool = True) -> None:
         self.watched = list(watched)
         self.interval = interval
+        self.sighup = sighup
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -151,14 +153,16 @@ class FileWatcher:
         self._wake.set()
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGHUP, self.wake)
+        if self.sighup:
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGHUP, self.wake)
         self._task = asyncio.create_task(self._run(), name="file-watcher")
 
     async def stop(self) -> None:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        if self.sighup:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
