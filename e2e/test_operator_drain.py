@@ -100,7 +100,7 @@ def test_a_node_drain_evicts_every_pod_in_turn_and_loses_nothing(
 
     history = History()
     with Kubelet(kube, NS, NAME, tmp_path, before_stop=note_holder) as kubelet:
-        replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        replica_set.use_pod_urls(kubelet.pod_url)
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
         writers = Writers(service, history, WRITERS)
         try:

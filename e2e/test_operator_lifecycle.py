@@ -104,7 +104,7 @@ def test_hibernation_stops_every_server_keeps_the_data_and_wakes_with_every_writ
     spec = {**SPEC, "replicas": replicas}
     history = History()
     with Kubelet(kube, NS, NAME, tmp_path, restart_delay=1.0) as kubelet:
-        replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        replica_set.use_pod_urls(kubelet.pod_url)
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
         writers = Writers(service, history, WRITERS)
         try:
@@ -165,7 +165,7 @@ def test_fenced_pods_keep_their_process_and_storage_and_come_back_in_sync(
 ) -> None:
     history = History()
     with Kubelet(kube, NS, NAME, tmp_path, restart_delay=1.0) as kubelet:
-        replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        replica_set.use_pod_urls(kubelet.pod_url)
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
         writers = Writers(service, history, WRITERS)
         try:

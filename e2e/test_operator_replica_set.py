@@ -194,7 +194,7 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
         sampler.start()
         # The operator reaches a pod (to ask for a switchover) where the stand-in runs it,
         # as cluster DNS would resolve the pod's name through the headless Service.
-        replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        replica_set.use_pod_urls(kubelet.pod_url)
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
         writers = Writers(service, history, WRITERS)
         try:

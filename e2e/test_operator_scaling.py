@@ -171,7 +171,7 @@ def test_scaling_up_down_and_up_again_keeps_every_acknowledged_write(
     durations: list[str] = []
     with Kubelet(kube, NS, NAME, tmp_path, restart_delay=1.0, runtime=runtime) as kubelet:
         # The operator reaches a pod (to ask for a switchover) where the stand-in runs it.
-        replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        replica_set.use_pod_urls(kubelet.pod_url)
         service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
         started = time.monotonic()
         kube.create(durable_stream(NAME, SPEC)).raise_for_status()

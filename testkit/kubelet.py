@@ -233,6 +233,12 @@ class Kubelet:
         with self._lock:
             return [p for p in self.pods.values() if p.pod_ready]
 
+    def pod_url(self, _name: str, _namespace: str, pod_name: str, _spec: object) -> str:
+        """Where the operator reaches a pod (``replica_set.use_pod_urls``), as cluster DNS
+        would resolve its name through the headless Service; a pod not running: an
+        address nothing answers at."""
+        return self.url_of(pod_name) or "http://0.0.0.0:9"
+
     def url_of(self, pod_name: str) -> str | None:
         """Where the pod named ``pod_name`` listens now (its address, as a pod IP and the
         container port would give it), or None when no process runs for it."""

@@ -6,6 +6,10 @@ The DurableStream, its pods, its Lease and its Events are written as the real op
 and the servers write them (the operator runs; the test plays the StatefulSet
 controller, the kubelet and the servers' Lease writes). A switchover is carried out by
 the real operator, with ``primary_stand_in`` answering as the primary.
+
+Over 400 lines on purpose: every test runs the plugin against the one set-up built here
+(operator, kubeconfig, the objects the controllers would write); the pure rules of the
+fenced list are in test_kubectl_fencing.py.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import yaml
 from primary_stand_in import StandIn, primary_stand_in
 
 from stream_operator import KIND
-from stream_operator.kubectl_plugin import PluginError, fencing
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
@@ -359,17 +362,6 @@ def test_errors_are_plain_and_exit_with_status_one(kube: tuple[Cluster, Path]):
     assert not {HIBERNATION, FENCED, "streams.pyds.dev/switchover-to"} & set(written)
 
 
-def test_the_fenced_list_follows_cloudnativepgs_rules():
-    assert fencing.fence([], ["events-1"], all_pods=False) == ["events-1"]
-    assert fencing.fence(["*"], ["events-1"], all_pods=False) == ["*"]
-    assert fencing.unfence(["events-1", "events-2"], ["events-2"], all_pods=False) == ["events-1"]
-    assert fencing.unfence(["*"], [], all_pods=True) == []
-    with pytest.raises(PluginError):
-        fencing.unfence(["*"], ["events-1"], all_pods=False)
-    with pytest.raises(PluginError):
-        fencing.fenced_list('{"events-1": true}')
-
-
 def documented_role() -> dict[str, Any]:
     """The ClusterRole docs/kubernetes.md gives a user of the plugin, as it is printed."""
     doc = (ROOT / "docs" / "kubernetes.md").read_text()
@@ -405,7 +397,7 @@ def test_live_status_and_a_switchover_with_real_servers_and_only_the_documented_
     ):
         config = kubeconfig(tmp_path / "config", c.url)
         c.api.pod_network = lambda namespace, pod, port: kubelet.url_of(pod)
-        replica_set.use_pod_urls(lambda _n, _ns, pod, _s: kubelet.url_of(pod) or "http://0.0.0.0:9")
+        replica_set.use_pod_urls(kubelet.pod_url)
         try:
             c.create(durable_stream("events", LIVE_SPEC, NS)).raise_for_status()
             wait_for(
