@@ -9,13 +9,19 @@ torn, creations and renames whose directory was not synced lost. LMDB does
 its own I/O, so the engine reports its commits and syncs here too.
 
 With no recorder attached (always, outside that explorer), each function is
-the plain ``os`` call plus one test of a global.
+the plain ``os`` call plus one test of a global. With one attached, each call
+and its note are made under one lock, so the log's order is the order the
+disk saw even when several threads (the commit thread, a checkpoint's flush
+threads) work at once: a flush noted after another thread's unlink of the
+same file, though it ran before it, is a history no disk had.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,9 +60,17 @@ def attach(recorder: Recorder | None) -> None:
     _paths.clear()
 
 
+_order = threading.RLock()  # held across a call and its note while a recorder is attached
+_unordered = contextlib.nullcontext()
+
+
 def _note(op: Op) -> None:
     if _recorder is not None:
         _recorder.record(op)
+
+
+def _in_order() -> contextlib.AbstractContextManager[Any]:
+    return _order if _recorder is not None else _unordered
 
 
 # ------------------------------------------------------------------- files
@@ -67,11 +81,12 @@ def open_write(path: Path, *, append: bool = False) -> int:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
     if _recorder is None:
         return os.open(path, flags, 0o644)
-    existed = os.path.exists(path)
-    fd = os.open(path, flags, 0o644)
-    _paths[fd] = str(path)
-    if not existed:
-        _note(("create", str(path)))
+    with _order:
+        existed = os.path.exists(path)
+        fd = os.open(path, flags, 0o644)
+        _paths[fd] = str(path)
+        if not existed:
+            _note(("create", str(path)))
     return fd
 
 
@@ -84,26 +99,39 @@ def close(fd: int) -> None:
     os.close(fd)
 
 
-def pwrite(fd: int, data: bytes | memoryview, pos: int) -> None:
-    """Write all of ``data`` at ``pos``."""
+def _pwrite_all(fd: int, data: bytes | memoryview, pos: int) -> None:
     view = memoryview(data)
-    start = pos
     while view:
         n = os.pwrite(fd, view, pos)
         view = view[n:]
         pos += n
-    if _recorder is not None:
-        _note(("write", _paths[fd], start, bytes(data)))
 
 
-def append(fd: int, data: bytes) -> None:
-    """Write all of ``data`` at the end of a file opened with ``append=True``."""
-    start = os.fstat(fd).st_size if _recorder is not None else 0
+def pwrite(fd: int, data: bytes | memoryview, pos: int) -> None:
+    """Write all of ``data`` at ``pos``."""
+    if _recorder is None:
+        _pwrite_all(fd, data, pos)
+        return
+    with _order:
+        _pwrite_all(fd, data, pos)
+        _note(("write", _paths[fd], pos, bytes(data)))
+
+
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
         view = view[n:]
-    if _recorder is not None:
+
+
+def append(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at the end of a file opened with ``append=True``."""
+    if _recorder is None:
+        _write_all(fd, data)
+        return
+    with _order:
+        start = os.fstat(fd).st_size
+        _write_all(fd, data)
         _note(("write", _paths[fd], start, bytes(data)))
 
 
@@ -116,22 +144,26 @@ def size(fd: int) -> int:
 
 
 def fdatasync(fd: int) -> None:
-    os.fdatasync(fd)
-    if _recorder is not None:
+    if _recorder is None:
+        os.fdatasync(fd)
+        return
+    with _order:
+        os.fdatasync(fd)
         _note(("fsync", _paths[fd]))
 
 
 def fdatasync_path(path: Path) -> bool:
     """Flush a file by name; False if it no longer exists."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    _note(("fsync", str(path)))
+    with _in_order():
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        _note(("fsync", str(path)))
     return True
 
 
@@ -152,9 +184,10 @@ def fdatasync_paths(paths: list[Path], workers: int) -> None:
 
 
 def ftruncate(fd: int, length: int) -> None:
-    os.ftruncate(fd, length)
-    if _recorder is not None:
-        _note(("truncate", _paths[fd], length))
+    with _in_order():
+        os.ftruncate(fd, length)
+        if _recorder is not None:
+            _note(("truncate", _paths[fd], length))
 
 
 # fallocate(2) modes (linux/falloc.h). Python wraps posix_fallocate, which only
@@ -178,16 +211,18 @@ def punch_hole(fd: int, pos: int, length: int) -> None:
         fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
         fn.restype = ctypes.c_int
         _fallocate = fn
-    if _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, pos, length) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    if _recorder is not None:
-        _note(("write", _paths[fd], pos, bytes(length)))
+    with _in_order():
+        if _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, pos, length) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        if _recorder is not None:
+            _note(("write", _paths[fd], pos, bytes(length)))
 
 
 def truncate(path: Path, length: int) -> None:
-    os.truncate(path, length)
-    _note(("truncate", str(path), length))
+    with _in_order():
+        os.truncate(path, length)
+        _note(("truncate", str(path), length))
 
 
 def write_durably(path: Path, data: bytes) -> None:
@@ -213,32 +248,41 @@ def mkdir(path: Path) -> None:
         return
     if not path.parent.is_dir():
         mkdir(path.parent)
-    os.mkdir(path)
-    _note(("mkdir", str(path)))
+    with _in_order():
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if path.is_dir():
+                return  # another thread made it first
+            raise
+        _note(("mkdir", str(path)))
 
 
 def unlink(path: Path) -> None:
     """Remove a file if it exists."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    _note(("unlink", str(path)))
+    with _in_order():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        _note(("unlink", str(path)))
 
 
 def rename(src: Path, dst: Path) -> None:
-    os.rename(src, dst)
-    _note(("rename", str(src), str(dst)))
+    with _in_order():
+        os.rename(src, dst)
+        _note(("rename", str(src), str(dst)))
 
 
 def fsync_dir(path: Path) -> None:
     """Make the directory's entries (creations, renames, removals) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _note(("fsync_dir", str(path)))
+    with _in_order():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _note(("fsync_dir", str(path)))
 
 
 # -------------------------------------------------------------------- LMDB
