@@ -21,10 +21,8 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import fields
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -49,8 +47,6 @@ from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
-
-T = TypeVar("T")
 
 log = logging.getLogger("stream_server")
 
@@ -99,13 +95,13 @@ class StreamServerApp:
         )
         self.subscriptions = Subscriptions(
             self.store,
-            same_named(SubscriptionSettings, settings),
+            subscription_settings(settings),
             self.metrics,
         )
         self.streams = StreamRoutes(
             Context(
                 self.store,
-                same_named(ProtocolSettings, settings),
+                protocol_settings(settings),
                 self.metrics,
                 auth=auth,
                 limiter=limiter,
@@ -446,8 +442,34 @@ def create_app(settings: Settings | None = None) -> StreamServerApp:
     return StreamServerApp(settings or Settings())
 
 
-def same_named(cls: type[T], settings: Settings) -> T:
-    """``cls`` (a dataclass) with every field the settings also have taken from them,
-    so that a setting added to both can never be left at the layer's own default."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**{name: getattr(settings, name) for name in names if hasattr(settings, name)})
+def protocol_settings(s: Settings) -> ProtocolSettings:
+    """What the protocol handlers read, from the settings' one home."""
+    return ProtocolSettings(
+        base_path=s.base_path,
+        long_poll_timeout=s.long_poll_timeout,
+        sse_reconnect_interval=s.sse_reconnect_interval,
+        max_body_bytes=s.max_body_bytes,
+        max_read_bytes=s.max_read_bytes,
+        max_path_bytes=s.max_path_bytes,
+        slow_append_seconds=s.slow_append_seconds,
+        max_live_readers=s.max_live_readers,
+        max_live_readers_per_client=s.max_live_readers_per_client,
+        body_timeout=s.body_timeout,
+        min_body_rate=s.min_body_rate,
+    )
+
+
+def subscription_settings(s: Settings) -> SubscriptionSettings:
+    """What the subscriptions read, from the settings' one home."""
+    return SubscriptionSettings(
+        data_dir=s.data_dir,
+        base_path=s.base_path,
+        public_url=s.public_url,
+        max_path_bytes=s.max_path_bytes,
+        max_subscriptions=s.max_subscriptions,
+        webhook_allow=tuple(s.webhook_allow),
+        webhook_timeout=s.webhook_timeout,
+        webhook_ca_file=s.webhook_ca_file,
+        webhook_key_replay_window=s.webhook_key_replay_window,
+        webhook_key_rotation_interval=s.webhook_key_rotation_interval,
+    )

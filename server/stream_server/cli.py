@@ -1,30 +1,61 @@
-"""``durable-streams-server``: the command line."""
+"""``durable-streams-server``: the command line.
+
+``serve`` takes every setting (config.py); ``rotate-webhook-key`` only the two it
+uses; ``settings`` prints the settings' table (the README's is generated from
+it, and a test keeps the two equal). Every command reads the ``DS_*``
+variables too, and refuses a bad value, naming the setting, before it touches
+the data directory.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from stream_server import __version__
 from stream_server.config import add_arguments, settings_from
 
+ROTATE_SETTINGS = ("data_dir", "webhook_key_replay_window")
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
         prog="durable-streams-server",
         description="Durable Streams protocol server (LMDB + append-only logs).",
     )
-    parser.add_argument("--version", action="version", version=__version__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the HTTP server")
-    add_arguments(serve)
-    rotate = sub.add_parser(
-        "rotate-webhook-key",
-        help="make a new webhook signing key in --data-dir (the old one stays in the JWKS "
-        "for --webhook-key-replay-window)",
+    top.add_argument("--version", action="version", version=__version__)
+    sub = top.add_subparsers(dest="command", required=True)
+    add_arguments(sub.add_parser("serve", help="run the HTTP server"))
+    add_arguments(
+        sub.add_parser(
+            "rotate-webhook-key",
+            help="make a new webhook signing key in --data-dir (the old one stays in the JWKS "
+            "for --webhook-key-replay-window)",
+        ),
+        only=ROTATE_SETTINGS,
     )
-    add_arguments(rotate)
-    args = parser.parse_args(argv)
+    table = sub.add_parser("settings", help="print every setting as a Markdown table")
+    table.add_argument("--markdown", action="store_true", help="as Markdown (the default)")
+    table.add_argument(
+        "--check",
+        metavar="FILE",
+        type=Path,
+        help="exit 1 unless FILE's settings table is the generated one",
+    )
+    table.add_argument(
+        "--write", metavar="FILE", type=Path, help="replace FILE's settings table with it"
+    )
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command == "settings":
+        from stream_server.settings_table import command
+
+        return command(args.check, args.write)
     try:
         # Checking the settings imports the parsers of retention rules and webhook
         # addresses, which need the server's dependencies too.
@@ -41,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     except ValueError as exc:
-        parser.error(str(exc))
+        p.error(str(exc))
     if args.command == "serve":
         return serve(settings)
     return rotate_command(settings.data_dir, settings.webhook_key_replay_window)

@@ -54,18 +54,21 @@ class ReadGate(Protocol):
 
 @dataclass
 class ProtocolSettings:
-    base_path: str = "/v1/stream/"
-    long_poll_timeout: float = 30.0
-    sse_reconnect_interval: float = 60.0
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_read_bytes: int = 64 * 1024 * 1024
-    max_path_bytes: int = 1024
-    max_segment_bytes: int = 255
-    slow_append_seconds: float = 1.0
-    max_live_readers: int = 10000
-    max_live_readers_per_client: int = 0  # 0: a tenth of max_live_readers
-    body_timeout: float = 30.0
-    min_body_rate: int = 1024  # bytes/s a body must average after body_timeout (0: off)
+    """The settings the handlers read. No defaults: each value comes from the server's
+    ``Settings`` (config.py, their one home), passed by name in ``app.py``."""
+
+    base_path: str
+    long_poll_timeout: float
+    sse_reconnect_interval: float
+    max_body_bytes: int
+    max_read_bytes: int
+    max_path_bytes: int
+    slow_append_seconds: float
+    max_live_readers: int
+    max_live_readers_per_client: int  # 0: a tenth of max_live_readers
+    body_timeout: float
+    min_body_rate: int  # bytes/s a body must average after body_timeout (0: off)
+    max_segment_bytes: int = 255  # a fixed limit of the protocol layer, not a setting
 
 
 class Context:

@@ -1,0 +1,188 @@
+"""What a setting's value may be: one small check per kind of value, and the checks
+that look at several settings together.
+
+A check returns None for a good value, else what is wrong in words that follow
+the setting's flag ("must be 0 to 65535"); ``config.py`` names the setting
+(flag and variable) around them, so that every refusal at start says which
+setting to change. The bounds are where the parts below stop working: a port
+is 16 bits (the socket layer keeps the low 16 bits of a larger number, so
+70000 listened on 4464), a thread's wait overflows past ``threading.TIMEOUT_MAX``,
+the engine's sizes and offsets are signed 64-bit on the way to ``pread`` and
+LMDB, and NaN compares false with everything (a NaN webhook timeout made every
+delivery time out at once, in silence).
+"""
+
+from __future__ import annotations
+
+import math
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+Check = Callable[[Any], "str | None"]
+
+INT_MAX = 2**63 - 1  # a signed 64-bit integer: file offsets, LMDB sizes, the engine's counters
+MAX_SECONDS = threading.TIMEOUT_MAX  # the longest timeout a lock or a thread accepts (292 years)
+MAX_TTL = 2**53 - 1  # the longest Stream-TTL a request may ask for (protocol/headers.py)
+MAX_PORT = 65535
+LMDB_MAP_MIN = 64 * 1024
+# LMDB reserves its whole map as address space, and x86-64 gives a process 2**47
+# bytes of it: past 2**46 the map cannot even be doubled once when it fills.
+LMDB_MAP_MAX = 2**46
+INT32_MAX = 2**31 - 1  # a Lease's leaseDurationSeconds is an int32
+
+
+def whole(low: int, high: int = INT_MAX) -> Check:
+    """An integer from ``low`` to ``high``."""
+
+    def check(value: int) -> str | None:
+        if low <= value <= high:
+            return None
+        if high == INT_MAX:
+            if value > high:
+                return f"must be at most {high}"
+            return "must not be negative" if low == 0 else f"must be at least {low}"
+        return f"must be {low} to {high}"
+
+    return check
+
+
+def seconds(*, positive: bool = True, high: float = MAX_SECONDS) -> Check:
+    """A finite duration: positive (or, with ``positive=False``, not negative)."""
+
+    def check(value: float) -> str | None:
+        if not math.isfinite(value):
+            return "must be a finite number of seconds"
+        if positive and value <= 0:
+            return "must be positive"
+        if value < 0:
+            return "must not be negative"
+        if value > high:
+            return f"must be at most {high:g} seconds"
+        return None
+
+    return check
+
+
+def rate(value: float) -> str | None:
+    """Requests per second: finite and not negative (0: off)."""
+    if not math.isfinite(value) or value < 0:
+        return "must be a finite number, not negative"
+    return None
+
+
+def one_of(*choices: str) -> Check:
+    def check(value: str) -> str | None:
+        if value.lower() in choices:
+            return None
+        return "must be " + ", ".join(f"'{c}'" for c in choices[:-1]) + f" or '{choices[-1]}'"
+
+    return check
+
+
+def not_empty(value: str) -> str | None:
+    return "must not be empty" if not value.strip() else None
+
+
+def http_url(value: str) -> str | None:
+    """Empty, or an http(s) URL with a host (a path is kept; no query or fragment)."""
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not one
+    except ValueError as exc:
+        return f"{value!r} is not a URL: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{value!r} must be an http:// or https:// URL with a host"
+    if parts.query or parts.fragment:
+        return f"{value!r} must have no query or fragment"
+    return None
+
+
+def readable_file(value: str) -> str | None:
+    """Empty, or a file this process can read now (not only when it is first needed)."""
+    if not value:
+        return None
+    try:
+        with Path(value).open("rb") as f:
+            f.read(1)
+    except OSError as exc:
+        return f"{value!r} cannot be read: {exc.strerror or exc}"
+    return None
+
+
+def ca_bundle(value: str) -> str | None:
+    """Empty, or a readable PEM bundle holding at least one certificate."""
+    problem = readable_file(value)
+    if problem is not None or not value:
+        return problem
+    try:
+        ssl.create_default_context(cafile=value)
+    except ssl.SSLError as exc:
+        return f"{value!r} holds no PEM certificate: {exc}"
+    return None
+
+
+def tls_pair(cert: str, key: str) -> str | None:
+    """The server's certificate and key: both or neither."""
+    if bool(cert) != bool(key):
+        return "--tls-cert and --tls-key go together"
+    return None
+
+
+def tls_loads(cert: str, key: str) -> str | None:
+    """The server's certificate and key load as a matching pair (or neither is set)."""
+    if not cert or not key:
+        return None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        return f"--tls-cert and --tls-key do not load as a certificate and its key: {exc}"
+    return None
+
+
+# Checks that look at this machine's files, not at the value: made when the server
+# starts (``config.settings_from``), not by every ``Settings`` a test or a tool makes
+# for another machine (the operator renders paths inside a pod).
+ON_DISK: frozenset[Check] = frozenset({readable_file, ca_bundle})
+
+
+def retention_rules(rules: Iterable[str], max_path_bytes: int) -> str | None:
+    """ValueError-free words for the first rule that can never take effect: its prefix
+    names no stream a request can create, or its size or age overflows."""
+    from stream_server.streams.retention import parse_policies
+
+    try:
+        policies = parse_policies(rules)
+    except ValueError as exc:
+        return str(exc)
+    for p in policies:
+        problem = _never_matches(p.prefix, max_path_bytes)
+        if problem is not None:
+            return f"retention prefix {p.prefix!r} can never match: {problem}"
+        if p.max_bytes is not None and p.max_bytes > INT_MAX:
+            return f"retention {p.prefix!r}: max-bytes must be at most {INT_MAX}"
+        if p.max_age is not None and p.max_age > MAX_SECONDS:
+            return f"retention {p.prefix!r}: max-age must be at most {MAX_SECONDS:g} seconds"
+    return None
+
+
+def _never_matches(prefix: str, max_path_bytes: int) -> str | None:
+    """Why no stream path (protocol/paths.py) can start with ``prefix``, or None."""
+    from stream_server.protocol.paths import RESERVED_SEGMENT
+
+    # Only whole segments (followed by "/") are known: "lo" may still match "logs".
+    whole_segments = prefix.split("/")[:-1]
+    if any(s in ("", ".", "..") for s in whole_segments):
+        return "stream paths have no empty, '.' or '..' segment"
+    if whole_segments and whole_segments[0] == RESERVED_SEGMENT:
+        return f"{RESERVED_SEGMENT}/ is reserved"
+    if any(c < " " or c in "\x7f\\" for c in prefix):
+        return "stream paths hold no control characters or backslashes"
+    if len(prefix.encode()) > max_path_bytes:
+        return "it is longer than --max-path-bytes"
+    return None
