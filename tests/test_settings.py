@@ -9,6 +9,8 @@ so each is checked here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +134,193 @@ def test_the_crd_defaults_are_the_operators_defaults():
     # Defaults inside optional objects: certificates.issuerRef's kind and group are the
     # operator's too, applied where it reads them (stream_operator.certificates.issuer_ref).
     assert all(p[0] in ("analytics", "server", "certificates") for p in extra), extra
+
+
+# --- Every value checked at start, the refusal naming the flag and the variable ---------
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        # NaN compares false with everything: every webhook delivery timed out at once.
+        (["--webhook-timeout", "nan"], "--webhook-timeout"),
+        (["--webhook-timeout", "inf"], "--webhook-timeout"),
+        (["--long-poll-timeout", "1e400"], "--long-poll-timeout"),
+        # A thread's wait overflows past threading.TIMEOUT_MAX.
+        (["--lease-renew-deadline", "1e12"], "--lease-renew-deadline"),
+        # The socket layer kept the low 16 bits: 70000 listened on 4464.
+        (["--port", "70000"], "--port"),
+        (["--port", "-1"], "--port"),
+        (["--port", "http"], "--port"),
+        (["--public-url", "foo"], "--public-url"),
+        (["--public-url", "ftp://x"], "--public-url"),
+        (["--public-url", "https://x/?q=1"], "--public-url"),
+        (["--replica-url", "ds-0:4437"], "--replica-url"),
+        # Retention prefixes no stream path can start with.
+        (["--retention", "../:max-age=1d"], "--retention"),
+        (["--retention", "__ds/:max-age=1d"], "--retention"),
+        (["--retention", "logs//:max-age=1d"], "--retention"),
+        # Sizes and ages past what the engine, LMDB, a Lease or the protocol can hold.
+        (["--retention", "x/:max-bytes=99999999999TiB"], "--retention"),
+        (["--retention", "x/:max-age=999999999999d"], "--retention"),
+        (["--default-ttl", str(10**400)], "--default-ttl"),
+        (["--lmdb-map-size", str(2**64)], "--lmdb-map-size"),
+        (["--lmdb-map-size", "0"], "--lmdb-map-size"),
+        (["--lease-duration", str(2**31)], "--lease-duration"),
+        (["--max-body-bytes", str(2**63)], "--max-body-bytes"),
+        (["--max-streams", "-1"], "--max-streams"),
+        (["--rate-limit", "nan"], "--rate-limit"),
+        (["--log-level", "verbose"], "--log-level"),
+        (["--host", ""], "--host"),
+    ],
+)
+def test_a_value_that_cannot_work_is_refused_naming_the_setting(argv, flag):
+    env_name = "DS_" + flag[2:].upper().replace("-", "_")
+    with pytest.raises(ValueError) as refused:
+        parse(argv, {})
+    message = str(refused.value)
+    assert flag in message and env_name in message, message
+    # The same value from the variable is refused the same way.
+    with pytest.raises(ValueError, match=flag):
+        parse([], {env_name: argv[1]})
+
+
+def test_the_edges_of_the_ranges_are_taken():
+    s = parse(
+        ["--port", "65535", "--public-url", "https://streams.example:8443/prefix"],
+        {"DS_RETENTION": "lo:max-age=1d;..x/:max-bytes=1GiB;:max-bytes=1MiB"},
+    )
+    assert s.port == 65535 and s.public_url.endswith("/prefix")
+    assert parse(["--port", "0"], {}).port == 0  # any free port
+    assert parse(["--lease-duration", str(2**31 - 1)], {}).lease_duration == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "webhook_ca_file",
+        "auth_tokens_file",
+        "replication_token_file",
+        "replication_ca_file",
+    ],
+)
+def test_a_file_that_is_not_there_is_refused_at_start(tmp_path, name):
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(ValueError, match=f"{flag} .*cannot be read.*DS_{name.upper()}"):
+        parse([flag, str(tmp_path / "missing")], {})
+
+
+def test_the_tls_files_must_be_there_and_a_ca_bundle_must_hold_a_certificate(tmp_path):
+    key = tmp_path / "key.pem"
+    key.write_text("not a key\n")
+    with pytest.raises(ValueError, match="--tls-cert .*cannot be read.*DS_TLS_CERT"):
+        parse(["--tls-cert", str(tmp_path / "missing"), "--tls-key", str(key)], {})
+    with pytest.raises(ValueError, match="--tls-cert and --tls-key do not load"):
+        parse(["--tls-cert", str(key), "--tls-key", str(key)], {})
+    with pytest.raises(ValueError, match="--webhook-ca-file .*no PEM certificate"):
+        parse(["--webhook-ca-file", str(key)], {})
+
+
+def test_the_real_command_line_exits_before_serving_naming_the_setting(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "stream_server", "serve", "--data-dir", str(tmp_path / "d")],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "DS_WEBHOOK_TIMEOUT": "nan",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--webhook-timeout" in proc.stderr and "DS_WEBHOOK_TIMEOUT" in proc.stderr
+    assert not (tmp_path / "d").exists()
+
+
+# --- The command line's help ----------------------------------------------------------------
+
+
+def help_of(*command: str) -> str:
+    from stream_server.cli import parser
+
+    return " ".join(
+        parser()._subparsers._group_actions[0].choices[command[0]].format_help().split()
+    )
+
+
+def test_serve_help_says_429_for_one_clients_live_readers():
+    text = help_of("serve")
+    assert "may hold (0: a tenth of --max-live-readers; more: 429)" in text
+
+
+def test_rotate_webhook_key_takes_only_its_own_flags():
+    text = help_of("rotate-webhook-key")
+    assert "--data-dir" in text and "--webhook-key-replay-window" in text
+    assert "--port" not in text and "--retention" not in text
+
+
+# --- One declaration, and what is derived from it --------------------------------------------
+
+
+def test_the_readmes_settings_table_is_the_generated_one():
+    from stream_server.settings_table import markdown, table_in
+
+    table = table_in((ROOT / "README.md").read_text())
+    assert table == markdown(), "run: durable-streams-server settings --write README.md"
+    for group in ("Retention", "Replication", "Subscriptions", "Logs and metrics", "Storage"):
+        assert f"**{group}" in table
+    for name in env_names():
+        assert f"`{name}`" in table
+
+
+def test_every_setting_is_declared_once_with_its_group_help_and_checks():
+    from stream_server.config import described
+
+    for d in described():
+        assert d.about.help and d.about.group, d.name
+        # The fence file may be missing (not fenced): the one file setting without a check.
+        if d.name.endswith("_file") and d.name != "fence_file" or d.name in ("tls_cert", "tls_key"):
+            assert d.about.checks, f"{d.name}: a file setting without a check"
+        if isinstance(d.default, float | int) and not isinstance(d.default, bool):
+            assert d.about.checks, f"{d.name}: a number without a range"
+
+
+def test_the_protocol_and_subscriptions_take_every_value_from_the_settings():
+    from dataclasses import fields
+
+    from stream_server.app import protocol_settings, subscription_settings
+    from stream_server.protocol.context import ProtocolSettings
+
+    # Values that differ from every default: none may be lost on the way.
+    s = Settings(
+        base_path="/x/",
+        long_poll_timeout=7.0,
+        sse_reconnect_interval=8.0,
+        max_body_bytes=9,
+        max_read_bytes=10,
+        max_path_bytes=11,
+        slow_append_seconds=12.0,
+        max_live_readers=13,
+        max_live_readers_per_client=14,
+        body_timeout=15.0,
+        min_body_rate=16,
+        public_url="http://a.example",
+        max_subscriptions=17,
+        webhook_allow=["10.0.0.0/8"],
+        webhook_timeout=18.0,
+        webhook_key_replay_window=19.0,
+        webhook_key_rotation_interval=20.0,
+    )
+    settings_names = {f.name for f in fields(Settings)}
+    for derived in (protocol_settings(s), subscription_settings(s)):
+        for f in fields(derived):
+            if f.name in settings_names:
+                mine, theirs = getattr(derived, f.name), getattr(s, f.name)
+                assert mine == (tuple(theirs) if isinstance(theirs, list) else theirs), f.name
+    # The protocol keeps no default of its own for a setting.
+    assert [f.name for f in fields(ProtocolSettings) if f.name in settings_names] == [
+        f.name
+        for f in fields(ProtocolSettings)
+        if f.name in settings_names and f.default is dataclasses.MISSING
+    ]
