@@ -20,9 +20,10 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -33,7 +34,7 @@ from starlette.routing import Route
 
 from stream_server.auth import TokenAuth
 from stream_server.config import Settings
-from stream_server.engine import Engine
+from stream_server.engine import Engine, StorageError
 from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRoutes
@@ -44,6 +45,7 @@ from stream_server.replication import fetch_endpoint, peer_token
 from stream_server.replication.identity import leave
 from stream_server.replication.metrics import ReplicationCollector
 from stream_server.replication.service import PrimaryWork, Replication
+from stream_server.streams.model import Stream
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
@@ -216,7 +218,7 @@ class StreamServerApp:
         started = time.perf_counter()
         status = 500
 
-        async def send_and_note(message) -> None:
+        async def send_and_note(message: MutableMapping[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -243,7 +245,7 @@ class StreamServerApp:
             except Exception:
                 log.exception("subscription hook %s failed", name)
 
-        def created(stream) -> None:
+        def created(stream: Stream) -> None:
             if m is not None:
                 m.streams_created.inc()
                 if stream.meta.fork_from is not None:
@@ -255,7 +257,7 @@ class StreamServerApp:
                 m.streams_deleted.labels(reason).inc()
             subs("stream_deleted", path, reason)
 
-        def failed(error) -> None:
+        def failed(error: StorageError) -> None:
             if m is not None:
                 m.batch_failures.labels("disk_full" if error.disk_full else "error").inc()
 
@@ -428,7 +430,7 @@ class StreamServerApp:
         )
 
 
-def _writable(path) -> bool:
+def _writable(path: Path) -> bool:
     try:
         fd, name = tempfile.mkstemp(dir=path, prefix=".probe-")
         os.close(fd)

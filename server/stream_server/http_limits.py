@@ -140,7 +140,7 @@ HEAD_TOO_LARGE = refusal(431, b"request headers too large or too many\n")
 HEAD_TOO_SLOW = refusal(408, b"request headers not received in time\n")
 
 
-def reset(transport: asyncio.BaseTransport) -> None:
+def reset(transport: asyncio.WriteTransport) -> None:
     """Abort a transport with a TCP reset, freeing its buffers here and in the kernel."""
     sock = transport.get_extra_info("socket")
     if sock is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Any
 
 
 class JsonFormatter(logging.Formatter):
@@ -26,7 +27,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def configure(level: str, fmt: str) -> dict:
+def configure(level: str, fmt: str) -> dict[str, Any]:
     """Configure the root logger and return a uvicorn log config that matches."""
     handler = logging.StreamHandler()
     if fmt == "json":

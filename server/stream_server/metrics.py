@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any, NamedTuple
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from stream_server.engine import BatchStats, RecoveryProgress
 
-disable_created_metrics()  # the *_created series only add noise to every scrape
+disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series are noise
 
 PREFIX = "durable_streams"
 
@@ -50,13 +51,18 @@ class Metrics:
         PlatformCollector(registry=self.registry)
         r = self.registry
 
-        def hist(name: str, doc: str, buckets=LATENCY_BUCKETS, labels=()) -> Histogram:
+        def hist(
+            name: str,
+            doc: str,
+            buckets: Sequence[float] = LATENCY_BUCKETS,
+            labels: Sequence[str] = (),
+        ) -> Histogram:
             return Histogram(f"{PREFIX}_{name}", doc, labels, registry=r, buckets=buckets)
 
-        def counter(name: str, doc: str, labels=()) -> Counter:
+        def counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
             return Counter(f"{PREFIX}_{name}", doc, labels, registry=r)
 
-        def gauge(name: str, doc: str, labels=()) -> Gauge:
+        def gauge(name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
             return Gauge(f"{PREFIX}_{name}", doc, labels, registry=r)
 
         self.append_seconds = hist(
@@ -191,7 +197,7 @@ class Metrics:
         """Gauges computed at scrape time from the running server."""
         self.streams.set_function(streams)
         for mode in ("long-poll", "sse"):
-            self.live_readers.labels(mode).set_function(lambda m=mode: live(m))
+            self.live_readers.labels(mode).set_function(partial(live, mode))
         self.disk_bytes.labels("segments").set_function(segment_bytes)
         self.disk_bytes.labels("wal").set_function(lambda: _dir_size(os.path.join(data_dir, "wal")))
         self.disk_bytes.labels("metadata").set_function(
@@ -319,8 +325,14 @@ def _inodes(path: str) -> tuple[float, float]:
     return float(st.f_favail), float(st.f_files)
 
 
-def _disk(path: str):
+class _Usage(NamedTuple):
+    total: int
+    used: int
+    free: int
+
+
+def _disk(path: str) -> _Usage:
     try:
-        return shutil.disk_usage(path)
+        return _Usage(*shutil.disk_usage(path))
     except OSError:
-        return shutil._ntuple_diskusage(0, 0, 0)  # type: ignore[attr-defined]
+        return _Usage(0, 0, 0)

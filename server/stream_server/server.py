@@ -56,7 +56,7 @@ def serve(settings: Settings) -> int:
         http=http,
         ssl_context_factory=tls.factory if tls else None,
         limit_concurrency=limit_concurrency,
-        timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
+        timeout_keep_alive=settings.keep_alive_timeout,
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )
     server = StreamServer(config, app, watcher=file_watcher(settings, app, tls))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-FORMAT_NAME = "durable-streams"
+from stream_spark._format_name import FORMAT_NAME
 
 
 def register(spark: Any) -> None:

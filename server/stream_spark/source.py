@@ -41,7 +41,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from stream_spark import FORMAT_NAME
+from stream_spark._format_name import FORMAT_NAME
 from stream_spark._arrow import FIELDS, SCHEMA_DDL, slice_batches
 from stream_spark._plan import batch_ranges, cap_by_bytes, plan, select
 from stream_spark._reader import Cut, MetaReader, Slice

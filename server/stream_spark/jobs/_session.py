@@ -22,7 +22,19 @@ def under_spark_submit() -> bool:
 
 
 def session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> Any:
-    from pyspark.sql import SparkSession
+    """A SparkSession with the source registered; without PySpark (or PyArrow), a line
+    saying what to install and exit status 2, not an import traceback."""
+    try:
+        from pyspark.sql import SparkSession
+
+        import pyarrow  # noqa: F401 - the source's batches; checked here to say so once
+    except ModuleNotFoundError as exc:
+        print(
+            f"{app_name}: {(exc.name or 'pyspark').split('.')[0]} is not installed; the Spark jobs need the 'spark' "
+            "extra: pip install 'durable-streams-py[spark]'",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
 
     builder = SparkSession.builder.appName(app_name)
     if master is None and not under_spark_submit():
