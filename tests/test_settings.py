@@ -213,11 +213,11 @@ def test_a_file_that_is_not_there_is_refused_at_start(tmp_path, name):
 def test_the_tls_files_must_be_there_and_a_ca_bundle_must_hold_a_certificate(tmp_path):
     key = tmp_path / "key.pem"
     key.write_text("not a key\n")
-    with pytest.raises(ValueError, match="--tls-cert .*cannot be read.*DS_TLS_CERT"):
+    with pytest.raises(ValueError, match=r"--tls-cert .*cannot be read.*DS_TLS_CERT"):
         parse(["--tls-cert", str(tmp_path / "missing"), "--tls-key", str(key)], {})
     with pytest.raises(ValueError, match="--tls-cert and --tls-key do not load"):
         parse(["--tls-cert", str(key), "--tls-key", str(key)], {})
-    with pytest.raises(ValueError, match="--webhook-ca-file .*no PEM certificate"):
+    with pytest.raises(ValueError, match=r"--webhook-ca-file .*no PEM certificate"):
         parse(["--webhook-ca-file", str(key)], {})
 
 
@@ -280,7 +280,10 @@ def test_every_setting_is_declared_once_with_its_group_help_and_checks():
     for d in described():
         assert d.about.help and d.about.group, d.name
         # The fence file may be missing (not fenced): the one file setting without a check.
-        if d.name.endswith("_file") and d.name != "fence_file" or d.name in ("tls_cert", "tls_key"):
+        if (d.name.endswith("_file") and d.name != "fence_file") or d.name in (
+            "tls_cert",
+            "tls_key",
+        ):
             assert d.about.checks, f"{d.name}: a file setting without a check"
         if isinstance(d.default, float | int) and not isinstance(d.default, bool):
             assert d.about.checks, f"{d.name}: a number without a range"

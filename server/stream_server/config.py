@@ -232,7 +232,7 @@ class Settings:
     )
 
     # -- Storage: the data directory and what the engine keeps in it.
-    data_dir: Path = setting(
+    data_dir: Path = setting(  # noqa: RUF009 - a field(), as every setting()
         Path("./data"), STORAGE, "data directory: LMDB metadata, WAL and segment files"
     )
     lmdb_map_size: int = setting(
@@ -281,7 +281,7 @@ class Settings:
     max_subscriptions: int = setting(
         10_000, SUBS, "most subscriptions the server holds (more: 503)", COUNT
     )
-    webhook_allow: list[str] = setting_list(
+    webhook_allow: list[str] = setting_list(  # noqa: RUF009 - a field(default_factory=list)
         SUBS,
         "CIDR or host name (*.suffix for a domain) that webhooks may target although private, e.g."
         " 10.0.0.0/8 or receiver.ns.svc; repeat the flag; listed hosts may also use http://",
@@ -316,7 +316,7 @@ class Settings:
     )
 
     # -- Retention: bounded disk for streams that run forever (docs/retention.md).
-    retention: list[str] = setting_list(
+    retention: list[str] = setting_list(  # noqa: RUF009 - a field(default_factory=list)
         RETAIN,
         "PREFIX:RULES dropping old data of the streams under PREFIX (relative to the base path; "
         "longest prefix wins), RULES comma-separated max-bytes=SIZE (512KiB, 10MiB, 10GiB) and "

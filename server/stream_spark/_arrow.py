@@ -13,8 +13,8 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from stream_spark._reader import KIND_JSON, Producer, Slice, read_slice
 
@@ -54,10 +54,10 @@ def _batch(
     schema: pa.Schema,
     is_json: bool,
     data: bytearray,
-    offsets: array,
-    starts: array,
-    stops: array,
-    times: array,
+    offsets: array[int],
+    starts: array[int],
+    stops: array[int],
+    times: array[int],
     producers: list[tuple[int, Producer]],
 ) -> pa.RecordBatch:
     n = len(starts)

@@ -256,7 +256,8 @@ class MetaReader:
                 cur = txn.cursor(db=self.dbs[DB_INDEX])
                 if cur.set_range(start):
                     for key, value in cur:
-                        batch.append((key, value))
+                        # Bytes already (no buffers=True): bytes() returns them as they are.
+                        batch.append((bytes(key), bytes(value)))
                         if len(batch) >= INDEX_BATCH:
                             break
             for key, value in batch:
@@ -307,7 +308,7 @@ class Row:
     stop: int
     timestamp_us: int
     producer: Producer | None
-    payload: memoryview
+    payload: bytes | memoryview
 
 
 def _retained_start_pos(data_dir: str | Path, sl: Slice) -> int | None:

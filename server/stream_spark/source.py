@@ -13,11 +13,11 @@ the new one is read from its start instead of from a stale unit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -41,8 +41,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from stream_spark._format_name import FORMAT_NAME
 from stream_spark._arrow import FIELDS, SCHEMA_DDL, slice_batches
+from stream_spark._format_name import FORMAT_NAME
 from stream_spark._plan import batch_ranges, cap_by_bytes, plan, select
 from stream_spark._reader import Cut, MetaReader, Slice
 from stream_spark.options import OptionError, ReadOptions
@@ -88,7 +88,9 @@ def _read(opts: ReadOptions, schema: StructType, partition: InputPartition) -> I
         )
 
 
-def _partitions(opts: ReadOptions, cut: Cut, meta: MetaReader, ranges) -> list[SlicesPartition]:
+def _partitions(
+    opts: ReadOptions, cut: Cut, meta: MetaReader, ranges: Mapping[str, tuple[int, int]]
+) -> list[SlicesPartition]:
     bins = plan(
         cut,
         meta,

@@ -25,13 +25,14 @@ def session(app_name: str, master: str | None = None, conf: dict[str, str] | Non
     """A SparkSession with the source registered; without PySpark (or PyArrow), a line
     saying what to install and exit status 2, not an import traceback."""
     try:
+        # The source's batches need PyArrow: checked here too, to say so once.
+        import pyarrow  # type: ignore[import-untyped]  # noqa: F401
         from pyspark.sql import SparkSession
-
-        import pyarrow  # noqa: F401 - the source's batches; checked here to say so once
     except ModuleNotFoundError as exc:
+        missing = (exc.name or "pyspark").split(".")[0]
         print(
-            f"{app_name}: {(exc.name or 'pyspark').split('.')[0]} is not installed; the Spark jobs need the 'spark' "
-            "extra: pip install 'durable-streams-py[spark]'",
+            f"{app_name}: {missing} is not installed; the Spark jobs need the 'spark' extra: "
+            "pip install 'durable-streams-py[spark]'",
             file=sys.stderr,
         )
         raise SystemExit(2) from None
