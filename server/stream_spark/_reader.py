@@ -49,6 +49,7 @@ from stream_format.records import (
     KIND_JSON,
     CorruptRecord,
     Producer,
+    Record,
     check_file_header,
     iter_records,
     record_size,
@@ -335,11 +336,76 @@ def read_slice(
     A slice whose head retention dropped after the cut (format 4) yields the
     rows still held, from the new retained start on: not damage.
     """
-    path = Path(data_dir) / sl.segment
     stop_at = min(sl.last, sl.hi)
     if sl.first >= stop_at:
         return
-    json = sl.kind == KIND_JSON
+    clip = _Clip(sl, time_from_us, time_to_us)
+    fd = _open_segment(Path(data_dir) / sl.segment, sl)
+    try:
+        pos = sl.pos
+        # Reads cost what they return: a small slice of a long file (a fork's
+        # inherited piece, a short offset range) reads about its own size.
+        chunk = min(READ_CHUNK, sl.size + 64 * 1024)
+        while pos < sl.end_pos:
+            buf = _read_exactly(fd, min(chunk, sl.end_pos - pos), pos, sl)
+            consumed = pos
+            try:
+                for rec in iter_records(buf, pos, verify=verify):
+                    consumed = rec.end
+                    if rec.start >= stop_at:
+                        return
+                    row = clip.row(rec)
+                    if row is not None:
+                        yield row
+            except (CorruptRecord, FormatError) as exc:
+                pos = _past_dropped_head(data_dir, sl, consumed, exc)
+                continue
+            if consumed == pos:  # one record larger than the buffer, or a torn one
+                chunk = max(chunk, _whole_record_size(buf, pos, sl))
+                continue
+            pos = consumed
+            if chunk < READ_CHUNK:  # the estimate was short: grow back to full-size reads
+                chunk = min(chunk * 2, READ_CHUNK)
+    finally:
+        os.close(fd)
+
+
+class _Clip:
+    """A record of the slice as the row it yields: cut to the slice's units and its
+    time range (None when nothing of it is in them)."""
+
+    def __init__(self, sl: Slice, time_from_us: int | None, time_to_us: int | None) -> None:
+        self.sl = sl
+        self.json = sl.kind == KIND_JSON
+        self.time_from_us = time_from_us
+        self.time_to_us = time_to_us
+
+    def row(self, rec: Record) -> Row | None:
+        sl = self.sl
+        if rec.kind != sl.kind:
+            raise FormatError(
+                f"stream {sl.origin!r}: record of kind {rec.kind} at file "
+                f"position {rec.pos} in a stream of kind {sl.kind}"
+            )
+        start = rec.start
+        stop = start + (1 if self.json else len(rec.payload))
+        a = start if start > sl.lo else sl.lo
+        b = stop if stop < sl.hi else sl.hi
+        if a >= b or a < sl.first:
+            return None
+        ts = rec.timestamp_us
+        if (self.time_from_us is not None and ts < self.time_from_us) or (
+            self.time_to_us is not None and ts >= self.time_to_us
+        ):
+            return None
+        payload = rec.payload
+        if a != start or b != stop:
+            payload = payload[a - start : b - start]
+        return Row(a, b, ts, rec.producer, payload)
+
+
+def _open_segment(path: Path, sl: Slice) -> int:
+    """The slice's segment file, open, its header checked."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -348,70 +414,43 @@ def read_slice(
             f"(stream {sl.origin!r} deleted after the cut)"
         ) from None
     try:
-        try:
-            check_file_header(os.pread(fd, FILE_HEADER_SIZE, 0), int(Path(sl.segment).stem, 16))
-        except CorruptRecord as exc:
-            raise FormatError(f"stream {sl.origin!r}: {exc}") from None
-        pos = sl.pos
-        # Reads cost what they return: a small slice of a long file (a fork's
-        # inherited piece, a short offset range) reads about its own size.
-        chunk = min(READ_CHUNK, sl.size + 64 * 1024)
-        while pos < sl.end_pos:
-            want = min(chunk, sl.end_pos - pos)
-            buf = os.pread(fd, want, pos)
-            if len(buf) < want:
-                raise FormatError(
-                    f"stream {sl.origin!r}: segment file ends at {pos + len(buf)}, "
-                    f"before its committed length {sl.end_pos}"
-                )
-            consumed = pos
-            try:
-                for rec in iter_records(buf, pos, verify=verify):
-                    consumed = rec.end
-                    start = rec.start
-                    if start >= stop_at:
-                        return
-                    if rec.kind != sl.kind:
-                        raise FormatError(
-                            f"stream {sl.origin!r}: record of kind {rec.kind} at file "
-                            f"position {rec.pos} in a stream of kind {sl.kind}"
-                        )
-                    plen = len(rec.payload)
-                    stop = start + (1 if json else plen)
-                    a = start if start > sl.lo else sl.lo
-                    b = stop if stop < sl.hi else sl.hi
-                    if a >= b or a < sl.first:
-                        continue
-                    ts = rec.timestamp_us
-                    if (time_from_us is not None and ts < time_from_us) or (
-                        time_to_us is not None and ts >= time_to_us
-                    ):
-                        continue
-                    payload = rec.payload
-                    if a != start or b != stop:
-                        payload = payload[a - start : b - start]
-                    yield Row(a, b, ts, rec.producer, payload)
-            except (CorruptRecord, FormatError) as exc:
-                # Retention may have dropped (punched) the head of the file since the
-                # cut: those rows are gone; the rest of the slice is still there.
-                now = _retained_start_pos(data_dir, sl)
-                if now is None or now <= consumed:
-                    if isinstance(exc, FormatError):
-                        raise
-                    raise FormatError(f"stream {sl.origin!r}: {exc}") from None
-                pos = now
-                continue
-            if consumed == pos:  # one record larger than the buffer, or a torn one
-                size = record_size(buf)
-                if size is None or pos + size > sl.end_pos:
-                    raise FormatError(
-                        f"stream {sl.origin!r}: incomplete record at file position {pos}, "
-                        f"below the committed length {sl.end_pos}"
-                    )
-                chunk = max(chunk, size)
-                continue
-            pos = consumed
-            if chunk < READ_CHUNK:  # the estimate was short: grow back to full-size reads
-                chunk = min(chunk * 2, READ_CHUNK)
-    finally:
+        check_file_header(os.pread(fd, FILE_HEADER_SIZE, 0), int(Path(sl.segment).stem, 16))
+    except CorruptRecord as exc:
         os.close(fd)
+        raise FormatError(f"stream {sl.origin!r}: {exc}") from None
+    return fd
+
+
+def _read_exactly(fd: int, want: int, pos: int, sl: Slice) -> bytes:
+    buf = os.pread(fd, want, pos)
+    if len(buf) < want:
+        raise FormatError(
+            f"stream {sl.origin!r}: segment file ends at {pos + len(buf)}, "
+            f"before its committed length {sl.end_pos}"
+        )
+    return buf
+
+
+def _past_dropped_head(
+    data_dir: str | Path, sl: Slice, consumed: int, exc: CorruptRecord | FormatError
+) -> int:
+    """Where to read on after damage at ``consumed``: retention may have dropped
+    (punched) the head of the file since the cut, and then those rows are gone and the
+    rest of the slice is still there; else the damage is real (FormatError)."""
+    now = _retained_start_pos(data_dir, sl)
+    if now is None or now <= consumed:
+        if isinstance(exc, FormatError):
+            raise exc
+        raise FormatError(f"stream {sl.origin!r}: {exc}") from None
+    return now
+
+
+def _whole_record_size(buf: bytes, pos: int, sl: Slice) -> int:
+    """The size of the record at ``pos`` that ``buf`` holds only the start of."""
+    size = record_size(buf)
+    if size is None or pos + size > sl.end_pos:
+        raise FormatError(
+            f"stream {sl.origin!r}: incomplete record at file position {pos}, "
+            f"below the committed length {sl.end_pos}"
+        )
+    return size
