@@ -579,8 +579,18 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] = ()) -
             )
         else:
             target.add_argument(
-                d.flag, dest=d.name, help=f"{d.about.help} [env {d.env}; default {d.default}]"
+                d.flag,
+                dest=d.name,
+                metavar=_metavar(d),
+                help=f"{d.about.help} [env {d.env}; default {d.default}]",
             )
+
+
+def _metavar(d: Described) -> str:
+    """What the flag takes, in a word: BYTES, SECONDS, N, ... (else the setting's name)."""
+    by_unit = {"bytes": "BYTES", "s": "SECONDS"}
+    by_type = {bool: "BOOL", int: "N", float: "NUMBER"}
+    return by_unit.get(d.about.unit) or by_type.get(type(d.default)) or d.name.upper()
 
 
 def _parse_bool(raw: str) -> bool:
