@@ -327,3 +327,29 @@ def test_the_protocol_and_subscriptions_take_every_value_from_the_settings():
         for f in fields(ProtocolSettings)
         if f.name in settings_names and f.default is dataclasses.MISSING
     ]
+
+
+# --- The docs that state what the code decides -----------------------------------------------
+
+
+def test_retention_doc_states_the_wals_share_of_the_disk():
+    from stream_server.engine.engine import CHECKPOINT_BYTES
+
+    text = " ".join((ROOT / "docs" / "retention.md").read_text().split())
+    assert f"up to {CHECKPOINT_BYTES >> 20} MiB of WAL beyond the policies' bounds" in text
+    assert "## Not done yet" not in text  # what it listed is done (CRD field, panels, standbys)
+
+
+def test_replication_doc_names_the_extras_the_laptop_set_needs():
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    text = (ROOT / "docs" / "replication.md").read_text()
+    laptop = text[text.index("## Trying it on a laptop") :]
+    named = re.search(r"pip install -e '\.\[([a-z,]+)\]'", laptop)
+    assert named is not None, "the laptop section says what to install"
+    wanted = set(named.group(1).split(","))
+    assert {"server", "operator", "dev"} <= wanted <= set(extras)
