@@ -171,6 +171,7 @@ def test_the_crd_defaults_are_the_operators_defaults():
         (["--max-streams", "-1"], "--max-streams"),
         (["--rate-limit", "nan"], "--rate-limit"),
         (["--log-level", "verbose"], "--log-level"),
+        (["--log-format", "JSON"], "--log-format"),
         (["--host", ""], "--host"),
     ],
 )

@@ -256,7 +256,7 @@ class Settings:
         "info",
         OBSERVE,
         "debug, info, warning or error",
-        checks.one_of("debug", "info", "warning", "error", "critical"),
+        checks.one_of("debug", "info", "warning", "error", "critical", any_case=True),
     )
     log_format: str = setting(
         "plain", OBSERVE, "plain or json (one object per line)", checks.one_of("plain", "json")

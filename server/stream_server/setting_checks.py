@@ -74,9 +74,9 @@ def rate(value: float) -> str | None:
     return None
 
 
-def one_of(*choices: str) -> Check:
+def one_of(*choices: str, any_case: bool = False) -> Check:
     def check(value: str) -> str | None:
-        if value.lower() in choices:
+        if (value.lower() if any_case else value) in choices:
             return None
         return "must be " + ", ".join(f"'{c}'" for c in choices[:-1]) + f" or '{choices[-1]}'"
 
