@@ -13,9 +13,12 @@ The layers take what they need by name from a ``Settings`` (``app.py`` wires
 them), and keep no defaults of their own for it. A new concern (the object
 store archive is next) is a new ``Group`` and its fields, nothing more.
 
-Every value is checked when a ``Settings`` is made, so the server stops with
-exit status 2 before it opens its data directory or a socket, not later when a
-value is first used (``setting_checks.py`` says where each bound comes from).
+Every value is checked when a ``Settings`` is made, and the files the settings
+name when the server starts (``settings_from``: a ``Settings`` made for another
+machine, as the operator's tests make one, names files that are not here), so
+the server stops with exit status 2 before it opens its data directory or a
+socket, not later when a value is first used (``setting_checks.py`` says where
+each bound comes from).
 """
 
 from __future__ import annotations
@@ -469,10 +472,6 @@ class Described:
     def is_list(self) -> bool:
         return isinstance(self.default, list)
 
-    def names(self) -> str:
-        """How a refusal names the setting: the flag and the variable."""
-        return f"{self.flag} (env {self.env})"
-
 
 def described() -> Iterator[Described]:
     """Every setting, in declaration order (grouped by concern)."""
@@ -482,10 +481,6 @@ def described() -> Iterator[Described]:
 
 def _default(f: Field[Any]) -> Any:
     return f.default_factory() if callable(f.default_factory) else f.default
-
-
-def by_name() -> dict[str, Described]:
-    return {d.name: d for d in described()}
 
 
 class SettingError(ValueError):
