@@ -40,6 +40,14 @@ def shown_default(d: Described) -> str:
     return f"`{value}`"
 
 
+def meaning(d: Described) -> str:
+    """The help text; a list setting also says how its variable separates items."""
+    if not d.is_list:
+        return d.about.help
+    sep = "semicolon" if d.about.separator == ";" else "comma"
+    return f"{d.about.help} ({sep}-separated in `{d.env}`)"
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -60,7 +68,7 @@ def markdown() -> str:
             "| --- | --- | --- | --- |",
         ]
         for d in settings:
-            out.append(f"| `{d.flag}` | `{d.env}` | {shown_default(d)} | {_cell(d.about.help)} |")
+            out.append(f"| `{d.flag}` | `{d.env}` | {shown_default(d)} | {_cell(meaning(d))} |")
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
