@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import NamedTuple
@@ -22,6 +21,7 @@ from typing import NamedTuple
 from stream_format.meta import StreamMeta
 from stream_server.engine import BatchStats
 from stream_server.engine.ops import Op, PutStream
+from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.errors import StreamError
 from stream_server.streams.model import Stream
 from stream_server.streams.pending import StreamTable
@@ -73,9 +73,16 @@ class Expiry:
     """Which streams can expire, whose TTL clock moved, and which are being deleted."""
 
     def __init__(
-        self, table: StreamTable, *, interval: float, commit: Commit, queue_delete: QueueDelete
+        self,
+        table: StreamTable,
+        *,
+        interval: float,
+        commit: Commit,
+        queue_delete: QueueDelete,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self._table = table
+        self._clock = clock
         self._interval = interval
         self._commit = commit
         self._queue_delete = queue_delete
@@ -119,7 +126,7 @@ class Expiry:
 
     def sweep(self) -> int:
         """Expire every stream whose TTL or Expires-At has passed."""
-        now = time.time()
+        now = self._clock()
         expired = []
         for path in list(self.timed):
             s = self._table.by_path.get(path)

@@ -33,12 +33,12 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from stream_server.engine import BatchStats, Engine
 from stream_server.engine.ops import DropHead, Op
+from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.errors import StreamError
 from stream_server.streams.model import Stream
 from stream_server.streams.pending import StreamTable
@@ -171,7 +171,7 @@ class Retention:
         *,
         interval: float,
         commit: Commit,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.policies = policies
         self._table = table

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from stream_server.engine import (
 from stream_server.engine.ops import Op
 from stream_server.engine.pipeline import CommitPipeline
 from stream_server.streams.appends import queue_append
+from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.creates import queue_create
 from stream_server.streams.errors import (
     BadRequest,
@@ -93,8 +93,11 @@ class StreamStore:
         limits: StoreLimits | None = None,
         events: StoreEvents | None = None,
         engine: Engine | None = None,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.engine = engine or Engine(data_dir)
+        # What "now" is for every time-based rule (TTL, Expires-At, retention ages).
+        self.clock = clock
         self.limits = limits or StoreLimits()
         self.events = events or StoreEvents()
         self.table = StreamTable()
@@ -112,6 +115,7 @@ class StreamStore:
             interval=self.limits.sweep_interval,
             commit=self._commit,
             queue_delete=self._queue_delete,
+            clock=clock,
         )
         self.retention = Retention(
             self.limits.retention,
@@ -119,6 +123,7 @@ class StreamStore:
             self.engine,
             interval=self.limits.sweep_interval,
             commit=self._commit,
+            clock=clock,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -193,7 +198,7 @@ class StreamStore:
             raise NotFound("stream not found")
         if s.pending.meta.soft_deleted:
             raise Gone("stream was deleted")
-        now = time.time()
+        now = self.clock()
         if s.expired(now):
             self.expiry.expire(s)
             raise NotFound("stream not found (expired)")
@@ -226,7 +231,7 @@ class StreamStore:
                 content_type = src.meta.content_type if src is not None else None
             if req.body and _is_json(content_type):
                 parsed = await self.json.split(req.body, allow_empty_array=True)
-        now = time.time()
+        now = self.clock()
         existing = self.table.by_path.get(req.path)
         if existing is not None and existing.committed and existing.expired(now):
             self.expiry.expire(existing)
@@ -248,6 +253,7 @@ class StreamStore:
                 req.fork,
                 max_depth=self.limits.max_fork_depth,
                 expire=self.expiry.expire,
+                now=now,
             )
             fork_unit = fork_point(source, req.fork, boundary)
             first = self.earliest(source)

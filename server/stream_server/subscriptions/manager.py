@@ -35,6 +35,7 @@ from typing import Any
 
 from stream_format.offsets import START, OffsetError, format_offset, parse_offset
 from stream_server.metrics import Metrics
+from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.model import Stream
 from stream_server.subscriptions import tokens
 from stream_server.subscriptions.errors import SubscriptionError, fenced, invalid, not_found
@@ -77,7 +78,7 @@ class SubscriptionManager:
         max_path_bytes: int = 1024,
         max_subscriptions: int = 10_000,
         metrics: Metrics | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.store = store
         self.records = SubscriptionRecords(store)
