@@ -20,8 +20,10 @@ from typing import Any
 
 from stream_server.protocol import admission, append, create, reads, subscriptions
 from stream_server.protocol.context import Context, ProtocolSettings, raw_path
+from stream_server.protocol.headers import ALLOW
 from stream_server.protocol.http import (
     PREFLIGHT,
+    Headers,
     Receive,
     Scope,
     Send,
@@ -93,13 +95,26 @@ class StreamRoutes:
                 await respond(
                     send,
                     405,
-                    text_headers([(b"allow", b"GET, HEAD, POST, PUT, DELETE, OPTIONS")]),
+                    text_headers([(ALLOW.raw, b"GET, HEAD, POST, PUT, DELETE, OPTIONS")]),
                     b"method not allowed\n",
                 )
         except StreamError as exc:
             await respond(send, *error_response(exc))
         except (ConnectionAbortedError, OSError):
             return
+
+    async def refuse(
+        self, scope: Scope, send: Send, status: int, headers: Headers, reason: bytes
+    ) -> None:
+        """Send a refusal decided before the routes (a standby's refusal of a write): in
+        the form the path's API gives its refusals, JSON on the ``__ds`` paths, text on
+        the streams."""
+        raw = raw_path(scope)
+        base = self.context.base
+        if raw.startswith(base) and subscriptions.is_control(raw[len(base) :]):
+            await subscriptions.refuse(send, status, headers, reason)
+        else:
+            await respond(send, status, text_headers(headers), reason)
 
 
 def _bounded(scope: Scope, send: Send, timeout: float) -> Send:

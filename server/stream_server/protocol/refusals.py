@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from stream_format.offsets import format_offset
 from stream_server.protocol.context import TRUE
+from stream_server.protocol.headers import (
+    CONNECTION,
+    PRODUCER_EPOCH,
+    PRODUCER_EXPECTED_SEQ,
+    PRODUCER_RECEIVED_SEQ,
+    RETRY_AFTER,
+    STREAM_CLOSED,
+    STREAM_EARLIEST_OFFSET,
+    STREAM_NEXT_OFFSET,
+)
 from stream_server.protocol.http import Headers, PayloadTooLarge, RequestTimeout, text_headers
 from stream_server.protocol.live import TooManyRequests
-from stream_server.protocol.read_response import EARLIEST_OFFSET
 from stream_server.streams.errors import (
     BadRequest,
     Conflict,
@@ -35,18 +44,18 @@ def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
     if isinstance(exc, StreamClosed):
         status = 409
         extra = [
-            (b"stream-closed", TRUE),
-            (b"stream-next-offset", format_offset(exc.final_unit).encode()),
+            (STREAM_CLOSED.raw, TRUE),
+            (STREAM_NEXT_OFFSET.raw, format_offset(exc.final_unit).encode()),
         ]
     elif isinstance(exc, SequenceGap):
         status = 409
         extra = [
-            (b"producer-expected-seq", str(exc.expected).encode()),
-            (b"producer-received-seq", str(exc.received).encode()),
+            (PRODUCER_EXPECTED_SEQ.raw, str(exc.expected).encode()),
+            (PRODUCER_RECEIVED_SEQ.raw, str(exc.received).encode()),
         ]
     elif isinstance(exc, ProducerFenced):
         status = 403
-        extra = [(b"producer-epoch", str(exc.current_epoch).encode())]
+        extra = [(PRODUCER_EPOCH.raw, str(exc.current_epoch).encode())]
     elif isinstance(exc, Conflict):
         status = 409
     elif isinstance(exc, BadRequest):
@@ -55,20 +64,20 @@ def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
         status = 404
     elif isinstance(exc, OffsetGone):
         status = 410
-        extra = [(EARLIEST_OFFSET, format_offset(exc.earliest).encode())]
+        extra = [(STREAM_EARLIEST_OFFSET.raw, format_offset(exc.earliest).encode())]
     elif isinstance(exc, Gone):
         status = 410
     elif isinstance(exc, PayloadTooLarge | TooLarge):
         status = 413
     elif isinstance(exc, TooManyRequests):
         status = 429
-        extra = [(b"retry-after", b"1")]
+        extra = [(RETRY_AFTER.raw, b"1")]
     elif isinstance(exc, RequestTimeout):
         status = 408
-        extra = [(b"connection", b"close")]
+        extra = [(CONNECTION.raw, b"close")]
     elif isinstance(exc, Unavailable):
         status = 507 if exc.disk_full else 503
-        extra = [(b"retry-after", b"5" if exc.disk_full else b"1")]
+        extra = [(RETRY_AFTER.raw, b"5" if exc.disk_full else b"1")]
     elif isinstance(exc, Damaged):
         status = 500
     else:

@@ -25,9 +25,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stream_format.meta import MAX_KEY_BYTES
 from stream_format.records import Producer
 from stream_server.engine import (
     BatchStats,
@@ -60,9 +59,11 @@ from stream_server.streams.forks import (
     queue_delete,
     sub_offset_boundary,
 )
+from stream_server.streams.interface import ProtocolStore, SubscriptionStore
 from stream_server.streams.jsonmode import JsonSplitter
 from stream_server.streams.model import JSON_TYPE, Stream, media_type
 from stream_server.streams.options import StoreEvents, StoreLimits
+from stream_server.streams.path_rules import MAX_PATH_BYTES
 from stream_server.streams.pending import StreamTable
 from stream_server.streams.producers import check_producer
 from stream_server.streams.reads import Reader
@@ -81,8 +82,6 @@ from stream_server.streams.waiting import LiveReaders
 log = logging.getLogger("stream_server.streams")
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
-# It ends up in LMDB keys (see stream_format.meta.MAX_KEY_BYTES).
-MAX_PATH_BYTES = MAX_KEY_BYTES
 
 
 class StreamStore:
@@ -185,6 +184,11 @@ class StreamStore:
     @property
     def failed(self) -> str | None:
         return self.engine.failed
+
+    @property
+    def version(self) -> object:
+        """The engine's last committed batch: it changes whenever anything is committed."""
+        return self.engine.lsn
 
     @property
     def streams(self) -> dict[str, Stream]:
@@ -458,18 +462,18 @@ class StreamStore:
         return await self.reader.read(s, start, max_bytes)
 
     async def wait(
-        self, s: Stream, unit: int, timeout: float, until: asyncio.Future[Any] | None = None
+        self, s: Stream, unit: int, deadline: float, until: asyncio.Future[Any] | None = None
     ) -> bool:
         """Wait until ``s`` has data past ``unit``, is closed, or goes away.
 
-        False on timeout, when ``until`` resolves (the reader hung up) or when
-        the store stops.
+        False once the loop's clock reaches ``deadline``, when ``until`` resolves
+        (the reader hung up) or when the store stops.
         """
         if s.tail > unit or s.meta.closed:
             return True
         if not self.ready or (until is not None and until.done()):
             return False
-        return await self.live.wait(s, timeout, until)
+        return await self.live.wait(s, deadline, until)
 
     # ------------------------------------------------------------------ upkeep
 
@@ -492,6 +496,12 @@ def _then(
 
 def _is_json(content_type: str | None) -> bool:
     return content_type is not None and media_type(content_type) == JSON_TYPE
+
+
+if TYPE_CHECKING:  # mypy checks that the store offers what each layer above asks of it
+
+    def _implements(store: StreamStore) -> tuple[ProtocolStore, SubscriptionStore]:
+        return store, store
 
 
 __all__ = [

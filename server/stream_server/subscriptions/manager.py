@@ -36,6 +36,7 @@ from typing import Any
 from stream_format.offsets import START, OffsetError, format_offset, parse_offset
 from stream_server.metrics import Metrics
 from stream_server.streams.clock import WALL_CLOCK, Clock
+from stream_server.streams.interface import SubscriptionStore
 from stream_server.streams.model import Stream
 from stream_server.subscriptions import tokens
 from stream_server.subscriptions.errors import SubscriptionError, fenced, invalid, not_found
@@ -73,7 +74,7 @@ class Ack:
 class SubscriptionManager:
     def __init__(
         self,
-        store: Any,
+        store: SubscriptionStore,
         *,
         max_path_bytes: int = 1024,
         max_subscriptions: int = 10_000,
@@ -254,7 +255,10 @@ class SubscriptionManager:
         if sub is not None:
             return sub, False
         if len(self.subs) >= self.max_subscriptions:
-            raise SubscriptionError("UNAVAILABLE", "subscription limit reached")
+            # Retry-After as for the stream limit: a deletion may free a place at any time.
+            raise SubscriptionError(
+                "UNAVAILABLE", "subscription limit reached", headers={"retry-after": "1"}
+            )
         now = self.clock()
         tomb = self.tombstones.get(sub_id)
         sub = Subscription(

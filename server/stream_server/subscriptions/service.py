@@ -20,10 +20,10 @@ import logging
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from stream_server.metrics import Metrics
 from stream_server.streams.clock import WALL_CLOCK, Clock
+from stream_server.streams.interface import SubscriptionStore
 from stream_server.subscriptions.delivery import DeliveryLoop
 from stream_server.subscriptions.errors import SubscriptionError
 from stream_server.subscriptions.manager import SubscriptionManager
@@ -52,7 +52,7 @@ class SubscriptionSettings:
 class Subscriptions:
     def __init__(
         self,
-        store: Any,
+        store: SubscriptionStore,
         settings: SubscriptionSettings,
         metrics: Metrics | None,
         *,
@@ -154,8 +154,8 @@ class Subscriptions:
             raise SubscriptionError(
                 "UNAVAILABLE", "subscriptions are starting here", headers={"retry-after": "1"}
             )
-        version = getattr(getattr(self.store, "engine", None), "lsn", None)
-        if self._view is None or self._view[0] != version or version is None:
+        version = self.store.version
+        if self._view is None or self._view[0] != version:
             view = SubscriptionManager(
                 self.store,
                 max_path_bytes=self.settings.max_path_bytes,

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from stream_server.streams.path_rules import MAX_PATH_BYTES, path_problem
 from stream_server.subscriptions.errors import invalid
 from stream_server.subscriptions.glob import Pattern, PatternError
 
@@ -72,7 +73,9 @@ class SubscriptionConfig:
     @classmethod
     def from_canonical(cls, d: dict[str, Any], *, max_path_bytes: int) -> SubscriptionConfig:
         return parse_config(
-            {k: v for k, v in d.items() if v is not None}, max_path_bytes=max_path_bytes
+            {k: v for k, v in d.items() if v is not None},
+            max_path_bytes=max_path_bytes,
+            stored=True,
         )
 
 
@@ -84,34 +87,48 @@ def check_id(sub_id: str) -> str:
     return sub_id
 
 
-def stream_path(value: object, what: str, *, max_bytes: int) -> str:
-    """A stream-root-relative path from a request body, normalised (no outer slashes)."""
+def check_new_id(sub_id: str) -> str:
+    """An id a new subscription may take: ``check_id``'s, less ``.`` and ``..``, which
+    clients and proxies resolve away as URL path segments, so that nothing could
+    reach the subscription's callback URL (``.../ID/callback``). Only a PUT
+    refuses them: one made before this check can still be read and deleted."""
+    if check_id(sub_id) in (".", ".."):
+        raise invalid("a subscription id may not be '.' or '..': it could never be reached")
+    return sub_id
+
+
+def stream_path(value: object, what: str, *, max_bytes: int, stored: bool = False) -> str:
+    """A stream-root-relative path from a request body, normalised (no outer slashes),
+    checked by the rule stream requests are (``streams.path_rules``): a link to a path
+    no stream can have would never be woken. ``max_bytes`` (``--max-path-bytes``)
+    caps it below that rule's own total, never above. A ``stored`` configuration
+    (read back from its record) is held to the rule it was accepted under, so that a
+    subscription made before the rule was shared is still served."""
     if not isinstance(value, str):
         raise invalid(f"{what} must be a string")
     path = value.strip("/")
     if not path:
         raise invalid(f"{what} is empty")
-    if len(path.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise invalid(f"{what} longer than {max_bytes} bytes")
-    if any(c < " " or c == "\x7f" or c == "\\" for c in path):
-        raise invalid(f"{what}: control characters and backslashes are not allowed")
-    segments = path.split("/")
-    if any(seg in ("", ".", "..") for seg in segments):
-        raise invalid(f"{what}: empty, '.' and '..' segments are not allowed")
-    if segments[0] == RESERVED:
+    if stored:
+        problem = path_problem(path, max_bytes=max_bytes, max_segment=max_bytes)
+    else:
+        problem = path_problem(path, max_bytes=min(max_bytes, MAX_PATH_BYTES))
+    if problem is not None:
+        raise invalid(f"{what}: {problem}")
+    if path.split("/", 1)[0] == RESERVED:
         raise invalid(f"{what}: paths under {RESERVED}/ are reserved")
     return path
 
 
-def stream_list(value: object, *, max_bytes: int) -> list[str]:
+def stream_list(value: object, *, max_bytes: int, stored: bool = False) -> list[str]:
     if not isinstance(value, list):
         raise invalid("streams must be an array of stream paths")
     if len(value) > MAX_STREAMS_PER_REQUEST:
         raise invalid(f"at most {MAX_STREAMS_PER_REQUEST} streams per request")
-    return [stream_path(v, "each of streams", max_bytes=max_bytes) for v in value]
+    return [stream_path(v, "each of streams", max_bytes=max_bytes, stored=stored) for v in value]
 
 
-def parse_config(body: object, *, max_path_bytes: int) -> SubscriptionConfig:
+def parse_config(body: object, *, max_path_bytes: int, stored: bool = False) -> SubscriptionConfig:
     if not isinstance(body, dict):
         raise invalid("the body must be a JSON object")
     kind = body.get("type")
@@ -132,7 +149,9 @@ def parse_config(body: object, *, max_path_bytes: int) -> SubscriptionConfig:
     raw_streams = body.get("streams")
     streams: tuple[str, ...] = ()
     if raw_streams is not None:
-        streams = tuple(sorted(set(stream_list(raw_streams, max_bytes=max_path_bytes))))
+        streams = tuple(
+            sorted(set(stream_list(raw_streams, max_bytes=max_path_bytes, stored=stored)))
+        )
     if pattern is None and not streams:
         raise invalid("at least one of pattern or streams is required")
 
@@ -155,7 +174,9 @@ def parse_config(body: object, *, max_path_bytes: int) -> SubscriptionConfig:
     if kind == PULL_WAKE:
         if raw_wake is None:
             raise invalid("a pull-wake subscription needs wake_stream")
-        wake_stream = stream_path(raw_wake, "wake_stream", max_bytes=max_path_bytes)
+        wake_stream = stream_path(
+            raw_wake, "wake_stream", max_bytes=max_path_bytes, stored=stored
+        )
         if wake_stream in streams:
             raise invalid("the wake stream cannot also be one of the subscription's streams")
     elif raw_wake is not None:
