@@ -89,6 +89,7 @@ class Expiry:
         self.timed: set[str] = set()  # streams with a TTL or Expires-At: the sweeper's list
         self.touched: set[str] = set()  # TTL clocks renewed in memory, not yet on disk
         self.expiring: set[str] = set()  # expiry deletes queued, not yet durable
+        self._deletes: set[asyncio.Task[None]] = set()  # their tasks
         self._sweeper: asyncio.Task[None] | None = None
         # A standby of a replica set: the primary deletes what expires, and its
         # deletions reach this replica as replicated frames.
@@ -122,7 +123,14 @@ class Expiry:
             finally:
                 self.expiring.discard(s.path)
 
-        asyncio.get_running_loop().create_task(run())
+        task = asyncio.get_running_loop().create_task(run())
+        self._deletes.add(task)  # held: the loop keeps only a weak reference to a task
+        task.add_done_callback(self._deletes.discard)
+
+    async def drained(self) -> None:
+        """Return once every expiry delete queued so far is durable (or failed)."""
+        if self._deletes:
+            await asyncio.gather(*self._deletes)
 
     def sweep(self) -> int:
         """Expire every stream whose TTL or Expires-At has passed."""
