@@ -11,6 +11,8 @@ key of the metadata index (``stream_format.meta.MAX_KEY_BYTES``).
 
 from __future__ import annotations
 
+import re
+
 from stream_format.meta import MAX_KEY_BYTES
 
 MAX_PATH_BYTES = MAX_KEY_BYTES
@@ -27,11 +29,17 @@ def path_problem(
     """
     if max_bytes is not None and len(path.encode("utf-8", "surrogatepass")) > max_bytes:
         return f"longer than {max_bytes} bytes"
-    if any(c < " " or c == "\x7f" or c == "\\" for c in path):
-        return "control characters and backslashes are not allowed"
+    bad = _BAD.search(path)  # one scan: every request's path comes through here
+    if bad is not None:
+        if bad.group(1) is not None or _CONTROL.search(path) is not None:
+            return "control characters and backslashes are not allowed"
+        return "empty, '.' and '..' segments are not allowed"
     for seg in path.split("/"):
-        if seg in ("", ".", ".."):
-            return "empty, '.' and '..' segments are not allowed"
         if len(seg.encode("utf-8", "surrogatepass")) > max_segment:
             return f"a segment is longer than {max_segment} bytes"
     return None
+
+
+# A control character or backslash (group 1), or an empty, "." or ".." segment.
+_BAD = re.compile(r"([\x00-\x1f\x7f\\])|(?:\A|/)\.{0,2}(?:/|\Z)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
