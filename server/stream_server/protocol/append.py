@@ -27,7 +27,7 @@ from stream_server.protocol.headers import (
     is_true,
     parse_producer,
 )
-from stream_server.protocol.http import Headers, Receive, Send, respond
+from stream_server.protocol.http import Headers, Receive, Scope, Send, respond
 from stream_server.streams.requests import AppendRequest
 
 if TYPE_CHECKING:
@@ -36,7 +36,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("stream_server.protocol")
 
 
-async def post(ctx: Context, receive: Receive, send: Send, path: str, h: dict[str, str]) -> None:
+async def post(
+    ctx: Context,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    h: dict[str, str],
+    client: str,
+) -> None:
     started = time.perf_counter()
     producer = parse_producer(
         h.get(PRODUCER_ID.key), h.get(PRODUCER_EPOCH.key), h.get(PRODUCER_SEQ.key)

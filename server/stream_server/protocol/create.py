@@ -41,7 +41,13 @@ from stream_server.streams.requests import CreateRequest, ForkRequest
 
 
 async def put(
-    ctx: Context, scope: Scope, receive: Receive, send: Send, path: str, h: dict[str, str]
+    ctx: Context,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    h: dict[str, str],
+    client: str,
 ) -> None:
     ttl = parse_ttl(h.get(STREAM_TTL.key))
     expires = parse_expires_at(h.get(STREAM_EXPIRES_AT.key))

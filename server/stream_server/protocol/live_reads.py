@@ -97,35 +97,18 @@ async def sse(
     if not text:
         hs.append((STREAM_SSE_DATA_ENCODING.raw, b"base64"))
     await send({"type": "http.response.start", "status": 200, "headers": [*COMMON, *hs]})
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + ctx.settings.sse_reconnect_interval
+    deadline = asyncio.get_running_loop().time() + ctx.settings.sse_reconnect_interval
     try:
         while True:
             result = await ctx.store.read(s, unit, ctx.read_chunk)
             if ctx.metrics is not None:
                 ctx.metrics.read_bytes.inc(sum(map(len, result.payloads)))
-            chunks: list[bytes] = []
-            if result.payloads:
-                if s.is_json:
-                    chunks.append(sse_format.data_event_text(json_array(result.payloads)))
-                elif text:
-                    chunks.append(sse_format.data_event_text(b"".join(result.payloads)))
-                else:
-                    chunks.append(
-                        sse_format.data_event_raw(base64.b64encode(b"".join(result.payloads)))
-                    )
+            chunks = [_data_event(s, result.payloads, text)] if result.payloads else []
             unit = result.next
             closed = s.meta.closed and unit >= s.tail
-            control: dict[str, Any] = {"streamNextOffset": format_offset(unit)}
-            if closed:
-                control["streamClosed"] = True
-                control["upToDate"] = True
-            else:
+            if not closed:
                 cursor = next_cursor(cursor)
-                control["streamCursor"] = cursor
-                if unit >= s.tail:
-                    control["upToDate"] = True
-            chunks.append(sse_format.control_event(orjson.dumps(control)))
+            chunks.append(_control_event(s, unit, closed, cursor))
             if ctx.read_gate is not None and ctx.read_gate.fresh_for() <= 0:
                 break  # this replica fell behind: the client reconnects and hears why
             await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
@@ -133,18 +116,46 @@ async def sse(
                 break
             if unit < s.tail:
                 continue
-            if loop.time() >= deadline:
+            if not await _more(ctx, s, unit, deadline, hangup):
+                if hangup.happened:
+                    return  # nobody to end the response for
                 break
-            await _wait(ctx, s, unit, deadline, hangup)
-            if hangup.happened:
-                return
-            if not ctx.store.is_current(s):
-                break  # deleted while we waited
-            if s.tail <= unit and not s.meta.closed:
-                break  # reconnect interval reached
     except StreamError as exc:
         log.debug("SSE ended: %s", exc)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _more(ctx: Context, s: Stream, unit: int, deadline: float, hangup: Hangup) -> bool:
+    """Wait at the tail for more of ``s``; False when the response ends instead: the
+    reconnect interval reached, the client gone, the stream deleted meanwhile."""
+    if asyncio.get_running_loop().time() >= deadline:
+        return False
+    await _wait(ctx, s, unit, deadline, hangup)
+    if hangup.happened or not ctx.store.is_current(s):
+        return False
+    return s.tail > unit or s.meta.closed
+
+
+def _data_event(s: Stream, payloads: list[bytes | memoryview], text: bool) -> bytes:
+    """The data read, as one event: a JSON array, text lines, or base64."""
+    if s.is_json:
+        return sse_format.data_event_text(json_array(payloads))
+    if text:
+        return sse_format.data_event_text(b"".join(payloads))
+    return sse_format.data_event_raw(base64.b64encode(b"".join(payloads)))
+
+
+def _control_event(s: Stream, unit: int, closed: bool, cursor: str | None) -> bytes:
+    """Where the reader is after a data event: next offset, and closed or its cursor."""
+    control: dict[str, Any] = {"streamNextOffset": format_offset(unit)}
+    if closed:
+        control["streamClosed"] = True
+        control["upToDate"] = True
+    else:
+        control["streamCursor"] = cursor
+        if unit >= s.tail:
+            control["upToDate"] = True
+    return sse_format.control_event(orjson.dumps(control))
 
 
 async def _wait(ctx: Context, s: Stream, unit: int, deadline: float, hangup: Hangup) -> None:

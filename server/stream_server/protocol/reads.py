@@ -44,7 +44,15 @@ from stream_server.streams.requests import ReadResult
 log = logging.getLogger("stream_server.protocol")
 
 
-async def head(ctx: Context, send: Send, path: str) -> None:
+async def head(
+    ctx: Context,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    h: dict[str, str],
+    client: str,
+) -> None:
     s = ctx.store.get(path)
     hs = [*_meta_headers(s, s.tail), (CACHE_CONTROL.raw, CACHE_NONE)]
     first = ctx.store.earliest(s)

@@ -134,18 +134,7 @@ def parse_config(body: object, *, max_path_bytes: int, stored: bool = False) -> 
     kind = body.get("type")
     if kind not in TYPES:
         raise invalid('type must be "webhook" or "pull-wake"')
-
-    pattern = None
-    raw_pattern = body.get("pattern")
-    if raw_pattern is not None:
-        if not isinstance(raw_pattern, str):
-            raise invalid("pattern must be a string")
-        try:
-            pattern = Pattern.parse(raw_pattern, max_bytes=max_path_bytes)
-        except PatternError as exc:
-            raise invalid(f"pattern: {exc}") from None
-        if pattern.segments[0] == RESERVED:
-            raise invalid(f"pattern: paths under {RESERVED}/ are reserved")
+    pattern = _pattern(body.get("pattern"), max_path_bytes)
     raw_streams = body.get("streams")
     streams: tuple[str, ...] = ()
     if raw_streams is not None:
@@ -154,37 +143,63 @@ def parse_config(body: object, *, max_path_bytes: int, stored: bool = False) -> 
         )
     if pattern is None and not streams:
         raise invalid("at least one of pattern or streams is required")
+    webhook_url = _webhook_url(kind, body.get("webhook"))
+    wake_stream = _wake_stream(kind, body.get("wake_stream"), max_path_bytes, stored)
+    if wake_stream is not None and wake_stream in streams:
+        raise invalid("the wake stream cannot also be one of the subscription's streams")
+    return SubscriptionConfig(
+        type=kind,
+        pattern=pattern,
+        streams=streams,
+        webhook_url=webhook_url,
+        wake_stream=wake_stream,
+        lease_ttl_ms=_lease_ttl_ms(body.get("lease_ttl_ms")),
+        description=_description(body.get("description")),
+    )
 
-    webhook_url = None
-    raw_webhook = body.get("webhook")
-    if kind == WEBHOOK:
-        if not isinstance(raw_webhook, dict):
-            raise invalid("a webhook subscription needs webhook.url")
-        url = raw_webhook.get("url")
-        if not isinstance(url, str) or not url:
-            raise invalid("a webhook subscription needs webhook.url, a string")
-        if len(url.encode()) > MAX_URL_BYTES:
-            raise invalid(f"webhook.url longer than {MAX_URL_BYTES} bytes")
-        webhook_url = url
-    elif raw_webhook is not None:
-        raise invalid("webhook is only for webhook subscriptions")
 
-    wake_stream = None
-    raw_wake = body.get("wake_stream")
-    if kind == PULL_WAKE:
-        if raw_wake is None:
-            raise invalid("a pull-wake subscription needs wake_stream")
-        wake_stream = stream_path(
-            raw_wake, "wake_stream", max_bytes=max_path_bytes, stored=stored
-        )
-        if wake_stream in streams:
-            raise invalid("the wake stream cannot also be one of the subscription's streams")
-    elif raw_wake is not None:
-        raise invalid("wake_stream is only for pull-wake subscriptions")
+def _pattern(raw: object, max_path_bytes: int) -> Pattern | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise invalid("pattern must be a string")
+    try:
+        pattern = Pattern.parse(raw, max_bytes=max_path_bytes)
+    except PatternError as exc:
+        raise invalid(f"pattern: {exc}") from None
+    if pattern.segments[0] == RESERVED:
+        raise invalid(f"pattern: paths under {RESERVED}/ are reserved")
+    return pattern
 
-    lease = body.get("lease_ttl_ms", DEFAULT_LEASE_TTL_MS)
+
+def _webhook_url(kind: str, raw: object) -> str | None:
+    if kind != WEBHOOK:
+        if raw is not None:
+            raise invalid("webhook is only for webhook subscriptions")
+        return None
+    if not isinstance(raw, dict):
+        raise invalid("a webhook subscription needs webhook.url")
+    url = raw.get("url")
+    if not isinstance(url, str) or not url:
+        raise invalid("a webhook subscription needs webhook.url, a string")
+    if len(url.encode()) > MAX_URL_BYTES:
+        raise invalid(f"webhook.url longer than {MAX_URL_BYTES} bytes")
+    return url
+
+
+def _wake_stream(kind: str, raw: object, max_path_bytes: int, stored: bool) -> str | None:
+    if kind != PULL_WAKE:
+        if raw is not None:
+            raise invalid("wake_stream is only for pull-wake subscriptions")
+        return None
+    if raw is None:
+        raise invalid("a pull-wake subscription needs wake_stream")
+    return stream_path(raw, "wake_stream", max_bytes=max_path_bytes, stored=stored)
+
+
+def _lease_ttl_ms(lease: object) -> int:
     if lease is None:
-        lease = DEFAULT_LEASE_TTL_MS
+        return DEFAULT_LEASE_TTL_MS
     if isinstance(lease, float) and lease.is_integer():
         lease = int(lease)
     if (
@@ -195,19 +210,12 @@ def parse_config(body: object, *, max_path_bytes: int, stored: bool = False) -> 
         raise invalid(
             f"lease_ttl_ms must be an integer from {MIN_LEASE_TTL_MS} to {MAX_LEASE_TTL_MS}"
         )
+    return lease
 
-    description = body.get("description")
+
+def _description(description: object) -> str | None:
     if description is not None and (
         not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS
     ):
         raise invalid(f"description must be a string of at most {MAX_DESCRIPTION_CHARS} chars")
-
-    return SubscriptionConfig(
-        type=kind,
-        pattern=pattern,
-        streams=streams,
-        webhook_url=webhook_url,
-        wake_stream=wake_stream,
-        lease_ttl_ms=lease,
-        description=description,
-    )
+    return description
