@@ -122,30 +122,39 @@ class SubscriptionManager:
                 log.error("subscription %r is not served: %s", key, exc)
                 continue
             if isinstance(item, Tombstone):
-                if prune and now - item.deleted_at > TOMBSTONE_DAYS * 86400:
-                    try:
-                        await self.records.put(key, None)
-                        continue
-                    except Exception as exc:  # e.g. a new primary not yet in sync
-                        log.warning("old tombstone %r kept for now: %s", key, exc)
-                self.tombstones[item.id] = item
+                await self._load_tombstone(key, item, now if prune else None)
                 continue
             self.subs[item.id] = item
             for path in item.links:
                 self.by_stream.setdefault(path, set()).add(item.id)
         for sub in self.subs.values():
-            for path, link in list(sub.links.items()):
-                if not link.explicit and path not in self.store.streams:
-                    self._unlink(sub, path)  # a glob link of a stream deleted meanwhile
-            if sub.config.pattern is None:
-                continue
-            for s in list(self.store.streams.values()):
-                if s.path not in sub.links and self._globbed(sub, s):
-                    # Created after the subscription: everything in it is new.
-                    start = s.meta.fork_offset if s.meta.created_at >= sub.created_at else s.tail
-                    self._link(sub, s.path, start, glob=True)
+            self._relink(sub)
         if self.subs:
             log.info("%d subscriptions loaded", len(self.subs))
+
+    async def _load_tombstone(self, key: str, item: Tombstone, now: float | None) -> None:
+        """Keep a tombstone, or (``now`` given) remove it once past its time."""
+        if now is not None and now - item.deleted_at > TOMBSTONE_DAYS * 86400:
+            try:
+                await self.records.put(key, None)
+                return
+            except Exception as exc:  # e.g. a new primary not yet in sync
+                log.warning("old tombstone %r kept for now: %s", key, exc)
+        self.tombstones[item.id] = item
+
+    def _relink(self, sub: Subscription) -> None:
+        """Bring a loaded subscription's glob links up to the streams as they are now:
+        drop those of streams deleted meanwhile, add those of streams created."""
+        for path, link in list(sub.links.items()):
+            if not link.explicit and path not in self.store.streams:
+                self._unlink(sub, path)  # a glob link of a stream deleted meanwhile
+        if sub.config.pattern is None:
+            return
+        for s in list(self.store.streams.values()):
+            if s.path not in sub.links and self._globbed(sub, s):
+                # Created after the subscription: everything in it is new.
+                start = s.meta.fork_offset if s.meta.created_at >= sub.created_at else s.tail
+                self._link(sub, s.path, start, glob=True)
 
     # ------------------------------------------------------------------ queries
 
