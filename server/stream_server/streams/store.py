@@ -1,21 +1,21 @@
 """The stream store: the one place that coordinates every operation on streams.
 
-(About 500 lines: the create and append checks stay together here, as each is one
-synchronous check-and-reserve step that must read as a whole.)
-
-All validation runs on the event loop against each stream's pending state
-(``pending.py``), so a request is checked and its effect reserved in one step,
-with no locks; the effect becomes visible to readers only when its batch is
-durable, through the commit action each operation hands to the pipeline.
-A failed batch rolls every pending change back in one place.
+The create and append checks stay together here, each one synchronous
+check-and-reserve step that reads as a whole. All validation runs on the
+event loop against each stream's pending state (``pending.py``), so a request
+is checked and its effect reserved in one step, with no locks; the effect
+becomes visible to readers only when its batch is durable, through the commit
+action each operation hands to the pipeline. A failed batch rolls every
+pending change back in one place.
 
 The rules themselves live one concern a module: idempotent producers
 (``producers.py``), forks (``forks.py``), TTL and the sweeper (``expiry.py``),
-retention (``retention.py``),
-catch-up reads (``reads.py``), live readers (``waiting.py``) and the
-recent-read window (``recent.py``). The protocol layer asks the store through
-its operations and read-only queries (``get``, ``is_current``) and never
-changes a stream's fields itself.
+retention (``retention.py``), catch-up reads (``reads.py``), live readers
+(``waiting.py``) and the recent-read window (``recent.py``); what "now" is
+comes from one injected clock (``clock.py``). The layers above see the store
+only through the interfaces in ``interface.py`` (its operations and read-only
+queries such as ``get`` and ``is_current``) and never change a stream's fields
+themselves.
 """
 
 from __future__ import annotations
