@@ -6,7 +6,7 @@ The protocol layer (``ProtocolStore``) and subscriptions
 not see the commit pipeline, the engine or the sweepers, and another store
 (a read-only archive follower, a store that spans shards) needs to offer
 only these operations to serve the same protocol. ``StreamStore`` implements
-both; the assignments at the end of ``store.py`` make mypy check that it does.
+both; ``_implements`` at the end of ``store.py`` makes mypy check that it does.
 
 The values that cross the interface are plain data (``requests.py``) and the
 in-memory ``Stream`` (``model.py``), whose committed fields readers may look at
