@@ -190,7 +190,9 @@ class StreamServerApp:
                 and scope["method"] in WRITE_METHODS
                 and (refusal := await self.replication.write_refusal()) is not None
             ):
-                await respond(send, refusal.status, text_headers(refusal.headers), refusal.body)
+                await self.streams.refuse(
+                    scope, send, refusal.status, refusal.headers, refusal.body
+                )
             elif self.metrics is None:
                 await self.streams(scope, receive, send)
             else:

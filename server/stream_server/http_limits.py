@@ -75,6 +75,9 @@ log = logging.getLogger("stream_server")
 REQUEST_LINE_ALLOWANCE = 8192
 # Headers whose ": " and CRLF are allowed beyond --max-header-bytes.
 MAX_SEPARATED_HEADERS = 1024
+# httptools parses a request target with 16-bit offsets: a longer one fails to parse
+# (only once the head is complete), and is refused as a head too large (431).
+MAX_PARSED_URL_BYTES = 0xFFFF
 # After a refusal, input is read and dropped this long, so the client sees the
 # response rather than a reset caused by unread input (a "lingering close").
 LINGER_SECONDS = 2.0
@@ -312,6 +315,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
+        elif not self._refused and len(self.url) > MAX_PARSED_URL_BYTES:
+            # Not a malformed request but a head too large (docs/limits.md): its
+            # request line is longer than the parser can take.
+            self._refuse(HEAD_TOO_LARGE)
         elif not self._refused:
             msg = "Invalid HTTP request received."
             self.logger.warning(msg)

@@ -43,6 +43,7 @@ import pytest
 
 from stream_format import wal
 from stream_server.engine import Engine
+from stream_server.streams.clock import ManualClock
 from stream_server.streams.store import (
     AppendRequest,
     CreateRequest,
@@ -81,7 +82,10 @@ def units(exp: Expected, path: str) -> list[bytes]:
 async def run_workload(data_dir: Path, rec: Recording) -> Expected:
     exp = Expected()
     engine = Engine(data_dir, map_size=1 << 20, checkpoint_bytes=6 * 1024)
-    store = StreamStore(data_dir, engine=engine, limits=StoreLimits(sweep_interval=3600))
+    clock = ManualClock()  # the Expires-At below passes when the test says, not after a wait
+    store = StreamStore(
+        data_dir, engine=engine, limits=StoreLimits(sweep_interval=3600), clock=clock
+    )
     await store.start()
 
     def ack(kind: str, path: str, value: object = None) -> None:
@@ -140,12 +144,11 @@ async def run_workload(data_dir: Path, rec: Recording) -> Expected:
     await store.delete("b")
     ack("delete", "b")
     # Expiry: a stream whose Expires-At passes, removed by the sweeper.
-    await create("t", BIN, b"ttl", expires_at="soon", expires_at_ts=time.time() + 0.2)
+    await create("t", BIN, b"ttl", expires_at="soon", expires_at_ts=clock.now + 1)
     exp.content["t"] = [b"ttl"]
-    await asyncio.sleep(0.3)
+    clock.advance(2)
     assert store.sweep() == 1
-    while store.expiry.expiring:  # the expiry's batch is durable once it leaves this set
-        await asyncio.sleep(0.01)
+    await store.expiry.drained()  # the expiry's batch is durable
     ack("delete", "t")
     # Soft delete of a fork's source, then the fork: the cascade removes both.
     await store.delete("a")

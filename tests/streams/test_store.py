@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stream_server.engine import StorageError
+from stream_server.streams.clock import ManualClock
 from stream_server.streams.errors import (
     BadRequest,
     Conflict,
@@ -20,6 +21,7 @@ from stream_server.streams.store import (
     CreateRequest,
     ForkRequest,
     Producer,
+    StoreLimits,
     StreamStore,
 )
 
@@ -149,12 +151,44 @@ async def test_fork_sub_offset_stays_within_one_record(store):
         await store.create(CreateRequest("h", None, fork=ForkRequest("src", 11)))
 
 
-async def test_expired_streams_are_gone(store):
+@pytest.fixture
+async def clocked(tmp_path):
+    """A store whose clock moves only when the test moves it (no TTL is waited out)."""
+    clock = ManualClock()
+    s = StreamStore(tmp_path / "data", clock=clock, limits=StoreLimits(sweep_interval=3600))
+    await s.start()
+    yield s, clock
+    await s.stop()
+
+
+async def test_expired_streams_are_gone(clocked):
+    store, clock = clocked
     await store.create(CreateRequest("t", BIN, b"x", ttl=60))
-    s = store.get("t", touch=True)
-    s.meta.touched_at -= 61
+    clock.advance(59)
+    store.get("t", touch=True)  # a read renews the TTL
+    clock.advance(59)
+    assert store.get("t").path == "t"
+    clock.advance(2)
     with pytest.raises(NotFound):
         store.get("t")
+
+
+async def test_the_sweeper_expires_what_has_passed_by_the_store_s_clock(clocked):
+    store, clock = clocked
+    await store.create(CreateRequest("ttl", BIN, b"x", ttl=60))
+    at = clock.now + 30
+    await store.create(CreateRequest("at", BIN, b"y", expires_at="soon", expires_at_ts=at))
+    await store.create(CreateRequest("kept", BIN, b"z"))
+    assert store.sweep() == 0
+    clock.advance(31)
+    assert store.sweep() == 1  # "at"
+    await store.expiry.drained()
+    clock.advance(30)
+    assert store.sweep() == 1  # "ttl"
+    await store.expiry.drained()
+    assert sorted(store.streams) == ["kept"]
+    with pytest.raises(NotFound):  # a fork of an expired source: its source is gone
+        await store.create(CreateRequest("f", None, fork=ForkRequest("ttl", None)))
 
 
 async def test_a_failed_batch_changes_nothing(store, monkeypatch):
@@ -207,19 +241,24 @@ async def test_a_duplicate_is_acknowledged_only_once_its_original_is_durable(sto
     import threading
 
     await store.create(CreateRequest("d", BIN))
-    gate = threading.Event()
+    entered, gate = threading.Event(), threading.Event()
     real = store.engine.commit
 
     def slow_then_fail(ops):
+        entered.set()
         gate.wait(10)
         raise StorageError("disk full", disk_full=True)
 
+    duplicate = asyncio.Event()
+    store.events.on_producer = lambda event: duplicate.set() if event == "duplicate" else None
     monkeypatch.setattr(store.engine, "commit", slow_then_fail)
     prod = Producer("w", 0, 0)
     original = asyncio.create_task(append(store, "d", b"x", producer=prod))
-    await asyncio.sleep(0.05)
+    assert await asyncio.to_thread(entered.wait, 10)  # its batch is being written
     retry = asyncio.create_task(append(store, "d", b"x", producer=prod))
-    await asyncio.sleep(0.05)
+    # Told a duplicate in the same step that then waits for the original's batch (no
+    # I/O between): once this wakes, the retry is waiting, or it answered too early.
+    await duplicate.wait()
     assert not retry.done()  # not acknowledged while the original is in flight
     gate.set()
     for task in (original, retry):

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from stream_server.auth import Denied
 from stream_server.protocol.context import Context
+from stream_server.protocol.headers import (
+    AUTHORIZATION,
+    RETRY_AFTER,
+    STREAM_FORKED_FROM,
+    WWW_AUTHENTICATE,
+)
 from stream_server.protocol.http import Headers, text_headers
 from stream_server.ratelimit import retry_after
 
@@ -21,10 +27,10 @@ def admit(
 ) -> tuple[str, Refusal | None]:
     """The client's name (its token's, once authenticated), and a refusal if there is one."""
     if ctx.auth is not None:
-        source = h.get("stream-forked-from") if method == "PUT" else None
+        source = h.get(STREAM_FORKED_FROM.key) if method == "PUT" else None
         try:
             principal = ctx.auth.check(
-                h.get("authorization"),
+                h.get(AUTHORIZATION.key),
                 method,
                 path,
                 ctx.source_path(source) if source else None,
@@ -35,7 +41,7 @@ def admit(
                 return client, limited
             extra: Headers = []
             if exc.status == 401:
-                extra = [(b"www-authenticate", b'Bearer realm="durable-streams"')]
+                extra = [(WWW_AUTHENTICATE.raw, b'Bearer realm="durable-streams"')]
             return client, (exc.status, text_headers(extra), (exc.reason + "\n").encode())
         client = "token:" + principal.name
     return client, rate_limited(ctx, client)
@@ -49,6 +55,6 @@ def rate_limited(ctx: Context, client: str) -> Refusal | None:
         return None
     return (
         429,
-        text_headers([(b"retry-after", retry_after(wait).encode())]),
+        text_headers([(RETRY_AFTER.raw, retry_after(wait).encode())]),
         b"rate limit exceeded\n",
     )

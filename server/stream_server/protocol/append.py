@@ -17,9 +17,18 @@ from typing import TYPE_CHECKING
 
 from stream_format.offsets import format_offset
 from stream_server.protocol.context import TRUE, Context, content_type
-from stream_server.protocol.headers import is_true, parse_producer
-from stream_server.protocol.http import Headers, Receive, Send, respond
-from stream_server.streams.store import AppendRequest
+from stream_server.protocol.headers import (
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    PRODUCER_SEQ,
+    STREAM_CLOSED,
+    STREAM_NEXT_OFFSET,
+    STREAM_SEQ,
+    is_true,
+    parse_producer,
+)
+from stream_server.protocol.http import Headers, Receive, Scope, Send, respond
+from stream_server.streams.requests import AppendRequest
 
 if TYPE_CHECKING:
     from stream_server.engine import BatchStats
@@ -27,10 +36,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("stream_server.protocol")
 
 
-async def post(ctx: Context, receive: Receive, send: Send, path: str, h: dict[str, str]) -> None:
+async def post(
+    ctx: Context,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    h: dict[str, str],
+    client: str,
+) -> None:
     started = time.perf_counter()
-    producer = parse_producer(h.get("producer-id"), h.get("producer-epoch"), h.get("producer-seq"))
-    seq = h.get("stream-seq")
+    producer = parse_producer(
+        h.get(PRODUCER_ID.key), h.get(PRODUCER_EPOCH.key), h.get(PRODUCER_SEQ.key)
+    )
+    seq = h.get(STREAM_SEQ.key)
     body = await ctx.read_body(receive, h)
     result = await ctx.store.append(
         AppendRequest(
@@ -39,18 +58,18 @@ async def post(ctx: Context, receive: Receive, send: Send, path: str, h: dict[st
             body=body,
             stream_seq=seq,
             producer=producer,
-            close=is_true(h.get("stream-closed")),
+            close=is_true(h.get(STREAM_CLOSED.key)),
         )
     )
     if result.appended or result.batch is not None:
         _observe_append(ctx, path, started, result.batch)
-    hs: Headers = [(b"stream-next-offset", format_offset(result.tail).encode())]
+    hs: Headers = [(STREAM_NEXT_OFFSET.raw, format_offset(result.tail).encode())]
     if result.closed:
-        hs.append((b"stream-closed", TRUE))
+        hs.append((STREAM_CLOSED.raw, TRUE))
     status = 204
     if result.producer is not None:
-        hs.append((b"producer-epoch", str(result.producer.epoch).encode()))
-        hs.append((b"producer-seq", str(result.producer.seq).encode()))
+        hs.append((PRODUCER_EPOCH.raw, str(result.producer.epoch).encode()))
+        hs.append((PRODUCER_SEQ.raw, str(result.producer.seq).encode()))
         status = 200 if result.appended else 204
     await respond(send, status, hs)
 

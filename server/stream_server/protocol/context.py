@@ -16,12 +16,14 @@ from typing import Protocol
 from stream_format.offsets import OffsetError, parse_offset
 from stream_server.auth import TokenAuth
 from stream_server.metrics import Metrics
+from stream_server.protocol.headers import CONTENT_LENGTH, CONTENT_TYPE
 from stream_server.protocol.http import Headers, Receive, Scope, read_body
 from stream_server.protocol.live import ReaderSlots
 from stream_server.protocol.paths import stream_path
 from stream_server.ratelimit import RateLimiter
 from stream_server.streams.errors import BadRequest
-from stream_server.streams.store import ReadResult, StreamStore
+from stream_server.streams.interface import ProtocolStore
+from stream_server.streams.requests import ReadResult
 
 CACHE_READ = b"public, max-age=60, stale-while-revalidate=300"
 # With auth on, a shared cache must not hand one client's stream to another (section 10.1).
@@ -76,7 +78,7 @@ class Context:
 
     def __init__(
         self,
-        store: StreamStore,
+        store: ProtocolStore,
         settings: ProtocolSettings,
         metrics: Metrics | None = None,
         *,
@@ -116,7 +118,7 @@ class Context:
         return await read_body(
             receive,
             self.settings.max_body_bytes,
-            h.get("content-length"),
+            h.get(CONTENT_LENGTH.key),
             self.settings.body_timeout,
             self.settings.min_body_rate,
         )
@@ -145,7 +147,7 @@ def offset_unit(value: str, *, allow_now: bool = True) -> int:
 
 
 def content_type(h: dict[str, str]) -> str | None:
-    ct = h.get("content-type")
+    ct = h.get(CONTENT_TYPE.key)
     if ct is None:
         return None
     ct = ct.strip()

@@ -19,6 +19,17 @@ from stream_server.protocol.context import (
     raw_path,
 )
 from stream_server.protocol.headers import (
+    CACHE_CONTROL,
+    CONTENT_TYPE,
+    HOST,
+    LOCATION,
+    STREAM_CLOSED,
+    STREAM_EXPIRES_AT,
+    STREAM_FORK_OFFSET,
+    STREAM_FORK_SUB_OFFSET,
+    STREAM_FORKED_FROM,
+    STREAM_NEXT_OFFSET,
+    STREAM_TTL,
     is_true,
     non_negative_int,
     parse_expires_at,
@@ -26,14 +37,20 @@ from stream_server.protocol.headers import (
 )
 from stream_server.protocol.http import Headers, Receive, Scope, Send, respond
 from stream_server.streams.errors import BadRequest
-from stream_server.streams.store import CreateRequest, ForkRequest
+from stream_server.streams.requests import CreateRequest, ForkRequest
 
 
 async def put(
-    ctx: Context, scope: Scope, receive: Receive, send: Send, path: str, h: dict[str, str]
+    ctx: Context,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    h: dict[str, str],
+    client: str,
 ) -> None:
-    ttl = parse_ttl(h.get("stream-ttl"))
-    expires = parse_expires_at(h.get("stream-expires-at"))
+    ttl = parse_ttl(h.get(STREAM_TTL.key))
+    expires = parse_expires_at(h.get(STREAM_EXPIRES_AT.key))
     if ttl is not None and expires is not None:
         raise BadRequest("send Stream-TTL or Stream-Expires-At, not both")
     fork = _fork_request(ctx, h)
@@ -46,44 +63,44 @@ async def put(
             ttl=ttl,
             expires_at=expires[0] if expires else None,
             expires_at_ts=expires[1] if expires else None,
-            closed=is_true(h.get("stream-closed")),
+            closed=is_true(h.get(STREAM_CLOSED.key)),
             fork=fork,
         )
     )
     s = result.stream
     hs: Headers = [
-        (b"content-type", s.meta.content_type.encode()),
-        (b"stream-next-offset", format_offset(result.tail).encode()),
-        (b"cache-control", CACHE_NONE),
+        (CONTENT_TYPE.raw, s.meta.content_type.encode()),
+        (STREAM_NEXT_OFFSET.raw, format_offset(result.tail).encode()),
+        (CACHE_CONTROL.raw, CACHE_NONE),
     ]
     if result.closed:
-        hs.append((b"stream-closed", TRUE))
+        hs.append((STREAM_CLOSED.raw, TRUE))
     if result.created:
-        hs.append((b"location", _absolute_url(scope, h, raw_path(scope)).encode()))
+        hs.append((LOCATION.raw, _absolute_url(scope, h, raw_path(scope)).encode()))
     await respond(send, 201 if result.created else 200, hs)
 
 
 def _fork_request(ctx: Context, h: dict[str, str]) -> ForkRequest | None:
     """The fork a PUT asks for (a source and where to branch), or None for a plain create."""
-    source = h.get("stream-forked-from")
+    source = h.get(STREAM_FORKED_FROM.key)
     if source is None:
-        if "stream-fork-offset" in h or "stream-fork-sub-offset" in h:
+        if STREAM_FORK_OFFSET.key in h or STREAM_FORK_SUB_OFFSET.key in h:
             raise BadRequest("Stream-Fork-Offset needs Stream-Forked-From")
         return None
     fork = ForkRequest(ctx.source_path(source), None)
-    raw_offset = h.get("stream-fork-offset")
+    raw_offset = h.get(STREAM_FORK_OFFSET.key)
     if raw_offset is not None:
         fork.offset = offset_unit(raw_offset.strip(), allow_now=False)
         if fork.offset == START:
             fork.offset = 0
-    sub = h.get("stream-fork-sub-offset")
+    sub = h.get(STREAM_FORK_SUB_OFFSET.key)
     if sub is not None:
         fork.sub_offset = non_negative_int(sub.strip(), "Stream-Fork-Sub-Offset")
     return fork
 
 
 def _absolute_url(scope: Scope, h: dict[str, str], path: bytes) -> str:
-    host = h.get("host")
+    host = h.get(HOST.key)
     if host is None:
         server = scope.get("server") or ("localhost", None)
         host = server[0] if server[1] is None else f"{server[0]}:{server[1]}"

@@ -15,13 +15,15 @@ refusal they raise becomes a response in one place (``refusals``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from stream_server.protocol import admission, append, create, reads, subscriptions
 from stream_server.protocol.context import Context, ProtocolSettings, raw_path
+from stream_server.protocol.headers import ALLOW
 from stream_server.protocol.http import (
     PREFLIGHT,
+    Headers,
     Receive,
     Scope,
     Send,
@@ -44,6 +46,7 @@ class StreamRoutes:
         self.context = context
         self.subscriptions = subscriptions
         self.live_readers = self.context.slots.by_mode  # read by the metrics gauge
+        self.admits = context.auth is not None or context.limiter is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = self.context
@@ -62,7 +65,7 @@ class StreamRoutes:
             if method == "OPTIONS":
                 await respond(send, 204, list(PREFLIGHT))
                 return
-            if ctx.auth is not None or ctx.limiter is not None:
+            if self.admits:
                 client, refusal = admission.admit(ctx, client, method, path, headers)
                 if refusal is not None:
                     await respond(send, *refusal)
@@ -77,29 +80,59 @@ class StreamRoutes:
                 if refusal is not None:
                     await respond(send, *refusal)
                     return
-            if method == "GET":
-                await reads.get(ctx, scope, receive, send, path, headers, client)
-            elif method == "POST":
-                await append.post(ctx, receive, send, path, headers)
-            elif method == "PUT":
-                await create.put(ctx, scope, receive, send, path, headers)
-            elif method == "HEAD":
-                await reads.head(ctx, send, path)
-            elif method == "DELETE":
-                # The store decides everything (soft delete under live forks, cascades).
-                await ctx.store.delete(path)
-                await respond(send, 204, [])
-            else:
+            if method not in METHODS:
                 await respond(
                     send,
                     405,
-                    text_headers([(b"allow", b"GET, HEAD, POST, PUT, DELETE, OPTIONS")]),
+                    text_headers([(ALLOW.raw, b"GET, HEAD, POST, PUT, DELETE, OPTIONS")]),
                     b"method not allowed\n",
                 )
+                return
+            await METHODS[method](ctx, scope, receive, send, path, headers, client)
         except StreamError as exc:
             await respond(send, *error_response(exc))
         except (ConnectionAbortedError, OSError):
             return
+
+    async def refuse(
+        self, scope: Scope, send: Send, status: int, headers: Headers, reason: bytes
+    ) -> None:
+        """Send a refusal decided before the routes (a standby's refusal of a write): in
+        the form the path's API gives its refusals, JSON on the ``__ds`` paths, text on
+        the streams."""
+        raw = raw_path(scope)
+        base = self.context.base
+        if raw.startswith(base) and subscriptions.is_control(raw[len(base) :]):
+            await subscriptions.refuse(send, status, headers, reason)
+        else:
+            await respond(send, status, text_headers(headers), reason)
+
+
+async def delete(
+    ctx: Context,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    h: dict[str, str],
+    client: str,
+) -> None:
+    # The store decides everything (soft delete under live forks, cascades).
+    await ctx.store.delete(path)
+    await respond(send, 204, [])
+
+
+Handler = Callable[[Context, Scope, Receive, Send, str, dict[str, str], str], Awaitable[None]]
+
+# One handler per method, each in the module of its operation; the arguments are
+# the same for all (what a handler does not need it ignores).
+METHODS: dict[str, Handler] = {
+    "GET": reads.get,
+    "HEAD": reads.head,
+    "POST": append.post,
+    "PUT": create.put,
+    "DELETE": delete,
+}
 
 
 def _bounded(scope: Scope, send: Send, timeout: float) -> Send:

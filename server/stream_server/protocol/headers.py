@@ -1,12 +1,82 @@
-"""Parsing of the protocol's request headers; every refusal is a BadRequest."""
+"""The protocol's headers: every name, once, and the parsing of request values.
+
+Each name is written here once, in the spelling the protocol documents, and
+every module of the protocol layer (and the CORS lists in ``http``) takes it
+from here in the form it needs: ``key`` to look a request header up (the
+request's headers are keyed in lower case, ``http.request_headers``), ``raw``
+to send it (lower-case bytes, as ASGI wants), ``name`` where it is listed
+for people and browsers. Parsing refuses with a BadRequest.
+"""
 
 from __future__ import annotations
 
 import re
 from datetime import datetime
 
+from stream_format.records import Producer
 from stream_server.streams.errors import BadRequest
-from stream_server.streams.store import Producer
+
+
+class Header:
+    """One header name in its three forms (plain attributes: read on every request)."""
+
+    __slots__ = ("key", "name", "raw")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.key = name.lower()
+        self.raw = self.key.encode("ascii")
+
+    def __repr__(self) -> str:
+        return f"Header({self.name!r})"
+
+
+# The protocol's own (PROTOCOL.md).
+STREAM_NEXT_OFFSET = Header("Stream-Next-Offset")
+STREAM_CURSOR = Header("Stream-Cursor")
+STREAM_UP_TO_DATE = Header("Stream-Up-To-Date")
+STREAM_CLOSED = Header("Stream-Closed")
+STREAM_TTL = Header("Stream-TTL")
+STREAM_EXPIRES_AT = Header("Stream-Expires-At")
+STREAM_SEQ = Header("Stream-Seq")
+STREAM_FORKED_FROM = Header("Stream-Forked-From")
+STREAM_FORK_OFFSET = Header("Stream-Fork-Offset")
+STREAM_FORK_SUB_OFFSET = Header("Stream-Fork-Sub-Offset")
+STREAM_SSE_DATA_ENCODING = Header("Stream-SSE-Data-Encoding")
+# Where a read may start once retention dropped a stream's head: sent with a 410
+# for an offset before it, and by HEAD (docs/retention.md).
+STREAM_EARLIEST_OFFSET = Header("Stream-Earliest-Offset")
+PRODUCER_ID = Header("Producer-Id")
+PRODUCER_EPOCH = Header("Producer-Epoch")
+PRODUCER_SEQ = Header("Producer-Seq")
+PRODUCER_EXPECTED_SEQ = Header("Producer-Expected-Seq")
+PRODUCER_RECEIVED_SEQ = Header("Producer-Received-Seq")
+
+# HTTP's, as the protocol uses them.
+AUTHORIZATION = Header("Authorization")
+ALLOW = Header("Allow")
+CACHE_CONTROL = Header("Cache-Control")
+CONNECTION = Header("Connection")
+CONTENT_LENGTH = Header("Content-Length")
+CONTENT_TYPE = Header("Content-Type")
+ETAG = Header("ETag")
+HOST = Header("Host")
+IF_NONE_MATCH = Header("If-None-Match")
+LAST_EVENT_ID = Header("Last-Event-ID")
+LOCATION = Header("Location")
+RETRY_AFTER = Header("Retry-After")
+VARY = Header("Vary")
+WWW_AUTHENTICATE = Header("WWW-Authenticate")
+# On every response (``http.COMMON``, ``http.PREFLIGHT``): CORS, and the browser's
+# security headers; and one for proxies in front of an SSE response.
+ACCESS_CONTROL_ALLOW_ORIGIN = Header("Access-Control-Allow-Origin")
+ACCESS_CONTROL_EXPOSE_HEADERS = Header("Access-Control-Expose-Headers")
+ACCESS_CONTROL_ALLOW_METHODS = Header("Access-Control-Allow-Methods")
+ACCESS_CONTROL_ALLOW_HEADERS = Header("Access-Control-Allow-Headers")
+ACCESS_CONTROL_MAX_AGE = Header("Access-Control-Max-Age")
+X_CONTENT_TYPE_OPTIONS = Header("X-Content-Type-Options")
+CROSS_ORIGIN_RESOURCE_POLICY = Header("Cross-Origin-Resource-Policy")
+X_ACCEL_BUFFERING = Header("X-Accel-Buffering")
 
 _DECIMAL = re.compile(r"\A(0|[1-9][0-9]*)\Z")
 MAX_SAFE_INTEGER = 2**53 - 1

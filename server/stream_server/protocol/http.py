@@ -12,6 +12,41 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+from stream_server.protocol.headers import (
+    ACCESS_CONTROL_ALLOW_HEADERS,
+    ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN,
+    ACCESS_CONTROL_EXPOSE_HEADERS,
+    ACCESS_CONTROL_MAX_AGE,
+    AUTHORIZATION,
+    CACHE_CONTROL,
+    CONTENT_LENGTH,
+    CONTENT_TYPE,
+    CROSS_ORIGIN_RESOURCE_POLICY,
+    ETAG,
+    IF_NONE_MATCH,
+    LAST_EVENT_ID,
+    LOCATION,
+    PRODUCER_EPOCH,
+    PRODUCER_EXPECTED_SEQ,
+    PRODUCER_ID,
+    PRODUCER_RECEIVED_SEQ,
+    PRODUCER_SEQ,
+    RETRY_AFTER,
+    STREAM_CLOSED,
+    STREAM_CURSOR,
+    STREAM_EARLIEST_OFFSET,
+    STREAM_EXPIRES_AT,
+    STREAM_FORK_OFFSET,
+    STREAM_FORK_SUB_OFFSET,
+    STREAM_FORKED_FROM,
+    STREAM_NEXT_OFFSET,
+    STREAM_SEQ,
+    STREAM_SSE_DATA_ENCODING,
+    STREAM_TTL,
+    STREAM_UP_TO_DATE,
+    X_CONTENT_TYPE_OPTIONS,
+)
 from stream_server.streams.errors import StreamError
 
 Scope = MutableMapping[str, Any]
@@ -19,30 +54,61 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
-EXPOSED = (
-    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
-    "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
-    "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, Retry-After, "
-    "Stream-Earliest-Offset"
+# The CORS lists: what a browser's script may read from a response, and send.
+EXPOSED = ", ".join(
+    h.name
+    for h in (
+        STREAM_NEXT_OFFSET,
+        STREAM_CURSOR,
+        STREAM_UP_TO_DATE,
+        STREAM_CLOSED,
+        STREAM_TTL,
+        STREAM_EXPIRES_AT,
+        ETAG,
+        LOCATION,
+        CONTENT_TYPE,
+        PRODUCER_EPOCH,
+        PRODUCER_SEQ,
+        PRODUCER_EXPECTED_SEQ,
+        PRODUCER_RECEIVED_SEQ,
+        STREAM_SSE_DATA_ENCODING,
+        RETRY_AFTER,
+        STREAM_EARLIEST_OFFSET,
+    )
 )
-ALLOWED_HEADERS = (
-    "Content-Type, Authorization, If-None-Match, Stream-TTL, Stream-Expires-At, Stream-Seq, "
-    "Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, "
-    "Producer-Id, Producer-Epoch, Producer-Seq, Cache-Control, Last-Event-ID"
+ALLOWED_HEADERS = ", ".join(
+    h.name
+    for h in (
+        CONTENT_TYPE,
+        AUTHORIZATION,
+        IF_NONE_MATCH,
+        STREAM_TTL,
+        STREAM_EXPIRES_AT,
+        STREAM_SEQ,
+        STREAM_CLOSED,
+        STREAM_FORKED_FROM,
+        STREAM_FORK_OFFSET,
+        STREAM_FORK_SUB_OFFSET,
+        PRODUCER_ID,
+        PRODUCER_EPOCH,
+        PRODUCER_SEQ,
+        CACHE_CONTROL,
+        LAST_EVENT_ID,
+    )
 )
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 
 # On every response: CORS for browser clients, and the browser security headers.
 COMMON: Headers = [
-    (b"access-control-allow-origin", b"*"),
-    (b"access-control-expose-headers", EXPOSED.encode()),
-    (b"x-content-type-options", b"nosniff"),
-    (b"cross-origin-resource-policy", b"cross-origin"),
+    (ACCESS_CONTROL_ALLOW_ORIGIN.raw, b"*"),
+    (ACCESS_CONTROL_EXPOSE_HEADERS.raw, EXPOSED.encode()),
+    (X_CONTENT_TYPE_OPTIONS.raw, b"nosniff"),
+    (CROSS_ORIGIN_RESOURCE_POLICY.raw, b"cross-origin"),
 ]
 PREFLIGHT: Headers = [
-    (b"access-control-allow-methods", ALLOWED_METHODS.encode()),
-    (b"access-control-allow-headers", ALLOWED_HEADERS.encode()),
-    (b"access-control-max-age", b"86400"),
+    (ACCESS_CONTROL_ALLOW_METHODS.raw, ALLOWED_METHODS.encode()),
+    (ACCESS_CONTROL_ALLOW_HEADERS.raw, ALLOWED_HEADERS.encode()),
+    (ACCESS_CONTROL_MAX_AGE.raw, b"86400"),
 ]
 
 
@@ -133,13 +199,16 @@ async def respond(
 ) -> None:
     hs = [*COMMON, *headers]
     if body or status not in (204, 304):
-        hs.append((b"content-length", str(len(body)).encode()))
+        hs.append((CONTENT_LENGTH.raw, str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": hs})
     await send({"type": "http.response.body", "body": body})
 
 
 def text_headers(extra: Headers | None = None) -> Headers:
-    hs: Headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
+    hs: Headers = [
+        (CONTENT_TYPE.raw, b"text/plain; charset=utf-8"),
+        (CACHE_CONTROL.raw, b"no-store"),
+    ]
     if extra:
         hs.extend(extra)
     return hs

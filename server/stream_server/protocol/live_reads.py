@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
 from typing import Any
 
 import orjson
@@ -32,6 +31,16 @@ from stream_format.offsets import format_offset
 from stream_server.protocol import sse as sse_format
 from stream_server.protocol.context import CACHE_NONE, TRUE, Context
 from stream_server.protocol.cursor import next_cursor
+from stream_server.protocol.headers import (
+    CACHE_CONTROL,
+    CONTENT_TYPE,
+    STREAM_CLOSED,
+    STREAM_CURSOR,
+    STREAM_NEXT_OFFSET,
+    STREAM_SSE_DATA_ENCODING,
+    STREAM_UP_TO_DATE,
+    X_ACCEL_BUFFERING,
+)
 from stream_server.protocol.http import COMMON, Headers, Send, respond
 from stream_server.protocol.live import Hangup
 from stream_server.protocol.read_response import json_array, send_read
@@ -51,7 +60,8 @@ async def long_poll(
     hangup: Hangup,
 ) -> None:
     if s.tail <= unit and not s.meta.closed:
-        await _wait(ctx, s, unit, ctx.settings.long_poll_timeout, hangup)
+        deadline = asyncio.get_running_loop().time() + ctx.settings.long_poll_timeout
+        await _wait(ctx, s, unit, deadline, hangup)
         if hangup.happened:
             return
         if ctx.read_gate is not None and (refusal := ctx.read_gate.read_refusal()) is not None:
@@ -60,14 +70,14 @@ async def long_poll(
         s = ctx.store.get(s.path)
     if s.tail <= unit:
         hs: Headers = [
-            (b"stream-next-offset", format_offset(s.tail).encode()),
-            (b"stream-up-to-date", TRUE),
-            (b"cache-control", CACHE_NONE),
+            (STREAM_NEXT_OFFSET.raw, format_offset(s.tail).encode()),
+            (STREAM_UP_TO_DATE.raw, TRUE),
+            (CACHE_CONTROL.raw, CACHE_NONE),
         ]
         if s.meta.closed:
-            hs.append((b"stream-closed", TRUE))
+            hs.append((STREAM_CLOSED.raw, TRUE))
         else:
-            hs.append((b"stream-cursor", next_cursor(cursor).encode()))
+            hs.append((STREAM_CURSOR.raw, next_cursor(cursor).encode()))
         await respond(send, 204, hs)
         return
     result = await ctx.store.read(s, unit, ctx.read_chunk)
@@ -80,41 +90,25 @@ async def sse(
 ) -> None:
     text = s.is_json or s.meta.content_type.lower().startswith("text/")
     hs: Headers = [
-        (b"content-type", b"text/event-stream"),
-        (b"cache-control", b"no-cache"),
-        (b"x-accel-buffering", b"no"),
+        (CONTENT_TYPE.raw, b"text/event-stream"),
+        (CACHE_CONTROL.raw, b"no-cache"),
+        (X_ACCEL_BUFFERING.raw, b"no"),
     ]
     if not text:
-        hs.append((b"stream-sse-data-encoding", b"base64"))
+        hs.append((STREAM_SSE_DATA_ENCODING.raw, b"base64"))
     await send({"type": "http.response.start", "status": 200, "headers": [*COMMON, *hs]})
-    deadline = time.monotonic() + ctx.settings.sse_reconnect_interval
+    deadline = asyncio.get_running_loop().time() + ctx.settings.sse_reconnect_interval
     try:
         while True:
             result = await ctx.store.read(s, unit, ctx.read_chunk)
             if ctx.metrics is not None:
                 ctx.metrics.read_bytes.inc(sum(map(len, result.payloads)))
-            chunks: list[bytes] = []
-            if result.payloads:
-                if s.is_json:
-                    chunks.append(sse_format.data_event_text(json_array(result.payloads)))
-                elif text:
-                    chunks.append(sse_format.data_event_text(b"".join(result.payloads)))
-                else:
-                    chunks.append(
-                        sse_format.data_event_raw(base64.b64encode(b"".join(result.payloads)))
-                    )
+            chunks = [_data_event(s, result.payloads, text)] if result.payloads else []
             unit = result.next
             closed = s.meta.closed and unit >= s.tail
-            control: dict[str, Any] = {"streamNextOffset": format_offset(unit)}
-            if closed:
-                control["streamClosed"] = True
-                control["upToDate"] = True
-            else:
+            if not closed:
                 cursor = next_cursor(cursor)
-                control["streamCursor"] = cursor
-                if unit >= s.tail:
-                    control["upToDate"] = True
-            chunks.append(sse_format.control_event(orjson.dumps(control)))
+            chunks.append(_control_event(s, unit, closed, cursor))
             if ctx.read_gate is not None and ctx.read_gate.fresh_for() <= 0:
                 break  # this replica fell behind: the client reconnects and hears why
             await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
@@ -122,28 +116,55 @@ async def sse(
                 break
             if unit < s.tail:
                 continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not await _more(ctx, s, unit, deadline, hangup):
+                if hangup.happened:
+                    return  # nobody to end the response for
                 break
-            await _wait(ctx, s, unit, remaining, hangup)
-            if hangup.happened:
-                return
-            if not ctx.store.is_current(s):
-                break  # deleted while we waited
-            if s.tail <= unit and not s.meta.closed:
-                break  # reconnect interval reached
     except StreamError as exc:
         log.debug("SSE ended: %s", exc)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _wait(ctx: Context, s: Stream, unit: int, timeout: float, hangup: Hangup) -> None:
+async def _more(ctx: Context, s: Stream, unit: int, deadline: float, hangup: Hangup) -> bool:
+    """Wait at the tail for more of ``s``; False when the response ends instead: the
+    reconnect interval reached, the client gone, the stream deleted meanwhile."""
+    if asyncio.get_running_loop().time() >= deadline:
+        return False
+    await _wait(ctx, s, unit, deadline, hangup)
+    if hangup.happened or not ctx.store.is_current(s):
+        return False
+    return s.tail > unit or s.meta.closed
+
+
+def _data_event(s: Stream, payloads: list[bytes | memoryview], text: bool) -> bytes:
+    """The data read, as one event: a JSON array, text lines, or base64."""
+    if s.is_json:
+        return sse_format.data_event_text(json_array(payloads))
+    if text:
+        return sse_format.data_event_text(b"".join(payloads))
+    return sse_format.data_event_raw(base64.b64encode(b"".join(payloads)))
+
+
+def _control_event(s: Stream, unit: int, closed: bool, cursor: str | None) -> bytes:
+    """Where the reader is after a data event: next offset, and closed or its cursor."""
+    control: dict[str, Any] = {"streamNextOffset": format_offset(unit)}
+    if closed:
+        control["streamClosed"] = True
+        control["upToDate"] = True
+    else:
+        control["streamCursor"] = cursor
+        if unit >= s.tail:
+            control["upToDate"] = True
+    return sse_format.control_event(orjson.dumps(control))
+
+
+async def _wait(ctx: Context, s: Stream, unit: int, deadline: float, hangup: Hangup) -> None:
     """``store.wait`` for data past ``unit``; on a replica set's member it also ends the
     moment the replica stops being current (``ReadGate.stale``: one future for every
     live read, woken by one timer, not a timer per reader)."""
     gate = ctx.read_gate
     if gate is None:
-        await ctx.store.wait(s, unit, timeout, hangup.future)
+        await ctx.store.wait(s, unit, deadline, hangup.future)
         return
     stale = gate.stale()
     if stale.done():
@@ -157,7 +178,7 @@ async def _wait(ctx: Context, s: Stream, unit: int, timeout: float, hangup: Hang
     for f in (hangup.future, stale):
         f.add_done_callback(end)
     try:
-        await ctx.store.wait(s, unit, timeout, either)
+        await ctx.store.wait(s, unit, deadline, either)
     finally:
         for f in (hangup.future, stale):
             f.remove_done_callback(end)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from urllib.parse import unquote_to_bytes
 
 from stream_server.streams.errors import BadRequest, NotFound
+from stream_server.streams.path_rules import path_problem
 
 RESERVED_SEGMENT = "__ds"
 
@@ -36,14 +37,9 @@ def stream_path(raw_path: bytes, base: bytes, *, max_bytes: int, max_segment: in
         path = unquote_to_bytes(rest).decode("utf-8")
     except (UnicodeDecodeError, ValueError):
         raise BadRequest("stream path is not valid percent-encoded UTF-8") from None
-    if any(c < " " or c == "\x7f" or c == "\\" for c in path):
-        raise BadRequest("control characters and backslashes are not allowed in stream paths")
-    segments = path.split("/")
-    for seg in segments:
-        if seg in ("", ".", ".."):
-            raise BadRequest("empty, '.' and '..' segments are not allowed in stream paths")
-        if len(seg.encode()) > max_segment:
-            raise BadRequest(f"stream path segment longer than {max_segment} bytes")
+    problem = path_problem(path, max_bytes=None, max_segment=max_segment)
+    if problem is not None:
+        raise BadRequest(f"stream path: {problem}")
     return path
 
 

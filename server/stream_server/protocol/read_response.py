@@ -16,13 +16,21 @@ from collections.abc import Sequence
 
 from stream_format.offsets import format_offset
 from stream_server.protocol.context import TRUE, Context
+from stream_server.protocol.headers import (
+    AUTHORIZATION,
+    CACHE_CONTROL,
+    CONTENT_TYPE,
+    ETAG,
+    IF_NONE_MATCH,
+    STREAM_CLOSED,
+    STREAM_CURSOR,
+    STREAM_NEXT_OFFSET,
+    STREAM_UP_TO_DATE,
+    VARY,
+)
 from stream_server.protocol.http import Headers, Send, respond
 from stream_server.streams.model import Stream
-from stream_server.streams.store import ReadResult
-
-# Where a read may start once retention dropped a stream's head: sent with a 410
-# for an offset before it, and by HEAD (docs/retention.md).
-EARLIEST_OFFSET = b"stream-earliest-offset"
+from stream_server.streams.requests import ReadResult
 
 
 def read_headers(
@@ -37,22 +45,22 @@ def read_headers(
 ) -> tuple[Headers, bool]:
     """The headers of a read answered with ``r``, and whether the client's ETag matches."""
     hs: Headers = [
-        (b"content-type", s.meta.content_type.encode()),
-        (b"stream-next-offset", format_offset(r.next).encode()),
-        (b"cache-control", cache or ctx.cache_read),
+        (CONTENT_TYPE.raw, s.meta.content_type.encode()),
+        (STREAM_NEXT_OFFSET.raw, format_offset(r.next).encode()),
+        (CACHE_CONTROL.raw, cache or ctx.cache_read),
     ]
     if ctx.auth is not None:
-        hs.append((b"vary", b"authorization"))
+        hs.append((VARY.raw, AUTHORIZATION.raw))
     if r.up_to_date:
-        hs.append((b"stream-up-to-date", TRUE))
+        hs.append((STREAM_UP_TO_DATE.raw, TRUE))
     if r.closed:
-        hs.append((b"stream-closed", TRUE))
+        hs.append((STREAM_CLOSED.raw, TRUE))
     if cursor is not None and not r.closed:
-        hs.append((b"stream-cursor", cursor.encode()))
+        hs.append((STREAM_CURSOR.raw, cursor.encode()))
     if etag:
         tag = f'"{s.id}:{format_offset(r.start)}:{format_offset(r.next)}{":c" if r.closed else ""}"'
-        hs.append((b"etag", tag.encode()))
-        return hs, _etag_matches(h.get("if-none-match"), tag)
+        hs.append((ETAG.raw, tag.encode()))
+        return hs, _etag_matches(h.get(IF_NONE_MATCH.key), tag)
     return hs, False
 
 

@@ -24,36 +24,54 @@ from stream_server.protocol.context import (
     Context,
     offset_unit,
 )
+from stream_server.protocol.headers import (
+    CACHE_CONTROL,
+    CONTENT_LENGTH,
+    CONTENT_TYPE,
+    STREAM_CLOSED,
+    STREAM_EARLIEST_OFFSET,
+    STREAM_EXPIRES_AT,
+    STREAM_NEXT_OFFSET,
+    STREAM_TTL,
+)
 from stream_server.protocol.http import COMMON, Headers, Receive, Scope, Send, query_params, respond
 from stream_server.protocol.live import Hangup
-from stream_server.protocol.read_response import EARLIEST_OFFSET, read_headers, send_read
+from stream_server.protocol.read_response import read_headers, send_read
 from stream_server.streams.errors import BadRequest, OffsetGone, StreamError
 from stream_server.streams.model import Stream
-from stream_server.streams.store import ReadResult
+from stream_server.streams.requests import ReadResult
 
 log = logging.getLogger("stream_server.protocol")
 
 
-async def head(ctx: Context, send: Send, path: str) -> None:
+async def head(
+    ctx: Context,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    h: dict[str, str],
+    client: str,
+) -> None:
     s = ctx.store.get(path)
-    hs = [*_meta_headers(s, s.tail), (b"cache-control", CACHE_NONE)]
+    hs = [*_meta_headers(s, s.tail), (CACHE_CONTROL.raw, CACHE_NONE)]
     first = ctx.store.earliest(s)
     if first > 0:  # retention dropped the head: where a read may start now
-        hs.append((EARLIEST_OFFSET, format_offset(first).encode()))
+        hs.append((STREAM_EARLIEST_OFFSET.raw, format_offset(first).encode()))
     await respond(send, 200, hs)
 
 
 def _meta_headers(s: Stream, next_unit: int) -> Headers:
     hs: Headers = [
-        (b"content-type", s.meta.content_type.encode()),
-        (b"stream-next-offset", format_offset(next_unit).encode()),
+        (CONTENT_TYPE.raw, s.meta.content_type.encode()),
+        (STREAM_NEXT_OFFSET.raw, format_offset(next_unit).encode()),
     ]
     if s.meta.ttl is not None:
-        hs.append((b"stream-ttl", str(s.meta.ttl).encode()))
+        hs.append((STREAM_TTL.raw, str(s.meta.ttl).encode()))
     if s.meta.expires_at is not None:
-        hs.append((b"stream-expires-at", s.meta.expires_at.encode()))
+        hs.append((STREAM_EXPIRES_AT.raw, s.meta.expires_at.encode()))
     if s.meta.closed and next_unit >= s.tail:
-        hs.append((b"stream-closed", TRUE))
+        hs.append((STREAM_CLOSED.raw, TRUE))
     return hs
 
 
@@ -132,7 +150,7 @@ async def _send_streamed_read(
     if not_modified:
         await respond(send, 304, hs)
         return
-    hs = [*COMMON, *hs, (b"content-length", str(stop - unit).encode())]
+    hs = [*COMMON, *hs, (CONTENT_LENGTH.raw, str(stop - unit).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": hs})
     cur = unit
     pending = asyncio.ensure_future(ctx.store.read(s, cur, min(READ_CHUNK_BYTES, stop - cur)))

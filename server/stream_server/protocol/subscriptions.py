@@ -17,12 +17,23 @@ for the current wake, never a service token. ``admin`` includes the rest.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from stream_server.auth import Denied
 from stream_server.protocol import admission
 from stream_server.protocol.context import Context
+from stream_server.protocol.headers import (
+    ALLOW,
+    AUTHORIZATION,
+    CACHE_CONTROL,
+    CONTENT_LENGTH,
+    CONTENT_TYPE,
+    HOST,
+    RETRY_AFTER,
+    WWW_AUTHENTICATE,
+)
 from stream_server.protocol.http import (
     PREFLIGHT,
     Headers,
@@ -36,12 +47,14 @@ from stream_server.protocol.refusals import error_response
 from stream_server.streams.errors import StreamError
 from stream_server.subscriptions import pullwake
 from stream_server.subscriptions.errors import SubscriptionError, invalid
+from stream_server.subscriptions.manager import SubscriptionManager
+from stream_server.subscriptions.model import Subscription
 from stream_server.subscriptions.service import Subscriptions
-from stream_server.subscriptions.spec import check_id
+from stream_server.subscriptions.spec import check_id, check_new_id
 from stream_server.subscriptions.urls import WebhookUrlRejected, check_webhook_url_resolving
 
 MAX_CONTROL_BODY = 1024 * 1024
-JSON_HEADERS: Headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+JSON_HEADERS: Headers = [(CONTENT_TYPE.raw, b"application/json"), (CACHE_CONTROL.raw, b"no-store")]
 ACTIONS = ("callback", "claim", "ack", "release")
 HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]")
 
@@ -66,7 +79,7 @@ async def handle(
     try:
         if subs is None or not subs.started:
             raise SubscriptionError(
-                "UNAVAILABLE", "subscriptions are not running", headers={"retry-after": "1"}
+                "UNAVAILABLE", "subscriptions are not running", headers={RETRY_AFTER.key: "1"}
             )
         client = (scope.get("client") or ("?", 0))[0]
         if ctx.limiter is not None:
@@ -80,22 +93,173 @@ async def handle(
         extra = [(k.encode(), v.encode()) for k, v in exc.headers.items()]
     except Denied as exc:
         code = "UNAUTHORIZED" if exc.status == 401 else "FORBIDDEN"
-        status, body, extra = exc.status, {"error": {"code": code, "message": exc.reason}}, []
+        status, body, extra = exc.status, _error(code, exc.reason), []
         if exc.status == 401:
-            extra = [(b"www-authenticate", b'Bearer realm="durable-streams"')]
+            extra = [(WWW_AUTHENTICATE.raw, b'Bearer realm="durable-streams"')]
     except StreamError as exc:
         status, headers, _ = error_response(exc)
-        code = {400: "INVALID_REQUEST", 408: "REQUEST_TIMEOUT", 413: "PAYLOAD_TOO_LARGE"}.get(
-            status, "UNAVAILABLE"
-        )
-        retry = [(k, v) for k, v in headers if k == b"retry-after"]
-        status, body, extra = status, {"error": {"code": code, "message": exc.message}}, retry
+        retry = [(k, v) for k, v in headers if k == RETRY_AFTER.raw]
+        status, body, extra = status, _error(_code(status), exc.message), retry
+    await _answer(send, status, body, extra)
+
+
+async def refuse(send: Send, status: int, headers: Headers, reason: bytes) -> None:
+    """A refusal decided before the control API is reached (a standby's refusal of a
+    write, ``app.py``), in the API's own form: every refusal on the ``__ds`` paths is
+    JSON (docs/subscriptions.md), with the refusal's headers (Retry-After,
+    Stream-Primary)."""
+    message = reason.decode("utf-8", "replace").strip()
+    await _answer(send, status, _error(_code(status), message), headers)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def _code(status: int) -> str:
+    """Section 7's code for a refusal that arrives as a status alone."""
+    return {400: "INVALID_REQUEST", 408: "REQUEST_TIMEOUT", 413: "PAYLOAD_TOO_LARGE"}.get(
+        status, "UNAVAILABLE"
+    )
+
+
+async def _answer(send: Send, status: int, body: object, extra: Headers) -> None:
     if status == 204:
         await respond(send, 204, [])
         return
     named = {k for k, _ in extra}
     headers = [*(h for h in JSON_HEADERS if h[0] not in named), *extra]
     await respond(send, status, headers, json.dumps(body).encode())
+
+
+Answer = tuple[int, Any, Headers]
+
+
+class Call:
+    """One control request on one subscription, as its handler sees it."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        subs: Subscriptions,
+        m: SubscriptionManager,
+        scope: Scope,
+        receive: Receive,
+        h: dict[str, str],
+        sub_id: str,
+        tail: list[bytes],
+    ) -> None:
+        self.subs = subs
+        self.m = m
+        self.receive = receive
+        self.h = h
+        self.sub_id = sub_id
+        self.tail = tail
+        self.auth = ctx.auth
+        self.origin = _origin(scope, h)
+
+    def need(self, scope_name: str, paths: list[str]) -> None:
+        """With auth on: 403 unless the request's token may ``scope_name`` every path."""
+        if self.auth is not None:
+            principal = self.auth.identify(self.h.get(AUTHORIZATION.key))
+            for path in paths:
+                if not principal.allows(scope_name, path):
+                    raise Denied(403, f"token may not {scope_name} {path or 'every stream'!r}")
+
+    def authorised(self, scope_name: str) -> Subscription:
+        """The subscription, once the token may ``scope_name`` every path it covers."""
+        sub = self.m.get(self.sub_id)
+        self.need(scope_name, sub.config.covered_paths())
+        return sub
+
+    def described(self, sub: Subscription) -> dict[str, Any]:
+        signing = self.subs.signing(self.origin) if sub.config.webhook_url is not None else None
+        return self.m.describe(sub, signing)
+
+    async def body(self) -> object:
+        return await _json(self.receive, self.h)
+
+
+async def _put(c: Call) -> Answer:
+    sub_id = check_new_id(c.sub_id)
+    config = c.m.parse(await c.body())
+    c.need("write", config.covered_paths())
+    if c.m.existing(sub_id, config) is None and config.webhook_url is not None:
+        try:
+            await check_webhook_url_resolving(config.webhook_url, c.subs.allow)
+        except WebhookUrlRejected as exc:
+            raise SubscriptionError("WEBHOOK_URL_REJECTED", exc.reason) from None
+    sub, created = await c.m.create(sub_id, config, origin=c.origin)
+    if created:
+        c.m.kick(sub.id)
+    return 201 if created else 200, c.described(sub), []
+
+
+async def _get(c: Call) -> Answer:
+    sub = c.m.get(c.sub_id) if c.auth is None else c.authorised("read")
+    return 200, c.described(sub), []
+
+
+async def _delete(c: Call) -> Answer:
+    if c.auth is not None and c.sub_id in c.m.subs:
+        c.authorised("write")
+    elif c.auth is not None:
+        c.need("write", [])  # only an unrestricted writer learns what does not exist
+    await c.m.delete(c.sub_id)
+    return 204, None, []
+
+
+async def _add_streams(c: Call) -> Answer:
+    body = await c.body()
+    c.authorised("write")
+    if c.auth is not None and isinstance(body, dict) and isinstance(body.get("streams"), list):
+        c.need("write", [str(p).strip("/") for p in body["streams"]])
+    await c.m.add_streams(c.sub_id, body)
+    return 204, None, []
+
+
+async def _remove_stream(c: Call) -> Answer:
+    path = _decode(b"/".join(c.tail[1:]), "stream path")
+    c.authorised("write")
+    await c.m.remove_stream(c.sub_id, path)
+    return 204, None, []
+
+
+async def _claim(c: Call) -> Answer:
+    body = await c.body()
+    c.authorised("read")
+    return 200, await pullwake.claim(c.m, c.sub_id, body), []
+
+
+async def _callback(c: Call) -> Answer:
+    body = await c.body()
+    return 200, await c.m.callback(c.sub_id, _bearer(c.h), body), []
+
+
+async def _ack(c: Call) -> Answer:
+    body = await c.body()
+    return 200, await pullwake.ack(c.m, c.sub_id, _bearer(c.h), body), []
+
+
+async def _release(c: Call) -> Answer:
+    body = await c.body()
+    await pullwake.release(c.m, c.sub_id, _bearer(c.h), body)
+    return 204, None, []
+
+
+Handler = Callable[[Call], Awaitable[Answer]]
+
+# What follows ``__ds/subscriptions/ID`` -> method -> handler; the methods listed in
+# the order the Allow header of a 405 names them.
+ROUTES: dict[str, dict[str, Handler]] = {
+    "": {"GET": _get, "PUT": _put, "DELETE": _delete},
+    "streams": {"POST": _add_streams},
+    "streams/PATH": {"DELETE": _remove_stream},
+    "callback": {"POST": _callback},
+    "claim": {"POST": _claim},
+    "ack": {"POST": _ack},
+    "release": {"POST": _release},
+}
 
 
 async def _route(
@@ -106,106 +270,44 @@ async def _route(
     method: str,
     raw_rest: bytes,
     h: dict[str, str],
-) -> tuple[int, Any, Headers]:
+) -> Answer:
     parts = raw_rest.split(b"/")
     if parts == [b"__ds", b"jwks.json"]:
-        _allow(method, "GET")
+        _allow(method, {"GET": None})
         assert subs.keys is not None
-        return (
-            200,
-            subs.keys.jwks(),
-            [
-                (b"content-type", b"application/jwk-set+json"),
-                (b"cache-control", b"public, max-age=300"),
-            ],
-        )
+        jwks_headers = [
+            (CONTENT_TYPE.raw, b"application/jwk-set+json"),
+            (CACHE_CONTROL.raw, b"public, max-age=300"),
+        ]
+        return 200, subs.keys.jwks(), jwks_headers
     if len(parts) < 3 or parts[1] != b"subscriptions" or not parts[2]:
         raise SubscriptionError("NOT_FOUND", "no such control path under __ds/")
     sub_id = check_id(_decode(parts[2], "subscription id"))
     tail = parts[3:]
     m = await subs.control(writing=method != "GET")  # a standby: a read-only copy
-    origin = _origin(scope, h)
-    auth = ctx.auth
+    methods = ROUTES[_resource(tail)]
+    _allow(method, methods)
+    return await methods[method](Call(ctx, subs, m, scope, receive, h, sub_id, tail))
 
-    def need(scope_name: str, paths: list[str]) -> None:
-        if auth is not None:
-            principal = auth.identify(h.get("authorization"))
-            for path in paths:
-                if not principal.allows(scope_name, path):
-                    raise Denied(403, f"token may not {scope_name} {path or 'every stream'!r}")
 
+def _resource(tail: list[bytes]) -> str:
+    """The ``ROUTES`` key of what follows the subscription id (404 when there is none)."""
     if not tail:
-        if method == "PUT":
-            config = m.parse(await _json(receive, h))
-            need("write", config.covered_paths())
-            if m.existing(sub_id, config) is None and config.webhook_url is not None:
-                try:
-                    await check_webhook_url_resolving(config.webhook_url, subs.allow)
-                except WebhookUrlRejected as exc:
-                    raise SubscriptionError("WEBHOOK_URL_REJECTED", exc.reason) from None
-            sub, created = await m.create(sub_id, config, origin=origin)
-            if created:
-                m.kick(sub.id)
-            return 201 if created else 200, m.describe(sub, _signing(subs, sub, origin)), []
-        if method == "GET":
-            sub = m.get(sub_id) if auth is None else _authorised(m, sub_id, need, "read")
-            return 200, m.describe(sub, _signing(subs, sub, origin)), []
-        if method == "DELETE":
-            if auth is not None and sub_id in m.subs:
-                _authorised(m, sub_id, need, "write")
-            elif auth is not None:
-                need("write", [])  # only an unrestricted writer learns what does not exist
-            await m.delete(sub_id)
-            return 204, None, []
-        _allow(method, "GET, PUT, DELETE")
+        return ""
     action = _decode(tail[0], "action")
     if action == "streams":
-        if len(tail) == 1:
-            _allow(method, "POST")
-            body = await _json(receive, h)
-            _authorised(m, sub_id, need, "write")
-            if (
-                auth is not None
-                and isinstance(body, dict)
-                and isinstance(body.get("streams"), list)
-            ):
-                need("write", [str(p).strip("/") for p in body["streams"]])
-            await m.add_streams(sub_id, body)
-            return 204, None, []
-        _allow(method, "DELETE")
-        path = _decode(b"/".join(tail[1:]), "stream path")
-        _authorised(m, sub_id, need, "write")
-        await m.remove_stream(sub_id, path)
-        return 204, None, []
+        return "streams" if len(tail) == 1 else "streams/PATH"
     if len(tail) != 1 or action not in ACTIONS:
         raise SubscriptionError("NOT_FOUND", "no such subscription path")
-    _allow(method, "POST")
-    body = await _json(receive, h)
-    if action == "claim":
-        _authorised(m, sub_id, need, "read")
-        return 200, await pullwake.claim(m, sub_id, body), []
-    token = _bearer(h)
-    if action == "callback":
-        return 200, await m.callback(sub_id, token, body), []
-    if action == "ack":
-        return 200, await pullwake.ack(m, sub_id, token, body), []
-    await pullwake.release(m, sub_id, token, body)
-    return 204, None, []
+    return action
 
 
-def _authorised(m: Any, sub_id: str, need: Any, scope_name: str) -> Any:
-    sub = m.get(sub_id)
-    need(scope_name, sub.config.covered_paths())
-    return sub
-
-
-def _signing(subs: Subscriptions, sub: Any, origin: str) -> dict[str, str] | None:
-    return subs.signing(origin) if sub.config.webhook_url is not None else None
-
-
-def _allow(method: str, allowed: str) -> None:
-    if method not in [m.strip() for m in allowed.split(",")]:
-        raise SubscriptionError("METHOD_NOT_ALLOWED", f"use {allowed}", headers={"allow": allowed})
+def _allow(method: str, methods: Mapping[str, object]) -> None:
+    if method not in methods:
+        allowed = ", ".join(methods)
+        raise SubscriptionError(
+            "METHOD_NOT_ALLOWED", f"use {allowed}", headers={ALLOW.key: allowed}
+        )
 
 
 def _decode(raw: bytes, what: str) -> str:
@@ -216,13 +318,13 @@ def _decode(raw: bytes, what: str) -> str:
 
 
 def _bearer(h: dict[str, str]) -> str | None:
-    kind, _, token = h.get("authorization", "").strip().partition(" ")
+    kind, _, token = h.get(AUTHORIZATION.key, "").strip().partition(" ")
     return token.strip() or None if kind.lower() == "bearer" else None
 
 
 def _origin(scope: Scope, h: dict[str, str]) -> str:
     scheme = scope.get("scheme", "http")
-    host = h.get("host", "")
+    host = h.get(HOST.key, "")
     if not host or not set(host) <= HOST_CHARS:
         server = scope.get("server") or ("127.0.0.1", 80)
         host = f"{server[0]}:{server[1]}"
@@ -230,7 +332,7 @@ def _origin(scope: Scope, h: dict[str, str]) -> str:
 
 
 async def _json(receive: Receive, h: dict[str, str]) -> object:
-    raw = await read_body(receive, MAX_CONTROL_BODY, h.get("content-length"))
+    raw = await read_body(receive, MAX_CONTROL_BODY, h.get(CONTENT_LENGTH.key))
     if not raw.strip():
         return {}
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import NamedTuple
@@ -22,6 +21,7 @@ from typing import NamedTuple
 from stream_format.meta import StreamMeta
 from stream_server.engine import BatchStats
 from stream_server.engine.ops import Op, PutStream
+from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.errors import StreamError
 from stream_server.streams.model import Stream
 from stream_server.streams.pending import StreamTable
@@ -73,15 +73,23 @@ class Expiry:
     """Which streams can expire, whose TTL clock moved, and which are being deleted."""
 
     def __init__(
-        self, table: StreamTable, *, interval: float, commit: Commit, queue_delete: QueueDelete
+        self,
+        table: StreamTable,
+        *,
+        interval: float,
+        commit: Commit,
+        queue_delete: QueueDelete,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self._table = table
+        self._clock = clock
         self._interval = interval
         self._commit = commit
         self._queue_delete = queue_delete
         self.timed: set[str] = set()  # streams with a TTL or Expires-At: the sweeper's list
         self.touched: set[str] = set()  # TTL clocks renewed in memory, not yet on disk
         self.expiring: set[str] = set()  # expiry deletes queued, not yet durable
+        self._deletes: set[asyncio.Task[None]] = set()  # their tasks
         self._sweeper: asyncio.Task[None] | None = None
         # A standby of a replica set: the primary deletes what expires, and its
         # deletions reach this replica as replicated frames.
@@ -115,11 +123,18 @@ class Expiry:
             finally:
                 self.expiring.discard(s.path)
 
-        asyncio.get_running_loop().create_task(run())
+        task = asyncio.get_running_loop().create_task(run())
+        self._deletes.add(task)  # held: the loop keeps only a weak reference to a task
+        task.add_done_callback(self._deletes.discard)
+
+    async def drained(self) -> None:
+        """Return once every expiry delete queued so far is durable (or failed)."""
+        if self._deletes:
+            await asyncio.gather(*self._deletes)
 
     def sweep(self) -> int:
         """Expire every stream whose TTL or Expires-At has passed."""
-        now = time.time()
+        now = self._clock()
         expired = []
         for path in list(self.timed):
             s = self._table.by_path.get(path)

@@ -10,7 +10,6 @@ cascade up a chain of deleted sources (``queue_delete``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import NamedTuple
@@ -59,7 +58,12 @@ def fork_depth(table: StreamTable, s: Stream) -> int:
 
 
 def fork_source(
-    table: StreamTable, f: ForkRequest, *, max_depth: int, expire: Callable[[Stream], None]
+    table: StreamTable,
+    f: ForkRequest,
+    *,
+    max_depth: int,
+    expire: Callable[[Stream], None],
+    now: float,
 ) -> Stream:
     """The stream ``f`` forks from, if a fork of it may be created now."""
     src = table.by_path.get(f.source)
@@ -67,7 +71,7 @@ def fork_source(
         raise NotFound("fork source stream not found")
     if src.pending.meta.soft_deleted:
         raise Conflict("fork source stream was deleted")
-    if src.expired(time.time()):
+    if src.expired(now):
         expire(src)
         raise NotFound("fork source stream not found (expired)")
     if fork_depth(table, src) >= max_depth:

@@ -1,23 +1,43 @@
 """The in-memory view of one stream: what is committed, and what is queued on top.
 
 Readers see only the committed fields. Writers validate against the pending
-fields (``Stream.pending``, see ``pending.py``), which run ahead by the
-operations queued for the next group commit; if a batch fails, pending is
-reset to committed and nothing happened.
+fields (``Stream.pending``, a ``Pending``), which run ahead by the operations
+queued for the next group commit; if a batch fails, pending is reset to
+committed and nothing happened (``pending.StreamTable.rollback``). ``Pending``
+lives here, not in ``pending.py``, so that the table of streams may import the
+stream without the stream importing the table back.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from stream_format.media import JSON_TYPE, media_type
 from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES, KIND_JSON, Producer
 from stream_server.engine import BatchStats
-from stream_server.streams.pending import Pending
 from stream_server.streams.recent import RecentWindow
 
-__all__ = ["JSON_TYPE", "Stream", "media_type"]
+__all__ = ["JSON_TYPE", "Pending", "Stream", "media_type"]
+
+
+class Pending:
+    """One stream's state with its queued changes applied."""
+
+    __slots__ = ("meta", "producers", "tail")
+
+    def __init__(self, meta: StreamMeta, tail: int) -> None:
+        self.meta = replace(meta)
+        self.tail = tail
+        # Only the producers a queued append changes: the committed ones sit under it.
+        self.producers: dict[str, Producer] = {}
+
+    def reset(self, meta: StreamMeta, tail: int) -> None:
+        """Forget every queued change: back to the committed ``meta`` and ``tail``."""
+        self.meta = replace(meta)
+        self.tail = tail
+        self.producers.clear()
 
 
 class Stream:

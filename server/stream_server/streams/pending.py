@@ -2,44 +2,21 @@
 
 Writers validate against pending state, which runs ahead of the committed
 state by the operations queued for the next group commit. Two things are
-pending: each stream's own fields (``Pending``: configuration, tail and the
-producers it has accepted), and which streams exist (``StreamTable``: creates
-not yet durable are in the table already, deletes not yet durable are out of
-it but still reachable for fork reads). A batch that fails undoes both in one
-place, ``StreamTable.rollback``, so the store never has to remember what a
-failed request had reserved.
+pending: each stream's own fields (``model.Pending``, beside the stream that
+holds them: configuration, tail and the producers it has accepted), and which
+streams exist (``StreamTable``, here: creates not yet durable are in the table
+already, deletes not yet durable are out of it but still reachable for fork
+reads). A batch that fails undoes both in one place, ``StreamTable.rollback``,
+so the store never has to remember what a failed request had reserved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from stream_format.meta import StreamMeta
-from stream_format.records import Producer
 from stream_server.engine.ops import Op
-
-if TYPE_CHECKING:
-    from stream_server.streams.model import Stream
-
-
-class Pending:
-    """One stream's state with its queued changes applied."""
-
-    __slots__ = ("meta", "producers", "tail")
-
-    def __init__(self, meta: StreamMeta, tail: int) -> None:
-        self.meta = replace(meta)
-        self.tail = tail
-        # Only the producers a queued append changes: the committed ones sit under it.
-        self.producers: dict[str, Producer] = {}
-
-    def reset(self, meta: StreamMeta, tail: int) -> None:
-        """Forget every queued change: back to the committed ``meta`` and ``tail``."""
-        self.meta = replace(meta)
-        self.tail = tail
-        self.producers.clear()
+from stream_server.streams.model import Stream
 
 
 class StreamTable:

@@ -33,12 +33,12 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from stream_server.engine import BatchStats, Engine
 from stream_server.engine.ops import DropHead, Op
+from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.errors import StreamError
 from stream_server.streams.model import Stream
 from stream_server.streams.pending import StreamTable
@@ -171,7 +171,7 @@ class Retention:
         *,
         interval: float,
         commit: Commit,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.policies = policies
         self._table = table
@@ -218,25 +218,10 @@ class Retention:
         todo: list[tuple[Stream, int, int | None]] = []
         for path, s in list(self._table.by_path.items()):
             p = self.policy(path)
-            if p is None or not s.committed:
-                continue
-            m = s.pending.meta
-            if m.refcount > 0:
-                continue  # forks read through it: pinned (see the module docstring)
-            tail = self._engine.tails.get(s.id)
-            if tail is None or tail.start >= tail.unit:
-                continue
-            min_pos = tail.start_pos
-            if p.max_bytes is not None:
-                min_pos = max(min_pos, tail.file_len - p.max_bytes)
-            cutoff = int((now - p.max_age) * 1_000_000) if p.max_age is not None else None
-            if min_pos <= tail.start_pos:
-                if cutoff is None:
-                    continue
-                first = self._first.get(s.id)
-                if first is not None and first[0] == tail.start_pos and first[1] >= cutoff:
-                    continue  # its oldest record is young enough: no disk read this sweep
-            todo.append((s, min_pos, cutoff))
+            if p is not None and s.committed:
+                bounds = self._bounds(s, p, now)
+                if bounds is not None:
+                    todo.append((s, *bounds))
         if not todo:
             await self._note_oldest()
             self.sweeps += 1
@@ -252,6 +237,26 @@ class Retention:
         await self._note_oldest()
         self.sweeps += 1
         return len(ops)
+
+    def _bounds(self, s: Stream, p: Policy, now: float) -> tuple[int, int | None] | None:
+        """What ``p`` asks of ``s`` now: the least file position to keep, and the commit
+        time (µs) before which records go; None when nothing can go (no disk read)."""
+        if s.pending.meta.refcount > 0:
+            return None  # forks read through it: pinned (see the module docstring)
+        tail = self._engine.tails.get(s.id)
+        if tail is None or tail.start >= tail.unit:
+            return None
+        min_pos = tail.start_pos
+        if p.max_bytes is not None:
+            min_pos = max(min_pos, tail.file_len - p.max_bytes)
+        cutoff = int((now - p.max_age) * 1_000_000) if p.max_age is not None else None
+        if min_pos <= tail.start_pos:
+            if cutoff is None:
+                return None
+            first = self._first.get(s.id)
+            if first is not None and first[0] == tail.start_pos and first[1] >= cutoff:
+                return None  # its oldest record is young enough: no disk read this sweep
+        return min_pos, cutoff
 
     async def _note_oldest(self) -> None:
         """Read the commit time of each trimmed-or-new first record (for the metrics)."""

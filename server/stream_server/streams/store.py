@@ -1,21 +1,21 @@
 """The stream store: the one place that coordinates every operation on streams.
 
-(About 500 lines: the create and append checks stay together here, as each is one
-synchronous check-and-reserve step that must read as a whole.)
-
-All validation runs on the event loop against each stream's pending state
-(``pending.py``), so a request is checked and its effect reserved in one step,
-with no locks; the effect becomes visible to readers only when its batch is
-durable, through the commit action each operation hands to the pipeline.
-A failed batch rolls every pending change back in one place.
+The create and append checks stay together here, each one synchronous
+check-and-reserve step that reads as a whole. All validation runs on the
+event loop against each stream's pending state (``pending.py``), so a request
+is checked and its effect reserved in one step, with no locks; the effect
+becomes visible to readers only when its batch is durable, through the commit
+action each operation hands to the pipeline. A failed batch rolls every
+pending change back in one place.
 
 The rules themselves live one concern a module: idempotent producers
 (``producers.py``), forks (``forks.py``), TTL and the sweeper (``expiry.py``),
-retention (``retention.py``),
-catch-up reads (``reads.py``), live readers (``waiting.py``) and the
-recent-read window (``recent.py``). The protocol layer asks the store through
-its operations and read-only queries (``get``, ``is_current``) and never
-changes a stream's fields itself.
+retention (``retention.py``), catch-up reads (``reads.py``), live readers
+(``waiting.py``) and the recent-read window (``recent.py``); what "now" is
+comes from one injected clock (``clock.py``). The layers above see the store
+only through the interfaces in ``interface.py`` (its operations and read-only
+queries such as ``get`` and ``is_current``) and never change a stream's fields
+themselves.
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stream_format.meta import MAX_KEY_BYTES
 from stream_format.records import Producer
 from stream_server.engine import (
     BatchStats,
@@ -41,6 +39,7 @@ from stream_server.engine import (
 from stream_server.engine.ops import Op
 from stream_server.engine.pipeline import CommitPipeline
 from stream_server.streams.appends import queue_append
+from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.creates import queue_create
 from stream_server.streams.errors import (
     BadRequest,
@@ -60,9 +59,11 @@ from stream_server.streams.forks import (
     queue_delete,
     sub_offset_boundary,
 )
+from stream_server.streams.interface import ProtocolStore, SubscriptionStore
 from stream_server.streams.jsonmode import JsonSplitter
 from stream_server.streams.model import JSON_TYPE, Stream, media_type
 from stream_server.streams.options import StoreEvents, StoreLimits
+from stream_server.streams.path_rules import MAX_PATH_BYTES
 from stream_server.streams.pending import StreamTable
 from stream_server.streams.producers import check_producer
 from stream_server.streams.reads import Reader
@@ -81,8 +82,6 @@ from stream_server.streams.waiting import LiveReaders
 log = logging.getLogger("stream_server.streams")
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
-# It ends up in LMDB keys (see stream_format.meta.MAX_KEY_BYTES).
-MAX_PATH_BYTES = MAX_KEY_BYTES
 
 
 class StreamStore:
@@ -93,8 +92,11 @@ class StreamStore:
         limits: StoreLimits | None = None,
         events: StoreEvents | None = None,
         engine: Engine | None = None,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.engine = engine or Engine(data_dir)
+        # What "now" is for every time-based rule (TTL, Expires-At, retention ages).
+        self.clock = clock
         self.limits = limits or StoreLimits()
         self.events = events or StoreEvents()
         self.table = StreamTable()
@@ -112,6 +114,7 @@ class StreamStore:
             interval=self.limits.sweep_interval,
             commit=self._commit,
             queue_delete=self._queue_delete,
+            clock=clock,
         )
         self.retention = Retention(
             self.limits.retention,
@@ -119,6 +122,7 @@ class StreamStore:
             self.engine,
             interval=self.limits.sweep_interval,
             commit=self._commit,
+            clock=clock,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -182,6 +186,11 @@ class StreamStore:
         return self.engine.failed
 
     @property
+    def version(self) -> object:
+        """The engine's last committed batch: it changes whenever anything is committed."""
+        return self.engine.lsn
+
+    @property
     def streams(self) -> dict[str, Stream]:
         """Every stream by path, for counting and inspection; change it only through the store."""
         return self.table.by_path
@@ -193,7 +202,7 @@ class StreamStore:
             raise NotFound("stream not found")
         if s.pending.meta.soft_deleted:
             raise Gone("stream was deleted")
-        now = time.time()
+        now = self.clock()
         if s.expired(now):
             self.expiry.expire(s)
             raise NotFound("stream not found (expired)")
@@ -226,7 +235,7 @@ class StreamStore:
                 content_type = src.meta.content_type if src is not None else None
             if req.body and _is_json(content_type):
                 parsed = await self.json.split(req.body, allow_empty_array=True)
-        now = time.time()
+        now = self.clock()
         existing = self.table.by_path.get(req.path)
         if existing is not None and existing.committed and existing.expired(now):
             self.expiry.expire(existing)
@@ -248,6 +257,7 @@ class StreamStore:
                 req.fork,
                 max_depth=self.limits.max_fork_depth,
                 expire=self.expiry.expire,
+                now=now,
             )
             fork_unit = fork_point(source, req.fork, boundary)
             first = self.earliest(source)
@@ -452,18 +462,18 @@ class StreamStore:
         return await self.reader.read(s, start, max_bytes)
 
     async def wait(
-        self, s: Stream, unit: int, timeout: float, until: asyncio.Future[Any] | None = None
+        self, s: Stream, unit: int, deadline: float, until: asyncio.Future[Any] | None = None
     ) -> bool:
         """Wait until ``s`` has data past ``unit``, is closed, or goes away.
 
-        False on timeout, when ``until`` resolves (the reader hung up) or when
-        the store stops.
+        False once the loop's clock reaches ``deadline``, when ``until`` resolves
+        (the reader hung up) or when the store stops.
         """
         if s.tail > unit or s.meta.closed:
             return True
         if not self.ready or (until is not None and until.done()):
             return False
-        return await self.live.wait(s, timeout, until)
+        return await self.live.wait(s, deadline, until)
 
     # ------------------------------------------------------------------ upkeep
 
@@ -486,6 +496,12 @@ def _then(
 
 def _is_json(content_type: str | None) -> bool:
     return content_type is not None and media_type(content_type) == JSON_TYPE
+
+
+if TYPE_CHECKING:  # mypy checks that the store offers what each layer above asks of it
+
+    def _implements(store: StreamStore) -> tuple[ProtocolStore, SubscriptionStore]:
+        return store, store
 
 
 __all__ = [

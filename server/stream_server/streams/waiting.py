@@ -18,13 +18,14 @@ class LiveReaders:
     def __init__(self) -> None:
         self._waiters: set[asyncio.Future[bool]] = set()
 
-    async def wait(self, s: Stream, timeout: float, until: asyncio.Future[Any] | None) -> bool:
-        """True when ``s`` changes; False on timeout, on ``until`` resolving, or on release."""
+    async def wait(self, s: Stream, deadline: float, until: asyncio.Future[Any] | None) -> bool:
+        """True when ``s`` changes; False once the loop's clock reaches ``deadline``, on
+        ``until`` resolving, or on release."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         s.waiters.add(waiter)
         self._waiters.add(waiter)
-        timer = loop.call_later(timeout, _time_out, waiter)
+        timer = loop.call_at(deadline, _time_out, waiter)
 
         def hung_up(_: asyncio.Future[Any]) -> None:
             _time_out(waiter)

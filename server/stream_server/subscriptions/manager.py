@@ -35,6 +35,8 @@ from typing import Any
 
 from stream_format.offsets import START, OffsetError, format_offset, parse_offset
 from stream_server.metrics import Metrics
+from stream_server.streams.clock import WALL_CLOCK, Clock
+from stream_server.streams.interface import SubscriptionStore
 from stream_server.streams.model import Stream
 from stream_server.subscriptions import tokens
 from stream_server.subscriptions.errors import SubscriptionError, fenced, invalid, not_found
@@ -72,12 +74,12 @@ class Ack:
 class SubscriptionManager:
     def __init__(
         self,
-        store: Any,
+        store: SubscriptionStore,
         *,
         max_path_bytes: int = 1024,
         max_subscriptions: int = 10_000,
         metrics: Metrics | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.store = store
         self.records = SubscriptionRecords(store)
@@ -120,30 +122,39 @@ class SubscriptionManager:
                 log.error("subscription %r is not served: %s", key, exc)
                 continue
             if isinstance(item, Tombstone):
-                if prune and now - item.deleted_at > TOMBSTONE_DAYS * 86400:
-                    try:
-                        await self.records.put(key, None)
-                        continue
-                    except Exception as exc:  # e.g. a new primary not yet in sync
-                        log.warning("old tombstone %r kept for now: %s", key, exc)
-                self.tombstones[item.id] = item
+                await self._load_tombstone(key, item, now if prune else None)
                 continue
             self.subs[item.id] = item
             for path in item.links:
                 self.by_stream.setdefault(path, set()).add(item.id)
         for sub in self.subs.values():
-            for path, link in list(sub.links.items()):
-                if not link.explicit and path not in self.store.streams:
-                    self._unlink(sub, path)  # a glob link of a stream deleted meanwhile
-            if sub.config.pattern is None:
-                continue
-            for s in list(self.store.streams.values()):
-                if s.path not in sub.links and self._globbed(sub, s):
-                    # Created after the subscription: everything in it is new.
-                    start = s.meta.fork_offset if s.meta.created_at >= sub.created_at else s.tail
-                    self._link(sub, s.path, start, glob=True)
+            self._relink(sub)
         if self.subs:
             log.info("%d subscriptions loaded", len(self.subs))
+
+    async def _load_tombstone(self, key: str, item: Tombstone, now: float | None) -> None:
+        """Keep a tombstone, or (``now`` given) remove it once past its time."""
+        if now is not None and now - item.deleted_at > TOMBSTONE_DAYS * 86400:
+            try:
+                await self.records.put(key, None)
+                return
+            except Exception as exc:  # e.g. a new primary not yet in sync
+                log.warning("old tombstone %r kept for now: %s", key, exc)
+        self.tombstones[item.id] = item
+
+    def _relink(self, sub: Subscription) -> None:
+        """Bring a loaded subscription's glob links up to the streams as they are now:
+        drop those of streams deleted meanwhile, add those of streams created."""
+        for path, link in list(sub.links.items()):
+            if not link.explicit and path not in self.store.streams:
+                self._unlink(sub, path)  # a glob link of a stream deleted meanwhile
+        if sub.config.pattern is None:
+            return
+        for s in list(self.store.streams.values()):
+            if s.path not in sub.links and self._globbed(sub, s):
+                # Created after the subscription: everything in it is new.
+                start = s.meta.fork_offset if s.meta.created_at >= sub.created_at else s.tail
+                self._link(sub, s.path, start, glob=True)
 
     # ------------------------------------------------------------------ queries
 
@@ -253,7 +264,10 @@ class SubscriptionManager:
         if sub is not None:
             return sub, False
         if len(self.subs) >= self.max_subscriptions:
-            raise SubscriptionError("UNAVAILABLE", "subscription limit reached")
+            # Retry-After as for the stream limit: a deletion may free a place at any time.
+            raise SubscriptionError(
+                "UNAVAILABLE", "subscription limit reached", headers={"retry-after": "1"}
+            )
         now = self.clock()
         tomb = self.tombstones.get(sub_id)
         sub = Subscription(

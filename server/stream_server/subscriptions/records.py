@@ -3,33 +3,28 @@
 One record per subscription id in the space ``subscriptions``, written through
 the store's group-commit pipeline (``StreamStore.put_record``): in the WAL and
 LMDB like stream metadata, acknowledged only once durable, recovered at start.
-A store without keyed records (an older engine) keeps them in memory, so the
-feature still works there, for the life of the process.
+Without a store (tests of the manager's own rules) they are kept in memory,
+for the life of the process.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+
+from stream_server.streams.interface import SubscriptionStore
 
 log = logging.getLogger("stream_server.subscriptions")
 
 SPACE = "subscriptions"
 
 
-class RecordStore(Protocol):
-    async def put_record(self, space: str, key: str, value: bytes | None) -> None: ...
-
-    def records(self, space: str) -> dict[str, bytes]: ...
-
-
 class SubscriptionRecords:
-    def __init__(self, store: object) -> None:
-        self.durable = hasattr(store, "put_record") and hasattr(store, "records")
-        self._store: RecordStore | None = store if self.durable else None  # type: ignore[assignment]
+    def __init__(self, store: SubscriptionStore | None) -> None:
+        self.durable = store is not None
+        self._store = store
         self._memory: dict[str, bytes] = {}
         if not self.durable:
-            log.warning("the store keeps no records: subscriptions live in memory only")
+            log.warning("no store: subscriptions live in memory only")
 
     def load(self) -> dict[str, bytes]:
         if self._store is not None:

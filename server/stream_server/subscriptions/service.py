@@ -20,9 +20,10 @@ import logging
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from stream_server.metrics import Metrics
+from stream_server.streams.clock import WALL_CLOCK, Clock
+from stream_server.streams.interface import SubscriptionStore
 from stream_server.subscriptions.delivery import DeliveryLoop
 from stream_server.subscriptions.errors import SubscriptionError
 from stream_server.subscriptions.manager import SubscriptionManager
@@ -49,15 +50,24 @@ class SubscriptionSettings:
 
 
 class Subscriptions:
-    def __init__(self, store: Any, settings: SubscriptionSettings, metrics: Metrics | None) -> None:
+    def __init__(
+        self,
+        store: SubscriptionStore,
+        settings: SubscriptionSettings,
+        metrics: Metrics | None,
+        *,
+        clock: Clock = WALL_CLOCK,
+    ) -> None:
         self.settings = settings
         self.store = store
+        self.clock = clock  # leases, retries, tombstones and key ages
         self.allow = WebhookAllowList.from_settings(settings.webhook_allow)
         self.manager = SubscriptionManager(
             store,
             max_path_bytes=settings.max_path_bytes,
             max_subscriptions=settings.max_subscriptions,
             metrics=metrics,
+            clock=clock,
         )
         self.keys: WebhookKeys | None = None
         self.loop: DeliveryLoop | None = None
@@ -90,6 +100,7 @@ class Subscriptions:
                 WebhookKeys.load_or_create,
                 s.data_dir / KEYRING_DIR,
                 replay_window=s.webhook_key_replay_window,
+                clock=self.clock,
             )
         return self.keys
 
@@ -143,12 +154,13 @@ class Subscriptions:
             raise SubscriptionError(
                 "UNAVAILABLE", "subscriptions are starting here", headers={"retry-after": "1"}
             )
-        version = getattr(getattr(self.store, "engine", None), "lsn", None)
-        if self._view is None or self._view[0] != version or version is None:
+        version = self.store.version
+        if self._view is None or self._view[0] != version:
             view = SubscriptionManager(
                 self.store,
                 max_path_bytes=self.settings.max_path_bytes,
                 max_subscriptions=self.settings.max_subscriptions,
+                clock=self.clock,
             )
             await view.load(prune=False)
             self._view = (version, view)

@@ -34,7 +34,6 @@ import os
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from stream_server.streams.clock import WALL_CLOCK, Clock
 
 KEYRING_DIR = "webhook-keys"
 KEYRING_FILE = "keyring.json"
@@ -139,8 +140,11 @@ class _Ring:
 class WebhookKeys:
     """The server's webhook signing keys; see the module docstring for the design."""
 
-    def __init__(self, directory: Path, ring: _Ring, replay_window: float) -> None:
+    def __init__(
+        self, directory: Path, ring: _Ring, replay_window: float, clock: Clock = WALL_CLOCK
+    ) -> None:
         self._dir = directory
+        self._clock = clock  # key ages, the replay window and signature timestamps
         self._ring = ring
         self._replay_window = replay_window
         self._stamp = self._file_stamp()
@@ -150,7 +154,11 @@ class WebhookKeys:
 
     @classmethod
     def load_or_create(
-        cls, directory: Path, *, replay_window: float = DEFAULT_REPLAY_WINDOW
+        cls,
+        directory: Path,
+        *,
+        replay_window: float = DEFAULT_REPLAY_WINDOW,
+        clock: Clock = WALL_CLOCK,
     ) -> WebhookKeys:
         """Open the ring in ``directory`` (e.g. ``data_dir / "webhook-keys"``), creating a
         first key if there is none. Retired keys past the replay window are pruned."""
@@ -160,7 +168,7 @@ class WebhookKeys:
         _make_private_dir(directory)
         with _locked(directory):
             ring = _read(directory)
-            now = time.time()
+            now = clock()
             if ring is None:
                 ring = _Ring.fresh(now)
                 _write(directory, ring)
@@ -169,7 +177,7 @@ class WebhookKeys:
                 if pruned != ring:
                     ring = pruned
                     _write(directory, ring)
-        return cls(directory, ring, replay_window)
+        return cls(directory, ring, replay_window, clock)
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -211,14 +219,14 @@ class WebhookKeys:
     def sign(self, body: bytes, now: int | None = None) -> str:
         """The ``Webhook-Signature`` value for ``body``: Ed25519 over ``<t>.<body>``."""
         ring = self._ring
-        t = int(time.time()) if now is None else int(now)
+        t = int(self._clock()) if now is None else int(now)
         sig = ring.private.sign(str(t).encode("ascii") + b"." + body)
         return f"t={t},kid={ring.kid},ed25519={b64url(sig)}"
 
     def jwks(self, now: float | None = None) -> dict[str, list[dict[str, str]]]:
         """The JWK Set: the current key first, then retired keys still in the replay window."""
         ring = self._ring
-        now = time.time() if now is None else now
+        now = self._clock() if now is None else now
         keys = [_jwk(ring.kid, ring.x)]
         keys += [_jwk(r.kid, r.x) for r in ring.retired if now - r.retired_at < self._replay_window]
         return {"keys": keys}
@@ -227,7 +235,7 @@ class WebhookKeys:
         """Make a new current key; the old one's public part stays published for the
         replay window. Read-modify-write under the file lock, so a concurrent rotation
         elsewhere is built upon, not overwritten. Returns the new kid."""
-        now = time.time() if now is None else now
+        now = self._clock() if now is None else now
         with _locked(self._dir):
             ring = _read(self._dir) or self._ring
             retired = (RetiredKey(ring.kid, ring.x, now), *ring.retired)
@@ -242,7 +250,7 @@ class WebhookKeys:
         """Rotate when the current key is ``interval`` seconds old (0: never). For the
         server's periodic task; it also picks up a rotation made on the command line."""
         self.refresh()
-        now = time.time() if now is None else now
+        now = self._clock() if now is None else now
         if interval <= 0 or now - self._ring.created_at < interval:
             return None
         return self.rotate(now)

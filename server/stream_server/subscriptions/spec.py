@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from stream_server.streams.path_rules import MAX_PATH_BYTES, path_problem
 from stream_server.subscriptions.errors import invalid
 from stream_server.subscriptions.glob import Pattern, PatternError
 
@@ -72,7 +73,9 @@ class SubscriptionConfig:
     @classmethod
     def from_canonical(cls, d: dict[str, Any], *, max_path_bytes: int) -> SubscriptionConfig:
         return parse_config(
-            {k: v for k, v in d.items() if v is not None}, max_path_bytes=max_path_bytes
+            {k: v for k, v in d.items() if v is not None},
+            max_path_bytes=max_path_bytes,
+            stored=True,
         )
 
 
@@ -84,86 +87,119 @@ def check_id(sub_id: str) -> str:
     return sub_id
 
 
-def stream_path(value: object, what: str, *, max_bytes: int) -> str:
-    """A stream-root-relative path from a request body, normalised (no outer slashes)."""
+def check_new_id(sub_id: str) -> str:
+    """An id a new subscription may take: ``check_id``'s, less ``.`` and ``..``, which
+    clients and proxies resolve away as URL path segments, so that nothing could
+    reach the subscription's callback URL (``.../ID/callback``). Only a PUT
+    refuses them: one made before this check can still be read and deleted."""
+    if check_id(sub_id) in (".", ".."):
+        raise invalid("a subscription id may not be '.' or '..': it could never be reached")
+    return sub_id
+
+
+def stream_path(value: object, what: str, *, max_bytes: int, stored: bool = False) -> str:
+    """A stream-root-relative path from a request body, normalised (no outer slashes),
+    checked by the rule stream requests are (``streams.path_rules``): a link to a path
+    no stream can have would never be woken. ``max_bytes`` (``--max-path-bytes``)
+    caps it below that rule's own total, never above. A ``stored`` configuration
+    (read back from its record) is held to the rule it was accepted under, so that a
+    subscription made before the rule was shared is still served."""
     if not isinstance(value, str):
         raise invalid(f"{what} must be a string")
     path = value.strip("/")
     if not path:
         raise invalid(f"{what} is empty")
-    if len(path.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise invalid(f"{what} longer than {max_bytes} bytes")
-    if any(c < " " or c == "\x7f" or c == "\\" for c in path):
-        raise invalid(f"{what}: control characters and backslashes are not allowed")
-    segments = path.split("/")
-    if any(seg in ("", ".", "..") for seg in segments):
-        raise invalid(f"{what}: empty, '.' and '..' segments are not allowed")
-    if segments[0] == RESERVED:
+    if stored:
+        problem = path_problem(path, max_bytes=max_bytes, max_segment=max_bytes)
+    else:
+        problem = path_problem(path, max_bytes=min(max_bytes, MAX_PATH_BYTES))
+    if problem is not None:
+        raise invalid(f"{what}: {problem}")
+    if path.split("/", 1)[0] == RESERVED:
         raise invalid(f"{what}: paths under {RESERVED}/ are reserved")
     return path
 
 
-def stream_list(value: object, *, max_bytes: int) -> list[str]:
+def stream_list(value: object, *, max_bytes: int, stored: bool = False) -> list[str]:
     if not isinstance(value, list):
         raise invalid("streams must be an array of stream paths")
     if len(value) > MAX_STREAMS_PER_REQUEST:
         raise invalid(f"at most {MAX_STREAMS_PER_REQUEST} streams per request")
-    return [stream_path(v, "each of streams", max_bytes=max_bytes) for v in value]
+    return [stream_path(v, "each of streams", max_bytes=max_bytes, stored=stored) for v in value]
 
 
-def parse_config(body: object, *, max_path_bytes: int) -> SubscriptionConfig:
+def parse_config(body: object, *, max_path_bytes: int, stored: bool = False) -> SubscriptionConfig:
     if not isinstance(body, dict):
         raise invalid("the body must be a JSON object")
     kind = body.get("type")
     if kind not in TYPES:
         raise invalid('type must be "webhook" or "pull-wake"')
-
-    pattern = None
-    raw_pattern = body.get("pattern")
-    if raw_pattern is not None:
-        if not isinstance(raw_pattern, str):
-            raise invalid("pattern must be a string")
-        try:
-            pattern = Pattern.parse(raw_pattern, max_bytes=max_path_bytes)
-        except PatternError as exc:
-            raise invalid(f"pattern: {exc}") from None
-        if pattern.segments[0] == RESERVED:
-            raise invalid(f"pattern: paths under {RESERVED}/ are reserved")
+    pattern = _pattern(body.get("pattern"), max_path_bytes)
     raw_streams = body.get("streams")
     streams: tuple[str, ...] = ()
     if raw_streams is not None:
-        streams = tuple(sorted(set(stream_list(raw_streams, max_bytes=max_path_bytes))))
+        streams = tuple(
+            sorted(set(stream_list(raw_streams, max_bytes=max_path_bytes, stored=stored)))
+        )
     if pattern is None and not streams:
         raise invalid("at least one of pattern or streams is required")
+    webhook_url = _webhook_url(kind, body.get("webhook"))
+    wake_stream = _wake_stream(kind, body.get("wake_stream"), max_path_bytes, stored)
+    if wake_stream is not None and wake_stream in streams:
+        raise invalid("the wake stream cannot also be one of the subscription's streams")
+    return SubscriptionConfig(
+        type=kind,
+        pattern=pattern,
+        streams=streams,
+        webhook_url=webhook_url,
+        wake_stream=wake_stream,
+        lease_ttl_ms=_lease_ttl_ms(body.get("lease_ttl_ms")),
+        description=_description(body.get("description")),
+    )
 
-    webhook_url = None
-    raw_webhook = body.get("webhook")
-    if kind == WEBHOOK:
-        if not isinstance(raw_webhook, dict):
-            raise invalid("a webhook subscription needs webhook.url")
-        url = raw_webhook.get("url")
-        if not isinstance(url, str) or not url:
-            raise invalid("a webhook subscription needs webhook.url, a string")
-        if len(url.encode()) > MAX_URL_BYTES:
-            raise invalid(f"webhook.url longer than {MAX_URL_BYTES} bytes")
-        webhook_url = url
-    elif raw_webhook is not None:
-        raise invalid("webhook is only for webhook subscriptions")
 
-    wake_stream = None
-    raw_wake = body.get("wake_stream")
-    if kind == PULL_WAKE:
-        if raw_wake is None:
-            raise invalid("a pull-wake subscription needs wake_stream")
-        wake_stream = stream_path(raw_wake, "wake_stream", max_bytes=max_path_bytes)
-        if wake_stream in streams:
-            raise invalid("the wake stream cannot also be one of the subscription's streams")
-    elif raw_wake is not None:
-        raise invalid("wake_stream is only for pull-wake subscriptions")
+def _pattern(raw: object, max_path_bytes: int) -> Pattern | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise invalid("pattern must be a string")
+    try:
+        pattern = Pattern.parse(raw, max_bytes=max_path_bytes)
+    except PatternError as exc:
+        raise invalid(f"pattern: {exc}") from None
+    if pattern.segments[0] == RESERVED:
+        raise invalid(f"pattern: paths under {RESERVED}/ are reserved")
+    return pattern
 
-    lease = body.get("lease_ttl_ms", DEFAULT_LEASE_TTL_MS)
+
+def _webhook_url(kind: str, raw: object) -> str | None:
+    if kind != WEBHOOK:
+        if raw is not None:
+            raise invalid("webhook is only for webhook subscriptions")
+        return None
+    if not isinstance(raw, dict):
+        raise invalid("a webhook subscription needs webhook.url")
+    url = raw.get("url")
+    if not isinstance(url, str) or not url:
+        raise invalid("a webhook subscription needs webhook.url, a string")
+    if len(url.encode()) > MAX_URL_BYTES:
+        raise invalid(f"webhook.url longer than {MAX_URL_BYTES} bytes")
+    return url
+
+
+def _wake_stream(kind: str, raw: object, max_path_bytes: int, stored: bool) -> str | None:
+    if kind != PULL_WAKE:
+        if raw is not None:
+            raise invalid("wake_stream is only for pull-wake subscriptions")
+        return None
+    if raw is None:
+        raise invalid("a pull-wake subscription needs wake_stream")
+    return stream_path(raw, "wake_stream", max_bytes=max_path_bytes, stored=stored)
+
+
+def _lease_ttl_ms(lease: object) -> int:
     if lease is None:
-        lease = DEFAULT_LEASE_TTL_MS
+        return DEFAULT_LEASE_TTL_MS
     if isinstance(lease, float) and lease.is_integer():
         lease = int(lease)
     if (
@@ -174,19 +210,12 @@ def parse_config(body: object, *, max_path_bytes: int) -> SubscriptionConfig:
         raise invalid(
             f"lease_ttl_ms must be an integer from {MIN_LEASE_TTL_MS} to {MAX_LEASE_TTL_MS}"
         )
+    return lease
 
-    description = body.get("description")
+
+def _description(description: object) -> str | None:
     if description is not None and (
         not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS
     ):
         raise invalid(f"description must be a string of at most {MAX_DESCRIPTION_CHARS} chars")
-
-    return SubscriptionConfig(
-        type=kind,
-        pattern=pattern,
-        streams=streams,
-        webhook_url=webhook_url,
-        wake_stream=wake_stream,
-        lease_ttl_ms=lease,
-        description=description,
-    )
+    return description
