@@ -16,8 +16,9 @@ from testkit.servers import Child, env_with, free_port, http_status, stream_serv
 from testkit.stream_reads import read_served
 
 ROOT = Path(__file__).parent
-# Marks a test's needs (programs, packages): skipped by hand, failed under make test.
-pytest_plugins = ["testkit.needs"]
+# Marks a test's needs (programs, packages): skipped by hand, failed under make test;
+# and refuses a process to a test whose module is not marked `processes` (the fast tier).
+pytest_plugins = ["testkit.needs", "testkit.tiers"]
 
 __all__ = [
     "ROOT",
