@@ -18,7 +18,8 @@ from testkit.stream_reads import read_served
 ROOT = Path(__file__).parent
 # Marks a test's needs (programs, packages): skipped by hand, failed under make test;
 # and refuses a process to a test whose module is not marked `processes` (the fast tier).
-pytest_plugins = ["testkit.needs", "testkit.tiers"]
+# testkit.asgi's fixtures start the server in-process (app_server, async_app_server).
+pytest_plugins = ["testkit.needs", "testkit.tiers", "testkit.asgi"]
 
 __all__ = [
     "ROOT",
