@@ -25,6 +25,8 @@ from stream_format.layout import Layout
 from stream_format.records import KIND_BYTES, encode_record
 from testkit import summary
 
+pytestmark = pytest.mark.processes
+
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 STREAMS = 6
 WRITERS_PER_STREAM = 1

@@ -24,6 +24,8 @@ from conftest import read_all, stream_state
 from stream_format.layout import Layout
 from testkit import needs
 
+pytestmark = pytest.mark.processes
+
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 BIN = {"Content-Type": "application/octet-stream"}
 

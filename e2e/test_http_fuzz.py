@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from conftest import stream_state
 
+pytestmark = pytest.mark.processes
+
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
 STREAMS = {
     "fz/bin": "application/octet-stream",

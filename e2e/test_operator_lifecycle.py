@@ -49,6 +49,8 @@ from testkit.kubelet import Kubelet
 from testkit.operator import operated_api_server
 from testkit.services import ServiceEndpoints
 
+pytestmark = pytest.mark.processes
+
 
 def annotate(kube: Cluster, key: str, value: str | None) -> None:
     kube.patch(KIND, NS, NAME, {"metadata": {"annotations": {key: value}}}).raise_for_status()

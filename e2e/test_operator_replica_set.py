@@ -65,6 +65,8 @@ from testkit.pod_runtimes import Runtime
 from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parent.parent
 NS = "default"
 NAME = "ledger"

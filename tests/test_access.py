@@ -17,6 +17,8 @@ from stream_server.auth import AuthConfigError, Denied, TokenAuth
 from stream_server.ratelimit import RateLimiter
 from testkit import needs
 
+pytestmark = pytest.mark.processes
+
 CT = {"Content-Type": "text/plain"}
 TOKENS = {
     "tokens": [

@@ -7,12 +7,15 @@ from __future__ import annotations
 import shutil
 
 import httpx
+import pytest
 
 from stream_format.layout import CURRENT
 from stream_server.engine.recovery import RecoveryReport
 from stream_server.streams.store import StreamStore
 from testkit.golden import expected, golden, matches, with_recovered_copy
 from testkit.spark_rows import every_stream
+
+pytestmark = pytest.mark.processes
 
 GOLDEN = golden(1)
 EXPECTED = expected(1)["streams"]

@@ -14,6 +14,8 @@ import pytest
 from conftest import stream_state
 from testkit.servers import rss_bytes
 
+pytestmark = pytest.mark.processes
+
 JSON = {"Content-Type": "application/json"}
 MiB = 1 << 20
 

@@ -21,6 +21,8 @@ import pytest
 from conftest import live_gauge, raw_get
 from testkit import wait_for
 
+pytestmark = pytest.mark.processes
+
 TEXT = {"Content-Type": "text/plain"}
 BIN = {"Content-Type": "application/octet-stream"}
 

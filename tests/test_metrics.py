@@ -5,7 +5,10 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.processes
 
 
 def scrape(srv) -> dict[tuple[str, tuple], float]:

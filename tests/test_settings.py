@@ -21,6 +21,8 @@ from stream_operator.render import server_env
 from stream_operator.spec import DEFAULTS, with_defaults
 from stream_server.config import NOT_SETTINGS, add_arguments, env_names, settings_from
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
 

@@ -22,7 +22,7 @@ from testkit.containers import PODMAN_NEEDED
 
 from .conftest import SERVER_UID, report
 
-pytestmark = [PODMAN_NEEDED, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
 GRACE = with_defaults({})["lifecycle"]["terminationGracePeriodSeconds"]
 TEXT = {"Content-Type": "text/plain"}

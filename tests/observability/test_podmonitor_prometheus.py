@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from test_prometheus import Prometheus
 
 from stream_operator import KIND
@@ -48,7 +49,10 @@ from testkit.operator import running_operator
 from testkit.pki import PrivateCA
 from testkit.prometheus_operator import scrape_configs
 
-pytestmark = needs.commands("prometheus", install="Debian's prometheus package (make system-deps)")
+pytestmark = [
+    pytest.mark.processes,
+    needs.commands("prometheus", install="Debian's prometheus package (make system-deps)"),
+]
 
 NS = "default"
 NAME = "ds"

@@ -64,7 +64,10 @@ ALL = {"namespace": ".*", "pod": ".*", "instance": ".*"}
 RATE_INTERVAL = "15s"  # what Grafana would pick for a 1 s scrape interval and a short range
 DEADLINE = 60.0  # seconds to wait for Prometheus to see everything; normally 10-20
 
-pytestmark = needs.commands("prometheus", install="Debian's prometheus package (make system-deps)")
+pytestmark = [
+    pytest.mark.processes,
+    needs.commands("prometheus", install="Debian's prometheus package (make system-deps)"),
+]
 
 
 def substitute(expr: str, values: dict[str, str]) -> str:

@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from test_prometheus import ALL, Prometheus, in_thread, panel_queries, wait_for
 
 from testkit import needs
@@ -43,7 +44,10 @@ FAST = {
     "replication_wait": "2",
 }
 
-pytestmark = needs.commands("prometheus", install="Debian's prometheus package (make system-deps)")
+pytestmark = [
+    pytest.mark.processes,
+    needs.commands("prometheus", install="Debian's prometheus package (make system-deps)"),
+]
 
 
 def test_real_prometheus_scrapes_a_replica_set(tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ from tests.subscriptions._api import (
     until,
 )
 
+pytestmark = pytest.mark.processes
+
 JSON = "application/json"
 
 

@@ -18,6 +18,8 @@ from tests.subscriptions._api import (
     until,
 )
 
+pytestmark = pytest.mark.processes
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pullwake_worker.py"
 
 

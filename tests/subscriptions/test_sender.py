@@ -40,6 +40,8 @@ from stream_server.subscriptions.sender import WebhookSender
 from stream_server.subscriptions.signing import WebhookKeys
 from stream_server.subscriptions.urls import WebhookAllowList
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "webhook_receiver.py"
 NONE = WebhookAllowList.from_settings([])

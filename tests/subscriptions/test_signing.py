@@ -28,6 +28,8 @@ from stream_server.subscriptions.signing import (
     thumbprint_kid,
 )
 
+pytestmark = pytest.mark.processes
+
 HEADER = re.compile(r"^t=(\d+),kid=([^,]+),ed25519=([A-Za-z0-9_-]+)$")  # the suite's own pattern
 
 
