@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import socket
 import subprocess
@@ -13,7 +12,7 @@ import pytest
 
 from testkit import summary
 from testkit.servers import Child, env_with, free_port, http_status, stream_server_command
-from testkit.stream_reads import read_served
+from testkit.stream_reads import read_all, read_served, stream_state
 
 ROOT = Path(__file__).parent
 # Marks a test's needs (programs, packages): skipped by hand, failed under make test;
@@ -108,26 +107,6 @@ def shared_server(tmp_path_factory) -> ServerProcess:
     ).start()
     yield srv
     srv.stop()
-
-
-def read_all(url: str, *, timeout: float = 10) -> bytes:
-    """A stream's whole content, which the server must serve (200)."""
-    with httpx.Client(timeout=timeout) as c:
-        content = read_served(c, url)
-    assert content is not None, f"{url} is not served (no 200 while reading it)"
-    return content
-
-
-def stream_state(url: str) -> tuple:
-    """Everything a client can observe of a stream: status, tail, closure, content hash."""
-    h = httpx.head(url, timeout=10)
-    body = read_all(url) if h.status_code == 200 else b""
-    return (
-        h.status_code,
-        h.headers.get("stream-next-offset"),
-        h.headers.get("stream-closed"),
-        hashlib.sha256(body).hexdigest(),
-    )
 
 
 def live_gauge(srv: ServerProcess, mode: str) -> float:

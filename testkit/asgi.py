@@ -21,6 +21,7 @@ Unlike httpx's ``ASGITransport``, which hands back a response only once the
 app has finished it, ``StreamingASGITransport`` streams: a test reads an
 SSE response's events as the app sends them, and closing the response
 tells the app the client went away (``http.disconnect``), as a closed
+socket would. ``RAW_TARGET`` sends a request target unnormalised, as a raw
 socket would. What this cannot show is what uvicorn does: real sockets,
 header and body timeouts, connection limits, TLS, signals, a kill -9;
 those tests keep a process (the ``processes`` marker, ``testkit.tiers``).
@@ -39,6 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mutabl
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -50,11 +52,15 @@ if TYPE_CHECKING:  # imported when used: the root conftest loads this plugin for
 T = TypeVar("T")
 
 URL = "http://testserver"
+# A request extension: the request target sent as it is, where httpx would normalise
+# the URL (``a/../b`` becomes ``b``): ``client.put(url, extensions={RAW_TARGET: b"/v1/.."})``.
+RAW_TARGET = "raw_target"
 READY_TIMEOUT = 30.0  # seconds for recovery and the subscriptions' start, as Child's default
 
 Message = dict[str, Any]
 
 __all__ = [
+    "RAW_TARGET",
     "InProcessServer",
     "StreamingASGITransport",
     "app_server",
@@ -104,15 +110,17 @@ class StreamingASGITransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
+        target = request.extensions.get(RAW_TARGET) or request.url.raw_path
+        raw_path, _, query = target.partition(b"?")
         scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": "1.1",
             "method": request.method,
             "scheme": request.url.scheme,
-            "path": request.url.path,
-            "raw_path": request.url.raw_path.split(b"?")[0],
-            "query_string": request.url.query,
+            "path": unquote(raw_path.decode("ascii")),  # as uvicorn decodes it
+            "raw_path": raw_path,
+            "query_string": query,
             "root_path": "",
             "headers": [(k.lower(), v) for k, v in request.headers.raw],
             "client": (self.client_host, 50000),
@@ -314,7 +322,11 @@ class _ThreadTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         body = request.read()
         forwarded = httpx.Request(
-            request.method, request.url, headers=request.headers, content=body
+            request.method,
+            request.url,
+            headers=request.headers,
+            content=body,
+            extensions=request.extensions,
         )
         response = self.loop.run(self.inner.handle_async_request(forwarded))
         return httpx.Response(
