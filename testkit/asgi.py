@@ -256,6 +256,9 @@ class InProcessServer:
         self.base = f"{URL}{app.settings.base_path}"
         self.client: httpx.AsyncClient | None = None
         self.http: httpx.Client | None = None
+        # For more sync clients on the same app (other headers, a token of their own):
+        # ``httpx.Client(transport=server.transport, base_url=server.url)``.
+        self.transport: httpx.BaseTransport | None = None
 
 
 async def _until_ready(app: StreamServerApp) -> None:
@@ -365,6 +368,7 @@ def in_thread(
         server = loop.run(running.__aenter__())
         assert server.client is not None
         transport = _ThreadTransport(loop, server.client._transport)  # type: ignore[arg-type]
+        server.transport = transport
         try:
             with httpx.Client(transport=transport, base_url=URL, timeout=30) as http:
                 server.http = http

@@ -1,7 +1,8 @@
 """Hostile clients against real server processes: live-reader slots, key sizes, paths,
-caching with auth, producer and fork bounds, failed authentication, token prefixes.
+caching with auth, producer and fork bounds, failed authentication, token prefixes, and
+the memory a JSON body holds (measured on the process and its JSON worker).
 
-Each test reproduces a way one client could hurt the others (issue 11's findings
+Each test reproduces a way one client could hurt the others (issue 11's findings 1,
 4, 5, 6, 8, 9 and 10) and checks the server now holds. Bounds on time are
 generous: the machines are shared.
 """
@@ -20,6 +21,7 @@ import pytest
 
 from conftest import live_gauge, raw_get
 from testkit import wait_for
+from testkit.servers import rss_bytes
 
 pytestmark = pytest.mark.processes
 
@@ -295,3 +297,39 @@ def test_token_prefixes_match_whole_segments(server_factory, tmp_path):
     assert put("t1", "team1x") == 403
     assert put("t2", "team2/b") == 201
     assert put("t2", "team20/b") == 403
+
+
+# ---------------------------------------------------------- 1. JSON bodies that hold memory
+
+JSON = {"Content-Type": "application/json"}
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "status"),
+    [
+        # 65,536 tiny messages: under the default cap of 100,000.
+        ("128 KiB of [0,0,...]", b"[" + b",".join([b"0"] * 65536) + b"]", 204),
+        # The finding's shapes: past the cap, refused whole.
+        ("256 KiB of [0,0,...]", b"[" + b",".join([b"0"] * 131072) + b"]", 413),
+        ("8 MiB of [0,0,...]", b"[" + b",".join([b"0"] * (4 * MiB)) + b"]", 413),
+        # 8 MiB in 50,000 messages: taken.
+        ("8 MiB of 160-byte objects", b"[" + b",".join([b'{"v":"' + b"x" * 150 + b'"}'] * 50000) + b"]", 204),
+    ],
+)  # fmt: skip
+def test_json_memory_stays_proportional_to_the_body(shared_server, name, body, status):
+    """JSON mode (issue 11, finding 1): the server's memory, its JSON worker's included,
+    grows with the body, not with the number of elements; the rest of JSON mode's hostile
+    input is tested in-process (test_hostile_json.py)."""
+    json_stream = f"{shared_server.base}json/{uuid.uuid4().hex}"
+    assert httpx.put(json_stream, headers=JSON, content=b'[{"seed":1}]').status_code == 201
+    pid = shared_server.proc.pid
+    before = rss_bytes(pid, children=True)
+    started = time.monotonic()
+    r = httpx.post(json_stream, headers=JSON, content=body, timeout=60)
+    elapsed = time.monotonic() - started
+    grew = rss_bytes(pid, children=True) - before
+    assert r.status_code == status, r.text
+    # The old code held about 4 KiB per element (577 MiB for 256 KiB, 17 GiB for 8 MiB).
+    assert grew < 24 * len(body) + 64 * MiB, f"{name}: RSS grew by {grew / MiB:.0f} MiB"
+    assert elapsed < 30, f"{name}: {elapsed:.1f} s"
