@@ -32,7 +32,7 @@ from tests.replication.faultload import (
 )
 from tests.replication.workload import Workload, converged, create_streams, in_sync
 
-pytestmark = [pytest.mark.processes, NAMESPACES]
+pytestmark = [pytest.mark.processes, *NAMESPACES]
 
 STREAMS = 3
 PAST_BOUND = 3.0  # seconds a cut outlasts the staleness bound

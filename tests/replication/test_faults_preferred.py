@@ -40,7 +40,7 @@ from tests.replication.workload import (
     until,
 )
 
-pytestmark = [pytest.mark.processes, NAMESPACES]
+pytestmark = [pytest.mark.processes, *NAMESPACES]
 
 STREAMS = 3
 SETTINGS = {
