@@ -33,11 +33,13 @@ TEST_WORKERS ?= 2
 test: deps
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile
 
-## The fast tier (under a minute): everything but the modules marked `processes`, so the
-## protocol, streams, subscriptions and retention in-process (testkit/asgi.py) on the real
-## engine. A test outside that marker that starts a process fails (testkit/tiers.py).
+## The fast tier (under a minute): the protocol, streams, subscriptions and retention
+## in-process (testkit/asgi.py) on the real engine, and every other test that starts no
+## process (a test that does fails unless marked `processes`: testkit/tiers.py), but
+## for the `slow` ones (crash-state explorers, the operator run by kopf). `make test`
+## runs them all.
 test-fast: $(VENV)/.all
-	$(PY) -m pytest -m "not processes" -n $(TEST_WORKERS) --dist loadfile -q
+	$(PY) -m pytest -m "not processes and not slow" -n $(TEST_WORKERS) --dist loadfile -q
 
 ## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests,
 ## every crash state of the explorer's workloads with 12 random mixes per crash point,
