@@ -38,7 +38,6 @@ from typing import Any
 
 import httpx
 import pytest
-from test_prometheus import Prometheus
 
 from stream_operator import KIND
 from testkit import cert_manager, hosts, needs, pod_discovery, wait_for
@@ -47,6 +46,7 @@ from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
 from testkit.pki import PrivateCA
+from testkit.prometheus import Prometheus
 from testkit.prometheus_operator import scrape_configs
 
 pytestmark = [
