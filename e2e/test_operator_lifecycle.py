@@ -24,19 +24,6 @@ from typing import Any
 
 import httpx
 import pytest
-from test_operator_replica_set import (
-    NAME,
-    NS,
-    SPEC,
-    STREAMS,
-    WRITERS,
-    Writers,
-    converged,
-    create_streams,
-    ds_status,
-    settled,
-    until,
-)
 
 from conftest import read_served
 from stream_operator import KIND, replica_set
@@ -46,7 +33,9 @@ from testkit.cluster import Cluster
 from testkit.history import History, check
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
+from testkit.ledger import NAME, NS, SPEC, STREAMS, WRITERS, ds_status, settled
 from testkit.operator import operated_api_server
+from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
 
 pytestmark = pytest.mark.processes
