@@ -15,15 +15,25 @@ server processes of ``testkit.servers`` and asyncio's subprocesses are all
 caught. The server's own JSON worker (a multiprocessing forkserver) is part
 of the app under test and is not a test's process: it is not caught.
 
+A module marked so is not even imported when the marker is deselected
+(``-m "not processes"``): whether it is marked is read from its source
+(``marked_module``), so the fast tier does not pay for importing Spark,
+kopf's end-to-end tests or the image builders only to deselect them.
+``python -m testkit.tiers`` lists the marked modules and counts them: the
+figure of how many test files start processes.
+
 This module is a pytest plugin (the root conftest.py loads it); the marker is
 registered in pyproject.toml.
 """
 
 from __future__ import annotations
 
+import ast
 import subprocess
+import sys
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +48,28 @@ class ProcessNotMarked(RuntimeError):
 def marked(item: pytest.Item) -> bool:
     """True when ``item`` (or its module or class) carries the ``processes`` marker."""
     return item.get_closest_marker(MARKER) is not None
+
+
+def marked_module(path: Path) -> bool:
+    """True when the module at ``path`` sets ``pytestmark`` to the marker, alone or in a
+    list, at its top level (read from the source, not imported)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return False  # pytest reports it when it imports it
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets):
+            assert isinstance(node, ast.Assign)
+            values = node.value.elts if isinstance(node.value, ast.List) else [node.value]
+            if any(ast.unparse(v) == f"pytest.mark.{MARKER}" for v in values):
+                return True
+    return False
+
+
+def test_modules(root: Path) -> list[Path]:
+    """Every test module under ``root``'s tests/ and e2e/, sorted."""
+    return sorted(p for top in ("tests", "e2e") for p in (root / top).rglob("test_*.py"))
 
 
 @contextmanager
@@ -58,6 +90,15 @@ def processes_refused(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         subprocess.Popen._execute_child = original  # type: ignore[attr-defined]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m "not processes..."``, a marked module is left out before it is imported."""
+    if f"not {MARKER}" not in (config.getoption("markexpr", "") or ""):
+        return None
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return True if marked_module(collection_path) else None
+    return None
 
 
 def _guarded(item: pytest.Item) -> Generator[None, None, None]:
@@ -81,3 +122,18 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     yield from _guarded(item)
+
+
+def main() -> int:
+    """List the test modules marked ``processes`` and count them, of all test modules."""
+    root = Path(__file__).resolve().parents[1]
+    modules = test_modules(root)
+    marked = [m for m in modules if marked_module(m)]
+    for m in marked:
+        print(m.relative_to(root))
+    print(f"{len(marked)} of {len(modules)} test modules start processes", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
