@@ -7,15 +7,12 @@ from __future__ import annotations
 import shutil
 
 import httpx
-import pytest
 
 from stream_format.layout import CURRENT
 from stream_server.engine.recovery import RecoveryReport
 from stream_server.streams.store import StreamStore
 from testkit.golden import expected, golden, matches, with_recovered_copy
 from testkit.spark_rows import every_stream
-
-pytestmark = pytest.mark.processes
 
 GOLDEN = golden(1)
 EXPECTED = expected(1)["streams"]
@@ -47,11 +44,11 @@ def test_the_server_reads_the_golden_v1_directory_exactly(tmp_path):
     assert every_stream(data) == every_stream(GOLDEN)
 
 
-def test_a_server_serves_the_golden_v1_directory(server_factory, tmp_path):
+def test_a_server_serves_the_golden_v1_directory(app_server, tmp_path):
     data = tmp_path / "golden"
     shutil.copytree(GOLDEN, data)
-    srv = server_factory(data_dir=data).start()
-    with httpx.Client(base_url=srv.base, timeout=10) as c:
+    srv = app_server(data_dir=data)
+    with httpx.Client(base_url=srv.base, transport=srv.transport, timeout=10) as c:
         assert c.get("bin/a", params={"offset": "-1"}).content == b"hello world"
         assert c.get("json/e", params={"offset": "-1"}).json() == [{"k": 1}, {"k": 2}, "x"]
         assert c.get("fork/f", params={"offset": "-1"}).content == b"hello there"
