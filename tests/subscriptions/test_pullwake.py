@@ -1,6 +1,6 @@
 """Pull-wake against the real server (in-process, on the real engine): wake events on a real
 stream, two workers racing. The example worker, as a user runs it, is in
-test_pullwake_example.py (processes)."""
+test_programs.py (processes)."""
 
 from __future__ import annotations
 
