@@ -5,16 +5,17 @@ test_access.py."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
+import threading
 
 import httpx
 import pytest
 
 from stream_server.auth import AuthConfigError, Denied, TokenAuth
 from stream_server.ratelimit import RateLimiter
+from testkit import wait_for
 
 CT = {"Content-Type": "text/plain"}
 TOKENS = {
@@ -119,8 +120,8 @@ def test_rate_limit_answers_429_with_retry_after(app_server):
     assert 429 in codes and codes[0] in (200, 429)
 
 
-async def test_stream_and_live_reader_limits(async_app_server):
-    srv = await async_app_server(
+def test_stream_and_live_reader_limits(app_server):
+    srv = app_server(
         "--max-streams",
         "2",
         "--max-live-readers",
@@ -130,16 +131,24 @@ async def test_stream_and_live_reader_limits(async_app_server):
         "--long-poll-timeout",
         "5",
     )
-    c = srv.client
-    assert (await c.put(f"{srv.base}l1", headers=CT)).status_code == 201
-    assert (await c.put(f"{srv.base}l2", headers=CT)).status_code == 201
-    assert (await c.put(f"{srv.base}l3", headers=CT)).status_code == 503
+    c = srv.http
+    assert c.put(f"{srv.base}l1", headers=CT).status_code == 201
+    assert c.put(f"{srv.base}l2", headers=CT).status_code == 201
+    assert c.put(f"{srv.base}l3", headers=CT).status_code == 503
     live = {"offset": "now", "live": "long-poll"}
-    waiting = [asyncio.create_task(c.get(f"{srv.base}l1", params=live)) for _ in range(2)]
+    answers: list[int] = []
+
+    def wait_live() -> None:
+        with httpx.Client(transport=srv.transport, timeout=20) as own:
+            answers.append(own.get(f"{srv.base}l1", params=live).status_code)
+
+    waiting = [threading.Thread(target=wait_live) for _ in range(2)]
+    for t in waiting:
+        t.start()
     slots = srv.app.streams.live_readers
-    while slots["long-poll"] < 2:  # both readers hold their slot: the next one has none
-        await asyncio.sleep(0)
-    third = await c.get(f"{srv.base}l1", params=live)
-    await c.post(f"{srv.base}l1", headers=CT, content=b"wake")
-    done = await asyncio.gather(*waiting)
-    assert [third.status_code, *(r.status_code for r in done)] == [503, 200, 200]
+    wait_for(lambda: slots["long-poll"] == 2, message="both readers hold their slot")
+    third = c.get(f"{srv.base}l1", params=live)
+    c.post(f"{srv.base}l1", headers=CT, content=b"wake")
+    for t in waiting:
+        t.join()
+    assert [third.status_code, *answers] == [503, 200, 200]
