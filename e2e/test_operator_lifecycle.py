@@ -25,7 +25,6 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import read_served
 from stream_operator import KIND, replica_set
 from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION
 from stream_operator.render import lease_name, replication_secret_name
@@ -37,6 +36,7 @@ from testkit.ledger import NAME, NS, SPEC, STREAMS, WRITERS, ds_status, settled
 from testkit.operator import operated_api_server
 from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
+from testkit.stream_reads import read_served
 
 pytestmark = pytest.mark.processes
 

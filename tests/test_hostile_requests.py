@@ -20,8 +20,8 @@ import uuid
 import httpx
 import pytest
 
-from conftest import live_gauge, raw_get
 from testkit import wait_for
+from testkit.server_process import live_gauge, raw_get
 from testkit.servers import rss_bytes
 
 pytestmark = pytest.mark.processes

@@ -16,8 +16,8 @@ import time
 import httpx
 import pytest
 
-from conftest import live_gauge, raw_get, read_until_closed
 from testkit import wait_for
+from testkit.server_process import live_gauge, raw_get, read_until_closed
 
 pytestmark = pytest.mark.processes
 

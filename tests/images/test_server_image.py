@@ -15,10 +15,10 @@ import time
 import httpx
 import pytest
 
-from conftest import raw_get, read_until_closed
 from stream_operator.spec import with_defaults
 from testkit import wait_for
 from testkit.containers import PODMAN_NEEDED
+from testkit.server_process import raw_get, read_until_closed
 
 from .conftest import SERVER_UID, report
 
