@@ -45,7 +45,7 @@ class ServerProcess:
         return f"{self.url}/v1/stream/"
 
     @property
-    def proc(self) -> subprocess.Popen | None:
+    def proc(self) -> subprocess.Popen[bytes] | None:
         return self.child.proc if self.child else None
 
     def start(self, *, timeout: float = 30.0) -> ServerProcess:
