@@ -124,9 +124,10 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     yield from _guarded(item)
 
 
-def main() -> int:
-    """List the test modules marked ``processes`` and count them, of all test modules."""
-    root = Path(__file__).resolve().parents[1]
+def main(argv: list[str]) -> int:
+    """List the test modules marked ``processes`` and count them, of all test modules, in
+    this checkout or the one named (``python -m testkit.tiers [checkout]``)."""
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parents[1]
     modules = test_modules(root)
     marked = [m for m in modules if marked_module(m)]
     for m in marked:
@@ -136,4 +137,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
