@@ -76,7 +76,8 @@ def build_app(data_dir: Path, *flags: str, env: dict[str, str] | None = None) ->
 
     ``env`` stands for the server's environment (``DS_*`` settings); the test
     process's own environment is not read, as a test's server should not
-    depend on who runs it.
+    depend on who runs it. (The fault hook's ``DS_FAULT`` is not a setting: the
+    app reads it from ``os.environ``, which a test sets with ``monkeypatch``.)
     """
     from stream_format.layout import Layout
     from stream_server.app import create_app
