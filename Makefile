@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 EXTRAS ?= server,operator,spark,dev
 
-.PHONY: serve test test-long lint deps system-deps images bench clean
+.PHONY: serve test test-fast test-long lint deps system-deps images bench clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -32,6 +32,14 @@ PYTEST := TEST_REQUIRE_ALL=1 $(PY) -m pytest -rfEs
 TEST_WORKERS ?= 2
 test: deps
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile
+
+## The fast tier (under a minute): the protocol, streams, subscriptions and retention
+## in-process (testkit/asgi.py) on the real engine, and every other test that starts no
+## process (a test that does fails unless marked `processes`: testkit/tiers.py), but
+## for the `slow` ones (crash-state explorers, the operator run by kopf). `make test`
+## runs them all.
+test-fast: $(VENV)/.all
+	$(PY) -m pytest -m "not processes and not slow" -n $(TEST_WORKERS) --dist loadfile -q
 
 ## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests,
 ## every crash state of the explorer's workloads with 12 random mixes per crash point,

@@ -1,83 +1,40 @@
-"""Shared test fixtures: real server processes on real ports with real data directories."""
+"""Shared test fixtures: real server processes on real ports with real data directories
+(``server_factory``, ``shared_server``), and in-process servers (``testkit.asgi``'s).
+
+The helpers test modules used to import from here live in testkit
+(``testkit.server_process``, ``testkit.stream_reads``); they are still
+importable from here for the modules not moved yet."""
 
 from __future__ import annotations
 
-import hashlib
-import re
-import socket
-import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
 from testkit import summary
-from testkit.servers import Child, env_with, free_port, http_status, stream_server_command
-from testkit.stream_reads import read_served
+from testkit.server_process import ServerProcess, live_gauge, raw_get, read_until_closed
+from testkit.servers import free_port
+from testkit.stream_reads import read_all, read_served, stream_state
 
 ROOT = Path(__file__).parent
-# Marks a test's needs (programs, packages): skipped by hand, failed under make test.
-pytest_plugins = ["testkit.needs"]
+# Marks a test's needs (programs, packages): skipped by hand, failed under make test;
+# and refuses a process to a test whose module is not marked `processes` (the fast tier).
+# testkit.asgi's fixtures start the server in-process (app_server, async_app_server).
+pytest_plugins = ["testkit.needs", "testkit.tiers", "testkit.asgi"]
 
 __all__ = [
     "ROOT",
     "ServerProcess",
     "free_port",
+    "live_gauge",
+    "raw_get",
     "read_all",
     "read_served",
+    "read_until_closed",
     "server_factory",
     "shared_server",
     "stream_state",
 ]
-
-
-class ServerProcess:
-    """A ``durable-streams-server serve`` child process (on ``testkit.servers.Child``)."""
-
-    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.data_dir = Path(data_dir)
-        self.args = list(args)
-        self.env = env or {}
-        self.port = free_port()
-        self.scheme = "http"
-        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-server.log"
-        self.child: Child | None = None
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}"
-
-    @property
-    def base(self) -> str:
-        return f"{self.url}/v1/stream/"
-
-    @property
-    def proc(self) -> subprocess.Popen | None:
-        return self.child.proc if self.child else None
-
-    def start(self, *, timeout: float = 30.0) -> ServerProcess:
-        self.child = Child(
-            "server",
-            stream_server_command(self.port, self.data_dir, *self.args),
-            self.log_path,
-            env=env_with(self.env),
-        )
-        tls = self.scheme == "https"
-        self.child.start(
-            lambda: http_status(self.port, "/readyz", tls=tls, timeout=1) == 200, timeout=timeout
-        )
-        return self
-
-    def log(self) -> str:
-        return self.child.log_tail() if self.child else ""
-
-    def kill(self) -> None:
-        """SIGKILL: the crash the durability promise is about."""
-        if self.child:
-            self.child.kill()
-
-    def stop(self) -> int:
-        return self.child.stop(timeout=20) if self.child else 0
 
 
 @pytest.fixture
@@ -106,60 +63,6 @@ def shared_server(tmp_path_factory) -> ServerProcess:
     ).start()
     yield srv
     srv.stop()
-
-
-def read_all(url: str, *, timeout: float = 10) -> bytes:
-    """A stream's whole content, which the server must serve (200)."""
-    with httpx.Client(timeout=timeout) as c:
-        content = read_served(c, url)
-    assert content is not None, f"{url} is not served (no 200 while reading it)"
-    return content
-
-
-def stream_state(url: str) -> tuple:
-    """Everything a client can observe of a stream: status, tail, closure, content hash."""
-    h = httpx.head(url, timeout=10)
-    body = read_all(url) if h.status_code == 200 else b""
-    return (
-        h.status_code,
-        h.headers.get("stream-next-offset"),
-        h.headers.get("stream-closed"),
-        hashlib.sha256(body).hexdigest(),
-    )
-
-
-def live_gauge(srv: ServerProcess, mode: str) -> float:
-    """The server's live-readers gauge for ``mode`` (long-poll or sse), from /metrics."""
-    text = httpx.get(f"{srv.url}/metrics", timeout=10).text
-    m = re.search(rf'durable_streams_live_readers{{mode="{mode}"}} ([0-9.e+]+)', text)
-    assert m, text[:2000]
-    return float(m.group(1))
-
-
-def raw_get(
-    port: int, target: str, *, rcvbuf: int | None = None, timeout: float | None = None
-) -> socket.socket:
-    """A GET sent on a raw socket, left for the test to read (or never to)."""
-    s = socket.socket()
-    if rcvbuf is not None:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    s.settimeout(timeout)
-    s.connect(("127.0.0.1", port))
-    s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    return s
-
-
-def read_until_closed(s: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (or the socket times out)."""
-    out = b""
-    try:
-        while chunk := s.recv(65536):
-            out += chunk
-    except TimeoutError:
-        pass
-    finally:
-        s.close()
-    return out
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -20,10 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import read_all
 from stream_format.layout import Layout
 from stream_format.records import KIND_BYTES, encode_record
 from testkit import summary
+from testkit.stream_reads import read_all
+
+pytestmark = pytest.mark.processes
 
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 STREAMS = 6

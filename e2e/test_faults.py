@@ -20,9 +20,11 @@ import uuid
 import httpx
 import pytest
 
-from conftest import read_all, stream_state
 from stream_format.layout import Layout
 from testkit import needs
+from testkit.stream_reads import read_all, stream_state
+
+pytestmark = pytest.mark.processes
 
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 BIN = {"Content-Type": "application/octet-stream"}

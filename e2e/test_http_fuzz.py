@@ -19,7 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import stream_state
+from testkit.stream_reads import stream_state
+
+pytestmark = pytest.mark.processes
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
 STREAMS = {
@@ -143,7 +145,7 @@ def _raw_request(
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory):
-    from conftest import ServerProcess
+    from testkit.server_process import ServerProcess
 
     srv = ServerProcess(
         tmp_path_factory.mktemp("fuzz") / "data",

@@ -39,6 +39,8 @@ from testkit.operator import operated_api_server
 from testkit.service_writers import LIVENESS, Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
 
+pytestmark = pytest.mark.processes
+
 NS = "default"
 NAME = "drained"
 STREAMS = ["orders/0", "orders/1"]

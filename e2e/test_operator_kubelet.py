@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from stream_operator import KIND
 from testkit import wait_for as _wait_for
@@ -19,6 +20,8 @@ from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
+
+pytestmark = pytest.mark.processes
 
 NS = "default"
 

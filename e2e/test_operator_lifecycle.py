@@ -24,21 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from test_operator_replica_set import (
-    NAME,
-    NS,
-    SPEC,
-    STREAMS,
-    WRITERS,
-    Writers,
-    converged,
-    create_streams,
-    ds_status,
-    settled,
-    until,
-)
 
-from conftest import read_served
 from stream_operator import KIND, replica_set
 from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION
 from stream_operator.render import lease_name, replication_secret_name
@@ -46,8 +32,13 @@ from testkit.cluster import Cluster
 from testkit.history import History, check
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
+from testkit.ledger import NAME, NS, SPEC, STREAMS, WRITERS, ds_status, settled
 from testkit.operator import operated_api_server
+from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
+from testkit.stream_reads import read_served
+
+pytestmark = pytest.mark.processes
 
 
 def annotate(kube: Cluster, key: str, value: str | None) -> None:

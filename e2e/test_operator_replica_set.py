@@ -60,33 +60,19 @@ from testkit.cluster import Cluster
 from testkit.history import History, check
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet, Pod
+from testkit.ledger import NAME, NS, SPEC, STREAMS, WRITERS, ds_status, settled
 from testkit.operator import operated_api_server
 from testkit.pod_runtimes import Runtime
 from testkit.service_writers import Writers, converged, create_streams, until
 from testkit.services import ServiceEndpoints
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parent.parent
-NS = "default"
-NAME = "ledger"
-STREAMS = ["orders/0", "orders/1"]
-WRITERS = {"p0": STREAMS[0], "p1": STREAMS[0], "p2": STREAMS[1]}
-# Short leases, so that a failover takes seconds; a renew deadline that leaves a primary
-# three rounds to renew on a loaded machine (2 cores shared with other tests).
-SPEC: dict[str, Any] = {
-    "replicas": 3,
-    "image": "durable-streams-server:0.1.0",
-    "replication": {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 4, "retryPeriodSeconds": 1},
-    "server": {"logFormat": "plain", "longPollTimeoutSeconds": 2},
-    "lifecycle": {"terminationGracePeriodSeconds": 10, "readinessPeriodSeconds": 1},
-}
 ROLLED_IMAGE = "durable-streams-server:0.1.1"
 
 
 # -- what the operator reports ----------------------------------------------------------------
-
-
-def ds_status(kube: Cluster) -> dict[str, Any]:
-    return (kube.get(KIND, NS, NAME) or {}).get("status") or {}
 
 
 def failover_events(kube: Cluster, term: int) -> list[str]:
@@ -102,21 +88,6 @@ def failover_events(kube: Cluster, term: int) -> list[str]:
 
 def true_conditions(st: dict[str, Any]) -> set[str]:
     return {c["type"] for c in st.get("conditions") or [] if c.get("status") == "True"}
-
-
-def settled(kube: Cluster, generation: int, after_term: int = 0) -> dict[str, Any] | None:
-    """The status once the set is Ready at ``generation`` with every replica in sync and a
-    primary elected after ``after_term``; None before."""
-    st = ds_status(kube)
-    if (
-        st.get("phase") == "Ready"
-        and st.get("observedGeneration") == generation
-        and st.get("primary")
-        and int(st.get("term") or 0) > after_term
-        and st.get("inSyncReplicas") == 3
-    ):
-        return st
-    return None
 
 
 @dataclass

@@ -44,6 +44,8 @@ from testkit.pod_runtimes import Runtime
 from testkit.services import ServiceEndpoints
 from testkit.stream_kinds import StreamKinds
 
+pytestmark = pytest.mark.processes
+
 NS = "default"
 NAME = "keep"
 # Short leases, so that a set forms in seconds; a renew deadline that leaves a primary

@@ -34,6 +34,8 @@ from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
 from testkit.services import ServiceEndpoints
 
+pytestmark = pytest.mark.processes
+
 NS = "default"
 NAME = "routes"
 GATE = "streams.pyds.dev/in-sync"

@@ -10,6 +10,8 @@ import pytest
 
 from testkit import needs
 
+pytestmark = pytest.mark.processes
+
 ds = needs.module("durable_streams", install="the dev extra: make deps, or pip install -e '.[dev]'")
 
 

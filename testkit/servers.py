@@ -1,6 +1,6 @@
 """Server child processes for the tests and the benchmark: one way to start, probe and stop them.
 
-``conftest.ServerProcess`` (the tests' server), the benchmark's servers
+``testkit.server_process.ServerProcess`` (the tests' server), the benchmark's servers
 (``e2e/bench/servers.py``: ours, a baseline checkout, the Node reference,
 the HTTP ceiling) and the Spark read benchmark all build on ``Child``.
 Nothing here imports pytest or an HTTP library, so the benchmark can use it

@@ -1,6 +1,13 @@
-"""Reading a stream whole over HTTP, as a client catching up does (the tests' one way)."""
+"""Reading a stream whole over HTTP, as a client catching up does (the tests' one way),
+and what a client can observe of a stream, to show that a refused request changed nothing.
+
+Each takes the client to read with: a server process's (none given: a new
+``httpx.Client``) or an in-process server's (``testkit.asgi``'s ``http``).
+"""
 
 from __future__ import annotations
+
+import hashlib
 
 import httpx
 
@@ -17,3 +24,26 @@ def read_served(client: httpx.Client, url: str) -> bytes | None:
         offset = r.headers["stream-next-offset"]
         if r.headers.get("stream-up-to-date") == "true":
             return out
+
+
+def read_all(url: str, *, timeout: float = 10, client: httpx.Client | None = None) -> bytes:
+    """A stream's whole content, which the server must serve (200)."""
+    if client is None:
+        with httpx.Client(timeout=timeout) as c:
+            content = read_served(c, url)
+    else:
+        content = read_served(client, url)
+    assert content is not None, f"{url} is not served (no 200 while reading it)"
+    return content
+
+
+def stream_state(url: str, client: httpx.Client | None = None) -> tuple[object, ...]:
+    """Everything a client can observe of a stream: status, tail, closure, content hash."""
+    h = client.head(url) if client is not None else httpx.head(url, timeout=10)
+    body = read_all(url, client=client) if h.status_code == 200 else b""
+    return (
+        h.status_code,
+        h.headers.get("stream-next-offset"),
+        h.headers.get("stream-closed"),
+        hashlib.sha256(body).hexdigest(),
+    )

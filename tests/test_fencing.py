@@ -11,11 +11,14 @@ import signal
 from pathlib import Path
 
 import httpx
+import pytest
 
-from conftest import ServerProcess
 from stream_server.fencing import FENCED_ANNOTATION, parse_annotations, read_fence
 from testkit import wait_for
+from testkit.server_process import ServerProcess
 from testkit.servers import Child, env_with, http_status, stream_server_command
+
+pytestmark = pytest.mark.processes
 
 TEXT = {"content-type": "text/plain"}
 

@@ -44,11 +44,11 @@ def test_the_server_reads_the_golden_v1_directory_exactly(tmp_path):
     assert every_stream(data) == every_stream(GOLDEN)
 
 
-def test_a_server_serves_the_golden_v1_directory(server_factory, tmp_path):
+def test_a_server_serves_the_golden_v1_directory(app_server, tmp_path):
     data = tmp_path / "golden"
     shutil.copytree(GOLDEN, data)
-    srv = server_factory(data_dir=data).start()
-    with httpx.Client(base_url=srv.base, timeout=10) as c:
+    srv = app_server(data_dir=data)
+    with httpx.Client(base_url=srv.base, transport=srv.transport, timeout=10) as c:
         assert c.get("bin/a", params={"offset": "-1"}).content == b"hello world"
         assert c.get("json/e", params={"offset": "-1"}).json() == [{"k": 1}, {"k": 2}, "x"]
         assert c.get("fork/f", params={"offset": "-1"}).content == b"hello there"

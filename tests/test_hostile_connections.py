@@ -30,6 +30,8 @@ from stream_server.server import connection_cap
 from testkit import free_port
 from testkit.servers import rss_bytes
 
+pytestmark = pytest.mark.processes
+
 CT = {"content-type": "application/octet-stream"}
 MiB = 1 << 20
 SLACK = 3.0  # seconds allowed past a deadline

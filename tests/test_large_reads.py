@@ -1,4 +1,4 @@
-"""Large catch-up reads against a real server: one response, streamed in 4 MiB chunks.
+"""Large catch-up reads against the real server (in-process): one response, streamed in 4 MiB chunks.
 
 The bytes, the end offset, the length, the ETag and the follow-up reads must
 be exactly what a reader of smaller responses would get.
@@ -11,45 +11,42 @@ import os
 import httpx
 import pytest
 
+from testkit.asgi import in_thread
+
 CT = {"Content-Type": "application/octet-stream"}
 MiB = 1024 * 1024
 
 
-def _fill(url: str, data: bytes, piece: int = 256 * 1024) -> None:
-    assert httpx.put(url, headers=CT).status_code == 201
-    with httpx.Client(timeout=30) as c:
-        for i in range(0, len(data), piece):
-            assert c.post(url, headers=CT, content=data[i : i + piece]).is_success
+def _fill(http: httpx.Client, url: str, data: bytes, piece: int = 256 * 1024) -> None:
+    assert http.put(url, headers=CT).status_code == 201
+    for i in range(0, len(data), piece):
+        assert http.post(url, headers=CT, content=data[i : i + piece]).is_success
 
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory):
     """A server capped at 10 MiB per response, and a 13 MiB binary stream on it."""
-    from conftest import ServerProcess
-
-    srv = ServerProcess(
-        tmp_path_factory.mktemp("large") / "data", "--max-read-bytes", str(10 * MiB)
-    )
-    srv.start()
-    data = os.urandom(13 * MiB + 123)
-    url = f"{srv.base}large/bin"
-    _fill(url, data)
-    yield srv, url, data
-    srv.stop()
+    data_dir = tmp_path_factory.mktemp("large") / "data"
+    with in_thread(data_dir, "--max-read-bytes", str(10 * MiB)) as srv:
+        data = os.urandom(13 * MiB + 123)
+        url = f"{srv.base}large/bin"
+        _fill(srv.http, url, data)
+        yield srv, url, data
 
 
 def test_a_large_read_is_one_streamed_response_up_to_the_cap(big):
-    _, url, data = big
-    r = httpx.get(url, params={"offset": "-1"}, timeout=30)
+    srv, url, data = big
+    http = srv.http
+    r = http.get(url, params={"offset": "-1"}, timeout=30)
     assert r.status_code == 200
     assert int(r.headers["content-length"]) == 10 * MiB
     assert r.content == data[: 10 * MiB]
     assert "stream-up-to-date" not in r.headers
-    rest = httpx.get(url, params={"offset": r.headers["stream-next-offset"]}, timeout=30)
+    rest = http.get(url, params={"offset": r.headers["stream-next-offset"]}, timeout=30)
     assert rest.status_code == 200 and rest.headers["stream-up-to-date"] == "true"
     assert r.content + rest.content == data
     # The streamed response's ETag works like any other read's.
-    again = httpx.get(
+    again = http.get(
         url, params={"offset": "-1"}, headers={"If-None-Match": r.headers["etag"]}, timeout=30
     )
     assert again.status_code == 304 and again.content == b""
@@ -57,24 +54,26 @@ def test_a_large_read_is_one_streamed_response_up_to_the_cap(big):
 
 
 def test_a_large_read_from_the_middle_of_a_record(big):
-    _, url, data = big
+    srv, url, data = big
+    http = srv.http
     # Binary offsets count bytes: start inside a 256 KiB append and cross many of them.
-    first = httpx.get(url, params={"offset": "-1"}, timeout=30)
+    first = http.get(url, params={"offset": "-1"}, timeout=30)
     next_offset = first.headers["stream-next-offset"]
     epoch = next_offset.partition("_")[0]
     start = 1_000_001
     offset = f"{epoch}_{start:016d}"
     assert len(offset) == len(next_offset)
-    r = httpx.get(url, params={"offset": offset}, timeout=30)
+    r = http.get(url, params={"offset": offset}, timeout=30)
     assert r.content == data[start : start + 10 * MiB]
     assert r.headers["stream-next-offset"] == f"{epoch}_{start + 10 * MiB:016d}"
 
 
 def test_a_large_read_of_a_fork_stitches_its_source(big):
     srv, _, data = big
+    http = srv.http
     fork = f"{srv.base}large/fork"
     src_offset = f"0000000000000000_{12 * MiB:016d}"
-    r = httpx.put(
+    r = http.put(
         fork,
         headers=CT
         | {"Stream-Forked-From": "/v1/stream/large/bin", "Stream-Fork-Offset": src_offset},
@@ -82,11 +81,11 @@ def test_a_large_read_of_a_fork_stitches_its_source(big):
     if r.status_code != 201:
         pytest.fail(f"fork refused: {r.status_code} {r.text}")
     tail = os.urandom(2 * MiB)
-    assert httpx.post(fork, headers=CT, content=tail).is_success
+    assert http.post(fork, headers=CT, content=tail).is_success
     got = b""
     offset = "-1"
     while True:
-        r = httpx.get(fork, params={"offset": offset}, timeout=30)
+        r = http.get(fork, params={"offset": offset}, timeout=30)
         got += r.content
         offset = r.headers["stream-next-offset"]
         if r.headers.get("stream-up-to-date"):

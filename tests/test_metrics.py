@@ -1,15 +1,22 @@
-"""Metrics move with real traffic against a real server process."""
+"""Metrics move with real traffic against the real server (in-process, on the real engine)."""
 
 from __future__ import annotations
 
 import uuid
 
-import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit.asgi import InProcessServer
 
-def scrape(srv) -> dict[tuple[str, tuple], float]:
-    text = httpx.get(f"{srv.url}/metrics").text
+
+@pytest.fixture
+def srv(app_server) -> InProcessServer:
+    return app_server()
+
+
+def scrape(srv: InProcessServer) -> dict[tuple[str, tuple], float]:
+    text = srv.http.get(f"{srv.url}/metrics").text
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -21,20 +28,20 @@ def value(m, name, **labels) -> float:
     return m.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def test_counters_and_histograms_follow_traffic(shared_server):
-    srv = shared_server
+def test_counters_and_histograms_follow_traffic(srv):
+    http = srv.http
     before = scrape(srv)
     url = f"{srv.base}metrics/{uuid.uuid4().hex}"
     ct = {"Content-Type": "application/octet-stream"}
-    httpx.put(url, headers=ct)
+    http.put(url, headers=ct)
     for _ in range(25):
-        assert httpx.post(url, headers=ct, content=b"x" * 40).status_code == 204
+        assert http.post(url, headers=ct, content=b"x" * 40).status_code == 204
     p = {"Producer-Id": "m", "Producer-Epoch": "0"}
-    httpx.post(url, headers=ct | p | {"Producer-Seq": "0"}, content=b"y")
-    httpx.post(url, headers=ct | p | {"Producer-Seq": "0"}, content=b"y")  # duplicate
-    httpx.post(url, headers=ct | p | {"Producer-Seq": "7"}, content=b"y")  # gap
-    assert len(httpx.get(url).content) == 25 * 40 + 1
-    httpx.post(url, headers={"Content-Type": "text/plain"}, content=b"z")  # 409
+    http.post(url, headers=ct | p | {"Producer-Seq": "0"}, content=b"y")
+    http.post(url, headers=ct | p | {"Producer-Seq": "0"}, content=b"y")  # duplicate
+    http.post(url, headers=ct | p | {"Producer-Seq": "7"}, content=b"y")  # gap
+    assert len(http.get(url).content) == 25 * 40 + 1
+    http.post(url, headers={"Content-Type": "text/plain"}, content=b"z")  # 409
     after = scrape(srv)
 
     def delta(name, **labels):
@@ -61,7 +68,7 @@ def test_counters_and_histograms_follow_traffic(shared_server):
     assert not any("metrics/" in str(labels) for _, labels in after)
 
 
-def test_health_endpoints(shared_server):
-    assert httpx.get(f"{shared_server.url}/healthz").status_code == 200
-    r = httpx.get(f"{shared_server.url}/readyz")
+def test_health_endpoints(srv):
+    assert srv.http.get(f"{srv.url}/healthz").status_code == 200
+    r = srv.http.get(f"{srv.url}/readyz")
     assert r.status_code == 200 and r.json()["ready"] is True

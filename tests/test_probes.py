@@ -23,12 +23,15 @@ from pathlib import Path
 
 import httpx
 import lmdb
+import pytest
 
-from conftest import read_all
 from stream_format import wal as walmod
 from stream_format.layout import Layout
 from testkit import wait_for
 from testkit.servers import Child, env_with, free_port, http_status, stream_server_command
+from testkit.stream_reads import read_all
+
+pytestmark = pytest.mark.processes
 
 BIN = {"Content-Type": "application/octet-stream"}
 STREAMS = 20

@@ -22,6 +22,8 @@ import pytest
 
 from testkit import wait_for
 
+pytestmark = pytest.mark.processes
+
 TEXT = {"Content-Type": "text/plain"}
 KIB = 1024
 BOUND = 256 * KIB

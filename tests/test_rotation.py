@@ -23,8 +23,11 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from testkit import needs, wait_for
+
+pytestmark = pytest.mark.processes
 
 BIN = {"Content-Type": "application/octet-stream"}
 INTERVAL = "0.2"  # seconds between checks of the files: the tests wait for the change

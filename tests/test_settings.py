@@ -30,6 +30,8 @@ from stream_server.config import (
     values_from,
 )
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
 

@@ -14,9 +14,12 @@ import socket
 import time
 
 import httpx
+import pytest
 
-from conftest import live_gauge, raw_get, read_until_closed
 from testkit import wait_for
+from testkit.server_process import live_gauge, raw_get, read_until_closed
+
+pytestmark = pytest.mark.processes
 
 TEXT = {"Content-Type": "text/plain"}
 # Far longer than the exit is allowed to take: an exit that waits for a reader fails.

@@ -18,6 +18,8 @@ import pytest
 
 from testkit import needs
 
+pytestmark = pytest.mark.processes
+
 BIN = {"Content-Type": "application/octet-stream"}
 STREAMS = 40
 

@@ -24,6 +24,8 @@ import pytest
 from bench.workloads import KEYS
 from testkit import needs
 
+pytestmark = pytest.mark.processes
+
 HERE = Path(__file__).parent
 INSTALL = "make deps (Debian's nodejs and npm, then npm install in e2e/bench)"
 

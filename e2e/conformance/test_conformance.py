@@ -15,9 +15,12 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from testkit import needs, summary, wait_for
 from testkit.replicaset import ReplicaSet
+
+pytestmark = pytest.mark.processes
 
 HERE = Path(__file__).parent
 

@@ -56,6 +56,8 @@ from testkit import summary
 from testkit.crashstates import CrashState, KeyedHistory, Recording, check_each, recorded
 from testkit.spark_rows import every_stream
 
+pytestmark = pytest.mark.slow
+
 BUDGET = int(os.environ.get("CRASH_STATES", "1500"))
 MIXED = int(os.environ.get("CRASH_MIXED", "3"))  # random mixes per crash point
 BIN = "application/octet-stream"

@@ -20,6 +20,8 @@ from stream_server.engine.layout import prepare
 from stream_server.engine.ops import Append, PutRecord
 from tests.engine.test_engine import crash, new_stream, read_all
 
+pytestmark = pytest.mark.processes
+
 V1_FORMAT = "durable-streams-py data format 1\n"
 V2_FORMAT = "durable-streams-py data format 2\nread-version 1\n"
 

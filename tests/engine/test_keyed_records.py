@@ -27,6 +27,8 @@ from testkit.crashstates import KeyedHistory, Recording
 from testkit.spark_rows import every_stream
 from tests.engine.test_engine import crash
 
+pytestmark = pytest.mark.processes
+
 BIN = "application/octet-stream"
 
 

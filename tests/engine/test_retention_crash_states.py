@@ -36,6 +36,8 @@ from testkit import summary
 from testkit.crashstates import CrashState, Recording, check_each, recorded
 from testkit.spark_rows import every_stream
 
+pytestmark = pytest.mark.slow
+
 BUDGET = int(os.environ.get("CRASH_STATES", "1500"))
 MIXED = int(os.environ.get("CRASH_MIXED", "3"))
 BIN = "application/octet-stream"

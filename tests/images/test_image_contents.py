@@ -16,7 +16,7 @@ import pytest
 
 from testkit.containers import PODMAN_NEEDED
 
-pytestmark = [PODMAN_NEEDED, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"stream_format": "server", "stream_server": "server", "stream_spark": "server",

@@ -20,7 +20,7 @@ from testkit.containers import PODMAN_NEEDED
 from testkit.kube import durable_stream
 from testkit.pod_objects import claim_volumes, statefulset_status
 
-pytestmark = [PODMAN_NEEDED, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
 NS = "default"
 POD = "durable-streams-operator-7d4b9-x2x"

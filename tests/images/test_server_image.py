@@ -15,14 +15,14 @@ import time
 import httpx
 import pytest
 
-from conftest import raw_get, read_until_closed
 from stream_operator.spec import with_defaults
 from testkit import wait_for
 from testkit.containers import PODMAN_NEEDED
+from testkit.server_process import raw_get, read_until_closed
 
 from .conftest import SERVER_UID, report
 
-pytestmark = [PODMAN_NEEDED, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
 GRACE = with_defaults({})["lifecycle"]["terminationGracePeriodSeconds"]
 TEXT = {"Content-Type": "text/plain"}

@@ -20,7 +20,7 @@ from testkit.containers import PODMAN_NEEDED
 
 from .conftest import SERVER_UID, SPARK_UID, report
 
-pytestmark = [PODMAN_NEEDED, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
 GRACE = with_defaults({})["lifecycle"]["terminationGracePeriodSeconds"]
 JOB_FILE = "/opt/stream_spark/jobs/stats.py"  # what the operator's SparkApplications name

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from test_prometheus import Prometheus
+import pytest
 
 from stream_operator import KIND
 from testkit import cert_manager, hosts, needs, pod_discovery, wait_for
@@ -46,9 +46,13 @@ from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
 from testkit.pki import PrivateCA
+from testkit.prometheus import Prometheus
 from testkit.prometheus_operator import scrape_configs
 
-pytestmark = needs.commands("prometheus", install="Debian's prometheus package (make system-deps)")
+pytestmark = [
+    pytest.mark.processes,
+    needs.commands("prometheus", install="Debian's prometheus package (make system-deps)"),
+]
 
 NS = "default"
 NAME = "ds"

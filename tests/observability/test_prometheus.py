@@ -42,184 +42,32 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import subprocess
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
-from conftest import free_port
 from testkit import needs
+from testkit.prometheus import (
+    ALL,
+    RATE_INTERVAL,
+    Prometheus,
+    alert_rules,
+    background,
+    panel_queries,
+    substitute,
+    until_no_problems,
+    variables,
+)
 
-OBS = Path(__file__).resolve().parents[2] / "observability"
-DASHBOARD = OBS / "grafana" / "durable-streams.json"
-ALERTS = OBS / "prometheus" / "alerts.yaml"
 BIN = {"Content-Type": "application/octet-stream"}
-ALL = {"namespace": ".*", "pod": ".*", "instance": ".*"}
-RATE_INTERVAL = "15s"  # what Grafana would pick for a 1 s scrape interval and a short range
-DEADLINE = 60.0  # seconds to wait for Prometheus to see everything; normally 10-20
 
-pytestmark = needs.commands("prometheus", install="Debian's prometheus package (make system-deps)")
-
-
-def substitute(expr: str, values: dict[str, str]) -> str:
-    expr = expr.replace("$__rate_interval", RATE_INTERVAL)
-    for name, value in values.items():
-        expr = expr.replace(f"${{{name}}}", value).replace(f"${name}", value)
-    assert "$" not in expr, expr
-    return expr
-
-
-def panel_queries(values: dict[str, str] = ALL, rows: str = "single") -> list[tuple[str, str]]:
-    """(title, query) of the panels in the replica-set rows (``rows="replication"``),
-    the others (``"single"``: a single server has no replication series) or all."""
-    dash = json.loads(DASHBOARD.read_text())
-    out = []
-    row = ""
-    for p in dash["panels"]:
-        if p["type"] == "row":
-            row = p["title"]
-            continue
-        replication = row.startswith("Replication")
-        if rows == "all" or (rows == "replication") == replication:
-            out.extend((p["title"], substitute(t["expr"], values)) for t in p["targets"])
-    return out
-
-
-def variables() -> dict[str, str]:
-    dash = json.loads(DASHBOARD.read_text())
-    return {
-        v["name"]: v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"
-    }
-
-
-def alert_rules() -> list[dict]:
-    return [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
-
-
-class Prometheus:
-    def __init__(
-        self,
-        tmp_path: Path,
-        targets: list[tuple[str, dict]],
-        scrape_configs: list[dict] | None = None,
-    ) -> None:
-        """Scrapes ``targets`` as one static job, or the jobs ``scrape_configs`` give
-        (a PodMonitor's, as the Prometheus Operator writes them)."""
-        self.port = free_port()
-        self.api = f"http://127.0.0.1:{self.port}/api/v1"
-        self.log_path = tmp_path / "prometheus.log"
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(ALERTS)],
-            "scrape_configs": [
-                *(
-                    scrape_configs
-                    or [
-                        {
-                            # A job named after the DurableStream (a Service's name), not
-                            # after the application: what the alerts' up rule also covers.
-                            "job_name": "orders",
-                            "static_configs": [
-                                {"targets": [address], "labels": labels}
-                                for address, labels in targets
-                            ],
-                        }
-                    ]
-                ),
-                {
-                    "job_name": "prometheus",
-                    "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}],
-                },
-            ],
-        }
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    "prometheus",
-                    f"--config.file={tmp_path / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self._wait_ready()
-
-    def _wait_ready(self, timeout: float = 60.0) -> None:
-        """Until Prometheus answers ``/-/ready``: on a loaded machine it may take seconds to
-        open its port, and a query before that is refused (not an answer to wait on)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited with {self.proc.returncode}: {self.log()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/-/ready", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"prometheus not ready after {timeout} s: {self.log()}")
-            time.sleep(0.1)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
-
-    def get(self, path: str, **params) -> dict | list:
-        r = httpx.get(f"{self.api}/{path}", params=params, timeout=10)
-        body = r.json()
-        assert r.status_code == 200 and body["status"] == "success", (path, params, body)
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict]:
-        data = self.get("query", query=expr)
-        assert data["resultType"] == "vector", (expr, data)
-        return data["result"]
-
-    def values(self, expr: str) -> list[float]:
-        return [float(s["value"][1]) for s in self.query(expr)]
-
-    def label_values(self, query: str) -> list[str]:
-        """Grafana's label_values(selector, label), through the series API."""
-        m = re.fullmatch(r"label_values\((.+), (\w+)\)", query)
-        assert m, query
-        series = self.get("series", **{"match[]": m.group(1)})
-        return sorted({s[m.group(2)] for s in series if m.group(2) in s})
-
-    def alerts(self) -> list[dict]:
-        return self.get("alerts")["alerts"]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def wait_for(what: str, check, prom: Prometheus, errors: list[Exception]) -> None:
-    """Poll until check() returns no problems; fail with the last ones, or at
-    once if a traffic thread failed."""
-    deadline = time.monotonic() + DEADLINE
-    problems = ["not checked yet"]
-    while time.monotonic() < deadline:
-        assert not errors, f"traffic failed: {errors!r}"
-        try:
-            problems = check()
-        except (httpx.HTTPError, AssertionError, ValueError) as exc:
-            problems = [repr(exc)]
-        if not problems:
-            return
-        time.sleep(0.5)
-    pytest.fail(f"{what}: {problems}\n--- prometheus log ---\n{prom.log()}")
+pytestmark = [
+    pytest.mark.processes,
+    needs.commands("prometheus", install="Debian's prometheus package (make system-deps)"),
+]
 
 
 # Traffic ---------------------------------------------------------------------
@@ -271,18 +119,6 @@ def claim_and_ack(c: httpx.Client, sub: str) -> None:
     assert c.post(f"{sub}/ack", json=body | {"done": True}, headers=auth).status_code == 200
 
 
-def in_thread(errors: list[Exception], body) -> threading.Thread:
-    def loop() -> None:
-        try:
-            body()
-        except Exception as exc:  # reported by the test, not lost in a thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    return thread
-
-
 # The test --------------------------------------------------------------------
 
 
@@ -332,7 +168,7 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
                         if stop.is_set():
                             break
 
-    threads = [in_thread(errors, body) for body in (appends, long_polls, sse)]
+    threads = [background(errors, body) for body in (appends, long_polls, sse)]
     prom = None
     try:
         prom = Prometheus(
@@ -352,7 +188,7 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
                 problems.append("ds-1 not scraped healthy yet")
             return problems
 
-        wait_for("targets scraped", scraped, prom, errors)
+        until_no_problems("targets scraped", scraped, prom, errors)
 
         # 2. Make ds-1 fail closed: its third WAL flush fails.
         with httpx.Client(timeout=10) as c:
@@ -371,7 +207,7 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
                     assert c.post(target, headers=BIN, content=b"x").status_code == 503
                     time.sleep(0.1)
 
-        refusals = in_thread(errors, refused_writes)
+        refusals = background(errors, refused_writes)
         threads.append(refusals)
 
         # 3. Everything the dashboard and the alerts need is in Prometheus.
@@ -389,7 +225,7 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
                     problems.append(f"not finite {values}: {title}: {expr}")
             return problems
 
-        wait_for("every panel query has data", dashboard_answers, prom, errors)
+        until_no_problems("every panel query has data", dashboard_answers, prom, errors)
 
         def traffic_seen() -> list[str]:
             must_be_positive = [
@@ -409,7 +245,7 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
             ]
             return [e for e in must_be_positive if not any(v > 0 for v in prom.values(e))]
 
-        wait_for("traffic visible in Prometheus", traffic_seen, prom, errors)
+        until_no_problems("traffic visible in Prometheus", traffic_seen, prom, errors)
 
         def alerts_react() -> list[str]:
             got = {
@@ -437,7 +273,7 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
             unexpected = sorted(a for a in got - want if a[0] not in machine_dependent)
             return problems + [f"unexpected {a}" for a in unexpected]
 
-        wait_for("alerts on the failed server", alerts_react, prom, errors)
+        until_no_problems("alerts on the failed server", alerts_react, prom, errors)
 
         # 4. Template variables.
         found = {name: prom.label_values(substitute(q, ALL)) for name, q in variables().items()}
@@ -476,7 +312,7 @@ def test_real_prometheus_scrapes_real_servers(server_factory, tmp_path):
             }
             return [] if pending == {("ds-1", "pending")} else [f"TargetDown: {pending}"]
 
-        wait_for("target down", down, prom, errors)
+        until_no_problems("target down", down, prom, errors)
 
         # 8. Every alert expression answers; every rule loaded and is healthy.
         for rule in alert_rules():

@@ -29,9 +29,10 @@ import uuid
 from pathlib import Path
 
 import httpx
-from test_prometheus import ALL, Prometheus, in_thread, panel_queries, wait_for
+import pytest
 
 from testkit import needs
+from testkit.prometheus import ALL, Prometheus, background, panel_queries, until_no_problems
 from testkit.replicaset import ReplicaSet
 
 BIN = {"Content-Type": "application/octet-stream"}
@@ -43,7 +44,10 @@ FAST = {
     "replication_wait": "2",
 }
 
-pytestmark = needs.commands("prometheus", install="Debian's prometheus package (make system-deps)")
+pytestmark = [
+    pytest.mark.processes,
+    needs.commands("prometheus", install="Debian's prometheus package (make system-deps)"),
+]
 
 
 def test_real_prometheus_scrapes_a_replica_set(tmp_path: Path) -> None:
@@ -65,7 +69,7 @@ def test_real_prometheus_scrapes_a_replica_set(tmp_path: Path) -> None:
                     assert c.post(url, headers=BIN, content=b"x" * 100).status_code == 204
                     time.sleep(0.02)
 
-        writer = in_thread(errors, appends)
+        writer = background(errors, appends)
         prom = Prometheus(
             tmp_path,
             [(f"127.0.0.1:{s.port}", {"namespace": "obs", "pod": s.name}) for s in rs.servers],
@@ -107,7 +111,7 @@ def test_real_prometheus_scrapes_a_replica_set(tmp_path: Path) -> None:
                 problems.append("degraded while all are in sync")
             return problems
 
-        wait_for(
+        until_no_problems(
             "every replication panel query has the set's data", replication_answers, prom, errors
         )
 
@@ -130,7 +134,7 @@ def test_real_prometheus_scrapes_a_replica_set(tmp_path: Path) -> None:
                 problems.append("not shown degraded")
             return problems
 
-        wait_for("too few in sync", too_few_in_sync, prom, errors)
+        until_no_problems("too few in sync", too_few_in_sync, prom, errors)
     finally:
         stop.set()
         if writer is not None:

@@ -31,6 +31,8 @@ from stream_operator import spark_manifests as manifests
 from testkit import needs, wait_for
 from testkit.kube import durable_stream
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = Path(__file__).parent / "crds"
 K8S_VERSION = "1.31"

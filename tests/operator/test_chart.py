@@ -23,6 +23,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from get_tools import ensure  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 K8S_VERSION = "1.31"
 
 

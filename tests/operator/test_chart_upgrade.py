@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from get_tools import ensure  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def previous_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:

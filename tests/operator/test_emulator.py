@@ -206,6 +206,7 @@ def test_requests_are_recorded_as_rbac_verbs(kube: Cluster):
     ]
 
 
+@pytest.mark.slow  # 20 s of requests: the rest of this module stays in make test-fast
 def test_kmocks_own_request_history_stays_short_while_ours_keeps_every_call(kube: Cluster):
     """kmock scans its whole history to serve each request: kept unbounded, a long test
     made every request slower than the last (testkit.kube.ApiServer._forget_old_requests)."""

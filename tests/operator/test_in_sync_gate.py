@@ -16,6 +16,8 @@ from testkit.cluster import Cluster, cluster
 from testkit.operator import running_operator
 from tests.operator.test_replica_set_kopf import NS, running_replica_set, write_lease
 
+pytestmark = pytest.mark.slow
+
 
 def pod(name: str, in_sync: str | None = None) -> dict[str, Any]:
     conditions = [{"type": "Ready", "status": "True"}]

@@ -38,6 +38,8 @@ from testkit.pod_objects import (
     termination_message,
 )
 
+pytestmark = pytest.mark.processes
+
 NS = "default"
 
 

@@ -36,6 +36,8 @@ from testkit.leases import write_replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 NS = "team-a"  # the kubeconfig context's namespace: no -n needed
 POSITIONS = "streams.pyds.dev/positions"

@@ -23,6 +23,8 @@ from testkit.cluster import Cluster, cluster
 from testkit.kubelet import Kubelet
 from testkit.pod_objects import volume_dir
 
+pytestmark = pytest.mark.processes
+
 NS = "default"
 NAME = "vols"
 OCTET = {"Content-Type": "application/octet-stream"}

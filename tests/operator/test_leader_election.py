@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from get_tools import ensure  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 NS = "default"
 LEASE = "durable-streams-operator"
 WRITES = ("create", "patch", "update", "delete")

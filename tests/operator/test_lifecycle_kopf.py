@@ -22,6 +22,8 @@ from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
 
+pytestmark = pytest.mark.processes
+
 NS = "default"
 
 

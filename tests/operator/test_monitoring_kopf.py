@@ -25,6 +25,8 @@ from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefuls
 from tests.operator.test_kopf_emulated import assert_role_grants_what_the_operator_did
 from tests.operator.test_rbac import older_servicemonitor
 
+pytestmark = pytest.mark.slow
+
 NS = "default"
 
 

@@ -25,6 +25,8 @@ from testkit.kube import CRD_FILE, durable_stream, openapi_as_jsonschema
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, statefulset_status
 
+pytestmark = pytest.mark.slow
+
 NS = "default"
 UID = "uid-1"
 

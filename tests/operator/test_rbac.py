@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from get_tools import ensure  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 RELEASE_NS = "ops"
 ACCOUNT = "rel-durable-streams"
 ANALYTICS = {

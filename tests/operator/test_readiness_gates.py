@@ -24,6 +24,8 @@ from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.services import ServiceEndpoints
 
+pytestmark = pytest.mark.processes
+
 NS = "default"
 GATE = "streams.pyds.dev/in-sync"
 

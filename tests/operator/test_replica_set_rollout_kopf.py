@@ -31,6 +31,8 @@ from testkit.leases import IN_SYNC, write_replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
 
+pytestmark = pytest.mark.slow
+
 NS = "default"
 REVISION = "controller-revision-hash"
 

@@ -16,6 +16,8 @@ from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.operator import running_operator
 
+pytestmark = pytest.mark.slow
+
 NS = "default"
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from stream_operator.render import render_configmap
 
+pytestmark = pytest.mark.processes
+
 SPEC: dict[str, Any] = {
     "server": {
         "subscriptions": {

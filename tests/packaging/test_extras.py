@@ -25,7 +25,7 @@ from testkit import free_port
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden-v1"
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,8 @@ from tests.replication.workload import (
     verdict,
 )
 
+pytestmark = pytest.mark.processes
+
 ROUNDS = int(os.environ.get("FAILOVER_ROUNDS", "1"))
 STREAMS = 3
 # Short leases so that a failover takes seconds; replication_wait short so that a write

@@ -43,7 +43,10 @@ from tests.replication.workload import (
     until,
 )
 
-pytestmark = needs.commands("faketime", install="Debian's faketime (make system-deps)")
+pytestmark = [
+    pytest.mark.processes,
+    needs.commands("faketime", install="Debian's faketime (make system-deps)"),
+]
 
 STREAMS = 3
 SLOW = "ds-0"  # started first, so it creates the Lease and is the first primary

@@ -30,7 +30,10 @@ from tests.replication.workload import (
     until,
 )
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a filesystem needs root")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a filesystem needs root"),
+]
 
 STREAMS = 3
 SMALL = "ds-2"  # started last: a standby

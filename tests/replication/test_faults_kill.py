@@ -14,6 +14,8 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
+
 from testkit.faults.processes import any_subset, kill9
 from testkit.history import History
 from tests.replication.faultload import (
@@ -25,6 +27,8 @@ from tests.replication.faultload import (
     verdict,
 )
 from tests.replication.workload import Workload, converged, create_streams, in_sync
+
+pytestmark = pytest.mark.processes
 
 STREAMS = 3
 DOWN = 1.0  # seconds both stay dead: the survivor's clients meet the refusals

@@ -20,6 +20,8 @@ from testkit.faults.clock import library, measured_rate, slow_clock
 from testkit.faults.net import API, Net
 from testkit.faults.proxy import ApiProxy
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def upstream() -> Iterator[tuple[str, list[bytes]]]:

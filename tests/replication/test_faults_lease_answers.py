@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from testkit.faults.processes import kill9
 from testkit.history import History
 from testkit.replicaset import ReplicaSet
@@ -40,6 +42,8 @@ from tests.replication.workload import (
     in_sync,
     until,
 )
+
+pytestmark = pytest.mark.processes
 
 STREAMS = 3
 IN_SYNC = "streams.pyds.dev/in-sync"

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from testkit.history import History
 from tests.replication.faultload import (
     BOUND,
@@ -30,7 +32,7 @@ from tests.replication.faultload import (
 )
 from tests.replication.workload import Workload, converged, create_streams, in_sync
 
-pytestmark = NAMESPACES
+pytestmark = [pytest.mark.processes, *NAMESPACES]
 
 STREAMS = 3
 PAST_BOUND = 3.0  # seconds a cut outlasts the staleness bound

@@ -30,6 +30,8 @@ from tests.replication.faultload import (
 )
 from tests.replication.workload import Workload, converged, create_streams, in_sync, until
 
+pytestmark = pytest.mark.processes
+
 STREAMS = 3
 # Seconds: a failover, then past the bound by far for the writes the new primary took.
 PAUSE = float(FAST["lease_duration"]) + BOUND + 3.0

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from testkit.faults.processes import kill9
 from testkit.history import History
 from tests.replication.faultload import (
@@ -38,7 +40,7 @@ from tests.replication.workload import (
     until,
 )
 
-pytestmark = NAMESPACES
+pytestmark = [pytest.mark.processes, *NAMESPACES]
 
 STREAMS = 3
 SETTINGS = {

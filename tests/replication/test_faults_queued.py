@@ -20,11 +20,14 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from testkit.faults.processes import paused
 from testkit.history import History, message
 from tests.replication.faultload import FAST, ROUNDS, loopback_set, monitor, under_load, verdict
 from tests.replication.workload import OCTET, Workload, converged, create_streams, in_sync
+
+pytestmark = pytest.mark.processes
 
 STREAMS = 3
 PROBES = 3

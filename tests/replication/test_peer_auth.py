@@ -16,6 +16,8 @@ from conftest import ServerProcess
 from stream_server.config import Settings
 from tests.replication.conftest import FAST, primary_with_standbys, status, until
 
+pytestmark = pytest.mark.processes
+
 
 def token_file(path: Path) -> Path:
     path.write_text(secrets.token_urlsafe(32) + "\n")

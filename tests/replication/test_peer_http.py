@@ -12,6 +12,8 @@ import pytest
 
 from stream_server.replication.peer_http import PeerClient, PeerError
 
+pytestmark = pytest.mark.processes
+
 # What the test server does with the n-th request it reads (0-based, over all connections).
 Behaviour = Callable[[int, h11.Request, asyncio.StreamWriter, h11.Connection], Awaitable[bool]]
 

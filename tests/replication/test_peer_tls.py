@@ -33,6 +33,8 @@ from stream_server.replication.peer_tls import PeerTls
 from testkit.pki import PrivateCA
 from tests.replication.conftest import until
 
+pytestmark = pytest.mark.processes
+
 TEXT = {"Content-Type": "text/plain"}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
 from tests.replication.conftest import FAST, primary_with_standbys, status, until
 from tests.subscriptions._api import (
@@ -20,6 +21,8 @@ from tests.subscriptions._api import (
     Receiver,
     receiver_fixture,  # noqa: F401 (the receiver fixture)
 )
+
+pytestmark = pytest.mark.processes
 
 REFUSED = "write batch failed"  # what a standby logs when it tries to write
 TEXT = {"content-type": "text/plain"}

@@ -35,6 +35,8 @@ import pytest
 from testkit.replicaset import ReplicaSet
 from tests.replication.workload import LIVENESS, OCTET, create_streams, in_sync, until
 
+pytestmark = pytest.mark.processes
+
 STREAM = "reads/0"
 
 

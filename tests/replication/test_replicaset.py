@@ -24,6 +24,8 @@ from testkit import wait_for
 from testkit.replicaset import ROOT, ReplicaSet, runs
 from testkit.servers import env_with, http_status
 
+pytestmark = pytest.mark.processes
+
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
 
 

@@ -5,8 +5,11 @@ refuses to acknowledge alone when the set requires more replicas in sync."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from testkit import wait_for
+
+pytestmark = pytest.mark.processes
 
 # Every set here counts two replicas; a test may start only one of them.
 ROLE_ARGS = ("--replication-wait", "0.5")

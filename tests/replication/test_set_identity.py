@@ -31,6 +31,8 @@ from tests.replication.conftest import (
     until,
 )
 
+pytestmark = pytest.mark.processes
+
 BIN = {"Content-Type": "application/octet-stream"}
 LEASE_NOTE = "streams.pyds.dev/set-id"
 TIMINGS = {

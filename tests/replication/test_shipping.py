@@ -11,9 +11,12 @@ import shutil
 import time
 
 import httpx
+import pytest
 
 from conftest import read_all
 from tests.replication.conftest import FAST, primary_with_standbys, status, until
+
+pytestmark = pytest.mark.processes
 
 TEXT = {"content-type": "text/plain"}
 log = logging.getLogger(__name__)

@@ -21,6 +21,8 @@ from conftest import ServerProcess, read_all
 from testkit.cluster import Cluster
 from tests.replication.conftest import FAST, primary_with_standbys, start_member, status, until
 
+pytestmark = pytest.mark.processes
+
 BIN = {"Content-Type": "application/octet-stream"}
 
 

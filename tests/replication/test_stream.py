@@ -21,6 +21,8 @@ import pytest
 from conftest import read_all, read_served
 from tests.replication.conftest import STEADY, primary_with_standbys, status, until
 
+pytestmark = pytest.mark.processes
+
 TEXT = {"content-type": "text/plain"}
 # Frame term, lsn (0: none), commit point, echo (the newest stamp received), frame length.
 MESSAGE = struct.Struct("<QQQQI")

@@ -38,6 +38,8 @@ from tests.replication.workload import (
     verdict,
 )
 
+pytestmark = pytest.mark.processes
+
 # Short leases (the conftest's FAST timings) so the set forms and settles in seconds.
 FAST = {
     "lease_duration": "3",

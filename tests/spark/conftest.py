@@ -58,7 +58,7 @@ def spark():
 @pytest.fixture(scope="session")
 def corpus_server(tmp_path_factory):
     """A real server process that stays up for the session (HTTP reads to compare with)."""
-    from conftest import ServerProcess  # the repository's root conftest
+    from testkit.server_process import ServerProcess
 
     srv = ServerProcess(tmp_path_factory.mktemp("spark-corpus") / "data").start()
     yield srv

@@ -6,12 +6,15 @@ from collections import defaultdict
 from datetime import datetime
 
 import httpx
+import pytest
 
 from stream_spark._plan import FORKS_OWN, Selection, batch_ranges, plan
 from stream_spark._reader import MetaReader, read_slice
 from stream_spark.jobs import extract, stats
 
 from ._corpus import http_read
+
+pytestmark = pytest.mark.processes
 
 HOUR_US = 3_600_000_000
 

@@ -18,6 +18,8 @@ from testkit import needs
 
 from ._corpus import OCTET, http_read, post, put
 
+pytestmark = pytest.mark.processes
+
 
 def rows_of(data_dir, parts) -> list:
     return [row for part in parts for sl in part for row in read_slice(data_dir, sl)]

@@ -8,9 +8,12 @@ import itertools
 import time
 
 import httpx
+import pytest
 
 from stream_spark._plan import Selection, batch_ranges, plan
 from stream_spark._reader import MetaReader, read_slice
+
+pytestmark = pytest.mark.processes
 
 TEXT = {"Content-Type": "text/plain"}
 CHUNK = 4096

@@ -15,6 +15,8 @@ from stream_format.offsets import format_offset, parse_offset
 
 from ._corpus import JSON, OCTET, http_read, put
 
+pytestmark = pytest.mark.processes
+
 FORMAT = "durable-streams"
 
 

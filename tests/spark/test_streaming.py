@@ -8,10 +8,13 @@ import shutil
 from collections import defaultdict
 
 import httpx
+import pytest
 
 from stream_format.offsets import format_offset
 
 from ._corpus import JSON, OCTET, http_read, post, put
+
+pytestmark = pytest.mark.processes
 
 FORMAT = "durable-streams"
 

@@ -19,7 +19,7 @@ import pytest
 
 from testkit.webhooks import Answer, Hook, Receiver
 
-__all__ = ["Answer", "Api", "Hook", "Receiver", "offset", "receiver_fixture", "until"]
+__all__ = ["Answer", "Api", "Hook", "Receiver", "offset", "pull", "receiver_fixture", "until"]
 
 
 @pytest.fixture(name="receiver")
@@ -32,10 +32,14 @@ def receiver_fixture() -> Iterator[Receiver]:
 class Api:
     """The subscription endpoints of one server."""
 
-    def __init__(self, base: str, token: str | None = None) -> None:
+    def __init__(
+        self, base: str, token: str | None = None, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        """``transport``: an in-process server's (``testkit.asgi``); None for a process's."""
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self.base = base
-        self.http = httpx.Client(timeout=30, headers=headers)
+        self.transport = transport  # for clients of a test's own (threads)
+        self.http = httpx.Client(timeout=30, headers=headers, transport=transport)
 
     def url(self, rest: str) -> str:
         return f"{self.base}__ds/{rest}"
@@ -74,6 +78,17 @@ class Api:
 
     def close(self) -> None:
         self.http.close()
+
+
+def pull(lease: int = 60_000, **extra: Any) -> dict[str, Any]:
+    """A pull-wake subscription's body: events/* woken on wake/pool."""
+    return {
+        "type": "pull-wake",
+        "pattern": "events/*",
+        "wake_stream": "wake/pool",
+        "lease_ttl_ms": lease,
+        **extra,
+    }
 
 
 def offset(unit: int) -> str:

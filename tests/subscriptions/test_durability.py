@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 import threading
 
+import pytest
+
 from tests.subscriptions._api import (
     Api,
     Receiver,
@@ -16,6 +18,8 @@ from tests.subscriptions._api import (
     receiver_fixture,  # noqa: F401 (the receiver fixture)
     until,
 )
+
+pytestmark = pytest.mark.processes
 
 
 def restart(srv):

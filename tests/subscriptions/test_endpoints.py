@@ -1,4 +1,5 @@
-"""The subscription endpoints over HTTP, against a real server process and a real receiver.
+"""The subscription endpoints over HTTP, against the real server (in-process, on the real
+engine: testkit.asgi) and a real receiver.
 
 Every refusal is checked for its status and code, and for leaving the
 subscription exactly as it was.
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
+from testkit.asgi import in_thread
 from tests.subscriptions._api import (
     Api,
     Receiver,
@@ -29,13 +31,13 @@ JSON = "application/json"
 
 
 @pytest.fixture
-def server(server_factory):
-    return server_factory().start()
+def server(app_server):
+    return app_server()
 
 
 @pytest.fixture
 def api(server):
-    a = Api(server.base)
+    a = Api(server.base, transport=server.transport)
     yield a
     a.close()
 
@@ -368,7 +370,7 @@ def test_failed_deliveries_are_retried_with_status_failed(server, api: Api, rece
     assert third["generation"] == 1  # the same wake, retried
     until(lambda: api.get("r").json()["status"] == "active")
     until(lambda: api.acked("r")["events/a"] == offset(1))
-    metrics = httpx.get(f"{server.url}/metrics").text
+    metrics = server.http.get(f"{server.url}/metrics").text
     assert 'durable_streams_subscription_deliveries_total{outcome="http_error"} 2.0' in metrics
     assert "durable_streams_subscription_retries_total 2.0" in metrics
     assert 'durable_streams_subscriptions{type="webhook"} 1.0' in metrics
@@ -410,7 +412,7 @@ def test_deletion_fences_callbacks_in_flight(api: Api, receiver: Receiver):
     assert api.get("x").json()["generation"] >= b["generation"]
 
 
-def test_auth_scopes(server_factory, tmp_path, receiver: Receiver):
+def test_auth_scopes(app_server, tmp_path, receiver: Receiver):
     tokens = {
         "tokens": [
             {"name": "events-writer", "token": "ew", "scopes": ["write"], "prefixes": ["events/"]},
@@ -421,8 +423,10 @@ def test_auth_scopes(server_factory, tmp_path, receiver: Receiver):
     }
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps(tokens))
-    srv = server_factory("--auth-tokens-file", str(path)).start()
-    anon, writer, reader, other, admin = (Api(srv.base, t) for t in (None, "ew", "er", "ow", "ad"))
+    srv = app_server("--auth-tokens-file", str(path))
+    anon, writer, reader, other, admin = (
+        Api(srv.base, t, srv.transport) for t in (None, "ew", "er", "ow", "ad")
+    )
     body = webhook(receiver.url)
     r = anon.put("a", body)
     assert r.status_code == 401 and error(r) == "UNAUTHORIZED"
@@ -531,24 +535,21 @@ def test_hostile_requests_never_fail_the_server_nor_change_a_subscription(
 
 @pytest.fixture(scope="module")
 def shared_subscription(tmp_path_factory):
-    from conftest import ServerProcess
-
-    srv = ServerProcess(tmp_path_factory.mktemp("fuzz") / "data").start()
-    api = Api(srv.base)
-    api.stream("wake/pool", b"[]")
-    api.stream("a/b", b'{"n":1}')
-    assert (
-        api.put(
-            "fixed",
-            {
-                "type": "pull-wake",
-                "pattern": "events/*",
-                "streams": ["a/b"],
-                "wake_stream": "wake/pool",
-            },
-        ).status_code
-        == 201
-    )
-    yield api, {"fixed": api.get("fixed").json()}
-    api.close()
-    srv.stop()
+    with in_thread(tmp_path_factory.mktemp("fuzz") / "data") as srv:
+        api = Api(srv.base, transport=srv.transport)
+        api.stream("wake/pool", b"[]")
+        api.stream("a/b", b'{"n":1}')
+        assert (
+            api.put(
+                "fixed",
+                {
+                    "type": "pull-wake",
+                    "pattern": "events/*",
+                    "streams": ["a/b"],
+                    "wake_stream": "wake/pool",
+                },
+            ).status_code
+            == 201
+        )
+        yield api, {"fixed": api.get("fixed").json()}
+        api.close()

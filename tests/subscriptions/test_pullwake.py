@@ -1,12 +1,11 @@
-"""Pull-wake against a real server: wake events on a real stream, two workers racing."""
+"""Pull-wake against the real server (in-process, on the real engine): wake events on a real
+stream, two workers racing. The example worker, as a user runs it, is in
+test_programs.py (processes)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
@@ -14,28 +13,18 @@ import pytest
 from tests.subscriptions._api import (
     Api,
     offset,
+    pull,
     receiver_fixture,  # noqa: F401 (the receiver fixture)
     until,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pullwake_worker.py"
-
 
 @pytest.fixture
-def api(server_factory):
-    a = Api(server_factory().start().base)
+def api(app_server):
+    srv = app_server()
+    a = Api(srv.base, transport=srv.transport)
     yield a
     a.close()
-
-
-def pull(lease: int = 60_000, **extra) -> dict:
-    return {
-        "type": "pull-wake",
-        "pattern": "events/*",
-        "wake_stream": "wake/pool",
-        "lease_ttl_ms": lease,
-        **extra,
-    }
 
 
 def wake_events(api: Api) -> list[dict]:
@@ -59,7 +48,7 @@ def test_two_workers_race_for_one_lease(api: Api):
     def worker(name: str) -> None:
         # The wake is appended once the append is durable, which may be after the
         # append's answer: tail the stream (long-poll) until it arrives.
-        with httpx.Client(timeout=30) as c:
+        with httpx.Client(timeout=30, transport=api.transport) as c:
             params = {"offset": "-1"}
             for _ in range(20):
                 r = c.get(f"{api.base}wake/pool", params=params)
@@ -205,52 +194,6 @@ def test_wake_events_on_a_text_stream_and_without_a_wake_stream(api: Api):
     api.stream("wake/text", b"", ct="text/plain")
     api.put("t", {**pull(), "wake_stream": "wake/text"})
     api.append("events/a", b'{"n":2}')
-    body = until(lambda: httpx.get(f"{api.base}wake/text", params={"offset": "-1"}).content)
+    body = until(lambda: api.http.get(f"{api.base}wake/text", params={"offset": "-1"}).content)
     event = json.loads(body.splitlines()[0])
     assert event["subscription_id"] == "t" and event["stream"] == "events/a"
-
-
-def test_the_example_worker_pool_processes_everything(server_factory, tmp_path):
-    """examples/pullwake_worker.py, two of them, as a user would run them."""
-    srv = server_factory().start()
-    api = Api(srv.base)
-    api.stream("wake/pool", b"[]")
-    api.put("pool", pull(lease=5000))
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(EXAMPLE),
-                "--base",
-                srv.base,
-                "--subscription",
-                "pool",
-                "--name",
-                f"w{i}",
-            ],
-            stdout=open(tmp_path / f"w{i}.log", "wb"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-        )
-        for i in (1, 2)
-    ]
-    try:
-        sent = set()
-        for n in range(12):
-            path = f"events/s{n % 4}"
-            if n < 4:
-                api.stream(path)
-            api.append(path, json.dumps({"n": n}).encode())
-            sent.add(f'{path}: {{"n": {n}}}')
-
-        def printed() -> set[str]:
-            lines = []
-            for i in (1, 2):
-                lines += (tmp_path / f"w{i}.log").read_text().splitlines()
-            return {line.split(": ", 1)[1] for line in lines if ': {"n"' in line}
-
-        until(lambda: printed() >= sent)
-        until(lambda: api.acked("pool") == {f"events/s{i}": offset(3) for i in range(4)})
-    finally:
-        for w in workers:
-            w.terminate()
-            w.wait()

@@ -5,7 +5,8 @@ Receivers are real HTTP(S) servers on 127.0.0.x. Names such as
 seam: the machine has no DNS of its own), so the tests can show that the
 sender connects to the address it checked, with the name in ``Host`` and in
 the TLS server name, and that a name whose answer turns private is refused at
-send time. All traffic stays on loopback.
+send time. All traffic stays on loopback. The example receiver, run as its own
+process, is in test_programs.py.
 """
 
 from __future__ import annotations
@@ -14,21 +15,16 @@ import base64
 import contextlib
 import datetime
 import json
-import os
 import re
 import socket
 import ssl
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -40,8 +36,8 @@ from stream_server.subscriptions.sender import WebhookSender
 from stream_server.subscriptions.signing import WebhookKeys
 from stream_server.subscriptions.urls import WebhookAllowList
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "webhook_receiver.py"
+pytestmark = pytest.mark.processes
+
 NONE = WebhookAllowList.from_settings([])
 
 
@@ -326,99 +322,3 @@ async def test_nothing_listening_is_a_network_error(keys):
     finally:
         await sender.aclose()
     assert (d.ok, d.status, d.outcome) == (False, None, "network_error") and d.error
-
-
-# -- the example receiver, run as its own process ------------------------------------
-
-
-@contextlib.contextmanager
-def serving_jwks(keys: WebhookKeys) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            data = json.dumps(keys.jwks()).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/jwk-set+json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1/stream/__ds/jwks.json"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@contextlib.contextmanager
-def example_receiver(jwks_url: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(EXAMPLE),
-            "--jwks-url",
-            jwks_url,
-            "--port",
-            "0",
-            "--refetch-every",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), (line, proc.stderr.read() if proc.stderr else "")
-        yield line.split()[-1].rstrip("/"), proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-async def test_the_example_receiver_verifies_our_signatures_and_says_done(keys):
-    with serving_jwks(keys) as jwks_url, example_receiver(jwks_url) as (url, proc):
-        assert proc.stdout is not None
-        sender = WebhookSender(keys, NONE, timeout=10)
-        try:
-            d = await sender.send(f"{url}/hook", BODY)
-            assert d.ok and d.json == {"done": True}, d
-            assert json.loads(proc.stdout.readline()) == json.loads(BODY)
-
-            async with httpx.AsyncClient() as raw:
-                # One second on from the sender's signature: Ed25519 is deterministic, and
-                # the same body and second would be the same signature, a replay.
-                good = keys.sign(BODY, now=int(time.time()) + 1)
-                altered = BODY.replace(b"w_1", b"w_2")
-                for body, header, status in [
-                    (altered, good, 401),  # altered body
-                    (BODY, good.replace("ed25519=", "ed25519=A"), 401),  # broken signature
-                    (BODY, keys.sign(BODY, now=int(good[2:12]) - 3600), 401),  # stale
-                    (BODY, None, 401),  # unsigned
-                ]:
-                    headers = {"Webhook-Signature": header} if header else {}
-                    resp = await raw.post(f"{url}/hook", content=body, headers=headers)
-                    assert resp.status_code == status, (resp.status_code, resp.text)
-                first = await raw.post(
-                    f"{url}/hook", content=BODY, headers={"Webhook-Signature": good}
-                )
-                assert first.status_code == 200
-                assert json.loads(proc.stdout.readline()) == json.loads(BODY)
-                replay = await raw.post(
-                    f"{url}/hook", content=BODY, headers={"Webhook-Signature": good}
-                )
-                assert replay.status_code == 409
-
-            # After a rotation the receiver meets an unknown kid, refetches the JWKS, accepts.
-            keys.rotate()
-            d = await sender.send(f"{url}/hook", BODY)
-            assert d.ok and d.json == {"done": True}, d
-        finally:
-            await sender.aclose()

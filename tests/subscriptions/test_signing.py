@@ -2,20 +2,16 @@
 
 Signatures are verified the way a receiver would, from the JWKS alone, with
 PyNaCl (libsodium): a second Ed25519 implementation, not the library the
-server signs with.
+server signs with. The ``rotate-webhook-key`` command is in test_programs.py.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import stat
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from nacl.exceptions import BadSignatureError
@@ -27,6 +23,8 @@ from stream_server.subscriptions.signing import (
     WebhookKeys,
     thumbprint_kid,
 )
+
+pytestmark = pytest.mark.processes
 
 HEADER = re.compile(r"^t=(\d+),kid=([^,]+),ed25519=([A-Za-z0-9_-]+)$")  # the suite's own pattern
 
@@ -164,31 +162,3 @@ def test_a_key_that_does_not_match_its_kid_is_refused(tmp_path):
     (directory / KEYRING_FILE).write_text(json.dumps(doc))
     with pytest.raises(KeyRingError, match="does not match"):
         WebhookKeys.load_or_create(directory)
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DS_")}
-    return subprocess.run(
-        [sys.executable, "-m", "stream_server", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-
-
-def test_the_rotate_command_rotates_the_ring_in_the_data_directory(tmp_path: Path):
-    data = tmp_path / "data"
-    data.mkdir()
-    before = WebhookKeys.load_or_create(data / "webhook-keys")
-    proc = run_cli("rotate-webhook-key", "--data-dir", str(data))
-    assert proc.returncode == 0, proc.stderr
-    after = WebhookKeys.load_or_create(data / "webhook-keys")
-    assert after.kid != before.kid and after.kid in proc.stdout and before.kid in proc.stdout
-    assert kids(after.jwks()) == [after.kid, before.kid]
-
-
-def test_the_rotate_command_refuses_a_missing_data_directory(tmp_path: Path):
-    proc = run_cli("rotate-webhook-key", "--data-dir", str(tmp_path / "typo"))
-    assert proc.returncode == 1 and "no data directory" in proc.stderr
-    assert not (tmp_path / "typo").exists()

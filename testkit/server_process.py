@@ -1,0 +1,107 @@
+"""A server child process for the tests, and what only a real socket can ask of it.
+
+``ServerProcess`` is ``durable-streams-server serve`` on a free port and a
+data directory of the test's (on ``testkit.servers.Child``); the root
+conftest's ``server_factory`` and ``shared_server`` fixtures make them.
+``raw_get`` and ``read_until_closed`` speak HTTP on a raw socket, for what a
+client library would hide (a response left unread, a small receive buffer,
+a connection the server closes); ``live_gauge`` reads the live-readers gauge
+a process exports. Tests that need none of this run the app in-process
+(``testkit.asgi``).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from testkit.servers import Child, env_with, free_port, http_status, stream_server_command
+
+__all__ = ["ServerProcess", "live_gauge", "raw_get", "read_until_closed"]
+
+
+class ServerProcess:
+    """A ``durable-streams-server serve`` child process (on ``testkit.servers.Child``)."""
+
+    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.args = list(args)
+        self.env = env or {}
+        self.port = free_port()
+        self.scheme = "http"
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-server.log"
+        self.child: Child | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def base(self) -> str:
+        return f"{self.url}/v1/stream/"
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.child.proc if self.child else None
+
+    def start(self, *, timeout: float = 30.0) -> ServerProcess:
+        self.child = Child(
+            "server",
+            stream_server_command(self.port, self.data_dir, *self.args),
+            self.log_path,
+            env=env_with(self.env),
+        )
+        tls = self.scheme == "https"
+        self.child.start(
+            lambda: http_status(self.port, "/readyz", tls=tls, timeout=1) == 200, timeout=timeout
+        )
+        return self
+
+    def log(self) -> str:
+        return self.child.log_tail() if self.child else ""
+
+    def kill(self) -> None:
+        """SIGKILL: the crash the durability promise is about."""
+        if self.child:
+            self.child.kill()
+
+    def stop(self) -> int:
+        return self.child.stop(timeout=20) if self.child else 0
+
+
+def live_gauge(srv: ServerProcess, mode: str) -> float:
+    """The server's live-readers gauge for ``mode`` (long-poll or sse), from /metrics."""
+    text = httpx.get(f"{srv.url}/metrics", timeout=10).text
+    m = re.search(rf'durable_streams_live_readers{{mode="{mode}"}} ([0-9.e+]+)', text)
+    assert m, text[:2000]
+    return float(m.group(1))
+
+
+def raw_get(
+    port: int, target: str, *, rcvbuf: int | None = None, timeout: float | None = None
+) -> socket.socket:
+    """A GET sent on a raw socket, left for the test to read (or never to)."""
+    s = socket.socket()
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(timeout)
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return s
+
+
+def read_until_closed(s: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (or the socket times out)."""
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except TimeoutError:
+        pass
+    finally:
+        s.close()
+    return out
