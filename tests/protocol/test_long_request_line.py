@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import raw_get, read_until_closed
+from testkit.server_process import raw_get, read_until_closed
+
+pytestmark = pytest.mark.processes
 
 
 @pytest.mark.parametrize("length", [65_600, 70_000])
