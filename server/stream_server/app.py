@@ -5,7 +5,7 @@ replication, subscriptions, metrics, rotation) to routes and to the lifespan.
 
 Requests under the stream base path go straight to the protocol handlers;
 health, readiness (and metrics) are small Starlette routes beside them. The
-lifespan starts recovery as a task (``recovering``), so the socket opens at
+lifespan starts recovery as a task (``background_recovery``), so the socket opens at
 once: probes and metrics answer during recovery, stream requests get 503 with
 ``Retry-After`` until it ends. The lifespan's end closes the store with a
 final checkpoint; live reads are ended before that, as soon as the server
@@ -33,6 +33,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from stream_server.auth import TokenAuth
+from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
 from stream_server.config import Settings
 from stream_server.engine import Engine, StorageError
 from stream_server.faults import hook_from_env
@@ -40,7 +41,6 @@ from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.ratelimit import RateLimiter
-from stream_server.recovering import RETRY_AFTER, BackgroundRecovery
 from stream_server.replication import fetch_endpoint, peer_token
 from stream_server.replication.identity import leave
 from stream_server.replication.metrics import ReplicationCollector

@@ -2,7 +2,7 @@
 pull-wake worker (two of them sharing a subscription, against a server process), the
 example webhook receiver (verifying our signatures), and ``rotate-webhook-key``.
 The rest of the subscriptions is tested in-process (test_pullwake.py, test_endpoints.py)
-or without a server (test_sender.py, test_signing.py)."""
+or without a server (test_webhook_sender.py, test_signing.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from stream_server.subscriptions.sender import WebhookSender
 from stream_server.subscriptions.signing import WebhookKeys
 from stream_server.subscriptions.urls import WebhookAllowList
+from stream_server.subscriptions.webhook_sender import WebhookSender
 from tests.subscriptions._api import Api, offset, pull, until
 
 pytestmark = pytest.mark.processes

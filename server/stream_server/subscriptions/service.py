@@ -28,9 +28,9 @@ from stream_server.subscriptions.delivery import DeliveryLoop
 from stream_server.subscriptions.errors import SubscriptionError
 from stream_server.subscriptions.manager import SubscriptionManager
 from stream_server.subscriptions.model import Subscription
-from stream_server.subscriptions.sender import WebhookSender
 from stream_server.subscriptions.signing import KEYRING_DIR, WebhookKeys
 from stream_server.subscriptions.urls import WebhookAllowList
+from stream_server.subscriptions.webhook_sender import WebhookSender
 
 log = logging.getLogger("stream_server.subscriptions")
 

@@ -32,9 +32,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from nacl.signing import VerifyKey
 
-from stream_server.subscriptions.sender import WebhookSender
 from stream_server.subscriptions.signing import WebhookKeys
 from stream_server.subscriptions.urls import WebhookAllowList
+from stream_server.subscriptions.webhook_sender import WebhookSender
 
 pytestmark = pytest.mark.processes
 
