@@ -267,7 +267,7 @@ def test_rotate_webhook_key_takes_only_its_own_flags():
 
 
 def test_the_readmes_settings_table_is_the_generated_one():
-    from stream_server.settings_table import markdown, table_in
+    from stream_server.config.table import markdown, table_in
 
     table = table_in((ROOT / "README.md").read_text())
     assert table == markdown(), "run: durable-streams-server settings --write README.md"

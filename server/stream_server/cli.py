@@ -1,6 +1,6 @@
 """``durable-streams-server``: the command line.
 
-``serve`` takes every setting (config.py); ``rotate-webhook-key`` only the two it
+``serve`` takes every setting (``config/declaration.py``); ``rotate-webhook-key`` only the two it
 uses; ``settings`` prints the settings' table (the README's is generated from
 it, and a test keeps the two equal). Every command reads the ``DS_*``
 variables too, and refuses a bad value, naming the setting, before it touches
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     if args.command == "settings":
-        from stream_server.settings_table import command
+        from stream_server.config.table import command
 
         return command(args.check, args.write)
     try:

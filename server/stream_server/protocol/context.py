@@ -57,7 +57,7 @@ class ReadGate(Protocol):
 @dataclass
 class ProtocolSettings:
     """The settings the handlers read. No defaults: each value comes from the server's
-    ``Settings`` (config.py, their one home), passed by name in ``app.py``."""
+    ``Settings`` (``config/declaration.py``, their one home), passed by name in ``app.py``."""
 
     base_path: str
     long_poll_timeout: float

@@ -1,0 +1,58 @@
+"""Settings: each one declared once, here, and everything else derived from it.
+
+A setting is a field of ``Settings`` made by ``setting()``: its default, its
+group (the concern it belongs to), its help text, its unit and the checks its
+value must pass. From that one declaration come the command-line flag
+(``--long-poll-timeout``), the environment variable (``DS_LONG_POLL_TIMEOUT``;
+flags win), the validation at start (a refusal names the flag and the
+variable), ``serve --help`` and the README's table (``python -m stream_server
+settings --markdown``; a test keeps the README equal to it). The operator's
+defaults and the CRD are checked against these defaults by a test too.
+
+The layers take what they need by name from a ``Settings`` (``app.py`` wires
+them), and keep no defaults of their own for it. A new concern (the object
+store archive is next) is a new ``Group`` and its fields, nothing more.
+
+Every value is checked when a ``Settings`` is made, and the files the settings
+name when the server starts (``settings_from``: a ``Settings`` made for another
+machine, as the operator's tests make one, names files that are not here), so
+the server stops with exit status 2 before it opens its data directory or a
+socket, not later when a value is first used (``checks.py`` says where each
+bound comes from).
+
+The package: ``about.py`` (what a setting is), ``declaration.py`` (every
+setting), ``checks.py`` and ``validation.py`` (what values may be),
+``flags.py`` (flags and variables), ``table.py`` (the README's table).
+"""
+
+from stream_server.config.about import About, Described, Group
+from stream_server.config.declaration import DEFAULT_PORT, Settings, described
+from stream_server.config.flags import (
+    NOT_SETTINGS,
+    add_arguments,
+    check_environment,
+    env_names,
+    parse_value,
+    settings_from,
+    values_from,
+)
+from stream_server.config.validation import SettingError, check_on_disk, validate
+
+__all__ = [
+    "DEFAULT_PORT",
+    "NOT_SETTINGS",
+    "About",
+    "Described",
+    "Group",
+    "SettingError",
+    "Settings",
+    "add_arguments",
+    "check_environment",
+    "check_on_disk",
+    "described",
+    "env_names",
+    "parse_value",
+    "settings_from",
+    "validate",
+    "values_from",
+]

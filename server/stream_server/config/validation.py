@@ -1,0 +1,85 @@
+"""The checks every value passes when settings are made, and the files they name at start.
+
+A refusal names the setting's flag and variable, so that a bad value stops the
+server with a message saying which setting to change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from stream_server.config import checks
+from stream_server.config.about import Described, describe
+
+if TYPE_CHECKING:
+    from stream_server.config.declaration import Settings
+
+
+class SettingError(ValueError):
+    """A value a setting may not have; the message names the flag and the variable."""
+
+
+def validate(s: Settings) -> None:
+    """Every setting's own checks, then the ones that look at several together; not
+    the files they name (``check_on_disk``)."""
+    _each(s, lambda check: check not in checks.ON_DISK)
+    for problem in _together(s):
+        if problem is not None:
+            raise SettingError(name_settings(problem, describe(s)))
+
+
+def check_on_disk(s: Settings) -> None:
+    """The files the settings name: there, readable, and holding what they should."""
+    _each(s, lambda check: check in checks.ON_DISK)
+    problem = checks.tls_loads(s.tls_cert, s.tls_key)
+    if problem is not None:
+        raise SettingError(name_settings(problem, describe(s)))
+
+
+def _each(s: Settings, which: Callable[[checks.Check], bool]) -> None:
+    for d in describe(s):
+        value = getattr(s, d.name)
+        for check in filter(which, d.about.checks):
+            problem = check(value)
+            if problem is not None:
+                raise SettingError(f"{d.flag} {problem} (env {d.env}; given {value!r})")
+
+
+def _together(s: Settings) -> Iterator[str | None]:
+    """The checks across settings, or that need another layer's parser (imported here,
+    so that importing the settings imports no layer); the first that fails stops the rest."""
+    from stream_server.replication.settings import check_settings
+    from stream_server.subscriptions.urls import WebhookAllowList
+
+    yield checks.tls_pair(s.tls_cert, s.tls_key)
+    yield checks.retention_rules(s.retention, s.max_path_bytes)
+    yield _refusal(lambda: WebhookAllowList.from_settings(s.webhook_allow), "webhook-allow: ")
+    yield _refusal(lambda: check_settings(s))
+
+
+def _refusal(check: Callable[[], object], prefix: str = "") -> str | None:
+    try:
+        check()
+    except ValueError as exc:
+        return prefix + str(exc)
+    return None
+
+
+_WORD = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+
+
+def name_settings(message: str, settings: Iterable[Described]) -> str:
+    """``message`` (from a check that names settings by their flag, without the dashes)
+    with the first setting it names given as a flag, and their variables added."""
+    known = {d.flag[2:]: d for d in settings}
+    # Single words ("host", "port") are settings only first: elsewhere they are English.
+    found = _WORD.findall(message)
+    words = [w for i, w in enumerate(found) if w in known and ("-" in w or i == 0)]
+    if not words:
+        return message
+    if message.startswith(words[0]):
+        message = "--" + message
+    envs = ", ".join(dict.fromkeys(known[w].env for w in words))
+    return f"{message} (env {envs})"
