@@ -27,8 +27,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import lmdb
 
@@ -38,7 +40,10 @@ from stream_format.layout import Layout
 from stream_format.meta import (
     DB_INDEX,
     DB_RECORDS,
+    DB_TAILS,
+    decode_tail,
     index_key,
+    key_stream_id,
     record_name,
     record_prefix,
 )
@@ -54,7 +59,7 @@ from stream_format.records import (
     record_size,
 )
 from stream_server.engine import fsio
-from stream_server.engine.batch import BatchStats, Tail, build
+from stream_server.engine.batch import Batch, BatchStats, Tail, build
 from stream_server.engine.errors import (
     DamagedStream,
     HeadDropped,
@@ -71,16 +76,75 @@ from stream_server.engine.recovery import (
     RecoveryProgress,
     RecoveryReport,
 )
-from stream_server.engine.replica import ReplicaHooks
 from stream_server.engine.segments import Segments
 from stream_server.engine.wal import WalWriter
 
-__all__ = ["BatchStats", "Engine", "LoadedState", "RecoveryProgress", "RecoveryReport", "Tail"]
+__all__ = [
+    "AppendedFrames",
+    "BatchStats",
+    "Engine",
+    "LoadedState",
+    "RecoveryProgress",
+    "RecoveryReport",
+    "ReplicaRole",
+    "Tail",
+]
 
 log = logging.getLogger("stream_server.engine")
 
 CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
 HINT_REACH = 4096  # units a read hint may be behind the start and still be used
+
+
+class ReplicaRole(Protocol):
+    """What a replica set adds to the commit path (``engine/replica.py``'s
+    ``ReplicaHooks``). A protocol, so that the engine does not import the module that
+    builds on it: replica.py drives the engine through its public methods only."""
+
+    def check_writable(self) -> None:
+        """StorageError unless this replica may write batches of its own (a primary)."""
+        ...
+
+    def stamp(self, batch: Batch, lsn: int) -> None:
+        """Add the replica position to the batch's metadata, before its frame is made."""
+        ...
+
+    def committed(self, lsn: int, frame: bytes) -> None:
+        """The batch's frame is durable here (before its LMDB commit): ship it."""
+        ...
+
+    def replayed(self, lsn: int, changes: list[walmod.Entry], frame: memoryview) -> None:
+        """Recovery replayed this frame from the WAL."""
+        ...
+
+
+@dataclass(slots=True)
+class AppendedFrames:
+    """Frames from a primary durable in the WAL, their metadata not yet in LMDB
+    (``Engine.append_frames``; ``Engine.commit_frames`` finishes them)."""
+
+    frames: list[tuple[int, list[walmod.Entry]]]  # lsn, metadata changes, in order
+    streams: set[int]  # the streams whose segment files they wrote
+
+
+def _coalesced(writes: Iterable[walmod.Entry]) -> Iterator[tuple[int, int, bytes]]:
+    """Frames' record writes as (stream id, position, bytes), each stream's adjacent
+    writes joined into one: a fetch answer holds many batches, and a stream appended
+    to in several of them is written with one pwrite instead of one each. Writes to
+    one stream keep their order; different streams are different files."""
+    runs: dict[int, tuple[int, list[bytes | memoryview]]] = {}  # sid -> start, parts
+    ends: dict[int, int] = {}
+    for _, sid, pos, data in writes:
+        run = runs.get(sid)
+        if run is not None and ends[sid] == pos:
+            run[1].append(data)
+        else:
+            if run is not None:
+                yield sid, run[0], b"".join(run[1])
+            runs[sid] = (pos, [data])
+        ends[sid] = pos + len(data)
+    for sid, (start, parts) in runs.items():
+        yield sid, start, b"".join(parts)
 
 
 class Engine:
@@ -91,6 +155,7 @@ class Engine:
         map_size: int = 1 << 33,
         checkpoint_bytes: int = CHECKPOINT_BYTES,
         fault_hook: Callable[[str], None] | None = None,
+        replica: ReplicaRole | None = None,
     ) -> None:
         self.layout = Layout(Path(data_dir))
         self.segments = Segments(self.layout)
@@ -116,7 +181,7 @@ class Engine:
         # make the flush fail (see stream_server.faults).
         self.fault_hook = fault_hook
         # A replica set's hooks (engine/replica.py); None in single-node mode.
-        self.replica: ReplicaHooks | None = None
+        self.replica: ReplicaRole | None = replica
 
     # ------------------------------------------------------------------ start
 
@@ -128,7 +193,7 @@ class Engine:
             self.layout,
             self.meta,
             self.segments,
-            self._lmdb_write,
+            self.write_metadata,
             headerless_wal=wal_headerless(found),
             progress=self.progress,
             replayed=self.replica.replayed if self.replica is not None else None,
@@ -143,8 +208,7 @@ class Engine:
 
     def commit(self, ops: list[Op]) -> BatchStats:
         """Make a batch durable. Runs on the writer thread only."""
-        if self.failed:
-            raise StorageFailed(f"storage failed closed: {self.failed}")
+        self._refuse_when_failed()
         if self.replica is not None:
             self.replica.check_writable()
         assert self.meta is not None and self.wal is not None
@@ -152,37 +216,20 @@ class Engine:
         self._resolve_drops(ops)
         batch = build(ops, self.tails, time.time_ns() // 1000)
         stats = batch.stats
-        # 1. segment files (page cache): undone by truncation if anything fails.
+        # 1. segment files (page cache) and 2. the WAL frame, appended: both undone
+        # (truncated) if anything fails before the flush.
         undo: list[tuple[int, int]] = []
+        wal_size = self.wal.size
         try:
-            for sid, (start, data) in batch.writes.items():
-                fd = self.segments.writer(sid)
-                undo.append((sid, start))
-                fsio.pwrite(fd, data, start)
+            self._write_segments(batch.writes, undo)
             self._hook("segments")
             t1 = time.perf_counter()
             stats.write_seconds = t1 - t0
-            # 2. the WAL frame, flushed: the batch is now durable.
-            self.lsn += 1
-            if self.replica is not None:
-                self.replica.stamp(batch, self.lsn)
-            wal_size = self.wal.size
-            frame = batch.frame(self.lsn)
-            try:
-                self.wal.append(frame)
-            except OSError:
-                self._undo_wal(wal_size)
-                raise
+            frame = self._append_frame(batch, wal_size)
         except OSError as exc:
-            self.lsn -= 1
             self._undo_segments(undo)
             raise from_os_error("write failed", exc) from exc
-        try:
-            self._hook("fsync")
-            self.wal.sync()
-        except OSError as exc:
-            self._fail(f"WAL fdatasync failed: {exc}")
-            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+        self._flush_batch()  # the batch is now durable
         t2 = time.perf_counter()
         stats.fsync_seconds = t2 - t1
         if self.replica is not None:
@@ -190,9 +237,61 @@ class Engine:
             # commit (engine/replica.py). From here the frame cannot be taken back.
             self.replica.committed(self.lsn, frame)
         # 3. metadata: the same changes the frame carries.
+        self._commit_batch_meta(batch.changes, wal_size, undo)
+        self._hook("commit")
+        stats.commit_seconds = time.perf_counter() - t2
+        # 4. publish.
+        self._publish(batch.tails, batch.writes, batch.dropped, batch.heads)
+        return stats
+
+    def _write_segments(
+        self, writes: dict[int, tuple[int, bytes]], undo: list[tuple[int, int]]
+    ) -> None:
+        """Each stream's new records at their file positions; ``undo`` collects where
+        each file ended, for ``_undo_segments``."""
+        for sid, (start, data) in writes.items():
+            fd = self.segments.writer(sid)
+            undo.append((sid, start))
+            fsio.pwrite(fd, data, start)
+
+    def _append_frame(self, batch: Batch, wal_size: int) -> bytes:
+        """The batch's WAL frame under the next lsn (stamped with the replica position
+        in a replica set), appended but not flushed; on OSError the lsn and the WAL
+        are as they were."""
+        assert self.wal is not None
+        self.lsn += 1
+        if self.replica is not None:
+            self.replica.stamp(batch, self.lsn)
+        frame = batch.frame(self.lsn)
+        try:
+            self.wal.append(frame)
+        except OSError:
+            self.lsn -= 1
+            self._undo_wal(wal_size)
+            raise
+        return frame
+
+    def _flush_batch(self) -> None:
+        """fdatasync the WAL; a failure fails the engine closed (the page cache's state
+        after a failed flush is unknown, so no retry can be trusted)."""
+        assert self.wal is not None
+        try:
+            self._hook("fsync")
+            self.wal.sync()
+        except OSError as exc:
+            self._fail(f"WAL fdatasync failed: {exc}")
+            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+
+    def _commit_batch_meta(
+        self, changes: list[walmod.Entry], wal_size: int, undo: list[tuple[int, int]]
+    ) -> None:
+        """LMDB's commit of a batch whose frame is flushed. A failed commit takes the
+        frame back (a single node) or fails the engine closed (a replica set, which
+        shipped it already; or any failure that is not LMDB's)."""
+        assert self.wal is not None
         try:
             self._hook("wal")
-            self._lmdb_write(batch.changes)
+            self.write_metadata(changes)
         except BaseException as exc:
             if not isinstance(exc, lmdb.Error):
                 # Unknown state between a durable frame and its commit: stop writing.
@@ -214,12 +313,22 @@ class Engine:
             self.lsn -= 1
             self._undo_segments(undo)
             raise from_lmdb_error("metadata commit failed", exc) from exc
-        self._hook("commit")
-        stats.commit_seconds = time.perf_counter() - t2
-        # 4. publish.
-        self.tails.update(batch.tails)
-        self._dirty.update(batch.writes)
-        for sid in batch.dropped:
+
+    def _publish(
+        self,
+        tails: Mapping[int, Tail],
+        written: Iterable[int],
+        dropped: Iterable[int],
+        heads: Mapping[int, int],
+    ) -> None:
+        """The last step of every commit, of a batch of ours or of frames applied from
+        a primary (``commit_frames``): the new tails to readers, the files of dropped
+        streams removed, the blocks below new retained starts given back, and a
+        checkpoint when the WAL has grown enough. One path, so that a standby's
+        engine is in the state its primary's is after the same frames."""
+        self.tails.update(tails)
+        self._dirty.update(written)
+        for sid in dropped:
             self.tails.pop(sid, None)
             self._dirty.discard(sid)
             self._punched.pop(sid, None)
@@ -228,11 +337,112 @@ class Engine:
         # The new retained starts are durable (the WAL frame): only now may the bytes
         # below them go. A crash before or during the punch leaves the new start and
         # some blocks still allocated; recovery punches again.
-        for sid, start_pos in batch.heads.items():
+        for sid, start_pos in heads.items():
             self._punch(sid, start_pos)
+        assert self.wal is not None
         if self.wal.size >= self.checkpoint_bytes:
             self.start_checkpoint()
-        return stats
+
+    # ------------------------------------------------ frames from a primary
+
+    def append_frames(self, frames: list[bytes]) -> AppendedFrames | None:
+        """The durable half of applying frames another engine's ``commit`` made (a
+        primary's, shipped to this standby): their record writes to the segment files
+        (each stream's adjacent writes as one), the frames appended to the WAL as they
+        came (same lsns), one fdatasync. From here they survive a crash: recovery
+        replays them into LMDB. ``commit_frames`` finishes them; None: no frames.
+
+        ValueError for a damaged frame, before anything is written. Any later failure
+        fails the engine closed: the frames are the primary's, and a restart (which
+        replays the WAL) is the only safe retry. Runs on one thread while nothing else
+        writes (a standby refuses batches of its own), and after the previous
+        ``commit_frames`` has returned."""
+        self._refuse_when_failed()
+        assert self.wal is not None
+        decoded: list[tuple[int, list[walmod.Entry]]] = []
+        writes: list[walmod.Entry] = []
+        for frame in frames:
+            try:
+                lsn, entries = walmod.decode_frame(frame)
+            except walmod.WalCorrupt as exc:
+                raise ValueError(str(exc)) from None
+            decoded.append((lsn, [e for e in entries if e[0] != walmod.WRITE]))
+            writes.extend(e for e in entries if e[0] == walmod.WRITE)
+        if not decoded:
+            return None
+        written: set[int] = set()
+        try:
+            for sid, pos, data in _coalesced(writes):
+                fsio.pwrite(self.segments.writer(sid), data, pos)
+                written.add(sid)
+            self.wal.append(b"".join(frames))  # the frames as they came, one write
+            self.wal.sync()
+        except Exception as exc:
+            self._fail(f"applying frames from the primary failed: {exc!r}")
+            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+        self.lsn = decoded[-1][0]
+        return AppendedFrames(decoded, written)
+
+    def commit_frames(self, appended: AppendedFrames) -> None:
+        """The rest of applying frames: one LMDB transaction for all their metadata,
+        then the same publish step as a batch of ours (``_publish``), its effects read
+        from the frames' ``tails`` changes. A failure fails the engine closed; the
+        frames stay durable in the WAL, which a restart replays."""
+        try:
+            self.write_metadata([e for _, changes in appended.frames for e in changes])
+        except Exception as exc:
+            self._fail(f"applying frames from the primary failed: {exc!r}")
+            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+        tails: dict[int, Tail] = {}
+        dropped: list[int] = []
+        heads: dict[int, int] = {}
+        for _, changes in appended.frames:
+            for entry in changes:
+                if entry[1] == DB_TAILS:
+                    self._tail_change(entry, tails, dropped, heads)
+        self._publish(tails, appended.streams, dropped, heads)
+
+    def _tail_change(
+        self,
+        entry: walmod.Entry,
+        tails: dict[int, Tail],
+        dropped: list[int],
+        heads: dict[int, int],
+    ) -> None:
+        """What one ``tails`` change of a frame does once published: a new tail (and a
+        retained start moved forward: a punch), or a stream's data dropped."""
+        sid = key_stream_id(entry[2])
+        if entry[0] == walmod.PUT:
+            tail = Tail(*decode_tail(entry[3]))
+            old = tails.get(sid) or self.tails.get(sid)
+            if old is not None and tail.start_pos > old.start_pos:
+                heads[sid] = tail.start_pos
+            tails[sid] = tail
+        elif entry[0] == walmod.DELETE:
+            heads.pop(sid, None)
+            if tails.pop(sid, None) is not None or sid in self.tails:
+                dropped.append(sid)
+
+    def write_metadata(self, entries: list[walmod.Entry], *, flush: bool = False) -> None:
+        """One LMDB transaction (the map grown when full). Outside a batch, for state no
+        frame carries (a replica position a set's base or a leave writes), only while
+        nothing else writes. ``flush``: durable, meta page included, on return."""
+        assert self.meta is not None
+        if entries:
+            while True:
+                try:
+                    with self.meta.write() as txn:
+                        self.meta.apply(txn, entries)
+                    break
+                except lmdb.MapFullError:
+                    self.meta.grow()
+                    log.info("LMDB map grown to %d bytes", self.meta.env.info()["map_size"])
+        if flush:
+            self.meta.sync()
+
+    def _refuse_when_failed(self) -> None:
+        if self.failed:
+            raise StorageFailed(f"storage failed closed: {self.failed}")
 
     def _resolve_drops(self, ops: list[Op]) -> None:
         """Name the index entries each retention drop makes useless (those below its
@@ -272,19 +482,6 @@ class Engine:
             self.reclaimed_bytes += punched
             self._punched[sid] = upto
             self._dirty.add(sid)
-
-    def _lmdb_write(self, entries: list[walmod.Entry]) -> None:
-        assert self.meta is not None
-        if not entries:
-            return
-        while True:
-            try:
-                with self.meta.write() as txn:
-                    self.meta.apply(txn, entries)
-                return
-            except lmdb.MapFullError:
-                self.meta.grow()
-                log.info("LMDB map grown to %d bytes", self.meta.env.info()["map_size"])
 
     def _undo_segments(self, undo: list[tuple[int, int]]) -> None:
         for sid, start in undo:

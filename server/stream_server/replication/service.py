@@ -204,7 +204,7 @@ class Replication:
     def _load(self) -> None:
         """The position, the term history and the set identity, after recovery."""
         self.hooks.load(self.store.engine)
-        self.identity.load(self.store.engine)
+        self.identity.load(self.store.engine, self.hooks)
 
     async def _join(self) -> str | None:
         """Before following: why this data directory may not join the Lease's set, or
