@@ -98,12 +98,14 @@ class AckGate(Protocol):
 class ReplicaHooks:
     """Attached to an ``Engine`` (``engine.replica``) in a replica set only."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_frame: Callable[[int, int, bytes], None] | None = None) -> None:
         self.writable = False  # a standby until the role loop says otherwise
         self.term = 0  # the term this replica writes under while primary
         self.terms: list[tuple[int, int]] = []  # (term, first lsn), oldest first
         self.durable: Position = (0, 0)
-        self.on_frame: Callable[[int, int, bytes], None] | None = None  # term, lsn, frame
+        # Told of each batch's frame (term, lsn, frame) once durable, on the writer
+        # thread: the primary's shipper.
+        self.on_frame = on_frame
         # The frames recovery replayed from the WAL, as (term, lsn, frame), for the
         # shipper to start from (``replayed``).
         self.recovered: list[tuple[int, int, bytes]] = []

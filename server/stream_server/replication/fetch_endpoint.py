@@ -31,16 +31,22 @@ from urllib.parse import parse_qsl
 
 from stream_server.protocol.http import Headers, Send, respond, text_headers
 from stream_server.replication.peer_token import CHALLENGE, REFUSED
-from stream_server.replication.sender import PATH as STREAM_PATH
-from stream_server.replication.sender import UPGRADE, UPGRADE_V1, VERSIONS
 from stream_server.replication.shipping import FetchAnswer
+from stream_server.replication.wire import (
+    FETCH_PATH,
+    NUMBERS,
+    STREAM_PATH,
+    TERM,
+    UPGRADE,
+    UPGRADE_V1,
+    VERSIONS,
+)
 
 if TYPE_CHECKING:
     from stream_server.replication.service import Replication
 
-PATH = "/replication/fetch"
-PATHS = (PATH, STREAM_PATH)
-NUMBERS = ("term", "after_term", "after_lsn", "committed")
+PATH = FETCH_PATH
+PATHS = (FETCH_PATH, STREAM_PATH)
 UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()
 OFFERED = f"{UPGRADE}, {UPGRADE_V1}".encode()
 
@@ -101,7 +107,7 @@ async def serve(
         if isinstance(stream, FetchAnswer):
             answer = stream
         else:
-            headers = [(b"upgrade", asked.encode()), (b"replication-term", b"%d" % stream.term)]
+            headers = [(b"upgrade", asked.encode()), (TERM.encode(), b"%d" % stream.term)]
             if not take_over(stream, headers):  # no "connection: upgrade"
                 await _upgrade_required(send)
             return
