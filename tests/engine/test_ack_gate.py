@@ -109,3 +109,30 @@ async def test_a_released_batch_is_kept_alive_by_nothing(tmp_path):
     finally:
         await pipeline.stop()
         engine.close()
+
+
+async def test_drained_returns_once_no_batch_is_written_or_held(tmp_path):
+    """``CommitPipeline.drained`` (what a role switch and a switchover await) ends
+    when the last held batch passes the gate, woken by it, not by a timer."""
+    engine = Engine(tmp_path / "d")
+    await asyncio.to_thread(engine.open)
+    pipeline = CommitPipeline(engine, on_failure=lambda e: None)
+    gate = HoldingGate(wait_seconds=60.0)
+    pipeline.gate = gate
+    pipeline.start()
+    try:
+        await pipeline.drained()  # nothing submitted: at once
+        meta = StreamMeta(id=1, content_type="text/plain", created_at=0.0)
+        held = pipeline.submit([CreateLog(1, 0), PutStream("s", meta)])
+        drained = asyncio.ensure_future(pipeline.drained())
+        batch_seen = asyncio.Event()
+        pipeline.on_batch = lambda stats, n: batch_seen.set()
+        await batch_seen.wait()  # durable, now held at the gate
+        assert not pipeline.idle and not drained.done()
+        gate.release(engine.lsn)
+        await held
+        await drained
+        assert pipeline.idle
+    finally:
+        await pipeline.stop()
+        engine.close()
