@@ -163,11 +163,7 @@ def check_header(path: Path, head: bytes, *, headerless: bool = False) -> bool:
     whose files start with a frame; there a file with a header is refused.
     """
     if headerless:
-        if head.startswith(FILE_MAGIC):
-            raise WalCorrupt(
-                f"{path}: a WAL file with a format-2 header in a format-1 directory; "
-                "its FORMAT file was changed or the file was copied in"
-            )
+        _check_headerless(path, head)
         return True
     number = file_number(path)
     if len(head) < HEADER_SIZE:
@@ -196,6 +192,15 @@ def check_header(path: Path, head: bytes, *, headerless: bool = False) -> bool:
     if named != number:
         raise WalCorrupt(f"{path}: the header names WAL file {named}, not {number}")
     return True
+
+
+def _check_headerless(path: Path, head: bytes) -> None:
+    """A format-1 directory's file starts with a frame, never with a header."""
+    if head.startswith(FILE_MAGIC):
+        raise WalCorrupt(
+            f"{path}: a WAL file with a format-2 header in a format-1 directory; "
+            "its FORMAT file was changed or the file was copied in"
+        )
 
 
 def check_file(path: Path, *, headerless: bool = False) -> None:

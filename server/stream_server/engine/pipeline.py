@@ -154,37 +154,44 @@ class CommitPipeline:
     ) -> None:
         self._busy = False
         if isinstance(result, BaseException):
-            # Everything queued since was validated against state that now never
-            # happened: fail it too, then let the stream layer roll back.
-            failed = batch + self._waiting
-            self._waiting = []
-            error = result if isinstance(result, StorageError) else StorageError(str(result))
-            for _, fut, _, _ in failed:
-                if not fut.done():
-                    fut.set_exception(error)
-            self.on_failure(error)
-            if self._drainers:
-                self._wake_drainers()
+            self._failed(batch, result)
             return
         if self.on_batch is not None:
             self.on_batch(result, len(batch))
         if self.gate is not None:
-            # Each batch's own deadline, from when it reached the gate: one queued
-            # behind a held batch must not wait for that batch's release to start
-            # counting (the gate releases in lsn order, and may hold the first long).
-            assert self._loop is not None
-            timer = self._loop.call_later(self.gate.wait_seconds, self._overdue, batch)
-            self._gated.append((batch, result, self.engine.lsn, timer))
-            if self._releasing is None or self._releasing.done():
-                self._releasing = asyncio.ensure_future(self._release())
-            if self._waiting:
-                self._dispatch()  # the next batch is written while this one ships
+            self._hold(batch, result, self.gate)
             return
         self._resolve(batch, result)
         if self._waiting:
             self._dispatch()
         elif self._drainers:
             self._wake_drainers()
+
+    def _failed(self, batch: list[Waiting], result: BaseException) -> None:
+        """Everything queued since the failed batch was validated against state that
+        now never happened: fail it too, then let the stream layer roll back."""
+        failed = batch + self._waiting
+        self._waiting = []
+        error = result if isinstance(result, StorageError) else StorageError(str(result))
+        for _, fut, _, _ in failed:
+            if not fut.done():
+                fut.set_exception(error)
+        self.on_failure(error)
+        if self._drainers:
+            self._wake_drainers()
+
+    def _hold(self, batch: list[Waiting], result: BatchStats, gate: AckGate) -> None:
+        """A durable batch of a replica set waits at the gate, with a deadline of its own
+        from when it got there: one queued behind a held batch must not wait for that
+        batch's release to start counting (the gate releases in lsn order, and may hold
+        the first long)."""
+        assert self._loop is not None
+        timer = self._loop.call_later(gate.wait_seconds, self._overdue, batch)
+        self._gated.append((batch, result, self.engine.lsn, timer))
+        if self._releasing is None or self._releasing.done():
+            self._releasing = asyncio.ensure_future(self._release())
+        if self._waiting:
+            self._dispatch()  # the next batch is written while this one ships
 
     def _overdue(self, batch: list[Waiting]) -> None:
         """The batch's waiters have waited ``gate.wait_seconds``: they hear 503 (an

@@ -448,7 +448,7 @@ class Replication:
         try:
             await asyncio.to_thread(snapshot.build, self.store.engine, out)
         except BaseException:
-            out.unlink(missing_ok=True)
+            await asyncio.shield(asyncio.to_thread(out.unlink, missing_ok=True))
             raise
         return out
 
