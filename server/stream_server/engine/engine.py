@@ -17,9 +17,16 @@ failed LMDB commit in a replica set (the frame was shipped: it cannot be taken
 back). Recovery is ``recovery.Recovery``; the segment files' descriptors are
 ``segments.Segments``.
 
-Over 400 lines because the batch path, reads, checkpoints and the fail-closed
-state share the LMDB environment, the WAL and one lock; recovery, segments and
-batch building are already modules of their own.
+Frames another engine made (a primary's, on a standby) are applied by the
+same steps: ``append_frames`` (segments, the WAL, the flush), then
+``commit_frames`` (LMDB, then the publish step a batch of ours ends with), so
+a standby's engine is in the state its primary's is after the same frames,
+and there is one publish path. The pure parts of that are ``frames.py``.
+
+Over 400 lines because the batch path, the frame path, reads, checkpoints and
+the fail-closed state share the LMDB environment, the WAL and one lock;
+recovery, segments, batch building and the frames' pure steps are already
+modules of their own.
 """
 
 from __future__ import annotations
@@ -27,10 +34,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol
 
 import lmdb
 
@@ -40,10 +45,7 @@ from stream_format.layout import Layout
 from stream_format.meta import (
     DB_INDEX,
     DB_RECORDS,
-    DB_TAILS,
-    decode_tail,
     index_key,
-    key_stream_id,
     record_name,
     record_prefix,
 )
@@ -66,6 +68,13 @@ from stream_server.engine.errors import (
     StorageFailed,
     from_lmdb_error,
     from_os_error,
+)
+from stream_server.engine.frames import (
+    AppendedFrames,
+    ReplicaRole,
+    coalesced,
+    split_frames,
+    tail_effects,
 )
 from stream_server.engine.layout import prepare, retire_wal, wal_headerless
 from stream_server.engine.metadata import Metadata
@@ -94,57 +103,6 @@ log = logging.getLogger("stream_server.engine")
 
 CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
 HINT_REACH = 4096  # units a read hint may be behind the start and still be used
-
-
-class ReplicaRole(Protocol):
-    """What a replica set adds to the commit path (``engine/replica.py``'s
-    ``ReplicaHooks``). A protocol, so that the engine does not import the module that
-    builds on it: replica.py drives the engine through its public methods only."""
-
-    def check_writable(self) -> None:
-        """StorageError unless this replica may write batches of its own (a primary)."""
-        ...
-
-    def stamp(self, batch: Batch, lsn: int) -> None:
-        """Add the replica position to the batch's metadata, before its frame is made."""
-        ...
-
-    def committed(self, lsn: int, frame: bytes) -> None:
-        """The batch's frame is durable here (before its LMDB commit): ship it."""
-        ...
-
-    def replayed(self, lsn: int, changes: list[walmod.Entry], frame: memoryview) -> None:
-        """Recovery replayed this frame from the WAL."""
-        ...
-
-
-@dataclass(slots=True)
-class AppendedFrames:
-    """Frames from a primary durable in the WAL, their metadata not yet in LMDB
-    (``Engine.append_frames``; ``Engine.commit_frames`` finishes them)."""
-
-    frames: list[tuple[int, list[walmod.Entry]]]  # lsn, metadata changes, in order
-    streams: set[int]  # the streams whose segment files they wrote
-
-
-def _coalesced(writes: Iterable[walmod.Entry]) -> Iterator[tuple[int, int, bytes]]:
-    """Frames' record writes as (stream id, position, bytes), each stream's adjacent
-    writes joined into one: a fetch answer holds many batches, and a stream appended
-    to in several of them is written with one pwrite instead of one each. Writes to
-    one stream keep their order; different streams are different files."""
-    runs: dict[int, tuple[int, list[bytes | memoryview]]] = {}  # sid -> start, parts
-    ends: dict[int, int] = {}
-    for _, sid, pos, data in writes:
-        run = runs.get(sid)
-        if run is not None and ends[sid] == pos:
-            run[1].append(data)
-        else:
-            if run is not None:
-                yield sid, run[0], b"".join(run[1])
-            runs[sid] = (pos, [data])
-        ends[sid] = pos + len(data)
-    for sid, (start, parts) in runs.items():
-        yield sid, start, b"".join(parts)
 
 
 class Engine:
@@ -359,20 +317,12 @@ class Engine:
         ``commit_frames`` has returned."""
         self._refuse_when_failed()
         assert self.wal is not None
-        decoded: list[tuple[int, list[walmod.Entry]]] = []
-        writes: list[walmod.Entry] = []
-        for frame in frames:
-            try:
-                lsn, entries = walmod.decode_frame(frame)
-            except walmod.WalCorrupt as exc:
-                raise ValueError(str(exc)) from None
-            decoded.append((lsn, [e for e in entries if e[0] != walmod.WRITE]))
-            writes.extend(e for e in entries if e[0] == walmod.WRITE)
+        decoded, writes = split_frames(frames)
         if not decoded:
             return None
         written: set[int] = set()
         try:
-            for sid, pos, data in _coalesced(writes):
+            for sid, pos, data in coalesced(writes):
                 fsio.pwrite(self.segments.writer(sid), data, pos)
                 written.add(sid)
             self.wal.append(b"".join(frames))  # the frames as they came, one write
@@ -393,35 +343,8 @@ class Engine:
         except Exception as exc:
             self._fail(f"applying frames from the primary failed: {exc!r}")
             raise StorageFailed(f"storage failed closed: {self.failed}") from exc
-        tails: dict[int, Tail] = {}
-        dropped: list[int] = []
-        heads: dict[int, int] = {}
-        for _, changes in appended.frames:
-            for entry in changes:
-                if entry[1] == DB_TAILS:
-                    self._tail_change(entry, tails, dropped, heads)
-        self._publish(tails, appended.streams, dropped, heads)
-
-    def _tail_change(
-        self,
-        entry: walmod.Entry,
-        tails: dict[int, Tail],
-        dropped: list[int],
-        heads: dict[int, int],
-    ) -> None:
-        """What one ``tails`` change of a frame does once published: a new tail (and a
-        retained start moved forward: a punch), or a stream's data dropped."""
-        sid = key_stream_id(entry[2])
-        if entry[0] == walmod.PUT:
-            tail = Tail(*decode_tail(entry[3]))
-            old = tails.get(sid) or self.tails.get(sid)
-            if old is not None and tail.start_pos > old.start_pos:
-                heads[sid] = tail.start_pos
-            tails[sid] = tail
-        elif entry[0] == walmod.DELETE:
-            heads.pop(sid, None)
-            if tails.pop(sid, None) is not None or sid in self.tails:
-                dropped.append(sid)
+        effects = tail_effects(appended.frames, self.tails)
+        self._publish(effects.tails, appended.streams, effects.dropped, effects.heads)
 
     def write_metadata(self, entries: list[walmod.Entry], *, flush: bool = False) -> None:
         """One LMDB transaction (the map grown when full). Outside a batch, for state no
