@@ -101,6 +101,7 @@ class StreamServerApp:
             self.store,
             same_named(SubscriptionSettings, settings),
             self.metrics,
+            primary_only=bool(settings.replication_lease),
         )
         self.streams = StreamRoutes(
             Context(
@@ -138,7 +139,6 @@ class StreamServerApp:
         if self.replication is not None:
             # Reads only while this replica is current within its staleness bound.
             self.streams.context.read_gate = self.replication.reads
-            self.subscriptions.primary_only = True  # started by the replication (above)
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
             routes.append(Route("/replication", self.replication_status, methods=["GET"]))

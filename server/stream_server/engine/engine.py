@@ -602,6 +602,30 @@ class Engine:
         finally:
             fsio.close(fd)
 
+    def _check_readable(self, sid: int) -> None:
+        """DamagedStream for a stream found damaged, or whose file header (checked on
+        its first read) is not its own."""
+        if sid in self.damaged:
+            raise DamagedStream(self.damaged[sid])
+        if sid not in self.segments.checked:
+            try:
+                self.segments.check_header(sid)
+            except CorruptRecord as exc:
+                self.damaged[sid] = str(exc)
+                raise DamagedStream(str(exc)) from None
+
+    def _read_position(self, sid: int, start: int, hint: tuple[int, int] | None) -> int:
+        """Where a read of ``start`` begins scanning: the caller's hint when it is at or
+        past the retained start and close enough, else the index entry at or below."""
+        t = self.tails.get(sid)
+        if (
+            hint is not None
+            and hint[1] >= (t.start_pos if t is not None else 0)
+            and 0 <= start - hint[0] <= HINT_REACH
+        ):
+            return hint[1]  # continuing where the last read stopped: no index lookup
+        return self._index_floor(sid, start)[0]
+
     def read(
         self,
         sid: int,
@@ -618,25 +642,10 @@ class Engine:
         Runs on any thread; reads only what it returns plus at most one index
         granule.
         """
-        if sid in self.damaged:
-            raise DamagedStream(self.damaged[sid])
-        if sid not in self.segments.checked:
-            try:
-                self.segments.check_header(sid)
-            except CorruptRecord as exc:
-                self.damaged[sid] = str(exc)
-                raise DamagedStream(str(exc)) from None
+        self._check_readable(sid)
         if start >= stop:
             return [], start, hint or (start, -1)
-        t = self.tails.get(sid)
-        if (
-            hint is not None
-            and hint[1] >= (t.start_pos if t is not None else 0)
-            and 0 <= start - hint[0] <= HINT_REACH
-        ):
-            pos = hint[1]  # continuing where the last read stopped: no index lookup
-        else:
-            pos, _ = self._index_floor(sid, start)
+        pos = self._read_position(sid, start, hint)
         out: list[memoryview] = []  # slices of the read buffers: joined once by the caller
         total = 0
         cur = start
