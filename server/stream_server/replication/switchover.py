@@ -126,6 +126,7 @@ class Switchover:
         self.stop_work = stop_work
         self.start_work = start_work
         self.switching = False  # new writes are held (``Replication.write_refusal``)
+        self._fenced = False  # this switchover stopped the primary work and the writes
 
     async def run(self, to: str | None, within: float) -> SwitchoverAnswer:
         """Hand the Lease to ``to`` (or the most advanced in-sync standby) within
