@@ -172,6 +172,17 @@ def producer_key(stream_id: int, producer_id: str) -> bytes:
     return U64_BE.pack(stream_id) + producer_id.encode("utf-8", "surrogatepass")
 
 
+def key_stream_id(key: bytes | memoryview) -> int:
+    """The stream id a ``tails``, ``producers`` or ``index`` key starts with: the
+    inverse of ``id_key`` (the first 8 bytes of the others)."""
+    return int(U64_BE.unpack_from(key)[0])
+
+
+def key_producer(key: bytes | memoryview) -> tuple[int, str]:
+    """(stream id, producer id) of a ``producers`` key: the inverse of ``producer_key``."""
+    return key_stream_id(key), bytes(key[U64_BE.size :]).decode("utf-8", "surrogatepass")
+
+
 def index_key(stream_id: int, unit: int) -> bytes:
     return INDEX_KEY.pack(stream_id, unit)
 

@@ -87,6 +87,20 @@ def encode_frame(lsn: int, entries: Iterable[Entry]) -> bytes:
     return FRAME_HEADER.pack(FRAME_MAGIC, len(body), crc32(body), lsn) + body
 
 
+def decode_frame(frame: bytes | memoryview) -> tuple[int, list[Entry]]:
+    """One whole frame (as ``encode_frame`` made it, or as a primary ships it): its
+    lsn and entries. WalCorrupt when its header or checksum does not hold or bytes
+    follow it: a frame received whole is never torn, so any damage is corruption."""
+    view = memoryview(frame)
+    if len(view) < FRAME_HEADER.size:
+        raise WalCorrupt(f"a frame of {len(view)} bytes is shorter than its header")
+    magic, length, crc, lsn = FRAME_HEADER.unpack_from(view)
+    body = view[FRAME_HEADER.size :]
+    if magic != FRAME_MAGIC or len(body) != length or crc32(body) != crc:
+        raise WalCorrupt(f"frame {lsn} is damaged")
+    return lsn, decode_entries(body)
+
+
 def decode_entries(body: memoryview) -> list[Entry]:
     """A frame body's entries; WalCorrupt for an entry kind or a database number this
     program does not know, or an entry that runs past the body: the frame's checksum
@@ -149,11 +163,7 @@ def check_header(path: Path, head: bytes, *, headerless: bool = False) -> bool:
     whose files start with a frame; there a file with a header is refused.
     """
     if headerless:
-        if head.startswith(FILE_MAGIC):
-            raise WalCorrupt(
-                f"{path}: a WAL file with a format-2 header in a format-1 directory; "
-                "its FORMAT file was changed or the file was copied in"
-            )
+        _check_headerless(path, head)
         return True
     number = file_number(path)
     if len(head) < HEADER_SIZE:
@@ -182,6 +192,15 @@ def check_header(path: Path, head: bytes, *, headerless: bool = False) -> bool:
     if named != number:
         raise WalCorrupt(f"{path}: the header names WAL file {named}, not {number}")
     return True
+
+
+def _check_headerless(path: Path, head: bytes) -> None:
+    """A format-1 directory's file starts with a frame, never with a header."""
+    if head.startswith(FILE_MAGIC):
+        raise WalCorrupt(
+            f"{path}: a WAL file with a format-2 header in a format-1 directory; "
+            "its FORMAT file was changed or the file was copied in"
+        )
 
 
 def check_file(path: Path, *, headerless: bool = False) -> None:

@@ -99,6 +99,7 @@ class StreamServerApp:
             self.store,
             subscription_settings(settings),
             self.metrics,
+            primary_only=bool(settings.replication_lease),
         )
         self.streams = StreamRoutes(
             Context(
@@ -114,7 +115,21 @@ class StreamServerApp:
         self.base_bare = settings.base_path.rstrip("/")
         # A replica set (docs/replication.md); None in single-node mode, which then
         # takes no step of its own on any request.
-        self.replication = Replication(settings, self.store) if settings.replication_lease else None
+        self.replication = (
+            Replication(
+                settings,
+                self.store,
+                # Deliveries, wakes and lease expiries only on the primary: a standby
+                # would send duplicates and write records it may not (docs/replication.md).
+                primary_work=[
+                    PrimaryWork(
+                        "subscriptions", self.subscriptions.resume, self.subscriptions.pause
+                    )
+                ],
+            )
+            if settings.replication_lease
+            else None
+        )
         routes = [
             Route("/healthz", self.healthz, methods=["GET", "HEAD"]),
             Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
@@ -122,12 +137,6 @@ class StreamServerApp:
         if self.replication is not None:
             # Reads only while this replica is current within its staleness bound.
             self.streams.context.read_gate = self.replication.reads
-            # Deliveries, wakes and lease expiries only on the primary: a standby would
-            # send duplicates and write records it may not (docs/replication.md).
-            self.subscriptions.primary_only = True
-            self.replication.primary_work.append(
-                PrimaryWork("subscriptions", self.subscriptions.resume, self.subscriptions.pause)
-            )
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
             routes.append(Route("/replication", self.replication_status, methods=["GET"]))
@@ -280,7 +289,7 @@ class StreamServerApp:
         starting = asyncio.create_task(self._start_subscriptions(), name="subscriptions start")
         if self.replication is not None:
             # Only once recovered: its durable position is known, and it can serve.
-            self.replication.start(ready=lambda: self.recovery.finished)
+            self.replication.start(ready=self.recovery.recovered)
         try:
             yield
         finally:

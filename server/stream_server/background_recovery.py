@@ -127,6 +127,14 @@ class BackgroundRecovery:
         if self.finished:
             await self.store.stop()
 
+    async def recovered(self) -> bool:
+        """Once the recovery started has ended: whether it succeeded (the store serves
+        streams). An awaitable for what starts after it, instead of a polling loop."""
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._task)
+        return self.finished
+
     def _mark_start(self) -> None:
         """Count this start in the marker; the count found is the starts killed before."""
         try:

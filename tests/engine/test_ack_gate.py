@@ -54,9 +54,10 @@ async def test_a_batch_queued_behind_a_held_one_times_out_on_its_own_deadline(tm
         setup = pipeline.submit([CreateLog(1, 0), PutStream("s", meta)])
         gate.release(engine.lsn + 1)
         await setup
+        held = asyncio.Event()
+        pipeline.on_batch = lambda stats, n: held.set()
         first = pipeline.submit([Append(1, KIND_BYTES, [b"a"])])
-        while not pipeline._gated:  # the first batch is durable and held at the gate
-            await asyncio.sleep(0.01)
+        await held.wait()  # the first batch is durable and held at the gate
         # The second batch reaches the gate well after the first, so its deadline is
         # later; the gate never lets the first through before both are overdue.
         await asyncio.sleep(0.2)
@@ -74,8 +75,7 @@ async def test_a_batch_queued_behind_a_held_one_times_out_on_its_own_deadline(tm
         assert answered - second_sent >= gate.wait_seconds - 0.05
         # Both are still published once replicated: later batches build on them.
         gate.release(engine.lsn)
-        while pipeline._gated:
-            await asyncio.sleep(0.01)
+        await pipeline.drained()
         assert engine.tails[1].unit == 2
     finally:
         gate.release(1 << 62)
@@ -102,10 +102,36 @@ async def test_a_released_batch_is_kept_alive_by_nothing(tmp_path):
         del fut
         # The next batch, so that the writer thread no longer holds the first.
         await pipeline.submit([Append(1, KIND_BYTES, [b"a"])])
-        while pipeline._gated:
-            await asyncio.sleep(0.01)
+        await pipeline.drained()
         gc.collect()
         assert ref() is None
+    finally:
+        await pipeline.stop()
+        engine.close()
+
+
+async def test_drained_returns_once_no_batch_is_written_or_held(tmp_path):
+    """``CommitPipeline.drained`` (what a role switch and a switchover await) ends
+    when the last held batch passes the gate, woken by it, not by a timer."""
+    engine = Engine(tmp_path / "d")
+    await asyncio.to_thread(engine.open)
+    pipeline = CommitPipeline(engine, on_failure=lambda e: None)
+    gate = HoldingGate(wait_seconds=60.0)
+    pipeline.gate = gate
+    pipeline.start()
+    try:
+        await pipeline.drained()  # nothing submitted: at once
+        meta = StreamMeta(id=1, content_type="text/plain", created_at=0.0)
+        held = pipeline.submit([CreateLog(1, 0), PutStream("s", meta)])
+        drained = asyncio.ensure_future(pipeline.drained())
+        batch_seen = asyncio.Event()
+        pipeline.on_batch = lambda stats, n: batch_seen.set()
+        await batch_seen.wait()  # durable, now held at the gate
+        assert not pipeline.idle and not drained.done()
+        gate.release(engine.lsn)
+        await held
+        await drained
+        assert pipeline.idle
     finally:
         await pipeline.stop()
         engine.close()

@@ -6,6 +6,7 @@ engine reported without a commit, and ``stop`` letting the job under way finish.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -16,15 +17,32 @@ from stream_server.replication.applier import Applier
 from tests.replication.test_apply_frames import crash, primary_frames, standby
 
 
+class WatchedSent(applier_module.Sent):
+    """``Sent`` that tells the test when the writer thread has begun to wait on it."""
+
+    __slots__ = ("waiting",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
 async def test_the_commit_waits_for_the_acknowledgement_to_go_out(tmp_path, monkeypatch):
     monkeypatch.setattr(applier_module, "SENT_WAIT", 30.0)  # only ``sent`` may end the wait
+    monkeypatch.setattr(applier_module, "Sent", WatchedSent)
     frames = primary_frames(tmp_path / "primary")
     e, hooks = standby(tmp_path / "standby")
     applier = Applier(e, hooks)
     job = applier.submit(frames)
     written = await job.written
     assert written is not None and hooks.durable == (2, 3)
-    await asyncio.sleep(0.2)
+    sent = job.sent
+    assert isinstance(sent, WatchedSent)
+    assert await asyncio.to_thread(sent.waiting.wait, 30.0)  # the writer thread waits on it
     assert not job.committed.done() and not e.tails  # held: the acknowledgement is not out
     job.sent.set()
     applied = await asyncio.wait_for(job.committed, 10)

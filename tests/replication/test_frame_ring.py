@@ -5,7 +5,7 @@ standby joins its adjacent record writes per stream before writing them."""
 from __future__ import annotations
 
 from stream_format import wal
-from stream_server.engine.replica import _coalesced
+from stream_server.engine.frames import coalesced as _coalesced
 from stream_server.replication.frame_ring import FrameRing
 
 

@@ -21,7 +21,8 @@ from stream_server.replication.follower import _messages
 from stream_server.replication.frame_ring import FrameRing
 from stream_server.replication.freshness import Freshness
 from stream_server.replication.roles import RoleConfig, RoleLoop
-from stream_server.replication.sender import ACK, ACK_V1, MESSAGE, MESSAGE_V1, Sender
+from stream_server.replication.sender import Sender
+from stream_server.replication.wire import ACK, ACK_V1, MESSAGE, MESSAGE_V1
 
 S = 1_000_000_000  # ns
 

@@ -110,14 +110,14 @@ def single_node_data(root: Path) -> None:
 def test_a_directory_is_empty_single_node_data_or_a_member(tmp_path: Path) -> None:
     e, hooks = opened(tmp_path / "empty")
     ident = SetIdentity(e.layout, "ds-1")
-    ident.load(e)
+    ident.load(e, hooks)
     assert ident.kind == "empty"
     e.close()
 
     single_node_data(tmp_path / "single")
     e, hooks = opened(tmp_path / "single")
     ident = SetIdentity(e.layout, "ds-0")
-    ident.load(e)
+    ident.load(e, hooks)
     assert ident.kind == "single-node" and hooks.durable == (0, 0)
     assert "single-node data" in (ident.mismatch(SET_Y) or "")
     # It leads a new set: it gets an id, and a position past everything it holds.
@@ -126,7 +126,7 @@ def test_a_directory_is_empty_single_node_data_or_a_member(tmp_path: Path) -> No
     e.close()
     e, hooks = opened(tmp_path / "single")
     ident = SetIdentity(e.layout, "ds-0")
-    ident.load(e)
+    ident.load(e, hooks)
     assert ident.kind == "member" and ident.set_id == SET_X
     assert hooks.durable == (1, 1) and hooks.terms == [(1, 1)]
     assert ident.mismatch(SET_X) is None

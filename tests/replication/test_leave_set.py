@@ -78,7 +78,7 @@ def classify(root: Path, name: str = "ds-0") -> tuple[SetIdentity, ReplicaHooks]
     e.open()
     hooks.load(e)
     ident = SetIdentity(e.layout, name)
-    ident.load(e)
+    ident.load(e, hooks)
     e.close()
     return ident, hooks
 
@@ -191,10 +191,10 @@ def test_a_crash_before_the_lmdb_step_leaves_the_member_as_it_was(
     before = info(tmp_path)
     e = single_node(tmp_path)
 
-    def dies(entries: object) -> None:
+    def dies(entries: object, **options: object) -> None:
         raise Crash
 
-    monkeypatch.setattr(e, "_lmdb_write", dies)
+    monkeypatch.setattr(e, "write_metadata", dies)
     with pytest.raises(Crash):
         leave_set(e)
     crash(e)

@@ -8,8 +8,9 @@ can never drift apart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from stream_format import wal
 from stream_format.meta import (
@@ -97,87 +98,115 @@ class Batch:
 
 def build(ops: list[Op], tails: Mapping[int, Tail], now_us: int) -> Batch:
     """The batch that carries out ``ops`` in order on streams at ``tails``."""
-    changes: list[wal.Entry] = []
-    chunks: dict[int, tuple[int, list[bytes]]] = {}  # stream id -> (start position, records)
-    local: dict[int, Tail] = {}
-    dropped: list[int] = []
-    heads: dict[int, int] = {}
-    stats = BatchStats()
-
-    def put(db: int, key: bytes, value: bytes) -> None:
-        changes.append((wal.PUT, db, key, value))
-
+    b = _Builder(tails, now_us)
+    steps = b.steps
     for op in ops:
-        if isinstance(op, Append):
-            tail = local.get(op.stream_id)
-            if tail is None:
-                old = tails[op.stream_id]
-                tail = local[op.stream_id] = Tail(
-                    old.file_len, old.unit, old.base, old.start, old.start_pos
-                )
-            records = chunks.setdefault(op.stream_id, (tail.file_len, []))[1]
-            for payload in op.payloads:
-                rec = encode_record(op.kind, payload, tail.unit, now_us, op.producer)
-                start = tail.file_len
-                end = start + len(rec)
-                records.append(rec)
-                tail.file_len = end
-                tail.unit += record_units(op.kind, len(payload))
-                if start // INDEX_GRANULARITY != end // INDEX_GRANULARITY:
-                    put(DB_INDEX, index_key(op.stream_id, tail.unit), U64.pack(end))
-                stats.appends += 1
-                stats.bytes += len(payload)
-        elif isinstance(op, PutStream):
-            put(DB_STREAMS, stream_key(op.path), op.meta.to_json())
-        elif isinstance(op, PutProducer):
-            key = producer_key(op.stream_id, op.producer_id)
-            put(DB_PRODUCERS, key, PRODUCER.pack(op.epoch, op.seq))
-        elif isinstance(op, DeleteProducer):
-            changes.append((wal.DELETE, DB_PRODUCERS, producer_key(op.stream_id, op.producer_id)))
-        elif isinstance(op, CreateLog):
-            local[op.stream_id] = Tail(
-                FILE_HEADER_SIZE, op.start_unit, op.start_unit, op.start_unit, FILE_HEADER_SIZE
+        steps[type(op)](op)
+    return b.batch()
+
+
+class _Builder:
+    """One batch under construction: a method per kind of operation (``steps``), each
+    adding to the records per stream and to the one list of metadata changes."""
+
+    def __init__(self, tails: Mapping[int, Tail], now_us: int) -> None:
+        self.tails = tails  # as committed
+        self.now_us = now_us
+        self.changes: list[wal.Entry] = []
+        self.chunks: dict[int, tuple[int, list[bytes]]] = {}  # sid -> (start position, records)
+        self.local: dict[int, Tail] = {}  # the tails this batch moves
+        self.dropped: list[int] = []
+        self.heads: dict[int, int] = {}
+        self.stats = BatchStats()
+        self.steps: dict[type, Callable[[Any], None]] = {
+            Append: self.append,
+            PutStream: lambda op: self.put(DB_STREAMS, stream_key(op.path), op.meta.to_json()),
+            PutProducer: lambda op: self.put(
+                DB_PRODUCERS,
+                producer_key(op.stream_id, op.producer_id),
+                PRODUCER.pack(op.epoch, op.seq),
+            ),
+            DeleteProducer: lambda op: self.delete(
+                DB_PRODUCERS, producer_key(op.stream_id, op.producer_id)
+            ),
+            CreateLog: self.create_log,
+            DeleteStream: lambda op: self.delete(DB_STREAMS, stream_key(op.path)),
+            PutRecord: lambda op: self.put(DB_RECORDS, record_key(op.space, op.key), op.value),
+            DeleteRecord: lambda op: self.delete(DB_RECORDS, record_key(op.space, op.key)),
+            DropHead: self.drop_head,
+            DropLog: self.drop_log,
+        }
+
+    def put(self, db: int, key: bytes, value: bytes) -> None:
+        self.changes.append((wal.PUT, db, key, value))
+
+    def delete(self, db: int, key: bytes) -> None:
+        self.changes.append((wal.DELETE, db, key))
+
+    def moved(self, sid: int) -> Tail:
+        """The stream's tail as this batch moves it (a copy of the committed one)."""
+        tail = self.local.get(sid)
+        if tail is None:
+            old = self.tails[sid]
+            tail = self.local[sid] = Tail(
+                old.file_len, old.unit, old.base, old.start, old.start_pos
             )
-            chunks[op.stream_id] = (0, [encode_file_header(op.stream_id)])
-            put(DB_INFO, KEY_NEXT_STREAM_ID, U64.pack(op.stream_id + 1))
-        elif isinstance(op, DeleteStream):
-            changes.append((wal.DELETE, DB_STREAMS, stream_key(op.path)))
-        elif isinstance(op, PutRecord):
-            put(DB_RECORDS, record_key(op.space, op.key), op.value)
-        elif isinstance(op, DeleteRecord):
-            changes.append((wal.DELETE, DB_RECORDS, record_key(op.space, op.key)))
-        elif isinstance(op, DropHead):
-            sid = op.stream_id
-            now_at = local.get(sid) or tails.get(sid)
-            # Only forward, only to a record start inside the committed log (the
-            # engine resolved the position from the log): a late or repeated drop
-            # is a no-op, never a move back.
-            if (
-                now_at is None
-                or sid in dropped  # the stream's data goes in this batch
-                or op.unit <= now_at.start
-                or op.unit > now_at.unit
-                or op.pos > now_at.file_len
-            ):
-                continue
-            if sid not in local:
-                local[sid] = Tail(
-                    now_at.file_len, now_at.unit, now_at.base, now_at.start, now_at.start_pos
-                )
-            local[sid].start, local[sid].start_pos = op.unit, op.pos
-            heads[sid] = op.pos
-            for key in op.index_keys:
-                changes.append((wal.DELETE, DB_INDEX, key))
-        elif isinstance(op, DropLog):
-            sid = op.stream_id
-            local.pop(sid, None)
-            chunks.pop(sid, None)
-            heads.pop(sid, None)
-            dropped.append(sid)
-            changes.append((wal.DELETE, DB_TAILS, id_key(sid)))
-            for db in (DB_PRODUCERS, DB_INDEX):
-                changes.append((wal.DELETE_PREFIX, db, id_key(sid)))
-    for sid, tail in local.items():
-        put(DB_TAILS, id_key(sid), encode_tail(tail.value()))
-    writes = {sid: (start, b"".join(recs)) for sid, (start, recs) in chunks.items()}
-    return Batch(writes, changes, local, dropped, heads, stats)
+        return tail
+
+    def append(self, op: Append) -> None:
+        tail = self.moved(op.stream_id)
+        records = self.chunks.setdefault(op.stream_id, (tail.file_len, []))[1]
+        stats = self.stats
+        for payload in op.payloads:
+            rec = encode_record(op.kind, payload, tail.unit, self.now_us, op.producer)
+            start = tail.file_len
+            end = start + len(rec)
+            records.append(rec)
+            tail.file_len = end
+            tail.unit += record_units(op.kind, len(payload))
+            if start // INDEX_GRANULARITY != end // INDEX_GRANULARITY:
+                self.put(DB_INDEX, index_key(op.stream_id, tail.unit), U64.pack(end))
+            stats.appends += 1
+            stats.bytes += len(payload)
+
+    def create_log(self, op: CreateLog) -> None:
+        unit = op.start_unit
+        self.local[op.stream_id] = Tail(FILE_HEADER_SIZE, unit, unit, unit, FILE_HEADER_SIZE)
+        self.chunks[op.stream_id] = (0, [encode_file_header(op.stream_id)])
+        self.put(DB_INFO, KEY_NEXT_STREAM_ID, U64.pack(op.stream_id + 1))
+
+    def drop_head(self, op: DropHead) -> None:
+        sid = op.stream_id
+        now_at = self.local.get(sid) or self.tails.get(sid)
+        # Only forward, only to a record start inside the committed log (the engine
+        # resolved the position from the log): a late or repeated drop is a no-op,
+        # never a move back.
+        if (
+            now_at is None
+            or sid in self.dropped  # the stream's data goes in this batch
+            or op.unit <= now_at.start
+            or op.unit > now_at.unit
+            or op.pos > now_at.file_len
+        ):
+            return
+        tail = self.moved(sid)
+        tail.start, tail.start_pos = op.unit, op.pos
+        self.heads[sid] = op.pos
+        for key in op.index_keys:
+            self.delete(DB_INDEX, key)
+
+    def drop_log(self, op: DropLog) -> None:
+        sid = op.stream_id
+        self.local.pop(sid, None)
+        self.chunks.pop(sid, None)
+        self.heads.pop(sid, None)
+        self.dropped.append(sid)
+        self.delete(DB_TAILS, id_key(sid))
+        for db in (DB_PRODUCERS, DB_INDEX):
+            self.changes.append((wal.DELETE_PREFIX, db, id_key(sid)))
+
+    def batch(self) -> Batch:
+        for sid, tail in self.local.items():
+            self.put(DB_TAILS, id_key(sid), encode_tail(tail.value()))
+        writes = {sid: (start, b"".join(recs)) for sid, (start, recs) in self.chunks.items()}
+        return Batch(writes, self.changes, self.local, self.dropped, self.heads, self.stats)

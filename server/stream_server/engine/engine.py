@@ -17,9 +17,16 @@ failed LMDB commit in a replica set (the frame was shipped: it cannot be taken
 back). Recovery is ``recovery.Recovery``; the segment files' descriptors are
 ``segments.Segments``.
 
-Over 400 lines because the batch path, reads, checkpoints and the fail-closed
-state share the LMDB environment, the WAL and one lock; recovery, segments and
-batch building are already modules of their own.
+Frames another engine made (a primary's, on a standby) are applied by the
+same steps: ``append_frames`` (segments, the WAL, the flush), then
+``commit_frames`` (LMDB, then the publish step a batch of ours ends with), so
+a standby's engine is in the state its primary's is after the same frames,
+and there is one publish path. The pure parts of that are ``frames.py``.
+
+Over 400 lines because the batch path, the frame path, reads, checkpoints and
+the fail-closed state share the LMDB environment, the WAL and one lock;
+recovery, segments, batch building and the frames' pure steps are already
+modules of their own.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import lmdb
@@ -54,13 +61,20 @@ from stream_format.records import (
     record_size,
 )
 from stream_server.engine import fsio
-from stream_server.engine.batch import BatchStats, Tail, build
+from stream_server.engine.batch import Batch, BatchStats, Tail, build
 from stream_server.engine.errors import (
     DamagedStream,
     HeadDropped,
     StorageFailed,
     from_lmdb_error,
     from_os_error,
+)
+from stream_server.engine.frames import (
+    AppendedFrames,
+    ReplicaRole,
+    coalesced,
+    split_frames,
+    tail_effects,
 )
 from stream_server.engine.layout import prepare, retire_wal, wal_headerless
 from stream_server.engine.metadata import Metadata
@@ -71,11 +85,19 @@ from stream_server.engine.recovery import (
     RecoveryProgress,
     RecoveryReport,
 )
-from stream_server.engine.replica import ReplicaHooks
 from stream_server.engine.segments import Segments
 from stream_server.engine.wal import WalWriter
 
-__all__ = ["BatchStats", "Engine", "LoadedState", "RecoveryProgress", "RecoveryReport", "Tail"]
+__all__ = [
+    "AppendedFrames",
+    "BatchStats",
+    "Engine",
+    "LoadedState",
+    "RecoveryProgress",
+    "RecoveryReport",
+    "ReplicaRole",
+    "Tail",
+]
 
 log = logging.getLogger("stream_server.engine")
 
@@ -91,6 +113,7 @@ class Engine:
         map_size: int = 1 << 33,
         checkpoint_bytes: int = CHECKPOINT_BYTES,
         fault_hook: Callable[[str], None] | None = None,
+        replica: ReplicaRole | None = None,
     ) -> None:
         self.layout = Layout(Path(data_dir))
         self.segments = Segments(self.layout)
@@ -116,7 +139,7 @@ class Engine:
         # make the flush fail (see stream_server.faults).
         self.fault_hook = fault_hook
         # A replica set's hooks (engine/replica.py); None in single-node mode.
-        self.replica: ReplicaHooks | None = None
+        self.replica: ReplicaRole | None = replica
 
     # ------------------------------------------------------------------ start
 
@@ -128,7 +151,7 @@ class Engine:
             self.layout,
             self.meta,
             self.segments,
-            self._lmdb_write,
+            self.write_metadata,
             headerless_wal=wal_headerless(found),
             progress=self.progress,
             replayed=self.replica.replayed if self.replica is not None else None,
@@ -143,8 +166,7 @@ class Engine:
 
     def commit(self, ops: list[Op]) -> BatchStats:
         """Make a batch durable. Runs on the writer thread only."""
-        if self.failed:
-            raise StorageFailed(f"storage failed closed: {self.failed}")
+        self._refuse_when_failed()
         if self.replica is not None:
             self.replica.check_writable()
         assert self.meta is not None and self.wal is not None
@@ -152,37 +174,20 @@ class Engine:
         self._resolve_drops(ops)
         batch = build(ops, self.tails, time.time_ns() // 1000)
         stats = batch.stats
-        # 1. segment files (page cache): undone by truncation if anything fails.
+        # 1. segment files (page cache) and 2. the WAL frame, appended: both undone
+        # (truncated) if anything fails before the flush.
         undo: list[tuple[int, int]] = []
+        wal_size = self.wal.size
         try:
-            for sid, (start, data) in batch.writes.items():
-                fd = self.segments.writer(sid)
-                undo.append((sid, start))
-                fsio.pwrite(fd, data, start)
+            self._write_segments(batch.writes, undo)
             self._hook("segments")
             t1 = time.perf_counter()
             stats.write_seconds = t1 - t0
-            # 2. the WAL frame, flushed: the batch is now durable.
-            self.lsn += 1
-            if self.replica is not None:
-                self.replica.stamp(batch, self.lsn)
-            wal_size = self.wal.size
-            frame = batch.frame(self.lsn)
-            try:
-                self.wal.append(frame)
-            except OSError:
-                self._undo_wal(wal_size)
-                raise
+            frame = self._append_frame(batch, wal_size)
         except OSError as exc:
-            self.lsn -= 1
             self._undo_segments(undo)
             raise from_os_error("write failed", exc) from exc
-        try:
-            self._hook("fsync")
-            self.wal.sync()
-        except OSError as exc:
-            self._fail(f"WAL fdatasync failed: {exc}")
-            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+        self._flush_batch()  # the batch is now durable
         t2 = time.perf_counter()
         stats.fsync_seconds = t2 - t1
         if self.replica is not None:
@@ -190,9 +195,61 @@ class Engine:
             # commit (engine/replica.py). From here the frame cannot be taken back.
             self.replica.committed(self.lsn, frame)
         # 3. metadata: the same changes the frame carries.
+        self._commit_batch_meta(batch.changes, wal_size, undo)
+        self._hook("commit")
+        stats.commit_seconds = time.perf_counter() - t2
+        # 4. publish.
+        self._publish(batch.tails, batch.writes, batch.dropped, batch.heads)
+        return stats
+
+    def _write_segments(
+        self, writes: dict[int, tuple[int, bytes]], undo: list[tuple[int, int]]
+    ) -> None:
+        """Each stream's new records at their file positions; ``undo`` collects where
+        each file ended, for ``_undo_segments``."""
+        for sid, (start, data) in writes.items():
+            fd = self.segments.writer(sid)
+            undo.append((sid, start))
+            fsio.pwrite(fd, data, start)
+
+    def _append_frame(self, batch: Batch, wal_size: int) -> bytes:
+        """The batch's WAL frame under the next lsn (stamped with the replica position
+        in a replica set), appended but not flushed; on OSError the lsn and the WAL
+        are as they were."""
+        assert self.wal is not None
+        self.lsn += 1
+        if self.replica is not None:
+            self.replica.stamp(batch, self.lsn)
+        frame = batch.frame(self.lsn)
+        try:
+            self.wal.append(frame)
+        except OSError:
+            self.lsn -= 1
+            self._undo_wal(wal_size)
+            raise
+        return frame
+
+    def _flush_batch(self) -> None:
+        """fdatasync the WAL; a failure fails the engine closed (the page cache's state
+        after a failed flush is unknown, so no retry can be trusted)."""
+        assert self.wal is not None
+        try:
+            self._hook("fsync")
+            self.wal.sync()
+        except OSError as exc:
+            self._fail(f"WAL fdatasync failed: {exc}")
+            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+
+    def _commit_batch_meta(
+        self, changes: list[walmod.Entry], wal_size: int, undo: list[tuple[int, int]]
+    ) -> None:
+        """LMDB's commit of a batch whose frame is flushed. A failed commit takes the
+        frame back (a single node) or fails the engine closed (a replica set, which
+        shipped it already; or any failure that is not LMDB's)."""
+        assert self.wal is not None
         try:
             self._hook("wal")
-            self._lmdb_write(batch.changes)
+            self.write_metadata(changes)
         except BaseException as exc:
             if not isinstance(exc, lmdb.Error):
                 # Unknown state between a durable frame and its commit: stop writing.
@@ -214,12 +271,22 @@ class Engine:
             self.lsn -= 1
             self._undo_segments(undo)
             raise from_lmdb_error("metadata commit failed", exc) from exc
-        self._hook("commit")
-        stats.commit_seconds = time.perf_counter() - t2
-        # 4. publish.
-        self.tails.update(batch.tails)
-        self._dirty.update(batch.writes)
-        for sid in batch.dropped:
+
+    def _publish(
+        self,
+        tails: Mapping[int, Tail],
+        written: Iterable[int],
+        dropped: Iterable[int],
+        heads: Mapping[int, int],
+    ) -> None:
+        """The last step of every commit, of a batch of ours or of frames applied from
+        a primary (``commit_frames``): the new tails to readers, the files of dropped
+        streams removed, the blocks below new retained starts given back, and a
+        checkpoint when the WAL has grown enough. One path, so that a standby's
+        engine is in the state its primary's is after the same frames."""
+        self.tails.update(tails)
+        self._dirty.update(written)
+        for sid in dropped:
             self.tails.pop(sid, None)
             self._dirty.discard(sid)
             self._punched.pop(sid, None)
@@ -228,11 +295,77 @@ class Engine:
         # The new retained starts are durable (the WAL frame): only now may the bytes
         # below them go. A crash before or during the punch leaves the new start and
         # some blocks still allocated; recovery punches again.
-        for sid, start_pos in batch.heads.items():
+        for sid, start_pos in heads.items():
             self._punch(sid, start_pos)
+        assert self.wal is not None
         if self.wal.size >= self.checkpoint_bytes:
             self.start_checkpoint()
-        return stats
+
+    # ------------------------------------------------ frames from a primary
+
+    def append_frames(self, frames: list[bytes]) -> AppendedFrames | None:
+        """The durable half of applying frames another engine's ``commit`` made (a
+        primary's, shipped to this standby): their record writes to the segment files
+        (each stream's adjacent writes as one), the frames appended to the WAL as they
+        came (same lsns), one fdatasync. From here they survive a crash: recovery
+        replays them into LMDB. ``commit_frames`` finishes them; None: no frames.
+
+        ValueError for a damaged frame, before anything is written. Any later failure
+        fails the engine closed: the frames are the primary's, and a restart (which
+        replays the WAL) is the only safe retry. Runs on one thread while nothing else
+        writes (a standby refuses batches of its own), and after the previous
+        ``commit_frames`` has returned."""
+        self._refuse_when_failed()
+        assert self.wal is not None
+        decoded, writes = split_frames(frames)
+        if not decoded:
+            return None
+        written: set[int] = set()
+        try:
+            for sid, pos, data in coalesced(writes):
+                fsio.pwrite(self.segments.writer(sid), data, pos)
+                written.add(sid)
+            self.wal.append(b"".join(frames))  # the frames as they came, one write
+            self.wal.sync()
+        except Exception as exc:
+            self._fail(f"applying frames from the primary failed: {exc!r}")
+            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+        self.lsn = decoded[-1][0]
+        return AppendedFrames(decoded, written)
+
+    def commit_frames(self, appended: AppendedFrames) -> None:
+        """The rest of applying frames: one LMDB transaction for all their metadata,
+        then the same publish step as a batch of ours (``_publish``), its effects read
+        from the frames' ``tails`` changes. A failure fails the engine closed; the
+        frames stay durable in the WAL, which a restart replays."""
+        try:
+            self.write_metadata([e for _, changes in appended.frames for e in changes])
+        except Exception as exc:
+            self._fail(f"applying frames from the primary failed: {exc!r}")
+            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+        effects = tail_effects(appended.frames, self.tails)
+        self._publish(effects.tails, appended.streams, effects.dropped, effects.heads)
+
+    def write_metadata(self, entries: list[walmod.Entry], *, flush: bool = False) -> None:
+        """One LMDB transaction (the map grown when full). Outside a batch, for state no
+        frame carries (a replica position a set's base or a leave writes), only while
+        nothing else writes. ``flush``: durable, meta page included, on return."""
+        assert self.meta is not None
+        if entries:
+            while True:
+                try:
+                    with self.meta.write() as txn:
+                        self.meta.apply(txn, entries)
+                    break
+                except lmdb.MapFullError:
+                    self.meta.grow()
+                    log.info("LMDB map grown to %d bytes", self.meta.env.info()["map_size"])
+        if flush:
+            self.meta.sync()
+
+    def _refuse_when_failed(self) -> None:
+        if self.failed:
+            raise StorageFailed(f"storage failed closed: {self.failed}")
 
     def _resolve_drops(self, ops: list[Op]) -> None:
         """Name the index entries each retention drop makes useless (those below its
@@ -272,19 +405,6 @@ class Engine:
             self.reclaimed_bytes += punched
             self._punched[sid] = upto
             self._dirty.add(sid)
-
-    def _lmdb_write(self, entries: list[walmod.Entry]) -> None:
-        assert self.meta is not None
-        if not entries:
-            return
-        while True:
-            try:
-                with self.meta.write() as txn:
-                    self.meta.apply(txn, entries)
-                return
-            except lmdb.MapFullError:
-                self.meta.grow()
-                log.info("LMDB map grown to %d bytes", self.meta.env.info()["map_size"])
 
     def _undo_segments(self, undo: list[tuple[int, int]]) -> None:
         for sid, start in undo:
@@ -482,6 +602,30 @@ class Engine:
         finally:
             fsio.close(fd)
 
+    def _check_readable(self, sid: int) -> None:
+        """DamagedStream for a stream found damaged, or whose file header (checked on
+        its first read) is not its own."""
+        if sid in self.damaged:
+            raise DamagedStream(self.damaged[sid])
+        if sid not in self.segments.checked:
+            try:
+                self.segments.check_header(sid)
+            except CorruptRecord as exc:
+                self.damaged[sid] = str(exc)
+                raise DamagedStream(str(exc)) from None
+
+    def _read_position(self, sid: int, start: int, hint: tuple[int, int] | None) -> int:
+        """Where a read of ``start`` begins scanning: the caller's hint when it is at or
+        past the retained start and close enough, else the index entry at or below."""
+        t = self.tails.get(sid)
+        if (
+            hint is not None
+            and hint[1] >= (t.start_pos if t is not None else 0)
+            and 0 <= start - hint[0] <= HINT_REACH
+        ):
+            return hint[1]  # continuing where the last read stopped: no index lookup
+        return self._index_floor(sid, start)[0]
+
     def read(
         self,
         sid: int,
@@ -498,25 +642,10 @@ class Engine:
         Runs on any thread; reads only what it returns plus at most one index
         granule.
         """
-        if sid in self.damaged:
-            raise DamagedStream(self.damaged[sid])
-        if sid not in self.segments.checked:
-            try:
-                self.segments.check_header(sid)
-            except CorruptRecord as exc:
-                self.damaged[sid] = str(exc)
-                raise DamagedStream(str(exc)) from None
+        self._check_readable(sid)
         if start >= stop:
             return [], start, hint or (start, -1)
-        t = self.tails.get(sid)
-        if (
-            hint is not None
-            and hint[1] >= (t.start_pos if t is not None else 0)
-            and 0 <= start - hint[0] <= HINT_REACH
-        ):
-            pos = hint[1]  # continuing where the last read stopped: no index lookup
-        else:
-            pos, _ = self._index_floor(sid, start)
+        pos = self._read_position(sid, start, hint)
         out: list[memoryview] = []  # slices of the read buffers: joined once by the caller
         total = 0
         cur = start

@@ -54,6 +54,8 @@ class CommitPipeline:
         # published (the replication layer stages them when it stops being primary).
         self.published = 0
         self._releasing: asyncio.Task[None] | None = None
+        # Whoever awaits ``drained``: woken once nothing is queued, written or gated.
+        self._drainers: list[asyncio.Future[None]] = []
 
     @property
     def running(self) -> bool:
@@ -62,9 +64,28 @@ class CommitPipeline:
 
     @property
     def idle(self) -> bool:
-        """No batch being written or waiting at the gate (a replica changing role
-        waits for this before another writer may touch the engine)."""
+        """No batch queued, being written or waiting at the gate (a replica changing
+        role waits for this before another writer may touch the engine). Operations
+        queue only while a batch is written, so nothing queued follows."""
         return not self._busy and not self._gated
+
+    async def drained(self) -> None:
+        """Until the pipeline is ``idle`` with nothing queued. Woken by the batch that
+        leaves it so (``_wake_drainers``), not by a timer; idle may end again before
+        the waiter runs, hence the loop."""
+        while self._busy or self._waiting or self._gated:
+            fut = asyncio.get_running_loop().create_future()
+            self._drainers.append(fut)
+            await fut
+
+    def _wake_drainers(self) -> None:
+        """Called (only while someone waits in ``drained``) where a batch ends."""
+        if self._busy or self._waiting or self._gated:
+            return
+        drainers, self._drainers = self._drainers, []
+        for fut in drainers:
+            if not fut.done():
+                fut.set_result(None)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -74,8 +95,7 @@ class CommitPipeline:
 
     async def stop(self) -> None:
         """Let in-flight batches finish, then stop the writer thread."""
-        while self._busy or self._waiting or self._gated:
-            await asyncio.sleep(0.005)
+        await self.drained()
         if self._thread is not None:
             self._closing = True  # from here a submit fails at once: nothing would run it
             self._jobs.put(None)
@@ -134,33 +154,44 @@ class CommitPipeline:
     ) -> None:
         self._busy = False
         if isinstance(result, BaseException):
-            # Everything queued since was validated against state that now never
-            # happened: fail it too, then let the stream layer roll back.
-            failed = batch + self._waiting
-            self._waiting = []
-            error = result if isinstance(result, StorageError) else StorageError(str(result))
-            for _, fut, _, _ in failed:
-                if not fut.done():
-                    fut.set_exception(error)
-            self.on_failure(error)
+            self._failed(batch, result)
             return
         if self.on_batch is not None:
             self.on_batch(result, len(batch))
         if self.gate is not None:
-            # Each batch's own deadline, from when it reached the gate: one queued
-            # behind a held batch must not wait for that batch's release to start
-            # counting (the gate releases in lsn order, and may hold the first long).
-            assert self._loop is not None
-            timer = self._loop.call_later(self.gate.wait_seconds, self._overdue, batch)
-            self._gated.append((batch, result, self.engine.lsn, timer))
-            if self._releasing is None or self._releasing.done():
-                self._releasing = asyncio.ensure_future(self._release())
-            if self._waiting:
-                self._dispatch()  # the next batch is written while this one ships
+            self._hold(batch, result, self.gate)
             return
         self._resolve(batch, result)
         if self._waiting:
             self._dispatch()
+        elif self._drainers:
+            self._wake_drainers()
+
+    def _failed(self, batch: list[Waiting], result: BaseException) -> None:
+        """Everything queued since the failed batch was validated against state that
+        now never happened: fail it too, then let the stream layer roll back."""
+        failed = batch + self._waiting
+        self._waiting = []
+        error = result if isinstance(result, StorageError) else StorageError(str(result))
+        for _, fut, _, _ in failed:
+            if not fut.done():
+                fut.set_exception(error)
+        self.on_failure(error)
+        if self._drainers:
+            self._wake_drainers()
+
+    def _hold(self, batch: list[Waiting], result: BatchStats, gate: AckGate) -> None:
+        """A durable batch of a replica set waits at the gate, with a deadline of its own
+        from when it got there: one queued behind a held batch must not wait for that
+        batch's release to start counting (the gate releases in lsn order, and may hold
+        the first long)."""
+        assert self._loop is not None
+        timer = self._loop.call_later(gate.wait_seconds, self._overdue, batch)
+        self._gated.append((batch, result, self.engine.lsn, timer))
+        if self._releasing is None or self._releasing.done():
+            self._releasing = asyncio.ensure_future(self._release())
+        if self._waiting:
+            self._dispatch()  # the next batch is written while this one ships
 
     def _overdue(self, batch: list[Waiting]) -> None:
         """The batch's waiters have waited ``gate.wait_seconds``: they hear 503 (an
@@ -209,3 +240,5 @@ class CommitPipeline:
             if passed:
                 self._resolve(batch, result)
                 self.published = lsn
+            if self._drainers:
+                self._wake_drainers()

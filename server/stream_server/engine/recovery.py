@@ -35,12 +35,13 @@ from stream_format.meta import (
     KEY_NEXT_STREAM_ID,
     PRODUCER,
     U64,
-    U64_BE,
     StreamMeta,
     decode_tail,
     encode_tail,
     id_key,
     index_key,
+    key_producer,
+    key_stream_id,
     stream_path,
 )
 from stream_format.records import FILE_HEADER_SIZE, CorruptRecord, iter_records
@@ -169,10 +170,9 @@ class Recovery:
             for key, value in txn.cursor(db=dbs[DB_STREAMS]):
                 streams[stream_path(key)] = StreamMeta.from_json(value)
             for key, value in txn.cursor(db=dbs[DB_TAILS]):
-                tails[U64_BE.unpack(key)[0]] = Tail(*decode_tail(value))
+                tails[key_stream_id(key)] = Tail(*decode_tail(value))
             for key, value in txn.cursor(db=dbs[DB_PRODUCERS]):
-                sid = U64_BE.unpack_from(key)[0]
-                pid = bytes(key[8:]).decode("utf-8", "surrogatepass")
+                sid, pid = key_producer(key)
                 producers.setdefault(sid, {})[pid] = PRODUCER.unpack(value)
         return LoadedState(streams, tails, producers, next_id)
 

@@ -1,9 +1,10 @@
 """The engine's side of replication: what a replica set needs from the commit path.
 
-Over 400 lines because it holds every LMDB key a replica set adds to the engine's
-data (position, term history, a standby's applied frames, a set's base and a
-member's leaving) with the code that writes them: the on-disk half of the
-safety argument reads one module.
+It holds every LMDB key a replica set adds to the engine's data (position,
+term history, a standby's applied frames, a set's base and a member's
+leaving) with the code that writes them: the on-disk half of the safety
+argument reads one module. It drives the engine through its public methods
+only; the engine knows it as a ``ReplicaRole`` (engine.py) and never imports it.
 
 - ``ReplicaHooks.stamp`` puts the replica position (term, lsn) into every
   batch's metadata, so that it is in the WAL frame and in LMDB in the same
@@ -23,14 +24,16 @@ safety argument reads one module.
 - While ``writable`` is False (a standby) ``Engine.commit`` refuses every
   batch: only ``apply_frames`` writes, so a standby never makes history of its
   own (an expiry sweep on a standby fails instead of diverging).
-- ``apply_frames`` writes frames received from the primary through the same
-  steps as a commit: segment files, the WAL (the frame as it came, same lsn),
-  fdatasync, LMDB, then the engine's tails; the frames of one fetch answer
-  as one group (one write per stream, one WAL write and flush, one LMDB
-  transaction). It is two halves: ``write_frames`` makes the frames durable
-  (the WAL flushed: the standby's durable position moves, and it may tell
-  the primary), ``commit_frames`` writes LMDB and the tails, so that a
-  standby's acknowledgement need not wait for its LMDB commit.
+- ``apply_frames`` writes frames received from the primary through the
+  engine's public frame path (``Engine.append_frames``, ``Engine.commit_frames``):
+  segment files, the WAL (the frame as it came, same lsn), fdatasync, LMDB,
+  then the same publish step as a batch of the primary's own; the frames of
+  one fetch answer as one group (one write per stream, one WAL write and
+  flush, one LMDB transaction). It is two halves: ``write_frames`` makes the
+  frames durable (the WAL flushed: the standby's durable position moves, and
+  it may tell the primary), ``commit_frames`` writes LMDB and the tails, so
+  that a standby's acknowledgement need not wait for its LMDB commit. This
+  module adds only what a replica set keeps beside the frames: the positions.
 
 None of this exists in single-node mode: ``Engine.replica`` is None there. A
 single-node start on a set member's directory makes it leave the set first
@@ -42,28 +45,22 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from stream_format import wal as walmod
 from stream_format.meta import (
     DB_INFO,
     DB_RECORDS,
     DB_STREAMS,
-    DB_TAILS,
     KEY_NEXT_STREAM_ID,
-    U64_BE,
-    decode_tail,
 )
-from stream_format.records import crc32
-from stream_server.engine import fsio
-from stream_server.engine.batch import Batch, Tail
-from stream_server.engine.errors import StorageError, StorageFailed
+from stream_server.engine.batch import Batch
+from stream_server.engine.engine import Engine
+from stream_server.engine.errors import StorageError
+from stream_server.engine.frames import AppendedFrames
 from stream_server.engine.layout import remove_set_id
-
-if TYPE_CHECKING:
-    from stream_server.engine.engine import Engine
 
 log = logging.getLogger("stream_server.engine")
 
@@ -102,12 +99,14 @@ class AckGate(Protocol):
 class ReplicaHooks:
     """Attached to an ``Engine`` (``engine.replica``) in a replica set only."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_frame: Callable[[int, int, bytes], None] | None = None) -> None:
         self.writable = False  # a standby until the role loop says otherwise
         self.term = 0  # the term this replica writes under while primary
         self.terms: list[tuple[int, int]] = []  # (term, first lsn), oldest first
         self.durable: Position = (0, 0)
-        self.on_frame: Callable[[int, int, bytes], None] | None = None  # term, lsn, frame
+        # Told of each batch's frame (term, lsn, frame) once durable, on the writer
+        # thread: the primary's shipper.
+        self.on_frame = on_frame
         # The frames recovery replayed from the WAL, as (term, lsn, frame), for the
         # shipper to start from (``replayed``).
         self.recovered: list[tuple[int, int, bytes]] = []
@@ -168,6 +167,19 @@ class ReplicaHooks:
         if self.on_frame is not None:
             self.on_frame(self.term, lsn, frame)
 
+    def follow(self, lsn: int, changes: list[walmod.Entry]) -> Position:
+        """The position a frame from the primary carries (its stamp; ours at ``lsn``
+        when it has none), taking up the term history it brings."""
+        position: Position = (self.term, lsn)
+        for e in changes:
+            if e[0] != walmod.PUT or e[1] != DB_INFO:
+                continue
+            if e[2] == KEY_TERMS:
+                self.terms = [(int(t), int(s)) for t, s in json.loads(bytes(e[3]))]
+            elif e[2] == KEY_POSITION:
+                position = POSITION.unpack(e[3])
+        return position
+
     # ------------------------------------------------------ history queries
 
     def term_end(self, term: int, last_lsn: int) -> int | None:
@@ -208,15 +220,14 @@ def stamp_base(engine: Engine, hooks: ReplicaHooks, term: int) -> Position:
     left (``leave_set``): it is now the new set's. Runs while the engine writes
     nothing else (a standby's pipeline, before ``writable``)."""
     lsn = engine.lsn + 1
-    engine._lmdb_write(
+    engine.write_metadata(
         [
             (walmod.PUT, DB_INFO, KEY_TERMS, json.dumps([[term, lsn]]).encode()),
             (walmod.PUT, DB_INFO, KEY_POSITION, POSITION.pack(term, lsn)),
             (walmod.DELETE, DB_INFO, KEY_LEFT),
-        ]
+        ],
+        flush=True,
     )
-    assert engine.meta is not None
-    engine.meta.env.sync(True)
     engine.lsn = lsn
     hooks.terms = [(term, lsn)]
     hooks.durable = (term, lsn)
@@ -273,14 +284,14 @@ def leave_set(engine: Engine) -> Left | None:
             return Left(set_id, None if done["position"] is None else _pair(done["position"]))
     position = None if raw is None else _pair(POSITION.unpack(bytes(raw)))
     record = {"set": set_id, "position": None if position is None else list(position)}
-    engine._lmdb_write(  # step 1
+    engine.write_metadata(  # step 1, durable (the meta page too) before the file goes
         [
             (walmod.DELETE, DB_INFO, KEY_POSITION),
             (walmod.DELETE, DB_INFO, KEY_TERMS),
             (walmod.PUT, DB_INFO, KEY_LEFT, json.dumps(record).encode()),
-        ]
+        ],
+        flush=True,
     )
-    engine.meta.sync()  # durable (the meta page too) before the file goes
     if set_id:
         remove_set_id(engine.layout)  # step 2
     return Left(set_id, position)
@@ -294,131 +305,58 @@ def _pair(pair: Iterable[int]) -> Position:
 Applied = tuple[int, Position, list[walmod.Entry]]  # lsn, position, metadata changes
 
 
-def _coalesced(writes: Iterable[walmod.Entry]) -> Iterator[tuple[int, int, bytes]]:
-    """The frames' record writes as (stream id, position, bytes), each stream's
-    adjacent writes joined into one: a fetch answer holds many batches, and a stream
-    appended to in several of them is written with one pwrite instead of one each.
-    Writes to one stream keep their order; different streams are different files."""
-    runs: dict[int, tuple[int, list[bytes | memoryview]]] = {}  # sid -> start, parts
-    ends: dict[int, int] = {}
-    for _, sid, pos, data in writes:
-        run = runs.get(sid)
-        if run is not None and ends[sid] == pos:
-            run[1].append(data)
-        else:
-            if run is not None:
-                yield sid, run[0], b"".join(run[1])
-            runs[sid] = (pos, [data])
-        ends[sid] = pos + len(data)
-    for sid, (start, parts) in runs.items():
-        yield sid, start, b"".join(parts)
-
-
 @dataclass(slots=True)
 class Written:
     """Frames of one fetch answer durable in the WAL, their metadata not yet in LMDB
     (``write_frames``; ``commit_frames`` finishes them)."""
 
-    decoded: list[tuple[int, list[walmod.Entry]]]  # lsn, metadata changes
+    appended: AppendedFrames
     positions: list[Position]
-
-
-def frame_entries(frame: bytes) -> tuple[int, list[walmod.Entry]]:
-    """A frame's lsn and entries, its checksum checked (ValueError when damaged)."""
-    magic, length, crc, lsn = walmod.FRAME_HEADER.unpack_from(frame)
-    body = memoryview(frame)[walmod.FRAME_HEADER.size :]
-    if magic != walmod.FRAME_MAGIC or len(body) != length or crc32(body) != crc:
-        raise ValueError(f"frame {lsn} is damaged")
-    return lsn, list(walmod.decode_entries(body))
 
 
 def frame_changes(frame: bytes) -> tuple[int, list[walmod.Entry]]:
     """A frame's lsn and metadata changes (its writes to segment files left out): what
-    the stream layer learns from it."""
-    lsn, entries = frame_entries(frame)
+    the stream layer learns from it. ValueError when it is damaged."""
+    try:
+        lsn, entries = walmod.decode_frame(frame)
+    except walmod.WalCorrupt as exc:
+        raise ValueError(str(exc)) from None
     return lsn, [e for e in entries if e[0] != walmod.WRITE]
 
 
 def write_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> Written | None:
-    """The durable half of applying frames from the primary: segment files, the frames
-    appended to the WAL as they came, one fdatasync. From here the frames survive a
-    crash (recovery replays the WAL into LMDB), so the position they carry is this
-    replica's durable position (``hooks.durable``), and a standby may report it to the
-    primary while ``commit_frames`` writes LMDB. None when there are no frames.
+    """The durable half of applying frames from the primary (``Engine.append_frames``:
+    segment files, the frames appended to the WAL as they came, one fdatasync). From
+    here the frames survive a crash (recovery replays the WAL into LMDB), so the
+    position they carry is this replica's durable position (``hooks.durable``), and a
+    standby may report it to the primary while ``commit_frames`` writes LMDB. None
+    when there are no frames.
 
     Runs on a worker thread, while the pipeline is idle (a standby's own commits are
     refused) and the previous answer's ``commit_frames`` has returned: nothing else
     writes meanwhile. A failure fails the engine closed: the frames are the primary's,
     and a restart is the only safe retry.
     """
-    if engine.failed:
-        raise StorageFailed(f"storage failed closed: {engine.failed}")
-    assert engine.meta is not None and engine.wal is not None
-    decoded: list[tuple[int, list[walmod.Entry]]] = []
-    writes: list[walmod.Entry] = []
-    for frame in frames:
-        lsn, entries = frame_entries(frame)
-        changes: list[walmod.Entry] = []
-        for e in entries:
-            (writes if e[0] == walmod.WRITE else changes).append(e)
-        decoded.append((lsn, changes))
-    if not decoded:
+    appended = engine.append_frames(frames)
+    if appended is None:
         return None
-    try:
-        for sid, pos, data in _coalesced(writes):
-            fsio.pwrite(engine.segments.writer(sid), data, pos)
-            engine._dirty.add(sid)
-        engine.wal.append(b"".join(frames))  # the frames as they came, one write
-        engine.wal.sync()
-    except Exception as exc:
-        engine._fail(f"applying frames from the primary failed: {exc!r}")
-        raise StorageFailed(f"storage failed closed: {engine.failed}") from exc
-    engine.lsn = decoded[-1][0]
-    positions: list[Position] = []
-    for lsn, changes in decoded:
-        position: Position = (hooks.term, lsn)
-        for e in changes:
-            if e[1] == DB_INFO and e[0] == walmod.PUT and e[2] == KEY_TERMS:
-                hooks.terms = [(int(t), int(s)) for t, s in json.loads(bytes(e[3]))]
-            elif e[1] == DB_INFO and e[0] == walmod.PUT and e[2] == KEY_POSITION:
-                position = POSITION.unpack(e[3])
-        positions.append(position)
+    positions = [hooks.follow(lsn, changes) for lsn, changes in appended.frames]
     hooks.durable = positions[-1]
-    return Written(decoded, positions)
+    return Written(appended, positions)
 
 
 def commit_frames(engine: Engine, written: Written) -> list[Applied]:
-    """The rest of applying frames: one LMDB transaction for their metadata, then the
-    engine's tails (and punches, deletions). Returns, per frame, its lsn, the position
-    it carries and its metadata changes (for the stream layer). A failure fails the
-    engine closed; the frames stay durable in the WAL, which a restart replays."""
-    try:
-        engine._lmdb_write([e for _, changes in written.decoded for e in changes])
-    except Exception as exc:
-        engine._fail(f"applying frames from the primary failed: {exc!r}")
-        raise StorageFailed(f"storage failed closed: {engine.failed}") from exc
-    out: list[Applied] = []
-    for (lsn, changes), position in zip(written.decoded, written.positions, strict=True):
-        for e in changes:
-            if e[1] == DB_TAILS and e[0] == walmod.PUT:
-                sid = U64_BE.unpack(e[2])[0]
-                tv = decode_tail(e[3])
-                old = engine.tails.get(sid)
-                engine.tails[sid] = Tail(*tv)
-                if old is not None and tv.start_pos > old.start_pos:
-                    engine._punch(sid, tv.start_pos)
-            elif e[1] == DB_TAILS and e[0] == walmod.DELETE:
-                sid = U64_BE.unpack(e[2])[0]
-                if engine.tails.pop(sid, None) is not None:
-                    engine._dirty.discard(sid)
-                    engine._punched.pop(sid, None)
-                    engine.segments.close(sid)
-                    fsio.unlink(engine.segments.path(sid))
-        out.append((lsn, position, changes))
-    assert engine.wal is not None
-    if engine.wal.size >= engine.checkpoint_bytes:
-        engine.start_checkpoint()
-    return out
+    """The rest of applying frames (``Engine.commit_frames``: one LMDB transaction,
+    then the engine's tails, punches and deletions, by the same step as a batch of
+    its own). Returns, per frame, its lsn, the position it carries and its metadata
+    changes (for the stream layer). A failure fails the engine closed; the frames
+    stay durable in the WAL, which a restart replays."""
+    engine.commit_frames(written.appended)
+    frames = written.appended.frames
+    return [
+        (lsn, position, changes)
+        for (lsn, changes), position in zip(frames, written.positions, strict=True)
+    ]
 
 
 def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> list[Applied]:

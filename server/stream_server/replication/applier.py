@@ -70,7 +70,7 @@ class Job:
     frames: list[bytes]
     written: asyncio.Future[Written | None]
     committed: asyncio.Future[list[Applied]] = field(repr=False)
-    sent: Sent = field(default_factory=Sent, repr=False)
+    sent: Sent = field(repr=False)
 
 
 class Applier:
@@ -87,7 +87,7 @@ class Applier:
             self._loop = loop
             self._thread = threading.Thread(target=self._run, name="standby writer", daemon=True)
             self._thread.start()
-        job = Job(frames, loop.create_future(), loop.create_future())
+        job = Job(frames, loop.create_future(), loop.create_future(), Sent())
         self._jobs.put(job)
         return job
 

@@ -31,18 +31,28 @@ from urllib.parse import parse_qsl
 
 from stream_server.protocol.http import Headers, Send, respond, text_headers
 from stream_server.replication.peer_token import CHALLENGE, REFUSED
-from stream_server.replication.sender import PATH as STREAM_PATH
-from stream_server.replication.sender import UPGRADE, UPGRADE_V1, VERSIONS
 from stream_server.replication.shipping import FetchAnswer
+from stream_server.replication.wire import (
+    FETCH_PATH,
+    NUMBERS,
+    STREAM_PATH,
+    TERM,
+    UPGRADE,
+    UPGRADE_V1,
+    VERSIONS,
+)
 
 if TYPE_CHECKING:
     from stream_server.replication.service import Replication
 
-PATH = "/replication/fetch"
-PATHS = (PATH, STREAM_PATH)
-NUMBERS = ("term", "after_term", "after_lsn", "committed")
+PATH = FETCH_PATH
+PATHS = (FETCH_PATH, STREAM_PATH)
 UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()
 OFFERED = f"{UPGRADE}, {UPGRADE_V1}".encode()
+UNAUTHORIZED_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"www-authenticate", CHALLENGE.encode()),
+]
 
 
 async def serve(
@@ -53,23 +63,9 @@ async def serve(
     if scope["method"] != "GET":
         await _answer(send, 405, [(b"allow", b"GET")], b"only GET\n")
         return
-    authorization = None
-    upgrade = b""
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            authorization = value.decode("latin-1")
-        elif name == b"upgrade":
-            upgrade = value
+    authorization, upgrade = _peer_headers(scope["headers"])
     if not replication.peer_allowed(authorization):
-        await _answer(
-            send,
-            401,
-            [
-                (b"content-type", b"application/json"),
-                (b"www-authenticate", CHALLENGE.encode()),
-            ],
-            UNAUTHORIZED,
-        )
+        await _answer(send, 401, UNAUTHORIZED_HEADERS, UNAUTHORIZED)
         return
     q = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
     try:
@@ -89,8 +85,8 @@ async def serve(
     url = q.get("url", "")
     set_id = q.get("set", "")  # the follower's replica set (identity.py); none before set ids
     if scope["path"] == STREAM_PATH:
-        take_over = scope.get("extensions", {}).get("stream_server.upgrade")
         asked = upgrade.decode("latin-1").strip().lower()
+        take_over = scope.get("extensions", {}).get("stream_server.upgrade")
         version = VERSIONS.get(asked)
         if take_over is None or version is None:
             await _upgrade_required(send)
@@ -98,19 +94,30 @@ async def serve(
         stream = replication.stream(
             name, term, after_term, after_lsn, committed, url=url, set_id=set_id, version=version
         )
-        if isinstance(stream, FetchAnswer):
-            answer = stream
-        else:
-            headers = [(b"upgrade", asked.encode()), (b"replication-term", b"%d" % stream.term)]
+        if not isinstance(stream, FetchAnswer):
+            headers = [(b"upgrade", asked.encode()), (TERM.encode(), b"%d" % stream.term)]
             if not take_over(stream, headers):  # no "connection: upgrade"
                 await _upgrade_required(send)
             return
+        answer = stream
     else:
         answer = await replication.fetch(
             name, term, after_term, after_lsn, committed, url=url, set_id=set_id
         )
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()]
     await _answer(send, answer.status, headers, answer.body)
+
+
+def _peer_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bytes]:
+    """The request's ``Authorization`` (None without) and ``Upgrade`` (b"" without)."""
+    authorization = None
+    upgrade = b""
+    for name, value in headers:
+        if name == b"authorization":
+            authorization = value.decode("latin-1")
+        elif name == b"upgrade":
+            upgrade = value
+    return authorization, upgrade
 
 
 async def _upgrade_required(send: Send) -> None:

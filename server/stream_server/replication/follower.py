@@ -31,10 +31,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks
+from stream_server.replication import wire
 from stream_server.replication.applier import Applier, Job, Sent
 from stream_server.replication.freshness import Freshness
 from stream_server.replication.mirror import Mirror
@@ -48,9 +49,7 @@ from stream_server.replication.peer_http import (
     system_tls,
 )
 from stream_server.replication.roles import RoleLoop
-from stream_server.replication.sender import ACK, MESSAGE, UPGRADE
-from stream_server.replication.sender import PATH as STREAM_PATH
-from stream_server.replication.shipping import FRAME_HEAD, Shipper
+from stream_server.replication.shipping import Shipper
 
 log = logging.getLogger("stream_server.replication")
 
@@ -69,6 +68,11 @@ class Follower:
         *,
         retry_period: float,
         freshness: Freshness | None = None,
+        recopy: Callable[[str], Awaitable[None]] | None = None,
+        join: Callable[[], Awaitable[str | None]] | None = None,
+        set_id: Callable[[], str] = str,
+        auth: Callable[[], dict[str, str]] = dict,
+        tls: TlsContext = system_tls,
     ) -> None:
         self.roles = roles
         self.engine = engine
@@ -91,16 +95,16 @@ class Follower:
         self._finishing: asyncio.Task[None] | None = None  # the last answer's LMDB commit
         self._sent = Sent()  # the writer thread's: our acknowledgement went out
         # The peer token's header (``peer_token.py``), sent on every fetch; none without.
-        self.auth: Callable[[], dict[str, str]] = dict
+        self.auth = auth
         # The client context for an https primary (``peer_tls.py``), at each connection.
-        self.tls: TlsContext = system_tls
+        self.tls = tls
         # Called when the primary says we cannot follow by frames (diverged, or too
         # far behind): the service re-copies this replica from the primary.
-        self.on_recopy: Callable[[str], Awaitable[None]] | None = None
+        self.on_recopy = recopy
         # Before following: why this data directory may not join the Lease's set
         # (``identity.py``; it adopts the set's id when it has none), or None.
-        self.join: Callable[[], Awaitable[str | None]] | None = None
-        self.set_id: Callable[[], str] = str  # sent with every request: the set we hold
+        self.join = join
+        self.set_id = set_id  # sent with every request: the set we hold
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="replication follower")
@@ -155,11 +159,11 @@ class Follower:
         """Follow ``primary`` over one stream (``sender.py``) until it ends, the
         term or the primary changes, or we stop following."""
         r = await open_stream(
-            f"{primary}{STREAM_PATH}",
+            f"{primary}{wire.STREAM_PATH}",
             self._params(term),
             self.auth(),
-            UPGRADE,
-            FETCH_TIMEOUT,
+            wire.UPGRADE,
+            within=FETCH_TIMEOUT,
             tls=self.tls,
         )
         if isinstance(r, PeerResponse):
@@ -175,11 +179,11 @@ class Follower:
         self.fetched_at = loop.time()
         self._watching = loop.call_later(self.retry_period, self._watch, r.writer, primary, term)
         try:
-            if not self._answer_term(int(r.headers["replication-term"]), term):
+            if not self._answer_term(int(r.headers[wire.TERM]), term):
                 await self._news()
                 return
             # A stamp at once: the primary's first message echoes it.
-            r.writer.write(ACK.pack(*self.hooks.durable, self.commit, self.freshness.stamp()))
+            r.writer.write(wire.ack(*self.hooks.durable, self.commit, self.freshness.stamp()))
             buffer = bytearray(r.early)
             while True:
                 try:
@@ -192,7 +196,7 @@ class Follower:
                 self.problem = None
                 job = await self._apply(self._in_order(frames), commit)
                 self.freshness.heard(echo, commit, self.mirror.published)
-                r.writer.write(ACK.pack(*self.hooks.durable, self.commit, self.freshness.stamp()))
+                r.writer.write(wire.ack(*self.hooks.durable, self.commit, self.freshness.stamp()))
                 if job is not None:
                     job.sent.set()
                 if self._stale(primary, term):
@@ -219,7 +223,7 @@ class Follower:
     async def _fetch_once(self, http: PeerClient, primary: str, term: int) -> None:
         stamp = self.freshness.stamp()  # its answer is current as of this or later
         r = await http.get(
-            f"{primary}/replication/fetch",
+            f"{primary}{wire.FETCH_PATH}",
             params=self._params(term),
             headers=self.auth(),
             on_sent=self._sent.set,
@@ -227,13 +231,13 @@ class Follower:
         if r.status != 200:
             await self._refused(r, primary, term)
             return
-        if not self._answer_term(int(r.headers["replication-term"]), term):
+        if not self._answer_term(int(r.headers[wire.TERM]), term):
             await self._news()
             return
         self.problem = None
         self.fetched_at = asyncio.get_running_loop().time()
-        frames = self._in_order(list(_fetched(r.body)))
-        commit = int(r.headers["replication-commit"])
+        frames = self._in_order(list(wire.fetched_frames(r.body)))
+        commit = int(r.headers[wire.COMMIT])
         job = await self._apply(frames, commit)
         self.freshness.heard(stamp, commit, self.mirror.published)
         if job is not None:
@@ -332,39 +336,14 @@ class Follower:
             self.applying.release()
 
 
-def _fetched(body: bytes) -> Iterator[tuple[int, int, bytes]]:
-    """A fetch answer's frames: (term, lsn, frame)."""
-    off = 0
-    while off < len(body):
-        t, lsn, n = FRAME_HEAD.unpack_from(body, off)
-        yield t, lsn, body[off + FRAME_HEAD.size : off + FRAME_HEAD.size + n]
-        off += FRAME_HEAD.size + n
-
-
 async def _messages(
     reader: asyncio.StreamReader, buffer: bytearray
-) -> tuple[list[tuple[int, int, bytes]], int, int]:
+) -> tuple[list[wire.Shipped], int, int]:
     """The whole messages of a stream buffered or read next (at least one): their
-    frames as (term, lsn, frame), the highest commit point and the highest echo they
-    carry (both only grow along a stream, so the pair is a conservative one)."""
-    while True:
-        frames: list[tuple[int, int, bytes]] = []
-        commit = echo = 0
-        off = 0
-        while len(buffer) - off >= MESSAGE.size:
-            t, lsn, point, stamp, n = MESSAGE.unpack_from(buffer, off)
-            end = off + MESSAGE.size + n
-            if end > len(buffer):
-                break
-            if lsn:
-                frames.append((t, lsn, bytes(buffer[off + MESSAGE.size : end])))
-            commit = max(commit, point)
-            echo = max(echo, stamp)
-            off = end
-        if off:
-            del buffer[:off]
-            return frames, commit, echo
+    frames, the highest commit point and the highest echo (``wire.take_messages``)."""
+    while (taken := wire.take_messages(buffer)) is None:
         data = await reader.read(READ_SIZE)
         if not data:
             raise PeerError("the stream ended (closed by the primary, or silent too long)")
         buffer += data
+    return taken

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 
 from stream_format.layout import Layout, valid_set_id
 from stream_server.engine.layout import remove_set_id, write_set_id
-from stream_server.engine.replica import holds_data, leave_set
+from stream_server.engine.replica import ReplicaHooks, holds_data, leave_set
 
 if TYPE_CHECKING:
     from stream_server.engine.engine import Engine
@@ -70,14 +70,14 @@ class SetIdentity:
         self.problem: str | None = None  # why this replica does not follow or lead
         self._minted = ""  # an id minted here for a Lease not yet known to exist
 
-    def load(self, engine: Engine) -> None:
+    def load(self, engine: Engine, hooks: ReplicaHooks) -> None:
         """Read the set id and what the directory holds (a worker thread, after
-        recovery and ``ReplicaHooks.load``)."""
+        recovery and ``hooks.load``)."""
         self.set_id = self.layout.read_set_id()
-        if engine.replica is not None and self.set_id == engine.replica.left:
+        if self.set_id == hooks.left:
             self.set_id = ""  # the file of a set left, whose removal a crash stopped
         self.data = holds_data(engine)
-        self.positioned = engine.replica is not None and engine.replica.durable != (0, 0)
+        self.positioned = hooks.durable != (0, 0)
 
     @property
     def kind(self) -> Kind:

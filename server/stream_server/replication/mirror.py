@@ -16,7 +16,7 @@ the table no longer holds is noticed and the index rebuilt.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from stream_format import wal
 from stream_format.meta import (
@@ -27,24 +27,35 @@ from stream_format.meta import (
     KEY_NEXT_STREAM_ID,
     PRODUCER,
     U64,
-    U64_BE,
     StreamMeta,
     decode_tail,
+    key_producer,
+    key_stream_id,
     stream_path,
 )
 from stream_format.records import Producer
 from stream_server.engine.replica import frame_changes
 from stream_server.streams.model import Stream
-from stream_server.streams.store import StreamStore
+from stream_server.streams.replicated import ReplicatedStreams
 
 
 class Mirror:
-    def __init__(self, store: StreamStore) -> None:
-        self.store = store
+    def __init__(self, streams: ReplicatedStreams, lsn: Callable[[], int]) -> None:
+        """``streams``: the stream layer as replication may change it; ``lsn``: the last
+        lsn the engine holds (nothing past it can be published)."""
+        self.streams = streams
+        self.lsn = lsn
         self.staged: deque[tuple[int, list[wal.Entry]]] = deque()  # (lsn, changes) not visible yet
         self.published = 0  # the last lsn readers here may see
         self._by_id: dict[int, Stream] = {}
         self._rebuilt = False  # the index was rebuilt during this publish
+        # The changes to each database the stream layer keeps, by database number.
+        self._apply: dict[int, Callable[[wal.Entry, set[Stream]], None]] = {
+            DB_STREAMS: self._stream_change,
+            DB_TAILS: self._tail_change,
+            DB_PRODUCERS: self._producer_change,
+            DB_INFO: self._info_change,
+        }
 
     def stage(self, lsn: int, changes: list[wal.Entry]) -> None:
         self.staged.append((lsn, changes))
@@ -70,67 +81,66 @@ class Mirror:
             lsn, changes = self.staged.popleft()
             self._refresh(changes)
             self.published = lsn
-        self.published = max(self.published, min(upto, self.store.engine.lsn))
+        self.published = max(self.published, min(upto, self.lsn()))
 
     def _stream(self, sid: int) -> Stream | None:
         """The stream with id ``sid`` in the table, if any, through the index."""
         s = self._by_id.get(sid)
-        if s is not None and self.store.table.by_path.get(s.path) is s:
+        if s is not None and self.streams.by_path.get(s.path) is s:
             return s
         if self._rebuilt:  # at most once per publish: a stream that is not there stays so
             return None
         # Stale or missing: the table changed by other means (a role switch's rollback).
-        self._by_id = {s.id: s for s in self.store.table.by_path.values()}
+        self._by_id = {s.id: s for s in self.streams.by_path.values()}
         self._rebuilt = True
         return self._by_id.get(sid)
 
     def _refresh(self, changes: list[wal.Entry]) -> None:
-        """Apply one frame's changes to the stream layer, keeping the index current."""
-        table = self.store.table
+        """Apply one frame's changes to the stream layer, keeping the index current,
+        then wake the readers of every stream it touched."""
         touched: set[Stream] = set()
         for entry in changes:
-            kind, db, key = entry[0], entry[1], entry[2]
-            if db == DB_STREAMS:
-                path = stream_path(key)
-                if kind == wal.PUT:
-                    meta = StreamMeta.from_json(entry[3])
-                    s = table.by_path.get(path)
-                    if s is None or s.id != meta.id:
-                        tail = self.store.engine.tails.get(meta.id)
-                        s = Stream(
-                            path, meta, tail.unit if tail else meta.fork_offset, committed=True
-                        )
-                        table.by_path[path] = s
-                        self.store.expiry.track(s)
-                    else:
-                        s.meta = meta
-                    self._by_id[meta.id] = s
-                    touched.add(s)
-                else:
-                    gone = table.by_path.pop(path, None)
-                    if gone is not None:
-                        self._by_id.pop(gone.id, None)
-                        gone.notify()
-            elif db == DB_TAILS and kind == wal.PUT:
-                s = self._stream(U64_BE.unpack(key)[0])
-                if s is not None:
-                    s.tail = decode_tail(entry[3]).unit
-                    touched.add(s)
-            elif db == DB_PRODUCERS:
-                s = self._stream(U64_BE.unpack(key[:8])[0])
-                if s is None:
-                    continue
-                if kind == wal.PUT:
-                    pid = bytes(key[8:]).decode("utf-8", "surrogatepass")
-                    epoch, seq = PRODUCER.unpack(entry[3])
-                    s.producers.pop(pid, None)  # recency order: the newest last
-                    s.producers[pid] = Producer(pid, epoch, seq)
-                elif kind == wal.DELETE:
-                    s.producers.pop(bytes(key[8:]).decode("utf-8", "surrogatepass"), None)
-                else:
-                    s.producers.clear()
-            elif db == DB_INFO and kind == wal.PUT and key == KEY_NEXT_STREAM_ID:
-                self.store.next_id = max(self.store.next_id, U64.unpack(entry[3])[0])
+            apply = self._apply.get(entry[1])
+            if apply is not None:
+                apply(entry, touched)
         for s in touched:
             s.reset_pending()
             s.notify()
+
+    def _stream_change(self, entry: wal.Entry, touched: set[Stream]) -> None:
+        path = stream_path(entry[2])
+        if entry[0] == wal.PUT:
+            meta = StreamMeta.from_json(entry[3])
+            s = self.streams.put(path, meta)
+            self._by_id[meta.id] = s
+            touched.add(s)
+            return
+        gone = self.streams.remove(path)
+        if gone is not None:
+            self._by_id.pop(gone.id, None)
+
+    def _tail_change(self, entry: wal.Entry, touched: set[Stream]) -> None:
+        if entry[0] != wal.PUT:
+            return
+        s = self._stream(key_stream_id(entry[2]))
+        if s is not None:
+            s.tail = decode_tail(entry[3]).unit
+            touched.add(s)
+
+    def _producer_change(self, entry: wal.Entry, touched: set[Stream]) -> None:
+        sid, pid = key_producer(entry[2])
+        s = self._stream(sid)
+        if s is None:
+            return
+        if entry[0] == wal.PUT:
+            epoch, seq = PRODUCER.unpack(entry[3])
+            s.producers.pop(pid, None)  # recency order: the newest last
+            s.producers[pid] = Producer(pid, epoch, seq)
+        elif entry[0] == wal.DELETE:
+            s.producers.pop(pid, None)
+        else:  # DELETE_PREFIX: every producer of the stream
+            s.producers.clear()
+
+    def _info_change(self, entry: wal.Entry, touched: set[Stream]) -> None:
+        if entry[0] == wal.PUT and entry[2] == KEY_NEXT_STREAM_ID:
+            self.streams.ids_from(U64.unpack(entry[3])[0])

@@ -195,14 +195,18 @@ async def open_stream(
     params: dict[str, Any],
     headers: dict[str, str],
     upgrade: str,
-    timeout: float,
+    *,
+    within: float,
     tls: TlsContext = system_tls,
 ) -> PeerStream | PeerResponse:
     """Ask ``url`` to switch a new connection to ``upgrade``: the stream on
-    ``101``; any other answer, whole, with the connection closed."""
+    ``101``; any other answer, whole, with the connection closed. PeerError when
+    the answer's head has not come ``within`` seconds (a bound of its own, not the
+    caller's ``asyncio.timeout``: it ends the connecting, not the stream, and is
+    reported as the peer's silence)."""
     origin, target = _target(url, params)
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within):
             try:
                 conn = await _Connection.open(origin, tls)
             except OSError as exc:
@@ -214,7 +218,7 @@ async def open_stream(
                 conn.close()
                 raise
     except TimeoutError:
-        raise PeerError(f"no answer from {url} within {timeout:g}s") from None
+        raise PeerError(f"no answer from {url} within {within:g}s") from None
     if isinstance(answer, PeerResponse):
         conn.close()
     return answer

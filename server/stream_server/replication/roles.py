@@ -102,6 +102,7 @@ class RoleLoop:
         clock: Callable[[], float] = replication_clock.now,
         failed: Callable[[], str | None] = lambda: None,
         identity: SetIdentity | None = None,
+        reported: Callable[[], dict[str, Position]] = dict,
     ) -> None:
         self.client = client
         self.config = config
@@ -123,7 +124,7 @@ class RoleLoop:
         self._wake = asyncio.Event()
         # The standbys' positions as the primary last saw them, written with each
         # renewal for a cold start's choice.
-        self.reported: Callable[[], dict[str, Position]] = dict
+        self.reported = reported
 
     # ---------------------------------------------------------------- running
 

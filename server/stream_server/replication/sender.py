@@ -42,27 +42,12 @@ asks again and hears why.
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
-from stream_server.replication.shipping import COMMIT_LINGER, MAX_ANSWER
-
-if TYPE_CHECKING:
-    from stream_server.replication.shipping import Shipper
-
-PATH = "/replication/stream"
-UPGRADE = "pyds-replication/2"
-UPGRADE_V1 = "pyds-replication/1"  # what a standby of the version before asks for
-VERSIONS = {UPGRADE: 2, UPGRADE_V1: 1}
-# Primary to standby: frame term, lsn (0: no frame), commit point, echo, frame length.
-MESSAGE = struct.Struct("<QQQQI")
-# Standby to primary: the term and lsn of its durable position, the commit point it
-# knows, its clock (ns).
-ACK = struct.Struct("<QQQQ")
-MESSAGE_V1 = struct.Struct("<QQQI")  # version 1: no echo
-ACK_V1 = struct.Struct("<QQQ")  # version 1: no stamp
+from stream_server.replication.shipping import COMMIT_LINGER, MAX_ANSWER, Shipper
+from stream_server.replication.wire import MESSAGE, MESSAGE_V1, take_acks
 
 
 class Sender(asyncio.Protocol):
@@ -79,7 +64,6 @@ class Sender(asyncio.Protocol):
     ) -> None:
         self.shipper = shipper
         self.version = version
-        self._ack = ACK if version >= 2 else ACK_V1
         self.stamp = 0  # the newest stamp the standby sent on this stream (0: none yet)
         self.name = name
         self.term = shipper.roles.state.term
@@ -114,18 +98,12 @@ class Sender(asyncio.Protocol):
     # ----------------------------------------------------------------- input
 
     def data_received(self, data: bytes) -> None:
-        buf = self._input
-        buf += data
-        size = self._ack.size
-        whole = len(buf) - len(buf) % size
-        if not whole:
+        self._input += data
+        acked = take_acks(self._input, self.version)
+        if acked is None:
             return
-        # Positions and stamps only grow: the last acknowledgement says all the earlier
-        # ones do.
-        after_term, after_lsn, known, *stamp = self._ack.unpack_from(buf, whole - size)
-        del buf[:whole]
-        if stamp:
-            self.stamp = max(self.stamp, stamp[0])
+        after_term, after_lsn, known, stamp = acked
+        self.stamp = max(self.stamp, stamp)
         shipper = self.shipper
         if shipper.refusal(self.term, after_term, after_lsn) is not None:
             self.close()  # its next request hears why

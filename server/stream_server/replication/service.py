@@ -45,7 +45,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +70,8 @@ from stream_server.replication.settings import (
     replica_name,
 )
 from stream_server.replication.shipping import FetchAnswer, Shipper
-from stream_server.replication.switchover import SwitchoverAnswer, parse_request, switch_over
+from stream_server.replication.switchover import Switchover, SwitchoverAnswer, parse_request
+from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
 
 log = logging.getLogger("stream_server.replication")
@@ -98,13 +99,22 @@ class Refusal:
 
 
 class Replication:
-    def __init__(self, settings: ReplicationSettings, store: StreamStore) -> None:
+    def __init__(
+        self,
+        settings: ReplicationSettings,
+        store: StreamStore,
+        *,
+        primary_work: Iterable[PrimaryWork] = (),
+    ) -> None:
+        """``primary_work``: what the app runs only while this replica is primary (the
+        subscriptions), besides the store's sweepers."""
         self.settings = settings
         self.store = store
         self.name = replica_name(settings)
         self.quorum = quorum(settings)
-        self.hooks = ReplicaHooks()
-        store.engine.replica = self.hooks
+        # Each batch's frame goes to the shipper once durable (made below).
+        self.hooks = ReplicaHooks(on_frame=lambda t, lsn, f: self.shipper.on_frame(t, lsn, f))
+        store.engine.replica = self.hooks  # the store made the engine: joined before it opens
         # Which set the data directory belongs to, and what it may do (identity.py).
         self.identity = identity.SetIdentity(
             store.engine.layout, self.name, settings.replication_bootstrap
@@ -122,6 +132,7 @@ class Replication:
             position=lambda: self.hooks.durable,
             failed=lambda: self.store.engine.failed or None,
             identity=self.identity,
+            reported=lambda: self.shipper.positions(),
         )
         self.shipper = Shipper(
             self.roles,
@@ -130,8 +141,8 @@ class Replication:
             preferred=settings.replication_durability == "preferred",
             wait=settings.replication_wait,
             renew_deadline=settings.lease_renew_deadline,
+            on_stream_lost=self._ask_why_it_left,
         )
-        self.roles.reported = self.shipper.positions
         # The Lease holder labels the pods itself (pod_labels.py); None: no pod named.
         self.pods: PodMarker | None = None
         if settings.replication_pod:
@@ -142,11 +153,17 @@ class Replication:
                 settings.replication_set_size,
                 every=settings.lease_duration,
             )
-        store.pipeline.gate = self.shipper
-        self.mirror = Mirror(store)
+        store.pipeline.gate = self.shipper  # the store made the pipeline: gated before it starts
+        self.streams = ReplicatedStreams(store)
+        self.mirror = Mirror(self.streams, lambda: store.engine.lsn)
         self.freshness = Freshness(settings.replication_read_staleness)
         # The protocol layer's read gate (``reads.py``).
         self.reads = ReadFence(settings, self.roles, self.freshness, lambda: self.primary_mode)
+        self.peer_token = (
+            PeerToken(settings.replication_token_file) if settings.replication_token_file else None
+        )
+        # One client context for every connection to a peer (``peer_tls.py``).
+        self.peer_tls = PeerTls(settings)
         self.follower = Follower(
             self.roles,
             store.engine,
@@ -155,21 +172,26 @@ class Replication:
             self.mirror,
             retry_period=settings.lease_retry_period,
             freshness=self.freshness,
+            recopy=self.recopy,
+            join=self._join,
+            set_id=lambda: self.identity.set_id,
+            auth=self.peer_headers,
+            tls=self.peer_tls.context,
         )
-        self.follower.on_recopy = self.recopy
-        self.follower.join = self._join
-        self.follower.set_id = lambda: self.identity.set_id
-        self.peer_token = (
-            PeerToken(settings.replication_token_file) if settings.replication_token_file else None
-        )
-        self.follower.auth = self.peer_headers
-        # One client context for every connection to a peer (``peer_tls.py``).
-        self.peer_tls = PeerTls(settings)
-        self.follower.tls = self.peer_tls.context
-        self.shipper.on_stream_lost = self._ask_why_it_left
         # Each follower's origin, as its fetches give it: a switchover names it primary.
         self.peer_urls: dict[str, str] = {}
-        self.switching = False  # a switchover holds new writes (switchover.py)
+        self.switchover = Switchover(
+            name=self.name,
+            roles=self.roles,
+            shipper=self.shipper,
+            pipeline=store.pipeline,
+            hooks=self.hooks,
+            lsn=lambda: store.engine.lsn,
+            peer_urls=self.peer_urls,
+            primary_mode=lambda: self.primary_mode,
+            stop_work=self.stop_primary_work,
+            start_work=self.start_primary_work,
+        )
         self.primary_mode = False
         self.failovers = 0  # times this replica became primary
         self._tasks: list[asyncio.Task[None]] = []
@@ -177,17 +199,23 @@ class Replication:
         # Paused before the store starts them: a standby until the Lease says otherwise.
         store.expiry.pause()
         store.retention.pause()
-        self.primary_work: list[PrimaryWork] = []
+        self.primary_work = list(primary_work)
 
     # ------------------------------------------------------------- lifecycle
 
-    def start(self, ready: Callable[[], bool] = lambda: True) -> None:
-        """Run once ``ready`` (recovery done: the position is known)."""
+    def start(self, ready: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """Run once ``ready`` says the store recovered (the position is known); never
+        when it says it did not; at once without it."""
         self._tasks.append(asyncio.create_task(self._start(ready), name="replication start"))
 
-    async def _start(self, ready: Callable[[], bool]) -> None:
-        while not ready():
-            await asyncio.sleep(0.02)
+    @property
+    def switching(self) -> bool:
+        """A switchover holds new writes (``switchover.py``)."""
+        return self.switchover.switching
+
+    async def _start(self, ready: Callable[[], Awaitable[bool]] | None) -> None:
+        if ready is not None and not await ready():
+            return  # recovery failed: the server stops
         await asyncio.to_thread(self._load)
         for term, lsn, frame in self.hooks.recovered:  # what the WAL held after a crash
             self.shipper.add(term, lsn, frame)
@@ -204,7 +232,7 @@ class Replication:
     def _load(self) -> None:
         """The position, the term history and the set identity, after recovery."""
         self.hooks.load(self.store.engine)
-        self.identity.load(self.store.engine)
+        self.identity.load(self.store.engine, self.hooks)
 
     async def _join(self) -> str | None:
         """Before following: why this data directory may not join the Lease's set, or
@@ -223,7 +251,7 @@ class Replication:
         runs out as before. A standby has nothing to hand over."""
         if not self.primary_mode:
             return
-        answer = await switch_over(self, None, STOP_SWITCHOVER_TIMEOUT)
+        answer = await self.switchover.run(None, STOP_SWITCHOVER_TIMEOUT)
         if answer.status != 200:
             log.warning("stopping as primary without a switchover: %s", answer.body)
 
@@ -304,9 +332,8 @@ class Replication:
         self.shipper.close_streams()  # each standby asks again and hears the new term
         await self.stop_primary_work()  # before anything is rolled back or followed
         self.hooks.writable = False
-        while not self.store.pipeline.idle:
-            await asyncio.sleep(0.005)
-        self.store.table.rollback()  # queued changes of ours will never be published
+        await self.store.pipeline.drained()
+        self.streams.rollback()  # queued changes of ours will never be published
         self._stage_unpublished()
         self.follower.following = True
         log.info("standby of %s (term %d)", self.roles.state.primary_url, self.roles.state.term)
@@ -421,7 +448,7 @@ class Replication:
         try:
             await asyncio.to_thread(snapshot.build, self.store.engine, out)
         except BaseException:
-            out.unlink(missing_ok=True)
+            await asyncio.shield(asyncio.to_thread(out.unlink, missing_ok=True))
             raise
         return out
 
@@ -435,25 +462,10 @@ class Replication:
         tar = root / ".recopy.tar"
         log.warning("re-copying everything from the primary at %s", primary)
         try:
-            async with (
-                httpx.AsyncClient(
-                    timeout=httpx.Timeout(60.0), verify=self.peer_tls.context()
-                ) as http,
-                http.stream(
-                    "GET",
-                    f"{primary}/replication/snapshot",
-                    params={"set": self.identity.set_id},
-                    headers=self.peer_headers(),
-                ) as r,
-            ):
-                if r.status_code != 200:
-                    raise RuntimeError(f"the primary answered {r.status_code}")
-                with tar.open("wb") as f:
-                    async for chunk in r.aiter_bytes():
-                        f.write(chunk)
+            await self._download_snapshot(primary, tar)
         except (httpx.HTTPError, RuntimeError, OSError) as exc:
             log.error("re-copy from %s failed, will retry: %s", primary, exc)
-            tar.unlink(missing_ok=True)
+            await asyncio.to_thread(tar.unlink, missing_ok=True)
             self.follower.following = not self.primary_mode
             return
         await self.roles.stop()
@@ -461,6 +473,27 @@ class Replication:
         await asyncio.to_thread(snapshot.install, root, tar)
         log.warning("re-copy installed: restarting to recover from it")
         snapshot.restart_process()
+
+    async def _download_snapshot(self, primary: str, tar: Path) -> None:
+        """The primary's snapshot into ``tar``; the file is written off the event loop
+        (a standby's live readers and probes go on meanwhile)."""
+        async with (
+            httpx.AsyncClient(timeout=httpx.Timeout(60.0), verify=self.peer_tls.context()) as http,
+            http.stream(
+                "GET",
+                f"{primary}/replication/snapshot",
+                params={"set": self.identity.set_id},
+                headers=self.peer_headers(),
+            ) as r,
+        ):
+            if r.status_code != 200:
+                raise RuntimeError(f"the primary answered {r.status_code}")
+            f = await asyncio.to_thread(tar.open, "wb")
+            try:
+                async for chunk in r.aiter_bytes():
+                    await asyncio.to_thread(f.write, chunk)
+            finally:
+                await asyncio.to_thread(f.close)
 
     def _admit(
         self, name: str, url: str, set_id: str, position: identity.Position
@@ -524,7 +557,7 @@ class Replication:
         asked = parse_request(body)
         if isinstance(asked, SwitchoverAnswer):
             return asked
-        return await switch_over(self, *asked)
+        return await self.switchover.run(*asked)
 
     def status(self) -> dict[str, object]:
         state = self.roles.state

@@ -43,6 +43,13 @@ class ReplicationSettings(Protocol):
 def check_settings(s: ReplicationSettings) -> None:
     """ValueError naming the setting that is wrong; nothing is checked without a Lease
     beyond what would be wrong in any mode."""
+    _check_any_mode(s)
+    if s.replication_lease:
+        _check_replica_set(s)
+
+
+def _check_any_mode(s: ReplicationSettings) -> None:
+    """What would be wrong with or without a Lease: ranges, and the files named."""
     if s.replication_durability not in DURABILITIES:
         raise ValueError("replication-durability must be 'required' or 'preferred'")
     if not 1 <= s.replication_set_size <= MAX_SET_SIZE:
@@ -61,8 +68,12 @@ def check_settings(s: ReplicationSettings) -> None:
     peer_tls.check(s)  # so do the peers' CA bundle, client certificate and key
     if s.replication_pod and not s.replication_lease:
         raise ValueError("replication-pod needs replication-lease")
-    if not s.replication_lease:
-        return
+
+
+def _check_replica_set(s: ReplicationSettings) -> None:
+    """What a replica set's member needs besides: a Lease name, its own URL, lease
+    timings whose order the safety argument needs, and a read staleness bound its
+    heartbeat can keep."""
     namespace, _, name = s.replication_lease.partition("/")
     if not namespace or not name or "/" in name:
         raise ValueError("replication-lease must be NAMESPACE/NAME")

@@ -53,26 +53,37 @@ import asyncio
 import contextlib
 import json
 import logging
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
 from stream_server.replication import clock as replication_clock
+from stream_server.replication import wire
 from stream_server.replication.frame_ring import RING_BYTES, FrameRing
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.signal import Signal
 
-if TYPE_CHECKING:
-    from stream_server.replication.sender import Sender
-
 log = logging.getLogger("stream_server.replication")
 
-FRAME_HEAD = struct.Struct("<QQI")  # term, lsn, frame length; then the frame
 MAX_ANSWER = 4 * 1024 * 1024  # bytes of frames per fetch answer (at least one frame)
 COMMIT_LINGER = 0.025  # seconds a fetch with no frames to send waits for some (module doc)
+
+
+class StandbyStream(Protocol):
+    """A standby's open stream as the shipper drives it (``sender.Sender``): a protocol,
+    so that the shipper does not import the module built on it."""
+
+    def push(self) -> None:
+        """Send the frames the stream has not sent yet."""
+        ...
+
+    def send_commit(self) -> float | None:
+        """Send the commit point alone if due; else the seconds until it is, or None."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +104,7 @@ class Shipper:
         wait: float,
         renew_deadline: float,
         ring_bytes: int = RING_BYTES,
+        on_stream_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.roles = roles
         self.hooks = hooks
@@ -121,15 +133,15 @@ class Shipper:
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._term = 0
-        self.senders: set[Sender] = set()  # the standbys' open streams (``sender.py``)
-        self.on_stream_lost: Callable[[str], None] | None = None
+        self.senders: set[StandbyStream] = set()  # the standbys' open streams (``sender.py``)
+        # Told the name of a standby whose stream of our term ended (``stream_lost``).
+        self.on_stream_lost = on_stream_lost
         self._linger: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.hooks.on_frame = self.on_frame
         self._task = asyncio.create_task(self._watch(), name="replication in-sync watch")
 
     async def stop(self) -> None:
@@ -159,7 +171,9 @@ class Shipper:
     # -------------------------------------------------------------- frames
 
     def on_frame(self, term: int, lsn: int, frame: bytes) -> None:
-        """From the writer thread, once a batch is durable here."""
+        """From the writer thread, once a batch is durable here (``ReplicaHooks.on_frame``,
+        given by the service); only after ``start``: a replica writes nothing of its
+        own before it is primary."""
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._add, term, lsn, frame)
 
@@ -237,6 +251,18 @@ class Shipper:
 
     def _notify(self) -> None:
         self.changed.notify()
+
+    async def acknowledged(self, name: str, lsn: int) -> None:
+        """Until the standby ``name`` has confirmed ``lsn`` (a switchover's target
+        catching up): woken by each position that moves (``note``)."""
+        while self._acked_lsn(name) < lsn:
+            await self.changed.wait(1.0)
+
+    def handed_over(self) -> None:
+        """The Lease went to another replica (a switchover): answer the standbys'
+        waiting fetches now and end their streams, so that each hears the new term."""
+        self._notify()
+        self.close_streams()
 
     # ------------------------------------------------------------- fetches
 
@@ -340,22 +366,22 @@ class Shipper:
             # The answer makes the standby's reads current as of its request
             # (freshness.py): only a primary that may acknowledge gives one.
             return _json(503, {"error": "not acknowledging", "term": state.term})
-        parts: list[bytes] = []
+        frames: list[wire.Shipped] = []
         size = 0
-        for t, lsn, frame in self.ring.since(self.ring.first_after(after_lsn)):
-            if parts and size + len(frame) > MAX_ANSWER:
+        for shipped in self.ring.since(self.ring.first_after(after_lsn)):
+            if frames and size + len(shipped[2]) > MAX_ANSWER:
                 break
-            parts += [FRAME_HEAD.pack(t, lsn, len(frame)), frame]
-            size += len(frame)
-            self.shipped += 1
+            frames.append(shipped)
+            size += len(shipped[2])
+        self.shipped += len(frames)
         headers = {
-            "replication-term": str(state.term),
-            "replication-commit": str(self.commit_point()),
-            "replication-lsn": str(self.lsn),
+            wire.TERM: str(state.term),
+            wire.COMMIT: str(self.commit_point()),
+            wire.LSN: str(self.lsn),
             "content-type": "application/octet-stream",
             "cache-control": "no-store",
         }
-        return FetchAnswer(200, headers, b"".join(parts))
+        return FetchAnswer(200, headers, wire.fetch_body(frames))
 
     async def _join(self, name: str) -> None:
         try:

@@ -1,5 +1,5 @@
 """A broadcast wake-up for the write path's waits: ``notify`` wakes every
-current waiter, and each wait also ends by itself after its timeout.
+current waiter, and each wait also ends by itself after its bound.
 
 ``asyncio.wait_for(event.wait(), t)`` takes three turns of the event loop to
 wake its waiter (the event's future, the task ``wait_for`` wraps around
@@ -25,12 +25,15 @@ class Signal:
             if not fut.done():
                 fut.set_result(None)
 
-    async def wait(self, timeout: float) -> None:
-        """Until the next ``notify`` or ``timeout`` seconds, whichever comes first."""
+    async def wait(self, at_most: float) -> None:
+        """Until the next ``notify`` or ``at_most`` seconds, whichever comes first. A
+        bound of its own rather than the caller's ``asyncio.timeout``, which would cost
+        the turns this class exists to save (above); the waits it serves want the
+        bound anyway (they look again at what they wait for)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._waiters.append(fut)
-        timer = loop.call_later(max(timeout, 0.0), _expire, fut)
+        timer = loop.call_later(max(at_most, 0.0), _expire, fut)
         try:
             await fut
         finally:

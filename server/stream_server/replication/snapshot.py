@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from stream_format.layout import Layout
-from stream_format.meta import DB_TAILS, U64_BE, decode_tail
+from stream_format.meta import DB_TAILS, decode_tail, key_stream_id
 from stream_server.engine import fsio
 from stream_server.engine.engine import Engine
 from stream_server.engine.metadata import Metadata
@@ -55,7 +55,7 @@ def _build_once(engine: Engine, out: Path) -> bool:
         try:
             with copy.env.begin() as txn:
                 tails = {
-                    U64_BE.unpack(bytes(k))[0]: decode_tail(bytes(v))
+                    key_stream_id(k): decode_tail(bytes(v))
                     for k, v in txn.cursor(db=copy.dbs[DB_TAILS])
                 }
         finally:

@@ -7,7 +7,7 @@ in-sync standby that provably holds everything it wrote, as Patroni's and
 CloudNativePG's switchover do (stop the primary's writes, wait for the
 standby to replay all of it, then promote it):
 
-1. **Hold** new writes (``Replication.switching``: ``write_refusal`` waits, as
+1. **Hold** new writes (``Switchover.switching``: ``write_refusal`` waits, as
    it does while too few replicas are in sync, and refuses 503 +
    ``Retry-After`` past ``replication_wait``; nothing of such a write is read
    or written).
@@ -43,14 +43,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from stream_server.engine.pipeline import CommitPipeline
+from stream_server.engine.replica import ReplicaHooks
 from stream_server.replication.lease import LeaseConflict, LeaseRecord, LeaseUnavailable
-
-if TYPE_CHECKING:
-    from stream_server.replication.service import Replication
+from stream_server.replication.roles import RoleLoop
+from stream_server.replication.shipping import Shipper
 
 log = logging.getLogger("stream_server.replication")
 
@@ -92,117 +92,160 @@ def parse_request(body: bytes) -> tuple[str | None, float] | SwitchoverAnswer:
     return to, float(timeout)
 
 
-async def switch_over(rep: Replication, to: str | None, timeout: float) -> SwitchoverAnswer:
-    roles = rep.roles
-    if not (rep.primary_mode and roles.may_acknowledge):
-        primary = roles.state.primary_url
-        headers = {"stream-primary": primary} if primary and not roles.is_primary else {}
-        return refused(409, "NOT_PRIMARY", "this replica is not the primary", **headers)
-    if rep.switching:
-        return refused(409, "IN_PROGRESS", "a switchover is already in progress")
-    target = _target(rep, to)
-    if isinstance(target, SwitchoverAnswer):
-        return target
-    url = rep.peer_urls[target]
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    deadline = started + timeout
-    rep.switching = True
-    fenced = False
-    try:
-        await _until(rep, lambda: rep.store.pipeline.idle, deadline)
-        fenced = True
-        await rep.stop_primary_work()
-        rep.hooks.writable = False
-        await _until(rep, lambda: rep.store.pipeline.idle, deadline)
-        last = max(rep.store.engine.lsn, rep.shipper.lsn)
-        await _until(rep, lambda: rep.shipper.acked.get(target, (0, 0))[1] >= last, deadline)
-        if not (rep.primary_mode and roles.may_acknowledge):
+class Switchover:
+    """Planned changes of primary on this replica: ``run`` does one at a time.
+
+    Its collaborators come in by the constructor, each for what the steps need: the
+    role loop (the Lease), the shipper (the target's position, the standbys'
+    streams), the commit pipeline (drained), the replica hooks (fenced), and the
+    service's primary work (stopped while fenced). It imports none of the service,
+    which holds one and asks it whether writes are held (``switching``)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        roles: RoleLoop,
+        shipper: Shipper,
+        pipeline: CommitPipeline,
+        hooks: ReplicaHooks,
+        lsn: Callable[[], int],
+        peer_urls: Mapping[str, str],
+        primary_mode: Callable[[], bool],
+        stop_work: Callable[[], Awaitable[None]],
+        start_work: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.name = name
+        self.roles = roles
+        self.shipper = shipper
+        self.pipeline = pipeline
+        self.hooks = hooks
+        self.lsn = lsn  # the engine's last written lsn
+        self.peer_urls = peer_urls  # each follower's origin, as its fetches give it
+        self.primary_mode = primary_mode
+        self.stop_work = stop_work
+        self.start_work = start_work
+        self.switching = False  # new writes are held (``Replication.write_refusal``)
+        self._fenced = False  # this switchover stopped the primary work and the writes
+
+    async def run(self, to: str | None, within: float) -> SwitchoverAnswer:
+        """Hand the Lease to ``to`` (or the most advanced in-sync standby) within
+        ``within`` seconds, or stay primary and say why not."""
+        roles = self.roles
+        if not (self.primary_mode() and roles.may_acknowledge):
+            primary = roles.state.primary_url
+            headers = {"stream-primary": primary} if primary and not roles.is_primary else {}
+            return refused(409, "NOT_PRIMARY", "this replica is not the primary", **headers)
+        if self.switching:
+            return refused(409, "IN_PROGRESS", "a switchover is already in progress")
+        target = self._target(to)
+        if isinstance(target, SwitchoverAnswer):
+            return target
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self.switching = True
+        self._fenced = False
+        try:
+            await self._fence_and_catch_up(target, started + within)
+            written = await self._hand_over(target)
+        except (TimeoutError, LeaseConflict, LeaseUnavailable) as exc:
+            await self._resume()
+            log.warning("switchover to %s abandoned: %s", target, exc)
+            why = (
+                f"{target} did not catch up in time" if isinstance(exc, TimeoutError) else str(exc)
+            )
+            still = "still primary" if roles.is_primary else "no longer primary"
+            return SwitchoverAnswer(
+                503,
+                {
+                    "error": {
+                        "code": "NOT_SWITCHED",
+                        "message": f"not switched over: {why}; {still}",
+                    }
+                },
+                {"retry-after": "1"},
+            )
+        except BaseException:  # cancelled (shutdown): never leave the writes held or fenced
+            await self._resume()
+            raise
+        paused = loop.time() - started
+        # Answer the standbys' waiting fetches now, and end their streams, under the new
+        # term: the target then reads the Lease at once instead of after its retry period.
+        self.shipper.handed_over()
+        self.switching = False  # we are a standby now: held writes are refused with the new primary
+        roles.notify()
+        log.info(
+            "switched over to %s (term %d): writes held %.0f ms", target, written.term, paused * 1e3
+        )
+        return SwitchoverAnswer(
+            200, {"primary": target, "term": written.term, "paused_ms": round(paused * 1e3, 1)}
+        )
+
+    async def _fence_and_catch_up(self, target: str, deadline: float) -> None:
+        """Steps 2 to 4: drain, fence, drain again, wait until the target holds our
+        last lsn (woken by its acknowledgements); TimeoutError past ``deadline``."""
+        async with asyncio.timeout_at(deadline):
+            await self.pipeline.drained()
+        self._fenced = True
+        await self.stop_work()
+        self.hooks.writable = False
+        async with asyncio.timeout_at(deadline):
+            await self.pipeline.drained()
+            await self.shipper.acknowledged(target, max(self.lsn(), self.shipper.lsn))
+
+    async def _hand_over(self, target: str) -> LeaseRecord:
+        """Step 5: the CAS on the Lease, its outcome settled when its answer was lost."""
+        if not (self.primary_mode() and self.roles.may_acknowledge):
             raise LeaseConflict("this replica lost the Lease during the switchover")
         try:
-            written = await roles.hand_over(target, url)
+            return await self.roles.hand_over(target, self.peer_urls[target])
         except LeaseUnavailable:
-            written = await _settle(rep, target)
-    except (TimeoutError, LeaseConflict, LeaseUnavailable) as exc:
-        await _resume(rep, fenced)
-        log.warning("switchover to %s abandoned: %s", target, exc)
-        why = f"{target} did not catch up in time" if isinstance(exc, TimeoutError) else str(exc)
-        still = "still primary" if roles.is_primary else "no longer primary"
-        return SwitchoverAnswer(
-            503,
-            {"error": {"code": "NOT_SWITCHED", "message": f"not switched over: {why}; {still}"}},
-            {"retry-after": "1"},
-        )
-    except BaseException:  # cancelled (shutdown): never leave the writes held or fenced
-        await _resume(rep, fenced)
-        raise
-    paused = loop.time() - started
-    # Answer the standbys' waiting fetches now, and end their streams, under the new
-    # term: the target then reads the Lease at once instead of after its retry period.
-    rep.shipper._notify()
-    rep.shipper.close_streams()
-    rep.switching = False  # we are a standby now: held writes are refused with the new primary
-    roles.notify()
-    log.info(
-        "switched over to %s (term %d): writes held %.0f ms", target, written.term, paused * 1e3
-    )
-    return SwitchoverAnswer(
-        200, {"primary": target, "term": written.term, "paused_ms": round(paused * 1e3, 1)}
-    )
+            return await self._settle(target)
 
+    async def _resume(self) -> None:
+        """Undo the hold and the fence of a switchover that did not happen."""
+        if self._fenced and self.primary_mode() and self.roles.is_primary:
+            self.hooks.writable = True
+            await self.start_work()
+        self._fenced = False
+        self.switching = False
+        self.roles.notify()  # the held writes go on (or learn that we are no longer primary)
 
-async def _resume(rep: Replication, fenced: bool) -> None:
-    """Undo the hold and the fence of a switchover that did not happen."""
-    if fenced and rep.primary_mode and rep.roles.is_primary:
-        rep.hooks.writable = True
-        await rep.start_primary_work()
-    rep.switching = False
-    rep.roles.notify()  # the held writes go on (or learn that we are no longer primary)
+    def _target(self, to: str | None) -> str | SwitchoverAnswer:
+        """The standby to hand over to: the one named, else the most advanced in sync."""
+        in_sync = [n for n in self.roles.state.in_sync if n != self.name]
+        if to is None:
+            known = [n for n in in_sync if n in self.peer_urls]
+            if not known:
+                return refused(409, "NO_CANDIDATE", "no standby is in sync")
+            return max(known, key=lambda n: self.shipper.acked.get(n, (0, 0)))
+        if to == self.name:
+            return refused(409, "NOT_IN_SYNC", f"{to} is this replica, the primary already")
+        if to not in in_sync:
+            return refused(
+                409, "NOT_IN_SYNC", f"{to} is not in the in-sync set {in_sync} (or not a replica)"
+            )
+        if to not in self.peer_urls:
+            return refused(409, "NOT_IN_SYNC", f"{to} has not fetched from this primary yet")
+        return to
 
-
-def _target(rep: Replication, to: str | None) -> str | SwitchoverAnswer:
-    """The standby to hand over to: the one named, else the most advanced in sync."""
-    in_sync = [n for n in rep.roles.state.in_sync if n != rep.name]
-    if to is None:
-        known = [n for n in in_sync if n in rep.peer_urls]
-        if not known:
-            return refused(409, "NO_CANDIDATE", "no standby is in sync")
-        return max(known, key=lambda n: rep.shipper.acked.get(n, (0, 0)))
-    if to == rep.name:
-        return refused(409, "NOT_IN_SYNC", f"{to} is this replica, the primary already")
-    if to not in in_sync:
-        return refused(
-            409, "NOT_IN_SYNC", f"{to} is not in the in-sync set {in_sync} (or not a replica)"
-        )
-    if to not in rep.peer_urls:
-        return refused(409, "NOT_IN_SYNC", f"{to} has not fetched from this primary yet")
-    return to
-
-
-async def _until(rep: Replication, done: Callable[[], bool], deadline: float) -> None:
-    """Wait for ``done``, woken by new frames and fetches; TimeoutError past ``deadline``."""
-    loop = asyncio.get_running_loop()
-    while not done():
-        left = deadline - loop.time()
-        if left <= 0:
-            raise TimeoutError
-        # The pipeline's idleness moves without a notify: look again soon.
-        await rep.shipper.changed.wait(min(left, 0.01))
-
-
-async def _settle(rep: Replication, target: str) -> LeaseRecord:
-    """The hand-over CAS got no answer: find out whether it happened."""
-    roles = rep.roles
-    for _ in range(3):
-        try:
-            record = await roles.client.get()
-        except LeaseUnavailable:
-            continue
-        if record is not None and record.holder == target and record.term > roles.state.term:
-            await roles.step_down(record)
-            return record
-        if record is not None and record.holder == rep.name and record.term == roles.state.term:
-            raise LeaseUnavailable("the Lease was not changed")
-        break
-    await roles.step_down()  # unknown: writing on could be under a term given away
-    raise LeaseConflict("the outcome of the hand-over is unknown: stepped down")
+    async def _settle(self, target: str) -> LeaseRecord:
+        """The hand-over CAS got no answer: find out whether it happened."""
+        roles = self.roles
+        for _ in range(3):
+            try:
+                record = await roles.client.get()
+            except LeaseUnavailable:
+                continue
+            if record is not None and record.holder == target and record.term > roles.state.term:
+                await roles.step_down(record)
+                return record
+            if (
+                record is not None
+                and record.holder == self.name
+                and record.term == roles.state.term
+            ):
+                raise LeaseUnavailable("the Lease was not changed")
+            break
+        await roles.step_down()  # unknown: writing on could be under a term given away
+        raise LeaseConflict("the outcome of the hand-over is unknown: stepped down")

@@ -57,6 +57,7 @@ class Subscriptions:
         metrics: Metrics | None,
         *,
         clock: Clock = WALL_CLOCK,
+        primary_only: bool = False,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -72,8 +73,9 @@ class Subscriptions:
         self.keys: WebhookKeys | None = None
         self.loop: DeliveryLoop | None = None
         self.public_url = settings.public_url.rstrip("/")
-        # Set by the app in a replica set: deliver only between resume and pause.
-        self.primary_only = False
+        # In a replica set: deliver only between resume and pause (the replication's
+        # primary work).
+        self.primary_only = primary_only
         self._switch = asyncio.Lock()
         self._view: tuple[object, SubscriptionManager] | None = None  # (store version, copy)
 

@@ -1,0 +1,131 @@
+"""The replication wire format: what a primary and a standby both encode or decode.
+
+Both ends of a replica set's connection (the primary's ``shipping.py``,
+``sender.py`` and ``fetch_endpoint.py``; the standby's ``follower.py``) read
+the same bytes, and a rolling update has a new primary talk to an old standby
+or the reverse, so every layout lives here once, next to the versions that
+name it. Pure: no I/O, no state.
+
+Two ways to follow, both over HTTP/1.1:
+
+- **Fetch** (``GET /replication/fetch``, a standby of a primary without
+  streams): the query names the follower's durable position (``FETCH_PARAMS``);
+  the answer's body is frames, each as ``FRAME_HEAD`` (term, lsn, length)
+  then the WAL frame as the primary wrote it, and its headers carry the
+  primary's term, commit point and last lsn (``TERM``, ``COMMIT``, ``LSN``).
+- **Stream** (``GET /replication/stream`` upgraded to ``UPGRADE``): the primary
+  pushes messages (``MESSAGE``: frame term, lsn (0: no frame), commit point,
+  echo, frame length, then the frame) and the standby answers each with its
+  durable position (``ACK``: term, lsn, commit point it knows, its clock's
+  stamp). Version 1 (``UPGRADE_V1``, the version before the read freshness
+  echo) has neither echo nor stamp.
+
+The frames themselves are the format package's (``stream_format.wal``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+
+FETCH_PATH = "/replication/fetch"
+STREAM_PATH = "/replication/stream"
+# The query parameters a fetch and a stream request share: integers, then strings.
+NUMBERS = ("term", "after_term", "after_lsn", "committed")
+
+UPGRADE = "pyds-replication/2"
+UPGRADE_V1 = "pyds-replication/1"  # what a standby of the version before asks for
+VERSIONS = {UPGRADE: 2, UPGRADE_V1: 1}
+
+# Answer headers (lower case, as both ends compare them).
+TERM = "replication-term"  # the primary's term (fetch answers and a stream's 101)
+COMMIT = "replication-commit"  # its commit point (fetch answers)
+LSN = "replication-lsn"  # its last durable lsn (fetch answers)
+
+FRAME_HEAD = struct.Struct("<QQI")  # fetch answer: term, lsn, frame length; then the frame
+# Primary to standby: frame term, lsn (0: no frame), commit point, echo, frame length.
+MESSAGE = struct.Struct("<QQQQI")
+# Standby to primary: the term and lsn of its durable position, the commit point it
+# knows, its clock (ns).
+ACK = struct.Struct("<QQQQ")
+MESSAGE_V1 = struct.Struct("<QQQI")  # version 1: no echo
+ACK_V1 = struct.Struct("<QQQ")  # version 1: no stamp
+
+Shipped = tuple[int, int, bytes]  # a frame as shipped: term, lsn, the frame
+
+
+def fetch_body(frames: Iterable[Shipped]) -> bytes:
+    """A fetch answer's body: each frame after its ``FRAME_HEAD``."""
+    parts: list[bytes] = []
+    for term, lsn, frame in frames:
+        parts += [FRAME_HEAD.pack(term, lsn, len(frame)), frame]
+    return b"".join(parts)
+
+
+def fetched_frames(body: bytes) -> Iterator[Shipped]:
+    """A fetch answer's frames, in order (``fetch_body``'s inverse). ValueError for a
+    body that ends inside a frame."""
+    off = 0
+    while off < len(body):
+        if off + FRAME_HEAD.size > len(body):
+            raise ValueError("a fetch answer ends inside a frame's head")
+        term, lsn, n = FRAME_HEAD.unpack_from(body, off)
+        start = off + FRAME_HEAD.size
+        if start + n > len(body):
+            raise ValueError(f"a fetch answer ends inside frame {lsn}")
+        yield term, lsn, body[start : start + n]
+        off = start + n
+
+
+def message(term: int, lsn: int, commit: int, echo: int, frame: bytes = b"") -> bytes:
+    """One stream message (a frame, or none: ``lsn`` 0, the commit point alone)."""
+    return MESSAGE.pack(term, lsn, commit, echo, len(frame)) + frame
+
+
+def message_v1(term: int, lsn: int, commit: int, frame: bytes = b"") -> bytes:
+    """One stream message of version 1 (no echo)."""
+    return MESSAGE_V1.pack(term, lsn, commit, len(frame)) + frame
+
+
+def ack(term: int, lsn: int, commit: int, stamp: int) -> bytes:
+    """A standby's acknowledgement: its durable position, the commit point it knows,
+    and its clock's stamp (echoed back by the primary's next message)."""
+    return ACK.pack(term, lsn, commit, stamp)
+
+
+def take_messages(buffer: bytearray) -> tuple[list[Shipped], int, int] | None:
+    """The whole stream messages at the start of ``buffer``, removed from it: their
+    frames (term, lsn, frame), the highest commit point and the highest echo they
+    carry (both only grow along a stream, so the pair is a conservative one). None
+    while not even one message is whole."""
+    frames: list[Shipped] = []
+    commit = echo = 0
+    off = 0
+    while len(buffer) - off >= MESSAGE.size:
+        t, lsn, point, stamp, n = MESSAGE.unpack_from(buffer, off)
+        end = off + MESSAGE.size + n
+        if end > len(buffer):
+            break
+        if lsn:
+            frames.append((t, lsn, bytes(buffer[off + MESSAGE.size : end])))
+        commit = max(commit, point)
+        echo = max(echo, stamp)
+        off = end
+    if not off:
+        return None
+    del buffer[:off]
+    return frames, commit, echo
+
+
+def take_acks(buffer: bytearray, version: int) -> tuple[int, int, int, int] | None:
+    """The newest whole acknowledgement in ``buffer`` (positions and stamps only grow:
+    the last says all the earlier ones do), every whole one removed; its stamp is 0
+    in version 1. None while none is whole."""
+    layout = ACK if version >= 2 else ACK_V1
+    size = layout.size
+    whole = len(buffer) - len(buffer) % size
+    if not whole:
+        return None
+    after_term, after_lsn, known, *stamp = layout.unpack_from(buffer, whole - size)
+    del buffer[:whole]
+    return after_term, after_lsn, known, stamp[0] if stamp else 0

@@ -1,0 +1,62 @@
+"""What replication may change in the stream layer, and nothing more.
+
+A standby's stream layer is not changed by requests but by the primary's
+frames (``replication/mirror.py`` reads their metadata changes), and a replica
+that stops being primary drops what it had queued. Those are the only ways
+replication changes streams, so they are named here, on the stream layer's
+side, instead of replication editing the store's table, its expiry index and
+its id counter: the store can change how it keeps them without replication
+noticing, and what a standby may do to the stream layer reads in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from stream_format.meta import StreamMeta
+from stream_server.streams.model import Stream
+from stream_server.streams.store import StreamStore
+
+
+class ReplicatedStreams:
+    """The stream layer as a standby's replication changes it."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: StreamStore) -> None:
+        self._store = store
+
+    @property
+    def by_path(self) -> Mapping[str, Stream]:
+        """Every stream, by path (read only: change them through the methods)."""
+        return self._store.table.by_path
+
+    def put(self, path: str, meta: StreamMeta) -> Stream:
+        """A stream's committed metadata from a frame: the stream at ``path`` updated,
+        or made (its committed tail from the engine) when there is none with this id.
+        The caller wakes its readers once the frame's other changes are in."""
+        s = self._store.table.by_path.get(path)
+        if s is not None and s.id == meta.id:
+            s.meta = meta
+            return s
+        tail = self._store.engine.tails.get(meta.id)
+        s = Stream(path, meta, tail.unit if tail else meta.fork_offset, committed=True)
+        self._store.table.by_path[path] = s
+        self._store.expiry.track(s)
+        return s
+
+    def remove(self, path: str) -> Stream | None:
+        """A stream deleted by a frame: gone, its readers woken (they find it gone)."""
+        gone = self._store.table.by_path.pop(path, None)
+        if gone is not None:
+            gone.notify()
+        return gone
+
+    def ids_from(self, next_id: int) -> None:
+        """The primary's id counter: ids below ``next_id`` are taken, here too."""
+        self._store.next_id = max(self._store.next_id, next_id)
+
+    def rollback(self) -> None:
+        """Drop every queued change of this replica's own: it stopped being primary,
+        and they will never be published."""
+        self._store.table.rollback()

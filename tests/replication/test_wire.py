@@ -1,0 +1,84 @@
+"""The replication wire format (``replication/wire.py``): what one end encodes the other
+decodes, whole or arriving in pieces, in both stream versions. In-process, no peers."""
+
+from __future__ import annotations
+
+import pytest
+
+from stream_server.replication import wire
+
+FRAMES = [(3, 7, b"frame seven"), (3, 8, b""), (4, 9, b"x" * 1000)]
+
+
+def test_a_fetch_body_gives_back_its_frames() -> None:
+    assert list(wire.fetched_frames(wire.fetch_body(FRAMES))) == FRAMES
+    assert wire.fetch_body([]) == b""
+    assert list(wire.fetched_frames(b"")) == []
+
+
+@pytest.mark.parametrize("cut", [1, wire.FRAME_HEAD.size - 1, wire.FRAME_HEAD.size + 3])
+def test_a_fetch_body_cut_short_is_refused(cut: int) -> None:
+    body = wire.fetch_body(FRAMES[:1])
+    with pytest.raises(ValueError, match="ends inside"):
+        list(wire.fetched_frames(body[:cut]))
+
+
+def test_stream_messages_are_taken_whole_as_they_arrive() -> None:
+    """Bytes arrive in any pieces: each take returns the messages whole so far (the
+    frames, the highest commit point and echo) and keeps the rest for later."""
+    sent = (
+        wire.message(3, 7, 5, 100, b"frame seven")
+        + wire.message(0, 0, 7, 120)  # the commit point alone
+        + wire.message(3, 8, 6, 110, b"eight")
+    )
+    buffer = bytearray()
+    taken: list[wire.Shipped] = []
+    commits: list[int] = []
+    echoes: list[int] = []
+    for i in range(0, len(sent), 10):
+        buffer += sent[i : i + 10]
+        got = wire.take_messages(buffer)
+        if got is not None:
+            frames, commit, echo = got
+            taken += frames
+            commits.append(commit)
+            echoes.append(echo)
+    assert taken == [(3, 7, b"frame seven"), (3, 8, b"eight")]
+    assert max(commits) == 7 and max(echoes) == 120
+    assert not buffer
+    assert wire.take_messages(bytearray(sent[: wire.MESSAGE.size - 1])) is None
+
+
+def test_version_1_messages_have_no_echo() -> None:
+    one = wire.message_v1(3, 7, 5, b"abc")
+    assert len(one) == wire.MESSAGE_V1.size + 3
+    assert wire.MESSAGE_V1.unpack_from(one) == (3, 7, 5, 3)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_newest_whole_acknowledgement_is_taken(version: int) -> None:
+    def ack(term: int, lsn: int, commit: int, stamp: int) -> bytes:
+        if version == 1:
+            return wire.ACK_V1.pack(term, lsn, commit)
+        return wire.ack(term, lsn, commit, stamp)
+
+    buffer = bytearray(ack(3, 7, 5, 100) + ack(3, 9, 6, 130))
+    partial = ack(3, 10, 6, 140)
+    buffer += partial[:5]
+    stamp = 130 if version == 2 else 0
+    assert wire.take_acks(buffer, version) == (3, 9, 6, stamp)
+    assert bytes(buffer) == partial[:5]  # the piece of the next one stays
+    assert wire.take_acks(buffer, version) is None
+    buffer += partial[5:]
+    assert wire.take_acks(buffer, version) == (3, 10, 6, 140 if version == 2 else 0)
+
+
+def test_every_stream_version_names_an_upgrade_offered() -> None:
+    assert wire.VERSIONS == {wire.UPGRADE: 2, wire.UPGRADE_V1: 1}
+
+
+def test_the_http_server_takes_over_exactly_the_streams_upgrades() -> None:
+    """``http_limits`` hands a connection to the app only for these upgrades."""
+    from stream_server.http_limits import UPGRADES
+
+    assert {u.decode() for u in UPGRADES} == set(wire.VERSIONS)
