@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 from stream_server.config import checks
 from stream_server.config.about import Described, describe
 
 if TYPE_CHECKING:
-    from stream_server.config.declaration import Settings
+    from stream_server.replication.settings import ReplicationSettings
+
+
+class Settings(Protocol):
+    """What these checks read of ``declaration.Settings``, named here so that the
+    declaration, which calls them, is not imported back (replication's check reads
+    its own settings of the same object)."""
+
+    tls_cert: str
+    tls_key: str
+    retention: list[str]
+    max_path_bytes: int
+    webhook_allow: list[str]
 
 
 class SettingError(ValueError):
@@ -56,7 +68,7 @@ def _together(s: Settings) -> Iterator[str | None]:
     yield checks.tls_pair(s.tls_cert, s.tls_key)
     yield checks.retention_rules(s.retention, s.max_path_bytes)
     yield _refusal(lambda: WebhookAllowList.from_settings(s.webhook_allow), "webhook-allow: ")
-    yield _refusal(lambda: check_settings(s))
+    yield _refusal(lambda: check_settings(cast("ReplicationSettings", s)))
 
 
 def _refusal(check: Callable[[], object], prefix: str = "") -> str | None:
