@@ -19,6 +19,7 @@ from typing import Any
 from stream_operator.kubectl_plugin import FENCE_ALL, FENCED, HIBERNATION, RECONCILE
 from stream_operator.replica_roles import lease_view, pod_name, pod_ready
 from stream_operator.rollout import SWITCHOVER_TO
+from stream_operator.spec import spec_of
 
 # Each condition's status when all is well; one of another type is always shown.
 EXPECTED = {
@@ -151,11 +152,10 @@ def build(
     """The report: ``lease`` None with ``lease_error`` empty means the set has no Lease
     (one replica, or no server took it yet); ``lease_error`` says why it was not read."""
     meta = ds.get("metadata") or {}
-    spec = ds.get("spec") or {}
     status = ds.get("status") or {}
     name = str(meta.get("name") or "")
     annotations = meta.get("annotations") or {}
-    replicas = int(spec.get("replicas") or 1)
+    replicas = spec_of(ds).replicas
     report: dict[str, Any] = {
         "name": name,
         "namespace": meta.get("namespace"),
