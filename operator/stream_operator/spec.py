@@ -1,9 +1,18 @@
-"""The DurableStream spec with its defaults, and the changes the operator refuses.
+"""The DurableStream spec, parsed once into typed frozen views, and the changes the
+operator refuses.
 
-The CRD schema carries the same defaults and ranges (and CEL rules for the
-immutable fields), so a cluster validates before the operator sees anything;
-these functions are the operator's own check, for clusters and paths where
-the schema did not run.
+``with_defaults`` fills every default in (``DEFAULTS``, and the defaults inside
+optional objects below it) and parses the result into ``DurableStreamSpec``, as kopf's
+``bodies`` module gives typed views over Kubernetes bodies: the reconcile parses the
+object's spec once and hands the typed spec to rendering, status, rollout and scaling,
+which read attributes, never ``.get`` with a default of their own. A parsed spec passed
+to ``with_defaults`` again is returned as it is.
+
+The CRD schema carries the same defaults and ranges (and CEL rules for the immutable
+fields), so a cluster validates before the operator sees anything; the ``refused_*``
+functions are the operator's own check, for clusters and paths where the schema did not
+run. tests/operator/test_settings_defaults.py checks the defaults for every setting
+rendered into the server's environment against the server's own (``Settings``).
 """
 
 from __future__ import annotations

@@ -280,21 +280,33 @@ def switchover(
     if not wait:
         return 0
     out.flush()
+    return _await_switchover(
+        api, namespace, name, target, seen, timeout=timeout, out=out, poll=poll, clock=clock
+    )
+
+
+def _await_switchover(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    target: str,
+    seen: set[tuple[str, Any, str]],
+    *,
+    timeout: float,
+    out: TextIO,
+    poll: float,
+    clock: Callable[[], float],
+) -> int:
+    """Read the Events and the status until the operator answered the request or made the
+    switchover, or ``timeout`` passed. ``seen``: the Events there before the request."""
     deadline = clock() + timeout
     made = ""
     while True:
-        for event in sorted(_events(api, namespace, name), key=report.event_time):
-            if event.get("reason") not in SWITCHOVER_EVENTS or _event_key(event) in seen:
-                continue
-            seen.add(_event_key(event))
-            message = str(event.get("message") or "")
-            if event["reason"] == "Switchover":
-                made = message
-            elif event["reason"] == "SwitchoverRequest" and event.get("type") == "Normal":
-                out.write(f"{message}\n")
-                return 0
-            else:
-                raise PluginError(f"the operator did not switch over: {message}")
+        found, done = _switchover_events(api, namespace, name, seen)
+        made = found or made
+        if done is not None:
+            out.write(f"{done}\n")
+            return 0
         st = read_stream(api, namespace, name).get("status") or {}
         if st.get("primary") == target:
             if made:
@@ -312,3 +324,24 @@ def switchover(
         "when no rolling update is under way (kubectl get events --field-selector "
         f"involvedObject.name={name})"
     )
+
+
+def _switchover_events(
+    api: client.ApiClient, namespace: str, name: str, seen: set[tuple[str, Any, str]]
+) -> tuple[str, str | None]:
+    """The switchover Events not ``seen`` yet (added to it): the switchover's message (""
+    if none), and the message of a request the operator found done already (None if
+    none). A refused request raises PluginError with the operator's reason."""
+    made = ""
+    for event in sorted(_events(api, namespace, name), key=report.event_time):
+        if event.get("reason") not in SWITCHOVER_EVENTS or _event_key(event) in seen:
+            continue
+        seen.add(_event_key(event))
+        message = str(event.get("message") or "")
+        if event["reason"] == "Switchover":
+            made = message
+        elif event["reason"] == "SwitchoverRequest" and event.get("type") == "Normal":
+            return made, message
+        else:
+            raise PluginError(f"the operator did not switch over: {message}")
+    return made, None
