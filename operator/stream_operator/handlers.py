@@ -148,6 +148,7 @@ def track(type: str, name: str, namespace: str | None, **_: Any) -> None:
         _periodic.forget(namespace, name)
         metrics.forget(namespace, name)
     else:
+        metrics.seen(namespace, name)
         _periodic.track(namespace, name)
 
 
