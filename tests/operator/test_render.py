@@ -264,3 +264,36 @@ def test_retention_the_crd_refuses_is_refused_by_the_operator_too():
     twice = {"server": {"retention": [{"prefix": "a/", "maxAge": "1d"}] * 2}}
     assert "more than once" in refused_change(None, twice)
     assert refused_change({"replicas": 1}, {"server": {"retention": RETENTION}}) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "pinned"),
+    [
+        ({"image": "ds:1"}, "2e9d69cfdc5a936d"),
+        (
+            {
+                "image": "ds:1",
+                "replicas": 3,
+                "server": {
+                    "tlsSecretName": "t",
+                    "rateLimit": {"requestsPerSecond": 5},
+                    "retention": [{"prefix": "logs/", "maxAge": "7d"}],
+                },
+            },
+            "67b88097e2abf76a",
+        ),
+        (
+            {
+                "image": "ds:1",
+                "replicas": 5,
+                "replication": {"minInSync": 2, "readStalenessSeconds": 9},
+                "resources": {"limits": {"cpu": "2"}},
+            },
+            "8727eba4be8c44ad",
+        ),
+    ],
+)
+def test_the_config_hash_is_what_the_dict_spec_operator_computed(spec, pinned):
+    """The hash is taken over the defaulted spec as the operator before the typed spec
+    took it: an operator upgrade that changed it would restart every server once."""
+    assert config_hash(spec) == pinned
