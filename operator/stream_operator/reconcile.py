@@ -171,9 +171,8 @@ def _reconcile(
         events.warn(ds, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
         lifecycle_actions.scale_anyway(ac, ds, sts)  # hibernation goes on all the same
-        return Outcome("ChangeRefused", refused), analytics_jobs.wanted(
-            ac, name, namespace, uid, spec
-        )[1]
+        analytics = analytics_jobs.wanted(ac, name, namespace, uid, spec)[1]
+        return Outcome("ChangeRefused", refused), analytics
     if spec.replicated:
         _ensure_replication_secret(ac, ds)
     objs = _rendered(ac, ds, spec, sts, rounds)
@@ -214,14 +213,11 @@ def _rendered(
         if spec.replicas == 1 and sts is not None
         else None
     )
-    size = keep_set or allowed
     objs = desired_objects(
         name,
         namespace,
         uid,
-        spec.changed(image=image)
-        if size == spec.replicas
-        else spec.changed(image=image, replicas=size),
+        spec.changed(image=image, replicas=keep_set or allowed),
         podmonitor_crd=crd_exists(ac, "PodMonitor"),
         certificate_crd=spec.certificates.issuer_ref is not None and crd_exists(ac, "Certificate"),
         monitor_labels=MONITOR_LABELS,
