@@ -19,7 +19,6 @@ from stream_operator import events
 from stream_operator.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.analytics_source import choose_source
 from stream_operator.apply import crd_exists, list_labelled, prune, read_lease
-from stream_operator.apply_events import apply_and_tell
 from stream_operator.render import lease_name
 from stream_operator.replica_roles import lease_view
 from stream_operator.spec import DurableStreamSpec
@@ -76,7 +75,7 @@ def reconcile(
         return cond
     if jobs or crd_exists(ac, KIND):
         for obj in jobs:
-            apply_and_tell(ac, obj, body)
+            events.apply_and_tell(ac, obj, body)
         keep = {obj["metadata"]["name"] for obj in jobs}
         for gone in prune(ac, KIND, namespace, _selector(name), keep):
             events.info(body, reason="Deleted", message=f"deleted {KIND} {gone}")

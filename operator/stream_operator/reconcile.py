@@ -51,7 +51,6 @@ from stream_operator.apply import (
     remove_annotation,
     storage_class,
 )
-from stream_operator.apply_events import apply_and_tell
 from stream_operator.certificates import refused_certificates
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
@@ -177,7 +176,7 @@ def _reconcile(
         _ensure_replication_secret(ac, ds)
     objs = _rendered(ac, ds, spec, sts, rounds)
     for obj in objs:
-        apply_and_tell(ac, obj, ds)
+        events.apply_and_tell(ac, obj, ds)
     if server_image.UPDATE_NOW in (meta.get("annotations") or {}):
         remove_annotation(ac, namespace, name, server_image.UPDATE_NOW)
     _prune_rendered(ac, ds, objs)
