@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from stream_operator import spec
 from stream_operator.render import replication_env, server_env
 from stream_operator.spec import with_defaults
 from stream_server.config import Settings
@@ -165,3 +166,26 @@ def test_the_crds_default_is_the_operators(variable: str):
         assert crd[path] == with_defaults(BARE).replication.min_in_sync
         return
     assert as_setting(variable, env[variable]) == as_setting(variable, str(crd[path]))
+
+
+def test_the_defaults_inside_optional_objects_are_the_crds():
+    """Applied by the parse where the object is given (``spec.with_defaults``); the CRD
+    holds them too, for ``kubectl get -o yaml`` to show what applies."""
+    crd = crd_defaults()
+    assert crd[("server", "authTokensSecret", "key")] == spec.AUTH_TOKENS_KEY
+    assert crd[("server", "rateLimit", "burst")] == spec.RATE_BURST
+    assert crd[("certificates", "issuerRef", "kind")] == spec.ISSUER_KIND
+    assert crd[("certificates", "issuerRef", "group")] == spec.CERT_MANAGER_GROUP
+    given = with_defaults(
+        {
+            "server": {"authTokensSecret": {"name": "t"}},
+            "certificates": {"issuerRef": {"name": "i"}},
+        }
+    )
+    assert given.server.auth_tokens is not None
+    assert given.server.auth_tokens.key == spec.AUTH_TOKENS_KEY
+    assert given.certificates.issuer_ref is not None
+    assert (given.certificates.issuer_ref.kind, given.certificates.issuer_ref.group) == (
+        spec.ISSUER_KIND,
+        spec.CERT_MANAGER_GROUP,
+    )
