@@ -18,7 +18,7 @@ import threading
 
 import kopf
 
-from stream_operator import leadership, metrics
+from stream_operator import api_client, leadership, metrics
 
 
 def _positive(raw: str) -> int:
@@ -90,19 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     kopf.configure(verbose=args.verbose)
     # The election's client logs every retry at INFO; this module says what matters.
     logging.getLogger("leaderelection").setLevel(logging.WARNING)
-    elected: leadership.Leadership | None = None
-    if args.leader_election:
-        # A client of its own: it writes the Lease to become the leader, which the
-        # handlers' client (writes refused while this process may not act) would refuse.
-        campaigner = handlers.new_api_client(handlers.api().configuration, leader_only=False)
-        campaigner.user_agent = handlers.api().user_agent
-        elected = leadership.Leadership(
-            campaigner,
-            args.lease_name,
-            args.lease_namespace,
-            leadership.identity(),
-            args.timings,
-        )
+    elected = _leadership(args) if args.leader_election else None
     leadership.install(elected)
     running = threading.Event()
 
@@ -111,38 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         periodic workers are neither stuck nor gone."""
         if not running.is_set():
             return elected is not None and not elected.lost.is_set()
-        return bool(handlers.alive())
+        return handlers.alive()
 
     if args.metrics_port:
         metrics.serve(args.metrics_address, args.metrics_port, healthy)
-
-    async def kopf_until(stop: concurrent.futures.Future[None]) -> None:
-        # kopf waits for a thread-side flag in an executor thread that nothing releases
-        # after SIGTERM (the process would not exit): give it a flag of its own loop.
-        loop = asyncio.get_running_loop()
-        flag: asyncio.Future[None] = loop.create_future()
-
-        def set_flag() -> None:
-            if not flag.done():
-                flag.set_result(None)
-
-        def raise_flag(_: object) -> None:
-            loop.call_soon_threadsafe(set_flag)
-
-        stop.add_done_callback(raise_flag)
-        await kopf.operator(
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            liveness_endpoint=args.liveness,
-            standalone=True,
-            stop_flag=flag,
-        )
 
     def operate(stop: concurrent.futures.Future[None]) -> None:
         running.set()
         metrics.LEADER.set(1)
         try:
-            asyncio.run(kopf_until(stop))
+            asyncio.run(_kopf_until(args, stop))
         except asyncio.CancelledError:
             pass  # as kopf.run
         finally:
@@ -152,6 +118,41 @@ def main(argv: list[str] | None = None) -> int:
         operate(concurrent.futures.Future())
         return 0
     return 1 if elected.run(operate) else 0
+
+
+def _leadership(args: argparse.Namespace) -> leadership.Leadership:
+    """The election for the operator's Lease, on a client of its own: it writes the Lease
+    to become the leader, which the handlers' client (writes refused while this process
+    may not act) would refuse."""
+    campaigner = api_client.new_api_client(api_client.api().configuration, leader_only=False)
+    campaigner.user_agent = api_client.api().user_agent
+    return leadership.Leadership(
+        campaigner, args.lease_name, args.lease_namespace, leadership.identity(), args.timings
+    )
+
+
+async def _kopf_until(args: argparse.Namespace, stop: concurrent.futures.Future[None]) -> None:
+    """kopf until ``stop`` is done. kopf waits for a thread-side flag in an executor
+    thread that nothing releases after SIGTERM (the process would not exit): it is given
+    a flag of its own loop."""
+    loop = asyncio.get_running_loop()
+    flag: asyncio.Future[None] = loop.create_future()
+
+    def set_flag() -> None:
+        if not flag.done():
+            flag.set_result(None)
+
+    def raise_flag(_: object) -> None:
+        loop.call_soon_threadsafe(set_flag)
+
+    stop.add_done_callback(raise_flag)
+    await kopf.operator(
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+        standalone=True,
+        stop_flag=flag,
+    )
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stream_operator import GROUP, VERSION
+from stream_operator.spec import SpecInput
+from stream_operator.spec import with_defaults as parse_spec
 
 SPARK_GROUP = "sparkoperator.k8s.io"
 SPARK_VERSION_API = "v1beta2"
@@ -343,7 +345,9 @@ def job_arguments(name: str, replica: int, job: dict[str, Any], a: dict[str, Any
     return args + list(job.get("args", []))
 
 
-def _volumes(name: str, replica: int, a: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+def _volumes(
+    name: str, replica: int, a: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [
         {
             "name": "data",
@@ -359,7 +363,9 @@ def _volumes(name: str, replica: int, a: dict[str, Any]) -> tuple[list[dict], li
     return volumes, mounts
 
 
-def application_spec(name: str, replica: int, job: dict[str, Any], a: dict[str, Any]) -> dict:
+def application_spec(
+    name: str, replica: int, job: dict[str, Any], a: dict[str, Any]
+) -> dict[str, Any]:
     """A SparkApplicationSpec (the ``spec`` of a SparkApplication, the ``template`` of a
     ScheduledSparkApplication) for one job over one replica's data."""
     volumes, mounts = _volumes(name, replica, a)
@@ -400,7 +406,9 @@ def application_spec(name: str, replica: int, job: dict[str, Any], a: dict[str, 
     }
 
 
-def _metadata(name: str, namespace: str, uid: str, obj_name: str, replica: int, job: str) -> dict:
+def _metadata(
+    name: str, namespace: str, uid: str, obj_name: str, replica: int, job: str
+) -> dict[str, Any]:
     return {
         "name": obj_name,
         "namespace": namespace,
@@ -418,15 +426,11 @@ def _metadata(name: str, namespace: str, uid: str, obj_name: str, replica: int, 
     }
 
 
-def _replicas(spec: dict[str, Any]) -> int:
-    return int(spec.get("replicas", 1))
-
-
 def render_scheduled_applications(
     name: str,
     namespace: str,
     uid: str,
-    spec: dict[str, Any],
+    spec: SpecInput,
     *,
     service_accounts: Sequence[str] | None = None,
     replicas: Sequence[int] | None = None,
@@ -441,12 +445,13 @@ def render_scheduled_applications(
     server its own data); for a replica set the operator names one in-sync standby
     (analytics_source.py), and ``hold`` suspends the jobs while none is in sync.
     """
-    a = with_defaults(spec.get("analytics"), service_accounts)
+    parsed = parse_spec(spec)
+    a = with_defaults(dict(parsed.analytics), service_accounts)
     if not a["enabled"]:
         return []
     validate(a, service_accounts)
     out = []
-    for replica in range(_replicas(spec)) if replicas is None else replicas:
+    for replica in range(parsed.replicas) if replicas is None else replicas:
         for job in a["jobs"]:
             obj_spec: dict[str, Any] = {
                 "schedule": a["schedule"],
@@ -480,7 +485,7 @@ def render_application(
     name: str,
     namespace: str,
     uid: str,
-    spec: dict[str, Any],
+    spec: SpecInput,
     *,
     replica: int,
     job: str,
@@ -488,7 +493,7 @@ def render_application(
     service_accounts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One run of job ``job`` over replica ``replica`` now, named after ``run``."""
-    a = with_defaults(spec.get("analytics"), service_accounts)
+    a = with_defaults(dict(parse_spec(spec).analytics), service_accounts)
     validate(a, service_accounts)
     jobs = {j["name"]: j for j in a["jobs"]}
     if job not in jobs:
@@ -503,14 +508,14 @@ def render_application(
     }
 
 
-def render_pod_template(name: str, replica: int, spec: dict[str, Any], job: str) -> dict:
+def render_pod_template(name: str, replica: int, spec: SpecInput, job: str) -> dict[str, Any]:
     """A pod template file for spark-submit (driver and executor alike).
 
     spark-submit cannot express affinity through ``--conf``; a template can.
     Volumes are given with ``--conf`` (see ``spark_submit_argv``), which Spark
     adds to the template's pods.
     """
-    a = with_defaults(spec.get("analytics"))
+    a = with_defaults(dict(parse_spec(spec).analytics))
     pod_spec: dict[str, Any] = {
         "securityContext": pod_security_context(),
         # Spark builds its container on the template's first one, keeping its securityContext.
@@ -529,7 +534,7 @@ def render_pod_template(name: str, replica: int, spec: dict[str, Any], job: str)
 def spark_submit_argv(
     name: str,
     namespace: str,
-    spec: dict[str, Any],
+    spec: SpecInput,
     *,
     replica: int,
     job: str,
@@ -538,7 +543,7 @@ def spark_submit_argv(
     service_accounts: Sequence[str] | None = None,
 ) -> list[str]:
     """The ``spark-submit --master k8s://...`` equivalent of one SparkApplication run."""
-    a = with_defaults(spec.get("analytics"), service_accounts)
+    a = with_defaults(dict(parse_spec(spec).analytics), service_accounts)
     validate(a, service_accounts)
     jobs = {j["name"]: j for j in a["jobs"]}
     if job not in jobs:

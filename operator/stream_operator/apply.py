@@ -16,7 +16,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -58,9 +58,25 @@ def object_hash(obj: dict[str, Any]) -> str:
 
 
 def _stamped(obj: dict[str, Any]) -> dict[str, Any]:
-    stamped = json.loads(json.dumps(obj))
+    stamped: dict[str, Any] = json.loads(json.dumps(obj))
     stamped["metadata"].setdefault("annotations", {})[APPLIED_HASH] = object_hash(obj)
     return stamped
+
+
+def _plain(api_client: client.ApiClient, obj: object) -> dict[str, Any]:
+    """A client model as the JSON object the API server sent."""
+    plain: dict[str, Any] = api_client.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return plain
+
+
+def _custom_objects(api_client: client.ApiClient) -> Any:
+    """The custom objects API: it answers JSON objects, which the client types as object."""
+    return client.CustomObjectsApi(api_client)
+
+
+def _body(obj: dict[str, Any]) -> Any:
+    """A plain dict where the client's create methods name a model: they take either."""
+    return obj
 
 
 def read(
@@ -69,12 +85,13 @@ def read(
     try:
         if kind in _CUSTOM:
             group, version, plural = _CUSTOM[kind]
-            return client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            found = _custom_objects(api_client).get_namespaced_custom_object(
                 group, version, namespace, plural, name
             )
+            return cast(dict[str, Any], found)
         api_cls, noun = _TYPED[kind]
         obj = getattr(api_cls(api_client), f"read_namespaced_{noun}")(name, namespace)
-        return api_client.sanitize_for_serialization(obj)
+        return _plain(api_client, obj)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -111,9 +128,11 @@ def apply(api_client: client.ApiClient, obj: dict[str, Any]) -> tuple[str, list[
     return ("patched" if rerendered else "corrected"), drift
 
 
-def _patch(api_client: client.ApiClient, kind: str, namespace: str, name: str, body: dict) -> None:
+def _patch(
+    api_client: client.ApiClient, kind: str, namespace: str, name: str, body: dict[str, Any]
+) -> None:
     """Server-side apply, forced: fields the operator stops rendering are removed."""
-    options = {
+    options: dict[str, Any] = {
         "field_manager": FIELD_MANAGER,
         "force": True,
         "_content_type": "application/apply-patch+yaml",
@@ -142,7 +161,7 @@ def _ordinal_items(
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
     out = []
     for item in list_namespaced(namespace, label_selector=selector).items:
-        raw = api_client.sanitize_for_serialization(item)
+        raw = _plain(api_client, item)
         item_name = raw["metadata"]["name"]
         have = raw["metadata"].get("labels") or {}
         if (
@@ -191,7 +210,7 @@ def storage_class(api_client: client.ApiClient, name: str) -> dict[str, Any] | N
         if exc.status == 404:
             return None
         raise
-    return api_client.sanitize_for_serialization(sc)
+    return _plain(api_client, sc)
 
 
 def write_status(
@@ -263,7 +282,7 @@ def list_labelled(
     try:
         if kind in _CUSTOM:
             group, version, plural = _CUSTOM[kind]
-            items = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+            items = _custom_objects(api_client).list_namespaced_custom_object(
                 group, version, namespace, plural, label_selector=label_selector
             )["items"]
         else:
@@ -271,7 +290,7 @@ def list_labelled(
             listed = getattr(api_cls(api_client), f"list_namespaced_{noun}")(
                 namespace, label_selector=label_selector
             )
-            items = [api_client.sanitize_for_serialization(o) for o in listed.items]
+            items = [_plain(api_client, o) for o in listed.items]
     except ApiException as exc:
         if exc.status == 404:  # a custom kind whose CRD is not installed
             return []
@@ -304,11 +323,15 @@ def delete(api_client: client.ApiClient, kind: str, namespace: str, name: str) -
 
 
 def prune(
-    api_client: client.ApiClient, kind: str, namespace: str, selector: dict[str, str], keep: set
+    api_client: client.ApiClient,
+    kind: str,
+    namespace: str,
+    selector: dict[str, str],
+    keep: set[str],
 ) -> list[str]:
     """Delete the ``kind`` objects matching ``selector`` whose names are not in ``keep``."""
     group, version, plural = _CUSTOM[kind]
-    api = client.CustomObjectsApi(api_client)
+    api = _custom_objects(api_client)
     label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     items = api.list_namespaced_custom_object(
         group, version, namespace, plural, label_selector=label_selector
@@ -385,7 +408,7 @@ def create_secret(api_client: client.ApiClient, secret: dict[str, Any]) -> bool:
     """Create ``secret`` unless one of its name exists (never overwritten): True if created."""
     try:
         client.CoreV1Api(api_client).create_namespaced_secret(
-            secret["metadata"]["namespace"], secret
+            secret["metadata"]["namespace"], _body(secret)
         )
     except ApiException as exc:
         if exc.status == 409:

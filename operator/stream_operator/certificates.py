@@ -13,54 +13,51 @@ and otherwise say so in the ``Certificates`` condition.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from stream_operator.spec import with_defaults
+from stream_operator.spec import (
+    CERT_MANAGER_GROUP,
+    DurableStreamSpec,
+    IssuerRef,
+    SpecInput,
+    with_defaults,
+)
 from stream_operator.status import condition
 
-CERT_MANAGER_GROUP = "cert-manager.io"
 
-
-def issuer_ref(spec: dict[str, Any]) -> dict[str, str] | None:
+def issuer_ref(spec: SpecInput) -> IssuerRef | None:
     """The issuer the spec names, with cert-manager's defaults (kind Issuer, its group)."""
-    ref = ((spec or {}).get("certificates") or {}).get("issuerRef")
-    if not ref or not ref.get("name"):
-        return None
-    return {
-        "name": ref["name"],
-        "kind": ref.get("kind") or "Issuer",
-        "group": ref.get("group") or CERT_MANAGER_GROUP,
-    }
+    return with_defaults(spec).certificates.issuer_ref
 
 
 def certificate_name(name: str) -> str:
     return f"{name}-tls"
 
 
-def certificate_secret(name: str, spec: dict[str, Any]) -> str | None:
+def certificate_secret(name: str, spec: SpecInput) -> str | None:
     """The Secret cert-manager writes for this DurableStream (None: no issuer named)."""
-    if issuer_ref(spec) is None:
+    certificates = with_defaults(spec).certificates
+    if certificates.issuer_ref is None:
         return None
-    return ((spec or {}).get("certificates") or {}).get("secretName") or certificate_name(name)
+    return certificates.secret_name or certificate_name(name)
 
 
-def with_certificate(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+def with_certificate(name: str, spec: SpecInput) -> DurableStreamSpec:
     """The spec as the server sees it: with an issuer named, ``server.tlsSecretName`` is
     the Certificate's Secret, so that every place that serves or checks TLS (the pods'
     mount, probes, peer URLs, the endpoint, the PodMonitor's CA) follows it unchanged."""
-    secret = certificate_secret(name, spec)
+    parsed = with_defaults(spec)
+    secret = certificate_secret(name, parsed)
     if secret is None:
-        return spec
-    out = copy.deepcopy(dict(spec))
-    out.setdefault("server", {})["tlsSecretName"] = secret
-    return out
+        return parsed
+    return parsed.changed(server={**parsed.raw["server"], "tlsSecretName": secret})
 
 
-def refused_certificates(spec: dict[str, Any]) -> str | None:
+def refused_certificates(spec: SpecInput) -> str | None:
     """What the CRD's rule refuses (for a cluster that did not run it): two sources of
     the server's certificate, one of which would be ignored."""
-    if issuer_ref(spec) is not None and ((spec or {}).get("server") or {}).get("tlsSecretName"):
+    parsed = with_defaults(spec)
+    if parsed.certificates.issuer_ref is not None and parsed.server.tls_secret_name:
         return (
             "server.tlsSecretName and certificates.issuerRef are both set: name the Secret "
             "to serve, or the issuer that makes it (certificates.secretName), not both"
@@ -88,7 +85,7 @@ def dns_names(name: str, namespace: str, replicas: int) -> list[str]:
 
 
 def render_certificate(
-    name: str, namespace: str, meta: dict[str, Any], spec: dict[str, Any]
+    name: str, namespace: str, meta: dict[str, Any], spec: SpecInput
 ) -> dict[str, Any] | None:
     """The cert-manager Certificate (None: no issuer named). ``meta`` is the owned
     object's metadata (name, labels, owner reference) as render.py makes it.
@@ -97,20 +94,21 @@ def render_certificate(
     certificate to its primary; a new private key at every renewal (rotationPolicy
     Always), as cert-manager recommends and v1.18 made the default.
     """
-    ref = issuer_ref(spec)
+    parsed = with_defaults(spec)
+    ref = parsed.certificates.issuer_ref
     if ref is None:
         return None
-    wanted = (spec or {}).get("certificates") or {}
     body: dict[str, Any] = {
-        "secretName": certificate_secret(name, spec),
-        "issuerRef": ref,
-        "dnsNames": dns_names(name, namespace, int(with_defaults(spec)["replicas"])),
+        "secretName": certificate_secret(name, parsed),
+        "issuerRef": {"name": ref.name, "kind": ref.kind, "group": ref.group},
+        "dnsNames": dns_names(name, namespace, parsed.replicas),
         "usages": ["server auth", "client auth", "digital signature", "key encipherment"],
         "privateKey": {"rotationPolicy": "Always"},
     }
-    for key in ("duration", "renewBefore"):
-        if wanted.get(key):
-            body[key] = wanted[key]
+    if parsed.certificates.duration:
+        body["duration"] = parsed.certificates.duration
+    if parsed.certificates.renew_before:
+        body["renewBefore"] = parsed.certificates.renew_before
     return {
         "apiVersion": f"{CERT_MANAGER_GROUP}/v1",
         "kind": "Certificate",
@@ -119,7 +117,7 @@ def render_certificate(
     }
 
 
-def certificates_condition(name: str, spec: dict[str, Any], served: bool) -> list[dict[str, str]]:
+def certificates_condition(name: str, spec: SpecInput, served: bool) -> list[dict[str, str]]:
     """The Certificates condition (none without an issuer): False while cert-manager's
     Certificate kind is not served (the pods wait for a Secret nobody makes), True with
     the Certificate, issuer and Secret once it is applied."""
@@ -134,7 +132,7 @@ def certificates_condition(name: str, spec: dict[str, Any], served: bool) -> lis
         )
         return [condition("Certificates", False, "CertManagerMissing", message)]
     message = (
-        f"Certificate {certificate_name(name)} from {ref['kind']} {ref['name']}, "
+        f"Certificate {certificate_name(name)} from {ref.kind} {ref.name}, "
         f"served from Secret {certificate_secret(name, spec)}"
     )
     return [condition("Certificates", True, "Requested", message)]

@@ -29,38 +29,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_operator.spec import min_in_sync, replicated, with_defaults
+from stream_operator.spec import SpecInput, with_defaults
 
 CONDITION = "Drainable"
 
 
-def keeps_writable(spec: dict[str, Any]) -> bool:
+def keeps_writable(spec: SpecInput) -> bool:
     """Whether a replica set still acknowledges writes with one of its pods away."""
-    full = with_defaults(spec)
-    if full["replication"]["durability"] == "preferred":
+    s = with_defaults(spec)
+    if s.replication.durability == "preferred":
         return True
-    return bool(int(full["replicas"]) - 1 >= min_in_sync(spec))
+    return s.replicas - 1 >= s.min_in_sync
 
 
-def budget(spec: dict[str, Any]) -> dict[str, Any]:
+def budget(spec: SpecInput) -> dict[str, Any]:
     """The PodDisruptionBudget's spec without its selector."""
-    if not replicated(spec):
+    s = with_defaults(spec)
+    if not s.replicated:
         return {"maxUnavailable": 1}
-    if keeps_writable(spec):
+    if keeps_writable(s):
         return {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
-    replicas = int(with_defaults(spec)["replicas"])
-    return {"minAvailable": replicas, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    return {"minAvailable": s.replicas, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
 
 
-def drain_condition(spec: dict[str, Any]) -> dict[str, str]:
+def drain_condition(spec: SpecInput) -> dict[str, str]:
     """``Drainable`` for a replica set: True when the budget lets a drain take one pod at a
     time; False, with the fix, when every pod is needed for writes."""
-    full = with_defaults(spec)
-    replicas, need = int(full["replicas"]), min_in_sync(spec)
-    if keeps_writable(spec):
+    s = with_defaults(spec)
+    replicas, need = s.replicas, s.min_in_sync
+    if keeps_writable(s):
         why = (
             "durability preferred"
-            if full["replication"]["durability"] == "preferred"
+            if s.replication.durability == "preferred"
             else f"minInSync {need} of {replicas} replicas"
         )
         return _condition(True, "OnePodAtATime", f"a drain may evict one pod at a time ({why})")

@@ -62,14 +62,14 @@ class _Election(leaderelection.LeaderElection):
     """The client's election, reporting each successful renewal and stoppable."""
 
     def __init__(self, config: electionconfig.Config, owner: Leadership) -> None:
-        super().__init__(config)
+        super().__init__(config)  # type: ignore[no-untyped-call]
         self._owner = owner
 
     def try_acquire_or_renew(self) -> bool:
         if self._owner.stopping.is_set():
             return False  # a stopping leader renews nothing; its release stays released
         try:
-            held = bool(super().try_acquire_or_renew())
+            held = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
         except Exception as exc:  # connection errors: retry, as for a conflict
             logger.warning("lease %s: %s", self._owner.name, exc)
             return False
@@ -129,10 +129,10 @@ class Leadership:
         ``stop`` is set when the Lease is lost; ``work`` must return then. When ``work``
         returns for another reason (SIGTERM), the Lease is released.
         """
-        lock = LeaseLock(self.name, self.namespace, self.identity)
+        lock = LeaseLock(self.name, self.namespace, self.identity)  # type: ignore[no-untyped-call]
         lock.api_instance = client.CoordinationV1Api(self.api_client)
         t = self.timings
-        config = electionconfig.Config(
+        config = electionconfig.Config(  # type: ignore[no-untyped-call]
             lock,
             lease_duration=t.lease_duration,
             renew_deadline=t.renew_deadline,

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stream_operator import GROUP
-from stream_operator.spec import with_defaults
+from stream_operator.spec import spec_of
 from stream_operator.status import condition
 
 RECONCILE = f"{GROUP}/reconcile"
@@ -113,7 +113,7 @@ def replicas_anyway(ds: Mapping[str, Any], sts: Mapping[str, Any] | None) -> int
     live = int((sts.get("spec") or {}).get("replicas") or 0)
     if hibernating(ds):
         return 0 if live != 0 else None
-    wanted = int(with_defaults(dict(ds.get("spec") or {}))["replicas"])
+    wanted = spec_of(ds).replicas
     return wanted if live == 0 and wanted > 0 else None
 
 
@@ -129,7 +129,7 @@ def wants_converge(ds: Mapping[str, Any], sts: Mapping[str, Any] | None) -> bool
     replicas = int((sts.get("spec") or {}).get("replicas") or 0)
     if hibernating(ds):
         return replicas != 0
-    return replicas == 0 and with_defaults(dict(ds.get("spec") or {}))["replicas"] > 0
+    return replicas == 0 and spec_of(ds).replicas > 0
 
 
 def _condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
@@ -157,7 +157,7 @@ def lifecycle_status(
     """``status`` (compute_status's) with what hibernation and fencing make of it."""
     previous = ds.get("status") or {}
     conditions = list(status.get("conditions") or [])
-    replicas = with_defaults(dict(ds.get("spec") or {}))["replicas"]
+    replicas = spec_of(ds).replicas
     before = _condition(previous, "Hibernated")
     hib = None
     if hibernating(ds) and sts is not None:

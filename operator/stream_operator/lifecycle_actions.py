@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import kopf
 from kubernetes import client
 
-from stream_operator import leadership
+from stream_operator import events, leadership
 from stream_operator.apply import annotate_pod, scale_statefulset, write_status
 from stream_operator.lifecycle import (
     FENCED_INSTANCES,
@@ -37,7 +36,7 @@ def hold(ac: client.ApiClient, ds: dict[str, Any]) -> None:
     if not leadership.may_act():
         return
     if not was_paused(previous):
-        kopf.info(ds, reason="ReconcilePaused", message=PAUSED_MESSAGE)
+        events.info(ds, reason="ReconcilePaused", message=PAUSED_MESSAGE)
     new = paused_status(previous)
     if not same_status(new, previous):
         write_status(ac, meta["namespace"], meta["name"], new)
@@ -52,7 +51,7 @@ def scale_anyway(ac: client.ApiClient, ds: dict[str, Any], sts: dict[str, Any] |
     meta = ds["metadata"]
     scale_statefulset(ac, meta["namespace"], meta["name"], replicas)
     what = "hibernating" if replicas == 0 else "waking"
-    kopf.info(
+    events.info(
         ds,
         reason="Scaled",
         message=f"StatefulSet {meta['name']} to {replicas} replicas ({what}), the refused "
@@ -70,7 +69,7 @@ def fence_pods(
     if error is not None:
         reasons = [c.get("reason") for c in (ds.get("status") or {}).get("conditions") or []]
         if "InvalidFencedInstances" not in reasons:
-            kopf.warn(ds, reason="InvalidFencedInstances", message=error)
+            events.warn(ds, reason="InvalidFencedInstances", message=error)
         return pods
     if not leadership.may_act():
         return pods
@@ -83,7 +82,7 @@ def fence_pods(
             if fence
             else "unfenced: its server starts again on its storage"
         )
-        kopf.info(ds, reason="Fenced" if fence else "Unfenced", message=f"pod {pod} {what}")
+        events.info(ds, reason="Fenced" if fence else "Unfenced", message=f"pod {pod} {what}")
     return [_annotated(p, changes) for p in pods]
 
 
@@ -110,7 +109,7 @@ def observed(
     new = lifecycle_status(ds, sts, pods, status)
     previous = dict(ds.get("status") or {})
     if was_paused(previous):
-        kopf.info(
+        events.info(
             ds,
             reason="ReconcileResumed",
             message=f"{RECONCILE} removed: reconciling again",
@@ -118,9 +117,9 @@ def observed(
     old = _reason(previous, "Hibernated")
     now = next((c for c in new["conditions"] if c["type"] == "Hibernated"), None)
     if now is not None and now["reason"] != old and not (old is None and now["reason"] == "Awake"):
-        kopf.info(ds, reason=now["reason"], message=now["message"])
+        events.info(ds, reason=now["reason"], message=now["message"])
     if _reason(previous, "Fenced") == "Fenced" and _reason(new, "Fenced") is None:
-        kopf.info(ds, reason="Unfenced", message=f"{FENCED_INSTANCES} removed: no pod fenced")
+        events.info(ds, reason="Unfenced", message=f"{FENCED_INSTANCES} removed: no pod fenced")
     return new
 
 

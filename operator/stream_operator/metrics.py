@@ -60,9 +60,14 @@ class _ConditionCollector(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str], dict[str, str]] = {}
+        # Deleted objects: a round that read one before it went (and writes its status
+        # after the watch reported the deletion) must not count it again.
+        self._gone: set[tuple[str, str]] = set()
 
     def observe(self, namespace: str, name: str, conditions: list[dict[str, Any]]) -> None:
         with self._lock:
+            if (namespace, name) in self._gone:
+                return
             self._objects[(namespace, name)] = {
                 str(c.get("type")): str(c.get("status")) for c in conditions
             }
@@ -70,10 +75,21 @@ class _ConditionCollector(Collector):
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._objects.pop((namespace, name), None)
+            self._gone.add((namespace, name))
+
+    def seen(self, namespace: str, name: str) -> None:
+        """The watch reports the object (again: one of a deleted one's name was made)."""
+        with self._lock:
+            self._gone.discard((namespace, name))
+
+    def gone(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (namespace, name) in self._gone
 
     def clear(self) -> None:
         with self._lock:
             self._objects.clear()
+            self._gone.clear()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -106,12 +122,18 @@ def record_reconcile(namespace: str, name: str, reason: str, seconds: float, at:
     """Count one reconcile; an applied one also moves the object's last-success time."""
     RECONCILES.labels(outcome_label(reason)).inc()
     RECONCILE_SECONDS.observe(seconds)
-    if reason == "Applied":
+    if reason == "Applied" and not CONDITION_COUNTS.gone(namespace, name):
         LAST_SUCCESS.labels(namespace, name).set(at)
 
 
+def seen(namespace: str, name: str) -> None:
+    """The watch reports a DurableStream: its series may be written (again)."""
+    CONDITION_COUNTS.seen(namespace, name)
+
+
 def forget(namespace: str, name: str) -> None:
-    """A deleted DurableStream leaves no series behind."""
+    """A deleted DurableStream leaves no series behind, not even one a round that read it
+    before it went writes after (until the watch reports one of its name again)."""
     CONDITION_COUNTS.forget(namespace, name)
     with contextlib.suppress(KeyError):
         LAST_SUCCESS.remove(namespace, name)

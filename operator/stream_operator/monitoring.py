@@ -21,27 +21,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stream_operator.spec import with_defaults
+from stream_operator.spec import MonitorSpec, SpecInput, with_defaults
 
 DEFAULT_INTERVAL = "30s"
 JOB_LABEL = "app.kubernetes.io/name"  # its value on every server pod: durable-streams
 
 
-def podmonitor_settings(spec: dict[str, Any]) -> dict[str, Any]:
+def podmonitor_settings(spec: SpecInput) -> MonitorSpec:
     """``metrics.podMonitor`` with the deprecated ``metrics.serviceMonitor`` under it:
     enabled if either is; each other field from podMonitor, else serviceMonitor."""
-    metrics = with_defaults(spec)["metrics"]
-    pod = metrics.get("podMonitor") or {}
-    old = metrics.get("serviceMonitor") or {}
-    return {
-        "enabled": bool(pod.get("enabled") or old.get("enabled")),
-        "interval": pod.get("interval") or old.get("interval") or DEFAULT_INTERVAL,
-        "labels": pod.get("labels") or old.get("labels") or {},
-        "tlsConfig": pod.get("tlsConfig") or old.get("tlsConfig") or {},
-    }
+    metrics = with_defaults(spec).metrics
+    pod, old = metrics.pod_monitor, metrics.service_monitor
+    return MonitorSpec(
+        enabled=pod.enabled or old.enabled,
+        interval=pod.interval or old.interval or DEFAULT_INTERVAL,
+        labels=pod.labels or old.labels,
+        tls_config=pod.tls_config or old.tls_config,
+    )
 
 
-def podmonitor_tls(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+def podmonitor_tls(name: str, namespace: str, spec: SpecInput) -> dict[str, Any]:
     """How Prometheus checks a pod's certificate: never skipped unless asked for.
 
     Pods are scraped by IP address, which no certificate names: the name checked
@@ -51,10 +50,10 @@ def podmonitor_tls(name: str, namespace: str, spec: dict[str, Any]) -> dict[str,
     ``tlsConfig.ca``, by default the ``ca.crt`` cert-manager writes into the TLS Secret.
     """
     s = with_defaults(spec)
-    wanted = podmonitor_settings(spec)["tlsConfig"]
+    wanted = podmonitor_settings(s).tls_config
     if wanted.get("insecureSkipVerify"):
         return {"insecureSkipVerify": True}
-    ca = wanted.get("ca") or {"secret": {"name": s["server"]["tlsSecretName"], "key": "ca.crt"}}
+    ca = wanted.get("ca") or {"secret": {"name": s.server.tls_secret_name, "key": "ca.crt"}}
     return {"ca": ca, "serverName": wanted.get("serverName") or f"{name}.{namespace}.svc"}
 
 
@@ -62,7 +61,7 @@ def render_podmonitor(
     name: str,
     namespace: str,
     meta: dict[str, Any],
-    spec: dict[str, Any],
+    spec: SpecInput,
     pod_selector: Mapping[str, str],
     extra_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -74,17 +73,17 @@ def render_podmonitor(
     operator prunes by cannot be overridden.
     """
     s = with_defaults(spec)
-    wanted = podmonitor_settings(spec)
-    tls = bool(s["server"].get("tlsSecretName"))
+    wanted = podmonitor_settings(s)
+    tls = bool(s.server.tls_secret_name)
     endpoint: dict[str, Any] = {
         "port": "http",  # the container port's name: each pod once, on its server port
         "path": "/metrics",
-        "interval": wanted["interval"],
+        "interval": wanted.interval,
         "scheme": "https" if tls else "http",
     }
     if tls:
-        endpoint["tlsConfig"] = podmonitor_tls(name, namespace, spec)
-    meta = {**meta, "labels": {**(extra_labels or {}), **wanted["labels"], **meta["labels"]}}
+        endpoint["tlsConfig"] = podmonitor_tls(name, namespace, s)
+    meta = {**meta, "labels": {**(extra_labels or {}), **wanted.labels, **meta["labels"]}}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

@@ -111,9 +111,9 @@ def plan_expansion(
         cls = (pvc.get("spec") or {}).get("storageClassName") or ""
         if not cls:
             plan.blocked[name] = "the claim has no StorageClass (statically provisioned)"
-        elif classes.get(cls) is None:
+        elif (found := classes.get(cls)) is None:
             plan.blocked[name] = f"StorageClass {cls} does not exist"
-        elif classes[cls].get("allowVolumeExpansion") is not True:
+        elif found.get("allowVolumeExpansion") is not True:
             plan.blocked[name] = f"StorageClass {cls} does not allow volume expansion"
         else:
             plan.grow.append(name)

@@ -18,7 +18,14 @@ from typing import Any
 from stream_operator import GROUP, KIND, VERSION, disruptions
 from stream_operator.certificates import certificate_name, render_certificate, with_certificate
 from stream_operator.monitoring import podmonitor_settings, render_podmonitor
-from stream_operator.spec import MAX_REPLICAS, min_in_sync, replicated, with_defaults
+from stream_operator.spec import (
+    MAX_REPLICAS,
+    DurableStreamSpec,
+    LifecycleSpec,
+    RetentionRule,
+    SpecInput,
+    with_defaults,
+)
 
 DATA_DIR = "/data"
 CONTAINER_PORT = 4437
@@ -91,7 +98,7 @@ def service_account_name(name: str) -> str:
 
 def replication_secret_name(name: str) -> str:
     """The replica set's peer token (key ``token``): made once by the operator, never
-    rendered from the spec (handlers._ensure_replication_secret)."""
+    rendered from the spec (reconcile._ensure_replication_secret)."""
     return f"{name}-replication"
 
 
@@ -109,54 +116,57 @@ PODINFO_VOLUME = {
 }
 
 
-def pod_url(name: str, namespace: str, pod: str, spec: dict[str, Any]) -> str:
+def _scheme(spec: DurableStreamSpec) -> str:
+    return "https" if spec.server.tls_secret_name else "http"
+
+
+def pod_url(name: str, namespace: str, pod: str, spec: SpecInput) -> str:
     """Where a replica set's pod answers, through the headless Service (its peers' URL)."""
-    spec = with_certificate(name, spec)
-    scheme = "https" if with_defaults(spec)["server"].get("tlsSecretName") else "http"
+    scheme = _scheme(with_certificate(name, spec))
     return f"{scheme}://{pod}.{headless_name(name)}.{namespace}.svc:{CONTAINER_PORT}"
 
 
-def replication_env(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, str]:
+def replication_env(name: str, namespace: str, spec: SpecInput) -> dict[str, str]:
     """A replica set's settings that are the same on every pod (none with one replica:
     single-node mode, exactly as before). Each pod's own name and URL come from the
     downward API (``replica_identity_env``)."""
-    if not replicated(spec):
-        return {}
     s = with_defaults(spec)
-    rep = s["replication"]
+    if not s.replicated:
+        return {}
+    rep = s.replication
     env = {
         "DS_REPLICATION_LEASE": f"{namespace}/{lease_name(name)}",
-        "DS_REPLICATION_SET_SIZE": str(s["replicas"]),
-        "DS_MIN_IN_SYNC": str(min_in_sync(spec)),
-        "DS_REPLICATION_DURABILITY": rep["durability"],
-        "DS_LEASE_DURATION": str(rep["leaseDurationSeconds"]),
-        "DS_LEASE_RENEW_DEADLINE": str(rep["renewDeadlineSeconds"]),
-        "DS_LEASE_RETRY_PERIOD": str(rep["retryPeriodSeconds"]),
+        "DS_REPLICATION_SET_SIZE": str(s.replicas),
+        "DS_MIN_IN_SYNC": str(s.min_in_sync),
+        "DS_REPLICATION_DURABILITY": rep.durability,
+        "DS_LEASE_DURATION": str(rep.lease_duration_seconds),
+        "DS_LEASE_RENEW_DEADLINE": str(rep.renew_deadline_seconds),
+        "DS_LEASE_RETRY_PERIOD": str(rep.retry_period_seconds),
         # Peers (fetch, snapshot) and the operator (switchover) show this Bearer token.
         "DS_REPLICATION_TOKEN_FILE": f"{REPLICATION_TOKEN_DIR}/token",
         # Only pod 0 starts a new set from empty storage; a pod holding data always may,
         # so a single server scaled up keeps its data (pod 0 leads, the others copy).
         "DS_REPLICATION_BOOTSTRAP": f"{name}-0",
     }
-    if rep.get("readStalenessSeconds") is not None:
+    if rep.read_staleness_seconds is not None:
         # Only when set: the server's own default otherwise, and no roll for sets that
         # never asked for it.
-        env["DS_REPLICATION_READ_STALENESS"] = str(rep["readStalenessSeconds"])
-    if s["server"].get("tlsSecretName"):
+        env["DS_REPLICATION_READ_STALENESS"] = str(rep.read_staleness_seconds)
+    if s.server.tls_secret_name:
         # The peers' certificates are the TLS Secret's: check them against its issuer's
         # CA, which cert-manager writes next to them (a private CA the system lacks).
         env["DS_REPLICATION_CA_FILE"] = f"{TLS_DIR}/ca.crt"
     return env
 
 
-def replica_identity_env(name: str, namespace: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
+def replica_identity_env(name: str, namespace: str, spec: SpecInput) -> list[dict[str, Any]]:
     """The pod's name (downward API), its identity in the Lease and the URL peers reach it
     at through the headless Service; ``$(POD_NAME)`` is expanded by the kubelet because
     POD_NAME comes first in the list."""
-    if not replicated(spec):
-        return []
     s = with_defaults(spec)
-    scheme = "https" if s["server"].get("tlsSecretName") else "http"
+    if not s.replicated:
+        return []
+    scheme = _scheme(s)
     host = f"$(POD_NAME).{headless_name(name)}.{namespace}.svc"
     return [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -167,43 +177,42 @@ def replica_identity_env(name: str, namespace: str, spec: dict[str, Any]) -> lis
     ]
 
 
-def endpoint(name: str, namespace: str, spec: dict[str, Any]) -> str:
-    s = with_defaults(with_certificate(name, spec))
-    scheme = "https" if s["server"].get("tlsSecretName") else "http"
-    return f"{scheme}://{name}.{namespace}.svc:{s['service']['port']}/v1/stream/"
+def endpoint(name: str, namespace: str, spec: SpecInput) -> str:
+    s = with_certificate(name, spec)
+    return f"{_scheme(s)}://{name}.{namespace}.svc:{s.service.port}/v1/stream/"
 
 
-def server_env(spec: dict[str, Any]) -> dict[str, str]:
+AUTH_DIR = "/etc/durable-streams/auth"  # where server.authTokensSecret is mounted
+
+
+def server_env(spec: SpecInput) -> dict[str, str]:
     """The server's settings, as the DS_* variables it reads (see stream_server.config)."""
-    srv = with_defaults(spec)["server"]
+    srv = with_defaults(spec).server
     env = {
         "DS_HOST": "0.0.0.0",
         "DS_PORT": str(CONTAINER_PORT),
         "DS_DATA_DIR": DATA_DIR,
-        "DS_LONG_POLL_TIMEOUT": str(srv["longPollTimeoutSeconds"]),
-        "DS_SSE_RECONNECT_INTERVAL": str(srv["sseReconnectIntervalSeconds"]),
-        "DS_MAX_BODY_BYTES": str(srv["maxBodyBytes"]),
-        "DS_DEFAULT_TTL": str(srv["defaultTTLSeconds"]),
-        "DS_LOG_LEVEL": srv["logLevel"],
-        "DS_LOG_FORMAT": srv["logFormat"],
+        "DS_LONG_POLL_TIMEOUT": str(srv.long_poll_timeout_seconds),
+        "DS_SSE_RECONNECT_INTERVAL": str(srv.sse_reconnect_interval_seconds),
+        "DS_MAX_BODY_BYTES": str(srv.max_body_bytes),
+        "DS_DEFAULT_TTL": str(srv.default_ttl_seconds),
+        "DS_LOG_LEVEL": srv.log_level,
+        "DS_LOG_FORMAT": srv.log_format,
     }
-    if srv.get("authTokensSecret"):
-        env["DS_AUTH_TOKENS_FILE"] = "/etc/durable-streams/auth/" + srv["authTokensSecret"].get(
-            "key", "tokens.json"
-        )
-    if srv.get("tlsSecretName"):
+    if srv.auth_tokens is not None:
+        env["DS_AUTH_TOKENS_FILE"] = f"{AUTH_DIR}/{srv.auth_tokens.key}"
+    if srv.tls_secret_name:
         env["DS_TLS_CERT"] = f"{TLS_DIR}/tls.crt"
         env["DS_TLS_KEY"] = f"{TLS_DIR}/tls.key"
-    if srv.get("rateLimit"):
-        env["DS_RATE_LIMIT"] = str(srv["rateLimit"].get("requestsPerSecond", 0))
-        env["DS_RATE_BURST"] = str(srv["rateLimit"].get("burst", 100))
-    subscriptions = srv.get("subscriptions") or {}
-    if subscriptions.get("webhookAllow"):
-        env["DS_WEBHOOK_ALLOW"] = ",".join(subscriptions["webhookAllow"])
-    if subscriptions.get("publicURL"):
-        env["DS_PUBLIC_URL"] = subscriptions["publicURL"]
-    if srv.get("retention"):
-        env["DS_RETENTION"] = ";".join(retention_policy(r) for r in srv["retention"])
+    if srv.rate_limit is not None:
+        env["DS_RATE_LIMIT"] = str(srv.rate_limit.requests_per_second)
+        env["DS_RATE_BURST"] = str(srv.rate_limit.burst)
+    if srv.webhook_allow:
+        env["DS_WEBHOOK_ALLOW"] = ",".join(srv.webhook_allow)
+    if srv.public_url:
+        env["DS_PUBLIC_URL"] = srv.public_url
+    if srv.retention:
+        env["DS_RETENTION"] = ";".join(retention_policy(r) for r in srv.retention)
     return env
 
 
@@ -211,63 +220,66 @@ def server_env(spec: dict[str, Any]) -> dict[str, str]:
 _SERVER_SIZE_UNITS = {"Ki": "KiB", "Mi": "MiB", "Gi": "GiB", "Ti": "TiB"}
 
 
-def retention_policy(entry: Mapping[str, str]) -> str:
+def retention_policy(rule: RetentionRule) -> str:
     """One ``spec.server.retention`` entry as the server's ``PREFIX:RULES``
     (``logs/:max-bytes=10GiB,max-age=7d``; docs/retention.md)."""
     rules = []
-    if entry.get("maxBytes"):
-        digits = entry["maxBytes"].rstrip("BKMGTi")  # the CRD's pattern: digits, then a unit
-        unit = entry["maxBytes"][len(digits) :]
+    if rule.max_bytes:
+        digits = rule.max_bytes.rstrip("BKMGTi")  # the CRD's pattern: digits, then a unit
+        unit = rule.max_bytes[len(digits) :]
         rules.append(f"max-bytes={digits}{_SERVER_SIZE_UNITS.get(unit, unit)}")
-    if entry.get("maxAge"):
-        rules.append(f"max-age={entry['maxAge']}")
-    return f"{entry.get('prefix', '')}:{','.join(rules)}"
+    if rule.max_age:
+        rules.append(f"max-age={rule.max_age}")
+    return f"{rule.prefix}:{','.join(rules)}"
 
 
-def config_hash(spec: dict[str, Any]) -> str:
+def config_hash(spec: SpecInput) -> str:
     """Changes whenever the pods must restart: server settings, image, resources, mounts;
     for a replica set also its replication settings and in-sync count (a scale that moves
     the majority restarts the pods; one that does not leaves the set size the running pods
     report one behind, which they only report). One replica hashes as it always did."""
     s = with_defaults(spec)
-    relevant = {k: s[k] for k in ("image", "imagePullPolicy", "server", "resources", "scheduling")}
-    if replicated(spec):
-        relevant |= {"replication": s["replication"], "minInSync": min_in_sync(spec)}
+    relevant = {
+        k: s.raw[k] for k in ("image", "imagePullPolicy", "server", "resources", "scheduling")
+    }
+    if s.replicated:
+        relevant |= {"replication": s.raw["replication"], "minInSync": s.min_in_sync}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def render_configmap(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+def render_configmap(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
+    s = with_defaults(spec)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(f"{name}-config", namespace, uid, instance=name, owner=name),
-        "data": {**server_env(spec), **replication_env(name, namespace, spec)},
+        "data": {**server_env(s), **replication_env(name, namespace, s)},
     }
 
 
 STARTUP_PERIOD = 2  # seconds between startup probes: a recovered server is seen soon
 
 
-def _probes(life: dict[str, Any], scheme: str) -> dict[str, Any]:
+def _probes(life: LifecycleSpec, scheme: str) -> dict[str, Any]:
     """The three probes from ``spec.lifecycle``.
 
     The startup probe holds liveness off for ``startupTimeoutSeconds`` (recovery of
     a large directory replays the WAL and checks every stream's tail); a probe's
     timeout never exceeds its period.
     """
-    startup_failures = -(-life["startupTimeoutSeconds"] // STARTUP_PERIOD)  # ceiling
+    startup_failures = -(-life.startup_timeout_seconds // STARTUP_PERIOD)  # ceiling
     return {
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "http", "scheme": scheme},
-            "periodSeconds": life["readinessPeriodSeconds"],
-            "timeoutSeconds": min(3, life["readinessPeriodSeconds"]),
-            "failureThreshold": life["readinessFailureThreshold"],
+            "periodSeconds": life.readiness_period_seconds,
+            "timeoutSeconds": min(3, life.readiness_period_seconds),
+            "failureThreshold": life.readiness_failure_threshold,
         },
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
-            "periodSeconds": life["livenessPeriodSeconds"],
-            "timeoutSeconds": min(5, life["livenessPeriodSeconds"]),
-            "failureThreshold": life["livenessFailureThreshold"],
+            "periodSeconds": life.liveness_period_seconds,
+            "timeoutSeconds": min(5, life.liveness_period_seconds),
+            "failureThreshold": life.liveness_failure_threshold,
         },
         "startupProbe": {
             "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
@@ -277,42 +289,40 @@ def _probes(life: dict[str, Any], scheme: str) -> dict[str, Any]:
     }
 
 
-def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     s = with_defaults(spec)
-    srv = s["server"]
-    life = s["lifecycle"]
-    tls = bool(srv.get("tlsSecretName"))
-    scheme = "HTTPS" if tls else "HTTP"
+    srv = s.server
+    scheme = _scheme(s).upper()
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}, PODINFO_VOLUME]
     mounts = [
         {"name": "data", "mountPath": DATA_DIR},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True},
     ]
-    if srv.get("authTokensSecret"):
-        volumes.append({"name": "auth", "secret": {"secretName": srv["authTokensSecret"]["name"]}})
-        mounts.append({"name": "auth", "mountPath": "/etc/durable-streams/auth", "readOnly": True})
-    if tls:
-        volumes.append({"name": "tls", "secret": {"secretName": srv["tlsSecretName"]}})
+    if srv.auth_tokens is not None:
+        volumes.append({"name": "auth", "secret": {"secretName": srv.auth_tokens.name}})
+        mounts.append({"name": "auth", "mountPath": AUTH_DIR, "readOnly": True})
+    if srv.tls_secret_name:
+        volumes.append({"name": "tls", "secret": {"secretName": srv.tls_secret_name}})
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-    if replicated(spec):
+    if s.replicated:
         secret = {"secretName": replication_secret_name(name), "defaultMode": 0o440}
         volumes.append({"name": "replication", "secret": secret})
         mounts.append({"name": "replication", "mountPath": REPLICATION_TOKEN_DIR, "readOnly": True})
     container = {
         "name": "server",
-        "image": s["image"],
-        "imagePullPolicy": s["imagePullPolicy"],
+        "image": s.image,
+        "imagePullPolicy": s.image_pull_policy,
         "args": ["serve"],
         "envFrom": [{"configMapRef": {"name": f"{name}-config"}}],
-        "env": [*replica_identity_env(name, namespace, spec), FENCE_ENV],
+        "env": [*replica_identity_env(name, namespace, s), FENCE_ENV],
         "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
-        **_probes(life, scheme),
+        **_probes(s.lifecycle, scheme),
         # A container that exits without writing /dev/termination-log (the server logs its
         # refusal: a newer data format, a bad setting) gets the end of its log as the
         # termination message, which the operator's status then shows.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "resources": s["resources"],
+        "resources": s.resources,
         "volumeMounts": mounts,
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -323,16 +333,16 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
     }
     pvc_spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": s["storage"]["size"]}},
+        "resources": {"requests": {"storage": s.storage.size}},
     }
-    if s["storage"].get("storageClassName"):
-        pvc_spec["storageClassName"] = s["storage"]["storageClassName"]
-    sched = s["scheduling"]
+    if s.storage.storage_class_name:
+        pvc_spec["storageClassName"] = s.storage.storage_class_name
+    sched = s.scheduling
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
         # SIGTERM, then in-flight batches finish and a final checkpoint runs.
-        "terminationGracePeriodSeconds": life["terminationGracePeriodSeconds"],
+        "terminationGracePeriodSeconds": s.lifecycle.termination_grace_period_seconds,
         "securityContext": {
             "runAsUser": 10001,
             "runAsGroup": 10001,
@@ -342,9 +352,9 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
         },
         "enableServiceLinks": False,
     }
-    if s["imagePullSecrets"]:
-        pod_spec["imagePullSecrets"] = s["imagePullSecrets"]
-    if replicated(spec):
+    if s.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = list(s.image_pull_secrets)
+    if s.replicated:
         # The pods' own rights: their Lease and their pods (render_role).
         pod_spec["serviceAccountName"] = service_account_name(name)
         pod_spec["readinessGates"] = [{"conditionType": IN_SYNC}]
@@ -361,28 +371,27 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
     ):
         if sched.get(key):
             pod_spec[key] = sched[key]
-    retention = s["storage"]["pvcRetention"]
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": _meta(name, namespace, uid, annotations={STORAGE_SIZE: s["storage"]["size"]}),
+        "metadata": _meta(name, namespace, uid, annotations={STORAGE_SIZE: s.storage.size}),
         "spec": {
-            "replicas": s["replicas"],
+            "replicas": s.replicas,
             "serviceName": headless_name(name),
             # Pods are independent servers with their own volumes: start them together.
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(name)},
             # A replica set's pods are replaced by the operator, standbys first, the
             # primary after a switchover (rollout.py); one server rolls as usual.
-            "updateStrategy": {"type": "OnDelete" if replicated(spec) else "RollingUpdate"},
+            "updateStrategy": {"type": "OnDelete" if s.replicated else "RollingUpdate"},
             "persistentVolumeClaimRetentionPolicy": {
-                "whenDeleted": retention,
+                "whenDeleted": s.storage.pvc_retention,
                 "whenScaled": "Retain",
             },
             "template": {
                 "metadata": {
                     "labels": labels(name),
-                    "annotations": {CONFIG_HASH: config_hash(spec)},
+                    "annotations": {CONFIG_HASH: config_hash(s)},
                 },
                 "spec": pod_spec,
             },
@@ -398,9 +407,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: dict[str, Any]
     }
 
 
-def render_headless_service(
-    name: str, namespace: str, uid: str, spec: dict[str, Any]
-) -> dict[str, Any]:
+def render_headless_service(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -414,30 +421,28 @@ def render_headless_service(
     }
 
 
-def render_service(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+def render_service(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     """The clients' Service: the one server, or a replica set's primary only (CloudNativePG's
     ``-rw``): writes go where they can be acknowledged."""
     s = with_defaults(spec)
     meta = _meta(name, namespace, uid)
     meta["labels"][COMPONENT] = "client"
-    chosen = {**selector(name), ROLE: PRIMARY} if replicated(spec) else selector(name)
+    chosen = {**selector(name), ROLE: PRIMARY} if s.replicated else selector(name)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": meta,
         "spec": {
-            "type": s["service"]["type"],
+            "type": s.service.type,
             "selector": chosen,
             # Each pod holds its own streams: keep a client on the pod it started with.
             "sessionAffinity": "ClientIP",
-            "ports": [{"name": "http", "port": s["service"]["port"], "targetPort": "http"}],
+            "ports": [{"name": "http", "port": s.service.port, "targetPort": "http"}],
         },
     }
 
 
-def render_replicas_service(
-    name: str, namespace: str, uid: str, spec: dict[str, Any]
-) -> dict[str, Any]:
+def render_replicas_service(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     """The standbys (CloudNativePG's ``-ro``): reads that may lag the primary."""
     s = with_defaults(spec)
     meta = _meta(replicas_name(name), namespace, uid, instance=name, owner=name)
@@ -449,14 +454,12 @@ def render_replicas_service(
         "spec": {
             "type": "ClusterIP",
             "selector": {**selector(name), ROLE: STANDBY},
-            "ports": [{"name": "http", "port": s["service"]["port"], "targetPort": "http"}],
+            "ports": [{"name": "http", "port": s.service.port, "targetPort": "http"}],
         },
     }
 
 
-def render_service_account(
-    name: str, namespace: str, uid: str, spec: dict[str, Any]
-) -> dict[str, Any]:
+def render_service_account(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -472,7 +475,7 @@ def pod_names(name: str) -> list[str]:
     return [f"{name}-{i}" for i in range(MAX_REPLICAS)]
 
 
-def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+def render_role(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     """Exactly what the servers ask of the API: their own Lease, by name (a watch names
     it by ``fieldSelector=metadata.name``, which resourceNames authorizes), and their own
     set's pods by name: read one, patch its role label, patch its status (the in-sync
@@ -507,9 +510,7 @@ def render_role(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> di
     }
 
 
-def render_role_binding(
-    name: str, namespace: str, uid: str, spec: dict[str, Any]
-) -> dict[str, Any]:
+def render_role_binding(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -532,7 +533,7 @@ def render_replication_secret(name: str, namespace: str, uid: str, token: str) -
     }
 
 
-def render_pdb(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> dict[str, Any]:
+def render_pdb(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     """One pod at a time whenever the set stays writable with one pod away, counting Ready
     (in sync) pods, the primary among them; none where every write needs every pod; pods
     that are not Ready may always go (stream_operator.disruptions says why)."""
@@ -548,7 +549,7 @@ def desired_objects(
     name: str,
     namespace: str,
     uid: str,
-    spec: dict[str, Any],
+    spec: SpecInput,
     *,
     podmonitor_crd: bool = False,
     certificate_crd: bool = False,
@@ -560,36 +561,36 @@ def desired_objects(
     and cert-manager's Certificate are served (no ServiceMonitor is rendered any more:
     monitoring.py).
     """
-    spec = with_certificate(name, spec)
-    objs = [render_configmap(name, namespace, uid, spec)]
+    s = with_certificate(name, spec)
+    objs = [render_configmap(name, namespace, uid, s)]
     if certificate_crd and (
         cert := render_certificate(
             name,
             namespace,
             _meta(certificate_name(name), namespace, uid, instance=name, owner=name),
-            spec,
+            s,
         )
     ):
         # Before the pods that mount its Secret.
         objs.append(cert)
-    if replicated(spec):
+    if s.replicated:
         # Before the StatefulSet: its pods start with their account and can see peers.
         objs += [
-            render_service_account(name, namespace, uid, spec),
-            render_role(name, namespace, uid, spec),
-            render_role_binding(name, namespace, uid, spec),
+            render_service_account(name, namespace, uid, s),
+            render_role(name, namespace, uid, s),
+            render_role_binding(name, namespace, uid, s),
         ]
     objs += [
-        render_headless_service(name, namespace, uid, spec),
-        render_service(name, namespace, uid, spec),
+        render_headless_service(name, namespace, uid, s),
+        render_service(name, namespace, uid, s),
     ]
-    if replicated(spec):
-        objs.append(render_replicas_service(name, namespace, uid, spec))
+    if s.replicated:
+        objs.append(render_replicas_service(name, namespace, uid, s))
     objs += [
-        render_pdb(name, namespace, uid, spec),
-        render_statefulset(name, namespace, uid, spec),
+        render_pdb(name, namespace, uid, s),
+        render_statefulset(name, namespace, uid, s),
     ]
-    if podmonitor_crd and podmonitor_settings(spec)["enabled"]:
+    if podmonitor_crd and podmonitor_settings(s).enabled:
         meta = _meta(name, namespace, uid)
-        objs.append(render_podmonitor(name, namespace, meta, spec, selector(name), monitor_labels))
+        objs.append(render_podmonitor(name, namespace, meta, s, selector(name), monitor_labels))
     return objs

@@ -14,11 +14,10 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import leadership
+from stream_operator import events, leadership
 from stream_operator.apply import (
     delete_pod,
     label_pod,
@@ -37,12 +36,12 @@ from stream_operator.rollout import (
     plan_rollout,
     requested_switchover,
 )
-from stream_operator.spec import with_defaults
+from stream_operator.spec import DurableStreamSpec, spec_of
 from stream_operator.switchover import TOKEN_KEY, request_switchover
 
 # (name, namespace, pod, spec) -> the origin a replica set's pod answers at: its DNS name
 # through the headless Service in a cluster; tests point it at a real local server.
-PodURL = Callable[[str, str, str, dict[str, Any]], str]
+PodURL = Callable[[str, str, str, DurableStreamSpec], str]
 _pod_url: list[PodURL] = [pod_url]
 
 
@@ -92,14 +91,16 @@ def roll(
         pods,
         lease_view(lease),
         previous,
-        with_defaults(dict(ds.get("spec") or {}))["primaryUpdateStrategy"],
+        spec_of(ds).primary_update_strategy,
     )
     asked = (meta.get("annotations") or {}).get(SWITCHOVER_TO)
     if step.reason == WAITING_FOR_SWITCHOVER and previous != step.reason and not asked:
-        kopf.info(ds, reason=step.reason, message=step.message)
+        events.info(ds, reason=step.reason, message=step.message)
     if step.delete is not None:
         if delete_pod(ac, namespace, step.delete):
-            kopf.info(ds, reason=step.reason, message=f"deleted pod {step.delete}: {step.message}")
+            events.info(
+                ds, reason=step.reason, message=f"deleted pod {step.delete}: {step.message}"
+            )
     elif step.switchover is not None:
         step = _switch_over(ac, ds, step, f"before updating {step.switchover[0]}")
     elif asked and (not step.rolling or step.reason == WAITING_FOR_SWITCHOVER):
@@ -121,7 +122,7 @@ def _requested(
     step = None
     if isinstance(decision, str):
         done = decision.endswith("the primary already")
-        (kopf.info if done else kopf.warn)(
+        (events.info if done else events.warn)(
             ds, reason="SwitchoverRequest", message=f"{SWITCHOVER_TO}={target}: {decision}"
         )
     else:
@@ -148,7 +149,7 @@ def _switch_over(
     assert step.switchover is not None
     meta = ds["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    spec = dict(ds.get("spec") or {})
+    spec = with_certificate(name, spec_of(ds))
     source, target = step.switchover
     token = read_secret_value(ac, namespace, replication_secret_name(name), TOKEN_KEY)
     if token is None:
@@ -156,7 +157,7 @@ def _switch_over(
             step, f"Secret {replication_secret_name(name)} has no token", retry
         )
     verify: bool | str = True
-    tls = with_defaults(with_certificate(name, spec))["server"].get("tlsSecretName")
+    tls = spec.server.tls_secret_name
     if tls:
         verify = read_secret_value(ac, namespace, tls, "ca.crt") or True
     answer = request_switchover(
@@ -164,14 +165,14 @@ def _switch_over(
     )
     if not answer.ok:
         failed = failed_switchover(step, answer.why, retry)
-        kopf.warn(ds, reason="SwitchoverFailed", message=failed.message)
+        events.warn(ds, reason="SwitchoverFailed", message=failed.message)
         return failed
     _switched[(namespace, name)] = answer.primary
     message = (
         f"switchover {source} -> {answer.primary} (term {answer.term}, writes held "
         f"{answer.paused_ms:.0f} ms) {purpose}"
     )
-    kopf.info(ds, reason="Switchover", message=message)
+    events.info(ds, reason="Switchover", message=message)
     return step
 
 
@@ -262,6 +263,8 @@ def tell_primary_change(ds: dict[str, Any], old: dict[str, Any], new: dict[str, 
         message = f"{kind}: primary {moved} (term {new.get('term')})"
         if handed and not ours:
             message += ", handed over by the primary"
-        (kopf.info if handed else kopf.warn)(ds, reason="PrimaryChanged", message=message)
+        (events.info if handed else events.warn)(ds, reason="PrimaryChanged", message=message)
     else:
-        kopf.info(ds, reason="PrimaryElected", message=f"primary {after} (term {new.get('term')})")
+        events.info(
+            ds, reason="PrimaryElected", message=f"primary {after} (term {new.get('term')})"
+        )

@@ -150,16 +150,9 @@ def plan_rollout(
     stale = [p for p in by_name.values() if p.revision not in (None, update_revision)]
     if not stale:
         return Step()
-    bootstrap = by_name.get(f"{name}-0")
-    if bootstrap is not None and bootstrap.single_node and bootstrap in stale:
-        if bootstrap.deleting:
-            return Step(STARTING_SET, f"waiting for pod {bootstrap.name} to be recreated")
-        return Step(
-            STARTING_SET,
-            f"updating {bootstrap.name}, which holds the data, so that it starts the set "
-            "(it runs single-node: no replica leads yet)",
-            delete=bootstrap.name,
-        )
+    started = _starting_set(by_name.get(f"{name}-0"), stale)
+    if started is not None:
+        return started
     holder = by_name.get(view.holder)
     reason = UPDATING_STANDBYS
     if holder is not None and holder.revision in (None, update_revision):
@@ -182,16 +175,48 @@ def plan_rollout(
     ]
     if lagging:
         return Step(reason, f"waiting for {lagging[0].name} to be ready and in sync")
-    # Not-ready stale standbys first (replacing them costs nothing), then from the top.
+    replaced = _next_standby(list(by_name.values()), standbys, stale, reason)
+    if replaced is not None:
+        return replaced
+    return _primary_last(name, holder, standbys, view, strategy)  # only the primary is stale
+
+
+def _starting_set(bootstrap: _Pod | None, stale: list[_Pod]) -> Step | None:
+    """Pod 0 still in single-node mode (a single server scaled up) is updated first: it
+    holds the data and starts the set."""
+    if bootstrap is None or not bootstrap.single_node or bootstrap not in stale:
+        return None
+    if bootstrap.deleting:
+        return Step(STARTING_SET, f"waiting for pod {bootstrap.name} to be recreated")
+    return Step(
+        STARTING_SET,
+        f"updating {bootstrap.name}, which holds the data, so that it starts the set "
+        "(it runs single-node: no replica leads yet)",
+        delete=bootstrap.name,
+    )
+
+
+def _next_standby(
+    everyone: list[_Pod], standbys: list[_Pod], stale: list[_Pod], reason: str
+) -> Step | None:
+    """The stale standby to replace next: not-ready ones first (replacing them costs
+    nothing), then from the top; None when every standby is updated."""
     order = sorted((p for p in standbys if p in stale), key=lambda p: (p.ready, -p.ordinal))
-    if order:
-        victim = order[0]
-        unready = [p.name for p in by_name.values() if p is not victim and not p.ready]
-        if unready:
-            return Step(reason, f"waiting for {unready[0]} to be ready")
-        what = "the former primary" if reason == UPDATING_FORMER_PRIMARY else "a standby"
-        return Step(reason, f"updating {victim.name} ({what})", delete=victim.name)
-    # Only the primary is stale.
+    if not order:
+        return None
+    victim = order[0]
+    unready = [p.name for p in everyone if p is not victim and not p.ready]
+    if unready:
+        return Step(reason, f"waiting for {unready[0]} to be ready")
+    what = "the former primary" if reason == UPDATING_FORMER_PRIMARY else "a standby"
+    return Step(reason, f"updating {victim.name} ({what})", delete=victim.name)
+
+
+def _primary_last(
+    name: str, holder: _Pod, standbys: list[_Pod], view: LeaseView, strategy: str
+) -> Step:
+    """Only the primary is stale: a switchover to the most advanced standby in sync first
+    (the user's to start, under ``supervised``)."""
     candidates = [p for p in standbys if p.ready and p.name in view.synced]
     if not candidates:
         return Step(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream_operator import GROUP
-from stream_operator.spec import with_defaults
+from stream_operator.spec import operator_image
 
 POLICY_ENV = "DS_OPERATOR_UNPINNED_SERVER_IMAGE"
 ROLL = "roll"
@@ -112,7 +112,7 @@ def for_object(ds: dict[str, Any], statefulset: dict[str, Any] | None) -> Choice
     meta = ds.get("metadata") or {}
     return choose(
         (ds.get("spec") or {}).get("image"),
-        with_defaults({})["image"],
+        operator_image(),
         policy(),
         in_use(statefulset),
         meta.get("generation"),

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # no types-PyYAML in the environment
 
 from stream_operator import analytics as k8s
 
@@ -210,7 +210,7 @@ def files() -> dict[str, list[dict[str, Any]]]:
     }
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # untyped: see the import
     """Plain YAML: never anchors and aliases, which hand-readers and some tools trip over."""
 
     def ignore_aliases(self, data: Any) -> bool:

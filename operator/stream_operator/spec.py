@@ -1,9 +1,18 @@
-"""The DurableStream spec with its defaults, and the changes the operator refuses.
+"""The DurableStream spec, parsed once into typed frozen views, and the changes the
+operator refuses.
 
-The CRD schema carries the same defaults and ranges (and CEL rules for the
-immutable fields), so a cluster validates before the operator sees anything;
-these functions are the operator's own check, for clusters and paths where
-the schema did not run.
+``with_defaults`` fills every default in (``DEFAULTS``, and the defaults inside
+optional objects below it) and parses the result into ``DurableStreamSpec``, as kopf's
+``bodies`` module gives typed views over Kubernetes bodies: the reconcile parses the
+object's spec once and hands the typed spec to rendering, status, rollout and scaling,
+which read attributes, never ``.get`` with a default of their own. A parsed spec passed
+to ``with_defaults`` again is returned as it is.
+
+The CRD schema carries the same defaults and ranges (and CEL rules for the immutable
+fields), so a cluster validates before the operator sees anything; the ``refused_*``
+functions are the operator's own check, for clusters and paths where the schema did not
+run. tests/operator/test_settings_defaults.py checks the defaults for every setting
+rendered into the server's environment against the server's own (``Settings``).
 """
 
 from __future__ import annotations
@@ -11,6 +20,8 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 # The server image for a spec that names none: the operator's own setting, which the
@@ -70,6 +81,188 @@ DEFAULTS: dict[str, Any] = {
     },
 }
 
+# Defaults inside optional objects, applied where the object is given: the auth tokens'
+# key, a rate limit's burst, and cert-manager's issuer kind and group.
+AUTH_TOKENS_KEY = "tokens.json"
+RATE_BURST = 100
+ISSUER_KIND = "Issuer"
+CERT_MANAGER_GROUP = "cert-manager.io"
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """``spec.storage``: each pod's volume."""
+
+    size: str
+    pvc_retention: str  # Retain or Delete: whether the claims go with the DurableStream
+    storage_class_name: str | None
+
+
+@dataclass(frozen=True)
+class AuthTokensSpec:
+    """``spec.server.authTokensSecret``: the Secret (and its key) holding the tokens file."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class RateLimitSpec:
+    """``spec.server.rateLimit``: per-client requests per second and burst."""
+
+    requests_per_second: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    """One ``spec.server.retention`` entry: the streams under ``prefix`` are trimmed to
+    ``max_bytes`` and/or ``max_age`` (docs/retention.md)."""
+
+    prefix: str
+    max_bytes: str | None
+    max_age: str | None
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """``spec.server``: the settings rendered into the server's DS_* variables."""
+
+    long_poll_timeout_seconds: int
+    sse_reconnect_interval_seconds: int
+    max_body_bytes: int
+    default_ttl_seconds: int
+    log_level: str
+    log_format: str
+    auth_tokens: AuthTokensSpec | None
+    tls_secret_name: str | None
+    rate_limit: RateLimitSpec | None
+    webhook_allow: tuple[str, ...]  # spec.server.subscriptions.webhookAllow
+    public_url: str | None  # spec.server.subscriptions.publicURL
+    retention: tuple[RetentionRule, ...]
+
+
+@dataclass(frozen=True)
+class ReplicationSpec:
+    """``spec.replication``: read only with more than one replica (docs/replication.md)."""
+
+    min_in_sync: int  # 0: a majority, as the server counts
+    durability: str  # required or preferred
+    lease_duration_seconds: int
+    renew_deadline_seconds: int
+    retry_period_seconds: int
+    read_staleness_seconds: float | None  # None: the server's own default
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """``spec.service``: the clients' Service."""
+
+    type: str
+    port: int
+
+
+@dataclass(frozen=True)
+class MonitorSpec:
+    """``spec.metrics.podMonitor`` or its deprecated alias ``serviceMonitor``."""
+
+    enabled: bool
+    interval: str | None
+    labels: Mapping[str, str]
+    tls_config: Mapping[str, Any]  # the Prometheus Operator's SafeTLSConfig, as given
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    """``spec.metrics`` (monitoring.podmonitor_settings merges the two)."""
+
+    pod_monitor: MonitorSpec
+    service_monitor: MonitorSpec
+
+
+@dataclass(frozen=True)
+class LifecycleSpec:
+    """``spec.lifecycle``: probe timings and the shutdown grace period."""
+
+    startup_timeout_seconds: int
+    termination_grace_period_seconds: int
+    readiness_period_seconds: int
+    readiness_failure_threshold: int
+    liveness_period_seconds: int
+    liveness_failure_threshold: int
+
+
+@dataclass(frozen=True)
+class IssuerRef:
+    """``spec.certificates.issuerRef`` with cert-manager's defaults."""
+
+    name: str
+    kind: str
+    group: str
+
+
+@dataclass(frozen=True)
+class CertificatesSpec:
+    """``spec.certificates``: the server's certificate made by cert-manager."""
+
+    issuer_ref: IssuerRef | None  # None: no issuer named, no Certificate
+    secret_name: str | None
+    duration: str | None
+    renew_before: str | None
+
+
+@dataclass(frozen=True)
+class DurableStreamSpec:
+    """A DurableStream's spec, parsed once with every default applied (``with_defaults``).
+
+    ``raw`` is the same spec as a defaulted dict: the config hash is taken over it (so a
+    hash is what it always was, and the pods do not roll on an operator upgrade), and the
+    parts that are Kubernetes structures passed through as given (``resources``,
+    ``scheduling``, ``imagePullSecrets``, ``analytics``) are views into it. Nothing may
+    change it: a changed spec is made with ``changed``.
+    """
+
+    raw: Mapping[str, Any]
+    image: str
+    image_pull_policy: str
+    image_pull_secrets: tuple[Mapping[str, Any], ...]
+    replicas: int
+    primary_update_strategy: str
+    storage: StorageSpec
+    resources: Mapping[str, Any]
+    server: ServerSpec
+    scheduling: Mapping[str, Any]
+    replication: ReplicationSpec
+    service: ServiceSpec
+    metrics: MetricsSpec
+    lifecycle: LifecycleSpec
+    certificates: CertificatesSpec
+    analytics: Mapping[str, Any]  # analytics.with_defaults parses it (its own defaults)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the spec asks for a replica set (one primary, standbys, a Lease) rather
+        than one server in single-node mode."""
+        return self.replicas > 1
+
+    @property
+    def min_in_sync(self) -> int:
+        """Replicas, the primary included, that must hold a batch before it is
+        acknowledged: ``replication.minInSync``, or a majority when it is 0 (as the server
+        counts)."""
+        return self.replication.min_in_sync or self.replicas // 2 + 1
+
+    def changed(self, **fields: Any) -> DurableStreamSpec:
+        """This spec with top-level fields replaced (raw CRD names: ``image``,
+        ``replicas``, ``server``), parsed again."""
+        return with_defaults({**self.raw, **fields})
+
+
+# Where a spec is asked for, a parsed one or the object's spec as the API returns it
+# (parsed then, once): tests and the kubectl plugin hand in raw specs.
+SpecInput = DurableStreamSpec | Mapping[str, Any] | None
+
+
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTPE]i?|[kmgtpe]|)$")
 _FACTORS = {
     "": 1,
@@ -89,22 +282,52 @@ _FACTORS = {
 }
 
 
-def with_defaults(spec: dict[str, Any] | None) -> dict[str, Any]:
-    """The spec with every default filled in (deep, without touching the input).
+def with_defaults(spec: SpecInput) -> DurableStreamSpec:
+    """The spec parsed once, with every default filled in: the typed view every renderer,
+    status and rollout step reads. A spec already parsed is returned as it is.
 
     ``image`` and ``imagePullSecrets`` left out (or empty) come from the operator's
-    settings, read at each call: a new operator version rolls the servers onto its image.
+    settings, read at each parse: a new operator version rolls the servers onto its image.
     """
-    out = _merge(copy.deepcopy(DEFAULTS), copy.deepcopy(dict(spec or {})))
-    if not out.get("image"):
-        out["image"] = os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_IMAGE
-    if not out.get("imagePullSecrets"):
+    if isinstance(spec, DurableStreamSpec):
+        return spec
+    raw = _merge(copy.deepcopy(DEFAULTS), copy.deepcopy(dict(spec or {})))
+    if not raw.get("image"):
+        raw["image"] = operator_image()
+    if not raw.get("imagePullSecrets"):
         names = os.environ.get(SERVER_PULL_SECRETS_ENV, "").split(",")
-        out["imagePullSecrets"] = [{"name": n.strip()} for n in names if n.strip()]
-    return out
+        raw["imagePullSecrets"] = [{"name": n.strip()} for n in names if n.strip()]
+    return DurableStreamSpec(
+        raw=raw,
+        image=str(raw["image"]),
+        image_pull_policy=str(raw["imagePullPolicy"]),
+        image_pull_secrets=tuple(raw["imagePullSecrets"]),
+        replicas=int(raw["replicas"]),
+        primary_update_strategy=str(raw["primaryUpdateStrategy"]),
+        storage=_storage(raw["storage"]),
+        resources=raw["resources"],
+        server=_server(raw["server"]),
+        scheduling=raw["scheduling"],
+        replication=_replication(raw["replication"]),
+        service=ServiceSpec(type=str(raw["service"]["type"]), port=int(raw["service"]["port"])),
+        metrics=_metrics(raw["metrics"]),
+        lifecycle=_lifecycle(raw["lifecycle"]),
+        certificates=_certificates(raw.get("certificates") or {}),
+        analytics=raw.get("analytics") or {},
+    )
 
 
-def _merge(base: dict, over: dict) -> dict:
+def operator_image() -> str:
+    """The server image for a spec that names none (``SERVER_IMAGE_ENV``)."""
+    return os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_IMAGE
+
+
+def spec_of(body: Mapping[str, Any]) -> DurableStreamSpec:
+    """A DurableStream's spec (``body``: the object as the API returns it), parsed."""
+    return with_defaults(body.get("spec"))
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             base[key] = _merge(base[key], value)
@@ -113,21 +336,128 @@ def _merge(base: dict, over: dict) -> dict:
     return base
 
 
+def _optional_str(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _storage(raw: Mapping[str, Any]) -> StorageSpec:
+    return StorageSpec(
+        size=str(raw["size"]),
+        pvc_retention=str(raw["pvcRetention"]),
+        storage_class_name=_optional_str(raw.get("storageClassName")),
+    )
+
+
+def _server(raw: Mapping[str, Any]) -> ServerSpec:
+    auth = raw.get("authTokensSecret") or None
+    rate = raw.get("rateLimit") or None
+    subscriptions = raw.get("subscriptions") or {}
+    return ServerSpec(
+        long_poll_timeout_seconds=int(raw["longPollTimeoutSeconds"]),
+        sse_reconnect_interval_seconds=int(raw["sseReconnectIntervalSeconds"]),
+        max_body_bytes=int(raw["maxBodyBytes"]),
+        default_ttl_seconds=int(raw["defaultTTLSeconds"]),
+        log_level=str(raw["logLevel"]),
+        log_format=str(raw["logFormat"]),
+        auth_tokens=(
+            None
+            if auth is None
+            else AuthTokensSpec(
+                name=str(auth.get("name") or ""), key=str(auth.get("key") or AUTH_TOKENS_KEY)
+            )
+        ),
+        tls_secret_name=_optional_str(raw.get("tlsSecretName")),
+        rate_limit=(
+            None
+            if rate is None
+            else RateLimitSpec(
+                requests_per_second=rate.get("requestsPerSecond", 0),
+                burst=int(rate.get("burst", RATE_BURST)),
+            )
+        ),
+        webhook_allow=tuple(str(h) for h in subscriptions.get("webhookAllow") or ()),
+        public_url=_optional_str(subscriptions.get("publicURL")),
+        retention=tuple(
+            RetentionRule(
+                prefix=str(entry.get("prefix", "")),
+                max_bytes=_optional_str(entry.get("maxBytes")),
+                max_age=_optional_str(entry.get("maxAge")),
+            )
+            for entry in raw.get("retention") or ()
+        ),
+    )
+
+
+def _replication(raw: Mapping[str, Any]) -> ReplicationSpec:
+    staleness = raw.get("readStalenessSeconds")
+    return ReplicationSpec(
+        min_in_sync=int(raw["minInSync"]),
+        durability=str(raw["durability"]),
+        lease_duration_seconds=int(raw["leaseDurationSeconds"]),
+        renew_deadline_seconds=int(raw["renewDeadlineSeconds"]),
+        retry_period_seconds=int(raw["retryPeriodSeconds"]),
+        read_staleness_seconds=None if staleness is None else staleness,
+    )
+
+
+def _monitor(raw: Mapping[str, Any] | None) -> MonitorSpec:
+    raw = raw or {}
+    return MonitorSpec(
+        enabled=bool(raw.get("enabled")),
+        interval=_optional_str(raw.get("interval")),
+        labels=dict(raw.get("labels") or {}),
+        tls_config=dict(raw.get("tlsConfig") or {}),
+    )
+
+
+def _metrics(raw: Mapping[str, Any]) -> MetricsSpec:
+    return MetricsSpec(
+        pod_monitor=_monitor(raw.get("podMonitor")),
+        service_monitor=_monitor(raw.get("serviceMonitor")),
+    )
+
+
+def _lifecycle(raw: Mapping[str, Any]) -> LifecycleSpec:
+    return LifecycleSpec(
+        startup_timeout_seconds=int(raw["startupTimeoutSeconds"]),
+        termination_grace_period_seconds=int(raw["terminationGracePeriodSeconds"]),
+        readiness_period_seconds=int(raw["readinessPeriodSeconds"]),
+        readiness_failure_threshold=int(raw["readinessFailureThreshold"]),
+        liveness_period_seconds=int(raw["livenessPeriodSeconds"]),
+        liveness_failure_threshold=int(raw["livenessFailureThreshold"]),
+    )
+
+
+def _certificates(raw: Mapping[str, Any]) -> CertificatesSpec:
+    ref = raw.get("issuerRef") or {}
+    return CertificatesSpec(
+        issuer_ref=(
+            IssuerRef(
+                name=str(ref["name"]),
+                kind=str(ref.get("kind") or ISSUER_KIND),
+                group=str(ref.get("group") or CERT_MANAGER_GROUP),
+            )
+            if ref.get("name")
+            else None
+        ),
+        secret_name=_optional_str(raw.get("secretName")),
+        duration=_optional_str(raw.get("duration")),
+        renew_before=_optional_str(raw.get("renewBefore")),
+    )
+
+
 # The server's limit on a replica set (stream_server.replication.settings.MAX_SET_SIZE).
 MAX_REPLICAS = 5
 
 
-def replicated(spec: dict[str, Any]) -> bool:
-    """Whether the spec asks for a replica set (one primary, standbys, a Lease) rather
-    than one server in single-node mode."""
-    return int(with_defaults(spec)["replicas"]) > 1
+def replicated(spec: SpecInput) -> bool:
+    """Whether the spec asks for a replica set (``DurableStreamSpec.replicated``)."""
+    return with_defaults(spec).replicated
 
 
-def min_in_sync(spec: dict[str, Any]) -> int:
-    """Replicas, the primary included, that must hold a batch before it is acknowledged:
-    ``replication.minInSync``, or a majority when it is 0 (as the server counts)."""
-    s = with_defaults(spec)
-    return int(s["replication"]["minInSync"]) or int(s["replicas"]) // 2 + 1
+def min_in_sync(spec: SpecInput) -> int:
+    """The in-sync count a write waits for (``DurableStreamSpec.min_in_sync``)."""
+    return with_defaults(spec).min_in_sync
 
 
 def quantity_bytes(value: str) -> int:
@@ -137,58 +467,58 @@ def quantity_bytes(value: str) -> int:
     return int(float(m.group(1)) * _FACTORS[m.group(2)])
 
 
-def refused_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
-    """Why the operator will not carry out ``old -> new``, or None if it can."""
-    invalid = refused_retention(new) or refused_replication(new)
+def refused_change(old: Mapping[str, Any] | None, new: SpecInput) -> str | None:
+    """Why the operator will not carry out ``old -> new``, or None if it can. ``old``: the
+    spec last applied, as the StatefulSet's annotation holds it (its storage)."""
+    spec = with_defaults(new)
+    invalid = refused_retention(spec) or refused_replication(spec)
     if invalid or not old:
         return invalid
-    o, n = with_defaults(old), with_defaults(new)
-    if o["storage"].get("storageClassName") != n["storage"].get("storageClassName"):
+    o, n = with_defaults(old).storage, spec.storage
+    if o.storage_class_name != n.storage_class_name:
         return "storage.storageClassName cannot change: volumes cannot move between classes"
-    if quantity_bytes(n["storage"]["size"]) < quantity_bytes(o["storage"]["size"]):
-        return (
-            f"storage.size cannot shrink ({o['storage']['size']} -> {n['storage']['size']}): "
-            "volumes can only grow"
-        )
+    if quantity_bytes(n.size) < quantity_bytes(o.size):
+        return f"storage.size cannot shrink ({o.size} -> {n.size}): volumes can only grow"
     return None
 
 
-def refused_retention(spec: dict[str, Any]) -> str | None:
+def refused_retention(spec: SpecInput) -> str | None:
     """What the CRD's rules on ``server.retention`` refuse (a rule per entry, each prefix
     once), for a cluster that did not run them: the server would refuse to start."""
     seen: set[str] = set()
-    for i, entry in enumerate(((spec or {}).get("server") or {}).get("retention") or []):
-        prefix = entry.get("prefix", "")
-        if not (entry.get("maxBytes") or entry.get("maxAge")):
-            return f"server.retention[{i}] (prefix {prefix!r}) sets neither maxBytes nor maxAge"
-        if prefix in seen:
-            return f"server.retention[{i}]: prefix {prefix!r} is given more than once"
-        seen.add(prefix)
+    for i, rule in enumerate(with_defaults(spec).server.retention):
+        if not (rule.max_bytes or rule.max_age):
+            return (
+                f"server.retention[{i}] (prefix {rule.prefix!r}) sets neither maxBytes nor maxAge"
+            )
+        if rule.prefix in seen:
+            return f"server.retention[{i}]: prefix {rule.prefix!r} is given more than once"
+        seen.add(rule.prefix)
     return None
 
 
-def refused_replication(spec: dict[str, Any]) -> str | None:
+def refused_replication(spec: SpecInput) -> str | None:
     """What the CRD's ranges and rules on ``replicas`` and ``replication`` refuse, for a
     cluster that did not run them: the server would refuse to start (or, for a scale-down
     below the in-sync count, no write could ever be acknowledged)."""
     s = with_defaults(spec)
-    rep, replicas = s["replication"], int(s["replicas"])
+    rep, replicas = s.replication, s.replicas
     if not 1 <= replicas <= MAX_REPLICAS:
         return f"replicas must be 1 to {MAX_REPLICAS} (the copies of one replica set)"
-    if rep["durability"] not in ("required", "preferred"):
+    if rep.durability not in ("required", "preferred"):
         return "replication.durability must be required or preferred"
-    if not 0 <= int(rep["minInSync"]) <= replicas:
+    if not 0 <= rep.min_in_sync <= replicas:
         return (
-            f"replication.minInSync ({rep['minInSync']}) is more than replicas ({replicas}): "
+            f"replication.minInSync ({rep.min_in_sync}) is more than replicas ({replicas}): "
             "no write could be acknowledged; lower minInSync before scaling down"
         )
-    if not int(rep["renewDeadlineSeconds"]) < int(rep["leaseDurationSeconds"]):
+    if not rep.renew_deadline_seconds < rep.lease_duration_seconds:
         return "replication.renewDeadlineSeconds must be less than leaseDurationSeconds"
-    if not int(rep["retryPeriodSeconds"]) < int(rep["renewDeadlineSeconds"]):
+    if not rep.retry_period_seconds < rep.renew_deadline_seconds:
         return "replication.retryPeriodSeconds must be less than renewDeadlineSeconds"
-    staleness = rep.get("readStalenessSeconds")
+    staleness = rep.read_staleness_seconds
     # The server's rule (replication/settings.py): more than two commit-point heartbeats.
-    beat = min(1.0, int(rep["renewDeadlineSeconds"]) / 4)
+    beat = min(1.0, rep.renew_deadline_seconds / 4)
     if staleness is not None and not float(staleness) > 2 * beat:
         return (
             f"replication.readStalenessSeconds ({staleness}) must be more than twice the "

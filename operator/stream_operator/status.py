@@ -27,10 +27,10 @@ from typing import Any
 
 from stream_operator.disruptions import drain_condition
 from stream_operator.plan import short_claims
-from stream_operator.pod_states import pod_trouble
+from stream_operator.pod_states import PodTrouble, pod_trouble
 from stream_operator.replica_roles import failing_over, lease_view, replica_states
 from stream_operator.rollout import Step
-from stream_operator.spec import min_in_sync, quantity_bytes, replicated, with_defaults
+from stream_operator.spec import DurableStreamSpec, SpecInput, quantity_bytes, with_defaults
 
 
 def _now() -> str:
@@ -95,7 +95,7 @@ def analytics_condition(
 
 def compute_status(
     *,
-    spec: dict[str, Any],
+    spec: SpecInput,
     generation: int | None,
     statefulset: dict[str, Any] | None,
     endpoint: str,
@@ -113,147 +113,35 @@ def compute_status(
     ``lease``: a replica set's Lease as the servers wrote it (None: none yet).
     ``rollout``: the step a replica set's rolling update took this round (rollout.py).
     ``now``: the time the Lease's expiry is judged at (default: now)."""
+    s = with_defaults(spec)
     previous = previous or {}
-    if outcome is not None:
-        accepted: dict[str, str] | None = condition(
-            "Accepted", outcome.applied, outcome.reason, outcome.message
-        )
-        observed = generation if outcome.applied else previous.get("observedGeneration")
-    else:
-        accepted = next(
-            (
-                {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
-                for c in previous.get("conditions") or []
-                if c.get("type") == "Accepted"
-            ),
-            None,
-        )
-        observed = previous.get("observedGeneration")
-    failed = accepted is not None and accepted["status"] != "True"
-    full = with_defaults(spec)
-    want = full["replicas"]
-    short = short_claims(pvcs, full["storage"]["size"], want, quantity_bytes)
-    conditions = []
+    accepted, observed = _accepted(outcome, generation, previous)
+    short = short_claims(pvcs, s.storage.size, s.replicas, quantity_bytes)
     if statefulset is None:
-        ready = 0
-        phase = "Pending"
-        conditions += [
+        ready, phase = 0, "Pending"
+        conditions = [
             condition("Ready", False, "NoStatefulSet", "the StatefulSet has not been created yet"),
             condition("Progressing", True, "Creating", "creating the server StatefulSet"),
             condition("Degraded", False, "NoStatefulSet", "nothing to degrade yet"),
         ]
     else:
-        st = statefulset.get("status") or {}
-        meta = statefulset.get("metadata") or {}
-        ready = int(st.get("readyReplicas") or 0)
-        updated = int(st.get("updatedReplicas") or 0)
-        current = int(st.get("replicas") or 0)
-        rolling = (
-            (st.get("observedGeneration") or 0) < (meta.get("generation") or 0)
-            or (st.get("updateRevision") and st.get("currentRevision") != st.get("updateRevision"))
-            or updated < want
-            or current != want
+        servers = _Servers(statefulset, s.replicas)
+        ready = servers.ready
+        phase, conditions = _server_conditions(
+            servers, s.storage.size, short, accepted, pods, rollout
         )
-        all_ready = ready >= want and not rolling
-        trouble = None if all_ready else pod_trouble(pods)
-        resizing = (
-            "volumes not yet at "
-            + full["storage"]["size"]
-            + ": "
-            + ", ".join(f"{n} holds {held}" for n, held in short.items())
-        )
-        if all_ready and failed:
-            # The pods serve, but not the spec that was asked for: not Ready.
-            phase = "Degraded"
-            conditions.append(condition("Ready", False, accepted["reason"], accepted["message"]))
-        elif all_ready and short:
-            # A new replica's claim comes from the StatefulSet's (immutable) template,
-            # and a grown request is a promise until the volume is resized.
-            phase = "Progressing"
-            conditions.append(condition("Ready", False, "StorageResizing", resizing))
-        elif all_ready:
-            phase = "Ready"
-            conditions.append(
-                condition("Ready", True, "AllReplicasReady", f"{ready}/{want} servers ready")
-            )
-        elif trouble is not None:
-            # A server that keeps exiting will not come up by waiting: say why.
-            phase = "Degraded"
-            conditions.append(condition("Ready", False, trouble.reason, trouble.message))
-        else:
-            phase = "Progressing" if rolling else "Degraded"
-            conditions.append(
-                condition("Ready", False, "ReplicasNotReady", f"{ready}/{want} servers ready")
-            )
-        if rollout is not None and rollout.rolling:
-            progressing = condition("Progressing", True, rollout.reason, rollout.message)
-        elif rolling:
-            progressing = condition(
-                "Progressing",
-                True,
-                "RollingUpdate",
-                f"{updated}/{want} servers on the current revision",
-            )
-        elif short:
-            progressing = condition("Progressing", True, "StorageResizing", resizing)
-        else:
-            progressing = condition(
-                "Progressing", False, "Stable", f"{updated}/{want} servers on the current revision"
-            )
-        conditions.append(progressing)
-        if trouble is not None:
-            conditions.append(condition("Degraded", True, trouble.reason, trouble.message))
-        else:
-            degraded = ready < want and not rolling
-            conditions.append(
-                condition(
-                    "Degraded",
-                    degraded,
-                    "PodsNotReady" if degraded else "AsExpected",
-                    f"{want - ready} server(s) not ready" if degraded else "all servers ready",
-                )
-            )
     replication: dict[str, Any] = {}
-    if replicated(spec) and statefulset is not None:
-        lost = failing_over(
-            lease_view(lease),
-            pods,
-            had_primary=bool(previous.get("primary")),
-            now=now or datetime.datetime.now(datetime.UTC),
+    if s.replicated and statefulset is not None:
+        phase, conditions, replication = _replica_set_conditions(
+            s, phase, conditions, lease, pods, previous, now
         )
-        if lost is not None:
-            # No replica acknowledges writes until a standby holds the Lease and is ready.
-            # A pod's own trouble (CrashLoopBackOff with the server's words) says more.
-            phase = "Degraded"
-            ready_now = next(c for c in conditions if c["type"] == "Ready")
-            if ready_now["reason"] in ("AllReplicasReady", "ReplicasNotReady"):
-                conditions = [c for c in conditions if c["type"] != "Ready"]
-                conditions.insert(0, condition("Ready", False, *lost))
-            conditions.append(condition("FailingOver", True, *lost))
-        else:
-            holder = lease_view(lease).holder
-            conditions.append(
-                condition(
-                    "FailingOver",
-                    False,
-                    "PrimaryHoldsLease" if holder else "NoPrimaryYet",
-                    f"{holder} holds the Lease" if holder else "no replica holds the Lease yet",
-                )
-            )
-        replication, too_few = _replication_status(spec, lease, pods)
-        if too_few is not None and not any(
-            c["type"] == "Degraded" and c["status"] == "True" for c in conditions
-        ):
-            conditions = [c for c in conditions if c["type"] != "Degraded"]
-            conditions.append(condition("Degraded", True, "TooFewInSync", too_few))
-        conditions.append(drain_condition(spec))  # whether node drains can move on
     if accepted is not None:
         conditions.append(accepted)
     conditions += list(extra)
     out = {
         **replication,
         "phase": phase,
-        "replicas": want,
+        "replicas": s.replicas,
         "readyReplicas": ready,
         "endpoint": endpoint,
         "conditions": _stamp(conditions, previous.get("conditions") or []),
@@ -263,8 +151,165 @@ def compute_status(
     return out
 
 
+def _accepted(
+    outcome: Outcome | None, generation: int | None, previous: dict[str, Any]
+) -> tuple[dict[str, str] | None, int | None]:
+    """The Accepted condition and observedGeneration: this reconcile's outcome, or (a
+    status round, no outcome) what the last one wrote."""
+    if outcome is not None:
+        accepted = condition("Accepted", outcome.applied, outcome.reason, outcome.message)
+        return accepted, generation if outcome.applied else previous.get("observedGeneration")
+    kept = next(
+        (
+            {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+            for c in previous.get("conditions") or []
+            if c.get("type") == "Accepted"
+        ),
+        None,
+    )
+    return kept, previous.get("observedGeneration")
+
+
+class _Servers:
+    """What the StatefulSet reports of its servers, against the ``want`` replicas."""
+
+    def __init__(self, statefulset: dict[str, Any], want: int) -> None:
+        st = statefulset.get("status") or {}
+        meta = statefulset.get("metadata") or {}
+        self.want = want
+        self.ready = int(st.get("readyReplicas") or 0)
+        self.updated = int(st.get("updatedReplicas") or 0)
+        current = int(st.get("replicas") or 0)
+        self.rolling = bool(
+            (st.get("observedGeneration") or 0) < (meta.get("generation") or 0)
+            or (st.get("updateRevision") and st.get("currentRevision") != st.get("updateRevision"))
+            or self.updated < want
+            or current != want
+        )
+        self.all_ready = self.ready >= want and not self.rolling
+
+
+def _server_conditions(
+    servers: _Servers,
+    size: str,
+    short: dict[str, str],
+    accepted: dict[str, str] | None,
+    pods: Sequence[dict[str, Any]],
+    rollout: Step | None,
+) -> tuple[str, list[dict[str, str]]]:
+    """The phase and the Ready, Progressing and Degraded conditions from the servers."""
+    trouble = None if servers.all_ready else pod_trouble(pods)
+    resizing = f"volumes not yet at {size}: " + ", ".join(
+        f"{n} holds {held}" for n, held in short.items()
+    )
+    phase, ready = _ready(servers, accepted, short, resizing, trouble)
+    return phase, [
+        ready,
+        _progressing(servers, short, resizing, rollout),
+        _degraded(servers, trouble),
+    ]
+
+
+def _ready(
+    servers: _Servers,
+    accepted: dict[str, str] | None,
+    short: dict[str, str],
+    resizing: str,
+    trouble: PodTrouble | None,
+) -> tuple[str, dict[str, str]]:
+    ready, want = servers.ready, servers.want
+    if servers.all_ready and accepted is not None and accepted["status"] != "True":
+        # The pods serve, but not the spec that was asked for: not Ready.
+        return "Degraded", condition("Ready", False, accepted["reason"], accepted["message"])
+    if servers.all_ready and short:
+        # A new replica's claim comes from the StatefulSet's (immutable) template,
+        # and a grown request is a promise until the volume is resized.
+        return "Progressing", condition("Ready", False, "StorageResizing", resizing)
+    if servers.all_ready:
+        return "Ready", condition(
+            "Ready", True, "AllReplicasReady", f"{ready}/{want} servers ready"
+        )
+    if trouble is not None:
+        # A server that keeps exiting will not come up by waiting: say why.
+        return "Degraded", condition("Ready", False, trouble.reason, trouble.message)
+    return (
+        "Progressing" if servers.rolling else "Degraded",
+        condition("Ready", False, "ReplicasNotReady", f"{ready}/{want} servers ready"),
+    )
+
+
+def _progressing(
+    servers: _Servers, short: dict[str, str], resizing: str, rollout: Step | None
+) -> dict[str, str]:
+    revision = f"{servers.updated}/{servers.want} servers on the current revision"
+    if rollout is not None and rollout.rolling:
+        return condition("Progressing", True, rollout.reason, rollout.message)
+    if servers.rolling:
+        return condition("Progressing", True, "RollingUpdate", revision)
+    if short:
+        return condition("Progressing", True, "StorageResizing", resizing)
+    return condition("Progressing", False, "Stable", revision)
+
+
+def _degraded(servers: _Servers, trouble: PodTrouble | None) -> dict[str, str]:
+    if trouble is not None:
+        return condition("Degraded", True, trouble.reason, trouble.message)
+    degraded = servers.ready < servers.want and not servers.rolling
+    return condition(
+        "Degraded",
+        degraded,
+        "PodsNotReady" if degraded else "AsExpected",
+        f"{servers.want - servers.ready} server(s) not ready" if degraded else "all servers ready",
+    )
+
+
+def _replica_set_conditions(
+    spec: DurableStreamSpec,
+    phase: str,
+    conditions: list[dict[str, str]],
+    lease: dict[str, Any] | None,
+    pods: Sequence[dict[str, Any]],
+    previous: dict[str, Any],
+    now: datetime.datetime | None,
+) -> tuple[str, list[dict[str, str]], dict[str, Any]]:
+    """A replica set's part: FailingOver, the replication fields, TooFewInSync, Drainable."""
+    lost = failing_over(
+        lease_view(lease),
+        pods,
+        had_primary=bool(previous.get("primary")),
+        now=now or datetime.datetime.now(datetime.UTC),
+    )
+    if lost is not None:
+        # No replica acknowledges writes until a standby holds the Lease and is ready.
+        # A pod's own trouble (CrashLoopBackOff with the server's words) says more.
+        phase = "Degraded"
+        ready_now = next(c for c in conditions if c["type"] == "Ready")
+        if ready_now["reason"] in ("AllReplicasReady", "ReplicasNotReady"):
+            conditions = [c for c in conditions if c["type"] != "Ready"]
+            conditions.insert(0, condition("Ready", False, *lost))
+        conditions.append(condition("FailingOver", True, *lost))
+    else:
+        holder = lease_view(lease).holder
+        conditions.append(
+            condition(
+                "FailingOver",
+                False,
+                "PrimaryHoldsLease" if holder else "NoPrimaryYet",
+                f"{holder} holds the Lease" if holder else "no replica holds the Lease yet",
+            )
+        )
+    replication, too_few = _replication_status(spec, lease, pods)
+    if too_few is not None and not any(
+        c["type"] == "Degraded" and c["status"] == "True" for c in conditions
+    ):
+        conditions = [c for c in conditions if c["type"] != "Degraded"]
+        conditions.append(condition("Degraded", True, "TooFewInSync", too_few))
+    conditions.append(drain_condition(spec))  # whether node drains can move on
+    return phase, conditions, replication
+
+
 def _replication_status(
-    spec: dict[str, Any], lease: dict[str, Any] | None, pods: Sequence[dict[str, Any]]
+    spec: DurableStreamSpec, lease: dict[str, Any] | None, pods: Sequence[dict[str, Any]]
 ) -> tuple[dict[str, Any], str | None]:
     """A replica set's primary, term and per-replica roles from its Lease, and why it is
     degraded (fewer in sync than ``minInSync``: with ``required`` durability no write is
@@ -272,7 +317,7 @@ def _replication_status(
     view = lease_view(lease)
     states = replica_states(view, pods)
     synced = len(view.synced)
-    want = min_in_sync(spec)
+    want = spec.min_in_sync
     fields: dict[str, Any] = {
         "primary": view.holder,
         "term": view.term,
@@ -290,7 +335,7 @@ def _replication_status(
 def same_status(new: dict[str, Any], old: dict[str, Any]) -> bool:
     """Whether writing ``new`` would change what ``old`` says (transition times aside)."""
 
-    def essence(status: dict[str, Any]) -> tuple:
+    def essence(status: dict[str, Any]) -> tuple[str, list[tuple[Any, ...]]]:
         rest = {k: v for k, v in status.items() if k != "conditions"}
         conds = sorted(
             (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))

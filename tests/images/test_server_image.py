@@ -24,7 +24,7 @@ from .conftest import SERVER_UID, report
 
 pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
-GRACE = with_defaults({})["lifecycle"]["terminationGracePeriodSeconds"]
+GRACE = with_defaults({}).lifecycle.termination_grace_period_seconds
 TEXT = {"Content-Type": "text/plain"}
 # Readers that would hold the server far longer than its grace period, were they waited for.
 LIVE = str(GRACE * 4)

@@ -22,7 +22,7 @@ from .conftest import SERVER_UID, SPARK_UID, report
 
 pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 
-GRACE = with_defaults({})["lifecycle"]["terminationGracePeriodSeconds"]
+GRACE = with_defaults({}).lifecycle.termination_grace_period_seconds
 JOB_FILE = "/opt/stream_spark/jobs/stats.py"  # what the operator's SparkApplications name
 
 

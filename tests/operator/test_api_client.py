@@ -54,10 +54,10 @@ def test_a_request_the_api_server_never_answers_fails_by_itself(
 ):
     """The handlers' client, and the leader election's (whose renewals must end before
     the renew deadline)."""
-    from stream_operator import handlers
+    from stream_operator import api_client
 
-    monkeypatch.setattr(handlers, "API_TIMEOUT", 0.5)
-    ac = handlers.new_api_client(client.Configuration(host=silent.url), leader_only=leader_only)
+    monkeypatch.setattr(api_client, "API_TIMEOUT", 0.5)
+    ac = api_client.new_api_client(client.Configuration(host=silent.url), leader_only=leader_only)
     caller, failed = in_a_thread(lambda: read(ac, "StatefulSet", NS, "events"))
     # The client closed the request it never had an answer to (this side never closes it).
     assert silent.gave_up.wait(20), "the request is still waiting for an answer"
@@ -66,10 +66,10 @@ def test_a_request_the_api_server_never_answers_fails_by_itself(
 
 
 def test_no_write_while_the_lease_is_not_held():
-    from stream_operator import handlers
+    from stream_operator import api_client
 
     with cluster() as c:
-        ac = handlers.new_api_client(client.Configuration(host=c.url))
+        ac = api_client.new_api_client(client.Configuration(host=c.url))
         # A Leadership not (or no longer) elected: this process may not act.
         leadership.install(leadership.Leadership(ac, "durable-streams-operator", NS, "op-a"))
         try:
@@ -80,7 +80,7 @@ def test_no_write_while_the_lease_is_not_held():
                 )
             assert read(ac, "StatefulSet", NS, "x") is None  # reads go on
             # The election's own client writes (the Lease, to become the leader).
-            campaigner = handlers.new_api_client(
+            campaigner = api_client.new_api_client(
                 client.Configuration(host=c.url), leader_only=False
             )
             client.CustomObjectsApi(campaigner).create_namespaced_custom_object(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,6 +72,30 @@ RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
 def operator_calls(c: Cluster) -> set[tuple[str, str, str]]:
     """What the operator (kopf and the handlers' client) asked of the API server."""
     return {call[:3] for call in c.api.requests if not call.agent.startswith("python-httpx/")}
+
+
+def handler_reads(c: Cluster, resource: str, name: str) -> int:
+    """How often the operator's handlers (not kopf, not the test) read one object: each
+    round of an object starts from a fresh read of it, and each reconcile (none of the
+    status rounds) asks whether the PodMonitor kind is served. So the test waits for
+    rounds the operator made, as the API server saw them, instead of for a time."""
+    return sum(
+        1
+        for call in c.api.requests
+        if call.verb == "get"
+        and (call.resource, call.name) == (resource, name)
+        and not call.agent.startswith(("python-httpx/", "kopf/"))
+    )
+
+
+def rounds(c: Cluster, name: str) -> int:
+    """The reconciles and status rounds of DurableStream ``name`` begun so far."""
+    return handler_reads(c, "durablestreams", name)
+
+
+def reconciles(c: Cluster) -> int:
+    """The reconciles (of any DurableStream) begun so far."""
+    return handler_reads(c, "customresourcedefinitions", "podmonitors.monitoring.coreos.com")
 
 
 def assert_role_grants_what_the_operator_did(c: Cluster) -> None:
@@ -326,7 +349,10 @@ def test_operator_restart_touches_nothing_that_is_already_right():
     with cluster() as kube:
         with running_operator(kube):
             _ready(kube, "events", {"replicas": 2})
-            time.sleep(1.5)  # let the status timer settle
+            # Two more rounds: one began and ended after Ready was written (an object is on
+            # one worker at a time), so the status is settled.
+            seen = rounds(kube, "events")
+            wait_for(lambda: rounds(kube, "events") >= seen + 2, message="two status rounds")
         owned = [
             ("ConfigMap", "events-config"),
             ("Service", "events"),
@@ -341,8 +367,12 @@ def test_operator_restart_touches_nothing_that_is_already_right():
         ]
         versions = {k: kube.get(*k[:1], NS, k[1])["metadata"]["resourceVersion"] for k in owned}
         ds_version = kube.get(KIND, NS, "events")["metadata"]["resourceVersion"]
+        before = reconciles(kube)
         with running_operator(kube):
-            time.sleep(4)  # resume handlers and several status timer ticks
+            # The resume handler's reconcile, then resyncs and status rounds after it.
+            wait_for(lambda: reconciles(kube) >= before + 3, message="resume and two resyncs")
+            seen = rounds(kube, "events")
+            wait_for(lambda: rounds(kube, "events") >= seen + 2, message="two more rounds")
             after = {k: kube.get(*k[:1], NS, k[1])["metadata"]["resourceVersion"] for k in owned}
             assert after == versions
             assert kube.get(KIND, NS, "events")["metadata"]["resourceVersion"] == ds_version
@@ -405,7 +435,9 @@ def test_growth_the_storage_class_cannot_make_is_reported_not_claimed(kube: Clus
     assert warnings and warnings[0]["type"] == "Warning"
     # Status ticks and resyncs keep saying so; the operator never asks for what the
     # API server would refuse.
-    time.sleep(2.5)
+    before, seen = reconciles(kube), rounds(kube, "events")
+    wait_for(lambda: reconciles(kube) >= before + 2, message="two resyncs")
+    wait_for(lambda: rounds(kube, "events") >= seen + 4, message="status rounds after them")
     assert condition(kube, "events", "Accepted")["reason"] == "ExpansionNotAllowed"
     assert status_of(kube, "events")["observedGeneration"] == 1
     assert ("patch", "", "persistentvolumeclaims") not in operator_calls(kube)

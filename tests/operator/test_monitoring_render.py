@@ -31,6 +31,7 @@ from stream_operator.render import (
     replication_env,
     selector,
 )
+from stream_operator.spec import with_defaults
 from testkit.kube import (
     CERTIFICATE_CRD_SCHEMA,
     CRD_FILE,
@@ -203,7 +204,8 @@ def test_the_servers_serve_the_certificates_secret():
     )
     # Asking for an issuer restarts the pods onto TLS; a spec without one hashes as before.
     assert config_hash(with_certificate("ev", spec)) != config_hash(THREE)
-    assert with_certificate("ev", THREE) is THREE
+    three = with_defaults(THREE)
+    assert with_certificate("ev", three) is three
 
 
 def test_no_certificate_without_its_crd_and_a_condition_says_why():

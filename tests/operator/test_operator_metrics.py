@@ -140,6 +140,30 @@ def test_replica_sets_failing_over_are_counted(scrape):
         metrics.forget("failing", "orders")
 
 
+def test_a_round_that_read_an_object_before_it_went_does_not_count_it_again(scrape):
+    """The watch reports the deletion (the series go) while a round that read the object
+    before is still running: its status write came after and counted the object again
+    (seen once under load in test_reconciles_timestamps_and_conditions_from_a_real_run)."""
+    key = P + "objects"
+    ready = [{"type": "Ready", "status": "True", "reason": "AllReplicasReady"}]
+    before = value(scrape(), key, condition="Ready", status="True")
+    metrics.CONDITION_COUNTS.observe("late", "events", ready)
+    metrics.forget("late", "events")  # the watch: DELETED
+    metrics.CONDITION_COUNTS.observe("late", "events", ready)  # the round's late write
+    metrics.record_reconcile("late", "events", "Applied", 0.1, 1.0)
+    now = scrape()
+    assert value(now, key, condition="Ready", status="True") == before
+    stamp = P + "last_successful_reconcile_timestamp_seconds"
+    assert value(now, stamp, namespace="late", name="events") is None
+    # One of the same name made again is counted as soon as the watch reports it.
+    metrics.seen("late", "events")
+    metrics.CONDITION_COUNTS.observe("late", "events", ready)
+    try:
+        assert value(scrape(), key, condition="Ready", status="True") == (before or 0) + 1
+    finally:
+        metrics.forget("late", "events")
+
+
 def test_healthz_asks_the_callback():
     port = free_port()
     healthy = [True]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stream_operator import GROUP
@@ -14,17 +16,30 @@ from stream_operator.render import (
     render_statefulset,
     server_env,
 )
-from stream_operator.spec import quantity_bytes, refused_change, with_defaults
+from stream_operator.spec import StorageSpec, quantity_bytes, refused_change, with_defaults
 
 UID = "1234-uid"
 
 
 def test_defaults_fill_a_bare_spec():
     s = with_defaults({})
-    assert s["replicas"] == 1 and s["storage"] == {"size": "10Gi", "pvcRetention": "Retain"}
-    assert (
-        with_defaults({"server": {"logLevel": "debug"}})["server"]["longPollTimeoutSeconds"] == 30
-    )
+    assert s.replicas == 1 and not s.replicated and s.min_in_sync == 1
+    assert s.storage == StorageSpec(size="10Gi", pvc_retention="Retain", storage_class_name=None)
+    assert s.raw["storage"] == {"size": "10Gi", "pvcRetention": "Retain"}  # what is hashed
+    debug = with_defaults({"server": {"logLevel": "debug"}}).server
+    assert debug.log_level == "debug" and debug.long_poll_timeout_seconds == 30
+
+
+def test_a_spec_is_parsed_once_and_the_input_is_left_as_it_was():
+    raw = {"replicas": 3, "server": {"rateLimit": {"requestsPerSecond": 5}}}
+    s = with_defaults(raw)
+    assert with_defaults(s) is s  # a parsed spec passes through every renderer as it is
+    assert raw == {"replicas": 3, "server": {"rateLimit": {"requestsPerSecond": 5}}}
+    assert s.replicated and s.min_in_sync == 2
+    assert s.server.rate_limit is not None and s.server.rate_limit.burst == 100
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.replicas = 1  # type: ignore[misc]
+    assert s.changed(replicas=5).min_in_sync == 3 and s.replicas == 3
 
 
 def test_objects_and_owner_references():
@@ -234,7 +249,7 @@ def test_a_spec_without_them_renders_nothing_new():
         "DS_LOG_LEVEL",
         "DS_LOG_FORMAT",
     }
-    assert {"subscriptions", "retention"}.isdisjoint(with_defaults({})["server"])
+    assert {"subscriptions", "retention"}.isdisjoint(with_defaults({}).raw["server"])
     empty = {"server": {"subscriptions": {"webhookAllow": []}, "retention": []}}
     assert server_env(empty) == env
 
@@ -249,3 +264,36 @@ def test_retention_the_crd_refuses_is_refused_by_the_operator_too():
     twice = {"server": {"retention": [{"prefix": "a/", "maxAge": "1d"}] * 2}}
     assert "more than once" in refused_change(None, twice)
     assert refused_change({"replicas": 1}, {"server": {"retention": RETENTION}}) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "pinned"),
+    [
+        ({"image": "ds:1"}, "2e9d69cfdc5a936d"),
+        (
+            {
+                "image": "ds:1",
+                "replicas": 3,
+                "server": {
+                    "tlsSecretName": "t",
+                    "rateLimit": {"requestsPerSecond": 5},
+                    "retention": [{"prefix": "logs/", "maxAge": "7d"}],
+                },
+            },
+            "67b88097e2abf76a",
+        ),
+        (
+            {
+                "image": "ds:1",
+                "replicas": 5,
+                "replication": {"minInSync": 2, "readStalenessSeconds": 9},
+                "resources": {"limits": {"cpu": "2"}},
+            },
+            "8727eba4be8c44ad",
+        ),
+    ],
+)
+def test_the_config_hash_is_what_the_dict_spec_operator_computed(spec, pinned):
+    """The hash is taken over the defaulted spec as the operator before the typed spec
+    took it: an operator upgrade that changed it would restart every server once."""
+    assert config_hash(spec) == pinned

@@ -28,7 +28,7 @@ from stream_operator.kubectl_plugin import (
     report,
 )
 from stream_operator.render import CONTAINER_PORT, selector
-from stream_operator.spec import with_defaults
+from stream_operator.spec import spec_of
 
 MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = 15  # seconds, each API request
@@ -47,7 +47,7 @@ def _failed(exc: ApiException, what: str) -> PluginError:
 
 
 def _json(api: client.ApiClient, obj: Any) -> Any:
-    return api.sanitize_for_serialization(obj)
+    return api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
 
 
 def read_stream(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -67,12 +67,12 @@ def read_stream(api: client.ApiClient, namespace: str, name: str) -> dict[str, A
 def members(ds: dict[str, Any]) -> list[str]:
     """The pods a DurableStream's StatefulSet has (or makes): ``<name>-0`` ...``-<n-1>``."""
     name = ds["metadata"]["name"]
-    return [f"{name}-{i}" for i in range(with_defaults(ds.get("spec") or {})["replicas"])]
+    return [f"{name}-{i}" for i in range(spec_of(ds).replicas)]
 
 
 def replica_set(ds: dict[str, Any], what: str) -> None:
     """Refuse ``what`` for a DurableStream of one server: there is no standby."""
-    want = with_defaults(ds.get("spec") or {})["replicas"]
+    want = spec_of(ds).replicas
     if want < 2:
         name = ds["metadata"]["name"]
         raise PluginError(f"{name} is not a replica set (replicas: {want}): {what} needs one")
@@ -129,7 +129,7 @@ def _live(
 ) -> dict[str, dict[str, Any]]:
     """Each running pod's ``GET /replication``, through the API server's pod proxy
     (``pods/proxy``): ``https:`` when the servers serve TLS."""
-    scheme = "https:" if with_defaults(ds.get("spec") or {})["server"].get("tlsSecretName") else ""
+    scheme = "https:" if spec_of(ds).server.tls_secret_name else ""
     answers: dict[str, dict[str, Any]] = {}
     core = client.CoreV1Api(api)
     for pod in pods:
@@ -156,7 +156,7 @@ def status(
     api: client.ApiClient, namespace: str, name: str, *, live: bool, as_json: bool, out: TextIO
 ) -> int:
     ds = read_stream(api, namespace, name)
-    replicated = with_defaults(ds.get("spec") or {})["replicas"] > 1
+    replicated = spec_of(ds).replicated
     pods = _pods(api, namespace, name)
     lease, why = _lease(api, namespace, name) if replicated else (None, "")
     answers = _live(api, namespace, ds, pods) if live else None
@@ -280,21 +280,33 @@ def switchover(
     if not wait:
         return 0
     out.flush()
+    return _await_switchover(
+        api, namespace, name, target, seen, timeout=timeout, out=out, poll=poll, clock=clock
+    )
+
+
+def _await_switchover(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    target: str,
+    seen: set[tuple[str, Any, str]],
+    *,
+    timeout: float,
+    out: TextIO,
+    poll: float,
+    clock: Callable[[], float],
+) -> int:
+    """Read the Events and the status until the operator answered the request or made the
+    switchover, or ``timeout`` passed. ``seen``: the Events there before the request."""
     deadline = clock() + timeout
     made = ""
     while True:
-        for event in sorted(_events(api, namespace, name), key=report.event_time):
-            if event.get("reason") not in SWITCHOVER_EVENTS or _event_key(event) in seen:
-                continue
-            seen.add(_event_key(event))
-            message = str(event.get("message") or "")
-            if event["reason"] == "Switchover":
-                made = message
-            elif event["reason"] == "SwitchoverRequest" and event.get("type") == "Normal":
-                out.write(f"{message}\n")
-                return 0
-            else:
-                raise PluginError(f"the operator did not switch over: {message}")
+        found, done = _switchover_events(api, namespace, name, seen)
+        made = found or made
+        if done is not None:
+            out.write(f"{done}\n")
+            return 0
         st = read_stream(api, namespace, name).get("status") or {}
         if st.get("primary") == target:
             if made:
@@ -312,3 +324,24 @@ def switchover(
         "when no rolling update is under way (kubectl get events --field-selector "
         f"involvedObject.name={name})"
     )
+
+
+def _switchover_events(
+    api: client.ApiClient, namespace: str, name: str, seen: set[tuple[str, Any, str]]
+) -> tuple[str, str | None]:
+    """The switchover Events not ``seen`` yet (added to it): the switchover's message (""
+    if none), and the message of a request the operator found done already (None if
+    none). A refused request raises PluginError with the operator's reason."""
+    made = ""
+    for event in sorted(_events(api, namespace, name), key=report.event_time):
+        if event.get("reason") not in SWITCHOVER_EVENTS or _event_key(event) in seen:
+            continue
+        seen.add(_event_key(event))
+        message = str(event.get("message") or "")
+        if event["reason"] == "Switchover":
+            made = message
+        elif event["reason"] == "SwitchoverRequest" and event.get("type") == "Normal":
+            return made, message
+        else:
+            raise PluginError(f"the operator did not switch over: {message}")
+    return made, None

@@ -32,7 +32,7 @@ def connect(
         if kubeconfig or context:
             raise PluginError(f"kubeconfig {path} not found")
         configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         inside = (
             SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
             if SERVICE_ACCOUNT_NAMESPACE.exists()
@@ -42,7 +42,7 @@ def connect(
         api.user_agent = USER_AGENT
         return api, namespace or inside
     try:
-        contexts, current = config.list_kube_config_contexts(config_file=path)
+        contexts, current = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError) as exc:
         raise PluginError(f"cannot read the kubeconfig {path}: {exc}") from None
     if context is None:
@@ -55,7 +55,7 @@ def connect(
             names = ", ".join(str(c.get("name")) for c in contexts or []) or "none"
             raise PluginError(f"context {context!r} not found in {path} (contexts: {names})")
     try:
-        api = config.new_client_from_config(
+        api = config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=path, context=chosen["name"], persist_config=False
         )
     except (ConfigException, OSError) as exc:

@@ -19,6 +19,7 @@ from typing import Any
 from stream_operator.kubectl_plugin import FENCE_ALL, FENCED, HIBERNATION, RECONCILE
 from stream_operator.replica_roles import lease_view, pod_name, pod_ready
 from stream_operator.rollout import SWITCHOVER_TO
+from stream_operator.spec import spec_of
 
 # Each condition's status when all is well; one of another type is always shown.
 EXPECTED = {
@@ -151,11 +152,10 @@ def build(
     """The report: ``lease`` None with ``lease_error`` empty means the set has no Lease
     (one replica, or no server took it yet); ``lease_error`` says why it was not read."""
     meta = ds.get("metadata") or {}
-    spec = ds.get("spec") or {}
     status = ds.get("status") or {}
     name = str(meta.get("name") or "")
     annotations = meta.get("annotations") or {}
-    replicas = int(spec.get("replicas") or 1)
+    replicas = spec_of(ds).replicas
     report: dict[str, Any] = {
         "name": name,
         "namespace": meta.get("namespace"),
@@ -258,35 +258,7 @@ def render(report: Mapping[str, Any], now: datetime.datetime | None = None) -> s
         f"Endpoint:     {report['endpoint'] or '-'}",
     ]
     if report["replicas"] > 1:
-        if report.get("primary"):
-            began = f", began by {report['termBegan']}" if report.get("termBegan") else ""
-            out.append(
-                f"Primary:      {report['primary']} (term {report['term']}{began}), "
-                f"{report.get('inSyncReplicas') or 0} in sync"
-            )
-        else:
-            out.append("Primary:      none elected yet")
-        lease = report.get("lease")
-        if lease is None:
-            out.append("Lease:        none yet")
-        elif "error" in lease:
-            out.append(f"Lease:        not read ({lease['error']})")
-        else:
-            began = f", began by {lease['termBegan']}" if lease["termBegan"] else ""
-            renewed = f", renewed {lease['renewTime']}" if lease.get("renewTime") else ""
-            out.append(
-                f"Lease:        {lease['name']} held by {lease['holder'] or 'nobody'}, "
-                f"term {lease['term']}{began}; in sync: {', '.join(lease['inSync']) or 'none'}"
-                f"{renewed}"
-            )
-        change = report.get("lastPrimaryChange")
-        if change:
-            out.append(
-                f"Last change:  {change['reason']} ({change['type']}) "
-                f"{_ago(change['time'], now)}: {change['message']}"
-            )
-        else:
-            out.append("Last change:  no change of primary recorded (Events expire after 1 h)")
+        out += _replica_set_lines(report, now)
     else:
         out.append("Replicas:     one server (not a replica set: no Lease, no standbys)")
     if report["annotations"]:
@@ -300,12 +272,56 @@ def render(report: Mapping[str, Any], now: datetime.datetime | None = None) -> s
         ]
     else:
         out.append("Conditions:   all as expected")
+    out.append("")
+    out += _pod_table(report["pods"])
+    return "\n".join(out) + "\n"
+
+
+def _replica_set_lines(report: Mapping[str, Any], now: datetime.datetime) -> list[str]:
+    """A replica set's primary, its Lease and the last change of primary."""
+    out = []
+    if report.get("primary"):
+        began = f", began by {report['termBegan']}" if report.get("termBegan") else ""
+        out.append(
+            f"Primary:      {report['primary']} (term {report['term']}{began}), "
+            f"{report.get('inSyncReplicas') or 0} in sync"
+        )
+    else:
+        out.append("Primary:      none elected yet")
+    out.append(_lease_line(report.get("lease")))
+    change = report.get("lastPrimaryChange")
+    if change:
+        out.append(
+            f"Last change:  {change['reason']} ({change['type']}) "
+            f"{_ago(change['time'], now)}: {change['message']}"
+        )
+    else:
+        out.append("Last change:  no change of primary recorded (Events expire after 1 h)")
+    return out
+
+
+def _lease_line(lease: Mapping[str, Any] | None) -> str:
+    if lease is None:
+        return "Lease:        none yet"
+    if "error" in lease:
+        return f"Lease:        not read ({lease['error']})"
+    began = f", began by {lease['termBegan']}" if lease["termBegan"] else ""
+    renewed = f", renewed {lease['renewTime']}" if lease.get("renewTime") else ""
+    return (
+        f"Lease:        {lease['name']} held by {lease['holder'] or 'nobody'}, "
+        f"term {lease['term']}{began}; in sync: {', '.join(lease['inSync']) or 'none'}"
+        f"{renewed}"
+    )
+
+
+def _pod_table(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One row per pod; the servers' own answers (``--live``) in four more columns."""
     header = ["POD", "ROLE", "READY", "IN-SYNC", "POSITION", "LAG-BATCHES", "RESTARTS", "FENCED"]
-    live = any("live" in r for r in report["pods"])
+    live = any("live" in r for r in pods)
     if live:
         header += ["LIVE-ROLE", "LIVE-POSITION", "LIVE-LAG", "PROBLEM"]
     rows = []
-    for r in report["pods"]:
+    for r in pods:
         row = [
             r["pod"] + (" (no pod)" if r.get("missing") else ""),
             r["role"],
@@ -328,6 +344,4 @@ def render(report: Mapping[str, Any], now: datetime.datetime | None = None) -> s
                     got.get("problem"),
                 ]
         rows.append(row)
-    out.append("")
-    out += table(header, rows)
-    return "\n".join(out) + "\n"
+    return table(header, rows)

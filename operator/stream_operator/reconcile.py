@@ -1,0 +1,283 @@
+"""One reconcile: make the cluster what the stored spec asks for, then write what is
+now true (``status_round``).
+
+Idempotent by construction, run on create, update and resume and again every
+``RESYNC_INTERVAL`` seconds, so that a deleted or hand-edited object is put back. It
+runs under the object's lock from a fresh read of it (``object_locks``), parses the
+spec once (``spec.with_defaults``) and hands that typed spec to every step. A change
+the operator will not carry out (``spec.refused_change``, two certificate sources, a
+scale-down that would lose the primary) is refused whole and reported; at one replica
+the old set's Lease and claims are deleted and a scale-up held until they are gone
+(``scaling_actions``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from stream_operator import (
+    GROUP,
+    KIND,
+    analytics_jobs,
+    events,
+    leadership,
+    lifecycle,
+    lifecycle_actions,
+    metrics,
+    scaling,
+    scaling_actions,
+    server_image,
+    status_round,
+)
+from stream_operator.apply import (
+    RENDERED_KINDS,
+    crd_exists,
+    create_secret,
+    delete,
+    grow_pvc,
+    instance_pods,
+    instance_pvcs,
+    list_labelled,
+    read,
+    read_secret_value,
+    remove_annotation,
+    storage_class,
+)
+from stream_operator.certificates import refused_certificates
+from stream_operator.object_locks import object_lock
+from stream_operator.periodic import Periodic
+from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
+from stream_operator.render import (
+    MANAGED_BY,
+    desired_objects,
+    render_replication_secret,
+    replication_secret_name,
+)
+from stream_operator.spec import DurableStreamSpec, quantity_bytes, refused_change, spec_of
+from stream_operator.status import Outcome
+from stream_operator.switchover import TOKEN_KEY, new_token
+
+APPLIED_SPEC = f"{GROUP}/applied-spec"
+# Labels on every PodMonitor made for a DurableStream (JSON object; the chart's
+# operator.podMonitorLabels): kube-prometheus-stack finds monitors by label. The older
+# setting for ServiceMonitors is read when the new one is not given.
+MONITOR_LABELS: dict[str, str] = json.loads(
+    os.environ.get("DS_OPERATOR_PODMONITOR_LABELS")
+    or os.environ.get("DS_OPERATOR_SERVICEMONITOR_LABELS")
+    or "{}"
+)
+# API errors that retrying soon will not fix: wait for the next resync instead.
+_PERMANENT = (400, 403, 404, 422)
+Conditions = list[dict[str, Any]]
+
+
+def converge(
+    ac: client.ApiClient,
+    name: str,
+    namespace: str,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    rounds: Periodic,
+) -> None:
+    """Make the cluster what the stored spec asks for, then write what is now true.
+
+    A failure is reported in the status (Accepted=False, Ready=False, the API
+    server's message) before anything is raised; only an error that a quick retry
+    may fix is raised for kopf to retry, the rest waits for the next resync.
+    """
+    if not leadership.may_act():
+        logger.warning(
+            "not reconciling %s/%s: this operator does not hold the lease", namespace, name
+        )
+        return
+    with object_lock(namespace, name):
+        ds = read(ac, KIND, namespace, name)
+        if ds is None or ds["metadata"].get("deletionTimestamp"):
+            return
+        if lifecycle.paused(ds):
+            lifecycle_actions.hold(ac, ds)  # streams.pyds.dev/reconcile: paused
+            return
+        spec = spec_of(ds)
+        started = time.monotonic()
+        try:
+            outcome, analytics = _reconcile(ac, ds, spec, logger, rounds)
+            error = None
+        except ApiException as exc:
+            error = exc
+            outcome = Outcome("ApplyFailed", _api_error(exc))
+            meta = ds["metadata"]
+            analytics = analytics_jobs.wanted(ac, name, namespace, meta["uid"], spec)[1]
+            events.warn(ds, reason="ApplyFailed", message=outcome.message)
+        metrics.record_reconcile(
+            namespace, name, outcome.reason, time.monotonic() - started, time.time()
+        )
+        rounds.converged(namespace, name)
+        sts = read(ac, "StatefulSet", namespace, name)
+        new = status_round.observed(ac, ds, spec, sts, outcome, analytics, rounds)
+        status_round.write(ac, ds, new)
+    if error is not None and error.status not in _PERMANENT:
+        raise kopf.TemporaryError(outcome.message, delay=10)
+
+
+def _api_error(exc: ApiException) -> str:
+    try:
+        detail = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        detail = None
+    return f"the API server refused a change ({exc.status} {exc.reason}): {detail or exc.body}"
+
+
+def _applied_spec(statefulset: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The spec last applied, as far as a later change is checked against it (storage)."""
+    if statefulset is None:
+        return None
+    raw = ((statefulset.get("metadata") or {}).get("annotations") or {}).get(APPLIED_SPEC)
+    return json.loads(raw) if raw else None
+
+
+def _refused(
+    ac: client.ApiClient, ds: dict[str, Any], spec: DurableStreamSpec, sts: dict[str, Any] | None
+) -> str | None:
+    """Why the spec is refused whole, or None. Hibernation is no scale-down: the claims
+    and the Lease stay (lifecycle.py)."""
+    return (
+        refused_change(_applied_spec(sts), spec)
+        or refused_certificates(spec)
+        or (None if lifecycle.hibernating(ds) else scaling_actions.refused(ac, ds, spec, sts))
+    )
+
+
+def _reconcile(
+    ac: client.ApiClient,
+    ds: dict[str, Any],
+    spec: DurableStreamSpec,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    rounds: Periodic,
+) -> tuple[Outcome, Conditions]:
+    """Apply the spec; returns what became of it and the Analytics condition."""
+    meta = ds["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    sts = read(ac, "StatefulSet", namespace, name)
+    refused = _refused(ac, ds, spec, sts)
+    if refused:
+        events.warn(ds, reason="ChangeRefused", message=refused)
+        logger.warning("refusing change: %s", refused)
+        lifecycle_actions.scale_anyway(ac, ds, sts)  # hibernation goes on all the same
+        analytics = analytics_jobs.wanted(ac, name, namespace, uid, spec)[1]
+        return Outcome("ChangeRefused", refused), analytics
+    if spec.replicated:
+        _ensure_replication_secret(ac, ds)
+    objs = _rendered(ac, ds, spec, sts, rounds)
+    for obj in objs:
+        events.apply_and_tell(ac, obj, ds)
+    if server_image.UPDATE_NOW in (meta.get("annotations") or {}):
+        remove_annotation(ac, namespace, name, server_image.UPDATE_NOW)
+    _prune_rendered(ac, ds, objs)
+    outcome = _grow_volumes(ac, ds, spec.storage.size)
+    return outcome, analytics_jobs.reconcile(ac, ds, spec)
+
+
+def _rendered(
+    ac: client.ApiClient,
+    ds: dict[str, Any],
+    spec: DurableStreamSpec,
+    sts: dict[str, Any] | None,
+    rounds: Periodic,
+) -> list[dict[str, Any]]:
+    """The objects to apply, in order.
+
+    The image is the operator's or the one held (server_image.py). A scale-up from one
+    replica waits (the StatefulSet kept at one) until the old set's copies are gone; a
+    scale-down to one first stops pods 1.. with the set's template kept (scaling.py).
+    """
+    meta = ds["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    image = server_image.for_object(ds, sts).image
+    allowed = scaling_actions.plan(ac, ds, spec, sts, None, rounds).replicas
+    keep_set = (
+        scaling.set_size_while_scaling_to_one(
+            name,
+            spec.replicas,
+            sts,
+            instance_pods(ac, namespace, name),
+            read(ac, "ConfigMap", namespace, f"{name}-config"),
+        )
+        if spec.replicas == 1 and sts is not None
+        else None
+    )
+    objs = desired_objects(
+        name,
+        namespace,
+        uid,
+        spec.changed(image=image, replicas=keep_set or allowed),
+        podmonitor_crd=crd_exists(ac, "PodMonitor"),
+        certificate_crd=spec.certificates.issuer_ref is not None and crd_exists(ac, "Certificate"),
+        monitor_labels=MONITOR_LABELS,
+    )
+    for obj in objs:
+        if obj["kind"] == "StatefulSet":
+            annotations = obj["metadata"]["annotations"]
+            annotations[APPLIED_SPEC] = json.dumps({"storage": spec.raw["storage"]}, sort_keys=True)
+            annotations[server_image.IN_USE] = server_image.record(image, meta.get("generation"))
+            if keep_set:
+                obj["spec"]["replicas"] = 1
+            lifecycle.hibernated(ds, obj)
+    return objs
+
+
+def _ensure_replication_secret(ac: client.ApiClient, ds: dict[str, Any]) -> None:
+    """The replica set's peer token, made once: never rendered from the spec, so no apply
+    overwrites it and no prune removes it (it goes with the DurableStream)."""
+    meta = ds["metadata"]
+    secret = replication_secret_name(meta["name"])
+    if read_secret_value(ac, meta["namespace"], secret, TOKEN_KEY) is not None:
+        return
+    body = render_replication_secret(meta["name"], meta["namespace"], meta["uid"], new_token())
+    if create_secret(ac, body):
+        events.info(ds, reason="Created", message=f"created Secret {secret} (the peer token)")
+
+
+def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[str, Any]]) -> None:
+    """Delete what this DurableStream owns but no longer renders (a disabled ServiceMonitor)."""
+    meta = ds["metadata"]
+    selector = {
+        "app.kubernetes.io/instance": meta["name"],
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+    live = [
+        obj
+        for kind in RENDERED_KINDS
+        for obj in list_labelled(ac, kind, meta["namespace"], selector)
+    ]
+    rendered = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    for kind, name in stale_objects(live, rendered, meta["uid"]):
+        if delete(ac, kind, meta["namespace"], name):
+            events.info(ds, reason="Deleted", message=f"deleted {kind} {name}: no longer rendered")
+
+
+def _grow_volumes(ac: client.ApiClient, ds: dict[str, Any], size: str) -> Outcome:
+    """Ask for ``size`` on the smaller PVCs whose StorageClass allows growth; say if any cannot."""
+    meta = ds["metadata"]
+    smaller = smaller_pvcs(instance_pvcs(ac, meta["namespace"], meta["name"]), size, quantity_bytes)
+    if not smaller:
+        return Outcome()
+    names = {(p.get("spec") or {}).get("storageClassName") or "" for p in smaller} - {""}
+    plan = plan_expansion(smaller, {cls: storage_class(ac, cls) for cls in sorted(names)})
+    for pvc in plan.grow:
+        grow_pvc(ac, meta["namespace"], pvc, size)
+    if plan.grow:
+        events.info(
+            ds, reason="Expanding", message=f"storage {size} requested for {', '.join(plan.grow)}"
+        )
+    if plan.blocked:
+        message = plan.message(size)
+        events.warn(ds, reason="ExpansionNotAllowed", message=message)
+        return Outcome("ExpansionNotAllowed", message)
+    return Outcome()

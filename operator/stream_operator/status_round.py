@@ -1,0 +1,160 @@
+"""The status round: what is true of a DurableStream now, written only when it says
+something new.
+
+Every ``STATUS_INTERVAL`` seconds (and after each reconcile) the pods say why a server
+is not ready (crash loop, OOM), the claims whether every volume holds the spec's size,
+and a replica set's Lease who is primary; a replica set's part of the round (role
+labels, rolling-update steps, primary-change Events) is in ``replica_set``, a fence
+written on the pods in ``lifecycle_actions``. The last reconcile's outcome stands as it
+was (``Accepted``), and so does nothing that only an apply can change: a lifecycle
+annotation that needs one (a resume, hibernation) makes the round ask to converge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from stream_operator import (
+    KIND,
+    analytics_jobs,
+    events,
+    leadership,
+    lifecycle,
+    lifecycle_actions,
+    metrics,
+    replica_set,
+    scaling,
+    scaling_actions,
+    server_image,
+)
+from stream_operator.apply import (
+    crd_exists,
+    instance_pods,
+    instance_pvcs,
+    read,
+    read_lease,
+    write_status,
+)
+from stream_operator.certificates import certificates_condition
+from stream_operator.object_locks import object_lock
+from stream_operator.periodic import Periodic
+from stream_operator.render import endpoint, lease_name
+from stream_operator.rollout import Step
+from stream_operator.spec import DurableStreamSpec, spec_of
+from stream_operator.status import Outcome, compute_status, same_status
+
+
+def observed(
+    ac: client.ApiClient,
+    ds: dict[str, Any],
+    spec: DurableStreamSpec,
+    sts: dict[str, Any] | None,
+    outcome: Outcome | None,
+    extra: list[dict[str, Any]],
+    rounds: Periodic,
+) -> dict[str, Any]:
+    """The status to write; a replica set's rolling update takes its next step here."""
+    meta = ds["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    pods = instance_pods(ac, namespace, name) if sts is not None else []
+    pods = lifecycle_actions.fence_pods(ac, ds, pods)
+    lease = None
+    step = None
+    if sts is not None and (plan := scaling_actions.plan(ac, ds, spec, sts, pods, rounds)).waiting:
+        step = Step(plan.reason, plan.waiting)
+        if plan.reason == scaling.SCALING_DOWN:
+            rounds.due(namespace, name)  # its second step is applied by a reconcile
+    if sts is not None and spec.replicated and step is None:
+        lease, pods, step = _replica_set_step(ac, ds, sts, pods)
+    status = server_image.status_fields(ds, sts) | compute_status(
+        spec=spec,
+        generation=meta.get("generation"),
+        statefulset=sts,
+        endpoint=endpoint(name, namespace, spec),
+        outcome=outcome,
+        previous=dict(ds.get("status") or {}),
+        extra=[*extra, *_certificates(ac, spec, name)],
+        pods=pods,
+        pvcs=instance_pvcs(ac, namespace, name) if sts is not None else [],
+        lease=lease,
+        rollout=step,
+    )
+    return lifecycle_actions.observed(ds, sts, pods, status)
+
+
+def _replica_set_step(
+    ac: client.ApiClient, ds: dict[str, Any], sts: dict[str, Any], pods: list[dict[str, Any]]
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], Step | None]:
+    """The pods labelled with their roles from the Lease, and the rolling update's step
+    (none while a lifecycle annotation holds it); the Lease and pods as they are after."""
+    namespace, name = ds["metadata"]["namespace"], ds["metadata"]["name"]
+    lease = read_lease(ac, namespace, lease_name(name))
+    pods = replica_set.label_roles(ac, namespace, pods, lease)
+    step = None if lifecycle.holds_rollout(ds, pods) else replica_set.roll(ac, ds, sts, pods, lease)
+    if step is not None and step.switchover is not None:
+        # The Lease names the new primary: label it and report it in this round.
+        lease = read_lease(ac, namespace, lease_name(name))
+        pods = replica_set.label_roles(ac, namespace, pods, lease)
+    return lease, pods, step
+
+
+def _certificates(ac: client.ApiClient, spec: DurableStreamSpec, name: str) -> list[dict[str, str]]:
+    """The Certificates condition, computed afresh each round as Analytics is."""
+    if spec.certificates.issuer_ref is None:
+        return []
+    return certificates_condition(name, spec, crd_exists(ac, "Certificate"))
+
+
+def write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:
+    """Write the status only when it says something new (no churn, no watch events)."""
+    meta = ds["metadata"]
+    metrics.CONDITION_COUNTS.observe(meta["namespace"], meta["name"], new.get("conditions") or [])
+    if not leadership.may_act():
+        return  # the Lease was lost during this reconcile: the new leader writes it
+    replica_set.tell_primary_change(ds, dict(ds.get("status") or {}), new)
+    available = new.get("imageUpdateAvailable")
+    if available and available != (ds.get("status") or {}).get("imageUpdateAvailable"):
+        message = server_image.update_message(meta["name"], new.get("image") or "", available)
+        events.info(ds, reason="ServerImageUpdateAvailable", message=message)
+    if not same_status(new, dict(ds.get("status") or {})):
+        write_status(ac, meta["namespace"], meta["name"], new)
+
+
+def refresh(ac: client.ApiClient, name: str, namespace: str, rounds: Periodic) -> bool:
+    """One status round; True when the object must converge instead."""
+    if not leadership.may_act():
+        return False
+    with object_lock(namespace, name):
+        ds = read(ac, KIND, namespace, name)
+        if ds is None or ds["metadata"].get("deletionTimestamp"):
+            return False
+        if lifecycle.paused(ds):
+            lifecycle_actions.hold(ac, ds)
+            return False
+        sts = read(ac, "StatefulSet", namespace, name)
+        if lifecycle.wants_converge(ds, sts):
+            return True
+        spec = spec_of(ds)
+        write(ac, ds, observed(ac, ds, spec, sts, None, _analytics(ac, ds, spec), rounds))
+    return False
+
+
+def _analytics(
+    ac: client.ApiClient, ds: dict[str, Any], spec: DurableStreamSpec
+) -> list[dict[str, str]]:
+    """The Analytics condition of a status round; the jobs are applied here too where they
+    follow the Lease (a replica set's: an in-sync standby, never the primary) or where
+    the Spark Operator was installed after the spec asked for analytics."""
+    meta = ds["metadata"]
+    if spec.replicated and spec.analytics.get("enabled"):
+        return analytics_jobs.reconcile(ac, ds, spec)
+    cond = analytics_jobs.wanted(ac, meta["name"], meta["namespace"], meta["uid"], spec)[1]
+    was_missing = any(
+        c.get("type") == "Analytics" and c.get("reason") == "SparkOperatorMissing"
+        for c in (ds.get("status") or {}).get("conditions") or []
+    )
+    if was_missing and cond and cond[0]["reason"] == "Scheduled":
+        return analytics_jobs.reconcile(ac, ds, spec)
+    return cond
