@@ -82,7 +82,7 @@ def build_app(data_dir: Path, *flags: str, env: dict[str, str] | None = None) ->
     from stream_format.layout import Layout
     from stream_server.app import create_app
     from stream_server.config import add_arguments, settings_from
-    from stream_server.engine.layout import prepare
+    from stream_server.engine.data_dir import prepare
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

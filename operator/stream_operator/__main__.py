@@ -18,7 +18,7 @@ import threading
 
 import kopf
 
-from stream_operator import api_client, leadership, metrics
+from stream_operator import api_client, leadership, operator_metrics
 
 
 def _positive(raw: str) -> int:
@@ -102,17 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         return handlers.alive()
 
     if args.metrics_port:
-        metrics.serve(args.metrics_address, args.metrics_port, healthy)
+        operator_metrics.serve(args.metrics_address, args.metrics_port, healthy)
 
     def operate(stop: concurrent.futures.Future[None]) -> None:
         running.set()
-        metrics.LEADER.set(1)
+        operator_metrics.LEADER.set(1)
         try:
             asyncio.run(_kopf_until(args, stop))
         except asyncio.CancelledError:
             pass  # as kopf.run
         finally:
-            metrics.LEADER.set(0)
+            operator_metrics.LEADER.set(0)
 
     if elected is None:
         operate(concurrent.futures.Future())

@@ -26,7 +26,7 @@ from typing import Any
 
 import kopf
 
-from stream_operator import GROUP, PLURAL, VERSION, leadership, metrics, server_image
+from stream_operator import GROUP, PLURAL, VERSION, leadership, operator_metrics, server_image
 from stream_operator.api_client import (
     API_TIMEOUT,
     api,
@@ -77,7 +77,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # StorageClasses by name) are all the operator needs; the namespaces are taken as
     # named, and the DurableStream CRD must exist when the operator starts.
     settings.scanning.disabled = not settings.peering.clusterwide
-    metrics.restart()
+    operator_metrics.restart()
     _periodic.start(STATUS_INTERVAL, RESYNC_INTERVAL, STALL_AFTER)
 
 
@@ -146,9 +146,9 @@ def track(type: str, name: str, namespace: str | None, **_: Any) -> None:
     namespace = _namespaced(namespace)
     if type == "DELETED":
         _periodic.forget(namespace, name)
-        metrics.forget(namespace, name)
+        operator_metrics.forget(namespace, name)
     else:
-        metrics.seen(namespace, name)
+        operator_metrics.seen(namespace, name)
         _periodic.track(namespace, name)
 
 

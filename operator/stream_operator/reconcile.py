@@ -31,7 +31,7 @@ from stream_operator import (
     leadership,
     lifecycle,
     lifecycle_actions,
-    metrics,
+    operator_metrics,
     scaling,
     scaling_actions,
     server_image,
@@ -115,7 +115,7 @@ def converge(
             meta = ds["metadata"]
             analytics = analytics_jobs.wanted(ac, name, namespace, meta["uid"], spec)[1]
             events.warn(ds, reason="ApplyFailed", message=outcome.message)
-        metrics.record_reconcile(
+        operator_metrics.record_reconcile(
             namespace, name, outcome.reason, time.monotonic() - started, time.time()
         )
         rounds.converged(namespace, name)

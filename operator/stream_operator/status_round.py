@@ -23,7 +23,7 @@ from stream_operator import (
     leadership,
     lifecycle,
     lifecycle_actions,
-    metrics,
+    operator_metrics,
     replica_set,
     scaling,
     scaling_actions,
@@ -110,7 +110,9 @@ def _certificates(ac: client.ApiClient, spec: DurableStreamSpec, name: str) -> l
 def write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None:
     """Write the status only when it says something new (no churn, no watch events)."""
     meta = ds["metadata"]
-    metrics.CONDITION_COUNTS.observe(meta["namespace"], meta["name"], new.get("conditions") or [])
+    operator_metrics.CONDITION_COUNTS.observe(
+        meta["namespace"], meta["name"], new.get("conditions") or []
+    )
     if not leadership.may_act():
         return  # the Lease was lost during this reconcile: the new leader writes it
     replica_set.tell_primary_change(ds, dict(ds.get("status") or {}), new)

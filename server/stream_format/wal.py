@@ -3,7 +3,7 @@
 A frame carries every change of its batch: the records' bytes as positional
 writes into segment files, and the metadata as whole LMDB values (puts,
 deletes, prefix deletes). Replaying frames is therefore idempotent. Writing
-WAL files is the engine's job (``stream_server.engine.wal``).
+WAL files is the engine's job (``stream_server.engine.wal_writer``).
 
 Since data format 2 a WAL file starts with a header (magic, WAL version, the
 file's number, checksum), so that a file this program does not understand,

@@ -42,8 +42,8 @@ from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRou
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.ratelimit import RateLimiter
 from stream_server.replication import fetch_endpoint, peer_token
+from stream_server.replication.collector import ReplicationCollector
 from stream_server.replication.identity import leave
-from stream_server.replication.metrics import ReplicationCollector
 from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.streams.model import Stream
 from stream_server.streams.retention import parse_policies

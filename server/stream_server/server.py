@@ -38,7 +38,7 @@ def serve(settings: Settings) -> int:
     if fenced_at_start(settings.fence_file):
         return serve_fenced(settings, log_config)
     from stream_format.layout import Layout
-    from stream_server.engine.layout import prepare
+    from stream_server.engine.data_dir import prepare
 
     try:
         prepare(Layout(settings.data_dir))

@@ -13,7 +13,7 @@ from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES, KIND_JSON, Producer
 from stream_server.engine import Engine, LayoutError, fsio
 from stream_server.engine.batch import INDEX_GRANULARITY
-from stream_server.engine.layout import prepare
+from stream_server.engine.data_dir import prepare
 from stream_server.engine.ops import (
     Append,
     CreateLog,

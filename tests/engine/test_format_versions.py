@@ -16,7 +16,7 @@ from stream_format import wal
 from stream_format.layout import CURRENT, DataFormat, Layout
 from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine, LayoutError
-from stream_server.engine.layout import prepare
+from stream_server.engine.data_dir import prepare
 from stream_server.engine.ops import Append, PutRecord
 from tests.engine.test_engine import crash, new_stream, read_all
 

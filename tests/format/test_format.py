@@ -13,7 +13,7 @@ from stream_format.chain import BrokenChain, pieces
 from stream_format.layout import CURRENT, DataFormat, FormatError, Layout
 from stream_format.meta import StreamMeta
 from stream_format.records import CorruptRecord, check_file_header, encode_file_header
-from stream_server.engine.layout import prepare
+from stream_server.engine.data_dir import prepare
 from stream_server.streams.errors import Damaged
 from stream_server.streams.store import AppendRequest, CreateRequest, StreamStore
 from stream_spark._plan import Selection, batch_ranges, plan

@@ -9,7 +9,7 @@ import pytest
 from stream_format import wal
 from stream_format.layout import FormatError
 from stream_format.records import crc32
-from stream_server.engine.wal import WalWriter
+from stream_server.engine.wal_writer import WalWriter
 
 NAME = "0000000000000001.wal"
 

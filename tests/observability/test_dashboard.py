@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from stream_server.metrics import Metrics
-from stream_server.replication.metrics import ReplicationCollector
+from stream_server.replication.collector import ReplicationCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 OBS = ROOT / "observability"

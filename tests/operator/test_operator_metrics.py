@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from stream_operator import KIND, metrics
+from stream_operator import KIND, operator_metrics
 from stream_operator.render import desired_objects
 from testkit import free_port, wait_for
 from testkit.cluster import Cluster, cluster
@@ -35,7 +35,7 @@ UID = "uid-1"
 def scrape() -> Iterator[Any]:
     """The operator's /metrics, served as ``durable-streams-operator`` serves it."""
     port = free_port()
-    server = metrics.serve("127.0.0.1", port, lambda: True)
+    server = operator_metrics.serve("127.0.0.1", port, lambda: True)
 
     def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
@@ -126,8 +126,8 @@ def test_replica_sets_failing_over_are_counted(scrape):
     before = scrape()
     assert value(before, key, condition="FailingOver", status="Unknown") is not None
     lost = {"type": "FailingOver", "status": "True", "reason": "PrimaryLost"}
-    metrics.CONDITION_COUNTS.observe("failing", "events", [lost])
-    metrics.CONDITION_COUNTS.observe("failing", "orders", [{**lost, "status": "False"}])
+    operator_metrics.CONDITION_COUNTS.observe("failing", "events", [lost])
+    operator_metrics.CONDITION_COUNTS.observe("failing", "orders", [{**lost, "status": "False"}])
     try:
         now = scrape()
         for status in ("True", "False"):
@@ -136,8 +136,8 @@ def test_replica_sets_failing_over_are_counted(scrape):
             )
             assert grew == 1, status
     finally:
-        metrics.forget("failing", "events")
-        metrics.forget("failing", "orders")
+        operator_metrics.forget("failing", "events")
+        operator_metrics.forget("failing", "orders")
 
 
 def test_a_round_that_read_an_object_before_it_went_does_not_count_it_again(scrape):
@@ -147,27 +147,27 @@ def test_a_round_that_read_an_object_before_it_went_does_not_count_it_again(scra
     key = P + "objects"
     ready = [{"type": "Ready", "status": "True", "reason": "AllReplicasReady"}]
     before = value(scrape(), key, condition="Ready", status="True")
-    metrics.CONDITION_COUNTS.observe("late", "events", ready)
-    metrics.forget("late", "events")  # the watch: DELETED
-    metrics.CONDITION_COUNTS.observe("late", "events", ready)  # the round's late write
-    metrics.record_reconcile("late", "events", "Applied", 0.1, 1.0)
+    operator_metrics.CONDITION_COUNTS.observe("late", "events", ready)
+    operator_metrics.forget("late", "events")  # the watch: DELETED
+    operator_metrics.CONDITION_COUNTS.observe("late", "events", ready)  # the round's late write
+    operator_metrics.record_reconcile("late", "events", "Applied", 0.1, 1.0)
     now = scrape()
     assert value(now, key, condition="Ready", status="True") == before
     stamp = P + "last_successful_reconcile_timestamp_seconds"
     assert value(now, stamp, namespace="late", name="events") is None
     # One of the same name made again is counted as soon as the watch reports it.
-    metrics.seen("late", "events")
-    metrics.CONDITION_COUNTS.observe("late", "events", ready)
+    operator_metrics.seen("late", "events")
+    operator_metrics.CONDITION_COUNTS.observe("late", "events", ready)
     try:
         assert value(scrape(), key, condition="Ready", status="True") == (before or 0) + 1
     finally:
-        metrics.forget("late", "events")
+        operator_metrics.forget("late", "events")
 
 
 def test_healthz_asks_the_callback():
     port = free_port()
     healthy = [True]
-    server = metrics.serve("127.0.0.1", port, lambda: healthy[0])
+    server = operator_metrics.serve("127.0.0.1", port, lambda: healthy[0])
     try:
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         healthy[0] = False

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from silent_peer import Silent
 
-from stream_operator import KIND, metrics
+from stream_operator import KIND, operator_metrics
 from stream_operator.rollout import SWITCHOVER_TO
 from testkit import free_port, wait_for
 from testkit.cluster import Cluster, cluster
@@ -112,7 +112,7 @@ def test_healthz_fails_while_a_round_is_stuck_and_answers_again_after(
 
     c, silent = kube
     port = free_port()
-    server = metrics.serve("127.0.0.1", port, handlers.alive, registry=CollectorRegistry())
+    server = operator_metrics.serve("127.0.0.1", port, handlers.alive, registry=CollectorRegistry())
 
     def healthz() -> int:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code

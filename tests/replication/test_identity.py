@@ -12,7 +12,7 @@ import pytest
 from stream_format.layout import FormatError, Layout
 from stream_format.meta import StreamMeta
 from stream_server.engine import Engine, fsio
-from stream_server.engine.layout import prepare, remove_set_id, write_set_id
+from stream_server.engine.data_dir import prepare, remove_set_id, write_set_id
 from stream_server.engine.ops import CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks, stamp_base
 from stream_server.replication.identity import WAITING, SetIdentity, refusal

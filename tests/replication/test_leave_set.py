@@ -17,7 +17,7 @@ from stream_format.meta import DB_INFO, StreamMeta
 from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine, fsio
 from stream_server.engine import replica as replica_mod
-from stream_server.engine.layout import write_set_id
+from stream_server.engine.data_dir import write_set_id
 from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import (
     KEY_LEFT,

@@ -62,6 +62,7 @@ from stream_format.records import (
 )
 from stream_server.engine import fsio
 from stream_server.engine.batch import Batch, BatchStats, Tail, build
+from stream_server.engine.data_dir import prepare, retire_wal, wal_headerless
 from stream_server.engine.errors import (
     DamagedStream,
     HeadDropped,
@@ -76,7 +77,6 @@ from stream_server.engine.frames import (
     split_frames,
     tail_effects,
 )
-from stream_server.engine.layout import prepare, retire_wal, wal_headerless
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.ops import DropHead, Op
 from stream_server.engine.recovery import (
@@ -86,7 +86,7 @@ from stream_server.engine.recovery import (
     RecoveryReport,
 )
 from stream_server.engine.segments import Segments
-from stream_server.engine.wal import WalWriter
+from stream_server.engine.wal_writer import WalWriter
 
 __all__ = [
     "AppendedFrames",

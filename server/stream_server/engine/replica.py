@@ -57,10 +57,10 @@ from stream_format.meta import (
     KEY_NEXT_STREAM_ID,
 )
 from stream_server.engine.batch import Batch
+from stream_server.engine.data_dir import remove_set_id
 from stream_server.engine.engine import Engine
 from stream_server.engine.errors import StorageError
 from stream_server.engine.frames import AppendedFrames
-from stream_server.engine.layout import remove_set_id
 
 log = logging.getLogger("stream_server.engine")
 

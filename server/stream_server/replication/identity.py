@@ -2,7 +2,7 @@
 (docs/replication.md, "A set's identity").
 
 A set has an id (``uuid4().hex``), kept in each member's data directory (the
-``SET_ID`` file, ``engine.layout.write_set_id``) and in the Lease (annotation
+``SET_ID`` file, ``engine.data_dir.write_set_id``) and in the Lease (annotation
 ``streams.pyds.dev/set-id``). What a directory holds decides what its replica may do:
 
 - **empty** (no stream or record ever written, no replica position): it may create
@@ -37,7 +37,7 @@ import uuid
 from typing import TYPE_CHECKING, Literal
 
 from stream_format.layout import Layout, valid_set_id
-from stream_server.engine.layout import remove_set_id, write_set_id
+from stream_server.engine.data_dir import remove_set_id, write_set_id
 from stream_server.engine.replica import ReplicaHooks, holds_data, leave_set
 
 if TYPE_CHECKING:
