@@ -207,7 +207,7 @@ class History:
                 out.write(json.dumps({"seen": asdict(seen)}) + "\n")
 
 
-def check(history: History, final: dict[str, bytes], *, bound: float | None = None) -> Report:
+def check(history: History, final: dict[str, bytes], *, bound: float | None = None) -> Report:  # noqa: C901 - one pass over a history, every rule beside the others
     """Judge ``history`` against the final content of each stream it touched; with
     ``bound``, also the reads that said they were up to date (module doc)."""
     report = Report()

@@ -339,7 +339,7 @@ class ApiServer(kmock.KubernetesEmulator):
             name = fields.partition("=")[2]
         self.requests.append(Call(verb, group, plural, agent, request.namespace, name))
 
-    async def _handle(self, request: rendering.Request) -> Any:
+    async def _handle(self, request: rendering.Request) -> Any:  # noqa: C901 - the API server's routing of one request, as kube-apiserver orders it
         self._forget_old_requests()
         if request.method == enums.method.POST and request.subresource == "eviction":
             return await self._serve_eviction(request)  # kmock knows no such action
@@ -433,7 +433,7 @@ class ApiServer(kmock.KubernetesEmulator):
         if owners and not owners & live:
             self._orphans[id(request)] = (key, meta["uid"])
 
-    async def _update(self, request: rendering.Request) -> None:
+    async def _update(self, request: rendering.Request) -> None:  # noqa: C901 - an update's checks in kube-apiserver's order
         key = (request.resource, request.namespace, request.name)
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         if key not in self._objects or self._objects[key].deleted:

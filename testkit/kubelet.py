@@ -263,7 +263,7 @@ class Kubelet:
                 return
             self._stop.wait(0.2)
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: C901 - one control loop's round, in the StatefulSet controller's order
         sts = self.cluster.get("StatefulSet", self.namespace, self.name)
         if sts is None:
             with self._lock:

@@ -34,7 +34,7 @@ def _secret_file(cluster: Cluster, namespace: str, ref: dict[str, str], into: Pa
     return str(path)
 
 
-def scrape_configs(
+def scrape_configs(  # noqa: C901 - the Prometheus operator's generation, field by field
     cluster: Cluster, monitor: dict[str, Any], discovery_url: str, files: Path
 ) -> list[dict[str, Any]]:
     """One scrape config per ``podMetricsEndpoints`` entry."""

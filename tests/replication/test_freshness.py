@@ -204,7 +204,7 @@ async def test_a_standby_of_the_version_before_gets_messages_without_echo() -> N
 
 
 async def call(
-    app: Any, method: str, path: str, query: str = "", body: bytes = b"", timeout: float = 10
+    app: Any, method: str, path: str, query: str = "", body: bytes = b""
 ) -> tuple[int, dict[bytes, bytes], bytes]:
     """One request as uvicorn makes it; a live read's client never hangs up."""
     scope = {
@@ -230,7 +230,7 @@ async def call(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await asyncio.wait_for(app(scope, receive, send), timeout)
+    await asyncio.wait_for(app(scope, receive, send), 10)
     start = sent[0]
     return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -238,10 +238,8 @@ async def call(
 async def recovered(settings: Settings) -> StreamServerApp:
     app = StreamServerApp(settings)
     app.recovery.start()
-    deadline = time.monotonic() + 30
-    while not app.recovery.finished:
-        assert time.monotonic() < deadline, "recovery did not finish"
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(30):
+        assert await app.recovery.recovered(), "recovery did not finish"
     return app
 
 
@@ -350,9 +348,7 @@ async def test_a_long_poll_waiting_on_a_replica_that_falls_behind_ends_with_503(
     app.streams.context.read_gate = Gate(0.3)
     # Its timeout is a minute; it is answered once the replica falls behind, and
     # never with a 204 saying up to date.
-    status, headers, _ = await call(
-        app, "GET", "/v1/stream/s", f"offset={tail}&live=long-poll", timeout=10
-    )
+    status, headers, _ = await call(app, "GET", "/v1/stream/s", f"offset={tail}&live=long-poll")
     assert status == 503 and b"stream-up-to-date" not in headers
 
 
@@ -362,7 +358,7 @@ async def test_an_sse_response_on_a_replica_that_falls_behind_ends_without_sayin
     app = node
     gate = Gate(0.3)
     app.streams.context.read_gate = gate
-    status, headers, body = await call(app, "GET", "/v1/stream/s", "offset=-1&live=sse", timeout=10)
+    status, headers, body = await call(app, "GET", "/v1/stream/s", "offset=-1&live=sse")
     assert status == 200 and headers[b"content-type"] == b"text/event-stream"
     # The first read, while current: the data and one control event saying up to date.
     assert body.count(b"event: control") == 1 and b'"upToDate":true' in body

@@ -24,6 +24,7 @@ from stream_server.replication.lease import (
 )
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.shipping import Shipper
+from testkit import wait_until
 from tests.replication.role_loops import DURATION, Clock, replica, seed
 
 
@@ -106,8 +107,7 @@ async def test_a_join_in_flight_already_holds_the_commit_point(api, lease) -> No
     # c may be in the Lease already (electable) though it holds only up to 3.
     assert shipper.commit_point() == 3
     client.hold.set()
-    while "c" not in a.state.in_sync:
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: "c" in a.state.in_sync)
     shipper.note("c", a.state.term, 5)
     assert shipper.commit_point() == 5
 
@@ -194,8 +194,7 @@ async def test_a_primary_learns_of_a_new_holder_from_the_watch_not_its_clock(api
     a.config.retry_period = 1000.0
     a.start()
     try:
-        while not a.is_primary:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: a.is_primary)
         client = LeaseClient(lease, api.url)
         try:
             record = await client.get()

@@ -199,7 +199,7 @@ async def test_the_start_survives_a_restart_and_recovery_punches_again(tmp_path)
     await store.stop()
     # Undo the punch behind the engine's back (as a WAL replay of old frames does):
     # recovery must give the blocks back again.
-    with open(path, "r+b") as f:
+    with path.open("r+b") as f:
         f.seek(8192)
         f.write(b"\xff" * (first - 8192))
     assert os.stat(path).st_blocks * 512 > 100 * KIB

@@ -509,7 +509,7 @@ class Engine:
                 first=(tail.start_pos, tail.start) if tail else None,
             )
 
-    def retention_point(
+    def retention_point(  # noqa: C901 - the bounds of a retention cut, each beside the others
         self, sid: int, *, min_pos: int, cutoff_us: int | None, max_unit: int
     ) -> tuple[int, int] | None:
         """Where a drop may move the retained start: the first record that starts at
@@ -626,7 +626,7 @@ class Engine:
             return hint[1]  # continuing where the last read stopped: no index lookup
         return self._index_floor(sid, start)[0]
 
-    def read(
+    def read(  # noqa: C901 - the read path: an inline loop per record, no object per record
         self,
         sid: int,
         kind: int,

@@ -48,7 +48,7 @@ class StreamRoutes:
         self.live_readers = self.context.slots.by_mode  # read by the metrics gauge
         self.admits = context.auth is not None or context.limiter is not None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: C901 - the protocol's order of checks, read in one place
         ctx = self.context
         method = scope["method"]
         send = _bounded(scope, send, ctx.settings.body_timeout)

@@ -85,7 +85,7 @@ async def long_poll(
     await send_read(ctx, send, s, result, h, cursor=next_cursor(cursor))
 
 
-async def sse(
+async def sse(  # noqa: C901 - one SSE connection's life in the order the protocol gives it
     ctx: Context, send: Send, s: Stream, unit: int, cursor: str | None, hangup: Hangup
 ) -> None:
     text = s.is_json or s.meta.content_type.lower().startswith("text/")

@@ -75,7 +75,7 @@ def _meta_headers(s: Stream, next_unit: int) -> Headers:
     return hs
 
 
-async def get(
+async def get(  # noqa: C901 - the protocol's order of checks for a read, read in one place
     ctx: Context,
     scope: Scope,
     receive: Receive,

@@ -20,7 +20,7 @@ from stream_server.streams.recent import remember
 from stream_server.streams.requests import AppendRequest
 
 
-def queue_append(
+def queue_append(  # noqa: C901 - the append path: one check-and-reserve step, no extra call
     s: Stream, req: AppendRequest, payloads: list[bytes], *, max_producers: int
 ) -> tuple[Queued, bool]:
     """Reserve ``req`` on ``s``; also whether it writes the configuration (and TTL clock)."""

@@ -81,41 +81,57 @@ def parse_policy(text: str) -> Policy:
             f"retention {text!r}: the prefix is relative to the stream base path "
             f"(write {prefix.lstrip('/')!r})"
         )
-    max_bytes: int | None = None
-    max_age: float | None = None
-    seen: set[str] = set()
+    found: dict[str, int | float] = {}
     for rule in rules.split(","):
         key, eq, value = rule.strip().partition("=")
         if not eq or not value:
             raise ValueError(f"retention {text!r}: rule {rule.strip()!r} is not NAME=VALUE")
-        if key in seen:
+        if key in found:
             raise ValueError(f"retention {text!r}: {key} given twice")
-        seen.add(key)
-        if key == "max-bytes":
-            m = _SIZE.fullmatch(value)
-            if m is None or m.group(2) not in _SIZE_UNITS:
-                raise ValueError(
-                    f"retention {text!r}: max-bytes {value!r} is not a size "
-                    "(bytes, or with KiB, MiB, GiB, TiB: e.g. 512KiB, 10GiB)"
-                )
-            max_bytes = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
-            if max_bytes < 1:
-                raise ValueError(f"retention {text!r}: max-bytes must be positive")
-        elif key == "max-age":
-            a = _AGE.fullmatch(value)
-            if a is None:
-                raise ValueError(
-                    f"retention {text!r}: max-age {value!r} is not a duration "
-                    "(a number with s, m, h or d: e.g. 30s, 15m, 12h, 7d)"
-                )
-            max_age = float(int(a.group(1)) * _AGE_UNITS[a.group(2)])
-            if max_age <= 0:
-                raise ValueError(f"retention {text!r}: max-age must be positive")
-        else:
+        parse = _RULES.get(key)
+        if parse is None:
             raise ValueError(
                 f"retention {text!r}: unknown rule {key!r} (known: max-bytes, max-age)"
             )
-    return Policy(prefix, max_bytes, max_age)
+        found[key] = parse(text, value)
+    max_bytes, max_age = found.get("max-bytes"), found.get("max-age")
+    return Policy(
+        prefix,
+        None if max_bytes is None else int(max_bytes),  # an int as parsed: never through float
+        None if max_age is None else float(max_age),
+    )
+
+
+def _max_bytes(text: str, value: str) -> int:
+    m = _SIZE.fullmatch(value)
+    if m is None or m.group(2) not in _SIZE_UNITS:
+        raise ValueError(
+            f"retention {text!r}: max-bytes {value!r} is not a size "
+            "(bytes, or with KiB, MiB, GiB, TiB: e.g. 512KiB, 10GiB)"
+        )
+    size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    if size < 1:
+        raise ValueError(f"retention {text!r}: max-bytes must be positive")
+    return size
+
+
+def _max_age(text: str, value: str) -> float:
+    a = _AGE.fullmatch(value)
+    if a is None:
+        raise ValueError(
+            f"retention {text!r}: max-age {value!r} is not a duration "
+            "(a number with s, m, h or d: e.g. 30s, 15m, 12h, 7d)"
+        )
+    age = float(int(a.group(1)) * _AGE_UNITS[a.group(2)])
+    if age <= 0:
+        raise ValueError(f"retention {text!r}: max-age must be positive")
+    return age
+
+
+_RULES: dict[str, Callable[[str, str], int | float]] = {
+    "max-bytes": _max_bytes,
+    "max-age": _max_age,
+}
 
 
 def parse_policies(texts: Iterable[str]) -> tuple[Policy, ...]:

@@ -466,32 +466,32 @@ class SubscriptionManager:
         done = body.get("done", False)
         if done is not None and not isinstance(done, bool):
             raise invalid("done must be true or false")
-        out = []
-        for item in raw:
-            if not isinstance(item, dict):
-                raise invalid('each ack is {"stream": path, "offset": offset}')
-            path = stream_path(
-                item.get("stream", item.get("path")), "ack stream", max_bytes=self.max_path_bytes
+        return [self._parse_ack(sub, item) for item in raw]
+
+    def _parse_ack(self, sub: Subscription, item: object) -> Ack:
+        if not isinstance(item, dict):
+            raise invalid('each ack is {"stream": path, "offset": offset}')
+        path = stream_path(
+            item.get("stream", item.get("path")), "ack stream", max_bytes=self.max_path_bytes
+        )
+        offset = item.get("offset")
+        if not isinstance(offset, str):
+            raise invalid("ack offset must be a string")
+        try:
+            unit = parse_offset(offset, allow_now=False)
+        except OffsetError as exc:
+            raise invalid(f"ack offset: {exc}") from None
+        if path not in sub.links:
+            raise SubscriptionError(
+                "INVALID_OFFSET", f"{path[:200]!r} is not a stream of this subscription"
             )
-            offset = item.get("offset")
-            if not isinstance(offset, str):
-                raise invalid("ack offset must be a string")
-            try:
-                unit = parse_offset(offset, allow_now=False)
-            except OffsetError as exc:
-                raise invalid(f"ack offset: {exc}") from None
-            if path not in sub.links:
-                raise SubscriptionError(
-                    "INVALID_OFFSET", f"{path[:200]!r} is not a stream of this subscription"
-                )
-            if unit == START:
-                raise SubscriptionError("INVALID_OFFSET", "an ack offset cannot be -1")
-            if unit > self.tail(path):
-                raise SubscriptionError(
-                    "INVALID_OFFSET", f"ack offset {offset} is past the tail of {path[:200]!r}"
-                )
-            out.append(Ack(path, unit))
-        return out
+        if unit == START:
+            raise SubscriptionError("INVALID_OFFSET", "an ack offset cannot be -1")
+        if unit > self.tail(path):
+            raise SubscriptionError(
+                "INVALID_OFFSET", f"ack offset {offset} is past the tail of {path[:200]!r}"
+            )
+        return Ack(path, unit)
 
     def apply_acks(self, sub: Subscription, acks: Iterable[Ack]) -> None:
         """Move cursors forward; an ack below a cursor leaves it where it is."""
