@@ -2,10 +2,6 @@
 through the primary Service while the primary pod is killed, while the image is rolled and while a
 switchover asked for with an annotation is made.
 
-Over 400 lines as one scenario: the writers, the checks of the roll order and the
-convergence check share the one set the test builds (seconds to start), so they stay
-together rather than split across files that would each start their own.
-
 kopf runs the real handlers against the emulated API server; the kubelet
 stand-in (testkit.kubelet) runs the StatefulSet's pods as real server
 processes that elect their primary through the Lease the operator names; the

@@ -1,8 +1,5 @@
 """Builds grafana/durable-streams.json from the rows and panels below.
 
-Over 400 lines because it is the dashboard itself, row by row: data written
-as code, which reads best whole.
-
 The dashboard is data, but writing its JSON by hand invites drift: the rows
 and queries live here, and ``python observability/build_dashboard.py``
 regenerates the file (a test checks that the committed copy is current).

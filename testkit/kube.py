@@ -1,7 +1,5 @@
 """A Kubernetes API server for tests: kmock's emulator, made to behave like the real one.
 
-Over 400 lines on purpose: every behaviour below shares ApiServer's one store of objects.
-
 kmock keeps objects in memory and serves list, watch, create, patch and
 delete over real HTTP, but stamps nothing and validates nothing. The
 operator's correctness depends on exactly those details, so ``ApiServer``

@@ -39,9 +39,6 @@ gate's condition (set by someone else through ``pods/status``, kept as set) is T
 The API objects themselves (claims, Pod objects and statuses, the StatefulSet's
 status, a container's env) are built in ``testkit.pod_objects``; how a container
 runs is ``testkit.pod_runtimes``; this module decides when each starts and stops.
-Over 400 lines as the one control loop that a StatefulSet controller and a kubelet
-are together: starts, restarts with back-off, rollouts and deletions share its
-state.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """A replica set on one machine: the emulated Kubernetes API and N stream servers.
 
-Over 400 lines because it is one command-line tool (up, down, restart, status,
-switchover) over one state file that every command reads and rewrites.
-
 This is how a user tries failover on a laptop and how the replication tests
 run (issue 13, "A replica set on one machine")::
 

@@ -1,8 +1,5 @@
 """Hostile connection shapes against real servers: what one connection may cost.
 
-Over 400 lines on purpose: one test per connection-level limit, over the same raw
-socket helpers.
-
 Each test plays a client that never finishes something (a head, a body, a
 read) or holds many connections, and checks that the server bounds the cost
 (``stream_server.http_limits``, ``read_body``): memory stays flat, the

@@ -1,7 +1,5 @@
 """Spark on Kubernetes for a DurableStream: what ``spec.analytics`` becomes, as plain dicts.
 
-Over 400 lines on purpose: four shapes of one job, kept in step by shared volume rules.
-
 Pure functions, like the operator's render module, so the operator can call
 them and tests can check them without a cluster:
 

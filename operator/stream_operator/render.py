@@ -1,8 +1,5 @@
 """What a DurableStream becomes: the desired Kubernetes objects, as plain dicts.
 
-Over 400 lines on purpose: every object is rendered from the same defaults, names and
-labels, and desired_objects is the one list of them.
-
 Pure functions of (name, namespace, uid, spec): no API calls, so every
 object the operator would apply is unit-tested without a cluster.
 """

@@ -1,8 +1,5 @@
 """The connection-level limits: what one TCP connection may cost the server.
 
-Over 400 lines because each limit is small and they share one connection
-object; a module per limit would split what a reader checks together.
-
 The app's own limits (body size, readers, rate) only apply once a request has
 reached it; a hostile client can do harm before that, or without ever sending
 a request. Each limit here closes one such hole, found by probing a real

@@ -23,9 +23,6 @@ CRASH_STATES sets how many states are explored (default 1,500) and
 CRASH_MIXED how many random mixes each crash point may get (default 3);
 ``make test-long`` explores many more. The test prints how many states were
 explored and how many were distinct.
-
-Over 400 lines because both workloads share the recorded store, the explorer's
-settings and the checks every state must pass.
 """
 
 from __future__ import annotations

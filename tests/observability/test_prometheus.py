@@ -1,9 +1,6 @@
 """A real Prometheus scrapes real servers under traffic; every dashboard query
 and every alert expression runs through its HTTP API.
 
-Over 400 lines on purpose: one test, as one real Prometheus and its two servers take
-long to start, checks every panel query and alert expression in turn.
-
 Two servers, labelled as the Prometheus Operator would label pods
 (namespace ``obs``, pods ``ds-0`` and ``ds-1``, job ``orders`` as if named
 after a DurableStream's Service): ``ds-0`` takes steady

@@ -6,9 +6,6 @@ Operator's and the CSI snapshotter's own CRD schemas (tests/operator/crds/),
 plus a strict check that every field we set exists in those schemas (the API
 server would silently prune unknown ones); built-in kinds go through
 kubernetes-validate --strict.
-
-Over 400 lines on purpose: every test checks the same rendered Spark objects against
-the same published schemas.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The chart and the plain manifests, checked with real helm and the official schemas.
-
-Over 400 lines on purpose: every test renders the one chart with helm and reads the same
-values; the upgrade from the previous chart is test_chart_upgrade.py.
-"""
+"""The chart and the plain manifests, checked with real helm and the official schemas."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """The real kopf operator against an emulated API server (testkit.kube).
 
-Over 400 lines on purpose: each scenario needs the same running operator and API
-server, and reads best next to the others it builds on.
-
 Each test starts an API server and the operator, acts the way a user would
 (create, patch, delete DurableStreams through the API), plays the StatefulSet
 controller where one is needed (status, PVCs), and checks what the operator

@@ -6,10 +6,6 @@ The DurableStream, its pods, its Lease and its Events are written as the real op
 and the servers write them (the operator runs; the test plays the StatefulSet
 controller, the kubelet and the servers' Lease writes). A switchover is carried out by
 the real operator, with ``primary_stand_in`` answering as the primary.
-
-Over 400 lines on purpose: every test runs the plugin against the one set-up built here
-(operator, kubeconfig, the objects the controllers would write); the pure rules of the
-fenced list are in test_kubectl_fencing.py.
 """
 
 from __future__ import annotations
