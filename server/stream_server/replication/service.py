@@ -70,7 +70,7 @@ from stream_server.replication.settings import (
     replica_name,
 )
 from stream_server.replication.shipping import FetchAnswer, Shipper
-from stream_server.replication.switchover import Switchover, SwitchoverAnswer, parse_request
+from stream_server.replication.switchover import Switchover, SwitchoverResponse, parse_request
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
 
@@ -552,10 +552,10 @@ class Replication:
     def peer_headers(self) -> dict[str, str]:
         return self.peer_token.headers() if self.peer_token is not None else {}
 
-    async def switchover_request(self, body: bytes) -> SwitchoverAnswer:
+    async def switchover_request(self, body: bytes) -> SwitchoverResponse:
         """``POST /replication/switchover``: its optional JSON body, then the switch."""
         asked = parse_request(body)
-        if isinstance(asked, SwitchoverAnswer):
+        if isinstance(asked, SwitchoverResponse):
             return asked
         return await self.switchover.run(*asked)
 
