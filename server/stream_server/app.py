@@ -136,7 +136,7 @@ class StreamServerApp:
         ]
         if self.replication is not None:
             # Reads only while this replica is current within its staleness bound.
-            self.streams.context.read_gate = self.replication.reads
+            self.streams.context.read_gate = self.replication.read_fence
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
             routes.append(Route("/replication", self.replication_status, methods=["GET"]))
