@@ -148,7 +148,7 @@ async def test_links_cursors_and_saved_values(store: StreamStore):
     await store.delete("x/explicit")
     assert "e/new" not in sub.links and sub.links["x/explicit"].acked == 0
 
-    # The record holds the whole state, and reads back the same.
+    # The saved value holds the whole state, and reads back the same.
     again = from_value(sub.to_value(), max_path_bytes=1024)
     assert isinstance(again, Subscription)
     assert again.to_value() == sub.to_value()
@@ -160,7 +160,7 @@ async def test_links_cursors_and_saved_values(store: StreamStore):
     assert sub2.generation == 1 and sub2.secret != sub.secret
 
 
-async def test_records_survive_a_reopen_and_streams_created_meanwhile_are_linked(tmp_path):
+async def test_saved_subscriptions_survive_a_reopen_and_new_streams_are_linked(tmp_path):
     store = StreamStore(tmp_path / "data")
     await store.start()
     m = SubscriptionManager(store)
