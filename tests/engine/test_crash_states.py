@@ -448,8 +448,8 @@ def test_every_explored_crash_state_keeps_the_acknowledged_keyed_values(tmp_path
     explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
     summary.report(
         "figures",
-        f"record crash states: {len(rec.ops)} ops recorded, {len(history.ops)} record "
-        f"and stream operations, {explored} states explored, {distinct} distinct, "
+        f"keyed-value crash states: {len(rec.ops)} ops recorded, {len(history.ops)} keyed "
+        f"value and stream operations, {explored} states explored, {distinct} distinct, "
         f"{len(applied)} different prefixes recovered",
     )
     # The states reached both ends: nothing applied yet, and every operation.
