@@ -21,8 +21,8 @@ POSIX file system may hold after a power cut:
   no ``env.sync()`` came after that last commit.
 
 Each state is written out to a fresh directory for the caller to recover and
-check. States that come out byte-identical are checked once. ``KeyedHistory``
-says which values of keyed state (records, tails) a crash at a given place
+check. States that come out byte-identical are checked once. ``KeyedValueHistory``
+says which values of keyed state (keyed values, tails) a crash at a given place
 may leave: those after some prefix of the submitted operations that holds
 every acknowledged one.
 """
@@ -379,7 +379,7 @@ def check_each(
 
 
 @dataclass
-class KeyedHistory:
+class KeyedValueHistory:
     """Puts and deletes of keyed values, in the order they were submitted, and where
     in a recording each was acknowledged: what a crash state may hold.
 

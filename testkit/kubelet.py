@@ -73,7 +73,7 @@ from testkit.pod_objects import (
     termination_message,
     volume_dir,
 )
-from testkit.pod_runtimes import Launch, Processes, Running, Runtime
+from testkit.pod_runtimes import ContainerLaunch, Processes, Running, Runtime
 
 
 @dataclass
@@ -515,7 +515,7 @@ class Kubelet:
         log_path = self.root / f"{name}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
         log_start = log.tell()
-        launch = Launch(name, container, template["spec"], env, data_dir, mounts, log)
+        launch = ContainerLaunch(name, container, template["spec"], env, data_dir, mounts, log)
         proc = self.runtime.start(launch)
         log.close()  # the child holds its own descriptor
         self.history.append((time.monotonic(), "start", ordinal, revision))

@@ -46,7 +46,7 @@ class Running(Protocol):
 
 
 @dataclass
-class Launch:
+class ContainerLaunch:
     """A container about to start: its spec as the API holds it, and what the kubelet made
     for it here (its port, its data volume's directory, its Secrets written out)."""
 
@@ -60,13 +60,13 @@ class Launch:
 
 
 class Runtime(Protocol):
-    def start(self, launch: Launch) -> Running: ...
+    def start(self, launch: ContainerLaunch) -> Running: ...
 
 
 class Processes:
     """The server as a process of this checkout; paths inside the pod become local ones."""
 
-    def start(self, launch: Launch) -> Running:
+    def start(self, launch: ContainerLaunch) -> Running:
         env = {key: translated(value, launch.secrets) for key, value in launch.env.items()}
         env["DS_DATA_DIR"] = str(launch.data_dir)
         return subprocess.Popen(
@@ -86,7 +86,7 @@ class Containers:
     podman: Podman
     images: Mapping[str, str]
 
-    def start(self, launch: Launch) -> Running:
+    def start(self, launch: ContainerLaunch) -> Running:
         image = self.images.get(launch.container["image"])
         if image is None:
             raise RuntimeError(f"no local image for {launch.container['image']!r}: {self.images}")
@@ -106,10 +106,10 @@ class Containers:
         proc = subprocess.Popen(argv, stdout=launch.log, stderr=subprocess.STDOUT)
         return ContainerProcess(self.podman, name, proc)
 
-    def _security(self, launch: Launch) -> dict[str, Any]:
+    def _security(self, launch: ContainerLaunch) -> dict[str, Any]:
         return dict(launch.container.get("securityContext") or {})
 
-    def _identity(self, launch: Launch) -> list[str]:
+    def _identity(self, launch: ContainerLaunch) -> list[str]:
         pod = launch.pod_spec.get("securityContext") or {}
         flags = []
         if "runAsUser" in pod:
@@ -123,7 +123,7 @@ class Containers:
             flags.append("--security-opt=no-new-privileges")
         return flags
 
-    def _volumes(self, launch: Launch) -> dict[Path | str, str]:
+    def _volumes(self, launch: ContainerLaunch) -> dict[Path | str, str]:
         """The data volume and the Secrets at their mount paths, owned as the kubelet
         leaves them: the volume by the pod's fsGroup, a Secret's files by root with the
         fsGroup as group and the volume's ``defaultMode``."""
@@ -149,7 +149,7 @@ class Containers:
                 mounted[launch.data_dir] = inside + ro
         return mounted
 
-    def _empty_dirs(self, launch: Launch) -> list[str]:
+    def _empty_dirs(self, launch: ContainerLaunch) -> list[str]:
         empty = {v["name"] for v in launch.pod_spec.get("volumes") or [] if "emptyDir" in v}
         mounts = launch.container.get("volumeMounts") or []
         return [m["mountPath"] for m in mounts if m["name"] in empty]

@@ -82,14 +82,15 @@ GOLDEN_V3 = golden(3)
 EXPECTED_V3 = expected(3)
 
 
-def test_the_server_reads_the_golden_v3_directory_records_and_all(tmp_path):
-    """Format 3's records, left as a crash leaves them: part in LMDB, the last put only
-    in the WAL (``make_golden_v3.py``). Recovery must decode both encodings."""
+def test_the_server_reads_the_golden_v3_directory_keyed_values_and_all(tmp_path):
+    """Format 3's keyed values (``records`` in ``golden_v3.json``, after the database's
+    name), left as a crash leaves them: part in LMDB, the last put only in the WAL
+    (``make_golden_v3.py``). Recovery must decode both encodings."""
 
     async def check(store: StreamStore, report: RecoveryReport) -> None:
         assert report.wal_frames_replayed > 0 and report.damaged == {}
         for space, want in EXPECTED_V3["records"].items():
-            got = {k: v.hex() for k, v in store.records(space).items()}
+            got = {k: v.hex() for k, v in store.keyed_values(space).items()}
             assert got == want, space
         for path, want in EXPECTED_V3["streams"].items():
             s = store.get(path)
@@ -101,7 +102,7 @@ def test_the_server_reads_the_golden_v3_directory_records_and_all(tmp_path):
     assert (data / "FORMAT").read_text() == CURRENT.text()
 
 
-def test_the_spark_reader_reads_the_golden_v3_directory_and_ignores_its_records():
+def test_the_spark_reader_reads_the_golden_v3_directory_and_ignores_its_keyed_values():
     got, kinds = every_stream(GOLDEN_V3)
     assert sorted(got) == sorted(EXPECTED_V3["streams"])
     for path, want in EXPECTED_V3["streams"].items():

@@ -63,7 +63,7 @@ from stream_operator.render import (
 )
 from stream_operator.spec import DurableStreamSpec, quantity_bytes, refused_change, spec_of
 from stream_operator.status import Outcome
-from stream_operator.switchover import TOKEN_KEY, new_token
+from stream_operator.switchover_call import TOKEN_KEY, new_token
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
 # Labels on every PodMonitor made for a DurableStream (JSON object; the chart's

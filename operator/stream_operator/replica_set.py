@@ -37,7 +37,7 @@ from stream_operator.rollout import (
     requested_switchover,
 )
 from stream_operator.spec import DurableStreamSpec, spec_of
-from stream_operator.switchover import TOKEN_KEY, request_switchover
+from stream_operator.switchover_call import TOKEN_KEY, request_switchover
 
 # (name, namespace, pod, spec) -> the origin a replica set's pod answers at: its DNS name
 # through the headless Service in a cluster; tests point it at a real local server.

@@ -21,7 +21,9 @@ DB_STREAMS = 1  # stream path (utf-8) -> StreamMeta (JSON)
 DB_TAILS = 2  # stream id (u64 BE) -> TAIL
 DB_PRODUCERS = 3  # stream id (u64 BE) + producer id (utf-8) -> PRODUCER
 DB_INDEX = 4  # stream id (u64 BE) + unit (u64 BE) -> file position (u64 LE)
-DB_RECORDS = 5  # space (utf-8) + 0x00 + key (utf-8) -> opaque value (since format 3)
+# Keyed values: space (utf-8) + 0x00 + key (utf-8) -> opaque value (since format 3). The
+# database keeps the name format 3 gave it, ``records``; it holds no log record.
+DB_RECORDS = 5
 
 # The stream databases: every format has them, and a reader of committed data
 # (read version 1, the Spark data source) opens these and no others.
@@ -32,8 +34,8 @@ DB_NAMES = {
     DB_PRODUCERS: b"producers",
     DB_INDEX: b"index",
 }
-# Every database a writer keeps. Format 3 adds ``records`` (keyed state of other
-# parts of the server, such as subscriptions); readers never open it, so it did
+# Every database a writer keeps. Format 3 adds ``records`` (keyed values: state of
+# other parts of the server, such as subscriptions); readers never open it, so it did
 # not raise the read version.
 ALL_DB_NAMES = {**DB_NAMES, DB_RECORDS: b"records"}
 
@@ -187,18 +189,19 @@ def index_key(stream_id: int, unit: int) -> bytes:
     return INDEX_KEY.pack(stream_id, unit)
 
 
-RECORD_SEP = b"\x00"  # between a record's space and its key; never inside a space
+SPACE_SEP = b"\x00"  # between a keyed value's space and its key; never inside a space
 
 
-def record_prefix(space: str) -> bytes:
-    """The key prefix every record of ``space`` shares (the space may not hold NUL)."""
-    return space.encode("utf-8") + RECORD_SEP
+def space_prefix(space: str) -> bytes:
+    """The key prefix every keyed value of ``space`` shares (the space may not hold NUL)."""
+    return space.encode("utf-8") + SPACE_SEP
 
 
-def record_key(space: str, key: str) -> bytes:
-    return record_prefix(space) + key.encode("utf-8")
+def space_key(space: str, key: str) -> bytes:
+    """The LMDB key that ``key`` of ``space`` is kept under in the ``records`` database."""
+    return space_prefix(space) + key.encode("utf-8")
 
 
-def record_name(raw: bytes | memoryview, prefix: bytes) -> str:
-    """The key of a record within its space, from its LMDB key."""
+def key_in_space(raw: bytes | memoryview, prefix: bytes) -> str:
+    """The key of a keyed value within its space, from its LMDB key (``space_key``'s inverse)."""
     return bytes(raw)[len(prefix) :].decode("utf-8")

@@ -120,7 +120,7 @@ class StreamServerApp:
                 settings,
                 self.store,
                 # Deliveries, wakes and lease expiries only on the primary: a standby
-                # would send duplicates and write records it may not (docs/replication.md).
+                # would send duplicates and write keyed values it may not (docs/replication.md).
                 primary_work=[
                     PrimaryWork(
                         "subscriptions", self.subscriptions.resume, self.subscriptions.pause
@@ -136,7 +136,7 @@ class StreamServerApp:
         ]
         if self.replication is not None:
             # Reads only while this replica is current within its staleness bound.
-            self.streams.context.read_gate = self.replication.reads
+            self.streams.context.read_gate = self.replication.read_fence
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
             routes.append(Route("/replication", self.replication_status, methods=["GET"]))
@@ -303,7 +303,7 @@ class StreamServerApp:
             log.info("stopped cleanly")
 
     async def _start_subscriptions(self) -> None:
-        """Start subscriptions once recovery has finished (they read the recovered records).
+        """Start subscriptions once recovery has finished (they read the recovered keyed values).
 
         Appends committed between the end of recovery and this start are not lost:
         the manager computes pending work from tails and links, at start, every

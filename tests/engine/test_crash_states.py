@@ -14,10 +14,10 @@ fresh store and must show:
   end of one of its appends (a batch either is there or is not);
 - the Spark reader reads the recovered directory and sees the same bytes.
 
-A second workload puts and deletes keyed records (data format 3) between
-appends and in the same batches: after each crash state the records and the
+A second workload puts and deletes keyed values (data format 3) between
+appends and in the same batches: after each crash state those values and the
 streams' tails together must be the state after a prefix of the submitted
-operations that holds every acknowledged one (``KeyedHistory``).
+operations that holds every acknowledged one (``KeyedValueHistory``).
 
 CRASH_STATES sets how many states are explored (default 1,500) and
 CRASH_MIXED how many random mixes each crash point may get (default 3);
@@ -50,7 +50,7 @@ from stream_server.streams.store import (
     StreamStore,
 )
 from testkit import summary
-from testkit.crashstates import CrashState, KeyedHistory, Recording, check_each, recorded
+from testkit.crashstates import CrashState, KeyedValueHistory, Recording, check_each, recorded
 from testkit.spark_rows import every_stream
 
 pytestmark = pytest.mark.slow
@@ -300,7 +300,7 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, era):
         store = StreamStore(crashed, limits=StoreLimits(sweep_interval=3600))
         await store.start()
         rec.ack(("recovered", "s"))
-        await store.put_record("subs", "a", b"1")
+        await store.put_keyed_value("subs", "a", b"1")
         rec.ack(("record", "a"))
         await store.append(AppendRequest("s", BIN, b"after"))
         rec.ack(("append", "s"))
@@ -332,7 +332,7 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, era):
         try:
             s = store.get("s")
             data = b"".join(bytes(p) for p in (await store.read(s, 0, 1 << 30)).payloads)
-            return data, store.records("subs")
+            return data, store.keyed_values("subs")
         finally:
             await store.stop()
 
@@ -352,16 +352,18 @@ def test_crash_states_during_recovery_keep_what_the_wal_held(tmp_path, era):
     )
 
 
-# ------------------------------------------------------------- keyed records
+# -------------------------------------------------------------- keyed values
 
 SPACES = ("subs", "cursors")
 
 
-async def run_records_workload(data_dir: Path, rec: Recording) -> tuple[Expected, KeyedHistory]:
+async def run_keyed_values_workload(
+    data_dir: Path, rec: Recording
+) -> tuple[Expected, KeyedValueHistory]:
     """Record puts and deletes between appends and in the same batches as appends,
     across WAL rotations and checkpoints, as the subscription manager makes them."""
     exp = Expected()
-    history = KeyedHistory()
+    history = KeyedValueHistory()
     engine = Engine(data_dir, map_size=1 << 20, checkpoint_bytes=6 * 1024)
     store = StreamStore(data_dir, engine=engine, limits=StoreLimits(sweep_interval=3600))
     await store.start()
@@ -381,7 +383,7 @@ async def run_records_workload(data_dir: Path, rec: Recording) -> tuple[Expected
 
     async def put(space: str, key: str, value: bytes | None) -> None:
         i = history.submit((space, key), value)  # in the same step as the store's submit
-        await store.put_record(space, key, value)
+        await store.put_keyed_value(space, key, value)
         history.ack(rec, i)
 
     for path in ("log", "other"):
@@ -410,18 +412,18 @@ async def run_records_workload(data_dir: Path, rec: Recording) -> tuple[Expected
     return exp, history
 
 
-def test_every_explored_crash_state_keeps_the_acknowledged_records(tmp_path):
+def test_every_explored_crash_state_keeps_the_acknowledged_keyed_values(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     rec = Recording(data_dir)
-    exp, history = recorded(rec, lambda rec: run_records_workload(data_dir, rec))
+    exp, history = recorded(rec, lambda rec: run_keyed_values_workload(data_dir, rec))
     assert sum(op[0] == "lmdb_sync" for op in rec.ops) >= 3  # checkpoints ran
     assert sum(1 for op in rec.ops if op[0] == "create" and op[1].startswith("wal/")) >= 3
 
-    def records(store: StreamStore) -> dict[object, bytes]:
-        """The records and the streams' tails, as the keyed history names them."""
+    def keyed_state(store: StreamStore) -> dict[object, bytes]:
+        """The keyed values and the streams' tails, as the keyed history names them."""
         got: dict[object, bytes] = {
-            (space, k): v for space in SPACES for k, v in store.records(space).items()
+            (space, k): v for space in SPACES for k, v in store.keyed_values(space).items()
         }
         for path in ("log", "other"):
             if path in store.streams:
@@ -436,15 +438,15 @@ def test_every_explored_crash_state_keeps_the_acknowledged_records(tmp_path):
                 directory,
                 exp,
                 state.point,
-                also=lambda store: applied.add(history.check(state.point, records(store))),
+                also=lambda store: applied.add(history.check(state.point, keyed_state(store))),
             )
         )
 
     explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
     summary.report(
         "figures",
-        f"record crash states: {len(rec.ops)} ops recorded, {len(history.ops)} record "
-        f"and stream operations, {explored} states explored, {distinct} distinct, "
+        f"keyed-value crash states: {len(rec.ops)} ops recorded, {len(history.ops)} keyed "
+        f"value and stream operations, {explored} states explored, {distinct} distinct, "
         f"{len(applied)} different prefixes recovered",
     )
     # The states reached both ends: nothing applied yet, and every operation.

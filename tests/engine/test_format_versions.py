@@ -17,7 +17,7 @@ from stream_format.layout import CURRENT, DataFormat, Layout
 from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine, LayoutError
 from stream_server.engine.data_dir import prepare
-from stream_server.engine.ops import Append, PutRecord
+from stream_server.engine.ops import Append, PutKeyedValue
 from tests.engine.test_engine import crash, new_stream, read_all
 
 pytestmark = pytest.mark.processes
@@ -102,12 +102,12 @@ def test_a_format_2_directory_is_replayed_and_raised_to_format_3(tmp_path):
         == CURRENT.text()
         == ("durable-streams-py data format 4\nread-version 2\n")
     )
-    assert e.records("subs") == {}
-    e.commit([PutRecord("subs", "a", b"1")])
+    assert e.keyed_values("subs") == {}
+    e.commit([PutKeyedValue("subs", "a", b"1")])
     crash(e)
     e2 = Engine(layout.root)
     e2.open()
-    assert e2.records("subs") == {"a": b"1"}
+    assert e2.keyed_values("subs") == {"a": b"1"}
     e2.close()
 
 

@@ -128,7 +128,7 @@ def primary_of_three() -> Any:
         degraded=False,
         hooks=SimpleNamespace(durable=(2, 6)),
         failovers=1,
-        reads=SimpleNamespace(fresh_for=lambda: 1.5),
+        read_fence=SimpleNamespace(fresh_for=lambda: 1.5),
     )
 
 

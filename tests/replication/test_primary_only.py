@@ -58,14 +58,14 @@ def test_webhooks_come_from_the_primary_alone_and_from_the_new_one_after_a_kill(
     refused = Api(standby.base).put("w", sub)
     assert refused.status_code == 503
     assert refused.headers["stream-primary"] == primary.url
-    # Reads on a standby answer from the replicated records.
+    # Reads on a standby answer from the replicated subscriptions.
     until("the standby reads the subscription", lambda: Api(standby.base).get("w").status_code
           == 200)  # fmt: skip
     Api(primary.base).stream("events/a", b'{"n":1}')
     receiver.wait(1)
 
     # Every server starts again with the subscription, its wake and pending work
-    # in its records: each of them would deliver if each ran the delivery loop.
+    # in its saved subscriptions: each of them would deliver if each ran the delivery loop.
     for srv in servers:
         srv.stop()
     for srv in servers:
@@ -78,7 +78,7 @@ def test_webhooks_come_from_the_primary_alone_and_from_the_new_one_after_a_kill(
     generations = [h.body["generation"] for h in after]
     assert generations == sorted(set(generations))  # no wake delivered twice
 
-    # kill -9 of the primary: the new one resumes from the replicated records.
+    # kill -9 of the primary: the new one resumes from the replicated subscriptions.
     before = max(h.body["generation"] for h in receiver.hooks)
     mark = len(receiver.hooks)
     primary.kill()
@@ -95,7 +95,7 @@ def test_webhooks_come_from_the_primary_alone_and_from_the_new_one_after_a_kill(
     assert since[first].body["generation"] >= before
 
     # The receiver says done: the cursor moves on the new primary, and the
-    # remaining standby reads it from the replicated record.
+    # remaining standby reads it from the replicated keyed value.
     receiver.answer = lambda hook: (200, {"done": True})
     tail = Api(new.base).append("events/a", b'{"n":2}')
     until("the cursor reaches the tail", lambda: Api(new.base).acked("w") == {"events/a": tail})
@@ -103,7 +103,7 @@ def test_webhooks_come_from_the_primary_alone_and_from_the_new_one_after_a_kill(
     until("the standby reads the cursor", lambda: Api(other.base).acked("w") == {"events/a": tail})
     assert REFUSED not in other.log_path.read_text()
 
-    # The killed primary comes back as a standby: it loads the same records and
+    # The killed primary comes back as a standby: it loads the same saved subscriptions and
     # still delivers nothing.
     primary.start()
     until("the old primary follows", lambda: status(primary)["primary"] == new.url)

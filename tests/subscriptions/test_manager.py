@@ -9,7 +9,7 @@ from stream_server.subscriptions import tokens
 from stream_server.subscriptions.errors import SubscriptionError
 from stream_server.subscriptions.glob import Pattern, PatternError
 from stream_server.subscriptions.manager import Ack, SubscriptionManager
-from stream_server.subscriptions.model import Subscription, Tombstone, from_record
+from stream_server.subscriptions.model import Subscription, Tombstone, from_value
 
 JSON = "application/json"
 
@@ -103,7 +103,7 @@ async def store(tmp_path):
     await s.stop()
 
 
-async def test_links_cursors_and_records(store: StreamStore):
+async def test_links_cursors_and_saved_values(store: StreamStore):
     m = SubscriptionManager(store)
     store.events.on_created = m.stream_created
     store.events.on_appended = m.stream_appended
@@ -148,19 +148,19 @@ async def test_links_cursors_and_records(store: StreamStore):
     await store.delete("x/explicit")
     assert "e/new" not in sub.links and sub.links["x/explicit"].acked == 0
 
-    # The record holds the whole state, and reads back the same.
-    again = from_record(sub.to_record(), max_path_bytes=1024)
+    # The saved value holds the whole state, and reads back the same.
+    again = from_value(sub.to_value(), max_path_bytes=1024)
     assert isinstance(again, Subscription)
-    assert again.to_record() == sub.to_record()
+    assert again.to_value() == sub.to_value()
     await m.delete("s")
-    tomb = from_record(m.tombstones["s"].to_record(), max_path_bytes=1024)
+    tomb = from_value(m.tombstones["s"].to_value(), max_path_bytes=1024)
     assert isinstance(tomb, Tombstone) and tomb.generation == 1
     # Re-created under the same id, the generation continues.
     sub2, _ = await m.create("s", config)
     assert sub2.generation == 1 and sub2.secret != sub.secret
 
 
-async def test_records_survive_a_reopen_and_streams_created_meanwhile_are_linked(tmp_path):
+async def test_saved_subscriptions_survive_a_reopen_and_new_streams_are_linked(tmp_path):
     store = StreamStore(tmp_path / "data")
     await store.start()
     m = SubscriptionManager(store)

@@ -28,7 +28,7 @@ from stream_format.meta import (
     id_key,
     index_key,
     producer_key,
-    record_key,
+    space_key,
     stream_key,
 )
 from stream_format.records import (
@@ -40,14 +40,14 @@ from stream_format.records import (
 from stream_server.engine.ops import (
     Append,
     CreateLog,
+    DeleteKeyedValue,
     DeleteProducer,
-    DeleteRecord,
     DeleteStream,
     DropHead,
     DropLog,
     Op,
+    PutKeyedValue,
     PutProducer,
-    PutRecord,
     PutStream,
 )
 
@@ -131,8 +131,8 @@ class _Builder:
             ),
             CreateLog: self.create_log,
             DeleteStream: lambda op: self.delete(DB_STREAMS, stream_key(op.path)),
-            PutRecord: lambda op: self.put(DB_RECORDS, record_key(op.space, op.key), op.value),
-            DeleteRecord: lambda op: self.delete(DB_RECORDS, record_key(op.space, op.key)),
+            PutKeyedValue: lambda op: self.put(DB_RECORDS, space_key(op.space, op.key), op.value),
+            DeleteKeyedValue: lambda op: self.delete(DB_RECORDS, space_key(op.space, op.key)),
             DropHead: self.drop_head,
             DropLog: self.drop_log,
         }

@@ -46,8 +46,8 @@ from stream_format.meta import (
     DB_INDEX,
     DB_RECORDS,
     index_key,
-    record_name,
-    record_prefix,
+    key_in_space,
+    space_prefix,
 )
 from stream_format.records import (
     FLAG_PRODUCER,
@@ -477,11 +477,11 @@ class Engine:
 
     # ------------------------------------------------------------------- read
 
-    def records(self, space: str) -> dict[str, bytes]:
-        """Every committed record of ``space`` (``ops.PutRecord``), by key, from one
+    def keyed_values(self, space: str) -> dict[str, bytes]:
+        """Every committed keyed value of ``space`` (``ops.PutKeyedValue``), by key, from one
         LMDB read transaction. Runs on any thread."""
         assert self.meta is not None
-        prefix = record_prefix(space)
+        prefix = space_prefix(space)
         out: dict[str, bytes] = {}
         with self.meta.env.begin() as txn:
             cur = txn.cursor(db=self.meta.dbs[DB_RECORDS])
@@ -489,7 +489,7 @@ class Engine:
                 for key, value in cur:
                     if not key.startswith(prefix):
                         break
-                    out[record_name(key, prefix)] = bytes(value)
+                    out[key_in_space(key, prefix)] = bytes(value)
         return out
 
     def _index_floor(

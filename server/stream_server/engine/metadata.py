@@ -1,5 +1,5 @@
 """The LMDB environment: stream configuration, committed tails, producer state, index,
-and keyed records (``ops.PutRecord``).
+and keyed values (``ops.PutKeyedValue``).
 
 The databases, keys and values are the format's (``stream_format.meta``).
 

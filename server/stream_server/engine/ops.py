@@ -80,8 +80,8 @@ class DropHead:
 
 
 @dataclass(slots=True)
-class PutRecord:
-    """Set one keyed record: state of another part of the server (a subscription, say),
+class PutKeyedValue:
+    """Set one keyed value: state of another part of the server (a subscription, say),
     durable with the batch and recovered like stream metadata. Opaque to the engine."""
 
     space: str
@@ -90,8 +90,8 @@ class PutRecord:
 
 
 @dataclass(slots=True)
-class DeleteRecord:
-    """Remove one keyed record (nothing happens if it is not there)."""
+class DeleteKeyedValue:
+    """Remove one keyed value (nothing happens if it is not there)."""
 
     space: str
     key: str
@@ -106,6 +106,6 @@ Op = (
     | DeleteProducer
     | DropLog
     | DropHead
-    | PutRecord
-    | DeleteRecord
+    | PutKeyedValue
+    | DeleteKeyedValue
 )

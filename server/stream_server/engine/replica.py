@@ -193,7 +193,7 @@ class ReplicaHooks:
 
 def holds_data(engine: Engine) -> bool:
     """Whether this directory holds anything a replica set could lose: a stream was
-    ever created (``next_stream_id``), a record written, a replica position
+    ever created (``next_stream_id``), a keyed value written, a replica position
     recorded, or a set left (``leave_set``: what the set had, and maybe more). Read
     after recovery, before the replica follows or leads."""
     assert engine.meta is not None

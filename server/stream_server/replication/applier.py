@@ -4,9 +4,9 @@ committed, off the event loop, in the order they came.
 The follower waits for the first half (``write_frames``: the WAL flushed)
 before it acknowledges the new position, and the second
 (``commit_frames``: LMDB and the tails) runs meanwhile. Two ``to_thread``
-calls per answer were a tenth of a standby's CPU samples (the executor's
-work item, its future chained to the loop's, a worker woken for each;
-docs/performance.md, "The write path's round trip, second round"); one
+calls per answer cost an executor work item each, its future chained to
+the loop's and a worker woken for it, on every write (docs/performance.md,
+"The write path's round trip, second round"); one
 thread that
 lives as long as the follower takes a job from a queue and hands each half's
 outcome back with ``call_soon_threadsafe``.
@@ -46,7 +46,8 @@ SENT_WAIT = 0.002  # seconds the commit waits for the acknowledgement to go out 
 class Sent:
     """Set once by the follower, waited on by the writer thread: a lock held from
     the start and released by ``set``. ``threading.Event`` does the same through
-    a Python-level condition, a tenth of a standby's CPU samples (docs/performance.md)."""
+    a Python-level condition (a lock and a list of waiters per wait), once per
+    commit of a standby (docs/performance.md)."""
 
     __slots__ = ("_lock",)
 

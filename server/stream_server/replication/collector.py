@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from stream_server.replication import clock as replication_clock
+from stream_server.replication import boottime
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -55,7 +55,7 @@ class ReplicationCollector(Collector):
             "read_fresh",
             "1 while this replica answers reads (current within the read staleness bound), "
             "0 while it refuses them with 503",
-            r.reads.fresh_for() > 0,
+            r.read_fence.fresh_for() > 0,
         )
         shipped = CounterMetricFamily(f"{PREFIX}_frames_shipped", "WAL frames sent to standbys")
         shipped.add_metric([], shipper.shipped)
@@ -77,7 +77,7 @@ class ReplicationCollector(Collector):
             labels=["standby"],
         )
         if primary:
-            now = replication_clock.now()  # the clock caught_up_at is read on
+            now = boottime.now()  # the clock caught_up_at is read on
             mine = shipper.lsn
             for name, (_, lsn) in sorted(shipper.acked.items()):
                 frames.add_metric([name], max(0, mine - lsn))

@@ -5,7 +5,7 @@ A set has an id (``uuid4().hex``), kept in each member's data directory (the
 ``SET_ID`` file, ``engine.data_dir.write_set_id``) and in the Lease (annotation
 ``streams.pyds.dev/set-id``). What a directory holds decides what its replica may do:
 
-- **empty** (no stream or record ever written, no replica position): it may create
+- **empty** (no stream or keyed value ever written, no replica position): it may create
   the Lease only if it is the set's bootstrap replica (``replication_bootstrap``;
   empty: any replica may), else it waits for the Lease; it joins any set, adopting
   the Lease's id before it follows (nothing to lose);
@@ -65,7 +65,7 @@ class SetIdentity:
         self.name = name
         self.bootstrap = bootstrap
         self.set_id = ""
-        self.data = False  # streams or records were written here
+        self.data = False  # streams or keyed values were written here
         self.positioned = False  # a replica position is recorded (a set's history)
         self.problem: str | None = None  # why this replica does not follow or lead
         self._minted = ""  # an id minted here for a Lease not yet known to exist

@@ -5,9 +5,10 @@ A standby asks its primary for frames one request after another, on one
 connection, with nothing but a query and a bearer token; every write of the
 set waits for that round trip, and each standby makes one per write. httpx
 spent 1 to 3 ms of CPU per request on it (its request and response models,
-URL parsing, the connection pool, anyio's cancel scopes), and h11, pure
-Python, was still a third of a standby's CPU samples (docs/performance.md,
-"The write path's round trip, second round"). httptools, the C parser
+URL parsing, the connection pool, anyio's cancel scopes), and without it
+h11 still parsed every answer's status line and headers in pure Python,
+once per write (docs/performance.md, "The write path's round trip, second
+round"). httptools, the C parser
 uvicorn serves with (installed with it), parses the answer: the status
 line, the headers, Content-Length and chunked bodies, and whether the
 connection may be kept. This module

@@ -25,7 +25,7 @@ Every ``lease_retry_period`` a replica reads the Lease and
 
 Expiry is judged, as client-go's leader election does, from when *this*
 replica last saw the Lease change (its resourceVersion), stamped once the
-answer that showed the change arrived, by its own clock (``clock.py``, which
+answer that showed the change arrived, by its own clock (``boottime.py``, which
 keeps counting through a suspend): the replicas' clocks need not agree, only
 run at about the same rate (a primary stops acknowledging ``lease_duration -
 lease_renew_deadline`` before anyone may take over). A write whose answer was
@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from stream_server.replication import clock as replication_clock
+from stream_server.replication import boottime
 from stream_server.replication.lease import (
     LeaseClient,
     LeaseConflict,
@@ -99,7 +99,7 @@ class RoleLoop:
         *,
         position: Callable[[], Position] = lambda: (0, 0),
         on_demoted: Callable[[], Awaitable[None] | None] | None = None,
-        clock: Callable[[], float] = replication_clock.now,
+        clock: Callable[[], float] = boottime.now,
         failed: Callable[[], str | None] = lambda: None,
         identity: SetIdentity | None = None,
         reported: Callable[[], dict[str, Position]] = dict,

@@ -3,9 +3,10 @@ they become durable here, its acknowledgements read as they come.
 
 A fetch (``shipping.py``) costs the primary a request per acknowledgement:
 parsed, answered through uvicorn's request cycle and a task of its own, and
-woken again when the next frame comes. Under a sequential load that was 42%
-of the primary's samples holding the GIL (docs/performance.md, "The write path's round
-trip, third round"). A standby that asks for a stream instead (``GET
+woken again when the next frame comes. Under a sequential load every batch
+is acknowledged alone, so the primary pays that whole request cycle, holding
+the GIL, for every write (docs/performance.md, "The write path's round trip,
+third round"). A standby that asks for a stream instead (``GET
 /replication/stream`` with ``Upgrade: pyds-replication/2``, the same
 parameters and checks as a fetch) gets ``101 Switching Protocols``, and the
 connection becomes two byte streams, as PostgreSQL's streaming replication

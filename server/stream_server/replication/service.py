@@ -27,7 +27,7 @@ durability it writes alone and reports itself degraded. During a switchover
 ``Stream-Primary`` naming the new primary once this replica has handed over.
 
 Reads are answered only while this replica knows it is current within
-``replication_read_staleness`` (``reads.py``, the protocol layer's read gate).
+``replication_read_staleness`` (``read_fence.py``, the protocol layer's read gate).
 
 With ``--replication-token-file`` the peer endpoints (fetch, snapshot,
 switchover) need the set's shared secret, and this replica sends it on its own
@@ -60,7 +60,7 @@ from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_tls import PeerTls
 from stream_server.replication.peer_token import PeerToken
 from stream_server.replication.pod_labels import PodClient, PodMarker
-from stream_server.replication.reads import RETRY_AFTER, ReadFence
+from stream_server.replication.read_fence import RETRY_AFTER, ReadFence
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.sender import Sender
 from stream_server.replication.settings import (
@@ -70,7 +70,7 @@ from stream_server.replication.settings import (
     replica_name,
 )
 from stream_server.replication.shipping import FetchAnswer, Shipper
-from stream_server.replication.switchover import Switchover, SwitchoverAnswer, parse_request
+from stream_server.replication.switchover import Switchover, SwitchoverResponse, parse_request
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
 
@@ -157,8 +157,8 @@ class Replication:
         self.streams = ReplicatedStreams(store)
         self.mirror = Mirror(self.streams, lambda: store.engine.lsn)
         self.freshness = Freshness(settings.replication_read_staleness)
-        # The protocol layer's read gate (``reads.py``).
-        self.reads = ReadFence(settings, self.roles, self.freshness, lambda: self.primary_mode)
+        # The protocol layer's read gate (``read_fence.py``).
+        self.read_fence = ReadFence(settings, self.roles, self.freshness, lambda: self.primary_mode)
         self.peer_token = (
             PeerToken(settings.replication_token_file) if settings.replication_token_file else None
         )
@@ -552,10 +552,10 @@ class Replication:
     def peer_headers(self) -> dict[str, str]:
         return self.peer_token.headers() if self.peer_token is not None else {}
 
-    async def switchover_request(self, body: bytes) -> SwitchoverAnswer:
+    async def switchover_request(self, body: bytes) -> SwitchoverResponse:
         """``POST /replication/switchover``: its optional JSON body, then the switch."""
         asked = parse_request(body)
-        if isinstance(asked, SwitchoverAnswer):
+        if isinstance(asked, SwitchoverResponse):
             return asked
         return await self.switchover.run(*asked)
 
@@ -584,6 +584,6 @@ class Replication:
             "problem": None if primary else (self.identity.problem or self.follower.problem),
             "set_id": self.identity.set_id,
             "failovers": self.failovers,
-            "fresh_for": round(self.reads.fresh_for(), 3),
+            "fresh_for": round(self.read_fence.fresh_for(), 3),
             "read_staleness": self.settings.replication_read_staleness,
         }

@@ -59,8 +59,7 @@ from typing import Protocol
 
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
-from stream_server.replication import clock as replication_clock
-from stream_server.replication import wire
+from stream_server.replication import boottime, wire
 from stream_server.replication.frame_ring import RING_BYTES, FrameRing
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.signal import Signal
@@ -288,7 +287,7 @@ class Shipper:
         what it holds, when it last spoke, whether it keeps up, and whether it joins
         the in-sync set."""
         mine = self.lsn
-        now = replication_clock.now()
+        now = boottime.now()
         moved = self.acked.get(name) != (after_term, after_lsn)
         self.acked[name] = (after_term, after_lsn)
         self.seen[name] = now
@@ -399,7 +398,7 @@ class Shipper:
             await asyncio.sleep(self.silent_after / 4)
             if not self.roles.is_primary:
                 continue
-            now = replication_clock.now()
+            now = boottime.now()
             in_sync = self.roles.state.in_sync
             silent = [n for n in in_sync if now - self.seen.get(n, 0.0) > self.silent_after]
             # Kafka's replica.lag.time.max.ms: a standby that fetches but does not keep up

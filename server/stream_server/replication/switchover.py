@@ -59,17 +59,19 @@ MAX_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True, slots=True)
-class SwitchoverAnswer:
+class SwitchoverResponse:
+    """The HTTP response this server sends to ``POST /replication/switchover``."""
+
     status: int
     body: dict[str, object]
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def refused(status: int, code: str, message: str, **headers: str) -> SwitchoverAnswer:
-    return SwitchoverAnswer(status, {"error": {"code": code, "message": message}}, headers)
+def refused(status: int, code: str, message: str, **headers: str) -> SwitchoverResponse:
+    return SwitchoverResponse(status, {"error": {"code": code, "message": message}}, headers)
 
 
-def parse_request(body: bytes) -> tuple[str | None, float] | SwitchoverAnswer:
+def parse_request(body: bytes) -> tuple[str | None, float] | SwitchoverResponse:
     """``{"to": NAME, "timeout": SECONDS}``, both optional; 400 for anything else."""
     if not body.strip():
         return None, DEFAULT_TIMEOUT
@@ -128,7 +130,7 @@ class Switchover:
         self.switching = False  # new writes are held (``Replication.write_refusal``)
         self._fenced = False  # this switchover stopped the primary work and the writes
 
-    async def run(self, to: str | None, within: float) -> SwitchoverAnswer:
+    async def run(self, to: str | None, within: float) -> SwitchoverResponse:
         """Hand the Lease to ``to`` (or the most advanced in-sync standby) within
         ``within`` seconds, or stay primary and say why not."""
         roles = self.roles
@@ -139,7 +141,7 @@ class Switchover:
         if self.switching:
             return refused(409, "IN_PROGRESS", "a switchover is already in progress")
         target = self._target(to)
-        if isinstance(target, SwitchoverAnswer):
+        if isinstance(target, SwitchoverResponse):
             return target
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -155,7 +157,7 @@ class Switchover:
                 f"{target} did not catch up in time" if isinstance(exc, TimeoutError) else str(exc)
             )
             still = "still primary" if roles.is_primary else "no longer primary"
-            return SwitchoverAnswer(
+            return SwitchoverResponse(
                 503,
                 {
                     "error": {
@@ -177,7 +179,7 @@ class Switchover:
         log.info(
             "switched over to %s (term %d): writes held %.0f ms", target, written.term, paused * 1e3
         )
-        return SwitchoverAnswer(
+        return SwitchoverResponse(
             200, {"primary": target, "term": written.term, "paused_ms": round(paused * 1e3, 1)}
         )
 
@@ -211,7 +213,7 @@ class Switchover:
         self.switching = False
         self.roles.notify()  # the held writes go on (or learn that we are no longer primary)
 
-    def _target(self, to: str | None) -> str | SwitchoverAnswer:
+    def _target(self, to: str | None) -> str | SwitchoverResponse:
         """The standby to hand over to: the one named, else the most advanced in sync."""
         in_sync = [n for n in self.roles.state.in_sync if n != self.name]
         if to is None:

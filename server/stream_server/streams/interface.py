@@ -70,7 +70,7 @@ class ProtocolStore(Protocol):
 
 class SubscriptionStore(Protocol):
     """What subscriptions need: the streams to link and wake, the wake stream's appends,
-    and durable keyed records for the subscriptions themselves."""
+    and durable keyed values for the subscriptions themselves."""
 
     @property
     def streams(self) -> dict[str, Stream]:
@@ -80,15 +80,15 @@ class SubscriptionStore(Protocol):
     @property
     def version(self) -> object:
         """Changes whenever anything was committed: a standby's read-only copy of the
-        subscription records is read again when it does."""
+        saved subscriptions is read again when it does."""
         ...
 
     async def append(self, req: AppendRequest) -> AppendResult: ...
 
-    async def put_record(self, space: str, key: str, value: bytes | None) -> None:
-        """Set (None: delete) one keyed record; durable on return."""
+    async def put_keyed_value(self, space: str, key: str, value: bytes | None) -> None:
+        """Set (None: delete) one keyed value; durable on return."""
         ...
 
-    def records(self, space: str) -> dict[str, bytes]:
-        """Every committed record of ``space`` by key."""
+    def keyed_values(self, space: str) -> dict[str, bytes]:
+        """Every committed keyed value of ``space`` by key."""
         ...

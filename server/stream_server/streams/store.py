@@ -61,13 +61,13 @@ from stream_server.streams.forks import (
 )
 from stream_server.streams.interface import ProtocolStore, SubscriptionStore
 from stream_server.streams.jsonmode import JsonSplitter
+from stream_server.streams.keyed_values import check_space, keyed_value_op
 from stream_server.streams.model import JSON_TYPE, Stream, media_type
 from stream_server.streams.options import StoreEvents, StoreLimits
 from stream_server.streams.path_rules import MAX_PATH_BYTES
 from stream_server.streams.pending import StreamTable
 from stream_server.streams.producers import check_producer
 from stream_server.streams.reads import Reader
-from stream_server.streams.records import check_space, record_op
 from stream_server.streams.requests import (
     AppendRequest,
     AppendResult,
@@ -407,21 +407,21 @@ class StreamStore:
 
         return queue_delete(self.table, s, announce)
 
-    # ------------------------------------------------------------------ records
+    # ------------------------------------------------------------- keyed values
 
-    async def put_record(self, space: str, key: str, value: bytes | None) -> None:
-        """Set (None: delete) one keyed record; returns once it is durable (``records.py``)."""
-        op = record_op(space, key, value)
+    async def put_keyed_value(self, space: str, key: str, value: bytes | None) -> None:
+        """Set (None: delete) one keyed value; returns once it is durable (``keyed_values.py``)."""
+        op = keyed_value_op(space, key, value)
         if not self.pipeline.running:
             raise Unavailable("the store is not running")
         await self._commit([op], len(value or b""), None)
 
-    def records(self, space: str) -> dict[str, bytes]:
-        """Every committed record of ``space`` by key, read from LMDB (for start-up)."""
+    def keyed_values(self, space: str) -> dict[str, bytes]:
+        """Every committed keyed value of ``space`` by key, read from LMDB (for start-up)."""
         check_space(space)
         if self.engine.meta is None:
             raise Unavailable("the store is not open")
-        return self.engine.records(space)
+        return self.engine.keyed_values(space)
 
     # --------------------------------------------------------------- commit
 

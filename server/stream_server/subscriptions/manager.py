@@ -3,14 +3,14 @@
 Design. All state lives on the event loop in plain objects (``model.py``)
 and changes synchronously, so a check and the change it guards never
 interleave with another request; each change is then written as the
-subscription's whole record (``records.py``) before the request that caused
+subscription's whole value (``saved.py``) before the request that caused
 it is answered. The manager never sleeps or sends: it says which
 subscriptions need attention (``kick``) and the delivery loop
 (``delivery.py``) calls ``step`` on them, which expires leases, issues wakes
 and hands webhooks to the sender; pull-wake claims, acks and releases are in
 ``pullwake.py``.
 
-It is one module on purpose: links, cursors, wakes and records change
+It is one module on purpose: links, cursors, wakes and saved values change
 together in one synchronous step (a check and its change must not interleave
 with another request), and splitting them would spread that invariant over
 modules that each hold half of it.
@@ -44,9 +44,9 @@ from stream_server.subscriptions.model import (
     Subscription,
     Tombstone,
     Wake,
-    from_record,
+    from_value,
 )
-from stream_server.subscriptions.records import SubscriptionRecords
+from stream_server.subscriptions.saved import SavedSubscriptions
 from stream_server.subscriptions.spec import (
     PULL_WAKE,
     WEBHOOK,
@@ -82,7 +82,7 @@ class SubscriptionManager:
         clock: Clock = WALL_CLOCK,
     ) -> None:
         self.store = store
-        self.records = SubscriptionRecords(store)
+        self.saved = SavedSubscriptions(store)
         self.max_path_bytes = max_path_bytes
         self.max_subscriptions = max_subscriptions
         self.metrics = metrics
@@ -98,8 +98,8 @@ class SubscriptionManager:
     # ------------------------------------------------------------------ start-up
 
     def reset(self) -> None:
-        """Forget every subscription, so that ``load`` starts from the records alone (a
-        replica promoted to primary: its records arrived in replicated frames)."""
+        """Forget every subscription, so that ``load`` starts from the saved values alone (a
+        replica promoted to primary: its values arrived in replicated frames)."""
         self.subs.clear()
         self.tombstones.clear()
         self.by_stream.clear()
@@ -109,15 +109,15 @@ class SubscriptionManager:
         self.schedule = lambda sub_id, when: None
 
     async def load(self, *, prune: bool = True) -> None:
-        """Read every record; link streams created while the server was down.
+        """Read every saved subscription; link streams created while the server was down.
 
         ``prune`` removes tombstones past their time; a read-only copy (a standby
         answering reads) keeps them, since it may not write.
         """
         now = self.clock()
-        for key, raw in self.records.load().items():
+        for key, raw in self.saved.load().items():
             try:
-                item = from_record(raw, max_path_bytes=self.max_path_bytes)
+                item = from_value(raw, max_path_bytes=self.max_path_bytes)
             except ValueError as exc:
                 log.error("subscription %r is not served: %s", key, exc)
                 continue
@@ -136,7 +136,7 @@ class SubscriptionManager:
         """Keep a tombstone, or (``now`` given) remove it once past its time."""
         if now is not None and now - item.deleted_at > TOMBSTONE_DAYS * 86400:
             try:
-                await self.records.put(key, None)
+                await self.saved.put(key, None)
                 return
             except Exception as exc:  # e.g. a new primary not yet in sync
                 log.warning("old tombstone %r kept for now: %s", key, exc)
@@ -287,7 +287,7 @@ class SubscriptionManager:
                     self._link(sub, s.path, s.tail, glob=True)
         self.subs[sub_id] = sub
         try:
-            await self.records.put(sub_id, sub.to_record())
+            await self.saved.put(sub_id, sub.to_value())
         except Exception:
             self._forget(sub)
             raise
@@ -304,7 +304,7 @@ class SubscriptionManager:
         tomb = Tombstone(sub_id, sub.generation, self.clock())
         self._forget(sub)
         self.tombstones[sub_id] = tomb
-        await self.records.put(sub_id, tomb.to_record())
+        await self.saved.put(sub_id, tomb.to_value())
         self._count()
 
     async def add_streams(self, sub_id: str, body: object) -> None:
@@ -341,7 +341,7 @@ class SubscriptionManager:
 
         The link is not written here: ``load`` rebuilds it after a crash (a stream
         younger than the subscription is linked at its first offset), and the next
-        wake or ack writes it anyway; writing a record that links thousands of
+        wake or ack writes it anyway; writing a value that links thousands of
         streams on every create would cost far more than the link.
         """
         start = s.meta.fork_offset
@@ -535,7 +535,7 @@ class SubscriptionManager:
     async def save(self, sub: Subscription) -> None:
         self.dirty.discard(sub.id)
         if self.subs.get(sub.id) is sub:
-            await self.records.put(sub.id, sub.to_record())
+            await self.saved.put(sub.id, sub.to_value())
 
     # ------------------------------------------------------------------ links
 

@@ -1,4 +1,4 @@
-"""One subscription's whole state, and the durable record that holds it.
+"""One subscription's whole state, and the keyed value that saves it.
 
 A subscription is its configuration (``spec.py``), its links (one cursor,
 ``acked``, per linked stream, in offset units), and at most one wake: the
@@ -23,7 +23,7 @@ from typing import Any
 
 from stream_server.subscriptions.spec import WEBHOOK, SubscriptionConfig
 
-RECORD_VERSION = 1
+VALUE_VERSION = 1
 ACTIVE = "active"
 FAILED = "failed"
 
@@ -88,11 +88,11 @@ class Subscription:
         cur.glob = cur.glob or glob
         return changed
 
-    def to_record(self) -> bytes:
+    def to_value(self) -> bytes:
         w = self.wake
         return json.dumps(
             {
-                "v": RECORD_VERSION,
+                "v": VALUE_VERSION,
                 "id": self.id,
                 "config": self.config.canonical(),
                 "config_hash": self.config_hash,
@@ -125,10 +125,10 @@ class Tombstone:
     generation: int
     deleted_at: float
 
-    def to_record(self) -> bytes:
+    def to_value(self) -> bytes:
         return json.dumps(
             {
-                "v": RECORD_VERSION,
+                "v": VALUE_VERSION,
                 "id": self.id,
                 "deleted": True,
                 "generation": self.generation,
@@ -138,15 +138,15 @@ class Tombstone:
         ).encode()
 
 
-class RecordError(ValueError):
+class UnreadableValue(ValueError):
     pass
 
 
-def from_record(raw: bytes, *, max_path_bytes: int) -> Subscription | Tombstone:
+def from_value(raw: bytes, *, max_path_bytes: int) -> Subscription | Tombstone:
     try:
         d: dict[str, Any] = json.loads(raw)
-        if d.get("v") != RECORD_VERSION:
-            raise RecordError(f"unknown subscription record version {d.get('v')!r}")
+        if d.get("v") != VALUE_VERSION:
+            raise UnreadableValue(f"unknown subscription value version {d.get('v')!r}")
         if d.get("deleted"):
             return Tombstone(str(d["id"]), int(d["generation"]), float(d["deleted_at"]))
         config = SubscriptionConfig.from_canonical(d["config"], max_path_bytes=max_path_bytes)
@@ -175,7 +175,7 @@ def from_record(raw: bytes, *, max_path_bytes: int) -> Subscription | Tombstone:
                 next_attempt_at=w.get("next_attempt_at"),
             )
         return sub
-    except RecordError:
+    except UnreadableValue:
         raise
-    except Exception as exc:  # a record we cannot read: say which and why
-        raise RecordError(f"unreadable subscription record: {exc!r}") from None
+    except Exception as exc:  # a value we cannot read: say which and why
+        raise UnreadableValue(f"unreadable subscription value: {exc!r}") from None

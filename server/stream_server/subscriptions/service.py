@@ -1,16 +1,17 @@
 """Subscriptions as one part of the server: built from settings, started and stopped with it.
 
 The app builds one ``Subscriptions`` next to the store, wires the store's
-hooks to its manager, starts it once recovery has finished (the records are
-read from the recovered store) and stops it first on shutdown, so no
-delivery is in flight when the store closes. The signing key ring is
+hooks to its manager, starts it once recovery has finished (the saved
+subscriptions are read from the recovered store) and stops it first on
+shutdown, so no delivery is in flight when the store closes. The signing key ring is
 opened at start, off the event loop (it may create and fsync a key).
 
 In a replica set (``primary_only``) delivery runs only on the primary: the
-replication service calls ``resume`` on promotion (the records arrived in
-replicated frames, so delivery continues from the old primary's cursors) and
-``pause`` on demotion, before the replica follows. A standby still answers
-reads of the control API, from a read-only copy of the replicated records.
+replication service calls ``resume`` on promotion (the saved subscriptions
+arrived in replicated frames, so delivery continues from the old primary's
+cursors) and ``pause`` on demotion, before the replica follows. A standby still answers
+reads of the control API, from a read-only copy of the replicated
+subscriptions.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Subscriptions:
         return self.keys
 
     async def resume(self) -> None:
-        """Load every record afresh and deliver what is pending (start, or promotion)."""
+        """Load every saved subscription afresh and deliver what is pending (start, or promotion)."""
         async with self._switch:
             if self.loop is not None:
                 return
@@ -146,7 +147,7 @@ class Subscriptions:
 
     async def control(self, *, writing: bool) -> SubscriptionManager:
         """The manager that answers control requests: the live one while delivering,
-        else a read-only copy of the replicated records, read again whenever the
+        else a read-only copy of the replicated subscriptions, read again whenever the
         store changed since (a standby). Writes reach a replica that does not deliver
         only while it is being promoted (app.py refuses them on a standby): they wait
         for ``resume``, which would not see them."""

@@ -102,7 +102,7 @@ def stream_path(value: object, what: str, *, max_bytes: int, stored: bool = Fals
     checked by the rule stream requests are (``streams.path_rules``): a link to a path
     no stream can have would never be woken. ``max_bytes`` (``--max-path-bytes``)
     caps it below that rule's own total, never above. A ``stored`` configuration
-    (read back from its record) is held to the rule it was accepted under, so that a
+    (read back from its saved value) is held to the rule it was accepted under, so that a
     subscription made before the rule was shared is still served."""
     if not isinstance(value, str):
         raise invalid(f"{what} must be a string")

@@ -4,7 +4,7 @@ A token is ``<payload>.<mac>``, both unpadded base64url: the payload names
 the subscription, the purpose (``callback`` for a webhook, ``claim`` for a
 pull-wake lease), the generation and the wake id; the MAC is HMAC-SHA256
 under a secret that belongs to the subscription and lives in its durable
-record. So a token survives a restart (the secret does), dies with its
+keyed value. So a token survives a restart (the secret does), dies with its
 subscription (a re-created one draws a new secret), and tells a forged token
 (401) from an honest but stale one (409 ``FENCED``, section 7.3) without the
 server remembering every token it ever issued.

@@ -36,8 +36,9 @@ def new_token() -> str:
 
 
 @dataclass(frozen=True)
-class SwitchoverAnswer:
-    """What the primary answered: ``ok`` with the new primary and term, or why not."""
+class SwitchoverOutcome:
+    """What the operator made of the call: ``ok`` with the new primary and term the
+    primary answered, or why not (its refusal, or no answer at all)."""
 
     ok: bool
     why: str = ""
@@ -53,7 +54,7 @@ def request_switchover(
     *,
     timeout: float = SWITCHOVER_TIMEOUT,
     verify: bool | str = True,
-) -> SwitchoverAnswer:
+) -> SwitchoverOutcome:
     """Ask the primary at ``url`` (an origin, ``http://pod.headless.ns.svc:4437``) to hand
     the Lease to ``target``; never raises for what the server or the network says.
     ``verify``: check an https server's certificate (True: the system's CAs; a PEM
@@ -72,7 +73,7 @@ def request_switchover(
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
     except urllib3.exceptions.HTTPError as exc:
-        return SwitchoverAnswer(False, f"no answer from {url}: {exc.__class__.__name__}: {exc}")
+        return SwitchoverOutcome(False, f"no answer from {url}: {exc.__class__.__name__}: {exc}")
     finally:
         pool.clear()
     try:
@@ -82,7 +83,7 @@ def request_switchover(
     if not isinstance(body, dict):
         body = {}
     if response.status == 200:
-        return SwitchoverAnswer(
+        return SwitchoverOutcome(
             True,
             primary=str(body.get("primary") or target),
             term=int(body.get("term") or 0),
@@ -94,4 +95,4 @@ def request_switchover(
     why = f"{response.status} {code}: {detail}".rstrip(": ")
     if response.headers.get("Retry-After"):
         why += f" (Retry-After {response.headers['Retry-After']})"
-    return SwitchoverAnswer(False, why)
+    return SwitchoverOutcome(False, why)

@@ -1,7 +1,7 @@
-"""Where subscription records are kept: the stream store's keyed records, durable.
+"""Where subscriptions are saved: the stream store's keyed values, durable.
 
-One record per subscription id in the space ``subscriptions``, written through
-the store's group-commit pipeline (``StreamStore.put_record``): in the WAL and
+One keyed value per subscription id in the space ``subscriptions``, written through
+the store's group-commit pipeline (``StreamStore.put_keyed_value``): in the WAL and
 LMDB like stream metadata, acknowledged only once durable, recovered at start.
 Without a store (tests of the manager's own rules) they are kept in memory,
 for the life of the process.
@@ -18,7 +18,9 @@ log = logging.getLogger("stream_server.subscriptions")
 SPACE = "subscriptions"
 
 
-class SubscriptionRecords:
+class SavedSubscriptions:
+    """Each subscription's value (``model.py``) under its id, in the store or in memory."""
+
     def __init__(self, store: SubscriptionStore | None) -> None:
         self.durable = store is not None
         self._store = store
@@ -28,13 +30,13 @@ class SubscriptionRecords:
 
     def load(self) -> dict[str, bytes]:
         if self._store is not None:
-            return self._store.records(SPACE)
+            return self._store.keyed_values(SPACE)
         return dict(self._memory)
 
     async def put(self, key: str, value: bytes | None) -> None:
-        """Set (None: delete) one record; durable when it returns."""
+        """Set (None: delete) one subscription's value; durable when it returns."""
         if self._store is not None:
-            await self._store.put_record(SPACE, key, value)
+            await self._store.put_keyed_value(SPACE, key, value)
         elif value is None:
             self._memory.pop(key, None)
         else:
