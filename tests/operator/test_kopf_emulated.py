@@ -332,9 +332,13 @@ def test_delete_follows_the_pvc_retention(kube: Cluster, retention: str):
     )
     kube.delete(KIND, NS, "events").raise_for_status()
     wait_for(lambda: kube.get(KIND, NS, "events") is None, message="the DurableStream gone")
-    # Owned objects go by garbage collection (owner references).
-    assert kube.get("StatefulSet", NS, "events") is None
-    assert kube.get("ConfigMap", NS, "events-config") is None
+    # Owned objects go by garbage collection (owner references), which is asynchronous:
+    # a round that read the object before it went may apply one more, collected after.
+    wait_for(
+        lambda: kube.get("StatefulSet", NS, "events") is None
+        and kube.get("ConfigMap", NS, "events-config") is None,
+        message="the owned StatefulSet and ConfigMap collected",
+    )
     pvcs = {p["metadata"]["name"] for p in kube.list("PersistentVolumeClaim", NS)}
     if retention == "Retain":
         assert pvcs == {"data-events-0", "data-events-1"}
