@@ -48,10 +48,12 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
-from stream_server.engine.replica import ReplicaHooks, stamp_base
+from stream_format.layout import Layout
+from stream_server.engine.replica import AckGate, ReplicaHooks, stamp_base
 from stream_server.replication import identity, snapshot
 from stream_server.replication.follower import Follower
 from stream_server.replication.freshness import Freshness
@@ -98,26 +100,27 @@ class Refusal:
     body: bytes
 
 
+class StoreFactory(Protocol):
+    """Builds the store on an engine joined to ``replica`` (``Engine(replica=)``) and a
+    pipeline whose batches wait at ``gate`` (``StreamStore(gate=)``)."""
+
+    def __call__(self, replica: ReplicaHooks, gate: AckGate) -> StreamStore: ...
+
+
 class Replication:
-    def __init__(
-        self,
-        settings: ReplicationSettings,
-        store: StreamStore,
-        *,
-        primary_work: Iterable[PrimaryWork] = (),
-    ) -> None:
-        """``primary_work``: what the app runs only while this replica is primary (the
-        subscriptions), besides the store's sweepers."""
+    def __init__(self, settings: ReplicationSettings, build_store: StoreFactory) -> None:
+        """The engine's hooks and the pipeline's gate are this object's, and the store
+        is built on them (``build_store``): everything is joined by constructors, in
+        the order the references run, before anything opens or starts."""
         self.settings = settings
-        self.store = store
         self.name = replica_name(settings)
         self.quorum = quorum(settings)
-        # Each batch's frame goes to the shipper once durable (made below).
+        # Each batch's frame goes to the shipper once durable (made below, before the
+        # engine can commit anything).
         self.hooks = ReplicaHooks(on_frame=lambda t, lsn, f: self.shipper.on_frame(t, lsn, f))
-        store.engine.replica = self.hooks  # the store made the engine: joined before it opens
         # Which set the data directory belongs to, and what it may do (identity.py).
         self.identity = identity.SetIdentity(
-            store.engine.layout, self.name, settings.replication_bootstrap
+            Layout(settings.data_dir), self.name, settings.replication_bootstrap
         )
         self.roles = RoleLoop(
             LeaseClient(settings.replication_lease, settings.kube_api),
@@ -143,6 +146,7 @@ class Replication:
             renew_deadline=settings.lease_renew_deadline,
             on_stream_lost=self._ask_why_it_left,
         )
+        self.store = store = build_store(self.hooks, self.shipper)
         # The Lease holder labels the pods itself (pod_labels.py); None: no pod named.
         self.pods: PodMarker | None = None
         if settings.replication_pod:
@@ -153,7 +157,6 @@ class Replication:
                 settings.replication_set_size,
                 every=settings.lease_duration,
             )
-        store.pipeline.gate = self.shipper  # the store made the pipeline: gated before it starts
         self.streams = ReplicatedStreams(store)
         self.mirror = Mirror(self.streams, lambda: store.engine.lsn)
         self.freshness = Freshness(settings.replication_read_staleness)
@@ -199,13 +202,21 @@ class Replication:
         # Paused before the store starts them: a standby until the Lease says otherwise.
         store.expiry.pause()
         store.retention.pause()
-        self.primary_work = list(primary_work)
+        # What the app runs only while this replica is primary (``start``).
+        self.primary_work: list[PrimaryWork] = []
 
     # ------------------------------------------------------------- lifecycle
 
-    def start(self, ready: Callable[[], Awaitable[bool]] | None = None) -> None:
+    def start(
+        self,
+        ready: Callable[[], Awaitable[bool]] | None = None,
+        primary_work: Iterable[PrimaryWork] = (),
+    ) -> None:
         """Run once ``ready`` says the store recovered (the position is known); never
-        when it says it did not; at once without it."""
+        when it says it did not; at once without it. ``primary_work``: what the app
+        runs only while this replica is primary (the subscriptions), besides the
+        store's sweepers."""
+        self.primary_work = list(primary_work)
         self._tasks.append(asyncio.create_task(self._start(ready), name="replication start"))
 
     @property
