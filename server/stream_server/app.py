@@ -171,7 +171,7 @@ class StreamServerApp:
             elif (
                 self.replication is not None
                 and scope["method"] in WRITE_METHODS
-                and (refusal := await self.replication.write_refusal()) is not None
+                and (refusal := await self.replication.writes.refusal()) is not None
             ):
                 await self.streams.refuse(
                     scope, send, refusal.status, refusal.headers, refusal.body
@@ -363,7 +363,7 @@ class StreamServerApp:
             return denied
         if not self.recovery.finished:
             return PlainTextResponse("recovery not finished\n", status_code=503)
-        path = await self.replication.snapshot(request.query_params.get("set", ""))
+        path = await self.replication.recopy.serve(request.query_params.get("set", ""))
         if path is None:
             return PlainTextResponse("not the primary\n", status_code=409)
         if not isinstance(path, Path):  # another set's replica (replication/identity.py)
