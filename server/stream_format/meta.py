@@ -189,6 +189,12 @@ def index_key(stream_id: int, unit: int) -> bytes:
     return INDEX_KEY.pack(stream_id, unit)
 
 
+def key_index(key: bytes | memoryview) -> tuple[int, int]:
+    """(stream id, unit) of an ``index`` key: the inverse of ``index_key``."""
+    stream_id, unit = INDEX_KEY.unpack(key)
+    return int(stream_id), int(unit)
+
+
 SPACE_SEP = b"\x00"  # between a keyed value's space and its key; never inside a space
 
 

@@ -1,8 +1,5 @@
 """The ASGI application: stream routes on the hot path, Starlette for the rest.
 
-Over 400 lines: it is the one place that wires the parts (store, recovery,
-replication, subscriptions, metrics, rotation) to routes and to the lifespan.
-
 Requests under the stream base path go straight to the protocol handlers;
 health, readiness (and metrics) are small Starlette routes beside them. The
 lifespan starts recovery as a task (``background_recovery``), so the socket opens at
@@ -36,6 +33,7 @@ from stream_server.auth import TokenAuth
 from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
 from stream_server.config import Settings
 from stream_server.engine import Engine, StorageError
+from stream_server.engine.replica import AckGate, ReplicaHooks
 from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRoutes
@@ -59,23 +57,13 @@ class StreamServerApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = Metrics() if settings.metrics else None
-        self.store = StreamStore(
-            settings.data_dir,
-            limits=StoreLimits(
-                default_ttl=settings.default_ttl or None,
-                max_streams=settings.max_streams or None,
-                max_producers_per_stream=settings.max_producers_per_stream,
-                max_fork_depth=settings.max_fork_depth,
-                max_json_messages=settings.max_json_messages,
-                retention=parse_policies(settings.retention),
-            ),
-            events=self._events(),
-            engine=Engine(
-                settings.data_dir,
-                map_size=settings.lmdb_map_size,
-                fault_hook=hook_from_env(os.environ.get("DS_FAULT")),
-            ),
+        # A replica set (docs/replication.md) builds the store on its own hooks and
+        # gate (``Replication``); None in single-node mode, which then takes no step
+        # of its own on any request.
+        self.replication = (
+            Replication(settings, self._build_store) if settings.replication_lease else None
         )
+        self.store = self.replication.store if self.replication else self._build_store()
         self.recovery = BackgroundRecovery(
             self.store,
             on_failure=self._recovery_failed,
@@ -108,35 +96,18 @@ class StreamServerApp:
                 self.metrics,
                 auth=auth,
                 limiter=limiter,
+                # Reads only while this replica is current within its staleness bound.
+                read_gate=self.replication.read_fence if self.replication is not None else None,
             ),
             self.subscriptions,
         )
         self.base = settings.base_path
         self.base_bare = settings.base_path.rstrip("/")
-        # A replica set (docs/replication.md); None in single-node mode, which then
-        # takes no step of its own on any request.
-        self.replication = (
-            Replication(
-                settings,
-                self.store,
-                # Deliveries, wakes and lease expiries only on the primary: a standby
-                # would send duplicates and write keyed values it may not (docs/replication.md).
-                primary_work=[
-                    PrimaryWork(
-                        "subscriptions", self.subscriptions.resume, self.subscriptions.pause
-                    )
-                ],
-            )
-            if settings.replication_lease
-            else None
-        )
         routes = [
             Route("/healthz", self.healthz, methods=["GET", "HEAD"]),
             Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
         ]
         if self.replication is not None:
-            # Reads only while this replica is current within its staleness bound.
-            self.streams.context.read_gate = self.replication.read_fence
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
             routes.append(Route("/replication", self.replication_status, methods=["GET"]))
@@ -197,7 +168,7 @@ class StreamServerApp:
             elif (
                 self.replication is not None
                 and scope["method"] in WRITE_METHODS
-                and (refusal := await self.replication.write_refusal()) is not None
+                and (refusal := await self.replication.writes.refusal()) is not None
             ):
                 await self.streams.refuse(
                     scope, send, refusal.status, refusal.headers, refusal.body
@@ -240,6 +211,32 @@ class StreamServerApp:
         finally:
             assert self.metrics is not None
             self.metrics.on_request(scope["method"], status, time.perf_counter() - started)
+
+    def _build_store(
+        self, replica: ReplicaHooks | None = None, gate: AckGate | None = None
+    ) -> StreamStore:
+        """The store on its engine; in a replica set on the set's ``replica`` hooks and
+        with its ack ``gate`` (``replication.service.StoreFactory``)."""
+        s = self.settings
+        return StreamStore(
+            s.data_dir,
+            limits=StoreLimits(
+                default_ttl=s.default_ttl or None,
+                max_streams=s.max_streams or None,
+                max_producers_per_stream=s.max_producers_per_stream,
+                max_fork_depth=s.max_fork_depth,
+                max_json_messages=s.max_json_messages,
+                retention=parse_policies(s.retention),
+            ),
+            events=self._events(),
+            engine=Engine(
+                s.data_dir,
+                map_size=s.lmdb_map_size,
+                fault_hook=hook_from_env(os.environ.get("DS_FAULT")),
+                replica=replica,
+            ),
+            gate=gate,
+        )
 
     def _events(self) -> StoreEvents:
         """The store's hooks: metrics, and the subscriptions (which wake on commits).
@@ -289,7 +286,16 @@ class StreamServerApp:
         starting = asyncio.create_task(self._start_subscriptions(), name="subscriptions start")
         if self.replication is not None:
             # Only once recovered: its durable position is known, and it can serve.
-            self.replication.start(ready=self.recovery.recovered)
+            self.replication.start(
+                ready=self.recovery.recovered,
+                # Deliveries, wakes and lease expiries only on the primary: a standby
+                # would send duplicates and write keyed values it may not (docs/replication.md).
+                primary_work=[
+                    PrimaryWork(
+                        "subscriptions", self.subscriptions.resume, self.subscriptions.pause
+                    )
+                ],
+            )
         try:
             yield
         finally:
@@ -309,10 +315,8 @@ class StreamServerApp:
         the manager computes pending work from tails and links, at start, every
         stream created after a subscription that matches it.
         """
-        while not self.recovery.finished:
-            if self.recovery.error is not None:
-                return
-            await asyncio.sleep(0.02)
+        if not await self.recovery.recovered():
+            return  # recovery failed: the server stops
         try:
             await self.subscriptions.start()
         except Exception as exc:
@@ -356,7 +360,7 @@ class StreamServerApp:
             return denied
         if not self.recovery.finished:
             return PlainTextResponse("recovery not finished\n", status_code=503)
-        path = await self.replication.snapshot(request.query_params.get("set", ""))
+        path = await self.replication.recopy.serve(request.query_params.get("set", ""))
         if path is None:
             return PlainTextResponse("not the primary\n", status_code=409)
         if not isinstance(path, Path):  # another set's replica (replication/identity.py)

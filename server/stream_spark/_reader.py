@@ -35,13 +35,13 @@ from stream_format.meta import (
     DB_NAMES,
     DB_STREAMS,
     DB_TAILS,
-    INDEX_KEY,
     U64,
-    U64_BE,
     StreamMeta,
     decode_tail,
     id_key,
     index_key,
+    key_index,
+    key_stream_id,
     stream_path,
 )
 from stream_format.records import (
@@ -196,7 +196,7 @@ class MetaReader:
         with self._begin() as txn:
             raw_streams = list(txn.cursor(db=self.dbs[DB_STREAMS]))
             raw_tails = list(txn.cursor(db=self.dbs[DB_TAILS]))
-        tails = {U64_BE.unpack(key)[0]: decode_tail(value) for key, value in raw_tails}
+        tails = {key_stream_id(key): decode_tail(value) for key, value in raw_tails}
         streams: dict[str, StreamInfo] = {}
         for key, value in raw_streams:
             path = stream_path(key)
@@ -249,7 +249,6 @@ class MetaReader:
         Read in batches, one short transaction each: entries below a committed
         tail never change, so the batches join up exactly.
         """
-        prefix = id_key(owner.id)
         start = index_key(owner.id, lo + 1)
         while True:
             batch: list[tuple[bytes, bytes]] = []
@@ -262,10 +261,8 @@ class MetaReader:
                         if len(batch) >= INDEX_BATCH:
                             break
             for key, value in batch:
-                if key[:8] != prefix:
-                    return
-                _, unit = INDEX_KEY.unpack(key)
-                if unit >= hi:
+                stream_id, unit = key_index(key)
+                if stream_id != owner.id or unit >= hi:
                     return
                 pos = U64.unpack(value)[0]
                 if pos < owner.file_len:

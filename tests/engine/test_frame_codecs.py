@@ -12,6 +12,7 @@ from stream_format.meta import (
     DB_TAILS,
     id_key,
     index_key,
+    key_index,
     key_producer,
     key_stream_id,
     producer_key,
@@ -53,3 +54,4 @@ def test_keys_give_back_their_stream_and_producer() -> None:
     assert key_producer(producer_key(9, "writer-é")) == (9, "writer-é")
     assert key_producer(producer_key(9, "\udcff")) == (9, "\udcff")  # as stored, surrogates too
     assert key_producer(id_key(9)) == (9, "")  # a prefix delete's key: every producer
+    assert key_index(index_key(9, 2**40 + 1)) == (9, 2**40 + 1)

@@ -335,8 +335,10 @@ def test_delete_follows_the_pvc_retention(kube: Cluster, retention: str):
     # Owned objects go by garbage collection (owner references), which is asynchronous:
     # a round that read the object before it went may apply one more, collected after.
     wait_for(
-        lambda: kube.get("StatefulSet", NS, "events") is None
-        and kube.get("ConfigMap", NS, "events-config") is None,
+        lambda: (
+            kube.get("StatefulSet", NS, "events") is None
+            and kube.get("ConfigMap", NS, "events-config") is None
+        ),
         message="the owned StatefulSet and ConfigMap collected",
     )
     pvcs = {p["metadata"]["name"] for p in kube.list("PersistentVolumeClaim", NS)}

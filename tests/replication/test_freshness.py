@@ -301,7 +301,7 @@ async def test_a_primary_answers_reads_only_while_it_may_acknowledge(replica):
     r.roles.state.role = "primary"
     r.roles.state.primary_url = r.settings.replica_url
     r.roles._renewed_at = now[0]
-    r.primary_mode = True
+    r.role_switch.primary = True
     assert (await call(app, "GET", "/v1/stream/s", "offset=-1"))[0] == 404
     now[0] += r.settings.lease_renew_deadline  # no renewal since: it may have been replaced
     status, headers, body = await call(app, "GET", "/v1/stream/s", "offset=-1")

@@ -23,10 +23,12 @@ same steps: ``append_frames`` (segments, the WAL, the flush), then
 a standby's engine is in the state its primary's is after the same frames,
 and there is one publish path. The pure parts of that are ``frames.py``.
 
-Over 400 lines because the batch path, the frame path, reads, checkpoints and
-the fail-closed state share the LMDB environment, the WAL and one lock;
-recovery, segments, batch building and the frames' pure steps are already
-modules of their own.
+The engine is one object with one state (the LMDB environment, the WAL, the
+tails); the parts that only use that state are mixed in from modules of
+their own: reads (``log_reads.py``), retention's drops (``head_drops.py``),
+checkpoints (``checkpoints.py``) and the fail-closed state
+(``fail_closed.py``). Recovery, segments, batch building and the frames'
+pure steps are modules of their own too.
 """
 
 from __future__ import annotations
@@ -39,33 +41,13 @@ from pathlib import Path
 
 import lmdb
 
-from stream_format import index
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_format.meta import (
-    DB_INDEX,
-    DB_RECORDS,
-    index_key,
-    key_in_space,
-    space_prefix,
-)
-from stream_format.records import (
-    FLAG_PRODUCER,
-    KIND_JSON,
-    PRODUCER_TAIL,
-    RECORD_HEADER,
-    RECORD_HEADER_SIZE,
-    CorruptRecord,
-    crc32,
-    iter_records,
-    record_size,
-)
 from stream_server.engine import fsio
 from stream_server.engine.batch import Batch, BatchStats, Tail, build
+from stream_server.engine.checkpoints import Checkpoints
 from stream_server.engine.data_dir import prepare, retire_wal, wal_headerless
 from stream_server.engine.errors import (
-    DamagedStream,
-    HeadDropped,
     StorageFailed,
     from_lmdb_error,
     from_os_error,
@@ -77,8 +59,9 @@ from stream_server.engine.frames import (
     split_frames,
     tail_effects,
 )
+from stream_server.engine.head_drops import HeadDrops
 from stream_server.engine.metadata import Metadata
-from stream_server.engine.ops import DropHead, Op
+from stream_server.engine.ops import Op
 from stream_server.engine.recovery import (
     LoadedState,
     Recovery,
@@ -102,10 +85,9 @@ __all__ = [
 log = logging.getLogger("stream_server.engine")
 
 CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
-HINT_REACH = 4096  # units a read hint may be behind the start and still be used
 
 
-class Engine:
+class Engine(Checkpoints, HeadDrops):
     def __init__(
         self,
         data_dir: Path,
@@ -363,32 +345,6 @@ class Engine:
         if flush:
             self.meta.sync()
 
-    def _refuse_when_failed(self) -> None:
-        if self.failed:
-            raise StorageFailed(f"storage failed closed: {self.failed}")
-
-    def _resolve_drops(self, ops: list[Op]) -> None:
-        """Name the index entries each retention drop makes useless (those below its
-        new start), so that they are deleted in the same batch."""
-        drops = [op for op in ops if isinstance(op, DropHead)]
-        if not drops:
-            return
-        assert self.meta is not None
-        with self.meta.env.begin() as txn:
-            cur = txn.cursor(db=self.meta.dbs[DB_INDEX])
-            for op in drops:
-                tail = self.tails.get(op.stream_id)
-                if tail is None or op.unit <= tail.start:
-                    continue
-                stop = index_key(op.stream_id, op.unit)
-                keys: list[bytes] = []
-                if cur.set_range(index_key(op.stream_id, 0)):
-                    for key in cur.iternext(values=False):
-                        if key >= stop:
-                            break
-                        keys.append(bytes(key))
-                op.index_keys = keys
-
     def _punch(self, sid: int, start_pos: int) -> None:
         """Give back the blocks below a durable retained start. A file system that
         cannot punch keeps them (counted, logged once): nothing is lost but space."""
@@ -416,290 +372,3 @@ class Engine:
     def _undo_wal(self, size: int) -> None:
         assert self.wal is not None
         self.wal.truncate_to(size)
-
-    def _fail(self, reason: str) -> None:
-        if not self.failed:
-            self.failed = reason
-            log.critical("storage failed closed, refusing all writes until restart: %s", reason)
-
-    def _hook(self, stage: str) -> None:
-        if self.fault_hook is not None:
-            self.fault_hook(stage)
-
-    # ------------------------------------------------------------- checkpoint
-
-    def start_checkpoint(self) -> None:
-        """Rotate the WAL and flush, on another thread, what the old files cover."""
-        if self._checkpoint_thread is not None and self._checkpoint_thread.is_alive():
-            return
-        assert self.wal is not None
-        old_wal = self.wal
-        self.wal = old_wal.rotate()
-        dirty, self._dirty = self._dirty, set()
-        self._checkpoint_thread = threading.Thread(
-            target=self._checkpoint, args=(dirty, old_wal.number), name="checkpoint", daemon=True
-        )
-        self._checkpoint_thread.start()
-
-    def _checkpoint(self, dirty: set[int], upto_number: int, workers: int = 1) -> None:
-        with self._checkpoint_lock:
-            try:
-                fsio.fdatasync_paths([self.segments.path(sid) for sid in dirty], workers)
-                for sub in {self.segments.path(s).parent for s in dirty}:
-                    if sub.exists():
-                        fsio.fsync_dir(sub)
-                assert self.meta is not None
-                self.meta.sync()
-                for path in walmod.wal_files(self.layout.wal):
-                    if int(path.stem) <= upto_number:
-                        fsio.unlink(path)
-                fsio.fsync_dir(self.layout.wal)
-            except OSError as exc:
-                self._fail(f"checkpoint flush failed: {exc}")
-
-    def close(self) -> None:
-        """Clean shutdown: a final checkpoint leaves an empty WAL for a fast start."""
-        if self._checkpoint_thread is not None:
-            self._checkpoint_thread.join()
-        if self.wal is not None:
-            if not self.failed:
-                number = self.wal.number
-                self.wal.close()
-                dirty, self._dirty = self._dirty, set()
-                self._checkpoint(dirty, number, fsio.FLUSH_WORKERS)
-            else:
-                self.wal.close()
-            self.wal = None
-        self.segments.close_all()
-        if self.meta is not None:
-            self.meta.close()
-            self.meta = None
-
-    # ------------------------------------------------------------------- read
-
-    def keyed_values(self, space: str) -> dict[str, bytes]:
-        """Every committed keyed value of ``space`` (``ops.PutKeyedValue``), by key, from one
-        LMDB read transaction. Runs on any thread."""
-        assert self.meta is not None
-        prefix = space_prefix(space)
-        out: dict[str, bytes] = {}
-        with self.meta.env.begin() as txn:
-            cur = txn.cursor(db=self.meta.dbs[DB_RECORDS])
-            if cur.set_range(prefix):
-                for key, value in cur:
-                    if not key.startswith(prefix):
-                        break
-                    out[key_in_space(key, prefix)] = bytes(value)
-        return out
-
-    def _index_floor(
-        self, sid: int, unit: int | None, *, max_pos: int | None = None
-    ) -> tuple[int, int]:
-        """The last indexed (file position, unit) at or before ``unit`` (or ``max_pos``)."""
-        assert self.meta is not None
-        tail = self.tails.get(sid)
-        with self.meta.env.begin() as txn:
-            return index.floor(
-                txn,
-                self.meta.dbs[DB_INDEX],
-                sid,
-                unit,
-                tail.base if tail else 0,
-                max_pos=max_pos,
-                first=(tail.start_pos, tail.start) if tail else None,
-            )
-
-    def retention_point(  # noqa: C901 - the bounds of a retention cut, each beside the others
-        self, sid: int, *, min_pos: int, cutoff_us: int | None, max_unit: int
-    ) -> tuple[int, int] | None:
-        """Where a drop may move the retained start: the first record that starts at
-        or after file position ``min_pos`` and, with ``cutoff_us``, was committed at or
-        after that time; never past unit ``max_unit`` (the tail the caller saw).
-        Returns (unit, file position), or None when the start stays.
-
-        Reads record headers only (never payloads), from the index entry at or
-        below ``min_pos``, so the cost is the records dropped plus one granule.
-        Runs on any thread; it looks at the committed log, which only grows.
-        """
-        tail = self.tails.get(sid)
-        if tail is None or sid in self.damaged:
-            return None
-        file_len, tail_unit = tail.file_len, tail.unit
-        pos, unit = self._index_floor(sid, None, max_pos=max(min_pos, tail.start_pos))
-        if pos < tail.start_pos:
-            pos, unit = tail.start_pos, tail.start
-        max_unit = min(max_unit, tail_unit)
-        unpack = RECORD_HEADER.unpack_from
-        fd = fsio.open_read(self.segments.path(sid))
-        try:
-            while pos < file_len and unit < max_unit:
-                buf = fsio.pread(fd, min(256 * 1024, file_len - pos), pos)
-                off = 0
-                while off + RECORD_HEADER_SIZE <= len(buf):
-                    _, plen, rkind, flags, pidlen, rstart, ts = unpack(buf, off)
-                    if rstart != unit:  # not a record start: drop nothing rather than guess
-                        return None
-                    if pos + off >= min_pos and (cutoff_us is None or ts >= cutoff_us):
-                        return self._point(tail, unit, pos + off)
-                    size = RECORD_HEADER_SIZE + plen
-                    if flags & FLAG_PRODUCER:
-                        size += PRODUCER_TAIL.size + pidlen
-                    nxt = unit + (1 if rkind == KIND_JSON else plen)
-                    if nxt > max_unit:
-                        return self._point(tail, unit, pos + off)
-                    unit = nxt
-                    off += size
-                    if off > len(buf):  # the payload runs past the buffer: skip it
-                        break
-                if off == 0:
-                    return None  # a header cut by the end of the log: cannot happen
-                pos += off
-        finally:
-            fsio.close(fd)
-        return self._point(tail, unit, min(pos, file_len))
-
-    def first_record_time(self, sid: int) -> tuple[int, int] | None:
-        """(file position, commit time in µs) of the first retained record, or None when
-        the stream holds none. One small read; runs on any thread."""
-        tail = self.tails.get(sid)
-        if tail is None or tail.start >= tail.unit or sid in self.damaged:
-            return None
-        pos = tail.start_pos
-        head = self.segments.read(sid, pos, RECORD_HEADER_SIZE)
-        if len(head) < RECORD_HEADER_SIZE:
-            return None
-        return pos, RECORD_HEADER.unpack(head)[6]
-
-    @staticmethod
-    def _point(tail: Tail, unit: int, pos: int) -> tuple[int, int] | None:
-        return (unit, pos) if unit > tail.start else None
-
-    def _below_start(self, sid: int, pos: int) -> None:
-        """HeadDropped if ``pos`` is below the retained start: a drop overtook this read
-        (it found the bytes as they were punched), which is not damage."""
-        tail = self.tails.get(sid)
-        if tail is not None and pos < tail.start_pos:
-            raise HeadDropped(tail.start)
-
-    def record_end(self, sid: int, unit: int) -> int:
-        """The unit just past the record that covers ``unit``."""
-        pos, _ = self._index_floor(sid, unit)
-        fd = fsio.open_read(self.segments.path(sid))
-        try:
-            chunk = 1 << 20
-            while True:
-                buf = fsio.pread(fd, chunk, pos)
-                if not buf:
-                    return unit
-                last = pos
-                for rec in iter_records(buf, pos):
-                    last = rec.end
-                    if rec.start <= unit < rec.stop:
-                        return rec.stop
-                if last == pos:  # a record larger than the buffer
-                    chunk = (record_size(buf) or 0) + 64
-                pos = last
-        finally:
-            fsio.close(fd)
-
-    def _check_readable(self, sid: int) -> None:
-        """DamagedStream for a stream found damaged, or whose file header (checked on
-        its first read) is not its own."""
-        if sid in self.damaged:
-            raise DamagedStream(self.damaged[sid])
-        if sid not in self.segments.checked:
-            try:
-                self.segments.check_header(sid)
-            except CorruptRecord as exc:
-                self.damaged[sid] = str(exc)
-                raise DamagedStream(str(exc)) from None
-
-    def _read_position(self, sid: int, start: int, hint: tuple[int, int] | None) -> int:
-        """Where a read of ``start`` begins scanning: the caller's hint when it is at or
-        past the retained start and close enough, else the index entry at or below."""
-        t = self.tails.get(sid)
-        if (
-            hint is not None
-            and hint[1] >= (t.start_pos if t is not None else 0)
-            and 0 <= start - hint[0] <= HINT_REACH
-        ):
-            return hint[1]  # continuing where the last read stopped: no index lookup
-        return self._index_floor(sid, start)[0]
-
-    def read(  # noqa: C901 - the read path: an inline loop per record, no object per record
-        self,
-        sid: int,
-        kind: int,
-        start: int,
-        stop: int,
-        max_bytes: int,
-        hint: tuple[int, int] | None = None,
-    ) -> tuple[list[memoryview], int, tuple[int, int]]:
-        """Payloads covering units [start, stop), at most ``max_bytes`` (one JSON message at least).
-
-        Returns the payloads, the unit just after them, and a (unit, file position)
-        hint the caller may pass back to continue without an index lookup.
-        Runs on any thread; reads only what it returns plus at most one index
-        granule.
-        """
-        self._check_readable(sid)
-        if start >= stop:
-            return [], start, hint or (start, -1)
-        pos = self._read_position(sid, start, hint)
-        out: list[memoryview] = []  # slices of the read buffers: joined once by the caller
-        total = 0
-        cur = start
-        chunk = max(256 * 1024, min(max_bytes + 64 * 1024, 8 * 1024 * 1024))
-        unpack = RECORD_HEADER.unpack_from
-        json = kind == KIND_JSON
-        fd = fsio.open_read(self.segments.path(sid))
-        try:
-            while cur < stop and total < max_bytes:
-                buf = fsio.pread(fd, chunk, pos)
-                if not buf:
-                    self._below_start(sid, pos)
-                    raise DamagedStream(f"stream id {sid}: log ends before unit {stop}")
-                mv = memoryview(buf)
-                n = len(mv)
-                off = 0
-                # The hot loop of every catch-up read: no per-record objects.
-                while off + RECORD_HEADER_SIZE <= n:
-                    crc, plen, rkind, flags, pidlen, rstart, _ = unpack(mv, off)
-                    end = off + RECORD_HEADER_SIZE + plen
-                    if flags & FLAG_PRODUCER:
-                        end += PRODUCER_TAIL.size + pidlen
-                    if end > n:
-                        break
-                    if crc32(mv[off + 4 : end]) != crc or rkind != kind:
-                        self._below_start(sid, pos + off)
-                        msg = f"stream id {sid}: bad record at file position {pos + off}"
-                        self.damaged[sid] = msg
-                        raise DamagedStream(msg)
-                    rstop = rstart + (1 if json else plen)
-                    if rstop <= cur:
-                        off = end
-                        continue
-                    if json:
-                        if out and total + plen > max_bytes:
-                            return out, cur, (cur, pos + off)
-                        out.append(mv[end - plen : end])
-                        total += plen
-                        cur = rstop
-                    else:
-                        skip = cur - rstart
-                        take = min(plen - skip, stop - cur, max_bytes - total)
-                        first = end - plen + skip
-                        out.append(mv[first : first + take])
-                        total += take
-                        cur += take
-                        if cur < rstop:  # stopped inside this record
-                            return out, cur, (rstart, pos + off)
-                    off = end
-                    if cur >= stop or total >= max_bytes:
-                        return out, cur, (cur, pos + off)
-                if off == 0:  # one record larger than the buffer
-                    chunk = max(chunk, (record_size(buf) or 0) + 64)
-                pos += off
-        finally:
-            fsio.close(fd)
-        return out, cur, (cur, pos)

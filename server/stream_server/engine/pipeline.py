@@ -32,6 +32,7 @@ class CommitPipeline:
         *,
         on_failure: Callable[[StorageError], None],
         on_batch: Callable[[BatchStats, int], None] | None = None,
+        gate: AckGate | None = None,
     ) -> None:
         self.engine = engine
         self.on_failure = on_failure
@@ -45,7 +46,7 @@ class CommitPipeline:
         # A replica set's ack gate (engine/replica.py): batches durable here wait in
         # order for the in-sync replicas before their waiters hear of them. None in
         # single-node mode.
-        self.gate: AckGate | None = None
+        self.gate = gate
         # Each held batch with its lsn and the timer that answers its waiters if it is
         # held too long (cancelled once it is released, so that it keeps nothing alive).
         self._gated: list[tuple[list[Waiting], BatchStats, int, asyncio.TimerHandle]] = []

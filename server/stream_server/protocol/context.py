@@ -84,13 +84,14 @@ class Context:
         *,
         auth: TokenAuth | None = None,
         limiter: RateLimiter | None = None,
+        read_gate: ReadGate | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.metrics = metrics
         self.auth = auth
         self.limiter = limiter
-        self.read_gate: ReadGate | None = None  # set for a replica set's member (app.py)
+        self.read_gate = read_gate  # a replica set member's (app.py); None on a single node
         self.base = settings.base_path.encode()
         per_client = settings.max_live_readers_per_client or max(1, settings.max_live_readers // 10)
         self.slots = ReaderSlots(settings.max_live_readers, per_client)

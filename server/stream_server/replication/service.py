@@ -1,30 +1,17 @@
 """The replica set as the app sees it: the role loop, the switch between primary
 and standby mode, what this replica refuses, and ``GET /replication``.
 
-Over 400 lines because it is where the parts meet: each piece of logic lives in
-its own module (roles, shipping, follower, mirror, identity, reads, snapshot,
-switchover), and this one holds what needs several of them at once: the role
-switch, the refusals, the peer endpoints' checks and the re-copy.
+Each piece of logic lives in its own module (roles, shipping, follower,
+mirror, identity, reads, snapshot, switchover, and the switch between primary
+and standby mode, ``role_switch.py``); this one builds them in the order their
+references run and holds what needs several at once: the refusals, the peer
+endpoints' checks and the re-copy.
 
-Primary mode: the engine accepts batches under the Lease's term and the
-pipeline's ack gate is the shipper's. Standby mode: the engine refuses every
-batch of its own (only the follower's frames are written), the stream layer's
-queued changes are rolled back, and the follower runs. A switch waits for the
-other mode's writer to be idle first, so the two never touch the engine at
-once.
-
-Work that writes on its own runs only in primary mode: the store's expiry and
-retention sweepers, and whatever the app registers (``primary_work``: the
-subscriptions). It starts once this replica is primary and stops, with
-nothing in flight, before it follows another one.
-
-Writes reaching a standby are refused with 503, ``Retry-After: 1`` and
-``Stream-Primary: <url>`` rather than forwarded (docs/replication.md says
-why). A primary with fewer than ``min_in_sync`` replicas in sync waits up to
-``replication_wait`` for them, then refuses with 503 too; in ``preferred``
-durability it writes alone and reports itself degraded. During a switchover
-(``switchover.py``) writes are held the same way, and refused 503 with
-``Stream-Primary`` naming the new primary once this replica has handed over.
+Writes are let through, held or refused by the write fence
+(``write_fence.py``); during a switchover (``switchover.py``) they are held
+the same way, and refused 503 with ``Stream-Primary`` naming the new primary
+once this replica has handed over. A standby that must re-copy its data does
+it by ``recopy.py``.
 
 Reads are answered only while this replica knows it is current within
 ``replication_read_staleness`` (``read_fence.py``, the protocol layer's read gate).
@@ -43,16 +30,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
+from typing import Protocol
 
-import httpx
-
-from stream_server.engine.replica import ReplicaHooks, stamp_base
-from stream_server.replication import identity, snapshot
+from stream_format.layout import Layout
+from stream_server.engine.replica import AckGate, ReplicaHooks
+from stream_server.replication import identity
 from stream_server.replication.follower import Follower
 from stream_server.replication.freshness import Freshness
 from stream_server.replication.lease import LeaseClient
@@ -60,7 +43,9 @@ from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_tls import PeerTls
 from stream_server.replication.peer_token import PeerToken
 from stream_server.replication.pod_labels import PodClient, PodMarker
-from stream_server.replication.read_fence import RETRY_AFTER, ReadFence
+from stream_server.replication.read_fence import ReadFence
+from stream_server.replication.recopy import Recopy
+from stream_server.replication.role_switch import PrimaryWork, RoleSwitch
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.sender import Sender
 from stream_server.replication.settings import (
@@ -71,53 +56,41 @@ from stream_server.replication.settings import (
 )
 from stream_server.replication.shipping import FetchAnswer, Shipper
 from stream_server.replication.switchover import Switchover, SwitchoverResponse, parse_request
+from stream_server.replication.term_question import TermQuestion
+from stream_server.replication.write_fence import WriteFence
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
+
+__all__ = ["PrimaryWork", "Replication", "StoreFactory"]
 
 log = logging.getLogger("stream_server.replication")
 
 # Seconds a primary that is stopping spends at most on handing the Lease over; within
 # the server's stop, which a pod's termination grace period (30 s) bounds.
 STOP_SWITCHOVER_TIMEOUT = 5.0
-PEER_QUESTION_TIMEOUT = 2.0  # seconds to ask a standby whose stream ended which term it follows
 
 
-@dataclass(frozen=True, slots=True)
-class PrimaryWork:
-    """Work that writes of its own accord: started on promotion, stopped on demotion."""
+class StoreFactory(Protocol):
+    """Builds the store on an engine joined to ``replica`` (``Engine(replica=)``) and a
+    pipeline whose batches wait at ``gate`` (``StreamStore(gate=)``)."""
 
-    name: str
-    start: Callable[[], Awaitable[None]]
-    stop: Callable[[], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
+    def __call__(self, replica: ReplicaHooks, gate: AckGate) -> StreamStore: ...
 
 
 class Replication:
-    def __init__(
-        self,
-        settings: ReplicationSettings,
-        store: StreamStore,
-        *,
-        primary_work: Iterable[PrimaryWork] = (),
-    ) -> None:
-        """``primary_work``: what the app runs only while this replica is primary (the
-        subscriptions), besides the store's sweepers."""
+    def __init__(self, settings: ReplicationSettings, build_store: StoreFactory) -> None:
+        """The engine's hooks and the pipeline's gate are this object's, and the store
+        is built on them (``build_store``): everything is joined by constructors, in
+        the order the references run, before anything opens or starts."""
         self.settings = settings
-        self.store = store
         self.name = replica_name(settings)
         self.quorum = quorum(settings)
-        # Each batch's frame goes to the shipper once durable (made below).
+        # Each batch's frame goes to the shipper once durable (made below, before the
+        # engine can commit anything).
         self.hooks = ReplicaHooks(on_frame=lambda t, lsn, f: self.shipper.on_frame(t, lsn, f))
-        store.engine.replica = self.hooks  # the store made the engine: joined before it opens
         # Which set the data directory belongs to, and what it may do (identity.py).
         self.identity = identity.SetIdentity(
-            store.engine.layout, self.name, settings.replication_bootstrap
+            Layout(settings.data_dir), self.name, settings.replication_bootstrap
         )
         self.roles = RoleLoop(
             LeaseClient(settings.replication_lease, settings.kube_api),
@@ -134,6 +107,11 @@ class Replication:
             identity=self.identity,
             reported=lambda: self.shipper.positions(),
         )
+        # One client context for every connection to a peer (``peer_tls.py``).
+        self.peer_tls = PeerTls(settings)
+        # Each follower's origin, as its fetches give it: a switchover names it primary.
+        self.peer_urls: dict[str, str] = {}
+        self.term_question = TermQuestion(self.roles, self.peer_urls, self.peer_tls.context)
         self.shipper = Shipper(
             self.roles,
             self.hooks,
@@ -141,8 +119,9 @@ class Replication:
             preferred=settings.replication_durability == "preferred",
             wait=settings.replication_wait,
             renew_deadline=settings.lease_renew_deadline,
-            on_stream_lost=self._ask_why_it_left,
+            on_stream_lost=self.term_question.ask,
         )
+        self.store = store = build_store(self.hooks, self.shipper)
         # The Lease holder labels the pods itself (pod_labels.py); None: no pod named.
         self.pods: PodMarker | None = None
         if settings.replication_pod:
@@ -153,7 +132,6 @@ class Replication:
                 settings.replication_set_size,
                 every=settings.lease_duration,
             )
-        store.pipeline.gate = self.shipper  # the store made the pipeline: gated before it starts
         self.streams = ReplicatedStreams(store)
         self.mirror = Mirror(self.streams, lambda: store.engine.lsn)
         self.freshness = Freshness(settings.replication_read_staleness)
@@ -162,8 +140,6 @@ class Replication:
         self.peer_token = (
             PeerToken(settings.replication_token_file) if settings.replication_token_file else None
         )
-        # One client context for every connection to a peer (``peer_tls.py``).
-        self.peer_tls = PeerTls(settings)
         self.follower = Follower(
             self.roles,
             store.engine,
@@ -172,14 +148,23 @@ class Replication:
             self.mirror,
             retry_period=settings.lease_retry_period,
             freshness=self.freshness,
-            recopy=self.recopy,
+            recopy=lambda primary: self.recopy.run(primary),
             join=self._join,
             set_id=lambda: self.identity.set_id,
             auth=self.peer_headers,
             tls=self.peer_tls.context,
         )
-        # Each follower's origin, as its fetches give it: a switchover names it primary.
-        self.peer_urls: dict[str, str] = {}
+        self.role_switch = RoleSwitch(
+            roles=self.roles,
+            store=store,
+            streams=self.streams,
+            hooks=self.hooks,
+            shipper=self.shipper,
+            follower=self.follower,
+            mirror=self.mirror,
+            identity=self.identity,
+            retry_period=settings.lease_retry_period,
+        )
         self.switchover = Switchover(
             name=self.name,
             roles=self.roles,
@@ -189,31 +174,58 @@ class Replication:
             lsn=lambda: store.engine.lsn,
             peer_urls=self.peer_urls,
             primary_mode=lambda: self.primary_mode,
-            stop_work=self.stop_primary_work,
-            start_work=self.start_primary_work,
+            stop_work=self.role_switch.stop_primary_work,
+            start_work=self.role_switch.start_primary_work,
         )
-        self.primary_mode = False
-        self.failovers = 0  # times this replica became primary
+        self.recopy = Recopy(
+            store=store,
+            roles=self.roles,
+            modes=self.role_switch,
+            follower=self.follower,
+            identity=self.identity,
+            refusal=self.set_refusal,
+            tls=self.peer_tls.context,
+            auth=self.peer_headers,
+        )
+        # What the app asks before each write (``write_fence.py``).
+        self.writes = WriteFence(
+            settings, self.roles, self.quorum, self.role_switch, self.switchover
+        )
         self._tasks: list[asyncio.Task[None]] = []
-        self._asking: set[asyncio.Task[None]] = set()  # ``_check_term_of`` under way
-        # Paused before the store starts them: a standby until the Lease says otherwise.
-        store.expiry.pause()
-        store.retention.pause()
-        self.primary_work = list(primary_work)
 
     # ------------------------------------------------------------- lifecycle
 
-    def start(self, ready: Callable[[], Awaitable[bool]] | None = None) -> None:
+    def start(
+        self,
+        ready: Callable[[], Awaitable[bool]] | None = None,
+        primary_work: Iterable[PrimaryWork] = (),
+    ) -> None:
         """Run once ``ready`` says the store recovered (the position is known); never
-        when it says it did not; at once without it."""
-        self._tasks.append(asyncio.create_task(self._start(ready), name="replication start"))
+        when it says it did not; at once without it. ``primary_work``: what the app
+        runs only while this replica is primary (the subscriptions), besides the
+        store's sweepers."""
+        self._tasks.append(
+            asyncio.create_task(self._start(ready, list(primary_work)), name="replication start")
+        )
+
+    @property
+    def primary_mode(self) -> bool:
+        """In primary mode (``role_switch.py``): the engine writes, the gate ships."""
+        return self.role_switch.primary
+
+    @property
+    def failovers(self) -> int:
+        """Times this replica became primary."""
+        return self.role_switch.failovers
 
     @property
     def switching(self) -> bool:
         """A switchover holds new writes (``switchover.py``)."""
         return self.switchover.switching
 
-    async def _start(self, ready: Callable[[], Awaitable[bool]] | None) -> None:
+    async def _start(
+        self, ready: Callable[[], Awaitable[bool]] | None, primary_work: list[PrimaryWork]
+    ) -> None:
         if ready is not None and not await ready():
             return  # recovery failed: the server stops
         await asyncio.to_thread(self._load)
@@ -227,7 +239,7 @@ class Replication:
         self.roles.start()
         if self.pods is not None:
             self.pods.start()
-        await self._coordinate()
+        await self.role_switch.run(primary_work)
 
     def _load(self) -> None:
         """The position, the term history and the set identity, after recovery."""
@@ -266,137 +278,11 @@ class Replication:
             await self.pods.stop()
         await self.roles.stop()
 
-    async def _coordinate(self) -> None:
-        await self._to_standby()
-        while True:
-            changed = self.roles.state.changed
-            if self.roles.is_primary and not self.primary_mode:
-                await self._to_primary()
-            elif not self.roles.is_primary and self.primary_mode:
-                await self._to_standby()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), self.settings.lease_retry_period)
-
-    async def _to_primary(self) -> None:
-        self.follower.following = False
-        async with self.follower.applying:  # the last fetched frames are written
-            pass
-        # Everything this replica holds becomes its history under the new term.
-        self.mirror.publish(self.store.engine.lsn)
-        self.store.pipeline.published = self.store.engine.lsn
-        term = self.roles.state.term
-        self.hooks.term = term
-        await self._stamp_base(term)
-        self.shipper.became_primary(term)
-        self.hooks.writable = True
-        self.primary_mode = True
-        self.failovers += 1
-        log.info("primary for term %d at lsn %d", term, self.store.engine.lsn)
-        await self.start_primary_work()
-
-    async def _stamp_base(self, term: int) -> None:
-        """Data from before this directory joined a set (single-node data, whose replica
-        just created the Lease) gets a position before anything is written or shipped
-        (``engine.replica.stamp_base``): a follower then re-copies it rather than
-        follow frames that start after it."""
-        if self.hooks.durable != (0, 0) or not self.identity.data:
-            return
-        position = await asyncio.to_thread(stamp_base, self.store.engine, self.hooks, term)
-        self.identity.positioned = True
-        log.warning(
-            "the data written before this replica set began is its history up to %s: "
-            "standbys re-copy it",
-            position,
-        )
-
-    async def start_primary_work(self) -> None:
-        self.store.expiry.resume()
-        self.store.retention.resume()
-        for work in self.primary_work:
-            try:
-                await work.start()
-            except Exception:  # the role switch must not fail with it
-                log.exception("could not start %s as primary", work.name)
-
-    async def stop_primary_work(self) -> None:
-        self.store.expiry.pause()
-        self.store.retention.pause()
-        for work in reversed(self.primary_work):
-            try:
-                await work.stop()
-            except Exception:
-                log.exception("could not stop %s", work.name)
-
-    async def _to_standby(self) -> None:
-        self.primary_mode = False
-        self.shipper.close_streams()  # each standby asks again and hears the new term
-        await self.stop_primary_work()  # before anything is rolled back or followed
-        self.hooks.writable = False
-        await self.store.pipeline.drained()
-        self.streams.rollback()  # queued changes of ours will never be published
-        self._stage_unpublished()
-        self.follower.following = True
-        log.info("standby of %s (term %d)", self.roles.state.primary_url, self.roles.state.term)
-
-    def _stage_unpublished(self) -> None:
-        """Batches this replica wrote as primary that never passed the gate (held when
-        it stopped being primary) are durable history here, in the WAL and LMDB, but
-        missing from the stream layer: staged as a standby stages the frames it
-        applies (``Mirror.stage_frames``)."""
-        upto, lsn = self.store.pipeline.published, self.store.engine.lsn
-        if upto >= lsn:
-            return
-        ring = self.shipper.ring
-        if not self.mirror.stage_frames(upto, lsn, ring.since(ring.first_after(upto))):
-            log.warning(
-                "batches up to lsn %d were never published here and are no longer in "
-                "memory: readers of this replica miss them until it restarts",
-                lsn,
-            )
-
     # -------------------------------------------------------------- requests
 
     @property
-    def in_sync_enough(self) -> bool:
-        return 1 + len(self.roles.state.in_sync) >= self.quorum
-
-    @property
     def degraded(self) -> bool:
-        return self.roles.is_primary and not self.in_sync_enough
-
-    async def write_refusal(self) -> Refusal | None:
-        """None when this replica may take a write now; else the answer to give."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.replication_wait
-        while True:
-            state = self.roles.state
-            if not (self.primary_mode and self.roles.may_acknowledge):
-                return self._not_primary()
-            if not self.switching and (
-                self.in_sync_enough or self.settings.replication_durability == "preferred"
-            ):
-                return None
-            left = deadline - loop.time()
-            if left <= 0:
-                why = (
-                    "a switchover is in progress: retry\n"
-                    if self.switching
-                    else f"too few replicas in sync: {1 + len(state.in_sync)} of the "
-                    f"{self.quorum} required\n"
-                )
-                return Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], why.encode())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(state.changed.wait(), left)
-
-    def _not_primary(self) -> Refusal:
-        primary = self.roles.state.primary_url
-        headers = [(b"retry-after", str(RETRY_AFTER).encode())]
-        if primary and not self.roles.is_primary:
-            headers.append((b"stream-primary", primary.encode()))
-            body = f"this replica is a standby; write to the primary at {primary}\n"
-        else:
-            body = "this replica is not the primary right now; retry\n"
-        return Refusal(503, headers, body.encode())
+        return self.roles.is_primary and not self.writes.in_sync_enough
 
     def set_refusal(
         self, set_id: str, position: identity.Position | None = None
@@ -411,89 +297,6 @@ class Replication:
         if body["error"] == identity.OTHER_SET:
             log.warning("refused a follower of set %s: this is set %s", set_id, body["set"])
         return FetchAnswer(409, {"content-type": "application/json"}, json.dumps(body).encode())
-
-    def _ask_why_it_left(self, name: str) -> None:
-        url = self.peer_urls.get(name)
-        if url is not None:
-            task = asyncio.create_task(self._check_term_of(url), name=f"term of {name}")
-            self._asking.add(task)
-            task.add_done_callback(self._asking.discard)
-
-    async def _check_term_of(self, url: str) -> None:
-        """Ask a standby whose stream ended which term it follows (``GET /replication``);
-        a newer one than ours means we were deposed (``RoleLoop.deposed``)."""
-        try:
-            async with httpx.AsyncClient(
-                timeout=PEER_QUESTION_TIMEOUT, verify=self.peer_tls.context()
-            ) as http:
-                answer = (await http.get(f"{url}/replication")).json()
-            term, primary = int(answer["term"]), answer.get("primary")
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            log.info("could not ask %s which term it follows: %s", url, exc)
-            return
-        await self.roles.deposed(term, primary if isinstance(primary, str) else None)
-
-    async def snapshot(self, set_id: str = "") -> Path | FetchAnswer | None:
-        """A consistent copy of our data for a standby that must re-copy (a tar file
-        the caller removes once sent); a 409 for another set's replica; None unless
-        we are the primary."""
-        if not self.primary_mode:
-            return None
-        refused = self.set_refusal(set_id)
-        if refused is not None:
-            return refused
-        fd, name = tempfile.mkstemp(dir=self.store.engine.layout.root, prefix=".snapshot-")
-        os.close(fd)
-        out = Path(name)
-        try:
-            await asyncio.to_thread(snapshot.build, self.store.engine, out)
-        except BaseException:
-            await asyncio.shield(asyncio.to_thread(out.unlink, missing_ok=True))
-            raise
-        return out
-
-    async def recopy(self, primary: str) -> None:
-        """Replace our data with the primary's copy, then exec ourselves again: the
-        first version of catching up when frames cannot do it (docs/replication.md)."""
-        if self.primary_mode:
-            return
-        self.follower.following = False
-        root = self.store.engine.layout.root
-        tar = root / ".recopy.tar"
-        log.warning("re-copying everything from the primary at %s", primary)
-        try:
-            await self._download_snapshot(primary, tar)
-        except (httpx.HTTPError, RuntimeError, OSError) as exc:
-            log.error("re-copy from %s failed, will retry: %s", primary, exc)
-            await asyncio.to_thread(tar.unlink, missing_ok=True)
-            self.follower.following = not self.primary_mode
-            return
-        await self.roles.stop()
-        await self.store.stop()
-        await asyncio.to_thread(snapshot.install, root, tar)
-        log.warning("re-copy installed: restarting to recover from it")
-        snapshot.restart_process()
-
-    async def _download_snapshot(self, primary: str, tar: Path) -> None:
-        """The primary's snapshot into ``tar``; the file is written off the event loop
-        (a standby's live readers and probes go on meanwhile)."""
-        async with (
-            httpx.AsyncClient(timeout=httpx.Timeout(60.0), verify=self.peer_tls.context()) as http,
-            http.stream(
-                "GET",
-                f"{primary}/replication/snapshot",
-                params={"set": self.identity.set_id},
-                headers=self.peer_headers(),
-            ) as r,
-        ):
-            if r.status_code != 200:
-                raise RuntimeError(f"the primary answered {r.status_code}")
-            f = await asyncio.to_thread(tar.open, "wb")
-            try:
-                async for chunk in r.aiter_bytes():
-                    await asyncio.to_thread(f.write, chunk)
-            finally:
-                await asyncio.to_thread(f.close)
 
     def _admit(
         self, name: str, url: str, set_id: str, position: identity.Position

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import socket
+from pathlib import Path
 from typing import Protocol
 
 from stream_server.replication import peer_tls
@@ -20,6 +21,7 @@ HEARTBEAT_MAX = 1.0  # seconds (``heartbeat``)
 
 
 class ReplicationSettings(Protocol):
+    data_dir: Path  # whose set id the replica checks before its engine opens
     replication_lease: str
     replica_name: str
     replica_url: str

@@ -1,10 +1,6 @@
 """The primary's side of log shipping: the recent frames, the fetch answer, the
 in-sync set and the ack gate.
 
-Over 400 lines because the commit point, the in-sync and eligible sets and the
-ack gate are one piece of state that every acknowledgement reads: kept in one
-class, the rule for when a primary may acknowledge reads in one place.
-
 A standby follows by a stream (``sender.py``: frames pushed, its durable
 position sent back as each is flushed) or, from a primary without streams,
 by fetches, as Kafka followers do: each ``GET /replication/fetch`` names

@@ -7,7 +7,7 @@ in-sync standby that provably holds everything it wrote, as Patroni's and
 CloudNativePG's switchover do (stop the primary's writes, wait for the
 standby to replay all of it, then promote it):
 
-1. **Hold** new writes (``Switchover.switching``: ``write_refusal`` waits, as
+1. **Hold** new writes (``Switchover.switching``: ``WriteFence.refusal`` waits, as
    it does while too few replicas are in sync, and refuses 503 +
    ``Retry-After`` past ``replication_wait``; nothing of such a write is read
    or written).
@@ -127,7 +127,7 @@ class Switchover:
         self.primary_mode = primary_mode
         self.stop_work = stop_work
         self.start_work = start_work
-        self.switching = False  # new writes are held (``Replication.write_refusal``)
+        self.switching = False  # new writes are held (``WriteFence.refusal``)
         self._fenced = False  # this switchover stopped the primary work and the writes
 
     async def run(self, to: str | None, within: float) -> SwitchoverResponse:

@@ -38,6 +38,7 @@ from stream_server.engine import (
 )
 from stream_server.engine.ops import Op
 from stream_server.engine.pipeline import CommitPipeline
+from stream_server.engine.replica import AckGate
 from stream_server.streams.appends import queue_append
 from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.creates import queue_create
@@ -93,7 +94,11 @@ class StreamStore:
         events: StoreEvents | None = None,
         engine: Engine | None = None,
         clock: Clock = WALL_CLOCK,
+        gate: AckGate | None = None,
     ) -> None:
+        """``engine``: one built by the caller (its map size, fault hook, a replica set's
+        hooks); ``gate``: what each batch waits for before its writers hear of it (a
+        replica set's shipper, ``CommitPipeline``), none on a single node."""
         self.engine = engine or Engine(data_dir)
         # What "now" is for every time-based rule (TTL, Expires-At, retention ages).
         self.clock = clock
@@ -104,7 +109,7 @@ class StreamStore:
         self.ready = False
         self.recovery: RecoveryReport | None = None
         self.pipeline = CommitPipeline(
-            self.engine, on_failure=self._on_failure, on_batch=self.events.on_batch
+            self.engine, on_failure=self._on_failure, on_batch=self.events.on_batch, gate=gate
         )
         self.reader = Reader(self.engine, self.table, self.limits.read_threads)
         self.json = JsonSplitter(self.limits.max_json_messages)

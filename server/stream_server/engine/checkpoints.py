@@ -1,0 +1,81 @@
+"""Checkpoints: the WAL rotated, and what its old files cover made durable elsewhere.
+
+A batch is durable once its WAL frame is flushed; its segment writes and LMDB
+commit are in the page cache only. A checkpoint (when the WAL has grown past
+``checkpoint_bytes``, and at a clean shutdown) flushes the segment files
+written since the last one and LMDB's meta page on another thread, then
+deletes the WAL files that covered them: recovery replays only what came
+after. A failed flush fails the engine closed (``fail_closed.py``): which
+pages reached the disk is then unknown.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from stream_format import wal as walmod
+from stream_format.layout import Layout
+from stream_server.engine import fsio
+from stream_server.engine.fail_closed import FailClosed
+from stream_server.engine.metadata import Metadata
+from stream_server.engine.segments import Segments
+from stream_server.engine.wal_writer import WalWriter
+
+
+class Checkpoints(FailClosed):
+    """Mixed into ``Engine``: its checkpoints and its clean close."""
+
+    layout: Layout
+    segments: Segments
+    meta: Metadata | None
+    wal: WalWriter | None
+    _dirty: set[int]  # streams written since the last checkpoint
+    _checkpoint_thread: threading.Thread | None
+    _checkpoint_lock: threading.Lock
+
+    def start_checkpoint(self) -> None:
+        """Rotate the WAL and flush, on another thread, what the old files cover."""
+        if self._checkpoint_thread is not None and self._checkpoint_thread.is_alive():
+            return
+        assert self.wal is not None
+        old_wal = self.wal
+        self.wal = old_wal.rotate()
+        dirty, self._dirty = self._dirty, set()
+        self._checkpoint_thread = threading.Thread(
+            target=self._checkpoint, args=(dirty, old_wal.number), name="checkpoint", daemon=True
+        )
+        self._checkpoint_thread.start()
+
+    def _checkpoint(self, dirty: set[int], upto_number: int, workers: int = 1) -> None:
+        with self._checkpoint_lock:
+            try:
+                fsio.fdatasync_paths([self.segments.path(sid) for sid in dirty], workers)
+                for sub in {self.segments.path(s).parent for s in dirty}:
+                    if sub.exists():
+                        fsio.fsync_dir(sub)
+                assert self.meta is not None
+                self.meta.sync()
+                for path in walmod.wal_files(self.layout.wal):
+                    if int(path.stem) <= upto_number:
+                        fsio.unlink(path)
+                fsio.fsync_dir(self.layout.wal)
+            except OSError as exc:
+                self._fail(f"checkpoint flush failed: {exc}")
+
+    def close(self) -> None:
+        """Clean shutdown: a final checkpoint leaves an empty WAL for a fast start."""
+        if self._checkpoint_thread is not None:
+            self._checkpoint_thread.join()
+        if self.wal is not None:
+            if not self.failed:
+                number = self.wal.number
+                self.wal.close()
+                dirty, self._dirty = self._dirty, set()
+                self._checkpoint(dirty, number, fsio.FLUSH_WORKERS)
+            else:
+                self.wal.close()
+            self.wal = None
+        self.segments.close_all()
+        if self.meta is not None:
+            self.meta.close()
+            self.meta = None

@@ -1,0 +1,117 @@
+"""Retention's part of the engine: where a drop may move a stream's retained start.
+
+Retention (``streams/retention.py``) decides which streams are over their
+policies; the engine answers how far each may drop: ``retention_point`` walks
+record headers from the index entry at or below a file position (never the
+payloads), ``first_record_time`` reads the oldest retained record's commit
+time. A drop (``ops.DropHead``) then commits like any batch, and names the
+index entries below its new start (``_resolve_drops``) so that the same batch
+deletes them; the blocks below it are given back once it is durable (the
+engine's publish step).
+"""
+
+from __future__ import annotations
+
+from stream_format.meta import DB_INDEX, index_key
+from stream_format.records import (
+    FLAG_PRODUCER,
+    KIND_JSON,
+    PRODUCER_TAIL,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+)
+from stream_server.engine import fsio
+from stream_server.engine.batch import Tail
+from stream_server.engine.log_reads import LogReads
+from stream_server.engine.ops import DropHead, Op
+
+
+class HeadDrops(LogReads):
+    """Mixed into ``Engine``: the reads a drop needs, and its index entries."""
+
+    def retention_point(  # noqa: C901 - the bounds of a retention cut, each beside the others
+        self, sid: int, *, min_pos: int, cutoff_us: int | None, max_unit: int
+    ) -> tuple[int, int] | None:
+        """Where a drop may move the retained start: the first record that starts at
+        or after file position ``min_pos`` and, with ``cutoff_us``, was committed at or
+        after that time; never past unit ``max_unit`` (the tail the caller saw).
+        Returns (unit, file position), or None when the start stays.
+
+        Reads record headers only (never payloads), from the index entry at or
+        below ``min_pos``, so the cost is the records dropped plus one granule.
+        Runs on any thread; it looks at the committed log, which only grows.
+        """
+        tail = self.tails.get(sid)
+        if tail is None or sid in self.damaged:
+            return None
+        file_len, tail_unit = tail.file_len, tail.unit
+        pos, unit = self._index_floor(sid, None, max_pos=max(min_pos, tail.start_pos))
+        if pos < tail.start_pos:
+            pos, unit = tail.start_pos, tail.start
+        max_unit = min(max_unit, tail_unit)
+        unpack = RECORD_HEADER.unpack_from
+        fd = fsio.open_read(self.segments.path(sid))
+        try:
+            while pos < file_len and unit < max_unit:
+                buf = fsio.pread(fd, min(256 * 1024, file_len - pos), pos)
+                off = 0
+                while off + RECORD_HEADER_SIZE <= len(buf):
+                    _, plen, rkind, flags, pidlen, rstart, ts = unpack(buf, off)
+                    if rstart != unit:  # not a record start: drop nothing rather than guess
+                        return None
+                    if pos + off >= min_pos and (cutoff_us is None or ts >= cutoff_us):
+                        return self._point(tail, unit, pos + off)
+                    size = RECORD_HEADER_SIZE + plen
+                    if flags & FLAG_PRODUCER:
+                        size += PRODUCER_TAIL.size + pidlen
+                    nxt = unit + (1 if rkind == KIND_JSON else plen)
+                    if nxt > max_unit:
+                        return self._point(tail, unit, pos + off)
+                    unit = nxt
+                    off += size
+                    if off > len(buf):  # the payload runs past the buffer: skip it
+                        break
+                if off == 0:
+                    return None  # a header cut by the end of the log: cannot happen
+                pos += off
+        finally:
+            fsio.close(fd)
+        return self._point(tail, unit, min(pos, file_len))
+
+    def first_record_time(self, sid: int) -> tuple[int, int] | None:
+        """(file position, commit time in µs) of the first retained record, or None when
+        the stream holds none. One small read; runs on any thread."""
+        tail = self.tails.get(sid)
+        if tail is None or tail.start >= tail.unit or sid in self.damaged:
+            return None
+        pos = tail.start_pos
+        head = self.segments.read(sid, pos, RECORD_HEADER_SIZE)
+        if len(head) < RECORD_HEADER_SIZE:
+            return None
+        return pos, RECORD_HEADER.unpack(head)[6]
+
+    @staticmethod
+    def _point(tail: Tail, unit: int, pos: int) -> tuple[int, int] | None:
+        return (unit, pos) if unit > tail.start else None
+
+    def _resolve_drops(self, ops: list[Op]) -> None:
+        """Name the index entries each retention drop makes useless (those below its
+        new start), so that they are deleted in the same batch."""
+        drops = [op for op in ops if isinstance(op, DropHead)]
+        if not drops:
+            return
+        assert self.meta is not None
+        with self.meta.env.begin() as txn:
+            cur = txn.cursor(db=self.meta.dbs[DB_INDEX])
+            for op in drops:
+                tail = self.tails.get(op.stream_id)
+                if tail is None or op.unit <= tail.start:
+                    continue
+                stop = index_key(op.stream_id, op.unit)
+                keys: list[bytes] = []
+                if cur.set_range(index_key(op.stream_id, 0)):
+                    for key in cur.iternext(values=False):
+                        if key >= stop:
+                            break
+                        keys.append(bytes(key))
+                op.index_keys = keys
