@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -37,7 +38,7 @@ StartSet = Callable[..., list[ServerProcess]]
 
 
 def start_member(
-    server_factory,
+    server_factory: Callable[..., ServerProcess],
     api: Cluster,
     lease: str,
     name: str,
@@ -50,7 +51,7 @@ def start_member(
 ) -> ServerProcess:
     """One server of the set holding the Lease ``default/<lease>`` (on ``data_dir``, a
     new one by default), started; ``timings`` and any further arguments after them."""
-    srv = server_factory(data_dir=data_dir, env=env)
+    srv: ServerProcess = server_factory(data_dir=data_dir, env=env)
     srv.scheme = scheme
     srv.args += [
         "--replication-lease", f"default/{lease}",
@@ -63,8 +64,10 @@ def start_member(
     return srv.start()
 
 
-def status(srv: ServerProcess) -> dict:
-    return httpx.get(f"{srv.url}/replication", timeout=5).json()
+def status(srv: ServerProcess) -> dict[str, Any]:
+    """A member's ``/replication`` report (its role, the standbys in sync, ...)."""
+    report: dict[str, Any] = httpx.get(f"{srv.url}/replication", timeout=5).json()
+    return report
 
 
 def until(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
