@@ -1,9 +1,9 @@
 """Shared test fixtures: real server processes on real ports with real data directories
 (``server_factory``, ``shared_server``), and in-process servers (``testkit.asgi``'s).
 
-The helpers test modules used to import from here live in testkit
-(``testkit.server_process``, ``testkit.stream_reads``); they are still
-importable from here for the modules not moved yet."""
+Fixtures only: what test modules import lives in testkit (``testkit.server_process``,
+``testkit.stream_reads``, ...); no test module imports a conftest
+(tests/test_layout_of_tests.py)."""
 
 from __future__ import annotations
 
@@ -12,29 +12,12 @@ from pathlib import Path
 import pytest
 
 from testkit import summary
-from testkit.server_process import ServerProcess, live_gauge, raw_get, read_until_closed
-from testkit.servers import free_port
-from testkit.stream_reads import read_all, read_served, stream_state
+from testkit.server_process import ServerProcess
 
-ROOT = Path(__file__).parent
 # Marks a test's needs (programs, packages): skipped by hand, failed under make test;
 # and refuses a process to a test whose module is not marked `processes` (the fast tier).
 # testkit.asgi's fixtures start the server in-process (app_server, async_app_server).
 pytest_plugins = ["testkit.needs", "testkit.tiers", "testkit.asgi"]
-
-__all__ = [
-    "ROOT",
-    "ServerProcess",
-    "free_port",
-    "live_gauge",
-    "raw_get",
-    "read_all",
-    "read_served",
-    "read_until_closed",
-    "server_factory",
-    "shared_server",
-    "stream_state",
-]
 
 
 @pytest.fixture

@@ -30,6 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "scripts" / "build_images.py"
 BUILD_LOCK = Path(tempfile.gettempdir()) / "durable-streams-images.lock"
 SUMMARY = "container images"
+SERVER_UID = 10001  # the server image's USER, and the pod's runAsUser/fsGroup
+SPARK_UID = 185  # the Spark image's USER
+
+
+def report(line: str) -> None:
+    """A line for the end-of-run summary: image sizes, build times, stop times."""
+    summary.report(SUMMARY, line)
 
 
 def podman() -> Podman:

@@ -9,54 +9,21 @@ import threading
 import pytest
 
 from stream_format.layout import Layout
-from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES, KIND_JSON, Producer
 from stream_server.engine import Engine, LayoutError, fsio
 from stream_server.engine.batch import INDEX_GRANULARITY
 from stream_server.engine.data_dir import prepare
 from stream_server.engine.ops import (
     Append,
-    CreateLog,
     DeleteStream,
     DropLog,
     PutProducer,
-    PutStream,
 )
+from testkit.engines import crash, new_stream, read_all
 
 
 class Crash(Exception):
     pass
-
-
-def crash(engine: Engine) -> None:
-    """Stop an engine the way kill -9 would: no checkpoint, no final flush."""
-    if engine._checkpoint_thread is not None:
-        engine._checkpoint_thread.join()
-    engine.wal.close()
-    engine.segments.close_all()
-    engine.meta.close()
-
-
-def new_stream(engine: Engine, path: str, sid: int, kind: int = KIND_BYTES, base: int = 0) -> None:
-    ct = "application/json" if kind == KIND_JSON else "application/octet-stream"
-    engine.commit(
-        [
-            CreateLog(sid, base),
-            PutStream(path, StreamMeta(id=sid, content_type=ct, created_at=0.0, fork_offset=base)),
-        ]
-    )
-
-
-def read_all(
-    engine: Engine, sid: int, kind: int, start: int, stop: int, max_bytes: int = 1 << 30
-) -> bytes:
-    out = b""
-    cur = start
-    hint = None
-    while cur < stop:
-        got, cur, hint = engine.read(sid, kind, cur, stop, max_bytes, hint)
-        out += b"".join(got)
-    return out
 
 
 def test_commit_and_read_back_across_index_granules(tmp_path):

@@ -18,7 +18,7 @@ from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine, LayoutError
 from stream_server.engine.data_dir import prepare
 from stream_server.engine.ops import Append, PutKeyedValue
-from tests.engine.test_engine import crash, new_stream, read_all
+from testkit.engines import crash, new_stream, read_all
 
 pytestmark = pytest.mark.processes
 

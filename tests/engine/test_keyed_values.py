@@ -24,8 +24,8 @@ from stream_server.streams.errors import BadRequest, Unavailable
 from stream_server.streams.keyed_values import MAX_KEYED_VALUE_BYTES
 from stream_server.streams.store import AppendRequest, CreateRequest, StoreLimits, StreamStore
 from testkit.crashstates import KeyedValueHistory, Recording
+from testkit.engines import crash
 from testkit.spark_rows import every_stream
-from tests.engine.test_engine import crash
 
 pytestmark = pytest.mark.processes
 

@@ -14,17 +14,9 @@ from pathlib import Path
 import pytest
 
 from testkit import images as images_here
-from testkit import summary, wait_for
+from testkit import wait_for
 from testkit.containers import Container, Podman
 from testkit.servers import free_port, http_status
-
-SERVER_UID = 10001  # the server image's USER, and the pod's runAsUser/fsGroup
-SPARK_UID = 185
-
-
-def report(line: str) -> None:
-    """A line for the end-of-run summary: image sizes, build times, stop times."""
-    summary.report(images_here.SUMMARY, line)
 
 
 @pytest.fixture(scope="session")

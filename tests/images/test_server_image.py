@@ -18,9 +18,8 @@ import pytest
 from stream_operator.spec import with_defaults
 from testkit import wait_for
 from testkit.containers import PODMAN_NEEDED
+from testkit.images import SERVER_UID, report
 from testkit.server_process import raw_get, read_until_closed
-
-from .conftest import SERVER_UID, report
 
 pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 

@@ -17,8 +17,7 @@ import pytest
 from stream_operator.spec import with_defaults
 from testkit import needs
 from testkit.containers import PODMAN_NEEDED
-
-from .conftest import SERVER_UID, SPARK_UID, report
+from testkit.images import SERVER_UID, SPARK_UID, report
 
 pytestmark = [pytest.mark.processes, PODMAN_NEEDED, pytest.mark.timeout(1800)]
 

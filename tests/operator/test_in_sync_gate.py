@@ -14,7 +14,7 @@ from stream_operator.replica_roles import LeaseView, in_sync_changes
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.operator import running_operator
-from tests.operator.test_replica_set_kopf import NS, running_replica_set, write_lease
+from testkit.played_replica_set import NS, running_replica_set, write_lease
 
 pytestmark = pytest.mark.slow
 

@@ -12,20 +12,19 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from stream_format.layout import WRITE_VERSION
 from stream_operator import KIND
-from testkit import free_port, rbac, wait_for
+from testkit import free_port, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream, storage_class
 from testkit.kubelet import Kubelet
 from testkit.leases import replica_lease
 from testkit.operator import running_operator
+from testkit.operator_rbac import assert_role_grants_what_the_operator_did
 from testkit.pod_objects import (
     claim_volumes,
     container_env,
@@ -63,9 +62,6 @@ def condition(c: Cluster, name: str, ctype: str) -> dict[str, Any]:
     return {}
 
 
-RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
-
-
 def operator_calls(c: Cluster) -> set[tuple[str, str, str]]:
     """What the operator (kopf and the handlers' client) asked of the API server."""
     return {call[:3] for call in c.api.requests if not call.agent.startswith("python-httpx/")}
@@ -93,16 +89,6 @@ def rounds(c: Cluster, name: str) -> int:
 def reconciles(c: Cluster) -> int:
     """The reconciles (of any DurableStream) begun so far."""
     return handler_reads(c, "customresourcedefinitions", "podmonitors.monitoring.coreos.com")
-
-
-def assert_role_grants_what_the_operator_did(c: Cluster) -> None:
-    """The RBAC the chart installs grants every request the operator made."""
-    granted = rbac.grants(
-        yaml.safe_load_all(RBAC.read_text()), "durable-streams", "durable-streams"
-    )
-    calls = [call for call in c.api.requests if not call.agent.startswith("python-httpx/")]
-    missing = rbac.denied(calls, granted)
-    assert not missing, f"the operator's RBAC does not grant {missing}"
 
 
 @pytest.fixture

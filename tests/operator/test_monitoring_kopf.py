@@ -21,9 +21,9 @@ from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.leases import replica_lease
 from testkit.operator import running_operator
+from testkit.operator_rbac import assert_role_grants_what_the_operator_did
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
-from tests.operator.test_kopf_emulated import assert_role_grants_what_the_operator_did
-from tests.operator.test_rbac import older_servicemonitor
+from testkit.servicemonitors import older_servicemonitor
 
 pytestmark = pytest.mark.slow
 

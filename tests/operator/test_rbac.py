@@ -26,6 +26,7 @@ from testkit.kube import Call, durable_stream
 from testkit.leases import replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
+from testkit.servicemonitors import older_servicemonitor
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "durable-streams"
@@ -110,35 +111,6 @@ def become_a_replica_set_and_back(c: Cluster, namespace: str) -> None:
     wait_for(lambda: c.get("Service", namespace, "events-replicas") is None, message="pruned")
     c.delete("Pod", namespace, "events-0").raise_for_status()
     play_statefulset_controller(c, namespace, "events")
-
-
-def older_servicemonitor(owner: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """A ServiceMonitor as operators before the PodMonitor made it: owned and labelled
-    as the operator's, so that this one prunes it."""
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": {
-            "name": "events",
-            "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/name": "durable-streams",
-                "app.kubernetes.io/instance": "events",
-                "app.kubernetes.io/managed-by": "durable-streams-operator",
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": KIND,
-                    "name": "events",
-                    "uid": owner["metadata"]["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/instance": "events"}}},
-    }
 
 
 def everything_the_operator_does(c: Cluster, namespace: str) -> None:

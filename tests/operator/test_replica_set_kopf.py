@@ -20,14 +20,11 @@ import pytest
 from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
-from testkit.kube import durable_stream
-from testkit.leases import write_replica_lease
 from testkit.operator import running_operator
-from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
+from testkit.played_replica_set import NS, running_replica_set, set_ready, write_lease
 
 pytestmark = pytest.mark.slow
 
-NS = "default"
 ROLE = "streams.pyds.dev/role"
 
 
@@ -60,33 +57,9 @@ def events(c: Cluster, reason: str) -> list[str]:
     ]
 
 
-def write_lease(c: Cluster, holder: str, term: int, in_sync: list[str], began: str = "") -> None:
-    write_replica_lease(c, "events", NS, holder, term, in_sync, began)
-
-
-def set_ready(c: Cluster, sts: dict[str, Any], ordinal: int, ready: bool) -> None:
-    """The kubelet's report of a pod's readiness."""
-    status = pod_status(sts["spec"]["template"]["spec"]["containers"][0], ready=ready, restarts=0)
-    c.patch("Pod", NS, f"events-{ordinal}", {"status": status}, status=True).raise_for_status()
-
-
 def secret(c: Cluster) -> dict[str, Any] | None:
     r = c.http.get(f"/api/v1/namespaces/{NS}/secrets/events-replication")
     return r.json() if r.status_code == 200 else None
-
-
-def running_replica_set(c: Cluster, spec: dict[str, Any]) -> None:
-    """Create the DurableStream, then do what the StatefulSet controller and kubelet would."""
-    c.create(durable_stream("events", spec)).raise_for_status()
-    sts = wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
-    claim_volumes(c, sts)
-    for i in range(sts["spec"]["replicas"]):
-        c.create(pod_object(sts, i)).raise_for_status()
-        set_ready(c, sts, i, True)
-    want = sts["spec"]["replicas"]
-    rev = f"events-{sts['metadata']['generation']}"
-    status = statefulset_status(sts, want, want, want, rev, rev)
-    c.patch("StatefulSet", NS, "events", {"status": status}, status=True).raise_for_status()
 
 
 def test_a_replica_set_gets_its_rights_its_services_and_a_status_that_follows_the_lease(

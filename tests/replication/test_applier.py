@@ -14,7 +14,8 @@ from stream_format.records import KIND_BYTES
 from stream_server.engine.errors import StorageFailed
 from stream_server.replication import applier as applier_module
 from stream_server.replication.applier import Applier
-from tests.replication.test_apply_frames import crash, primary_frames, standby
+from testkit.engines import crash
+from testkit.replica_engines import primary_frames, standby
 
 
 class WatchedSent(applier_module.Sent):

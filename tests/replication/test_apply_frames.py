@@ -5,8 +5,6 @@ nothing the standby reported: recovery replays the frames. Real engines on real 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import lmdb
 import pytest
 
@@ -16,41 +14,8 @@ from stream_server.engine import Engine
 from stream_server.engine.errors import StorageFailed
 from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks, commit_frames, write_frames
-
-
-def crash(engine: Engine) -> None:
-    """Stop an engine as kill -9 would: no checkpoint, no final flush."""
-    assert engine.wal is not None and engine.meta is not None
-    engine.wal.close()
-    engine.segments.close_all()
-    engine.meta.close()
-
-
-def primary_frames(root: Path) -> list[bytes]:
-    """Three batches of a primary at term 2 (a stream created, two appends), as shipped."""
-    e = Engine(root)
-    e.open()
-    hooks = ReplicaHooks()
-    hooks.load(e)
-    hooks.writable, hooks.term = True, 2
-    frames: list[bytes] = []
-    hooks.on_frame = lambda term, lsn, frame: frames.append(frame)
-    e.replica = hooks
-    meta = StreamMeta(id=1, content_type="application/octet-stream", created_at=0.0)
-    e.commit([CreateLog(1, 0), PutStream("a", meta)])
-    e.commit([Append(1, KIND_BYTES, [b"hello "])])
-    e.commit([Append(1, KIND_BYTES, [b"world"])])
-    e.close()
-    return frames
-
-
-def standby(root: Path) -> tuple[Engine, ReplicaHooks]:
-    e = Engine(root)
-    e.open()
-    hooks = ReplicaHooks()
-    hooks.load(e)
-    e.replica = hooks
-    return e, hooks
+from testkit.engines import crash
+from testkit.replica_engines import primary_frames, standby
 
 
 def test_frames_written_but_not_committed_survive_a_crash(tmp_path):

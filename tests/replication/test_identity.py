@@ -5,7 +5,6 @@ server), who may lead, and what the primary refuses."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,19 +18,12 @@ from stream_server.replication.identity import WAITING, SetIdentity, refusal
 from stream_server.replication.lease import LeaseClient, LeaseRecord
 from stream_server.replication.roles import RoleLoop
 from testkit.cluster import Cluster
+from testkit.fsio_recorder import Recorder
 from tests.replication import role_loops
 from tests.replication.role_loops import DURATION, Clock
 
 SET_X = "0123456789abcdef0123456789abcdef"
 SET_Y = "fedcba9876543210fedcba9876543210"
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.ops: list[tuple[Any, ...]] = []
-
-    def record(self, op: tuple[Any, ...]) -> None:
-        self.ops.append(op)
 
 
 # ------------------------------------------------------------ the set id file

@@ -29,8 +29,8 @@ from stream_server.engine.replica import (
     stamp_base,
 )
 from stream_server.replication.identity import SetIdentity
-from tests.replication.test_apply_frames import crash
-from tests.replication.test_identity import Recorder
+from testkit.engines import crash
+from testkit.fsio_recorder import Recorder
 
 SET_X = "0123456789abcdef0123456789abcdef"
 SET_Y = "fedcba9876543210fedcba9876543210"

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ServerProcess
 from stream_server.config import Settings
-from tests.replication.conftest import FAST, primary_with_standbys, status, until
+from testkit.replica_set_processes import FAST, primary_with_standbys, status, until
+from testkit.server_process import ServerProcess
 
 pytestmark = pytest.mark.processes
 

@@ -24,14 +24,15 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import ServerProcess, read_served
 from stream_server import cli
 from stream_server.config import Settings, add_arguments, settings_from
 from stream_server.replication import peer_tls
 from stream_server.replication.peer_http import PeerClient, PeerError
 from stream_server.replication.peer_tls import PeerTls
 from testkit.pki import PrivateCA
-from tests.replication.conftest import until
+from testkit.replica_set_processes import until
+from testkit.server_process import ServerProcess
+from testkit.stream_reads import read_served
 
 pytestmark = pytest.mark.processes
 

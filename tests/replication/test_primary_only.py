@@ -14,7 +14,7 @@ import re
 import httpx
 import pytest
 
-from tests.replication.conftest import FAST, primary_with_standbys, status, until
+from testkit.replica_set_processes import FAST, primary_with_standbys, status, until
 from tests.subscriptions._api import (
     Api,
     Hook,

@@ -12,7 +12,7 @@ from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks
-from tests.replication.test_apply_frames import crash
+from testkit.engines import crash
 
 META = StreamMeta(id=1, content_type="application/octet-stream", created_at=0.0)
 

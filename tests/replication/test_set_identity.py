@@ -17,12 +17,10 @@ import httpx
 import lmdb
 import pytest
 
-from conftest import ServerProcess, read_all
 from stream_format.layout import Layout
 from stream_format.meta import ALL_DB_NAMES
 from testkit.cluster import Cluster
-from testkit.replicaset import ReplicaSet
-from tests.replication.conftest import (
+from testkit.replica_set_processes import (
     STEADY,
     StartSet,
     primary_with_standbys,
@@ -30,6 +28,9 @@ from tests.replication.conftest import (
     status,
     until,
 )
+from testkit.replicaset import ReplicaSet
+from testkit.server_process import ServerProcess
+from testkit.stream_reads import read_all
 
 pytestmark = pytest.mark.processes
 

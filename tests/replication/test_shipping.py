@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
-from conftest import read_all
-from tests.replication.conftest import FAST, primary_with_standbys, status, until
+from testkit.replica_set_processes import FAST, primary_with_standbys, status, until
+from testkit.stream_reads import read_all
 
 pytestmark = pytest.mark.processes
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ServerProcess, read_all
 from testkit.cluster import Cluster
-from tests.replication.conftest import FAST, primary_with_standbys, start_member, status, until
+from testkit.replica_set_processes import FAST, primary_with_standbys, start_member, status, until
+from testkit.server_process import ServerProcess
+from testkit.stream_reads import read_all
 
 pytestmark = pytest.mark.processes
 

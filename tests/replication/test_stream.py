@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from conftest import read_all, read_served
-from tests.replication.conftest import STEADY, primary_with_standbys, status, until
+from testkit.replica_set_processes import STEADY, primary_with_standbys, status, until
+from testkit.stream_reads import read_all, read_served
 
 pytestmark = pytest.mark.processes
 

@@ -40,7 +40,7 @@ from tests.replication.workload import (
 
 pytestmark = pytest.mark.processes
 
-# Short leases (the conftest's FAST timings) so the set forms and settles in seconds.
+# Short leases (testkit.replica_set_processes' FAST timings) so the set forms and settles in seconds.
 FAST = {
     "lease_duration": "3",
     "lease_renew_deadline": "2",

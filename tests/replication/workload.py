@@ -26,10 +26,10 @@ from typing import TypeVar
 
 import httpx
 
-from conftest import read_served
 from testkit import wait_for
 from testkit.history import History, check, message
 from testkit.replicaset import ReplicaSet
+from testkit.stream_reads import read_served
 
 LIVENESS = 90.0  # seconds: the most any awaited state change may take before the test fails
 AFTER_EVENT = 10  # appends each writer must get acknowledged after a kill, before it stops
@@ -191,7 +191,7 @@ async def read_from(
 ) -> tuple[bytes, float | None] | None:
     """A stream's content on one server and when the request answered up to date was
     sent (None: no answer said so), or None when that server does not serve it:
-    ``conftest.read_served`` for the history checker's concurrent readers, which need an
+    ``testkit.stream_reads.read_served`` for the history checker's concurrent readers, which need an
     async client."""
     out, offset = b"", "-1"
     for _ in range(MAX_READ_REQUESTS):

@@ -1,0 +1,48 @@
+"""An engine on real files, for tests: stopped as kill -9 would stop it, a stream created
+in one batch, a range read back whole.
+
+Shared by the engine's tests (tests/engine/) and the replication tests that
+crash a standby's engine (tests/replication/).
+"""
+
+from __future__ import annotations
+
+from stream_format.meta import StreamMeta
+from stream_format.records import KIND_BYTES, KIND_JSON
+from stream_server.engine import Engine
+from stream_server.engine.ops import CreateLog, PutStream
+
+
+def crash(engine: Engine) -> None:
+    """Stop an engine the way kill -9 would: no checkpoint, no final flush."""
+    if engine._checkpoint_thread is not None:
+        engine._checkpoint_thread.join()
+    assert engine.wal is not None and engine.meta is not None
+    engine.wal.close()
+    engine.segments.close_all()
+    engine.meta.close()
+
+
+def new_stream(engine: Engine, path: str, sid: int, kind: int = KIND_BYTES, base: int = 0) -> None:
+    """Create log ``sid`` and the stream ``path`` over it, in one batch."""
+    ct = "application/json" if kind == KIND_JSON else "application/octet-stream"
+    engine.commit(
+        [
+            CreateLog(sid, base),
+            PutStream(path, StreamMeta(id=sid, content_type=ct, created_at=0.0, fork_offset=base)),
+        ]
+    )
+
+
+def read_all(
+    engine: Engine, sid: int, kind: int, start: int, stop: int, max_bytes: int = 1 << 30
+) -> bytes:
+    """Log ``sid``'s bytes from ``start`` to ``stop``, read from the engine (not over HTTP:
+    that is ``testkit.stream_reads.read_all``)."""
+    out = b""
+    cur = start
+    hint = None
+    while cur < stop:
+        got, cur, hint = engine.read(sid, kind, cur, stop, max_bytes, hint)
+        out += b"".join(got)
+    return out

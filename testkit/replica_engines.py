@@ -1,0 +1,44 @@
+"""A primary's shipped frames and a standby's engine, on real files: what the tests of a
+standby's apply start from.
+
+Shared by tests/replication/test_apply_frames.py (the two halves of an apply)
+and test_applier.py (the applier over them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stream_format.meta import StreamMeta
+from stream_format.records import KIND_BYTES
+from stream_server.engine import Engine
+from stream_server.engine.ops import Append, CreateLog, PutStream
+from stream_server.engine.replica import ReplicaHooks
+
+
+def primary_frames(root: Path) -> list[bytes]:
+    """Three batches of a primary at term 2 (a stream created, two appends), as shipped."""
+    e = Engine(root)
+    e.open()
+    hooks = ReplicaHooks()
+    hooks.load(e)
+    hooks.writable, hooks.term = True, 2
+    frames: list[bytes] = []
+    hooks.on_frame = lambda term, lsn, frame: frames.append(frame)
+    e.replica = hooks
+    meta = StreamMeta(id=1, content_type="application/octet-stream", created_at=0.0)
+    e.commit([CreateLog(1, 0), PutStream("a", meta)])
+    e.commit([Append(1, KIND_BYTES, [b"hello "])])
+    e.commit([Append(1, KIND_BYTES, [b"world"])])
+    e.close()
+    return frames
+
+
+def standby(root: Path) -> tuple[Engine, ReplicaHooks]:
+    """An engine opened with replica hooks and not writable: a standby's, to apply to."""
+    e = Engine(root)
+    e.open()
+    hooks = ReplicaHooks()
+    hooks.load(e)
+    e.replica = hooks
+    return e, hooks
