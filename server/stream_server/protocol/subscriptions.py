@@ -197,6 +197,7 @@ async def _put(c: Call) -> Answer:
 
 async def _get(c: Call) -> Answer:
     sub = c.m.get(c.sub_id) if c.auth is None else c.authorised("read")
+    await c.m.settled(sub.id)  # what it shows is durable (a failed delivery, say)
     return 200, c.described(sub), []
 
 

@@ -26,6 +26,8 @@ kicks every subscription, and every lease and retry deadline kicks again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -91,6 +93,7 @@ class SubscriptionManager:
         self.tombstones: dict[str, Tombstone] = {}
         self.by_stream: dict[str, set[str]] = {}  # path -> ids of subscriptions linking it
         self.dirty: set[str] = set()  # changed by a hook, not yet written
+        self._writing: dict[str, asyncio.Future[None]] = {}  # each one's last write, until durable
         self.pending_since: dict[str, float] = {}  # id -> monotonic time work became pending
         self.kick: Callable[[str], None] = lambda sub_id: None  # set by the delivery loop
         self.schedule: Callable[[str, float], None] = lambda sub_id, when: None
@@ -535,7 +538,22 @@ class SubscriptionManager:
     async def save(self, sub: Subscription) -> None:
         self.dirty.discard(sub.id)
         if self.subs.get(sub.id) is sub:
-            await self.saved.put(sub.id, sub.to_value())
+            write = asyncio.ensure_future(self.saved.put(sub.id, sub.to_value()))
+            self._writing[sub.id] = write
+            try:
+                await write
+            finally:
+                if self._writing.get(sub.id) is write:
+                    del self._writing[sub.id]
+
+    async def settled(self, sub_id: str) -> None:
+        """Once the last write of ``sub_id`` begun is durable. A delivery's outcome
+        changes the subscription in memory, then writes it; an answer that waits for
+        this never shows a state a crash could still take back."""
+        write = self._writing.get(sub_id)
+        if write is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(write)
 
     # ------------------------------------------------------------------ links
 
