@@ -38,16 +38,19 @@ log = logging.getLogger("stream_server.subscriptions")
 
 @dataclass
 class SubscriptionSettings:
+    """What subscriptions read of the server's settings: no defaults here, the one
+    home of each is ``config/declaration.py`` (``app.subscription_settings`` copies them)."""
+
     data_dir: Path
-    base_path: str = "/v1/stream/"
-    public_url: str = ""
-    max_path_bytes: int = 1024
-    max_subscriptions: int = 10_000
-    webhook_allow: tuple[str, ...] = ()
-    webhook_timeout: float = 10.0
-    webhook_ca_file: str = ""
-    webhook_key_replay_window: float = 24 * 3600.0
-    webhook_key_rotation_interval: float = 0.0
+    base_path: str
+    public_url: str
+    max_path_bytes: int
+    max_subscriptions: int
+    webhook_allow: tuple[str, ...]
+    webhook_timeout: float
+    webhook_ca_file: str
+    webhook_key_replay_window: float
+    webhook_key_rotation_interval: float
 
 
 class Subscriptions:
