@@ -15,6 +15,20 @@ __all__ = ["free_port", "wait_for", "wait_until"]
 T = TypeVar("T")
 
 
+class _Deadline:
+    """A wait's end, and the failure that says what was awaited, shared by the thread
+    and event-loop forms of the wait."""
+
+    def __init__(self, what: object, within: float, message: str | Callable[[], str]) -> None:
+        self.what, self.within, self.message = what, within, message
+        self.at = time.monotonic() + within
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            told = self.message() if callable(self.message) else self.message
+            raise AssertionError(f"timed out after {self.within} s waiting for {told or self.what}")
+
+
 def wait_for(
     what: Callable[[], T | None],
     *,
@@ -25,15 +39,11 @@ def wait_for(
 
     ``message`` may be a callable so that the failure can describe the state at the moment
     of giving up (a replica set's statuses, say) rather than when the wait began."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            told = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout} s waiting for {told or what}")
+    deadline = _Deadline(what, timeout, message)
+    while not (value := what()):
+        deadline.check()
         time.sleep(0.1)
+    return value
 
 
 async def wait_until(
@@ -44,12 +54,8 @@ async def wait_until(
 ) -> T:
     """``wait_for`` on the event loop: for state another task sets, where the code under
     test offers nothing to await (an await it offers is better: use that)."""
-    deadline = time.monotonic() + within
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            told = message() if callable(message) else message
-            raise AssertionError(f"timed out after {within} s waiting for {told or what}")
+    deadline = _Deadline(what, within, message)
+    while not (value := what()):
+        deadline.check()
         await asyncio.sleep(0.01)
+    return value
