@@ -53,11 +53,11 @@ def running_operator(cluster: Cluster, namespaces: Sequence[str] = ()) -> Iterat
     (it would list ``/api/v1/namespaces``, which kmock cannot parse, and which the
     chart's Roles do not grant): the namespaces are taken as named.
     """
-    from stream_operator import handlers
+    from stream_operator import api_client
 
     registry = _registry()
     _server_url[0] = cluster.url
-    handlers.use_api_client(handlers.new_api_client(client.Configuration(host=cluster.url)))
+    api_client.use_api_client(api_client.new_api_client(client.Configuration(host=cluster.url)))
     stop, ready = threading.Event(), threading.Event()
     failure: list[BaseException] = []
 

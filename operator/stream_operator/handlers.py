@@ -30,16 +30,12 @@ from stream_operator import GROUP, PLURAL, VERSION, leadership, operator_metrics
 from stream_operator.api_client import (
     API_TIMEOUT,
     api,
-    new_api_client,
-    use_api_client,
 )
 from stream_operator.apply import delete_pvcs
 from stream_operator.periodic import Periodic
 from stream_operator.reconcile import converge as _converge
 from stream_operator.spec import with_defaults
 from stream_operator.status_round import refresh
-
-__all__ = ["api", "new_api_client", "use_api_client"]  # testkit and __main__ use them here
 
 # How often the status is compared with what the StatefulSet reports (seconds).
 STATUS_INTERVAL = float(os.environ.get("DS_OPERATOR_STATUS_INTERVAL", "5"))
