@@ -27,6 +27,7 @@ class Group(Enum):
     SUBSCRIPTIONS = "Subscriptions (webhooks)"
     RETENTION = "Retention"
     REPLICATION = "Replication"
+    ARCHIVE = "Archive (object storage)"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from stream_format.archive import ArchiveLocation
+
 Check = Callable[[Any], "str | None"]
 
 INT_MAX = 2**63 - 1  # a signed 64-bit integer: file offsets, LMDB sizes, the engine's counters
@@ -100,6 +102,17 @@ def http_url(value: str) -> str | None:
         return f"{value!r} must be an http:// or https:// URL with a host"
     if parts.query or parts.fragment:
         return f"{value!r} must have no query or fragment"
+    return None
+
+
+def s3_url(value: str) -> str | None:
+    """Empty, or s3://BUCKET/PREFIX (the archive's location)."""
+    if not value:
+        return None
+    try:
+        ArchiveLocation.parse(value)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
