@@ -29,10 +29,13 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from stream_server.archive.progress import OFF_DOCUMENT
+from stream_server.archive.service import RETRY_AFTER as ARCHIVE_RETRY_AFTER
+from stream_server.archive.service import ArchiveService
 from stream_server.auth import TokenAuth
 from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
 from stream_server.config import Settings
-from stream_server.engine import Engine, StorageError
+from stream_server.engine import BatchStats, Engine, StorageError
 from stream_server.engine.replica import AckGate, ReplicaHooks
 from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
@@ -57,6 +60,12 @@ class StreamServerApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = Metrics() if settings.metrics else None
+        # The object-store archive (archive/service.py); None without --archive-url.
+        self.archive = (
+            ArchiveService(settings, lambda: self.store.engine.published_lsn)
+            if settings.archive_url
+            else None
+        )
         # A replica set (docs/replication.md) builds the store on its own hooks and
         # gate (``Replication``); None in single-node mode, which then takes no step
         # of its own on any request.
@@ -64,6 +73,9 @@ class StreamServerApp:
             Replication(settings, self._build_store) if settings.replication_lease else None
         )
         self.store = self.replication.store if self.replication else self._build_store()
+        if self.archive is not None and self.replication is not None:
+            hooks = self.replication.hooks
+            self.archive.terms = lambda: hooks.terms
         self.recovery = BackgroundRecovery(
             self.store,
             on_failure=self._recovery_failed,
@@ -106,7 +118,10 @@ class StreamServerApp:
         routes = [
             Route("/healthz", self.healthz, methods=["GET", "HEAD"]),
             Route("/readyz", self.readyz, methods=["GET", "HEAD"]),
+            Route("/_archive/status", self.archive_status, methods=["GET"]),
         ]
+        if self.archive is not None and self.metrics is not None:
+            self.metrics.registry.register(self.archive.collector)
         if self.replication is not None:
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
@@ -173,6 +188,13 @@ class StreamServerApp:
                 await self.streams.refuse(
                     scope, send, refusal.status, refusal.headers, refusal.body
                 )
+            elif (
+                self.archive is not None
+                and scope["method"] in WRITE_METHODS
+                and (behind := self.archive.refusal()) is not None
+            ):
+                headers = text_headers([(b"retry-after", str(ARCHIVE_RETRY_AFTER).encode())])
+                await self.streams.refuse(scope, send, 503, headers, behind)
             elif self.metrics is None:
                 await self.streams(scope, receive, send)
             else:
@@ -234,8 +256,9 @@ class StreamServerApp:
                 map_size=s.lmdb_map_size,
                 fault_hook=hook_from_env(os.environ.get("DS_FAULT")),
                 replica=replica,
+                archive_floor=self.archive.archiver.floor if self.archive is not None else None,
             ),
-            gate=gate,
+            gate=gate if self.archive is None else self.archive.store_gate(gate),
         )
 
     def _events(self) -> StoreEvents:
@@ -270,7 +293,7 @@ class StreamServerApp:
                 m.batch_failures.labels("disk_full" if error.disk_full else "error").inc()
 
         return StoreEvents(
-            on_batch=m.on_batch if m is not None else None,
+            on_batch=self._on_batch(),
             on_created=created,
             on_appended=lambda stream: subs("stream_appended", stream),
             on_deleted=deleted,
@@ -280,30 +303,46 @@ class StreamServerApp:
             on_failure=failed,
         )
 
+    def _on_batch(self) -> Callable[[BatchStats, int], None] | None:
+        """The metrics' batch hook, and the archiver's wake-up (archive/archiver.py)."""
+        on_batch = self.metrics.on_batch if self.metrics is not None else None
+        if self.archive is None:
+            return on_batch
+        notify = self.archive.archiver.notify
+
+        def both(stats: BatchStats, count: int) -> None:
+            if on_batch is not None:
+                on_batch(stats, count)
+            notify()
+
+        return both
+
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.recovery.start()
         starting = asyncio.create_task(self._start_subscriptions(), name="subscriptions start")
+        archiving = asyncio.create_task(self._start_archive(), name="archive start")
         if self.replication is not None:
             # Only once recovered: its durable position is known, and it can serve.
-            self.replication.start(
-                ready=self.recovery.recovered,
+            work = [
                 # Deliveries, wakes and lease expiries only on the primary: a standby
                 # would send duplicates and write keyed values it may not (docs/replication.md).
-                primary_work=[
-                    PrimaryWork(
-                        "subscriptions", self.subscriptions.resume, self.subscriptions.pause
-                    )
-                ],
-            )
+                PrimaryWork("subscriptions", self.subscriptions.resume, self.subscriptions.pause)
+            ]
+            if self.archive is not None:  # only the primary archives
+                work.append(PrimaryWork("archive", self.archive.primary, self.archive.standby))
+            self.replication.start(ready=self.recovery.recovered, primary_work=work)
         try:
             yield
         finally:
             if self.replication is not None:
                 await self.replication.stop()
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starting
+            for task in (starting, archiving):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if self.archive is not None:
+                self.archive.stop()
             await self.subscriptions.stop()  # no delivery in flight once the store closes
             await self.recovery.stop()
             log.info("stopped cleanly")
@@ -322,6 +361,23 @@ class StreamServerApp:
         except Exception as exc:
             self._subscriptions_error = f": {exc}"
             log.exception("subscriptions failed to start; the __ds paths answer 503")
+
+    async def _start_archive(self) -> None:
+        """The archive once recovered: a single node archives; a replica starts as a
+        standby unless the role switch has made it the primary already."""
+        if self.archive is None or not await self.recovery.recovered():
+            return
+        if self.replication is None:
+            await self.archive.start("archiving")
+        else:
+            await self.archive.start("standby", unless_started=True)
+
+    async def archive_status(self, request: Request) -> Response:
+        """The archive's state (docs/backup.md): authenticated as the switchover is."""
+        if self.replication is not None and (denied := self._peer_denied(request)) is not None:
+            return denied
+        body = OFF_DOCUMENT if self.archive is None else self.archive.status()
+        return JSONResponse(body, headers={"cache-control": "no-store"})
 
     def _recovery_failed(self, error: BaseException) -> None:
         if self.on_fatal is not None:

@@ -6,7 +6,9 @@ commit are in the page cache only. A checkpoint (when the WAL has grown past
 written since the last one and LMDB's meta page on another thread, then
 deletes the WAL files that covered them: recovery replays only what came
 after. A failed flush fails the engine closed (``fail_closed.py``): which
-pages reached the disk is then unknown.
+pages reached the disk is then unknown. With an object-store archive, old files
+holding a frame the archive lacks are moved into its spool instead of deleted
+(``wal_keep.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import threading
 
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_server.engine import fsio
+from stream_server.engine import fsio, wal_keep
 from stream_server.engine.fail_closed import FailClosed
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.segments import Segments
@@ -32,6 +34,8 @@ class Checkpoints(FailClosed):
     _dirty: set[int]  # streams written since the last checkpoint
     _checkpoint_thread: threading.Thread | None
     _checkpoint_lock: threading.Lock
+    lsn: int
+    archive_floor: wal_keep.ArchiveFloor | None
 
     def start_checkpoint(self) -> None:
         """Rotate the WAL and flush, on another thread, what the old files cover."""
@@ -42,11 +46,17 @@ class Checkpoints(FailClosed):
         self.wal = old_wal.rotate()
         dirty, self._dirty = self._dirty, set()
         self._checkpoint_thread = threading.Thread(
-            target=self._checkpoint, args=(dirty, old_wal.number), name="checkpoint", daemon=True
+            target=self._checkpoint,
+            args=(dirty, old_wal.number, 1, self.lsn),
+            name="checkpoint",
+            daemon=True,
         )
         self._checkpoint_thread.start()
 
-    def _checkpoint(self, dirty: set[int], upto_number: int, workers: int = 1) -> None:
+    def _checkpoint(
+        self, dirty: set[int], upto_number: int, workers: int = 1, last_lsn: int = 0
+    ) -> None:
+        """``last_lsn``: the last frame of the files up to ``upto_number``."""
         with self._checkpoint_lock:
             try:
                 fsio.fdatasync_paths([self.segments.path(sid) for sid in dirty], workers)
@@ -55,10 +65,9 @@ class Checkpoints(FailClosed):
                         fsio.fsync_dir(sub)
                 assert self.meta is not None
                 self.meta.sync()
-                for path in walmod.wal_files(self.layout.wal):
-                    if int(path.stem) <= upto_number:
-                        fsio.unlink(path)
-                fsio.fsync_dir(self.layout.wal)
+                old = [p for p in walmod.wal_files(self.layout.wal) if int(p.stem) <= upto_number]
+                floor = self.archive_floor
+                wal_keep.retire(self.layout, old, floor is not None and floor() < last_lsn)
             except OSError as exc:
                 self._fail(f"checkpoint flush failed: {exc}")
 
@@ -71,7 +80,7 @@ class Checkpoints(FailClosed):
                 number = self.wal.number
                 self.wal.close()
                 dirty, self._dirty = self._dirty, set()
-                self._checkpoint(dirty, number, fsio.FLUSH_WORKERS)
+                self._checkpoint(dirty, number, fsio.FLUSH_WORKERS, self.lsn)
             else:
                 self.wal.close()
             self.wal = None

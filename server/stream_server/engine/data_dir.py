@@ -22,7 +22,7 @@ from stream_format.layout import (
     Layout,
     valid_set_id,
 )
-from stream_server.engine import fsio
+from stream_server.engine import fsio, wal_keep
 
 LayoutError = FormatError  # the name the server's start-up reports
 
@@ -63,17 +63,19 @@ def wal_headerless(found: DataFormat) -> bool:
     return found.write < 2
 
 
-def retire_wal(layout: Layout, found: DataFormat) -> int:
-    """Delete the WAL files recovery has replayed, raise an older format to the
-    current one, and return the number of the next WAL file."""
+def retire_wal(layout: Layout, found: DataFormat, keep: bool | None = None) -> int:
+    """Delete the WAL files recovery has replayed (``keep``: move them into the
+    archive's spool, which still needs a frame of theirs; None: there is no archive,
+    and the spool goes too), raise an older format to the current one, and return
+    the number of the next WAL file (``wal_keep.py``)."""
     old = walmod.wal_files(layout.wal)
-    number = max((walmod.file_number(p) for p in old), default=0) + 1
-    for path in old:
-        fsio.unlink(path)
+    number = wal_keep.next_file_number(layout)
+    wal_keep.retire(layout, old, bool(keep) and found == CURRENT)
+    if keep is None:
+        wal_keep.remove_spool(layout)
     if found != CURRENT:
-        # The old format's WAL files must be gone for good before the version
-        # file says the directory is of the new format.
-        fsio.fsync_dir(layout.wal)
+        # The old format's WAL files must be gone for good (``retire`` flushed the
+        # directory) before the version file says the directory is of the new format.
         upgrade(layout, found)
         log.info("data format %d raised to %d", found.write, CURRENT.write)
     return number

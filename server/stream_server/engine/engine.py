@@ -43,7 +43,7 @@ import lmdb
 
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_server.engine import fsio
+from stream_server.engine import fsio, wal_keep
 from stream_server.engine.batch import Batch, BatchStats, Tail, build
 from stream_server.engine.checkpoints import Checkpoints
 from stream_server.engine.data_dir import prepare, retire_wal, wal_headerless
@@ -96,6 +96,7 @@ class Engine(Checkpoints, HeadDrops):
         checkpoint_bytes: int = CHECKPOINT_BYTES,
         fault_hook: Callable[[str], None] | None = None,
         replica: ReplicaRole | None = None,
+        archive_floor: wal_keep.ArchiveFloor | None = None,
     ) -> None:
         self.layout = Layout(Path(data_dir))
         self.segments = Segments(self.layout)
@@ -108,6 +109,9 @@ class Engine(Checkpoints, HeadDrops):
         self.failed: str | None = None
         self.progress = RecoveryProgress()  # of the recovery that open() runs
         self.lsn = 0
+        # The lsn of the last frame whose commit finished (LMDB included): a frame at
+        # or below it is never taken back, so the archive may copy it.
+        self.published_lsn = 0
         self._dirty: set[int] = set()
         # Retention: bytes given back by punching so far (a metric), and how far each
         # stream's file is punched already (so a drop punches only what is new).
@@ -122,6 +126,9 @@ class Engine(Checkpoints, HeadDrops):
         self.fault_hook = fault_hook
         # A replica set's hooks (engine/replica.py); None in single-node mode.
         self.replica: ReplicaRole | None = replica
+        # An object-store archive's archived lsn: WAL holding frames above it is kept
+        # (wal_keep.py). None without an archive: WAL is deleted as before.
+        self.archive_floor = archive_floor
 
     # ------------------------------------------------------------------ start
 
@@ -140,7 +147,13 @@ class Engine(Checkpoints, HeadDrops):
         )
         state, report = recovery.run()
         self.tails, self.damaged, self.lsn = state.tails, recovery.damaged, recovery.lsn
-        self.wal = WalWriter(self.layout.wal, retire_wal(self.layout, found))
+        keep = None
+        if self.archive_floor is not None:
+            if self.replica is None:  # a replica set's position carries its lsn
+                self.lsn = max(self.lsn, wal_keep.stored_lsn(self.meta))
+            keep = self.archive_floor() < recovery.lsn
+        self.published_lsn = self.lsn
+        self.wal = WalWriter(self.layout.wal, retire_wal(self.layout, found, keep))
         report.seconds = time.monotonic() - started
         return state, report
 
@@ -202,6 +215,8 @@ class Engine(Checkpoints, HeadDrops):
         self.lsn += 1
         if self.replica is not None:
             self.replica.stamp(batch, self.lsn)
+        elif self.archive_floor is not None:
+            wal_keep.stamp(batch.changes, self.lsn)
         frame = batch.frame(self.lsn)
         try:
             self.wal.append(frame)
@@ -267,6 +282,7 @@ class Engine(Checkpoints, HeadDrops):
         checkpoint when the WAL has grown enough. One path, so that a standby's
         engine is in the state its primary's is after the same frames."""
         self.tails.update(tails)
+        self.published_lsn = self.lsn
         self._dirty.update(written)
         for sid in dropped:
             self.tails.pop(sid, None)

@@ -1,0 +1,286 @@
+"""The continuous WAL archive: a thread that copies every published WAL frame into
+the object store (docs/backup.md, "Continuous archive").
+
+On the primary (and on a single node, term 0 with history ``[[0, 1]]``) it
+finds where the archive ends along this replica's term history
+(``archive_end.archived_end``), then reads the frames after that from the local
+WAL (``wal_source.py``: the spool, then ``wal/``) up to the engine's published
+lsn, and uploads them as frames objects: when a batch reaches
+``archive_object_bytes``, when its oldest frame is ``archive_timeout`` old, at
+a term's end, and at once in ``required`` mode (where the ack gate waits for
+it, ``ack_gate.py``). Each term's history object goes first. Spooled WAL files
+the archive holds are deleted. It is woken per committed batch (``notify``).
+
+On a standby it uploads nothing: it polls the archive's end (every half
+``archive_timeout``) and deletes the spooled files the archive holds, so that a
+standby keeps what a failover would need its successor-to-be to archive.
+
+Failures never stop the server's writes: ``ArchiveUnavailable`` (and local
+read errors) retry with a capped exponential back-off, ``ArchiveDenied`` and
+``ArchiveDamaged`` slowly (``DENIED_RETRY``): a condition a person must clear,
+never a storm of requests. A per-batch wake-up does not cut a back-off short.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from stream_format.archive import ArchiveDamaged, History
+from stream_format.layout import Layout
+from stream_server.archive import archive_end
+from stream_server.archive.object_store import ArchiveDenied, ArchiveError, ObjectStore
+from stream_server.archive.progress import ArchiveProgress
+from stream_server.archive.uploads import Batch
+from stream_server.archive.wal_source import WalSource
+from stream_server.engine import fsio
+from stream_server.engine.wal_keep import spool_dir
+
+log = logging.getLogger("stream_server.archive")
+
+DENIED_RETRY = 30.0  # seconds between attempts while the store refuses us
+FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 30.0
+HINT_FILE = "archived"  # in the spool: the last archived lsn, a hint (stale only keeps more)
+
+
+@dataclass(frozen=True)
+class ArchiverSettings:
+    timeout: float  # --archive-timeout
+    object_bytes: int  # --archive-object-bytes
+    max_pending_bytes: int  # --archive-max-pending-bytes
+    required: bool  # --archive-mode required
+    denied_retry: float = DENIED_RETRY
+    max_backoff: float = MAX_BACKOFF
+
+
+class Archiver:
+    def __init__(
+        self,
+        layout: Layout,
+        store: ObjectStore,
+        settings: ArchiverSettings,
+        *,
+        published: Callable[[], int],
+        history: Callable[[], History],
+    ) -> None:
+        self.layout = layout
+        self.store = store
+        self.settings = settings
+        self.published = published  # the engine's published lsn
+        self.history = history  # this replica's term history, oldest first
+        self.progress = ArchiveProgress(store.url, "required" if settings.required else "async")
+        self.progress.archived_lsn = self._read_hint()
+        # Told (on the archiver's thread) each time the archived lsn moves: the ack gate.
+        self.on_progress: Callable[[int], None] | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._switch = threading.Lock()
+
+    # ------------------------------------------------------------ the engine's hook
+
+    def floor(self) -> int:
+        """The archived lsn: WAL holding frames above it is kept (engine/wal_keep.py)."""
+        return self.progress.archived_lsn
+
+    def behind(self) -> bool:
+        """Beyond the pending bound: new writes are refused until the archive catches up."""
+        return self.progress.pending_bytes > self.settings.max_pending_bytes
+
+    def notify(self) -> None:
+        """A batch was committed (the store's batch hook, on the event loop)."""
+        self._wake.set()
+
+    # ------------------------------------------------------------ the thread
+
+    def start(self, role: str, *, unless_started: bool = False) -> None:
+        """Run as ``archiving`` (the primary, a single node) or ``standby``; the thread
+        of the previous role is told to stop (its upload in flight may still finish:
+        conditional puts make two archivers safe). ``unless_started``: only if no role
+        runs yet (a replica's first start, which the role switch may have beaten)."""
+        with self._switch:
+            if unless_started and self._thread is not None:
+                return
+            self.stop(wait=1.0)
+            self._stop = stop = threading.Event()
+            self.progress.role = role
+            target = self._archive if role == "archiving" else self._standby
+            self._thread = threading.Thread(
+                target=self._run, args=(target, stop), name=f"archive-{role}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, wait: float = 0.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and wait:
+            self._thread.join(wait)
+
+    def _run(self, step: Callable[[_Run], float], stop: threading.Event) -> None:
+        backoff = FIRST_BACKOFF
+        run: _Run | None = None
+        while not stop.is_set():
+            try:
+                if run is None:
+                    run = self._begin(stop)
+                pause = step(run)
+                self._housekeep(run)
+                self._succeeded()
+                backoff = FIRST_BACKOFF
+                self._wake.wait(pause)
+                self._wake.clear()
+                continue
+            except ArchiveDenied as exc:
+                self._failed("denied", exc)
+                pause = self.settings.denied_retry
+            except ArchiveDamaged as exc:
+                self._failed("damaged", exc)
+                pause = self.settings.denied_retry
+            except (ArchiveError, OSError) as exc:
+                self._failed("unavailable", exc)
+                pause, backoff = backoff, min(backoff * 2, self.settings.max_backoff)
+            except Exception as exc:  # a bug must not end the archive silently
+                log.exception("archiver failed")
+                self._failed("unavailable", exc)
+                pause, backoff = backoff, min(backoff * 2, self.settings.max_backoff)
+            stop.wait(pause)  # only a stop cuts a back-off short
+
+    def _begin(self, stop: threading.Event) -> _Run:
+        """Where the archive ends along our history (the hint when it says more: objects
+        a retention deleted), and a WAL reader from there."""
+        history = self.history()
+        lsn, term = archive_end.archived_end(self.store, history)
+        lsn = max(lsn, self._read_hint())
+        published = self.published()
+        if lsn > published and self.progress.role == "archiving":
+            raise ArchiveDamaged(
+                f"the archive holds lsn {lsn} of this history, beyond this data directory's "
+                f"{published}: another server's archive, or an older copy of this data; "
+                "archive to a new location (or restore from this one)"
+            )
+        self._archived(lsn, term)
+        return _Run(WalSource(self.layout, lsn), Batch(self.settings), stop)
+
+    def _archive(self, run: _Run) -> float:
+        """One round on the primary; the seconds until the next is due."""
+        published = self.published()
+        self.progress.durable_lsn = published
+        batch = run.batch
+        room = self.settings.object_bytes - batch.size
+        if room > 0:
+            batch.add(run.source.read(published, room), self.progress.archived_lsn)
+        history = self.history()
+        while not run.stop.is_set() and (group := batch.due(history)) is not None:
+            term, frames = group
+            if term not in run.histories:
+                archive_end.put_history(self.store, history, term)
+                run.histories.add(term)
+            held = archive_end.put_frames(self.store, term, [r.frame for r in frames])
+            held = min(held, archive_end.term_end(history, term))
+            self.progress.uploads += 1
+            self.progress.uploaded_bytes += sum(len(r.frame.frame) for r in frames)
+            self.progress.last_archived_at = time.time()
+            run.position = max(run.position, batch.position_of(held) or run.position)
+            batch.drop(held)
+            self._archived(held, term)
+        self.progress.oldest_unarchived = batch.oldest()
+        return batch.wait()
+
+    def _standby(self, run: _Run) -> float:
+        """One round on a standby: the archive's end, polled."""
+        self.progress.durable_lsn = self.published()
+        lsn, term = archive_end.archived_end(self.store, self.history())
+        self._archived(max(lsn, self.progress.archived_lsn), term)
+        run.source.after = max(run.source.after, self.progress.archived_lsn)
+        run.source.read(self.progress.archived_lsn, self.settings.object_bytes)
+        return max(self.settings.timeout / 2, 0.1)
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _archived(self, lsn: int, term: int) -> None:
+        moved = lsn > self.progress.archived_lsn
+        self.progress.archived_lsn = max(self.progress.archived_lsn, lsn)
+        self.progress.archived_term = term
+        if moved:
+            self._write_hint(self.progress.archived_lsn)
+            if self.on_progress is not None:
+                self.on_progress(self.progress.archived_lsn)
+
+    def _housekeep(self, run: _Run) -> None:
+        """Spooled files the archive holds deleted; the lag measured."""
+        archived = self.progress.archived_lsn
+        spool = spool_dir(self.layout)
+        gone = False
+        for number, last in list(run.source.finished.items()):
+            if last > archived:
+                continue
+            spooled = spool / f"{number:016d}.wal"
+            if spooled.exists():
+                fsio.unlink(spooled)
+                gone = True
+            if not (self.layout.wal / spooled.name).exists():
+                del run.source.finished[number]
+        if gone:
+            fsio.fsync_dir(spool)
+        self._measure(run)
+
+    def _measure(self, run: _Run) -> None:
+        """Bytes of local WAL above the archived frame (lag), and those plus the spooled
+        files not yet deleted (pending: what the archive keeps on this disk)."""
+        number, end = max(run.position, run.source.passed)
+        lag = spooled = 0
+        for n, path in run.source.files():
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            above = 0 if n < number else size - end if n == number else size
+            lag += max(above, 0)
+            if path.parent != self.layout.wal:
+                spooled += size - max(above, 0)
+        self.progress.lag_bytes = lag
+        self.progress.pending_bytes = lag + spooled
+
+    def _succeeded(self) -> None:
+        if self.progress.failing:
+            log.info("archive to %s works again", self.store.url)
+        self.progress.failing = False
+
+    def _failed(self, kind: str, exc: BaseException) -> None:
+        self.progress.failures[kind] += 1
+        if not self.progress.failing or self.progress.last_error_kind != kind:
+            log.warning("archive to %s failing (%s): %s", self.store.url, kind, exc)
+        self.progress.failing = True
+        self.progress.last_error = str(exc)
+        self.progress.last_error_kind = kind
+
+    def _read_hint(self) -> int:
+        try:
+            return int((spool_dir(self.layout) / HINT_FILE).read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _write_hint(self, lsn: int) -> None:
+        """Not flushed: a stale hint only keeps more WAL."""
+        spool = spool_dir(self.layout)
+        try:
+            spool.mkdir(exist_ok=True)
+            (spool / HINT_FILE).write_text(f"{lsn}\n")
+        except OSError as exc:
+            log.warning("could not write %s: %s", spool / HINT_FILE, exc)
+
+
+@dataclass
+class _Run:
+    """One role's state: its WAL reader, its batch, the histories it wrote, the file
+    position just past the last frame archived."""
+
+    source: WalSource
+    batch: Batch
+    stop: threading.Event
+    position: tuple[int, int] = (0, 0)
+    histories: set[int] = field(default_factory=set)

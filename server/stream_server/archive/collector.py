@@ -1,0 +1,62 @@
+"""Archive series for ``/metrics`` (``ds_archive_*``), read from the archiver's
+progress at scrape time, as the replication series are (replication/collector.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from stream_server.archive.progress import KINDS, ArchiveProgress
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+PREFIX = "ds_archive"
+
+
+class ArchiveCollector(Collector):
+    def __init__(self, progress: ArchiveProgress) -> None:
+        self.p = progress
+
+    def collect(self) -> Iterator[Metric]:
+        p = self.p
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(f"{PREFIX}_{name}", doc)
+            g.add_metric([], value)
+            return g
+
+        yield gauge(
+            "archiving", "1 while this server uploads WAL to the archive", p.role == "archiving"
+        )
+        yield gauge("archived_lsn", "The last WAL frame the archive holds", p.archived_lsn)
+        yield gauge("archived_term", "The term of the last archived frame", p.archived_term)
+        yield gauge("lag_frames", "WAL frames durable here, not yet archived", p.lag_frames)
+        yield gauge("lag_bytes", "Bytes of local WAL not yet archived", p.lag_bytes)
+        yield gauge("lag_seconds", "Age of the oldest frame not yet archived", p.lag_seconds)
+        yield gauge(
+            "pending_bytes",
+            "Bytes of local WAL kept for the archive (the pending bound's measure)",
+            p.pending_bytes,
+        )
+        yield gauge("failing", "1 while the last attempt to archive failed", p.failing)
+        yield gauge(
+            "last_archived_timestamp_seconds",
+            "When the last upload finished (Unix time; 0: none yet)",
+            p.last_archived_at or 0,
+        )
+        uploads = CounterMetricFamily(f"{PREFIX}_uploads", "Frames objects uploaded")
+        uploads.add_metric([], p.uploads)
+        yield uploads
+        sent = CounterMetricFamily(f"{PREFIX}_uploaded_bytes", "WAL frame bytes uploaded")
+        sent.add_metric([], p.uploaded_bytes)
+        yield sent
+        failures = CounterMetricFamily(
+            f"{PREFIX}_failures", "Failed archive attempts by kind", labels=["kind"]
+        )
+        for kind in KINDS:
+            failures.add_metric([kind], p.failures[kind])
+        yield failures

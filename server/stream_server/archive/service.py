@@ -1,0 +1,90 @@
+"""The archive as the app sees it: built from the settings, started once recovery
+has finished, switched with the replica's role, stopped at shutdown.
+
+A single node archives under term 0 (history ``[[0, 1]]``). In a replica set only
+the primary archives: the role switch starts and stops it as primary work
+(replication/role_switch.py ``PrimaryWork``), and a standby polls the archive's
+end to delete the spooled WAL it holds. The pending bound is checked where the
+app admits a write (``refusal``), before the body is read: a refused write costs
+nothing, and the check is one attribute when the archive is within its bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from stream_format.archive import History
+from stream_format.layout import Layout
+from stream_server.archive.ack_gate import ArchiveGate, BothGates
+from stream_server.archive.archiver import Archiver, ArchiverSettings
+from stream_server.archive.collector import ArchiveCollector
+from stream_server.archive.object_store import ObjectStore, StoreSettings
+from stream_server.config import Settings
+from stream_server.engine.replica import AckGate
+
+SINGLE_NODE_HISTORY: History = [(0, 1)]
+RETRY_AFTER = 5  # seconds a write refused at the pending bound is told to wait
+
+
+class ArchiveService:
+    def __init__(self, settings: Settings, published: Callable[[], int]) -> None:
+        self.terms: Callable[[], History] = lambda: SINGLE_NODE_HISTORY
+        self.archiver = Archiver(
+            Layout(settings.data_dir),
+            ObjectStore(
+                StoreSettings(
+                    url=settings.archive_url,
+                    endpoint=settings.archive_endpoint,
+                    region=settings.archive_region,
+                    ca_bundle=settings.archive_ca_bundle,
+                )
+            ),
+            ArchiverSettings(
+                timeout=settings.archive_timeout,
+                object_bytes=settings.archive_object_bytes,
+                max_pending_bytes=settings.archive_max_pending_bytes,
+                required=settings.archive_mode == "required",
+            ),
+            published=published,
+            history=lambda: self.terms() or SINGLE_NODE_HISTORY,
+        )
+        self.progress = self.archiver.progress
+        self.gate = ArchiveGate(self.progress) if settings.archive_mode == "required" else None
+        if self.gate is not None:
+            self.archiver.on_progress = self.gate.progressed
+        self.collector = ArchiveCollector(self.progress)
+
+    def store_gate(self, gate: AckGate | None) -> AckGate | None:
+        """The pipeline's ack gate: the set's (or none), then the archive's in required mode."""
+        if self.gate is None:
+            return gate
+        return self.gate if gate is None else BothGates(gate, self.gate)
+
+    def refusal(self) -> bytes | None:
+        """The 503 body for a new write while the archive is behind its pending bound."""
+        if not self.archiver.behind():
+            return None
+        p = self.progress
+        return (
+            f"archive behind: {p.pending_bytes} bytes of WAL wait for the archive "
+            f"(bound {self.archiver.settings.max_pending_bytes}); "
+            f"last error: {p.last_error or 'none'}\n"
+        ).encode()
+
+    async def start(self, role: str, *, unless_started: bool = False) -> None:
+        if self.gate is not None:
+            self.gate.bind(asyncio.get_running_loop())
+        await asyncio.to_thread(self.archiver.start, role, unless_started=unless_started)
+
+    async def primary(self) -> None:
+        await self.start("archiving")
+
+    async def standby(self) -> None:
+        await self.start("standby")
+
+    def stop(self) -> None:
+        self.archiver.stop()
+
+    def status(self) -> dict[str, object]:
+        return self.progress.document()
