@@ -29,9 +29,7 @@ def archived_frames(client: Any, url: str) -> list[tuple[int, int, bytes]]:
 
 def written_bytes(frames: list[tuple[int, int, bytes]]) -> bytes:
     """Every record write the frames carry, concatenated in lsn order."""
-    return b"".join(
-        bytes(e[3]) for _, _, f in frames for e in decode_frame(f)[1] if e[0] == WRITE
-    )
+    return b"".join(bytes(e[3]) for _, _, f in frames for e in decode_frame(f)[1] if e[0] == WRITE)
 
 
 def status(server_url: str) -> dict[str, Any]:

@@ -51,7 +51,7 @@ class S3Faults:
                     self.wfile.write(_ERROR)
                     return
                 conn = http.client.HTTPConnection(
-                    proxy.upstream.hostname, proxy.upstream.port, timeout=60
+                    proxy.upstream.hostname or "127.0.0.1", proxy.upstream.port, timeout=60
                 )
                 conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
                 for name, value in self.headers.items():

@@ -19,7 +19,15 @@ pytestmark = pytest.mark.processes
 
 
 def archive_args(url: str, endpoint: str, *extra: str) -> list[str]:
-    return ["--archive-url", url, "--archive-endpoint", endpoint, "--archive-timeout", "0.3", *extra]
+    return [
+        "--archive-url",
+        url,
+        "--archive-endpoint",
+        endpoint,
+        "--archive-timeout",
+        "0.3",
+        *extra,
+    ]
 
 
 def append(srv: ServerProcess, path: str, body: bytes) -> httpx.Response:

@@ -23,6 +23,7 @@ never a storm of requests. A per-batch wake-up does not cut a back-off short.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -73,6 +74,7 @@ class Archiver:
         self.published = published  # the engine's published lsn
         self.history = history  # this replica's term history, oldest first
         self.progress = ArchiveProgress(store.url, "required" if settings.required else "async")
+        self.progress.published = published
         self.progress.archived_lsn = self._read_hint()
         # Told (on the archiver's thread) each time the archived lsn moves: the ack gate.
         self.on_progress: Callable[[int], None] | None = None
@@ -147,6 +149,10 @@ class Archiver:
                 log.exception("archiver failed")
                 self._failed("unavailable", exc)
                 pause, backoff = backoff, min(backoff * 2, self.settings.max_backoff)
+            # The lag still grows: the pending bound must see it (before the archive's
+            # end is known, every local WAL byte counts).
+            with contextlib.suppress(OSError):
+                self._measure(run or self._unbegun(stop))
             stop.wait(pause)  # only a stop cuts a back-off short
 
     def _begin(self, stop: threading.Event) -> _Run:
@@ -163,12 +169,14 @@ class Archiver:
                 "archive to a new location (or restore from this one)"
             )
         self._archived(lsn, term)
-        return _Run(WalSource(self.layout, lsn), Batch(self.settings), stop)
+        return _Run(WalSource(self.layout, lsn), Batch(self.settings), stop)  # from the end
+
+    def _unbegun(self, stop: threading.Event) -> _Run:
+        return _Run(WalSource(self.layout, self.progress.archived_lsn), Batch(self.settings), stop)
 
     def _archive(self, run: _Run) -> float:
         """One round on the primary; the seconds until the next is due."""
         published = self.published()
-        self.progress.durable_lsn = published
         batch = run.batch
         room = self.settings.object_bytes - batch.size
         if room > 0:
@@ -192,7 +200,6 @@ class Archiver:
 
     def _standby(self, run: _Run) -> float:
         """One round on a standby: the archive's end, polled."""
-        self.progress.durable_lsn = self.published()
         lsn, term = archive_end.archived_end(self.store, self.history())
         self._archived(max(lsn, self.progress.archived_lsn), term)
         run.source.after = max(run.source.after, self.progress.archived_lsn)

@@ -6,6 +6,7 @@ the values as they are (each is one attribute, replaced whole)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -19,7 +20,7 @@ class ArchiveProgress:
     role: str = "off"  # archiving | standby | off
     archived_lsn: int = 0
     archived_term: int = 0
-    durable_lsn: int = 0
+    published: Callable[[], int] = lambda: 0  # the engine's published lsn, read live
     lag_bytes: int = 0
     pending_bytes: int = 0
     oldest_unarchived: float | None = None  # time.time() of the oldest frame not archived
@@ -30,6 +31,10 @@ class ArchiveProgress:
     uploads: int = 0
     uploaded_bytes: int = 0
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+
+    @property
+    def durable_lsn(self) -> int:
+        return self.published()
 
     @property
     def lag_frames(self) -> int:
