@@ -342,7 +342,7 @@ class StreamServerApp:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             if self.archive is not None:
-                self.archive.stop()
+                await self.archive.stop()
             await self.subscriptions.stop()  # no delivery in flight once the store closes
             await self.recovery.stop()
             log.info("stopped cleanly")

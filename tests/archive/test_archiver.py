@@ -129,3 +129,27 @@ def test_kill_9_during_uploads_leaves_no_gap_and_no_duplicate(
     data = written_bytes(frames)
     for body in acked:
         assert body in data
+
+
+def test_a_clean_stop_uploads_what_the_archive_timeout_has_not_yet(
+    seaweed: SeaweedFS,  # noqa: F811
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    url = seaweed.new_bucket()
+    args = [
+        "--archive-url",
+        url,
+        "--archive-endpoint",
+        seaweed.endpoint,
+        "--archive-timeout",
+        "600",
+    ]
+    srv = server_factory(*args, env=seaweed.env()).start()
+    create(srv, "c")
+    for i in range(5):
+        assert append(srv, "c", b"c%d;" % i).status_code in (200, 204)
+    durable = status(srv.url)["durable_lsn"]
+    assert status(srv.url)["archived_lsn"] == 0  # not due for ten minutes
+    srv.stop()
+    lsns = [lsn for _, lsn, _ in archived_frames(seaweed.client(), url)]
+    assert lsns == list(range(1, durable + 1))

@@ -82,6 +82,7 @@ class Archiver:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._switch = threading.Lock()
+        self._draining = threading.Event()
 
     # ------------------------------------------------------------ the engine's hook
 
@@ -116,6 +117,16 @@ class Archiver:
             )
             self._thread.start()
 
+    def drain(self, within: float) -> None:
+        """A clean shutdown: upload every published frame now, due or not, waiting up to
+        ``within`` seconds (a store that fails is not retried: the spool keeps the
+        frames for the next start), then stop."""
+        if self.progress.role == "archiving" and self._thread is not None:
+            self._draining.set()
+            self._wake.set()
+            self._thread.join(within)
+        self.stop()
+
     def stop(self, wait: float = 0.0) -> None:
         self._stop.set()
         self._wake.set()
@@ -133,6 +144,8 @@ class Archiver:
                 self._housekeep(run)
                 self._succeeded()
                 backoff = FIRST_BACKOFF
+                if self._draining.is_set() and self.progress.lag_frames == 0:
+                    return
                 self._wake.wait(pause)
                 self._wake.clear()
                 continue
@@ -153,6 +166,8 @@ class Archiver:
             # end is known, every local WAL byte counts).
             with contextlib.suppress(OSError):
                 self._measure(run or self._unbegun(stop))
+            if self._draining.is_set():
+                return
             stop.wait(pause)  # only a stop cuts a back-off short
 
     def _begin(self, stop: threading.Event) -> _Run:
@@ -182,7 +197,8 @@ class Archiver:
         if room > 0:
             batch.add(run.source.read(published, room), self.progress.archived_lsn)
         history = self.history()
-        while not run.stop.is_set() and (group := batch.due(history)) is not None:
+        hurry = self._draining.is_set()
+        while not run.stop.is_set() and (group := batch.due(history, hurry)) is not None:
             term, frames = group
             if term not in run.histories:
                 archive_end.put_history(self.store, history, term)

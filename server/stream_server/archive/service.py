@@ -24,6 +24,7 @@ from stream_server.config import Settings
 from stream_server.engine.replica import AckGate
 
 SINGLE_NODE_HISTORY: History = [(0, 1)]
+DRAIN_SECONDS = 5.0  # a clean shutdown waits this long for the last upload
 RETRY_AFTER = 5  # seconds a write refused at the pending bound is told to wait
 
 
@@ -83,8 +84,9 @@ class ArchiveService:
     async def standby(self) -> None:
         await self.start("standby")
 
-    def stop(self) -> None:
-        self.archiver.stop()
+    async def stop(self) -> None:
+        """At shutdown: what is published is uploaded first, for up to DRAIN_SECONDS."""
+        await asyncio.to_thread(self.archiver.drain, DRAIN_SECONDS)
 
     def status(self) -> dict[str, object]:
         return self.progress.document()

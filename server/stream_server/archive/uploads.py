@@ -52,13 +52,14 @@ class Batch:
             size += len(r.frame.frame)
         return term, out, size >= self.settings.object_bytes
 
-    def due(self, history: History) -> tuple[int, list[Read]] | None:
-        """The next object to upload, or None while none is due."""
+    def due(self, history: History, hurry: bool = False) -> tuple[int, list[Read]] | None:
+        """The next object to upload, or None while none is due (``hurry``: any frames
+        are due, as at a clean shutdown)."""
         if not self.reads:
             return None
         term, out, closed = self.group(history)
         oldest = self.reads[0].frame.time_us / 1e6
-        if closed or self.settings.required or time.time() - oldest >= self.settings.timeout:
+        if closed or hurry or self.settings.required or time.time() - oldest >= self.settings.timeout:
             return term, out
         return None
 
