@@ -13,7 +13,7 @@ POSIX file system may hold after a power cut:
   writes and truncations since (possibly the last one torn at a 4 KiB
   boundary), or a random subset of them (the page cache writes back in any
   order);
-- a name created, renamed or removed in a directory that was not fsynced since
+- a name created, renamed, linked or removed in a directory that was not fsynced since
   may or may not be there;
 - LMDB, which does its own I/O, is modelled by its documented guarantee for the
   flags the engine uses (``sync=True, metasync=False``): after a crash the
@@ -69,7 +69,7 @@ class Recording:
 
     def record(self, op: tuple) -> None:
         kind = op[0]
-        if kind == "rename":
+        if kind in ("rename", "link"):
             op = (kind, self._rel(op[1]), self._rel(op[2]))
         else:
             op = (kind, self._rel(op[1]), *op[2:])
@@ -192,6 +192,10 @@ class _Tree:
             src_parent, src_name = self._parent(rel)
             dst_parent, dst_name = self._parent(op[2])
             dst_parent.entries[dst_name] = src_parent.entries.pop(src_name)
+        elif kind == "link":  # a second name for the same inode
+            src_parent, src_name = self._parent(rel)
+            dst_parent, dst_name = self._parent(op[2])
+            dst_parent.entries[dst_name] = src_parent.entries[src_name]
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,12 @@ class Batch:
             return None
         term, out, closed = self.group(history)
         oldest = self.reads[0].frame.time_us / 1e6
-        if closed or hurry or self.settings.required or time.time() - oldest >= self.settings.timeout:
+        if (
+            closed
+            or hurry
+            or self.settings.required
+            or time.time() - oldest >= self.settings.timeout
+        ):
             return term, out
         return None
 

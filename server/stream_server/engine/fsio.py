@@ -274,6 +274,13 @@ def rename(src: Path, dst: Path) -> None:
         _note(("rename", str(src), str(dst)))
 
 
+def link(src: Path, dst: Path) -> None:
+    """A second name for a file (FileExistsError when ``dst`` exists)."""
+    with _in_order():
+        os.link(src, dst)
+        _note(("link", str(src), str(dst)))
+
+
 def fsync_dir(path: Path) -> None:
     """Make the directory's entries (creations, renames, removals) durable."""
     with _in_order():

@@ -3,9 +3,12 @@
 Without an archive a checkpoint deletes the WAL files it covered, and a start
 deletes the files recovery replayed. With one, a file that holds a frame above
 the archived lsn (``archive_floor``, the archiver's answer) is *moved* into the
-spool directory instead (a rename, the spool directory flushed before the WAL
-directory, so that a crash leaves the file in one of them, never in neither);
-the archiver deletes it once the archive holds its last frame. Recovery never
+spool directory instead: a hard link in the spool, the spool flushed, then the
+name in ``wal/`` removed and ``wal/`` flushed. A crash leaves the file under one
+name or both, never neither (a rename across two directories is not atomic
+under a power cut on every file system: the crash-state explorer cuts each
+directory's entries on its own); one in both is replayed and moved again. The
+archiver deletes it once the archive holds its last frame. Recovery never
 replays the spool: its frames are in LMDB and the segment files already (the
 checkpoint that moved them flushed those first). A start without an archive
 removes the spool.
@@ -20,6 +23,7 @@ without an archive: the engine's hook is None there.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -50,20 +54,30 @@ def spooled_files(layout: Layout) -> list[Path]:
 
 def retire(layout: Layout, paths: list[Path], keep: bool) -> None:
     """Delete WAL files recovery or a checkpoint is done with, or (``keep``: the
-    archive still needs a frame of theirs) move them into the spool. Flushes the
-    directories it changed, the spool first."""
+    archive still needs a frame of theirs) move them into the spool (above). Flushes
+    the directories it changed, the spool first."""
     if not paths:
         return
     if keep:
-        spool = spool_dir(layout)
-        fsio.mkdir(spool)
+        spool = make_spool(layout)
         for path in paths:
-            fsio.rename(path, spool / path.name)
+            with contextlib.suppress(FileExistsError):  # linked before a crash: the same file
+                fsio.link(path, spool / path.name)
         fsio.fsync_dir(spool)
-    else:
-        for path in paths:
-            fsio.unlink(path)
+    for path in paths:
+        fsio.unlink(path)
     fsio.fsync_dir(layout.wal)
+
+
+def make_spool(layout: Layout) -> Path:
+    """The spool directory, made durable (its entry in the data directory flushed)
+    before any file is moved into it: a file renamed into a directory a crash then
+    forgets is lost from both."""
+    spool = spool_dir(layout)
+    if not spool.is_dir():
+        fsio.mkdir(spool)
+        fsio.fsync_dir(layout.root)
+    return spool
 
 
 def remove_spool(layout: Layout) -> None:
