@@ -1,5 +1,5 @@
 """The continuous WAL archive: a thread that copies every published WAL frame into
-the object store (docs/backup.md, "Continuous archive").
+the object store (docs/archive.md).
 
 On the primary (and on a single node, term 0 with history ``[[0, 1]]``) it
 finds where the archive ends along this replica's term history

@@ -47,7 +47,7 @@ class ArchiveProgress:
         return max(time.time() - self.oldest_unarchived, 0.0)
 
     def document(self) -> dict[str, object]:
-        """The body of ``GET /_archive/status`` (docs/backup.md)."""
+        """The body of ``GET /_archive/status`` (docs/archive.md)."""
         at = self.last_archived_at
         return {
             "enabled": True,
