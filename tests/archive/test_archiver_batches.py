@@ -28,39 +28,39 @@ def lsns(group: tuple[int, list[Read]] | None) -> tuple[int, list[int]] | None:
 
 def test_young_small_frames_wait_for_the_timeout() -> None:
     b = batch()
-    b.add(reads([1, 2, 3]), archived=0)
-    assert b.due(HISTORY) is None
+    b.add(reads([1, 2, 3]), archived=0, history=HISTORY)
+    assert b.due() is None
     assert 0 < b.wait() <= 60
-    assert lsns(b.due(HISTORY, hurry=True)) == (1, [1, 2, 3])
+    assert lsns(b.due(hurry=True)) == (1, [1, 2, 3])
 
 
 def test_old_frames_and_required_mode_are_due_at_once() -> None:
     old = batch(timeout=1.0)
-    old.add(reads([1, 2], age=5.0), archived=0)
-    assert lsns(old.due(HISTORY)) == (1, [1, 2])
+    old.add(reads([1, 2], age=5.0), archived=0, history=HISTORY)
+    assert lsns(old.due()) == (1, [1, 2])
     required = batch(required=True)
-    required.add(reads([1]), archived=0)
-    assert lsns(required.due(HISTORY)) == (1, [1])
+    required.add(reads([1]), archived=0, history=HISTORY)
+    assert lsns(required.due()) == (1, [1])
 
 
 def test_a_group_ends_at_a_term_change_a_gap_or_the_object_size() -> None:
     b = batch()
-    b.add(reads([4, 5, 6, 7]), archived=3)
-    assert lsns(b.due(HISTORY)) == (1, [4, 5])  # term 1 ends at 5: due, more follow
+    b.add(reads([4, 5, 6, 7]), archived=3, history=HISTORY)
+    assert lsns(b.due()) == (1, [4, 5])  # term 1 ends at 5: due, more follow
     b.drop(5)
-    assert lsns(b.due(HISTORY, hurry=True)) == (2, [6, 7])
+    assert lsns(b.due(hurry=True)) == (2, [6, 7])
     gap = batch()
-    gap.add(reads([1, 2, 9]), archived=0)
-    assert lsns(gap.due(HISTORY)) == (1, [1, 2])
+    gap.add(reads([1, 2, 9]), archived=0, history=HISTORY)
+    assert lsns(gap.due()) == (1, [1, 2])
     size = len(encode_frame(1, []))
     full = batch(object_bytes=2 * size)
-    full.add(reads([1, 2, 3]), archived=0)
-    assert lsns(full.due(HISTORY)) == (1, [1, 2])
+    full.add(reads([1, 2, 3]), archived=0, history=HISTORY)
+    assert lsns(full.due()) == (1, [1, 2])
 
 
 def test_frames_the_archive_holds_are_not_taken_and_dropped_once_held() -> None:
     b = batch()
-    b.add(reads([1, 2, 3, 4]), archived=2)
+    b.add(reads([1, 2, 3, 4]), archived=2, history=HISTORY)
     assert [r.frame.lsn for r in b.reads] == [3, 4]
     b.drop(4)  # another archiver's object held them (a 412)
-    assert not b.reads and b.size == 0 and b.due(HISTORY) is None
+    assert not b.reads and b.size == 0 and b.due() is None

@@ -9,7 +9,8 @@ lsn, and uploads them as frames objects: when a batch reaches
 ``archive_object_bytes``, when its oldest frame is ``archive_timeout`` old, at
 a term's end, and at once in ``required`` mode (where the ack gate waits for
 it, ``ack_gate.py``). Each term's history object goes first. Spooled WAL files
-the archive holds are deleted. It is woken per committed batch (``notify``).
+the archive holds are deleted. It is woken per committed batch (``notify``), at most
+once per ``MIN_ROUND`` in async mode.
 
 On a standby it uploads nothing: it polls the archive's end (every half
 ``archive_timeout``) and deletes the spooled files the archive holds, so that a
@@ -45,6 +46,9 @@ log = logging.getLogger("stream_server.archive")
 DENIED_RETRY = 30.0  # seconds between attempts while the store refuses us
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
+# Async mode: at most one round per this many seconds however many batches wake it
+# (a round lists and reads the WAL; a commit time in an object is this late at most).
+MIN_ROUND = 0.05
 HINT_FILE = "archived"  # in the spool: the last archived lsn, a hint (stale only keeps more)
 
 
@@ -146,6 +150,8 @@ class Archiver:
                 backoff = FIRST_BACKOFF
                 if self._draining.is_set() and self.progress.lag_frames == 0:
                     return
+                if not self.settings.required:
+                    stop.wait(MIN_ROUND)
                 self._wake.wait(pause)
                 self._wake.clear()
                 continue
@@ -195,10 +201,10 @@ class Archiver:
         batch = run.batch
         room = self.settings.object_bytes - batch.size
         if room > 0:
-            batch.add(run.source.read(published, room), self.progress.archived_lsn)
+            batch.add(run.source.read(published, room), self.progress.archived_lsn, self.history())
         history = self.history()
         hurry = self._draining.is_set()
-        while not run.stop.is_set() and (group := batch.due(history, hurry)) is not None:
+        while not run.stop.is_set() and (group := batch.due(hurry)) is not None:
             term, frames = group
             if term not in run.histories:
                 archive_end.put_history(self.store, history, term)

@@ -26,53 +26,71 @@ class Batch:
     def __init__(self, settings: ArchiverSettings) -> None:
         self.settings = settings
         self.reads: list[Read] = []
+        self.terms: list[int] = []  # each read's term
         self.size = 0
+        # Where the frames held break (another term, a gap): the group before the
+        # first break is due. Kept as frames come, so that a round that uploads
+        # nothing does not walk the batch (rounds come every few ms under load).
+        self.breaks = 0
 
-    def add(self, reads: list[Read], archived: int) -> None:
+    def add(self, reads: list[Read], archived: int, history: History) -> None:
         for r in reads:
-            if r.frame.lsn > archived:
-                self.reads.append(r)
-                self.size += len(r.frame.frame)
+            lsn = r.frame.lsn
+            if lsn <= archived:
+                continue
+            term = term_of(history, lsn)
+            if self.reads and self._breaks_at(self.reads[-1], self.terms[-1], r, term):
+                self.breaks += 1
+            self.reads.append(r)
+            self.terms.append(term)
+            self.size += len(r.frame.frame)
 
-    def group(self, history: History) -> tuple[int, list[Read], bool]:
-        """(term, the leading frames that make one object, whether more follow it)."""
-        first = self.reads[0].frame.lsn
-        term = term_of(history, first)
+    @staticmethod
+    def _breaks_at(before: Read, before_term: int, after: Read, after_term: int) -> bool:
+        return after.frame.lsn != before.frame.lsn + 1 or after_term != before_term
+
+    def group(self) -> tuple[int, list[Read]]:
+        """(term, the leading frames that make one object): up to the first break or
+        ``archive_object_bytes``."""
         size = 0
         out: list[Read] = []
-        for r in self.reads:
-            lsn = r.frame.lsn
+        for i, r in enumerate(self.reads):
             if out and (
-                lsn != out[-1].frame.lsn + 1
-                or term_of(history, lsn) != term
+                self._breaks_at(self.reads[i - 1], self.terms[i - 1], r, self.terms[i])
                 or size >= self.settings.object_bytes
             ):
-                return term, out, True
+                break
             out.append(r)
             size += len(r.frame.frame)
-        return term, out, size >= self.settings.object_bytes
+        return self.terms[0], out
 
-    def due(self, history: History, hurry: bool = False) -> tuple[int, list[Read]] | None:
+    def due(self, hurry: bool = False) -> tuple[int, list[Read]] | None:
         """The next object to upload, or None while none is due (``hurry``: any frames
         are due, as at a clean shutdown)."""
         if not self.reads:
             return None
-        term, out, closed = self.group(history)
-        oldest = self.reads[0].frame.time_us / 1e6
         if (
-            closed
+            self.breaks
             or hurry
             or self.settings.required
-            or time.time() - oldest >= self.settings.timeout
+            or self.size >= self.settings.object_bytes
+            or time.time() - self.reads[0].frame.time_us / 1e6 >= self.settings.timeout
         ):
-            return term, out
+            return self.group()
         return None
 
     def drop(self, held: int) -> None:
         """Forget the frames the archive now holds (at or below ``held``)."""
-        keep = [r for r in self.reads if r.frame.lsn > held]
-        self.size -= sum(len(r.frame.frame) for r in self.reads if r.frame.lsn <= held)
-        self.reads = keep
+        cut = 0
+        while cut < len(self.reads) and self.reads[cut].frame.lsn <= held:
+            self.size -= len(self.reads[cut].frame.frame)
+            cut += 1
+        if cut:
+            self.reads, self.terms = self.reads[cut:], self.terms[cut:]
+            self.breaks = sum(
+                self._breaks_at(self.reads[i - 1], self.terms[i - 1], self.reads[i], self.terms[i])
+                for i in range(1, len(self.reads))
+            )
 
     def position_of(self, lsn: int) -> tuple[int, int] | None:
         for r in self.reads:
