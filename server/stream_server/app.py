@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from stream_server.archive.archive_end import with_term
 from stream_server.archive.progress import OFF_DOCUMENT
 from stream_server.archive.service import RETRY_AFTER as ARCHIVE_RETRY_AFTER
 from stream_server.archive.service import ArchiveService
@@ -74,8 +75,10 @@ class StreamServerApp:
         )
         self.store = self.replication.store if self.replication else self._build_store()
         if self.archive is not None and self.replication is not None:
-            hooks = self.replication.hooks
-            self.archive.terms = lambda: hooks.terms
+            hooks, engine = self.replication.hooks, self.store.engine
+            self.archive.terms = lambda: with_term(
+                hooks.terms, hooks.term if hooks.writable else None, engine.lsn
+            )
         self.recovery = BackgroundRecovery(
             self.store,
             on_failure=self._recovery_failed,

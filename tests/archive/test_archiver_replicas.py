@@ -5,13 +5,15 @@ its own WAL, then its own term)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
-from stream_format.archive import history_name
+from stream_format.archive import history_name, history_ranges
 from testkit import wait_for
 from testkit.archive_reads import archived_frames, status
 from testkit.cluster import Cluster, cluster
@@ -94,3 +96,97 @@ def test_only_the_primary_archives_and_a_failover_while_the_archive_lags_leaves_
         assert doc["history"][0][0] == first_term and doc["history"][-1][0] == new_term
     finally:
         faults.close()
+
+
+def test_a_new_primary_archives_along_its_history_past_a_deposed_primarys_frames(
+    seaweed: SeaweedFS,  # noqa: F811
+    api: Cluster,
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """The primary archives a frame its standbys never got (they are down), then
+    dies; the new primary's term begins at that frame's lsn. It must archive its own
+    term from there (not take the archive for ahead of it, not skip to the end of the
+    deposed primary's frames), and a restore's walk along its history finds every
+    frame once."""
+    url = seaweed.new_bucket()
+    args = [
+        "--archive-url",
+        url,
+        "--archive-endpoint",
+        seaweed.endpoint,
+        "--archive-timeout",
+        "0.2",
+    ]
+    servers = [
+        start_member(
+            server_factory, api, "ahead", f"r{i}", timings=[*FAST, *args], env=seaweed.env()
+        )
+        for i in range(3)
+    ]
+    primary = primary_with_standbys(servers, 2)
+    r = httpx.put(primary.base + "r", headers={"content-type": "text/plain"}, timeout=30)
+    assert r.status_code in (200, 201)
+    assert append(primary, b"kept;") in (200, 204)
+    rest = [s for s in servers if s is not primary]
+    wait_for(
+        lambda: all(
+            status(s.url)["durable_lsn"] == status(primary.url)["durable_lsn"] for s in rest
+        )
+    )
+    standby_lsn = status_lsn(rest[0])
+    for s in rest:
+        s.kill()
+    lost = threading.Thread(target=lambda: _quietly(lambda: append(primary, b"lost;")))
+    try:
+        lost.start()
+        wait_for(
+            lambda: (
+                (d := status(primary.url))["archived_lsn"] == d["durable_lsn"]
+                and d["durable_lsn"] > standby_lsn
+            ),
+            message=lambda: str(status(primary.url)),
+        )
+        primary.kill()
+    finally:
+        for s in rest:
+            s.start()
+    lost.join()
+    new = primary_with_standbys(rest, 1)
+    until("the new primary takes writes", lambda: append(new, b"after;") in (200, 204))
+    wait_for(
+        lambda: (d := status(new.url))["lag_frames"] == 0 and d["archived_term"] > 0,
+        message=lambda: str(status(new.url)),
+    )
+    metrics = httpx.get(f"{new.url}/metrics", timeout=10).text
+    assert 'ds_archive_failures_total{kind="damaged"} 0.0' in metrics, metrics
+    doc = status(new.url)
+    bucket = url[len("s3://") :]
+    history_doc = json.loads(
+        seaweed.client()
+        .get_object(Bucket=bucket, Key=history_name(doc["archived_term"]))["Body"]
+        .read()
+    )
+    held = {(t, lsn): f for t, lsn, f in archived_frames(seaweed.client(), url)}
+    walked = [
+        (term, lsn)
+        for term, first, last in history_ranges(
+            [(t, f) for t, f in history_doc["history"]], doc["durable_lsn"]
+        )
+        for lsn in range(first, last + 1)
+    ]
+    missing = [key for key in walked if key not in held]
+    assert not missing, missing
+    data = b"".join(held[key] for key in walked)
+    assert b"kept;" in data and b"after;" in data, (walked, sorted(held))
+    assert b"lost;" not in data, (walked, sorted(held))
+    assert b"lost;" in b"".join(held.values())  # the deposed primary did archive it
+
+
+def status_lsn(srv: ServerProcess) -> int:
+    lsn: int = status(srv.url)["durable_lsn"]
+    return lsn
+
+
+def _quietly(call: Callable[[], object]) -> None:
+    with contextlib.suppress(httpx.HTTPError):  # the primary is killed under it
+        call()

@@ -43,6 +43,17 @@ def term_of(history: History, lsn: int) -> int:
     return term
 
 
+def with_term(history: History, term: int | None, lsn: int) -> History:
+    """A primary's history with its own term in it from the start: a new primary's
+    term enters its replica history with its first frame (``ReplicaHooks.stamp``), at
+    the lsn after ``lsn``; until then the archive's end is read along the history it
+    will have, not along the old term's (whose deposed primary may have archived
+    past where this term begins). ``term`` None: not the primary."""
+    if term is None or (history and history[-1][0] >= term):
+        return history
+    return [*history, (term, lsn + 1)]
+
+
 def term_end(history: History, term: int) -> int:
     """The last lsn of ``term`` along ``history`` (NO_END for the newest)."""
     for i, (t, _) in enumerate(history):

@@ -177,19 +177,25 @@ class Archiver:
             stop.wait(pause)  # only a stop cuts a back-off short
 
     def _begin(self, stop: threading.Event) -> _Run:
-        """Where the archive ends along our history (the hint when it says more: objects
-        a retention deleted), and a WAL reader from there."""
+        """Where the archive ends along our history, and a WAL reader from there.
+
+        The archived lsn is set, not raised: after a failover it may be lower than
+        what this replica saw as a standby. The hint counts only when the archive
+        holds nothing of our history (a retention deleted every object): where it
+        holds something, a hint from before a failover may name frames of a
+        history we left."""
         history = self.history()
         lsn, term = archive_end.archived_end(self.store, history)
-        lsn = max(lsn, self._read_hint())
         published = self.published()
+        if lsn == 0:
+            lsn = min(self._read_hint(), published)
         if lsn > published and self.progress.role == "archiving":
             raise ArchiveDamaged(
                 f"the archive holds lsn {lsn} of this history, beyond this data directory's "
                 f"{published}: another server's archive, or an older copy of this data; "
                 "archive to a new location (or restore from this one)"
             )
-        self._archived(lsn, term)
+        self._archived(lsn, term, reset=True)
         return _Run(WalSource(self.layout, lsn), Batch(self.settings), stop)  # from the end
 
     def _unbegun(self, stop: threading.Event) -> _Run:
@@ -221,18 +227,20 @@ class Archiver:
         return batch.wait()
 
     def _standby(self, run: _Run) -> float:
-        """One round on a standby: the archive's end, polled."""
+        """One round on a standby: the archive's end, polled (no further than this
+        standby's own frames: beyond them the archive holds what it lacks, a deposed
+        primary's frames maybe)."""
         lsn, term = archive_end.archived_end(self.store, self.history())
-        self._archived(max(lsn, self.progress.archived_lsn), term)
+        self._archived(min(lsn, self.published()), term)
         run.source.after = max(run.source.after, self.progress.archived_lsn)
         run.source.read(self.progress.archived_lsn, self.settings.object_bytes)
         return max(self.settings.timeout / 2, 0.1)
 
     # ------------------------------------------------------------ bookkeeping
 
-    def _archived(self, lsn: int, term: int) -> None:
-        moved = lsn > self.progress.archived_lsn
-        self.progress.archived_lsn = max(self.progress.archived_lsn, lsn)
+    def _archived(self, lsn: int, term: int, *, reset: bool = False) -> None:
+        moved = lsn > self.progress.archived_lsn or (reset and lsn != self.progress.archived_lsn)
+        self.progress.archived_lsn = lsn if reset else max(self.progress.archived_lsn, lsn)
         self.progress.archived_term = term
         if moved:
             self._write_hint(self.progress.archived_lsn)
