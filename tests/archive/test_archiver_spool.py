@@ -24,6 +24,12 @@ def _engine(path: Path, floor: list[int] | None) -> Engine:
     return engine
 
 
+def settled(engine: Engine) -> None:
+    """The checkpoint running on its thread, if any, finished (it reads the floor)."""
+    if engine._checkpoint_thread is not None:
+        engine._checkpoint_thread.join()
+
+
 def _append(engine: Engine, n: int) -> None:
     for i in range(n):
         engine.commit([Append(1, KIND_BYTES, [b"x%04d" % i * 40])])
@@ -60,6 +66,7 @@ def test_archived_wal_is_deleted_and_a_start_without_archive_removes_the_spool(
     engine = _engine(tmp_path, floor)
     new_stream(engine, "/a", 1)
     _append(engine, 30)
+    settled(engine)
     before = set(spooled_files(engine.layout))
     assert before
     floor[0] = 1 << 40  # everything archived (ahead of time): checkpoints delete
