@@ -149,16 +149,16 @@ def restore_init_container(
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         *credential_env(rec.source),
     ]
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "data", "mountPath": "/data"},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
-    volumes = []
+    volumes: list[dict[str, Any]] = []
     if rec.source.endpoint_ca is not None:
         volumes.append(_ca_volume("recovery-ca", rec.source))
         mounts.append({"name": "recovery-ca", "mountPath": RECOVERY_CA_DIR, "readOnly": True})
         env.append({"name": "DS_ARCHIVE_CA_BUNDLE", "value": f"{RECOVERY_CA_DIR}/{CA_FILE}"})
-    container = {
+    container: dict[str, Any] = {
         "name": RESTORE_CONTAINER,
         "image": server["image"],
         "imagePullPolicy": server["imagePullPolicy"],

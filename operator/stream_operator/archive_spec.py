@@ -103,8 +103,9 @@ def object_store(raw: Mapping[str, Any] | None) -> ObjectStore | None:
     creds = raw.get("s3Credentials") or None
     credentials = None
     if creds:
-        access, secret = _secret_key(creds.get("accessKeyId")), _secret_key(
-            creds.get("secretAccessKey")
+        access, secret = (
+            _secret_key(creds.get("accessKeyId")),
+            _secret_key(creds.get("secretAccessKey")),
         )
         credentials = S3Credentials(
             access_key_id=access or SecretKey("", ""),
@@ -161,7 +162,9 @@ def replica(raw: Mapping[str, Any] | None) -> ReplicaSpec:
 
 def _refused_store(where: str, store: ObjectStore) -> str | None:
     if not DESTINATION.match(store.destination_path):
-        return f"{where}.destinationPath must be s3://BUCKET[/PREFIX], not {store.destination_path!r}"
+        return (
+            f"{where}.destinationPath must be s3://BUCKET[/PREFIX], not {store.destination_path!r}"
+        )
     if store.endpoint_url and not re.match(r"^https?://", store.endpoint_url):
         return f"{where}.endpointURL must be an http(s) URL, not {store.endpoint_url!r}"
     creds = store.credentials
@@ -181,23 +184,8 @@ def refused_archive(
     """What the CRD's schema and rules refuse in ``backup``, ``bootstrap`` and ``replica``,
     for a cluster that did not run them (the server would refuse to start, or a
     schedule would never fire)."""
-    if backup_spec is not None:
-        why = _refused_store("backup.objectStore", backup_spec.object_store)
-        if why:
-            return why
-        if backup_spec.archive_mode not in (None, *ARCHIVE_MODES):
-            return "backup.archiveMode must be async or required"
-        if backup_spec.retention_policy and not RETENTION.match(backup_spec.retention_policy):
-            return (
-                f"backup.retentionPolicy must be like 30d, 12h or last=7, not "
-                f"{backup_spec.retention_policy!r}"
-            )
-        if backup_spec.schedule and (why := cron.refused(backup_spec.schedule)):
-            return f"backup.schedule: {why}"
-        if backup_spec.archive_timeout_seconds is not None and (
-            backup_spec.archive_timeout_seconds <= 0
-        ):
-            return "backup.archiveTimeout must be more than 0 seconds"
+    if backup_spec is not None and (why := _refused_backup(backup_spec)):
+        return why
     if rec is not None:
         why = _refused_store("bootstrap.recovery.source", rec.source) or _refused_target(rec)
         if why:
@@ -206,6 +194,22 @@ def refused_archive(
         return "replica.enabled needs replica.source: the archive to follow"
     if rep.source is not None:
         return _refused_store("replica.source", rep.source)
+    return None
+
+
+def _refused_backup(b: BackupSpec) -> str | None:
+    if why := _refused_store("backup.objectStore", b.object_store):
+        return why
+    if b.archive_mode not in (None, *ARCHIVE_MODES):
+        return "backup.archiveMode must be async or required"
+    if b.retention_policy and not RETENTION.match(b.retention_policy):
+        return f"backup.retentionPolicy must be like 30d, 12h or last=7, not {b.retention_policy!r}"
+    if b.schedule and (why := cron.refused(b.schedule)):
+        return f"backup.schedule: {why}"
+    if b.archive_timeout_seconds is not None and b.archive_timeout_seconds <= 0:
+        return "backup.archiveTimeout must be more than 0 seconds"
+    if b.target not in BACKUP_TARGETS:
+        return "backup.target must be prefer-standby or primary"
     return None
 
 
