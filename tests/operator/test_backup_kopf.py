@@ -172,6 +172,37 @@ def test_archive_status_condition_and_events_follow_the_primary(kube):
     wait_for(lambda: events(c, "events", "ArchiveRecovered"), message="recovered")
     wait_for(lambda: ds_status(c)["archive"]["lastArchivedLSN"] == 50, message="caught up")
     assert len(events(c, "events", "ArchiveFailing")) == 1
-    assert {p for p, verb, path, _ in stand_in.calls if path == "/_archive/status"} == {
-        "events-0"
-    }
+    assert {p for p, verb, path, _ in stand_in.calls if path == "/_archive/status"} == {"events-0"}
+
+
+def test_a_backup_cut_off_by_an_operator_restart_is_failed_saying_so():
+    """Found running when the operator starts: its outcome is unknown, never taken twice."""
+    from stream_operator import replica_set
+
+    with cluster() as c, archive_stand_in() as stand_in:
+        body = {
+            "apiVersion": "streams.pyds.dev/v1alpha1",
+            "kind": "DurableStreamBackup",
+            "metadata": {"name": "cut", "namespace": NS},
+            "spec": {"cluster": "events"},
+        }
+        c.create(body).raise_for_status()
+        running = {"status": {"phase": "running", "pod": "events-0"}}
+        c.patch("DurableStreamBackup", NS, "cut", running, status=True).raise_for_status()
+        replica_set.use_pod_urls(stand_in.url)
+        try:
+            with running_operator(c):
+                done = wait_for(
+                    lambda: (
+                        (c.get("DurableStreamBackup", NS, "cut") or {})
+                        .get("status", {})
+                        .get("phase")
+                        == "failed"
+                        and c.get("DurableStreamBackup", NS, "cut")["status"]
+                    ),
+                    message="the cut-off backup failed",
+                )
+        finally:
+            replica_set.use_pod_urls(None)
+    assert "restarted" in done["error"] and done["pod"] == "events-0"
+    assert stand_in.posts() == []
