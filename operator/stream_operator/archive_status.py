@@ -108,6 +108,9 @@ def observe(
     previous = dict(ds.get("status") or {})
     fields = schedule(ac, ds, spec, previous, now)
     pod = primary_pod(ds["metadata"]["name"], spec.replicated, view)
+    if not pod and spec.replica.enabled:
+        # A replica cluster's pods all follow the archive; the first one answers for them.
+        pod = f"{ds['metadata']['name']}-0"
     reply = None
     if pod:
         how = access(ac, ds, spec, pod)

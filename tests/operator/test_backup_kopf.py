@@ -206,3 +206,19 @@ def test_a_backup_cut_off_by_an_operator_restart_is_failed_saying_so():
             replica_set.use_pod_urls(None)
     assert "restarted" in done["error"] and done["pod"] == "events-0"
     assert stand_in.posts() == []
+
+
+def test_a_replica_cluster_reports_following_and_takes_no_backup(kube):
+    c, stand_in = kube
+    source = {"destinationPath": "s3://bucket/source"}
+    stand_in.set_status(role="following", archived_lsn=77, lag_seconds=3.2)
+    ready_set(c, {"replicas": 2, "replica": {"enabled": True, "source": source}})
+    wait_for(
+        lambda: condition(c, "ContinuousArchiving").get("reason") == "FollowingSource",
+        message="following",
+    )
+    assert "lsn 77, 3 s behind the source" in condition(c, "ContinuousArchiving")["message"]
+    assert ds_status(c)["archive"]["role"] == "following"
+    done = backup(c, "of-a-replica")
+    assert done["phase"] == "failed" and "replica cluster" in done["error"]
+    assert stand_in.posts() == []
