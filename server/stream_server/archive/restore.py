@@ -152,9 +152,14 @@ def choose(backups: list[dict[str, Any]], backup_id: str | None, target: Target)
         if (target.lsn is None or int(m["end_lsn"]) <= target.lsn)
         and (target.time is None or catalog.parse_time(str(m["time"])) <= target.time)
     ]
+    if not backups:
+        raise RestoreFailed("the archive holds no finished backup to restore from")
     if not fit:
-        held = "no finished backup" if not backups else f"none before {target.describe()}"
-        raise RestoreFailed(f"the archive holds {held} to restore from")
+        oldest = backups[0]
+        raise RestoreFailed(
+            f"no backup is at or before {target.describe()}: the oldest, {oldest['id']}, is "
+            f"consistent from lsn {oldest['end_lsn']} ({oldest['time']})"
+        )
     return fit[-1]
 
 
