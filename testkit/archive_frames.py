@@ -125,18 +125,17 @@ def tree(path: Path) -> dict[str, int]:
     }
 
 
-def copy_backups(seaweed: SeaweedFS, bucket_url: str, src: str, dst: str) -> int:
-    """Copy ``src/backups/`` to ``dst/backups/`` in one bucket (s3://NAME); how many
-    objects. The tests restore from a prefix of their own, holding the server's backups
-    and the frames ``upload_wal_frames`` wrote: the server's own archiver, where it runs,
-    writes frames objects of its own under the server's prefix."""
+def copy_objects(seaweed: SeaweedFS, bucket_url: str, src: str, dst: str, under: str = "") -> int:
+    """Copy the objects under ``src/under`` to ``dst/under`` in one bucket (s3://NAME); how
+    many. The tests restore from a prefix of their own, holding the server's backups
+    (``under="backups/"``) and the frames ``upload_wal_frames`` wrote: the server's own
+    archiver, where it runs, writes frames objects of its own under the server's prefix.
+    A test that damages an archive damages a copy of it."""
     client = seaweed.client()
     bucket = bucket_url.removeprefix("s3://")
-    pages = client.get_paginator("list_objects_v2").paginate(
-        Bucket=bucket, Prefix=f"{src}/backups/"
-    )
+    listing = client.get_paginator("list_objects_v2")
     n = 0
-    for page in pages:
+    for page in listing.paginate(Bucket=bucket, Prefix=f"{src}/{under}"):
         for item in page.get("Contents", ()):
             key = item["Key"]
             body = client.get_object(Bucket=bucket, Key=key)["Body"].read()

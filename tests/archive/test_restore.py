@@ -26,7 +26,7 @@ from stream_server.engine.metadata import Metadata
 from stream_server.engine.replica import KEY_LEFT, KEY_POSITION
 from testkit import wait_for
 from testkit.archive_frames import (
-    copy_backups,
+    copy_objects,
     copy_wal,
     run_command,
     upload_wal_frames,
@@ -104,7 +104,7 @@ def source(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iter
     finally:
         srv.stop()
     url = f"{bucket}/test"
-    assert copy_backups(seaweed, bucket, "server", "test") >= 2
+    assert copy_objects(seaweed, bucket, "server", "test", "backups/") >= 2
     with pytest.MonkeyPatch.context() as mp:
         from testkit.archive_frames import store_for
 
