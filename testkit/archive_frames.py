@@ -87,14 +87,18 @@ def upload_wal_frames(
     per_object: int = 5,
     after: int = 0,
     upto: int | None = None,
+    term: int = 0,
 ) -> list[ArchivedFrame]:
     """Upload the frames of ``wal_dir`` with lsns in (``after``, ``upto``] as frames
-    objects of ``per_object`` frames (and term 0's history); the frames uploaded."""
+    objects of ``per_object`` frames, under ``term`` (a single node's 0, or a replica
+    set's one term), with that term's history beginning at the first frame; the frames
+    uploaded."""
     frames = [f for f in wal_frames(wal_dir) if f.lsn > after and (upto is None or f.lsn <= upto)]
-    store.put_new(history_name(0), encode_history(0, [(0, 1)]))
+    first = 1 if term == 0 else frames[0].lsn
+    store.put_new(history_name(term), encode_history(term, [(term, first)]))
     for i in range(0, len(frames), per_object):
         chunk = frames[i : i + per_object]
-        assert store.put_new(wal_name(0, chunk[0].lsn), encode_frames_object(0, chunk))
+        assert store.put_new(wal_name(term, chunk[0].lsn), encode_frames_object(term, chunk))
     return frames
 
 
