@@ -122,6 +122,9 @@ def _build_once(engine: Engine, sink: Sink) -> Snapshot | None:
             _add(tar, snapshot, layout.version_file, layout.version_file.name)
             if layout.set_id_file.exists():  # a primary from before set ids has none yet
                 _add(tar, snapshot, layout.set_id_file, layout.set_id_file.name)
+            meta_dir = tarfile.TarInfo("meta")
+            meta_dir.type, meta_dir.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(meta_dir)
             _add(tar, snapshot, meta_copy / LMDB_DATA, f"meta/{LMDB_DATA}")
             for sid, (file_len, _) in tails.items():
                 path = engine.segments.path(sid)
