@@ -21,7 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from stream_format.archive import ArchivedFrame
 from stream_format.meta import DB_INFO
+from stream_server.archive.catalog import parse_time
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.replica import KEY_LEFT, KEY_POSITION
 from testkit import wait_for
@@ -56,6 +58,7 @@ class Source:
     states2: dict[str, tuple[object, ...]]
     states3: dict[str, tuple[object, ...]]
     backup: str
+    last: ArchivedFrame  # the last frame archived
 
 
 PATHS = ("kinds/text", "kinds/json", "kinds/producer", "kinds/closed", "kinds/fork", TRIMMED)
@@ -108,11 +111,11 @@ def source(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iter
     with pytest.MonkeyPatch.context() as mp:
         from testkit.archive_frames import store_for
 
-        upload_wal_frames(store_for(seaweed, url, mp), wal)
+        last = upload_wal_frames(store_for(seaweed, url, mp), wal)[-1]
     stamp = (
         time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time2)) + f".{int(time2 * 1e6) % 10**6:06d}Z"
     )
-    yield Source(url, env, round2, kinds, lsn2, stamp, states2, states3, backup["id"])
+    yield Source(url, env, round2, kinds, lsn2, stamp, states2, states3, backup["id"], last)
 
 
 def restore(source: Source, seaweed: SeaweedFS, data_dir: Path, *more: str) -> tuple[int, dict]:
@@ -196,3 +199,14 @@ def test_a_data_directory_that_is_not_empty_is_refused(source, seaweed, tmp_path
     code, done = restore(source, seaweed, target)
     assert code == 1 and "not empty" in done["error"]
     assert [p.name for p in target.iterdir()] == ["keep.txt"]
+
+
+def test_the_recoverable_range_ends_at_the_last_archived_frame(source, seaweed) -> None:
+    args = ["--archive-url", source.url, "--archive-endpoint", seaweed.endpoint]
+    code, listed = run_command("backups", "list", *args, env=source.env)
+    assert code == 0, listed
+    (backup,) = listed["backups"]
+    assert listed["recoverable"]["first_lsn"] == backup["end_lsn"]
+    assert listed["recoverable"]["last_lsn"] == source.last.lsn
+    last_time = parse_time(listed["recoverable"]["last_time"])
+    assert abs(last_time - source.last.time_us / 1e6) < 0.001

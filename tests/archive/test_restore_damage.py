@@ -9,6 +9,7 @@ frames each. Each test damages a copy of that archive.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from stream_format.archive import manifest_name
 from stream_server.archive import backup
 from stream_server.engine.engine import Engine
 from testkit.archive_frames import (
@@ -167,3 +169,17 @@ def test_a_missing_frames_object_is_a_gap_named_by_its_lsns(archive, seaweed, tm
     code, done = restore(archive, seaweed, prefix, tmp_path / "absent")
     assert code == 1
     assert "misses frames" in done["error"] and not (tmp_path / "absent").exists()
+
+
+def test_a_file_that_does_not_match_its_manifest_is_named(archive, seaweed, tmp_path) -> None:
+    """Parts that check but a file whose size or CRC-32 is not the manifest's (a backup
+    written by a broken program): the file is named."""
+    prefix = archive.copy(seaweed)
+    key = f"{prefix}/{manifest_name(archive.manifest['id'])}"
+    manifest = json.loads(get(seaweed, archive, key))
+    entry = next(f for f in manifest["files"] if f["path"].startswith("segments/"))
+    entry["crc32"] ^= 1
+    put(seaweed, archive, key, json.dumps(manifest).encode())
+    code, done = restore(archive, seaweed, prefix, tmp_path / "absent")
+    assert code == 1
+    assert entry["path"] in done["error"] and "CRC-32" in done["error"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from stream_format.archive import _INDEX_ROW as INDEX_ROW  # (lsn, commit time µs, length)
 from stream_format.archive import (
     BACKUPS_PREFIX,
     HISTORY_PREFIX,
@@ -28,7 +29,6 @@ from stream_format.archive import (
     ArchiveDamaged,
     History,
     backup_prefix,
-    decode_frames_object,
     decode_header,
     decode_history,
     decode_manifest,
@@ -121,11 +121,22 @@ def last_frame(store: ObjectStore, history: History) -> tuple[int, int] | None:
         if not objects:
             continue
         name = objects[-1][1]
-        frames = decode_frames_object(name, store.get(name)).frames
-        kept = [f for f in frames if cap is None or f.lsn <= cap]
-        if kept and kept[-1].lsn >= first:
-            return kept[-1].lsn, kept[-1].time_us
+        _, object_first, object_last, _, _ = decode_header(
+            name, store.get_range(name, 0, OBJECT_HEADER_SIZE)
+        )
+        lsn = object_last if cap is None else min(object_last, cap)
+        if lsn >= max(first, object_first):
+            return lsn, _commit_time(store, name, lsn - object_first)
     return None
+
+
+def _commit_time(store: ObjectStore, name: str, row: int) -> int:
+    """The commit time (µs) of an object's ``row``-th frame, read from its index alone
+    (two small range reads instead of the whole object: the listing is polled)."""
+    data = store.get_range(name, OBJECT_HEADER_SIZE + row * INDEX_ROW.size, INDEX_ROW.size)
+    if len(data) != INDEX_ROW.size:
+        raise ArchiveDamaged(f"archive object {name}: truncated in its index")
+    return int(INDEX_ROW.unpack(data)[1])
 
 
 def recoverable(store: ObjectStore, backups: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -6,9 +6,10 @@ of them passed (docs/backup.md, "How restore checks"):
 
 1. the backup: the one asked for, else the newest whose consistent point
    (``end_lsn``, ``time``) is at or before the target;
-2. its parts, downloaded beside the target directory, each of the size and CRC-32 the
-   manifest gives; the tar extracted (plain files inside it only), every file of the
-   size and CRC-32 the manifest gives, and no file it does not list;
+2. its parts, downloaded a few at a time, each of the size and CRC-32 the manifest
+   gives; the tar read across them as a stream and extracted beside the target
+   directory (plain files inside it only), every file of the size and CRC-32 the
+   manifest gives, and no file it does not list (``backup_fetch.py``);
 3. the frames after the backup's ``start_lsn``, along the newest term's history
    (``history_ranges``), every frames object checked whole (its CRC-32 and each
    frame's), lsn after lsn with no gap, written as one WAL file in the directory's
@@ -47,19 +48,16 @@ from stream_format import wal as walmod
 from stream_format.archive import decode_frames_object, history_ranges
 from stream_format.layout import Layout
 from stream_format.meta import DB_INFO
-from stream_format.records import crc32
-from stream_server.archive import catalog
+from stream_server.archive import backup_fetch, catalog
 from stream_server.archive.object_store import ObjectStore
 from stream_server.engine import fsio
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import KEY_LEFT, KEY_POSITION, KEY_TERMS
-from stream_server.engine.snapshot import extract
 
 log = logging.getLogger("stream_server.archive")
 
 NO_END = 2**63 - 1
 WAL_NUMBER = 1
-CHUNK = 1024 * 1024
 
 
 class RestoreFailed(Exception):
@@ -103,7 +101,7 @@ def restore(
     work.mkdir(parents=True)
     try:
         root = work / "data"
-        downloaded = fetch_backup(store, manifest, work / "backup.tar", root)
+        downloaded = fetch_backup(store, manifest, root)
         reached = write_frames(store, manifest, root, target)
         recover(root, manifest, reached)
         _must_be_empty(data_dir)
@@ -166,50 +164,16 @@ def choose(backups: list[dict[str, Any]], backup_id: str | None, target: Target)
 # ------------------------------------------------------------------ the backup
 
 
-def fetch_backup(store: ObjectStore, manifest: dict[str, Any], tar_path: Path, root: Path) -> int:
-    """Download every part into ``tar_path`` (each checked), extract it into ``root``
-    and check every file; the bytes downloaded."""
-    total = 0
-    with tar_path.open("wb") as out:
-        for part in manifest["parts"]:
-            name = str(part["name"])
-            data = store.get(name)
-            if len(data) != int(part["size"]):
-                raise RestoreFailed(
-                    f"backup part {name}: {len(data)} bytes, the manifest says {part['size']} "
-                    "(truncated or replaced)"
-                )
-            if crc32(data) != int(part["crc32"]):
-                raise RestoreFailed(f"backup part {name}: checksum mismatch (altered)")
-            out.write(data)
-            total += len(data)
-    files = {str(f["path"]): f for f in manifest["files"]}
-    with tarfile.open(tar_path) as tar:
-        members = {m.name for m in tar.getmembers() if m.isfile()}
-        if members != set(files):
-            odd = sorted(members ^ set(files))[:5]
-            raise RestoreFailed(f"backup {manifest['id']}: its tar and manifest disagree on {odd}")
-        extract(tar, root)
-    tar_path.unlink()
-    for path, f in files.items():
-        size, crc = _size_crc(root / path)
-        if (size, crc) != (int(f["size"]), int(f["crc32"])):
-            raise RestoreFailed(
-                f"backup {manifest['id']}: file {path} is {size} bytes with CRC-32 {crc:08x}, "
-                f"the manifest says {f['size']} bytes with {int(f['crc32']):08x}"
-            )
+def fetch_backup(store: ObjectStore, manifest: dict[str, Any], root: Path) -> int:
+    """The backup extracted into ``root``, every part and file checked; the bytes
+    downloaded. A damaged part or file is a ``RestoreFailed`` naming it."""
+    try:
+        total = backup_fetch.fetch(store, manifest, root)
+    except (backup_fetch.BackupDamaged, tarfile.TarError) as exc:
+        raise RestoreFailed(str(exc)) from None
     for part in ("wal", "segments", "meta"):
         (root / part).mkdir(exist_ok=True)
     return total
-
-
-def _size_crc(path: Path) -> tuple[int, int]:
-    size, crc = 0, 0
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            size += len(chunk)
-            crc = crc32(chunk, crc)
-    return size, crc
 
 
 # ------------------------------------------------------------------ the frames
