@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -38,8 +39,9 @@ MiB = 1024 * 1024
 OCTET = {"Content-Type": "application/octet-stream"}
 
 
-def fill(base: str, total: int, streams: int, tag: str) -> int:
-    """``streams`` streams of 4 KiB and four large ones making up ``total`` bytes."""
+def fill(base: str, total: int, streams: int, tag: str, each: Callable[[], object]) -> int:
+    """``streams`` streams of 4 KiB and four large ones making up ``total`` bytes;
+    ``each`` called after each large write."""
     written = 0
     with httpx.Client(timeout=60) as c:
         for i in range(streams):
@@ -56,6 +58,7 @@ def fill(base: str, total: int, streams: int, tag: str) -> int:
             assert r.status_code in (200, 204), r.text
             written += len(chunk)
             n += 1
+            each()
     return written
 
 
@@ -69,16 +72,20 @@ def main(mib: int = 300, streams: int = 2000) -> None:
         url = f"{bucket}/figures"
         archive = ["--archive-url", url, "--archive-endpoint", store.endpoint]
         srv = ServerProcess(root / "data", *archive, env=env).start(timeout=60)
-        before = fill(srv.base, mib * MiB, streams, "a")
-        # The WAL as it is now (a checkpoint deletes old files: the frames the backup
-        # needs past its copy are in the newest), and again after the writes below.
-        copy_wal(srv.data_dir, root / "wal")
+        # The WAL copied after each write, as the archiver would have it (a checkpoint
+        # deletes the old files every 64 MiB).
+        data_dir = srv.data_dir
+
+        def keep() -> Path:
+            return copy_wal(data_dir, root / "wal")
+
+        before = fill(srv.base, mib * MiB, streams, "a", keep)
         t0 = time.monotonic()
         code, backup = run_command("backup", "--server", srv.url, env=env)
         backup_s = time.monotonic() - t0
         assert code == 0, backup
-        after = fill(srv.base, mib * MiB // 10, streams // 10, "b")
-        wal = copy_wal(srv.data_dir, root / "wal")
+        after = fill(srv.base, mib * MiB // 10, streams // 10, "b", keep)
+        wal = keep()
         srv.stop()
         srv = None
         for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):

@@ -46,10 +46,20 @@ def store_for(seaweed: SeaweedFS, url: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def copy_wal(data_dir: Path, dest: Path) -> Path:
-    """The WAL files of a running server's directory, copied (the last may end torn)."""
+    """The WAL files of a running server's directory, copied into ``dest`` (the last may
+    end torn). Called again, it copies only what each file gained since, and keeps the
+    files a checkpoint has deleted meanwhile: called after each write, it misses no
+    frame."""
     dest.mkdir(parents=True, exist_ok=True)
     for path in walmod.wal_files(data_dir / "wal"):
-        shutil.copyfile(path, dest / path.name)
+        copy = dest / path.name
+        have = copy.stat().st_size if copy.exists() else 0
+        try:
+            with path.open("rb") as src, copy.open("ab") as out:
+                src.seek(have)
+                shutil.copyfileobj(src, out)
+        except FileNotFoundError:
+            continue  # checkpointed meanwhile: what it held is in the copy already
     return dest
 
 
