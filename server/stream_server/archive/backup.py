@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,18 +46,25 @@ def backup_id(seconds: float, lsn: int) -> str:
 
 
 class PartUploader:
-    """The snapshot's sink: cuts the tar into parts and uploads each as it fills."""
+    """The snapshot's sink: cuts the tar into parts and uploads each as it fills, on
+    ``uploader``'s thread while the next part is read (two parts in memory at most)."""
 
     def __init__(
-        self, store: ObjectStore, part_bytes: int, clock: Callable[[], float] = time.time
+        self,
+        store: ObjectStore,
+        part_bytes: int,
+        uploader: ThreadPoolExecutor,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.part_bytes = part_bytes
+        self.uploader = uploader
         self.clock = clock
         self.id = ""
         self.time = 0.0
         self.parts: list[dict[str, Any]] = []
         self._buffer = bytearray()
+        self._uploading: Future[None] | None = None
 
     def begin(self, snapshot: Snapshot) -> None:
         self.time = self.clock()
@@ -70,23 +78,36 @@ class PartUploader:
         return len(data)
 
     def finish(self) -> None:
+        """Upload the last part; return once every part is in the store."""
         if self._buffer or not self.parts:
             self._upload(bytes(self._buffer))
             self._buffer.clear()
+        self._wait()
 
     def discard(self) -> None:
         """Delete what this attempt uploaded (best effort: an unfinished backup is never
         listed, only its space is lost)."""
+        with contextlib.suppress(Exception):
+            self._wait()
         names = [str(p["name"]) for p in self.parts]
         self.parts, self._buffer = [], bytearray()
         with contextlib.suppress(ArchiveError):
             self.store.delete(names)
 
     def _upload(self, data: bytes) -> None:
+        self._wait()  # the part before: its failure stops the backup here
         name = part_name(self.id, len(self.parts) + 1)
+        self.parts.append({"name": name, "size": len(data), "crc32": crc32(data)})
+        self._uploading = self.uploader.submit(self._put, name, data)
+
+    def _wait(self) -> None:
+        uploading, self._uploading = self._uploading, None
+        if uploading is not None:
+            uploading.result()
+
+    def _put(self, name: str, data: bytes) -> None:
         if not self.store.put_new(name, data):
             raise BackupFailed(f"{name} exists already: another backup has this id")
-        self.parts.append({"name": name, "size": len(data), "crc32": crc32(data)})
 
 
 def take(
@@ -99,7 +120,14 @@ def take(
 ) -> dict[str, Any]:
     """Take a base backup of ``engine``'s data into ``store``; its manifest."""
     started = clock()
-    sink = PartUploader(store, part_bytes, clock)
+    with ThreadPoolExecutor(1, thread_name_prefix="backup-upload") as uploader:
+        return _take(engine, store, PartUploader(store, part_bytes, uploader, clock), node, started)
+
+
+def _take(
+    engine: Engine, store: ObjectStore, sink: PartUploader, node: str, started: float
+) -> dict[str, Any]:
+    clock = sink.clock
     try:
         snapshot = build_into(engine, sink)
         sink.finish()
