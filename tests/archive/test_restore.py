@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stream_format.archive import ArchivedFrame
+from stream_format.archive import ArchivedFrame, encode_history, history_name
 from stream_format.meta import DB_INFO
 from stream_server.archive.catalog import parse_time
 from stream_server.engine.metadata import Metadata
@@ -210,3 +210,18 @@ def test_the_recoverable_range_ends_at_the_last_archived_frame(source, seaweed) 
     assert listed["recoverable"]["last_lsn"] == source.last.lsn
     last_time = parse_time(listed["recoverable"]["last_time"])
     assert abs(last_time - source.last.time_us / 1e6) < 0.001
+
+
+def test_a_backup_off_the_newest_history_is_refused(source, seaweed, tmp_path) -> None:
+    """A later term that began before the backup's lsn (the backup was of a deposed
+    primary's tail that the next term did not keep): refused, naming the backup."""
+    bucket = source.url.rsplit("/", 1)[0]
+    copy_objects(seaweed, bucket, "test", "off-line")
+    history = encode_history(1, [(0, 1), (1, 3)])
+    seaweed.client().put_object(Bucket=bucket[5:], Key=f"off-line/{history_name(1)}", Body=history)
+    code, done = run_command(
+        "restore", "--archive-url", f"{bucket}/off-line", "--archive-endpoint",
+        seaweed.endpoint, "--data-dir", str(tmp_path / "off"), env=source.env,
+    )  # fmt: skip
+    assert code == 1 and "not on the archive's newest history" in done["error"]
+    assert source.backup in done["error"] and not (tmp_path / "off").exists()

@@ -186,6 +186,7 @@ def write_frames(
     start, consistent = int(manifest["start_lsn"]), int(manifest["end_lsn"])
     reached = Reached(int(manifest["term"]), start)
     history = catalog.newest_history(store)
+    _check_on_history(manifest, history)
     upto = NO_END if target.lsn is None else target.lsn
     wal_path = root / "wal" / f"{WAL_NUMBER:016d}.wal"
     with wal_path.open("wb") as out:
@@ -209,6 +210,23 @@ def write_frames(
             f"the archive holds them only up to {reached.lsn}"
         )
     return reached
+
+
+def _check_on_history(manifest: dict[str, Any], history: list[tuple[int, int]]) -> None:
+    """A backup's position must be on the line the restore follows: the term that holds
+    its lsn along the newest term's history must be the backup's own. A backup of a
+    deposed primary's tail that the next term did not keep is refused, not mixed in."""
+    term, lsn = int(manifest["term"]), int(manifest["start_lsn"])
+    holder = None
+    for t, first in history:
+        if first <= lsn:
+            holder = t
+    if holder is not None and holder != term:
+        raise RestoreFailed(
+            f"backup {manifest['id']} (term {term}, lsn {lsn}) is not on the archive's "
+            f"newest history {history}: lsn {lsn} there is term {holder}'s; choose another "
+            "backup"
+        )
 
 
 def _expected(term: int, lsn: int) -> str:
