@@ -151,6 +151,19 @@ def test_a_restore_to_the_latest_point_equals_the_source(source, seaweed, tmp_pa
     check_restored(tmp_path / "restored", source.round3, source.states3)
 
 
+def test_a_restore_into_an_empty_volume_keeps_its_lost_and_found(source, seaweed, tmp_path) -> None:
+    """A new volume's mount point (empty but for ext4's lost+found), as the operator's
+    init container restores into: the restore is built inside it and moved in place."""
+    volume = tmp_path / "volume"
+    (volume / "lost+found").mkdir(parents=True)
+    code, done = restore(source, seaweed, volume)
+    assert code == 0, done
+    assert sorted(p.name for p in volume.iterdir()) == [
+        "FORMAT", "lost+found", "meta", "segments", "wal"
+    ]  # fmt: skip
+    check_restored(volume, source.round3, source.states3)
+
+
 def test_a_restore_to_an_lsn_stops_there(source, seaweed, tmp_path) -> None:
     code, done = restore(source, seaweed, tmp_path / "at-lsn", "--target-lsn", str(source.lsn2))
     assert code == 0, done

@@ -46,7 +46,7 @@ from typing import Any, BinaryIO
 
 from stream_format import wal as walmod
 from stream_format.archive import decode_frames_object, history_ranges
-from stream_format.layout import Layout
+from stream_format.layout import VERSION_FILE, Layout
 from stream_format.meta import DB_INFO
 from stream_server.archive import backup_fetch, catalog
 from stream_server.archive.object_store import ObjectStore
@@ -57,6 +57,8 @@ from stream_server.engine.replica import KEY_LEFT, KEY_POSITION, KEY_TERMS
 log = logging.getLogger("stream_server.archive")
 
 NO_END = 2**63 - 1
+WORK = ".restoring"  # inside an existing data directory: the restore's work
+IGNORED = frozenset({"lost+found", WORK})
 WAL_NUMBER = 1
 
 
@@ -96,7 +98,10 @@ def restore(
     started = time.monotonic()
     _must_be_empty(data_dir)
     manifest = choose(catalog.manifests(store), backup_id, target)
-    work = data_dir.parent / f".{data_dir.name}.restoring"
+    # An existing (empty) directory may be a volume's mount point: the work is done
+    # inside it, on its file system, and moved into place by renames there.
+    in_place = data_dir.exists()
+    work = data_dir / WORK if in_place else data_dir.parent / f".{data_dir.name}.restoring"
     shutil.rmtree(work, ignore_errors=True)  # a restore that stopped half-way
     work.mkdir(parents=True)
     try:
@@ -105,10 +110,7 @@ def restore(
         reached = write_frames(store, manifest, root, target)
         recover(root, manifest, reached)
         _must_be_empty(data_dir)
-        if data_dir.exists():
-            data_dir.rmdir()
-        root.rename(data_dir)
-        fsio.fsync_dir(data_dir.parent)
+        _install(root, data_dir, in_place)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     seconds = time.monotonic() - started
@@ -128,8 +130,29 @@ def restore(
 
 
 def _must_be_empty(data_dir: Path) -> None:
-    if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
+    """Absent, or empty but for a file system's ``lost+found`` (a new volume) and the
+    work directory of a restore that stopped half-way."""
+    if not data_dir.exists():
+        return
+    if not data_dir.is_dir() or any(p.name not in IGNORED for p in data_dir.iterdir()):
         raise RestoreFailed(f"{data_dir} is not empty: restore builds a new data directory")
+
+
+def _install(root: Path, data_dir: Path, in_place: bool) -> None:
+    """Move the checked directory into place: one rename when ``data_dir`` was absent;
+    else each part renamed into it, the version file last, so that a crash half-way
+    leaves a directory the server refuses (no version file), never one it would serve
+    with parts missing."""
+    if not in_place:
+        root.rename(data_dir)
+        fsio.fsync_dir(data_dir.parent)
+        return
+    for part in root.iterdir():
+        if part.name != VERSION_FILE:
+            part.rename(data_dir / part.name)
+    fsio.fsync_dir(data_dir)
+    (root / VERSION_FILE).rename(data_dir / VERSION_FILE)
+    fsio.fsync_dir(data_dir)
 
 
 def choose(backups: list[dict[str, Any]], backup_id: str | None, target: Target) -> dict[str, Any]:
