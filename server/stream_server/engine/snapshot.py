@@ -15,16 +15,19 @@ CRC-32 are reported, and the copy's position:
 
 - in a replica set, the LMDB copy's ``replica_position`` (term, lsn): the copy is
   exactly the state after that frame (start = end);
-- on a single node, which keeps no position in LMDB, the engine's lsn read just
-  before the copy (less one: the writer counts a frame before its LMDB commit) and
-  just after it: the copy holds every frame up to ``start_lsn`` and none past
-  ``end_lsn``. Frames replay idempotently (whole values, positional writes), so a
-  restore replays from ``start_lsn + 1`` and must reach at least ``end_lsn``.
+- on a single node that archives, the copy's ``archive_lsn`` (the lsn its batches
+  write into LMDB with them): exact too, under term 0;
+- on a single node that keeps no lsn in LMDB, the engine's lsn read just before the
+  copy (less one: the writer counts a frame before its LMDB commit) and just after it:
+  the copy holds every frame up to ``start_lsn`` and none past ``end_lsn``. Frames
+  replay idempotently (whole values, positional writes), so a restore replays from
+  ``start_lsn + 1`` and must reach at least ``end_lsn``.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
@@ -40,6 +43,10 @@ from stream_server.engine.metadata import Metadata
 from stream_server.engine.replica import KEY_POSITION, POSITION
 
 ATTEMPTS = 5
+# A single node that archives writes its lsn into each batch (the archiver's
+# ``engine/wal_keep.py``, ``KEY_LSN``): its copy's position is then exact too.
+KEY_SINGLE_NODE_LSN = b"archive_lsn"
+SINGLE_NODE_LSN = struct.Struct("<Q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +165,16 @@ def _read_copy(
                 tail = decode_tail(bytes(v))
                 tails[key_stream_id(k)] = (tail.file_len, tail.start_pos)
             raw = txn.get(KEY_POSITION, db=copy.dbs[DB_INFO])
+            single = txn.get(KEY_SINGLE_NODE_LSN, db=copy.dbs[DB_INFO])
     finally:
         copy.env.close()
-    if raw is None:
-        return None, tails
-    term, lsn = POSITION.unpack(bytes(raw))
-    return Snapshot(term, lsn, lsn), tails
+    if raw is not None:
+        term, lsn = POSITION.unpack(bytes(raw))
+        return Snapshot(term, lsn, lsn), tails
+    if single is not None:
+        (lsn,) = SINGLE_NODE_LSN.unpack(bytes(single))
+        return Snapshot(0, lsn, lsn), tails
+    return None, tails
 
 
 def _add(tar: tarfile.TarFile, snapshot: Snapshot, path: Path, name: str) -> None:
