@@ -238,3 +238,11 @@ def test_a_backup_off_the_newest_history_is_refused(source, seaweed, tmp_path) -
     )  # fmt: skip
     assert code == 1 and "not on the archive's newest history" in done["error"]
     assert source.backup in done["error"] and not (tmp_path / "off").exists()
+
+
+def test_a_target_lsn_past_the_archive_is_refused(source, seaweed, tmp_path) -> None:
+    beyond = source.last.lsn + 5
+    code, done = restore(source, seaweed, tmp_path / "beyond", "--target-lsn", str(beyond))
+    assert code == 1
+    assert f"misses frames {source.last.lsn + 1}..{beyond}" in done["error"]
+    assert not (tmp_path / "beyond").exists()
