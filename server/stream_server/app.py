@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from stream_server.archive.backups_endpoint import BackupsEndpoint
 from stream_server.auth import TokenAuth
 from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
 from stream_server.config import Settings
@@ -117,6 +118,12 @@ class StreamServerApp:
             routes.append(
                 Route("/replication/switchover", self.replication_switchover, methods=["POST"])
             )
+        routes += BackupsEndpoint(  # base backups (docs/backup.md)
+            settings,
+            self.store.engine,
+            ready=lambda: self.recovery.finished,
+            allowed=self.replication.peer_allowed if self.replication is not None else None,
+        ).routes()
         if self.metrics is not None:
             routes.append(Route("/metrics", self.metrics_endpoint, methods=["GET"]))
             self.metrics.bind(
