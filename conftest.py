@@ -17,7 +17,8 @@ from testkit.server_process import ServerProcess
 # Marks a test's needs (programs, packages): skipped by hand, failed under make test;
 # and refuses a process to a test whose module is not marked `processes` (the fast tier).
 # testkit.asgi's fixtures start the server in-process (app_server, async_app_server).
-pytest_plugins = ["testkit.needs", "testkit.tiers", "testkit.asgi"]
+# testkit.seaweedfs: `seaweed`, a real S3-compatible store per module (the archive tests).
+pytest_plugins = ["testkit.needs", "testkit.tiers", "testkit.asgi", "testkit.seaweedfs"]
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ SET = "namespace, job"  # one replica set: the pods behind one Service
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 CODE_4XX = 'code=~"4.."'
 CODE_5XX = 'code=~"5.."'
+ARCHIVE = "ds_archive"  # the archive's metrics (server/stream_server/archive/)
 
 
 def q(expr: str, legend: str = "") -> dict:
@@ -390,6 +391,45 @@ ROWS: list[tuple[str, list[dict]]] = [
             ),
         ],
     ),
+    # The object-store archive (docs/backup.md): the primary archives (a standby's lag
+    # stays 0); the last backup is the newest any pod of a set reports.
+    (
+        "Archive",
+        [
+            ts(
+                "Archive lag (seconds) per pod",
+                "s",
+                [q(f"max by ({TARGET}) ({sel(f'{ARCHIVE}_lag_seconds')})", TARGET_LEGEND)],
+            ),
+            ts(
+                "Archived position (lsn) per pod",
+                "none",
+                [q(f"max by ({TARGET}) ({sel(f'{ARCHIVE}_archived_lsn')})", TARGET_LEGEND)],
+            ),
+            ts(
+                "Archive failures / s by kind",
+                "ops",
+                [
+                    q(
+                        f"sum by (kind) (rate({sel(f'{ARCHIVE}_failures_total')}[{RATE}]))",
+                        "{{kind}}",
+                    )
+                ],
+            ),
+            stat(
+                "Last backup age",
+                "s",
+                [
+                    q(
+                        f"time() - max by ({SET}) "
+                        f"({sel(f'{ARCHIVE}_last_backup_timestamp_seconds')})",
+                        "{{namespace}} {{job}}",
+                    )
+                ],
+                thresholds=thresholds((None, "green"), (86400 * 1.5, "orange"), (86400 * 2, "red")),
+            ),
+        ],
+    ),
     (
         "Process",
         [
@@ -509,7 +549,7 @@ def build() -> dict:
         "uid": "durable-streams",
         "title": "Durable Streams",
         "description": "Durable Streams servers: durable-append latency, group commit, "
-        "throughput, readers, errors, disk, recovery, replication. "
+        "throughput, readers, errors, disk, recovery, replication, archive. "
         "Source: observability/build_dashboard.py",
         "tags": ["durable-streams"],
         "schemaVersion": 39,

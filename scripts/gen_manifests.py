@@ -70,6 +70,9 @@ def render() -> dict[str, str]:
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     files["namespace.yaml"] = HEADER + yaml.safe_dump(ns, sort_keys=False)
     files["crd.yaml"] = HEADER + (CHART / "files" / "crds" / "durablestreams.yaml").read_text()
+    files["crd-backup.yaml"] = (
+        HEADER + (CHART / "files" / "crds" / "durablestreambackups.yaml").read_text()
+    )
     files["examples/durablestream.yaml"] = HEADER + yaml.safe_dump(EXAMPLE, sort_keys=False)
     return files
 

@@ -16,6 +16,7 @@ import kmock
 import yaml
 
 from testkit.kube import (
+    BACKUP_CRD_FILE,
     CERTIFICATE_CRD_SCHEMA,
     CRD_FILE,
     KINDS,
@@ -193,6 +194,7 @@ def cluster(*, crd: bool = True) -> Iterator[Cluster]:
     try:
         if crd:
             c.install_crd_file(CRD_FILE)
+            c.install_crd_file(BACKUP_CRD_FILE)
         c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
         yield c
     finally:

@@ -73,6 +73,9 @@ from testkit import disruption, kube_protobuf, pod_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
+BACKUP_CRD_FILE = (
+    ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreambackups.yaml"
+)
 # The published openAPIV3Schema of the Spark Operator's CRD (see tests/operator/crds/README.md).
 SPARK_CRD_SCHEMA = ROOT / "tests" / "operator" / "crds" / "scheduledsparkapplications.json"
 # The published schemas of the Prometheus Operator's PodMonitor and cert-manager's Certificate.
@@ -95,6 +98,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "CustomResourceDefinition": ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
     "DurableStream": ("streams.pyds.dev", "v1alpha1", "durablestreams"),
+    "DurableStreamBackup": ("streams.pyds.dev", "v1alpha1", "durablestreambackups"),
     "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
     "PodMonitor": ("monitoring.coreos.com", "v1", "podmonitors"),
     "Certificate": ("cert-manager.io", "v1", "certificates"),

@@ -31,7 +31,7 @@ import kmock
 
 from testkit import wait_for
 from testkit.cluster import Cluster
-from testkit.kube import CRD_FILE, ApiServer, storage_class
+from testkit.kube import BACKUP_CRD_FILE, CRD_FILE, ApiServer, storage_class
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,6 +77,7 @@ def api_server_process(where: Path) -> Iterator[Cluster]:
         )
         c.http = httpx.Client(base_url=c.url, timeout=10)
         c.install_crd_file(CRD_FILE)
+        c.install_crd_file(BACKUP_CRD_FILE)
         c.create(storage_class("standard", expandable=True, default=True)).raise_for_status()
         yield c
     finally:

@@ -41,7 +41,8 @@ def substitute(expr: str, values: dict[str, str]) -> str:
 
 def panel_queries(values: dict[str, str] = ALL, rows: str = "single") -> list[tuple[str, str]]:
     """(title, query) of the panels in the replica-set rows (``rows="replication"``),
-    the others (``"single"``: a single server has no replication series) or all."""
+    the archive's row (``"archive"``: only a server with an object-store archive has
+    its series), the others (``"single"``: a single server without an archive) or all."""
     dash = json.loads(DASHBOARD.read_text())
     out = []
     row = ""
@@ -49,8 +50,9 @@ def panel_queries(values: dict[str, str] = ALL, rows: str = "single") -> list[tu
         if p["type"] == "row":
             row = p["title"]
             continue
-        replication = row.startswith("Replication")
-        if rows == "all" or (rows == "replication") == replication:
+        kind = "replication" if row.startswith("Replication") else "single"
+        kind = "archive" if row == "Archive" else kind
+        if rows in ("all", kind):
             out.extend((p["title"], substitute(t["expr"], values)) for t in p["targets"])
     return out
 

@@ -137,29 +137,55 @@ REPLICATED_FIGURES: list[Figure] = [
 ]
 
 
-def build_replicated_rows(results: dict[str, Result]) -> list[Row]:
-    """The replicated workload's rows: the set ("ours") against single-node ("reference")."""
-    repl, single = results.get("replicated"), results.get("single")
+ARCHIVED_FIGURES: list[Figure] = [
+    Figure("64 conns, 64 streams", "appends_per_s", "appends/s", ">= 0.9x off", at_least(0.9)),
+    Figure("64 conns, 64 streams, p99", "p99_ms", "ms", "reported"),
+    Figure("64 conns, 64 streams, CPU per append", "cpu_ms", "ms", "reported"),
+    Figure("1 client sequential", "seq_appends_per_s", "appends/s", ">= 0.9x off", at_least(0.9)),
+    Figure("1 client sequential, p50", "seq_p50_ms", "ms", "reported"),
+    Figure("archive lag under the 64 x 64 appends, p50", "lag_seconds_p50", "s", "reported"),
+    Figure("archive lag under the 64 x 64 appends, p99", "lag_seconds_p99", "s", "reported"),
+    Figure("archive holding every frame after the appends", "catch_up_s", "s", "reported"),
+    Figure("the archive holds every frame", "archived_all", "", "yes", lambda o, r, res: o is True),
+]
+
+
+def build_archived_rows(results: dict[str, Result]) -> list[Row]:
+    """The archived workload's rows: archive on ("ours") against off ("reference")."""
+    return _side_rows("archived", ARCHIVED_FIGURES, results.get("on"), results.get("off"))
+
+
+def _side_rows(
+    workload: str, figures: list[Figure], ours: Result | None, other: Result | None
+) -> list[Row]:
     rows = []
-    for fig in REPLICATED_FIGURES:
-        o = getattr(repl, fig.metric) if repl else None
-        r = getattr(single, fig.metric) if single else None
+    for fig in figures:
+        o = getattr(ours, fig.metric) if ours else None
+        r = getattr(other, fig.metric) if other else None
         met = None
-        if repl is not None and o is not None and fig.check is not None:
-            met = fig.check(o, r, repl)
+        if ours is not None and o is not None and fig.check is not None:
+            met = fig.check(o, r, ours)
+        numeric = isinstance(o, int | float) and not isinstance(o, bool)
         rows.append(
             Row(
-                workload="replicated",
+                workload=workload,
                 title=fig.title,
                 unit=fig.unit,
                 ours=o,
                 reference=r,
-                ratio=(o / r) if o is not None and r else None,
+                ratio=(o / r) if numeric and r and not isinstance(r, bool) else None,
                 target=fig.target,
                 met=met,
             )
         )
     return rows
+
+
+def build_replicated_rows(results: dict[str, Result]) -> list[Row]:
+    """The replicated workload's rows: the set ("ours") against single-node ("reference")."""
+    return _side_rows(
+        "replicated", REPLICATED_FIGURES, results.get("replicated"), results.get("single")
+    )
 
 
 def build_rows(
@@ -215,6 +241,8 @@ def build_rows(
 def fmt(v: float | None) -> str:
     if v is None:
         return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if v != v:  # NaN
         return "n/a"
     if abs(v) >= 100:

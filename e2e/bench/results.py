@@ -153,6 +153,28 @@ class ReplicationResult(Result):
     data_bytes: int | None = None  # the bytes compared on each replica
 
 
+@dataclass
+class ArchiveResult(Result):
+    """One side of the archived workload: ours without the archive ("off") or with it
+    ("on", lag figures from ``/_archive/status``)."""
+
+    appends_per_s: float  # 64 conns x 64 streams
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    seq_p50_ms: float  # 1 client, one append at a time
+    seq_p99_ms: float
+    seq_appends_per_s: float
+    seq_errors: int
+    cpu_ms: float | None = None  # CPU per 64 x 64 append
+    lag_seconds_p50: float | None = None  # the archive's lag at each sample under the appends
+    lag_seconds_p99: float | None = None
+    lag_bytes_max: float | None = None
+    lag_samples: int | None = None
+    catch_up_s: float | None = None  # after the appends, until the archive held every frame
+    archived_all: bool | None = None  # the archive's last lsn is the server's
+
+
 R = TypeVar("R", bound=Result)
 
 

@@ -6,6 +6,7 @@
     python e2e/bench/run.py --quick --json out.json
     python e2e/bench/run.py --baseline HEAD~3     # ours now against ours at a git ref
     python e2e/bench/run.py --only replicated --servers ours --repeat 3   # 3 replicas vs 1
+    python e2e/bench/run.py --only archived --servers ours --repeat 3     # archive on vs off
 
 With ``--baseline REF`` the comparison column is this server as of REF (checked
 out into a temporary git worktree and run from there) instead of the reference:
@@ -25,7 +26,9 @@ The replicated workload (replicated.py) runs the 64 x 64 and sequential
 appends on a 3-replica set (testkit.replicaset: the emulated Lease API and
 three servers on this machine) and on single-node ours, alternating, and
 reports the set against single-node, with the standbys' lag; it needs ours
-in --servers.
+in --servers. The archived workload (archived.py) runs the same two on ours
+with the object-store archive on (a real SeaweedFS) and off, alternating, with
+the archive's lag.
 
 The ceiling is ceiling_app.py, a Starlette app answering POST with 204 under
 our uvicorn settings, driven exactly like the 64 x 64 append workload.
@@ -57,9 +60,17 @@ import time
 from dataclasses import dataclass, field
 
 from bench import log
+from bench.archived import run_archived
 from bench.machine import disk_syncs_per_s, raise_fd_limit, versions
 from bench.replicated import REPLICAS, run_replicated
-from bench.report import as_json, build_replicated_rows, build_rows, short, table
+from bench.report import (
+    as_json,
+    build_archived_rows,
+    build_replicated_rows,
+    build_rows,
+    short,
+    table,
+)
 from bench.results import CeilingResult, Profile, Result, merge
 from bench.servers import (
     INSTALL_ALL,
@@ -72,7 +83,9 @@ from bench.servers import (
 from bench.workloads import CEILING_WORKLOAD, KEYS, WORKLOADS, ceiling_appends
 
 REPLICATED = "replicated"  # a workload of its own: the replica set against single-node ours
-ALL_KEYS = [*KEYS, REPLICATED]
+ARCHIVED = "archived"  # ours with the object-store archive on against off
+SIDE_BY_SIDE = (REPLICATED, ARCHIVED)  # workloads that compare ours with ours
+ALL_KEYS = [*KEYS, *SIDE_BY_SIDE]
 
 
 @dataclass
@@ -80,6 +93,7 @@ class Figures:
     workloads: dict[str, dict[str, Result]] = field(default_factory=dict)  # [workload][server]
     ceiling: CeilingResult | None = None
     replicated: dict[str, Result] = field(default_factory=dict)  # "single", "replicated"
+    archived: dict[str, Result] = field(default_factory=dict)  # "off", "on"
     errors: dict[str, str] = field(default_factory=dict)  # "workload/server" -> the error
 
 
@@ -143,6 +157,10 @@ def run(
         sides, errors = run_replicated(prof, workdir, repeat)
         out.replicated = dict(sides)
         out.errors |= errors
+    if "ours" in servers and (not only or ARCHIVED in only):
+        archived, errors = run_archived(prof, workdir, repeat)
+        out.archived = dict(archived)
+        out.errors |= errors
     return out
 
 
@@ -196,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in servers if s not in SERVERS] + [k for k in only if k not in ALL_KEYS]
     if bad:
         ap.error(f"unknown server or workload: {', '.join(bad)}")
-    if REPLICATED in only and "ours" not in servers:
-        ap.error("the replicated workload compares with single-node ours: add ours to --servers")
+    if any(k in only for k in SIDE_BY_SIDE) and "ours" not in servers:
+        ap.error("the replicated and archived workloads compare ours with ours: add ours")
     prof = Profile.make(args.quick, args.duration)
     if args.catchup_append:
         prof.catchup_append = args.catchup_append
@@ -208,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     uses_wrk = (
         any(w.uses_wrk for w in selected)
         or ("ceiling" in servers and (not only or CEILING_WORKLOAD in only))
-        or ("ours" in servers and (not only or REPLICATED in only))
+        or ("ours" in servers and (not only or any(k in only for k in SIDE_BY_SIDE)))
     )
     if lacking := missing(servers, wrk=uses_wrk):
         for name, why in lacking.items():
@@ -247,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             "against single-node ours in the same run"
         )
         print(table(replicated_rows, None, "single-node", "replicated", "repl/single"))
+    archived_rows = build_archived_rows(figures.archived) if figures.archived else []
+    if archived_rows:
+        print("\narchived: ours with the archive on (SeaweedFS on this machine) against off")
+        print(table(archived_rows, None, "off", "on", "on/off"))
     print()
     for key, res in figures.workloads.items():
         for kind, result in res.items():
@@ -254,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {key} {label}: {short(result)}")
     for side, result in figures.replicated.items():
         print(f"  replicated {side}: {short(result)}")
+    for side, result in figures.archived.items():
+        print(f"  archived {side}: {short(result)}")
     if figures.ceiling:
         print(f"  ceiling: {short(figures.ceiling)}")
     for name, why in figures.errors.items():
@@ -276,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
             "ceiling": as_json(figures.ceiling),
             "rows": as_json(rows),
             "replicated_rows": as_json(replicated_rows),
-            "raw": as_json(figures.workloads | {REPLICATED: figures.replicated}),
+            "archived_rows": as_json(archived_rows),
+            "raw": as_json(
+                figures.workloads | {REPLICATED: figures.replicated, ARCHIVED: figures.archived}
+            ),
         }
         Path(args.json_out).write_text(json.dumps(doc, indent=2) + "\n")
     return 1 if figures.errors else 0

@@ -43,6 +43,8 @@ class Server:
         self.port = free_port()
         self.data_dir: Path | None = None
         self.child: Child | None = None
+        self.extra_args: list[str] = []  # ours only: more settings (the archived workload's)
+        self.extra_env: dict[str, str] = {}
 
     def command(self) -> list[str]:
         assert self.data_dir is not None
@@ -54,6 +56,7 @@ class Server:
                 "127.0.0.1",
                 "--long-poll-timeout",
                 str(LONG_POLL_SECONDS),
+                *self.extra_args,
             )
         if self.kind == "reference":
             return [
@@ -76,6 +79,7 @@ class Server:
         self.data_dir = data_dir
         env = env_with(pythonpath=self.source)
         env.setdefault("DS_LOG_LEVEL", "warning")
+        env.update(self.extra_env)
         self.child = Child(
             self.kind,
             self.command(),

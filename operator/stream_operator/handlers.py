@@ -26,7 +26,15 @@ from typing import Any
 
 import kopf
 
-from stream_operator import GROUP, PLURAL, VERSION, leadership, operator_metrics, server_image
+from stream_operator import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    backups,
+    leadership,
+    operator_metrics,
+    server_image,
+)
 from stream_operator.api_client import (
     API_TIMEOUT,
     api,
@@ -179,3 +187,13 @@ def cleanup(name: str, namespace: str | None, logger: Logger, **_: Any) -> None:
         raise kopf.TemporaryError("this operator does not hold the lease", delay=10)
     deleted = delete_pvcs(api(), _namespaced(namespace), name)
     logger.info("deleted PVCs %s", deleted)
+
+
+@kopf.on.resume(GROUP, VERSION, backups.BACKUP_PLURAL)
+@kopf.on.create(GROUP, VERSION, backups.BACKUP_PLURAL)
+def take_backup(body: kopf.Body, logger: Logger, **_: Any) -> None:
+    """A DurableStreamBackup, taken once (backups.py); a finished one is left as it is."""
+    if not leadership.may_act():
+        raise kopf.TemporaryError("this operator does not hold the lease", delay=10)
+    status = backups.take(api(), dict(body))
+    logger.info("backup %s: %s", body["metadata"]["name"], status.get("phase"))

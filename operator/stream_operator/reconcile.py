@@ -135,7 +135,8 @@ def _api_error(exc: ApiException) -> str:
 
 
 def _applied_spec(statefulset: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The spec last applied, as far as a later change is checked against it (storage)."""
+    """The spec last applied, as far as a later change is checked against it (storage,
+    bootstrap)."""
     if statefulset is None:
         return None
     raw = ((statefulset.get("metadata") or {}).get("annotations") or {}).get(APPLIED_SPEC)
@@ -224,7 +225,10 @@ def _rendered(
     for obj in objs:
         if obj["kind"] == "StatefulSet":
             annotations = obj["metadata"]["annotations"]
-            annotations[APPLIED_SPEC] = json.dumps({"storage": spec.raw["storage"]}, sort_keys=True)
+            applied = {"storage": spec.raw["storage"]}
+            if spec.raw.get("bootstrap"):
+                applied["bootstrap"] = spec.raw["bootstrap"]  # immutable (refused_change)
+            annotations[APPLIED_SPEC] = json.dumps(applied, sort_keys=True)
             annotations[server_image.IN_USE] = server_image.record(image, meta.get("generation"))
             if keep_set:
                 obj["spec"]["replicas"] = 1

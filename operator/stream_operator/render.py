@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stream_operator import GROUP, KIND, VERSION, disruptions
+from stream_operator import GROUP, KIND, VERSION, archive_render, disruptions
 from stream_operator.certificates import certificate_name, render_certificate, with_certificate
 from stream_operator.monitoring import podmonitor_settings, render_podmonitor
 from stream_operator.spec import (
@@ -241,6 +241,7 @@ def config_hash(spec: SpecInput) -> str:
     }
     if s.replicated:
         relevant |= {"replication": s.raw["replication"], "minInSync": s.min_in_sync}
+    relevant |= archive_render.config_fields(s)  # nothing without an archive
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -250,7 +251,11 @@ def render_configmap(name: str, namespace: str, uid: str, spec: SpecInput) -> di
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(f"{name}-config", namespace, uid, instance=name, owner=name),
-        "data": {**server_env(s), **replication_env(name, namespace, s)},
+        "data": {
+            **server_env(s),
+            **replication_env(name, namespace, s),
+            **archive_render.archive_env(s),
+        },
     }
 
 
@@ -306,13 +311,20 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
         secret = {"secretName": replication_secret_name(name), "defaultMode": 0o440}
         volumes.append({"name": "replication", "secret": secret})
         mounts.append({"name": "replication", "mountPath": REPLICATION_TOKEN_DIR, "readOnly": True})
+    archive_volumes, archive_mounts = archive_render.server_volumes(s)
+    volumes += archive_volumes
+    mounts += archive_mounts
     container = {
         "name": "server",
         "image": s.image,
         "imagePullPolicy": s.image_pull_policy,
         "args": ["serve"],
         "envFrom": [{"configMapRef": {"name": f"{name}-config"}}],
-        "env": [*replica_identity_env(name, namespace, s), FENCE_ENV],
+        "env": [
+            *replica_identity_env(name, namespace, s),
+            FENCE_ENV,
+            *archive_render.credential_env(archive_render.served_store(s)),
+        ],
         "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
         **_probes(s.lifecycle, scheme),
         # A container that exits without writing /dev/termination-log (the server logs its
@@ -351,6 +363,10 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
     }
     if s.image_pull_secrets:
         pod_spec["imagePullSecrets"] = list(s.image_pull_secrets)
+    restore, restore_volumes = archive_render.restore_init_container(name, s, container)
+    if restore:
+        pod_spec["initContainers"] = restore
+        volumes += restore_volumes
     if s.replicated:
         # The pods' own rights: their Lease and their pods (render_role).
         pod_spec["serviceAccountName"] = service_account_name(name)

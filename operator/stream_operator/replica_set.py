@@ -50,6 +50,11 @@ def use_pod_urls(resolve: PodURL | None) -> None:
     _pod_url[0] = resolve or pod_url
 
 
+def pod_origin(name: str, namespace: str, pod: str, spec: DurableStreamSpec) -> str:
+    """Where the operator reaches ``pod`` of the DurableStream ``name`` (``use_pod_urls``)."""
+    return _pod_url[0](name, namespace, pod, spec)
+
+
 # The switchovers this operator made, (namespace, name) -> the new primary: the Event
 # for that change of primary says "switchover" for certain.
 _switched: dict[tuple[str, str], str] = {}

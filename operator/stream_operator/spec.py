@@ -24,6 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stream_operator import archive_spec
+from stream_operator.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec
+
 # The server image for a spec that names none: the operator's own setting, which the
 # chart sets from its version, so that upgrading the operator upgrades every server
 # that did not pin an image (the CRD defaults no image into the objects for that reason).
@@ -238,6 +241,9 @@ class DurableStreamSpec:
     lifecycle: LifecycleSpec
     certificates: CertificatesSpec
     analytics: Mapping[str, Any]  # analytics.with_defaults parses it (its own defaults)
+    backup: BackupSpec | None  # spec.backup: this set's archive (archive_spec.py)
+    recovery: RecoverySpec | None  # spec.bootstrap.recovery
+    replica: ReplicaSpec  # spec.replica: follow another set's archive
 
     @property
     def replicated(self) -> bool:
@@ -314,6 +320,9 @@ def with_defaults(spec: SpecInput) -> DurableStreamSpec:
         lifecycle=_lifecycle(raw["lifecycle"]),
         certificates=_certificates(raw.get("certificates") or {}),
         analytics=raw.get("analytics") or {},
+        backup=archive_spec.backup(raw.get("backup")),
+        recovery=archive_spec.recovery(raw.get("bootstrap")),
+        replica=archive_spec.replica(raw.get("replica")),
     )
 
 
@@ -471,9 +480,15 @@ def refused_change(old: Mapping[str, Any] | None, new: SpecInput) -> str | None:
     """Why the operator will not carry out ``old -> new``, or None if it can. ``old``: the
     spec last applied, as the StatefulSet's annotation holds it (its storage)."""
     spec = with_defaults(new)
-    invalid = refused_retention(spec) or refused_replication(spec)
+    invalid = (
+        refused_retention(spec)
+        or refused_replication(spec)
+        or archive_spec.refused_archive(spec.backup, spec.recovery, spec.replica)
+    )
     if invalid or not old:
         return invalid
+    if (old.get("bootstrap") or None) != (spec.raw.get("bootstrap") or None):
+        return "bootstrap cannot change: it says how the set was first made"
     o, n = with_defaults(old).storage, spec.storage
     if o.storage_class_name != n.storage_class_name:
         return "storage.storageClassName cannot change: volumes cannot move between classes"

@@ -19,6 +19,7 @@ from kubernetes import client
 from stream_operator import (
     KIND,
     analytics_jobs,
+    archive_status,
     events,
     leadership,
     lifecycle,
@@ -41,6 +42,7 @@ from stream_operator.certificates import certificates_condition
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
 from stream_operator.render import endpoint, lease_name
+from stream_operator.replica_roles import lease_view
 from stream_operator.rollout import Step
 from stream_operator.spec import DurableStreamSpec, spec_of
 from stream_operator.status import Outcome, compute_status, same_status
@@ -68,6 +70,9 @@ def observed(
             rounds.due(namespace, name)  # its second step is applied by a reconcile
     if sts is not None and spec.replicated and step is None:
         lease, pods, step = _replica_set_step(ac, ds, sts, pods)
+    archive, archiving = (
+        archive_status.observe(ac, ds, spec, lease_view(lease)) if sts is not None else ({}, [])
+    )
     status = server_image.status_fields(ds, sts) | compute_status(
         spec=spec,
         generation=meta.get("generation"),
@@ -75,13 +80,13 @@ def observed(
         endpoint=endpoint(name, namespace, spec),
         outcome=outcome,
         previous=dict(ds.get("status") or {}),
-        extra=[*extra, *_certificates(ac, spec, name)],
+        extra=[*extra, *_certificates(ac, spec, name), *archiving],
         pods=pods,
         pvcs=instance_pvcs(ac, namespace, name) if sts is not None else [],
         lease=lease,
         rollout=step,
     )
-    return lifecycle_actions.observed(ds, sts, pods, status)
+    return lifecycle_actions.observed(ds, sts, pods, status | archive)
 
 
 def _replica_set_step(

@@ -67,8 +67,8 @@ class ArchiveLocation:
                 f"{url!r} is not s3://BUCKET/PREFIX (a bucket name of 3 to 63 lower-case "
                 "letters, digits, dots and hyphens)"
             )
-        prefix = (m.group(2) or "").strip("/")
-        if "//" in prefix:
+        prefix = (m.group(2) or "").rstrip("/")
+        if "//" in url[len("s3://") :].rstrip("/") or prefix.startswith("/"):
             raise ValueError(f"{url!r} has an empty path segment")
         return ArchiveLocation(m.group(1), prefix + "/" if prefix else "")
 

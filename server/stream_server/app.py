@@ -30,6 +30,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from stream_server.archive.archive_end import with_term
+from stream_server.archive.backups_endpoint import BackupsEndpoint
 from stream_server.archive.progress import OFF_DOCUMENT
 from stream_server.archive.service import RETRY_AFTER as ARCHIVE_RETRY_AFTER
 from stream_server.archive.service import ArchiveService
@@ -135,6 +136,12 @@ class StreamServerApp:
             routes.append(
                 Route("/replication/switchover", self.replication_switchover, methods=["POST"])
             )
+        routes += BackupsEndpoint(  # base backups (docs/backup.md)
+            settings,
+            self.store.engine,
+            ready=lambda: self.recovery.finished,
+            allowed=self.replication.peer_allowed if self.replication is not None else None,
+        ).routes()
         if self.metrics is not None:
             routes.append(Route("/metrics", self.metrics_endpoint, methods=["GET"]))
             self.metrics.bind(

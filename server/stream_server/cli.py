@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from stream_server import __version__
+from stream_server.archive import commands as archive_commands
 from stream_server.config import add_arguments, settings_from
 
 ROTATE_SETTINGS = ("data_dir", "webhook_key_replay_window")
@@ -35,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
         ),
         only=ROTATE_SETTINGS,
     )
+    archive_commands.add_commands(sub)  # backup, backups list|prune, restore
     table = sub.add_parser("settings", help="print every setting as a Markdown table")
     table.add_argument("--markdown", action="store_true", help="as Markdown (the default)")
     table.add_argument(
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         from stream_server.config.table import command
 
         return command(args.check, args.write)
+    if args.command in archive_commands.COMMANDS:
+        return archive_commands.run(args)
     try:
         # Checking the settings imports the parsers of retention rules and webhook
         # addresses, which need the server's dependencies too.

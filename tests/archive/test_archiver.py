@@ -12,7 +12,7 @@ import pytest
 
 from testkit import wait_for
 from testkit.archive_reads import archived_frames, status, written_bytes
-from testkit.seaweedfs import SeaweedFS, seaweed  # noqa: F401 - the fixture
+from testkit.seaweedfs import SeaweedFS
 from testkit.server_process import ServerProcess
 
 pytestmark = pytest.mark.processes
@@ -54,7 +54,7 @@ def no_gap_no_duplicate(lsns: list[int]) -> None:
 
 
 def test_every_acknowledged_frame_reaches_the_archive_in_order(
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     url = seaweed.new_bucket() + "/set-a"
@@ -91,7 +91,7 @@ def test_every_acknowledged_frame_reaches_the_archive_in_order(
 
 
 def test_kill_9_during_uploads_leaves_no_gap_and_no_duplicate(
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     url = seaweed.new_bucket()
@@ -132,7 +132,7 @@ def test_kill_9_during_uploads_leaves_no_gap_and_no_duplicate(
 
 
 def test_a_clean_stop_uploads_what_the_archive_timeout_has_not_yet(
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     url = seaweed.new_bucket()

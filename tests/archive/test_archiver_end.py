@@ -11,7 +11,7 @@ from stream_format.archive import ArchivedFrame, encode_frames_object, wal_name
 from stream_format.wal import encode_frame
 from stream_server.archive import archive_end
 from stream_server.archive.object_store import ObjectStore, StoreSettings
-from testkit.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS, seaweed  # noqa: F401
+from testkit.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 pytestmark = pytest.mark.processes
 
@@ -22,7 +22,7 @@ def frames(first: int, last: int) -> list[ArchivedFrame]:
 
 
 @pytest.fixture
-def store(seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:  # noqa: F811
+def store(seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     monkeypatch.setenv("AWS_REGION", REGION)

@@ -13,14 +13,14 @@ import pytest
 from testkit import wait_for
 from testkit.archive_reads import archived_frames, status
 from testkit.s3_faults import S3Faults
-from testkit.seaweedfs import SeaweedFS, seaweed  # noqa: F401 - the fixture
+from testkit.seaweedfs import SeaweedFS
 from testkit.server_process import ServerProcess
 
 pytestmark = pytest.mark.processes
 
 
 @pytest.fixture
-def faults(seaweed: SeaweedFS) -> Iterator[S3Faults]:  # noqa: F811
+def faults(seaweed: SeaweedFS) -> Iterator[S3Faults]:
     proxy = S3Faults(seaweed.endpoint)
     yield proxy
     proxy.close()
@@ -47,7 +47,7 @@ def caught_up(srv: ServerProcess) -> bool:
     return not doc["failing"] and doc["lag_frames"] == 0 and doc["archived_lsn"] > 0
 
 
-def check_archive(seaweed: SeaweedFS, url: str, srv: ServerProcess) -> None:  # noqa: F811
+def check_archive(seaweed: SeaweedFS, url: str, srv: ServerProcess) -> None:
     lsns = [lsn for _, lsn, _ in archived_frames(seaweed.client(), url)]
     assert lsns == list(range(1, status(srv.url)["durable_lsn"] + 1))
 
@@ -55,7 +55,7 @@ def check_archive(seaweed: SeaweedFS, url: str, srv: ServerProcess) -> None:  # 
 @pytest.mark.parametrize("fault", ["down", "500", "stall"])
 def test_appends_go_on_while_the_store_fails_and_the_archive_catches_up(
     fault: str,
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     faults: S3Faults,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
@@ -84,7 +84,7 @@ def test_appends_go_on_while_the_store_fails_and_the_archive_catches_up(
 
 
 def test_wrong_credentials_are_a_condition_not_a_storm(
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     faults: S3Faults,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
@@ -104,7 +104,7 @@ def test_wrong_credentials_are_a_condition_not_a_storm(
 
 
 def test_required_mode_acknowledges_only_archived_writes(
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     url = seaweed.new_bucket()
@@ -127,7 +127,7 @@ def test_required_mode_acknowledges_only_archived_writes(
 
 
 def test_the_pending_bound_refuses_writes_until_the_archive_catches_up(
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     faults: S3Faults,
     server_factory: Callable[..., ServerProcess],
 ) -> None:

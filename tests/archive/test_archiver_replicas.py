@@ -19,7 +19,7 @@ from testkit.archive_reads import archived_frames, status
 from testkit.cluster import Cluster, cluster
 from testkit.replica_set_processes import FAST, primary_with_standbys, start_member, until
 from testkit.s3_faults import S3Faults
-from testkit.seaweedfs import SeaweedFS, seaweed  # noqa: F401 - the fixture
+from testkit.seaweedfs import SeaweedFS
 from testkit.server_process import ServerProcess
 
 pytestmark = pytest.mark.processes
@@ -37,7 +37,7 @@ def append(srv: ServerProcess, body: bytes) -> int:
 
 
 def test_only_the_primary_archives_and_a_failover_while_the_archive_lags_leaves_no_gap(
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     api: Cluster,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
@@ -99,7 +99,7 @@ def test_only_the_primary_archives_and_a_failover_while_the_archive_lags_leaves_
 
 
 def test_a_new_primary_archives_along_its_history_past_a_deposed_primarys_frames(
-    seaweed: SeaweedFS,  # noqa: F811
+    seaweed: SeaweedFS,
     api: Cluster,
     server_factory: Callable[..., ServerProcess],
 ) -> None:

@@ -18,7 +18,7 @@ from stream_server.engine.ops import Append
 from stream_server.engine.wal_keep import spooled_files
 from testkit import wait_for
 from testkit.engines import crash, new_stream
-from testkit.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS, seaweed  # noqa: F401
+from testkit.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 pytestmark = pytest.mark.processes
 
@@ -29,7 +29,7 @@ SETTINGS = ArchiverSettings(
 
 
 @pytest.fixture
-def store(seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:  # noqa: F811
+def store(seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     monkeypatch.setenv("AWS_REGION", REGION)

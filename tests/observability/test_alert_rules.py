@@ -67,6 +67,9 @@ def test_the_alerts_asked_for_with_severity_and_runbook():
         "DurableStreamsReplicationLagHigh",
         "DurableStreamsTooFewInSync",
         "DurableStreamReconcileFailing",
+        "DurableStreamsArchiveFailing",
+        "DurableStreamsArchiveLagging",
+        "DurableStreamsLastBackupTooOld",
     }
     for name, rule in by_name.items():
         assert rule["labels"]["severity"] in ("critical", "warning"), name

@@ -97,6 +97,7 @@ def test_rows_in_order():
         "Retention",
         "Replication",
         "Replication lag and shipping",
+        "Archive",
         "Process",
     ]
 

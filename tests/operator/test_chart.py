@@ -315,14 +315,19 @@ def test_the_crd_is_a_kept_template_that_is_the_crd_file(helm):
     applies it) with ``helm.sh/resource-policy: keep`` (``helm uninstall`` leaves it and
     every DurableStream); it is exactly the file manifests/crd.yaml is made from, and
     ``crds.install=false`` leaves it to whoever manages CRDs."""
-    crd_text = (CHART / "files" / "crds" / "durablestreams.yaml").read_text()
-    assert (ROOT / "manifests" / "crd.yaml").read_text().endswith(crd_text)
-    assert not (CHART / "crds").exists()  # helm would install it once, never upgrade it
     rendered = [d for d in template(helm) if d["kind"] == "CustomResourceDefinition"]
-    assert len(rendered) == 1
-    annotations = rendered[0]["metadata"].pop("annotations")
-    assert annotations == {"helm.sh/resource-policy": "keep"}
-    assert rendered[0] == yaml.safe_load(crd_text)
+    assert len(rendered) == 2  # DurableStream, DurableStreamBackup
+    assert not (CHART / "crds").exists()  # helm would install it once, never upgrade it
+    for crd, manifest in zip(
+        rendered,
+        [("durablestreams.yaml", "crd.yaml"), ("durablestreambackups.yaml", "crd-backup.yaml")],
+        strict=True,
+    ):
+        crd_text = (CHART / "files" / "crds" / manifest[0]).read_text()
+        assert (ROOT / "manifests" / manifest[1]).read_text().endswith(crd_text)
+        annotations = crd["metadata"].pop("annotations")
+        assert annotations == {"helm.sh/resource-policy": "keep"}
+        assert crd == yaml.safe_load(crd_text)
     without = template(helm, "crds.install=false")
     assert not [d for d in without if d["kind"] == "CustomResourceDefinition"]
     upgrades = (ROOT / "docs" / "kubernetes.md").read_text().split("## Upgrades", 1)[1]

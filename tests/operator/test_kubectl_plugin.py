@@ -27,6 +27,7 @@ from stream_operator import KIND
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
+from testkit.kubectl_plugin import environment, kubeconfig, plugin
 from testkit.kubelet import Kubelet
 from testkit.leases import write_replica_lease
 from testkit.operator import running_operator
@@ -39,52 +40,6 @@ NS = "team-a"  # the kubeconfig context's namespace: no -n needed
 POSITIONS = "streams.pyds.dev/positions"
 FENCED = "streams.pyds.dev/fenced-instances"
 HIBERNATION = "streams.pyds.dev/hibernation"
-
-
-def kubeconfig(path: Path, url: str, namespace: str = NS) -> Path:
-    """A kubeconfig as kubectl writes one: the emulated API server, a user, a context."""
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "emulated", "cluster": {"server": url}}],
-                "users": [{"name": "tester", "user": {"token": "not-checked"}}],
-                "contexts": [
-                    {
-                        "name": "emulated",
-                        "context": {
-                            "cluster": "emulated",
-                            "user": "tester",
-                            "namespace": namespace,
-                        },
-                    },
-                    {
-                        "name": "elsewhere",
-                        "context": {"cluster": "emulated", "user": "tester"},
-                    },
-                ],
-                "current-context": "emulated",
-            }
-        )
-    )
-    return path
-
-
-def environment(config: Path) -> dict[str, str]:
-    tree = f"{ROOT / 'server'}{os.pathsep}{ROOT / 'operator'}{os.pathsep}{ROOT}"
-    return {**os.environ, "KUBECONFIG": str(config), "PYTHONPATH": tree}
-
-
-def plugin(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``kubectl dstream ARGS``: the plugin's console entry in a process of its own."""
-    return subprocess.run(
-        [sys.executable, "-m", "stream_operator.kubectl_plugin", *args],
-        env=environment(config),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def annotations(c: Cluster, name: str = "events") -> dict[str, str]:

@@ -20,7 +20,7 @@ import yaml
 
 from stream_operator import KIND
 from stream_operator.render import render_role
-from testkit import rbac, wait_for
+from testkit import free_port, rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import Call, durable_stream
 from testkit.leases import replica_lease
@@ -124,6 +124,10 @@ def everything_the_operator_does(c: Cluster, namespace: str) -> None:
         "metrics": {"podMonitor": {"enabled": True}},
         "certificates": {"issuerRef": {"name": "ca"}},
         "analytics": ANALYTICS,
+        "backup": {
+            "objectStore": {"destinationPath": "s3://bucket/events"},
+            "schedule": "* * * * * *",
+        },
     }
     created = c.create(durable_stream("events", spec, namespace))
     created.raise_for_status()
@@ -134,12 +138,22 @@ def everything_the_operator_does(c: Cluster, namespace: str) -> None:
     play_statefulset_controller(c, namespace, "events")
     wait_for(lambda: phase(c, namespace, "events") == "Ready", message="Ready")
     wait_for(lambda: c.list("ScheduledSparkApplication", namespace), message="a Spark job")
+    # The schedule (every second) makes a DurableStreamBackup, which the operator takes:
+    # the pods answer nothing here (the archive's own tests are test_backup_kopf.py).
+    wait_for(
+        lambda: any(
+            (b.get("status") or {}).get("phase") == "failed"
+            for b in c.list("DurableStreamBackup", namespace)
+        ),
+        message="a scheduled backup taken (and failed: no server answers)",
+    )
     become_a_replica_set_and_back(c, namespace)
     off = {
         "storage": {"size": "2Gi"},
         "metrics": {"podMonitor": {"enabled": False}},
         "certificates": None,
         "analytics": {"enabled": False},
+        "backup": None,
     }
     c.patch(KIND, namespace, "events", {"spec": off}).raise_for_status()
     wait_for(lambda: c.get("PodMonitor", namespace, "events") is None, message="pruned")
@@ -166,12 +180,17 @@ def everything_the_operator_does(c: Cluster, namespace: str) -> None:
 )
 def test_rbac_grants_exactly_what_the_operator_uses(watched: tuple[str, ...], sets: tuple):
     docs = chart_rbac(*sets)
+    from stream_operator import replica_set  # after testkit.operator's settings
+
+    nobody = f"http://127.0.0.1:{free_port()}"  # the pods' servers: nothing listens
+    replica_set.use_pod_urls(lambda *_: nobody)
     with cluster() as c:
         with running_operator(c, watched):
             # Not watched in the namespaced mode: the operator must leave it alone.
             c.create(durable_stream("other", {}, "c")).raise_for_status()
             everything_the_operator_does(c, "a")
         untouched = c.get("StatefulSet", "c", "other") is None
+    replica_set.use_pod_urls(None)
     calls = [call for call in c.api.requests if not call.agent.startswith("python-httpx/")]
     granted = rbac.grants(docs, ACCOUNT, RELEASE_NS)
     # The Lease is the leader election's (tests/operator/test_leader_election.py).

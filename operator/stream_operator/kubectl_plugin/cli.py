@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import urllib3
 
-from stream_operator.kubectl_plugin import PluginError, commands
+from stream_operator.kubectl_plugin import PluginError, backup, commands
 from stream_operator.kubectl_plugin.connect import connect
 
 
@@ -30,7 +30,7 @@ def _connection_flags(parser: argparse.ArgumentParser, default: object) -> None:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl dstream",
-        description="Look after DurableStreams: status, switchover, hibernation, fencing.",
+        description="Look after DurableStreams: status, switchover, hibernation, fencing, backups.",
     )
     _connection_flags(top, None)
     # In the subcommands the flags keep what was given before the subcommand, if anything.
@@ -72,6 +72,17 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("name", help="the DurableStream")
         cmd.add_argument("pods", nargs="*", metavar="POD", help="pod names, e.g. events-1")
         cmd.add_argument("--all", dest="all_pods", action="store_true", help="every pod")
+    bak = sub.add_parser(
+        "backup", parents=[shared], help="take a base backup now (a DurableStreamBackup)"
+    )
+    bak.add_argument("name", help="the DurableStream")
+    bak.add_argument("--target", choices=["prefer-standby", "primary"], default=None)
+    bak.add_argument(
+        "--no-wait", dest="wait", action="store_false", help="create it and return at once"
+    )
+    bak.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait for the outcome (3600)"
+    )
     return top
 
 
@@ -96,6 +107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     namespace,
                     args.name,
                     args.target,
+                    wait=args.wait,
+                    timeout=args.timeout,
+                    out=out,
+                )
+            if args.command == "backup":
+                return backup.backup(
+                    api,
+                    namespace,
+                    args.name,
+                    target=args.target,
                     wait=args.wait,
                     timeout=args.timeout,
                     out=out,

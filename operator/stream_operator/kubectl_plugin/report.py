@@ -34,6 +34,7 @@ EXPECTED = {
     "Hibernated": "False",
     "Fenced": "False",
     "ReconcilePaused": "False",
+    "ContinuousArchiving": "True",
 }
 # The Events that record a change of primary (stream_operator.replica_set).
 PRIMARY_EVENTS = ("PrimaryChanged", "Switchover")
@@ -218,7 +219,49 @@ def build(
         rows.append(row)
     report["pods"] = rows
     report["lastPrimaryChange"] = last_primary_change(events, name, str(meta.get("uid") or ""))
+    report["archive"] = _archive(ds)
     return report
+
+
+def _archive(ds: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The archive's part of the status (None: the DurableStream has no archive)."""
+    spec = spec_of(ds)
+    status = ds.get("status") or {}
+    if spec.backup is None and not spec.replica.enabled:
+        return None
+    store = spec.replica.source if spec.replica.enabled else None
+    if store is None and spec.backup is not None:
+        store = spec.backup.object_store
+    keys = (
+        "archive",
+        "lastSuccessfulBackup",
+        "lastSuccessfulBackupID",
+        "firstRecoverabilityPoint",
+        "nextScheduledBackup",
+    )
+    return {
+        "url": store.destination_path if store is not None else None,
+        "following": spec.replica.enabled,
+        **{k: status[k] for k in keys if k in status},
+    }
+
+
+def _archive_lines(archive: Mapping[str, Any], now: datetime.datetime) -> list[str]:
+    state = archive.get("archive") or {}
+    how = "following" if archive["following"] else "archiving to"
+    line = f"Archive:      {how} {archive['url']}"
+    if state:
+        line += f", lsn {state.get('lastArchivedLSN')}, {state.get('lagSeconds')} s behind"
+        line += ", FAILING" if state.get("failing") else ""
+    last = archive.get("lastSuccessfulBackup")
+    backups = (
+        f"last {_ago(last, now)} ({archive.get('lastSuccessfulBackupID')})" if last else "none yet"
+    )
+    if archive.get("firstRecoverabilityPoint"):
+        backups += f", recoverable from {archive['firstRecoverabilityPoint']}"
+    if archive.get("nextScheduledBackup"):
+        backups += f", next {archive['nextScheduledBackup']}"
+    return [line, f"Backups:      {backups}"]
 
 
 def _cell(value: Any) -> str:
@@ -261,6 +304,8 @@ def render(report: Mapping[str, Any], now: datetime.datetime | None = None) -> s
         out += _replica_set_lines(report, now)
     else:
         out.append("Replicas:     one server (not a replica set: no Lease, no standbys)")
+    if report.get("archive"):
+        out += _archive_lines(report["archive"], now)
     if report["annotations"]:
         notes = ", ".join(f"{k}={v}" for k, v in sorted(report["annotations"].items()))
         out.append(f"Annotations:  {notes}")

@@ -18,8 +18,9 @@ PREFIX = "ds_archive"
 
 
 class ArchiveCollector(Collector):
-    def __init__(self, progress: ArchiveProgress) -> None:
+    def __init__(self, progress: ArchiveProgress, timeout: float) -> None:
         self.p = progress
+        self.timeout = timeout  # --archive-timeout: the lag alert compares with it
 
     def collect(self) -> Iterator[Metric]:
         p = self.p
@@ -31,6 +32,9 @@ class ArchiveCollector(Collector):
 
         yield gauge(
             "archiving", "1 while this server uploads WAL to the archive", p.role == "archiving"
+        )
+        yield gauge(
+            "timeout_seconds", "--archive-timeout: the recovery point objective", self.timeout
         )
         yield gauge("archived_lsn", "The last WAL frame the archive holds", p.archived_lsn)
         yield gauge("archived_term", "The term of the last archived frame", p.archived_term)

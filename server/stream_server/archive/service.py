@@ -54,7 +54,7 @@ class ArchiveService:
         self.gate = ArchiveGate(self.progress) if settings.archive_mode == "required" else None
         if self.gate is not None:
             self.archiver.on_progress = self.gate.progressed
-        self.collector = ArchiveCollector(self.progress)
+        self.collector = ArchiveCollector(self.progress, settings.archive_timeout)
 
     def store_gate(self, gate: AckGate | None) -> AckGate | None:
         """The pipeline's ack gate: the set's (or none), then the archive's in required mode."""

@@ -116,6 +116,34 @@ def s3_url(value: str) -> str | None:
     return None
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_backup_retention(value: str) -> tuple[float | None, int | None]:
+    """``--backup-retention``: (seconds to keep backups, or None; how many newest to
+    keep, or None); ("", both None): keep every backup. ValueError saying what it takes."""
+    text = value.strip()
+    if not text:
+        return None, None
+    if text.startswith("last="):
+        n = text[5:]
+        if n.isdigit() and int(n) >= 1:
+            return None, int(n)
+    elif len(text) > 1 and text[:-1].isdigit() and text[-1] in _UNITS and int(text[:-1]) > 0:
+        return float(int(text[:-1]) * _UNITS[text[-1]]), None
+    raise ValueError(
+        f"{value!r} is not a backup retention: a duration (12h, 7d, 4w) or last=N (N >= 1)"
+    )
+
+
+def backup_retention(value: str) -> str | None:
+    try:
+        parse_backup_retention(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def readable_file(value: str) -> str | None:
     """Empty, or a file this process can read now (not only when it is first needed)."""
     if not value:

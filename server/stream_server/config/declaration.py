@@ -438,6 +438,14 @@ class Settings:
         checks.whole(1024 * 1024),
         unit="bytes",
     )
+    backup_retention: str = setting(
+        "",
+        ARCHIVE,
+        "base backups kept after each backup: a duration (7d, 12h: backups younger than it, "
+        "and always the newest) or last=N; older ones go, with the archived WAL no kept backup "
+        "needs (empty: keep all)",
+        checks.backup_retention,
+    )
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

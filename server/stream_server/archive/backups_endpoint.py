@@ -1,0 +1,112 @@
+"""``POST /_archive/backups`` (take a base backup now) and ``GET /_archive/backups``
+(the catalog), outside the streams' base path (docs/backup.md).
+
+Both are admin endpoints, authenticated as the switchover endpoint is: in a replica
+set, the set's token (``--replication-token-file``) when it has one; a single node
+asks for that token too when the file is given, and answers anyone otherwise, as
+the other admin endpoints do. One backup at a time: a second ``POST`` while one
+runs gets 409. The backup runs on a worker thread; the retention policy
+(``--backup-retention``) is applied after each one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from stream_format.archive import ArchiveDamaged
+from stream_server.archive import backup, catalog
+from stream_server.archive.object_store import ArchiveError, ObjectStore
+from stream_server.config import Settings
+from stream_server.engine.engine import Engine
+from stream_server.replication.peer_token import CHALLENGE, REFUSED, PeerToken
+
+log = logging.getLogger("stream_server.archive")
+
+PATH = "/_archive/backups"
+
+
+class BackupsEndpoint:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        *,
+        ready: Callable[[], bool],
+        allowed: Callable[[str | None], bool] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.ready = ready
+        if allowed is None and settings.replication_token_file:
+            allowed = PeerToken(settings.replication_token_file).allows
+        self.allowed = allowed
+        self.node = settings.replica_name or socket.gethostname()
+        self._store: ObjectStore | None = None
+        self._running = threading.Lock()
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(PATH, self.take, methods=["POST"]),
+            Route(PATH, self.list, methods=["GET"]),
+        ]
+
+    def store(self) -> ObjectStore:
+        if self._store is None:
+            s = self.settings
+            self._store = catalog.open_store(
+                s.archive_url, s.archive_endpoint, s.archive_region, s.archive_ca_bundle
+            )
+        return self._store
+
+    def _refused(self, request: Request) -> Response | None:
+        if self.allowed is not None and not self.allowed(request.headers.get("authorization")):
+            return JSONResponse(REFUSED, status_code=401, headers={"www-authenticate": CHALLENGE})
+        if not self.settings.archive_url:
+            return JSONResponse({"error": "no archive configured (--archive-url)"}, status_code=409)
+        return None
+
+    async def take(self, request: Request) -> Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
+        if not self.ready():
+            return JSONResponse({"error": "recovery not finished"}, status_code=503)
+        if not self._running.acquire(blocking=False):
+            return JSONResponse({"error": "a backup is running"}, status_code=409)
+        try:
+            return await asyncio.to_thread(self._take)
+        finally:
+            self._running.release()
+
+    def _take(self) -> Response:
+        try:
+            manifest = backup.take(self.engine, self.store(), node=self.node)
+        except (ArchiveError, ArchiveDamaged) as exc:
+            log.error("base backup failed: %s", exc)
+            return JSONResponse({"error": f"base backup failed: {exc}"}, status_code=503)
+        answer: dict[str, Any] = catalog.summary(manifest)
+        if self.settings.backup_retention:
+            try:
+                pruned = catalog.prune(self.store(), self.settings.backup_retention)
+                answer["retention"] = pruned.json()
+            except (ArchiveError, ArchiveDamaged) as exc:
+                log.error("backup retention failed: %s", exc)
+                answer["retention"] = {"error": str(exc)}
+        return JSONResponse(answer, status_code=201)
+
+    async def list(self, request: Request) -> Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
+        try:
+            doc = await asyncio.to_thread(catalog.listing, self.store())
+        except (ArchiveError, ArchiveDamaged) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
+        return JSONResponse(doc, headers={"cache-control": "no-store"})

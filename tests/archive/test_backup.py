@@ -1,0 +1,103 @@
+"""Base backups against a real server and a real SeaweedFS: ``durable-streams-server backup``
+asks the server (``POST /_archive/backups``), the parts and then the manifest are in
+the bucket, ``backups list`` and ``GET /_archive/backups`` print the same catalog, and
+the endpoint's refusals (no archive, no token)."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from stream_format.archive import decode_manifest, manifest_name
+from stream_format.records import crc32
+from testkit.archive_frames import run_command, store_for
+from testkit.seaweedfs import SeaweedFS
+from testkit.seaweedfs import seaweed as seaweed  # the module's store
+from testkit.stream_kinds import StreamKinds
+
+pytestmark = pytest.mark.processes
+
+
+def archive_args(url: str, seaweed: SeaweedFS) -> list[str]:
+    return ["--archive-url", url, "--archive-endpoint", seaweed.endpoint]
+
+
+def test_a_backup_is_uploaded_parts_first_and_listed(
+    server_factory, seaweed, monkeypatch, tmp_path
+) -> None:
+    url = seaweed.new_bucket() + "/site-a"
+    env = seaweed.env()
+    srv = server_factory(*archive_args(url, seaweed), env=env).start()
+    kinds = StreamKinds()
+    with httpx.Client(timeout=10) as c:
+        for _ in range(2):
+            kinds.write_round(c, srv.url)
+    code, done = run_command("backup", "--server", srv.url, env=env)
+    assert code == 0, done
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{16}", done["id"])
+    assert done["term"] == 0 and 0 <= done["start_lsn"] <= done["end_lsn"]
+    assert done["end_lsn"] >= 10 and done["bytes"] > 0 and done["node"]
+
+    store = store_for(seaweed, url, monkeypatch)
+    manifest = decode_manifest("m", store.get(manifest_name(done["id"])))
+    assert manifest["data_format"] == 4 and manifest["set"] == ""
+    for part in manifest["parts"]:
+        data = store.get(part["name"])
+        assert (len(data), crc32(data)) == (part["size"], part["crc32"])
+    files = {f["path"]: f for f in manifest["files"]}
+    assert {"FORMAT", "meta/data.mdb"} <= set(files)
+    fmt = (srv.data_dir / "FORMAT").read_bytes()
+    assert (files["FORMAT"]["size"], files["FORMAT"]["crc32"]) == (len(fmt), crc32(fmt))
+    assert sum(p.startswith("segments/") for p in files) == 7  # every stream's file
+
+    code, listed = run_command("backups", "list", *archive_args(url, seaweed), env=env)
+    assert code == 0, listed
+    assert listed["backups"] == [{k: v for k, v in done.items() if k != "retention"}]
+    assert listed["recoverable"]["first_lsn"] == done["end_lsn"]
+    assert listed["recoverable"]["last_lsn"] >= done["end_lsn"]
+    served = httpx.get(f"{srv.url}/_archive/backups", timeout=10)
+    assert served.status_code == 200 and served.json() == listed
+
+
+def test_the_variables_give_the_archive_too(seaweed, tmp_path) -> None:
+    url = seaweed.new_bucket()
+    env = seaweed.env(DS_ARCHIVE_URL=url, DS_ARCHIVE_ENDPOINT=seaweed.endpoint)
+    code, listed = run_command("backups", "list", env=env)
+    assert (code, listed) == (0, {"backups": [], "recoverable": None})
+    code, done = run_command("restore", "--data-dir", str(tmp_path / "d"), env=env)
+    assert code == 1 and "no finished backup" in done["error"]
+
+
+def test_without_an_archive_a_backup_is_refused(server_factory) -> None:
+    srv = server_factory().start()
+    r = httpx.post(f"{srv.url}/_archive/backups", timeout=10)
+    assert r.status_code == 409 and "archive" in r.json()["error"]
+    code, done = run_command("backup", "--server", srv.url, env={})
+    assert code == 1 and "409" in done["error"]
+
+
+def test_with_a_token_file_a_backup_needs_the_token(server_factory, seaweed, tmp_path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    url = seaweed.new_bucket()
+    env = seaweed.env()
+    args = [*archive_args(url, seaweed), "--replication-token-file", str(token)]
+    srv = server_factory(*args, env=env).start()
+    assert httpx.post(f"{srv.url}/_archive/backups", timeout=10).status_code == 401
+    assert httpx.get(f"{srv.url}/_archive/backups", timeout=10).status_code == 401
+    code, done = run_command("backup", "--server", srv.url, env=env)
+    assert code == 1 and "401" in done["error"]
+    code, done = run_command("backup", "--server", srv.url, "--token-file", str(token), env=env)
+    assert code == 0, done
+
+
+def test_a_store_that_refuses_gives_503_with_its_message(server_factory, seaweed) -> None:
+    url = seaweed.new_bucket()
+    env = seaweed.env(AWS_SECRET_ACCESS_KEY="not-the-secret")
+    srv = server_factory(*archive_args(url, seaweed), env=env).start()
+    r = httpx.post(f"{srv.url}/_archive/backups", timeout=30)
+    assert r.status_code == 503, r.text
+    assert "SignatureDoesNotMatch" in r.json()["error"]
+    assert "not-the-secret" not in r.text
