@@ -91,3 +91,24 @@ def test_the_primary_archives_then_deletes_the_spool(tmp_path: Path, store: Obje
     finally:
         archiver.stop(wait=10)
         crash(engine)
+
+
+def test_frames_in_no_local_file_are_named_as_a_gap(tmp_path: Path, store: ObjectStore) -> None:
+    engine = spooled_engine(tmp_path)
+    oldest = spooled_files(engine.layout)[0]
+    oldest.unlink()  # as if written while the server ran without --archive-url
+    archiver = Archiver(
+        engine.layout,
+        store,
+        SETTINGS,
+        published=lambda: engine.published_lsn,
+        history=lambda: HISTORY,
+    )
+    archiver.start("archiving")
+    try:
+        wait_for(lambda: archiver.progress.archived_lsn == engine.lsn)
+        error = archiver.progress.last_error or ""
+        assert error.startswith("frames 1..") and "new base backup" in error, error
+    finally:
+        archiver.stop(wait=10)
+        crash(engine)

@@ -206,9 +206,15 @@ class Archiver:
         published = self.published()
         batch = run.batch
         room = self.settings.object_bytes - batch.size
-        if room > 0:
-            batch.add(run.source.read(published, room), self.progress.archived_lsn, self.history())
         history = self.history()
+        if room > 0:
+            reads = run.source.read(published, room)
+            # A gap at or below the history's first lsn is no gap: a set begun on
+            # single-node data has no frame at its base (``engine.replica.stamp_base``).
+            gap = (self.progress.archived_lsn + 1, reads[0].frame.lsn - 1) if reads else (1, 0)
+            if not batch.reads and gap[1] >= gap[0] and gap[1] > history[0][1]:
+                self._gap(*gap)
+            batch.add(reads, self.progress.archived_lsn, history)
         hurry = self._draining.is_set()
         while not run.stop.is_set() and (group := batch.due(hurry)) is not None:
             term, frames = group
@@ -281,6 +287,17 @@ class Archiver:
                 spooled += size - max(above, 0)
         self.progress.lag_bytes = lag
         self.progress.pending_bytes = lag + spooled
+
+    def _gap(self, first: int, last: int) -> None:
+        """Frames no local file holds any more (written while the archive was off, or a
+        spool removed by hand): the archive gets a gap a restore will name. Said loudly;
+        archiving goes on (a new base backup covers what is missing)."""
+        message = (
+            f"frames {first}..{last} are in no local WAL file and not in the archive: take a "
+            "new base backup (was the server run without --archive-url?)"
+        )
+        log.error("archive to %s: %s", self.store.url, message)
+        self.progress.last_error = message
 
     def _succeeded(self) -> None:
         if self.progress.failing:
