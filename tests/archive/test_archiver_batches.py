@@ -6,7 +6,7 @@ import time
 
 from stream_format.archive import ArchivedFrame
 from stream_format.wal import encode_frame
-from stream_server.archive.archiver import ArchiverSettings
+from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.uploads import Batch
 from stream_server.archive.wal_source import Read
 

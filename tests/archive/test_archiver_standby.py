@@ -10,7 +10,8 @@ import pytest
 
 from stream_format.records import KIND_BYTES
 from stream_server.archive import archive_end
-from stream_server.archive.archiver import Archiver, ArchiverSettings
+from stream_server.archive.archiver import Archiver
+from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.object_store import ObjectStore, StoreSettings
 from stream_server.archive.wal_source import WalSource
 from stream_server.engine import Engine

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from stream_format.archive import ArchiveDamaged, History
 from stream_format.layout import Layout
 from stream_server.archive import archive_end
+from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.object_store import ArchiveDenied, ArchiveError, ObjectStore
 from stream_server.archive.progress import ArchiveProgress
 from stream_server.archive.uploads import Batch
@@ -43,23 +44,11 @@ from stream_server.engine.wal_keep import spool_dir
 
 log = logging.getLogger("stream_server.archive")
 
-DENIED_RETRY = 30.0  # seconds between attempts while the store refuses us
 FIRST_BACKOFF = 0.5
-MAX_BACKOFF = 30.0
 # Async mode: at most one round per this many seconds however many batches wake it
 # (a round lists and reads the WAL; a commit time in an object is this late at most).
 MIN_ROUND = 0.05
 HINT_FILE = "archived"  # in the spool: the last archived lsn, a hint (stale only keeps more)
-
-
-@dataclass(frozen=True)
-class ArchiverSettings:
-    timeout: float  # --archive-timeout
-    object_bytes: int  # --archive-object-bytes
-    max_pending_bytes: int  # --archive-max-pending-bytes
-    required: bool  # --archive-mode required
-    denied_retry: float = DENIED_RETRY
-    max_backoff: float = MAX_BACKOFF
 
 
 class Archiver:

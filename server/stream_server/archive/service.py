@@ -17,7 +17,8 @@ from collections.abc import Callable
 from stream_format.archive import History
 from stream_format.layout import Layout
 from stream_server.archive.ack_gate import ArchiveGate, BothGates
-from stream_server.archive.archiver import Archiver, ArchiverSettings
+from stream_server.archive.archiver import Archiver
+from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.collector import ArchiveCollector
 from stream_server.archive.object_store import ObjectStore, StoreSettings
 from stream_server.config import Settings

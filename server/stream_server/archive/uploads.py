@@ -17,7 +17,7 @@ from stream_server.archive.archive_end import term_of
 from stream_server.archive.wal_source import Read
 
 if TYPE_CHECKING:
-    from stream_server.archive.archiver import ArchiverSettings
+    from stream_server.archive.archiver_settings import ArchiverSettings
 
 IDLE_POLL = 1.0  # seconds between looks at the WAL with nothing pending (woken per batch)
 
