@@ -17,7 +17,7 @@ from testkit.server_process import ServerProcess
 # Marks a test's needs (programs, packages): skipped by hand, failed under make test;
 # and refuses a process to a test whose module is not marked `processes` (the fast tier).
 # testkit.asgi's fixtures start the server in-process (app_server, async_app_server).
-pytest_plugins = ["testkit.needs", "testkit.tiers", "testkit.asgi"]
+pytest_plugins = ["testkit.needs", "testkit.tiers", "testkit.asgi", "testkit.archive_store"]
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,8 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from stream_server.archive.follow_position import promote
+from stream_server.archive.follower import ArchiveFollower
 from stream_server.auth import TokenAuth
 from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
 from stream_server.config import Settings
@@ -42,8 +43,10 @@ from stream_server.ratelimit import RateLimiter
 from stream_server.replication import fetch_endpoint, peer_token
 from stream_server.replication.collector import ReplicationCollector
 from stream_server.replication.identity import leave
+from stream_server.replication.mirror import Mirror
 from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.streams.model import Stream
+from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
@@ -63,13 +66,25 @@ class StreamServerApp:
         self.replication = (
             Replication(settings, self._build_store) if settings.replication_lease else None
         )
-        self.store = self.replication.store if self.replication else self._build_store()
+        # A replica cluster's server (--archive-follow) follows another cluster's archive
+        # on a standby's engine hooks (docs/replica-clusters.md); None otherwise.
+        follows = ReplicaHooks() if settings.archive_follow else None
+        self.store = self.replication.store if self.replication else self._build_store(follows)
+        self.follower = (
+            ArchiveFollower.from_settings(
+                settings,
+                self.store,
+                follows,
+                Mirror(ReplicatedStreams(self.store), lambda: self.store.engine.lsn),
+            )
+            if follows is not None
+            else None
+        )
         self.recovery = BackgroundRecovery(
             self.store,
             on_failure=self._recovery_failed,
             serving=f"under {settings.base_path} from {settings.data_dir}",
-            # A single node on a set member's directory: it leaves the set first.
-            opened=None if settings.replication_lease else partial(leave, self.store.engine),
+            opened=self._opened(),
         )
         # Told when recovery fails, so that the server stops (set by server.py).
         self.on_fatal: Callable[[], None] | None = None
@@ -87,7 +102,7 @@ class StreamServerApp:
             self.store,
             subscription_settings(settings),
             self.metrics,
-            primary_only=bool(settings.replication_lease),
+            primary_only=bool(settings.replication_lease or settings.archive_follow),
         )
         self.streams = StreamRoutes(
             Context(
@@ -173,6 +188,8 @@ class StreamServerApp:
                 await self.streams.refuse(
                     scope, send, refusal.status, refusal.headers, refusal.body
                 )
+            elif self.follower is not None and scope["method"] in WRITE_METHODS:
+                await self.streams.refuse(scope, send, 503, [], self.follower.refusal())
             elif self.metrics is None:
                 await self.streams(scope, receive, send)
             else:
@@ -188,6 +205,23 @@ class StreamServerApp:
             )
         else:
             await self.web(scope, receive, send)
+
+    def _opened(self) -> Callable[[], None] | None:
+        """What runs once the engine is open, before anything is written: a single node
+        on a set member's directory leaves the set, and on a directory that followed an
+        archive it is promoted (``archive/follow_position.py``); a follower finds where
+        it resumes."""
+        if self.settings.replication_lease:
+            return None
+        if self.follower is not None:
+            return self.follower.opened
+        engine, url = self.store.engine, self.settings.archive_url
+
+        def single_node() -> None:
+            promote(engine, url)  # first: it may refuse the start, before anything is written
+            leave(engine)
+
+        return single_node
 
     def _headers_too_large(self, scope: Scope) -> bool:
         headers = scope["headers"]
@@ -282,7 +316,11 @@ class StreamServerApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        if self.follower is not None:
+            await asyncio.to_thread(self.follower.bootstrap)  # before the engine opens
         self.recovery.start()
+        if self.follower is not None:
+            self.follower.start(ready=self.recovery.recovered)
         starting = asyncio.create_task(self._start_subscriptions(), name="subscriptions start")
         if self.replication is not None:
             # Only once recovered: its durable position is known, and it can serve.
@@ -301,6 +339,8 @@ class StreamServerApp:
         finally:
             if self.replication is not None:
                 await self.replication.stop()
+            if self.follower is not None:
+                await self.follower.stop()
             starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starting

@@ -1,0 +1,42 @@
+"""A replica cluster's first start: an empty data directory is built from the newest
+base backup in the archive it follows, before the engine opens it.
+
+``restore_newest`` is the one place that restores. Until the restore of
+``archive/restore.py`` is part of this tree it restores nothing, and the
+follower starts from an empty directory, applying every frame from lsn 1 (an
+archive that still holds them all: a young one, or one no retention pruned).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from stream_server.archive.object_store import ObjectStore
+
+log = logging.getLogger("stream_server.archive")
+
+IGNORED = frozenset({"lost+found"})  # what a fresh filesystem holds
+
+
+def is_empty(data_dir: Path) -> bool:
+    """Nothing in the directory (or no directory): a replica cluster's first start."""
+    if not data_dir.exists():
+        return True
+    return all(p.name in IGNORED for p in data_dir.iterdir())
+
+
+def restore_newest(store: ObjectStore, data_dir: Path) -> bool:
+    """Build ``data_dir`` from the newest complete base backup; False when none was
+    restored (the follower then applies frames from lsn 1)."""
+    return False
+
+
+def bootstrap(store: ObjectStore, data_dir: Path) -> None:
+    """Run on a blocking thread before recovery: restore when the directory is empty."""
+    if not is_empty(data_dir):
+        return
+    if restore_newest(store, data_dir):
+        log.info("restored the newest base backup of %s into %s", store.url, data_dir)
+    else:
+        log.info("no base backup restored: following %s from lsn 1", store.url)
