@@ -1,7 +1,7 @@
 """The object store the archive tests run against: SeaweedFS by default, Ceph's RADOS
 Gateway with ``ARCHIVE_STORE=ceph`` (``make test-long``). Both have one interface
 (``S3Store``): ``endpoint``, ``env()``, ``new_bucket()``, ``stop``, ``start``,
-``kill``; ``object_store`` gives the test an ``ObjectStore`` on one of its buckets.
+``kill``, ``client()``; ``object_store`` gives the test an ``ObjectStore`` on one of its buckets.
 
     from testkit.archive_store import object_store   # the fixture: a plugin (conftest.py)
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from unittest import mock
 
 import pytest
@@ -42,6 +42,10 @@ class S3Store(Protocol):
     def kill(self) -> None: ...
 
     def close(self) -> None: ...
+
+    def client(self) -> Any:
+        """A boto3 S3 client with the store's keys, for the test's own requests."""
+        ...
 
 
 def which() -> str:
