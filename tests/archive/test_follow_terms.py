@@ -48,9 +48,10 @@ def test_follower_takes_the_new_terms_frames_after_a_failover(
         put_frames(objects, 0, frames[: k - 1])
         fol = follower(tmp_path, archive_store, objects.url)
         wait_for(lambda: read(fol, "s")[0] == 200, message=lambda: fol.log()[-2000:])
-        # The failover: the deposed primary's frame K lands in the archive first.
-        put_frames(objects, 0, [deposed(k)])
+        # The failover: the new primary's history first (it writes it before its
+        # frames), then a deposed primary's frame K lands beside the new term's.
         put_history(objects, 1, [(0, 1), (1, k)])
+        put_frames(objects, 0, [deposed(k)])
         put_frames(objects, 1, frames[k - 1 :])
         caught_up(src, fol, ["s"])
         append(src, "s", b"after")  # the new term goes on

@@ -196,6 +196,10 @@ class ArchiveFollower:
                 f"the archive's history {self.history} does not reach lsn {self.followed.lsn + 1}"
             )
         names = await asyncio.to_thread(self._list_term, want.term)
+        if await self._read_histories():
+            # A new term began while we listed: a frame of the old term we just listed
+            # may be past its end (a deposed primary's). Decide again on the new history.
+            return True
         applied = False
         for name in objects_to_read(names, want):
             data = await asyncio.to_thread(self.objects.get, name)
@@ -210,18 +214,20 @@ class ArchiveFollower:
             self.behind_since = None
         return applied or (want.last is not None and self.followed.lsn >= want.last)
 
-    async def _read_histories(self) -> None:
-        """The newest term's history (history objects sort by term)."""
+    async def _read_histories(self) -> bool:
+        """The newest term's history (history objects sort by term); True when there is
+        a newer one than before."""
         names = await asyncio.to_thread(
             lambda: [n for n, _ in self.objects.objects(HISTORY_PREFIX, self._histories_seen)]
         )
         if not names:
-            return
+            return False
         newest = names[-1]
         raw = await asyncio.to_thread(self.objects.get, newest)
         self.history = decode_history(newest, raw)
         self._histories_seen = newest
         self.followed.source_term = max(self.followed.source_term, self.history[-1][0])
+        return True
 
     def _list_term(self, term: int) -> list[str]:
         prefix = f"{WAL_PREFIX}{term:016x}-"
