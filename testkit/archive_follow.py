@@ -8,6 +8,7 @@ that archive, polling it every ``--archive-timeout``/2 (0.2 s here).
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,7 @@ import httpx
 from testkit import wait_for
 from testkit.archive_store import S3Store, server_args
 from testkit.server_process import ServerProcess
+from testkit.servers import env_with, free_port, stream_server_command
 
 OCTET = {"content-type": "application/octet-stream"}
 POLL = "0.4"  # --archive-timeout: the follower lists the archive every 0.2 s
@@ -25,15 +27,24 @@ def source(root: Path) -> ServerProcess:
 
 
 def follower(root: Path, store: S3Store, url: str, name: str = "follower") -> ServerProcess:
-    return ServerProcess(
-        root / name,
-        "--archive-follow",
-        "true",
-        *server_args(store, url),
-        "--archive-timeout",
-        POLL,
-        env=store.env(),
-    ).start()
+    return ServerProcess(root / name, *follow_args(store, url), env=store.env()).start()
+
+
+def follow_args(store: S3Store, url: str) -> list[str]:
+    return ["--archive-follow", "true", *server_args(store, url), "--archive-timeout", POLL]
+
+
+def refused_start(data_dir: Path, store: S3Store, *args: str) -> str:
+    """A server start on ``data_dir`` with ``args`` that must fail: its output."""
+    done = subprocess.run(
+        stream_server_command(free_port(), data_dir, *args),
+        env=env_with(store.env()),
+        capture_output=True,
+        timeout=60,
+    )
+    out = (done.stdout + done.stderr).decode(errors="replace")
+    assert done.returncode != 0, f"the start was not refused: {out[-2000:]}"
+    return out
 
 
 def create(srv: ServerProcess, path: str, body: bytes = b"") -> None:

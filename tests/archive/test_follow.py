@@ -9,7 +9,6 @@ above the source's, and refuses to archive where the source does
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from pathlib import Path
 
@@ -19,11 +18,20 @@ import pytest
 from stream_server.archive.follow_position import single_node_term
 from stream_server.engine import Engine
 from testkit import wait_for
-from testkit.archive_follow import OCTET, append, caught_up, create, follower, read, source
+from testkit.archive_follow import (
+    OCTET,
+    append,
+    caught_up,
+    create,
+    follow_args,
+    follower,
+    read,
+    refused_start,
+    source,
+)
 from testkit.archive_store import S3Store, object_store, server_args
 from testkit.archive_uploads import upload_wal, wal_frames
 from testkit.server_process import live_gauge
-from testkit.servers import env_with, free_port, stream_server_command
 
 pytestmark = pytest.mark.processes
 
@@ -123,14 +131,8 @@ def test_promotion_keeps_everything_and_writes_above_the_source(
             fol.stop()
 
     # Promoted to archive where its source does: refused, and nothing written.
-    refused = subprocess.run(
-        stream_server_command(free_port(), tmp_path / "follower", *server_args(archive_store, url)),
-        env=env_with(archive_store.env()),
-        capture_output=True,
-        timeout=60,
-    )
-    assert refused.returncode != 0
-    assert b"must not archive where its source does" in refused.stderr + refused.stdout
+    out = refused_start(tmp_path / "follower", archive_store, *server_args(archive_store, url))
+    assert "must not archive where its source does" in out
 
     promoted = fol
     promoted.args = []  # no --archive-follow, no archive
@@ -145,6 +147,9 @@ def test_promotion_keeps_everything_and_writes_above_the_source(
         assert frames[0].lsn > last, [f.lsn for f in frames]  # after every frame applied
     finally:
         promoted.stop()
+    # Once promoted, it never follows an archive again.
+    out = refused_start(tmp_path / "follower", archive_store, *follow_args(archive_store, url))
+    assert "was promoted" in out
     engine = Engine(tmp_path / "follower")
     engine.open()
     try:

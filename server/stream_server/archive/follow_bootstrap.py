@@ -26,17 +26,21 @@ def is_empty(data_dir: Path) -> bool:
     return all(p.name in IGNORED for p in data_dir.iterdir())
 
 
-def restore_newest(store: ObjectStore, data_dir: Path) -> bool:
-    """Build ``data_dir`` from the newest complete base backup; False when none was
-    restored (the follower then applies frames from lsn 1)."""
-    return False
+def restore_newest(store: ObjectStore, data_dir: Path) -> int | None:
+    """Build ``data_dir`` from the newest complete base backup and the frames archived
+    after it; the last lsn it then holds, or None when nothing was restored (the
+    follower then applies frames from lsn 1)."""
+    return None
 
 
-def bootstrap(store: ObjectStore, data_dir: Path) -> None:
-    """Run on a blocking thread before recovery: restore when the directory is empty."""
+def bootstrap(store: ObjectStore, data_dir: Path) -> int | None:
+    """Run on a blocking thread before recovery: restore when the directory is empty;
+    the last lsn restored (None: nothing restored)."""
     if not is_empty(data_dir):
-        return
-    if restore_newest(store, data_dir):
-        log.info("restored the newest base backup of %s into %s", store.url, data_dir)
+        return None
+    restored = restore_newest(store, data_dir)
+    if restored is not None:
+        log.info("restored %s up to lsn %d into %s", store.url, restored, data_dir)
     else:
         log.info("no base backup restored: following %s from lsn 1", store.url)
+    return restored

@@ -31,6 +31,7 @@ from stream_format import wal as walmod
 from stream_format.archive import History
 from stream_format.meta import DB_INFO
 from stream_server.engine.engine import Engine
+from stream_server.engine.replica import holds_data
 
 log = logging.getLogger("stream_server.archive")
 
@@ -42,6 +43,10 @@ SINGLE_NODE: tuple[int, History] = (0, [(0, 1)])  # a directory that never follo
 
 class PromotionRefused(RuntimeError):
     """A promoted directory may not archive where its source archives."""
+
+
+class FollowRefused(RuntimeError):
+    """This data directory may not follow that archive: it holds other data."""
 
 
 @dataclass
@@ -101,6 +106,35 @@ def read_followed(engine: Engine) -> Followed | None:
     followed = Followed.from_json(raw)
     followed.lsn = max(followed.lsn, engine.lsn)
     return followed
+
+
+def resume(engine: Engine, url: str, restored: int | None) -> Followed:
+    """Where a follower of ``url`` starts on this directory (once the engine is open):
+    where it stopped; after ``restored`` (the last lsn of the base backup just
+    restored into it); or, on an empty directory, before lsn 1. FollowRefused for a
+    directory holding anything else: data of its own, a promoted replica's, or
+    another archive's frames (following would mix two histories)."""
+    found = read_followed(engine)
+    if found is not None:
+        if not _same_archive(found.url, url):
+            raise FollowRefused(
+                f"this data directory follows the archive {found.url}, not {url}: to follow "
+                "another archive, start on an empty data directory"
+            )
+        return found
+    if _get(engine, KEY_TERM) is not None:
+        raise FollowRefused(
+            "this data directory was promoted (it has written on its own): it cannot follow "
+            "an archive again; start the follower on an empty data directory"
+        )
+    if restored is not None:
+        return Followed(url, restored)
+    if holds_data(engine):
+        raise FollowRefused(
+            "this data directory holds data that is not the archive's: a replica cluster's "
+            "server starts on an empty data directory (docs/replica-clusters.md)"
+        )
+    return Followed(url, engine.lsn)
 
 
 def followed_entry(followed: Followed) -> walmod.Entry:

@@ -52,7 +52,7 @@ from stream_server.archive.follow_plan import (
 from stream_server.archive.follow_position import (
     Followed,
     followed_entry,
-    read_followed,
+    resume,
 )
 from stream_server.archive.object_store import ArchiveError, ObjectStore, StoreSettings
 from stream_server.config import Settings
@@ -98,6 +98,7 @@ class ArchiveFollower:
         store.expiry.pause()
         store.retention.pause()
         self.followed = Followed(self.url)
+        self.restored: int | None = None  # the last lsn of a base backup restored at start
         self.history: History = []  # the newest term's, as the archive has it
         self._histories_seen = ""  # the last history object listed
         self._last_object: dict[int, str] = {}  # per term, the last frames object read
@@ -125,7 +126,7 @@ class ArchiveFollower:
     def bootstrap(self) -> None:
         """Before recovery (a blocking thread): an empty directory gets the newest base
         backup (``follow_bootstrap.py``)."""
-        bootstrap(self.objects, Path(self.data_dir))
+        self.restored = bootstrap(self.objects, Path(self.data_dir))
 
     def refusal(self) -> bytes:
         return (
@@ -136,15 +137,9 @@ class ArchiveFollower:
     # -------------------------------------------------------------- start and stop
 
     def opened(self) -> None:
-        """On the recovery thread, once the engine is open: where following resumes."""
-        found = read_followed(self.engine)
-        if found is not None:
-            self.followed = found
-            if found.url.rstrip("/") != self.url.rstrip("/"):
-                log.warning("this directory followed %s; it now follows %s", found.url, self.url)
-                self.followed.url = self.url
-        else:
-            self.followed.lsn = self.engine.lsn
+        """On the recovery thread, once the engine is open: where following resumes
+        (``follow_position.resume``; FollowRefused stops the start)."""
+        self.followed = resume(self.engine, self.url, self.restored)
         self.hooks.durable = (self.followed.source_term, self.followed.lsn)
         log.info("following %s from lsn %d", self.url, self.followed.lsn)
 
