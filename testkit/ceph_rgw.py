@@ -70,6 +70,7 @@ mon_allow_pool_size_one = true
 mon_warn_on_pool_no_redundancy = false
 osd_crush_chooseleaf_type = 0
 paxos_propose_interval = 0.1
+osd_client_watch_timeout = 5
 mon_data_avail_crit = 0
 mon_data_avail_warn = 0
 run_dir = {root}/run
@@ -107,6 +108,7 @@ class CephRGW:
         self.port = free_port()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.made = False
+        self.starts = 0
 
     @property
     def endpoint(self) -> str:
@@ -180,6 +182,7 @@ class CephRGW:
 
     def start(self) -> None:
         ceph_programs()
+        self.starts += 1
         if not self.made:
             self._make()
         else:
@@ -226,12 +229,19 @@ class CephRGW:
                 "--secret-key",
                 SECRET_KEY,
             )
-        wait_for(self._served, timeout=60, message=self._why)
+        wait_for(self._served, timeout=120, message=self._why)
 
     def _served(self) -> bool:
+        """A new bucket and a write go through: the user is known, and after a kill -9
+        the OSD's placement groups are active again and the dead gateway's watches have
+        timed out (``osd_client_watch_timeout``: until then a bucket's creation waits
+        for it, 30 s by default, while listing answers at once)."""
+        client, bucket = self.client(), f"ready-{self.starts}"
         try:
-            self.client().list_buckets()
-        except Exception:  # the user is not known to the gateway yet
+            with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+                client.create_bucket(Bucket=bucket)
+            client.put_object(Bucket=bucket, Key="probe", Body=b"x")
+        except Exception:  # not yet, whatever the error
             return False
         return True
 
