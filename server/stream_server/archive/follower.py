@@ -106,6 +106,7 @@ class ArchiveFollower:
         self.behind_since: float | None = None  # commit time (s) of the oldest frame not applied
         self.last_applied_at: float | None = None  # commit time (s) of the last frame applied
         self._task: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[list[tuple[int, list[walmod.Entry]]]] | None = None
 
     @staticmethod
     def from_settings(
@@ -147,10 +148,14 @@ class ArchiveFollower:
         self._task = asyncio.create_task(self._run(ready), name="archive follower")
 
     async def stop(self) -> None:
+        """Stop following; frames being written are written first (the store closes
+        after this)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._writing is not None:
+            await asyncio.wait([self._writing])
 
     async def _run(self, ready: Callable[[], Awaitable[bool]]) -> None:
         if not await ready():
@@ -233,7 +238,12 @@ class ArchiveFollower:
         """The frames through the standby's path, then to readers."""
         for f in frames:
             self.followed.took(term, f.lsn)
-        applied = await asyncio.to_thread(self._write, [f.frame for f in frames])
+        # Shielded: a stop waits for the write under way (``stop``), never closes the
+        # store under it.
+        self._writing = asyncio.ensure_future(
+            asyncio.to_thread(self._write, [f.frame for f in frames])
+        )
+        applied = await asyncio.shield(self._writing)
         for lsn, changes in applied:
             self.mirror.stage(lsn, changes)
         self.mirror.publish(frames[-1].lsn)
