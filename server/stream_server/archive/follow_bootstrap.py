@@ -12,18 +12,28 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from stream_format.layout import Layout
 from stream_server.archive.object_store import ObjectStore
 
 log = logging.getLogger("stream_server.archive")
 
-IGNORED = frozenset({"lost+found"})  # what a fresh filesystem holds
-
 
 def is_empty(data_dir: Path) -> bool:
-    """Nothing in the directory (or no directory): a replica cluster's first start."""
+    """Nothing in the directory but what a first start makes before the app runs (the
+    version file and the empty meta/, wal/ and segments/ of ``engine.data_dir.prepare``,
+    which ``serve`` runs first): a replica cluster's first start."""
     if not data_dir.exists():
         return True
-    return all(p.name in IGNORED for p in data_dir.iterdir())
+    layout = Layout(data_dir)
+    skeleton = {layout.version_file.name, layout.meta.name, layout.wal.name, layout.segments.name}
+    for entry in data_dir.iterdir():
+        if entry.name.startswith("."):  # as prepare() ignores them
+            continue
+        if entry.name not in skeleton:
+            return False
+        if entry.is_dir() and any(entry.iterdir()):
+            return False
+    return True
 
 
 def restore_newest(store: ObjectStore, data_dir: Path) -> int | None:
