@@ -210,8 +210,7 @@ class ArchiveFollower:
                 await self._apply(want.term, frames)
                 applied = True
         self.problem = None
-        if not applied:
-            self.behind_since = None
+        self.behind_since = None  # every frame listed is applied
         return applied or (want.last is not None and self.followed.lsn >= want.last)
 
     async def _read_histories(self) -> bool:
