@@ -45,13 +45,16 @@ test-fast: $(VENV)/.all
 ## every crash state of the explorer's workloads with 12 random mixes per crash point,
 ## 10 primaries of a replica set killed one after the other under load, and each replica-set
 ## fault of tests/replication/test_faults_*.py (partitions, pauses, lost Lease answers, a slow
-## clock, a full disk, kill -9 of two) repeated 5 times under load.
+## clock, a full disk, kill -9 of two) repeated 5 times under load; then the archive tests
+## against Ceph's RADOS Gateway (ARCHIVE_STORE=ceph; its packages are installed for this only).
 test-long: deps
 	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 CRASH_STATES=1000000 CRASH_MIXED=12 FAILOVER_ROUNDS=10 \
 		FAULT_ROUNDS=5 \
 		$(PYTEST) e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py \
 		tests/engine/test_crash_states.py tests/replication/test_failover.py \
 		tests/replication/test_faults_*.py
+	ARCHIVE_STORE=ceph $(PYTEST) tests/archive
+test-long: LONG_DEPS := 1
 
 ## Everything the tests and the benchmark need; the only place anything is installed.
 deps: $(VENV)/.all system-deps
@@ -72,7 +75,7 @@ images: $(VENV)/bin/python system-deps
 ## Debian packages the tests and the benchmark use (installed only when missing; needs root
 ## or password-less sudo, and fails, naming them, when they cannot be installed).
 system-deps:
-	@bash scripts/system-deps.sh
+	@LONG=$(LONG_DEPS) bash scripts/system-deps.sh
 
 ## Style, formatting and the import contracts (pyproject.toml [tool.importlinter]).
 lint: $(VENV)/.all

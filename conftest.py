@@ -17,8 +17,15 @@ from testkit.server_process import ServerProcess
 # Marks a test's needs (programs, packages): skipped by hand, failed under make test;
 # and refuses a process to a test whose module is not marked `processes` (the fast tier).
 # testkit.asgi's fixtures start the server in-process (app_server, async_app_server).
-# testkit.seaweedfs: `seaweed`, a real S3-compatible store per module (the archive tests).
-pytest_plugins = ["testkit.needs", "testkit.tiers", "testkit.asgi", "testkit.seaweedfs"]
+# testkit.archive_store: `archive_store`, a real S3-compatible store per module (SeaweedFS, or
+# Ceph RGW with ARCHIVE_STORE=ceph), and `seaweed` (testkit.seaweedfs).
+pytest_plugins = [
+    "testkit.needs",
+    "testkit.tiers",
+    "testkit.asgi",
+    "testkit.seaweedfs",
+    "testkit.archive_store",
+]
 
 
 @pytest.fixture

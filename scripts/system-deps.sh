@@ -27,6 +27,18 @@ declare -A package=(
   [iptables]=iptables               # the fault tests' partitions
   [faketime]=faketime               # the fault tests' slow clock (libfaketime)
 )
+# The long profile's too (make test-long sets LONG=1): Ceph's RADOS Gateway, the archive
+# tests' second object store (testkit/ceph_rgw.py), 270 MB installed, for it alone.
+if [ "${LONG:-}" = 1 ]; then
+  package+=(
+    [ceph-mon]=ceph-mon
+    [monmaptool]=ceph-base
+    [ceph-osd]=ceph-osd
+    [radosgw]=radosgw
+    [radosgw-admin]=ceph-common
+    [ceph]=ceph-common
+  )
+fi
 
 lacking() {
   local program

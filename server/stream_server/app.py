@@ -18,7 +18,6 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,8 @@ from starlette.routing import Route
 
 from stream_server.archive.archive_end import with_term
 from stream_server.archive.backups_endpoint import BackupsEndpoint
+from stream_server.archive.follow_position import promote, single_node_term
+from stream_server.archive.follower import ArchiveFollower
 from stream_server.archive.progress import OFF_DOCUMENT
 from stream_server.archive.service import RETRY_AFTER as ARCHIVE_RETRY_AFTER
 from stream_server.archive.service import ArchiveService
@@ -47,8 +48,10 @@ from stream_server.ratelimit import RateLimiter
 from stream_server.replication import fetch_endpoint, peer_token
 from stream_server.replication.collector import ReplicationCollector
 from stream_server.replication.identity import leave
+from stream_server.replication.mirror import Mirror
 from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.streams.model import Stream
+from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
@@ -65,7 +68,7 @@ class StreamServerApp:
         # The object-store archive (archive/service.py); None without --archive-url.
         self.archive = (
             ArchiveService(settings, lambda: self.store.engine.published_lsn)
-            if settings.archive_url
+            if settings.archive_url and not settings.archive_follow
             else None
         )
         # A replica set (docs/replication.md) builds the store on its own hooks and
@@ -74,18 +77,34 @@ class StreamServerApp:
         self.replication = (
             Replication(settings, self._build_store) if settings.replication_lease else None
         )
-        self.store = self.replication.store if self.replication else self._build_store()
-        if self.archive is not None and self.replication is not None:
-            hooks, engine = self.replication.hooks, self.store.engine
-            self.archive.terms = lambda: with_term(
-                hooks.terms, hooks.term if hooks.writable else None, engine.lsn
+        # A replica cluster's server (--archive-follow) follows another cluster's archive
+        # on a standby's engine hooks (docs/replica-clusters.md); None otherwise.
+        follows = ReplicaHooks() if settings.archive_follow else None
+        self.store = self.replication.store if self.replication else self._build_store(follows)
+        if self.archive is not None:
+            engine = self.store.engine
+            if self.replication is not None:
+                hooks = self.replication.hooks
+                self.archive.terms = lambda: with_term(
+                    hooks.terms, hooks.term if hooks.writable else None, engine.lsn
+                )
+            else:  # term 0, or after a promotion the term above its source's
+                self.archive.terms = lambda: single_node_term(engine)[1]
+        self.follower = (
+            ArchiveFollower.from_settings(
+                settings,
+                self.store,
+                follows,
+                Mirror(ReplicatedStreams(self.store), lambda: self.store.engine.lsn),
             )
+            if follows is not None
+            else None
+        )
         self.recovery = BackgroundRecovery(
             self.store,
             on_failure=self._recovery_failed,
             serving=f"under {settings.base_path} from {settings.data_dir}",
-            # A single node on a set member's directory: it leaves the set first.
-            opened=None if settings.replication_lease else partial(leave, self.store.engine),
+            opened=self._opened(),
         )
         # Told when recovery fails, so that the server stops (set by server.py).
         self.on_fatal: Callable[[], None] | None = None
@@ -103,7 +122,7 @@ class StreamServerApp:
             self.store,
             subscription_settings(settings),
             self.metrics,
-            primary_only=bool(settings.replication_lease),
+            primary_only=bool(settings.replication_lease or settings.archive_follow),
         )
         self.streams = StreamRoutes(
             Context(
@@ -205,6 +224,8 @@ class StreamServerApp:
             ):
                 headers = text_headers([(b"retry-after", str(ARCHIVE_RETRY_AFTER).encode())])
                 await self.streams.refuse(scope, send, 503, headers, behind)
+            elif self.follower is not None and scope["method"] in WRITE_METHODS:
+                await self.streams.refuse(scope, send, 503, [], self.follower.refusal())
             elif self.metrics is None:
                 await self.streams(scope, receive, send)
             else:
@@ -220,6 +241,23 @@ class StreamServerApp:
             )
         else:
             await self.web(scope, receive, send)
+
+    def _opened(self) -> Callable[[], None] | None:
+        """What runs once the engine is open, before anything is written: a single node
+        on a set member's directory leaves the set, and on a directory that followed an
+        archive it is promoted (``archive/follow_position.py``); a follower finds where
+        it resumes."""
+        if self.settings.replication_lease:
+            return None
+        if self.follower is not None:
+            return self.follower.opened
+        engine, url = self.store.engine, self.settings.archive_url
+
+        def single_node() -> None:
+            promote(engine, url)  # first: it may refuse the start, before anything is written
+            leave(engine)
+
+        return single_node
 
     def _headers_too_large(self, scope: Scope) -> bool:
         headers = scope["headers"]
@@ -329,7 +367,11 @@ class StreamServerApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        if self.follower is not None:
+            await asyncio.to_thread(self.follower.bootstrap)  # before the engine opens
         self.recovery.start()
+        if self.follower is not None:
+            self.follower.start(ready=self.recovery.recovered)
         starting = asyncio.create_task(self._start_subscriptions(), name="subscriptions start")
         archiving = asyncio.create_task(self._start_archive(), name="archive start")
         if self.replication is not None:
@@ -347,6 +389,8 @@ class StreamServerApp:
         finally:
             if self.replication is not None:
                 await self.replication.stop()
+            if self.follower is not None:
+                await self.follower.stop()
             for task in (starting, archiving):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -386,7 +430,10 @@ class StreamServerApp:
         """The archive's state (docs/backup.md): authenticated as the switchover is."""
         if self.replication is not None and (denied := self._peer_denied(request)) is not None:
             return denied
-        body = OFF_DOCUMENT if self.archive is None else self.archive.status()
+        if self.follower is not None:
+            body = self.follower.status()
+        else:
+            body = OFF_DOCUMENT if self.archive is None else self.archive.status()
         return JSONResponse(body, headers={"cache-control": "no-store"})
 
     def _recovery_failed(self, error: BaseException) -> None:

@@ -77,6 +77,12 @@ class BackupsEndpoint:
     async def take(self, request: Request) -> Response:
         if (refused := self._refused(request)) is not None:
             return refused
+        if self.settings.archive_follow:
+            # Its archive is the source's: a second writer there would fork its history.
+            return JSONResponse(
+                {"error": "a replica cluster takes no backups: its source's primary does"},
+                status_code=409,
+            )
         if not self.ready():
             return JSONResponse({"error": "recovery not finished"}, status_code=503)
         if not self._running.acquire(blocking=False):

@@ -144,6 +144,20 @@ def backup_retention(value: str) -> str | None:
     return None
 
 
+def archive_follow(follow: bool, url: str, lease: str) -> str | None:
+    """A replica cluster's server follows an archive, and each of its pods alone."""
+    if not follow:
+        return None
+    if not url:
+        return "archive-follow needs --archive-url: the archive to follow"
+    if lease:
+        return (
+            "archive-follow with --replication-lease: each server of a replica cluster "
+            "follows the archive on its own, without a replica set's Lease"
+        )
+    return None
+
+
 def readable_file(value: str) -> str | None:
     """Empty, or a file this process can read now (not only when it is first needed)."""
     if not value:

@@ -446,6 +446,13 @@ class Settings:
         "needs (empty: keep all)",
         checks.backup_retention,
     )
+    archive_follow: bool = setting(
+        False,
+        ARCHIVE,
+        "follow the archive at --archive-url read-only (a replica cluster): restore its newest "
+        "base backup into an empty data directory, apply its frames as they appear, serve "
+        "reads and refuse writes; archives nothing (true/false)",
+    )
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

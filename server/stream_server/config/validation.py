@@ -27,6 +27,9 @@ class Settings(Protocol):
     retention: list[str]
     max_path_bytes: int
     webhook_allow: list[str]
+    archive_follow: bool
+    archive_url: str
+    replication_lease: str
 
 
 class SettingError(ValueError):
@@ -69,6 +72,7 @@ def _together(s: Settings) -> Iterator[str | None]:
     yield checks.retention_rules(s.retention, s.max_path_bytes)
     yield _refusal(lambda: WebhookAllowList.from_settings(s.webhook_allow), "webhook-allow: ")
     yield _refusal(lambda: check_settings(cast("ReplicationSettings", s)))
+    yield checks.archive_follow(s.archive_follow, s.archive_url, s.replication_lease)
 
 
 def _refusal(check: Callable[[], object], prefix: str = "") -> str | None:
