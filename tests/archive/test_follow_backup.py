@@ -1,0 +1,85 @@
+"""A replica cluster end to end on the real parts: the source archives with its own
+archiver and takes a base backup; a follower started on an empty directory restores
+that backup (the restore command's code), then applies what was archived after it,
+and keeps following; it takes no backup of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from testkit import wait_for
+from testkit.archive_follow import POLL, append, caught_up, create, follower
+from testkit.archive_store import S3Store, server_args
+from testkit.server_process import ServerProcess
+
+pytestmark = pytest.mark.processes
+
+PATHS = ["a", "b/c", "j"]
+
+
+def _archived(src: ServerProcess) -> None:
+    """Wait until the source's archive holds every frame it made durable."""
+
+    def holds_all() -> bool:
+        st = httpx.get(f"{src.url}/_archive/status", timeout=5).json()
+        return bool(st["archived_lsn"] >= st["durable_lsn"] > 0)
+
+    wait_for(holds_all, timeout=60, message="the source's archive to hold every frame")
+
+
+def test_a_follower_starts_from_the_newest_backup_then_follows(
+    tmp_path: Path, archive_store: S3Store
+) -> None:
+    url = archive_store.new_bucket() + "/src"
+    src = ServerProcess(
+        tmp_path / "source",
+        *server_args(archive_store, url),
+        "--archive-timeout",
+        POLL,
+        env=archive_store.env(),
+    ).start()
+    fol = None
+    try:
+        create(src, "a", b"before the backup ")
+        create(src, "b/c", b"x" * 5000)
+        httpx.put(
+            f"{src.url}/v1/stream/j",
+            headers={"content-type": "application/json"},
+            content=b'[{"n": 1}]',
+            timeout=10,
+        ).raise_for_status()
+        backup = httpx.post(f"{src.url}/_archive/backups", timeout=120)
+        assert backup.status_code == 201, backup.text
+        backed_up = backup.json()["end_lsn"]
+        append(src, "a", b"after the backup ")
+        httpx.post(
+            f"{src.url}/v1/stream/j",
+            headers={"content-type": "application/json"},
+            content=b'{"n": 2}',
+            timeout=10,
+        ).raise_for_status()
+        _archived(src)
+
+        fol = follower(tmp_path, archive_store, url)
+        caught_up(src, fol, PATHS)
+        st = httpx.get(f"{fol.url}/_archive/status", timeout=5).json()
+        assert st["role"] == "following"
+        assert st["applied_lsn"] > backed_up
+        # Restored from the backup and the frames after it, not replayed from lsn 1.
+        assert f"restored {url}" in fol.log()
+        assert "following" in fol.log() and "from lsn 1\n" not in fol.log()
+
+        append(src, "a", b"while following")
+        _archived(src)
+        caught_up(src, fol, PATHS)
+
+        refused = httpx.post(f"{fol.url}/_archive/backups", timeout=30)
+        assert refused.status_code == 409
+        assert "replica cluster" in refused.json()["error"]
+    finally:
+        src.stop()
+        if fol is not None:
+            fol.stop()
