@@ -67,11 +67,13 @@ def same(a: ServerProcess, b: ServerProcess, paths: list[str]) -> bool:
     return all(read(a, p) == read(b, p) for p in paths)
 
 
-def caught_up(src: ServerProcess, fol: ServerProcess, paths: list[str]) -> None:
+def caught_up(
+    src: ServerProcess, fol: ServerProcess, paths: list[str], timeout: float = 30
+) -> None:
     """Wait until ``fol`` answers every path as ``src`` does (status, bytes, offset)."""
     wait_for(
         lambda: same(src, fol, paths),
-        timeout=30,
+        timeout=timeout,
         message=lambda: (
             "the follower did not catch up: "
             + "; ".join(f"{p}: {read(src, p)[:2]} vs {read(fol, p)[:2]}" for p in paths)

@@ -44,7 +44,9 @@ def test_follower_rides_out_the_store_being_down(tmp_path: Path, archive_store: 
         upload_wal(src.data_dir, objects)
         append(src, "s", b"after")
         upload_wal(src.data_dir, objects)
-        caught_up(src, fol, ["s"])
+        # A request the follower sent as the store came back may wait out boto3's read
+        # timeout (30 s) before the next poll: the deadline allows for two of them.
+        caught_up(src, fol, ["s"], timeout=90)
     finally:
         src.stop()
         if fol is not None:
