@@ -25,7 +25,7 @@ SET = "namespace, job"  # one replica set: the pods behind one Service
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 CODE_4XX = 'code=~"4.."'
 CODE_5XX = 'code=~"5.."'
-ARCHIVE = "ds_archive"  # the archive's metrics (server/stream_server/archive/)
+ARCHIVE = "durable_streams_archive"  # the archive's metrics (server/stream_server/archive/)
 
 
 def q(expr: str, legend: str = "") -> dict:

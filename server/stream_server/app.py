@@ -160,6 +160,7 @@ class StreamServerApp:
             self.store.engine,
             ready=lambda: self.recovery.finished,
             allowed=self.replication.peer_allowed if self.replication is not None else None,
+            taken=self.archive.archiver.backup_taken if self.archive is not None else None,
         ).routes()
         if self.metrics is not None:
             routes.append(Route("/metrics", self.metrics_endpoint, methods=["GET"]))

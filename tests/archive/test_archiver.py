@@ -87,7 +87,7 @@ def test_every_acknowledged_frame_reaches_the_archive_in_order(
     data = written_bytes(frames)
     assert data.index(sent[-1]) < data.index(b"after-1;") < data.index(b"after-2;")
     metrics = httpx.get(f"{srv.url}/metrics", timeout=10).text
-    assert f"ds_archive_archived_lsn {float(frames[-1][1])}" in metrics
+    assert f"durable_streams_archive_archived_lsn {float(frames[-1][1])}" in metrics
 
 
 def test_kill_9_during_uploads_leaves_no_gap_and_no_duplicate(

@@ -158,7 +158,7 @@ def test_a_new_primary_archives_along_its_history_past_a_deposed_primarys_frames
         message=lambda: str(status(new.url)),
     )
     metrics = httpx.get(f"{new.url}/metrics", timeout=10).text
-    assert 'ds_archive_failures_total{kind="damaged"} 0.0' in metrics, metrics
+    assert 'durable_streams_archive_failures_total{kind="damaged"} 0.0' in metrics, metrics
     doc = status(new.url)
     bucket = url[len("s3://") :]
     history_doc = json.loads(

@@ -6,12 +6,14 @@ the endpoint's refusals (no archive, no token)."""
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import pytest
 
 from stream_format.archive import decode_manifest, manifest_name
 from stream_format.records import crc32
+from testkit import wait_for
 from testkit.archive_frames import run_command, store_for
 from testkit.seaweedfs import SeaweedFS
 from testkit.seaweedfs import seaweed as seaweed  # the module's store
@@ -101,3 +103,24 @@ def test_a_store_that_refuses_gives_503_with_its_message(server_factory, seaweed
     assert r.status_code == 503, r.text
     assert "SignatureDoesNotMatch" in r.json()["error"]
     assert "not-the-secret" not in r.text
+
+
+def test_the_newest_backups_time_is_a_metric(server_factory, seaweed) -> None:
+    """What the "last backup too old" alert reads: 0 before any backup, then the newest
+    backup's time, on the server that took it (and, within minutes, on any archiving
+    server of the archive)."""
+    url = seaweed.new_bucket() + "/metric"
+    srv = server_factory(*archive_args(url, seaweed), env=seaweed.env()).start()
+
+    def newest() -> float:
+        text = httpx.get(f"{srv.url}/metrics", timeout=10).text
+        m = re.search(r"^durable_streams_archive_last_backup_timestamp_seconds (\S+)$", text, re.M)
+        assert m, text[-3000:]
+        return float(m.group(1))
+
+    assert newest() == 0
+    before = time.time()
+    taken = httpx.post(f"{srv.url}/_archive/backups", timeout=60)
+    assert taken.status_code == 201, taken.text
+    wait_for(lambda: newest() > 0, timeout=30, message="the newest backup's time in /metrics")
+    assert before - 1 <= newest() <= time.time()

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from stream_format.archive import ArchiveDamaged, History
 from stream_format.layout import Layout
-from stream_server.archive import archive_end
+from stream_server.archive import archive_end, catalog
 from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.object_store import ArchiveDenied, ArchiveError, ObjectStore
 from stream_server.archive.progress import ArchiveProgress
@@ -48,6 +48,9 @@ FIRST_BACKOFF = 0.5
 # Async mode: at most one round per this many seconds however many batches wake it
 # (a round lists and reads the WAL; a commit time in an object is this late at most).
 MIN_ROUND = 0.05
+# Seconds between two looks at the archive's newest base backup (the metric the
+# "last backup too old" alert reads): a listing of backups/, names only.
+BACKUPS_EVERY = 300.0
 HINT_FILE = "archived"  # in the spool: the last archived lsn, a hint (stale only keeps more)
 
 
@@ -76,6 +79,7 @@ class Archiver:
         self._thread: threading.Thread | None = None
         self._switch = threading.Lock()
         self._draining = threading.Event()
+        self._backups_seen = 0.0  # time.monotonic() of the last look (0: look now)
 
     # ------------------------------------------------------------ the engine's hook
 
@@ -86,6 +90,11 @@ class Archiver:
     def behind(self) -> bool:
         """Beyond the pending bound: new writes are refused until the archive catches up."""
         return self.progress.pending_bytes > self.settings.max_pending_bytes
+
+    def backup_taken(self) -> None:
+        """A base backup finished here: look at the backups again in the next round."""
+        self._backups_seen = 0.0
+        self._wake.set()
 
     def notify(self) -> None:
         """A batch was committed (the store's batch hook, on the event loop)."""
@@ -259,6 +268,10 @@ class Archiver:
         if gone:
             fsio.fsync_dir(spool)
         self._measure(run)
+        now = time.monotonic()
+        if not self._backups_seen or now - self._backups_seen >= BACKUPS_EVERY:
+            self.progress.last_backup_at = catalog.newest_backup_time(self.store)
+            self._backups_seen = now
 
     def _measure(self, run: _Run) -> None:
         """Bytes of local WAL above the archived frame (lag), and those plus the spooled

@@ -42,8 +42,12 @@ class BackupsEndpoint:
         *,
         ready: Callable[[], bool],
         allowed: Callable[[str | None], bool] | None = None,
+        taken: Callable[[], None] | None = None,
     ) -> None:
+        """``taken``: told after each backup taken here (the archiver's metric of the
+        newest backup)."""
         self.settings = settings
+        self.taken = taken
         self.engine = engine
         self.ready = ready
         if allowed is None and settings.replication_token_file:
@@ -99,6 +103,8 @@ class BackupsEndpoint:
             log.error("base backup failed: %s", exc)
             return JSONResponse({"error": f"base backup failed: {exc}"}, status_code=503)
         answer: dict[str, Any] = catalog.summary(manifest)
+        if self.taken is not None:
+            self.taken()
         if self.settings.backup_retention:
             try:
                 pruned = catalog.prune(self.store(), self.settings.backup_retention)

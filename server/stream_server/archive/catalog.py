@@ -67,6 +67,23 @@ def parse_time(text: str) -> float:
 # ------------------------------------------------------------------ backups
 
 
+def newest_backup_time(store: ObjectStore) -> float | None:
+    """When the newest finished backup was taken (seconds since the epoch), from the
+    names alone: an id begins with its UTC time (``backup.backup_id``), so no manifest
+    is read. None: no backup."""
+    newest: float | None = None
+    for name, _ in store.objects(BACKUPS_PREFIX):
+        if not name.endswith("/" + MANIFEST_NAME) or name.count("/") != 2:
+            continue
+        stamp = name[len(BACKUPS_PREFIX) :].partition("-")[0]
+        try:
+            when = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue  # not one of ours
+        newest = when if newest is None else max(newest, when)
+    return newest
+
+
 def manifests(store: ObjectStore) -> list[dict[str, Any]]:
     """Every finished backup's manifest, oldest first (ids sort by time)."""
     names = [

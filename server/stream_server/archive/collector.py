@@ -1,4 +1,4 @@
-"""Archive series for ``/metrics`` (``ds_archive_*``), read from the archiver's
+"""Archive series for ``/metrics`` (``durable_streams_archive_*``), read from the archiver's
 progress at scrape time, as the replication series are (replication/collector.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from stream_server.archive.progress import KINDS, ArchiveProgress
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-PREFIX = "ds_archive"
+PREFIX = "durable_streams_archive"
 
 
 class ArchiveCollector(Collector):
@@ -51,6 +51,11 @@ class ArchiveCollector(Collector):
             "last_archived_timestamp_seconds",
             "When the last upload finished (Unix time; 0: none yet)",
             p.last_archived_at or 0,
+        )
+        yield gauge(
+            "last_backup_timestamp_seconds",
+            "When the archive's newest base backup was taken (Unix time; 0: none)",
+            p.last_backup_at or 0,
         )
         uploads = CounterMetricFamily(f"{PREFIX}_uploads", "Frames objects uploaded")
         uploads.add_metric([], p.uploads)

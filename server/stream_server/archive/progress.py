@@ -28,6 +28,7 @@ class ArchiveProgress:
     last_error: str | None = None
     last_error_kind: str | None = None
     last_archived_at: float | None = None
+    last_backup_at: float | None = None  # the archive's newest base backup (seconds)
     uploads: int = 0
     uploaded_bytes: int = 0
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
