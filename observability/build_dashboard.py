@@ -402,9 +402,65 @@ ROWS: list[tuple[str, list[dict]]] = [
                 [q(f"max by ({TARGET}) ({sel(f'{ARCHIVE}_lag_seconds')})", TARGET_LEGEND)],
             ),
             ts(
-                "Archived position (lsn) per pod",
+                "Archived position (lsn) and term per pod",
                 "none",
-                [q(f"max by ({TARGET}) ({sel(f'{ARCHIVE}_archived_lsn')})", TARGET_LEGEND)],
+                [
+                    q(f"max by ({TARGET}) ({sel(f'{ARCHIVE}_archived_lsn')})", TARGET_LEGEND),
+                    q(
+                        f"max by ({TARGET}) ({sel(f'{ARCHIVE}_archived_term')})",
+                        "term " + TARGET_LEGEND,
+                    ),
+                ],
+            ),
+            ts(
+                "Local WAL not yet archived per pod",
+                "bytes",
+                [
+                    q(f"max by ({TARGET}) ({sel(f'{ARCHIVE}_lag_bytes')})", TARGET_LEGEND),
+                    q(
+                        f"max by ({TARGET}) ({sel(f'{ARCHIVE}_pending_bytes')})",
+                        "kept " + TARGET_LEGEND,
+                    ),
+                ],
+            ),
+            ts(
+                "Frames not yet archived per pod",
+                "none",
+                [q(f"max by ({TARGET}) ({sel(f'{ARCHIVE}_lag_frames')})", TARGET_LEGEND)],
+            ),
+            ts(
+                "Archive uploads / s and bytes / s",
+                "ops",
+                [
+                    q(
+                        f"sum by ({SET}) (rate({sel(f'{ARCHIVE}_uploads_total')}[{RATE}]))",
+                        "uploads",
+                    ),
+                    q(
+                        f"sum by ({SET}) (rate({sel(f'{ARCHIVE}_uploaded_bytes_total')}[{RATE}]))",
+                        "bytes",
+                    ),
+                ],
+            ),
+            ts(
+                "Archiving and failing pods",
+                "none",
+                [
+                    q(f"sum by ({SET}) ({sel(f'{ARCHIVE}_archiving')})", "archiving"),
+                    q(f"sum by ({SET}) ({sel(f'{ARCHIVE}_failing')})", "failing"),
+                ],
+            ),
+            ts(
+                "Last upload age and the archive timeout",
+                "s",
+                [
+                    q(
+                        f"time() - max by ({TARGET}) "
+                        f"({sel(f'{ARCHIVE}_last_archived_timestamp_seconds')} > 0)",
+                        TARGET_LEGEND,
+                    ),
+                    q(f"max by ({SET}) ({sel(f'{ARCHIVE}_timeout_seconds')})", "timeout"),
+                ],
             ),
             ts(
                 "Archive failures / s by kind",

@@ -11,6 +11,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+from stream_server.archive.collector import ArchiveCollector
+from stream_server.archive.progress import ArchiveProgress
 from stream_server.metrics import Metrics
 from stream_server.replication.collector import ReplicationCollector
 
@@ -136,7 +138,8 @@ def primary_of_three() -> Any:
 def exposed(data_dir: Path) -> tuple[set[str], set[str]]:
     """Metric families and sample names of a server's registry, every labelled
     series created (as a running server has them after its first request), and
-    the replication series registered as app.py does in a replica set."""
+    the replication and archive series registered as app.py does in a replica set with an
+    archive."""
     m = Metrics()
     m.bind(
         streams=lambda: 0,
@@ -149,6 +152,8 @@ def exposed(data_dir: Path) -> tuple[set[str], set[str]]:
     m.bind_retention(reclaimed=lambda: 0, policies=lambda: {"logs/": (0, 0.0)})
     m.on_request("GET", 200, 0.001)
     m.registry.register(ReplicationCollector(cast(Any, primary_of_three())))
+    # and the archive's, as app.py registers them with --archive-url
+    m.registry.register(ArchiveCollector(ArchiveProgress("s3://bucket", "async"), 10.0))
     collected = list(m.registry.collect())
     return {f.name for f in collected}, {s.name for f in collected for s in f.samples}
 
