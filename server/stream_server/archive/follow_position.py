@@ -31,12 +31,11 @@ from stream_format import wal as walmod
 from stream_format.archive import History
 from stream_format.meta import DB_INFO
 from stream_server.engine.engine import Engine
-from stream_server.engine.replica import holds_data
+from stream_server.engine.replica import KEY_FOLLOWED, KEY_SINGLE_NODE_TERM, holds_data
 
 log = logging.getLogger("stream_server.archive")
 
-KEY_FOLLOWED = b"archive_followed"
-KEY_TERM = b"archive_term"
+KEY_TERM = KEY_SINGLE_NODE_TERM  # this module's name for it
 
 SINGLE_NODE: tuple[int, History] = (0, [(0, 1)])  # a directory that never followed
 

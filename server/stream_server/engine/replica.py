@@ -69,6 +69,11 @@ KEY_TERMS = b"replica_terms"  # DB_INFO: JSON [[term, first lsn], ...], oldest f
 # DB_INFO: JSON {"set": id or "", "position": [term, lsn] or null}: the set this
 # directory left when a single node started on it (``leave_set``)
 KEY_LEFT = b"replica_left"
+# DB_INFO, written by a replica cluster's server (archive/follow_position.py): what it
+# followed (JSON with the source's highest term) and, once promoted, its own term. Read
+# here only for the term a new Lease starts at (``term_floor``).
+KEY_FOLLOWED = b"archive_followed"
+KEY_SINGLE_NODE_TERM = b"archive_term"
 POSITION = struct.Struct("<QQ")
 
 Position = tuple[int, int]
@@ -113,6 +118,11 @@ class ReplicaHooks:
         # The set this directory left (``leave_set``), None when it left none: a set
         # id file naming it is a leftover of the leave, not a membership.
         self.left: str | None = None
+        # The highest term this directory's data names anywhere (its position, its term
+        # history, the set it left, an archive it followed or was promoted from): a Lease
+        # this replica creates starts above it, so that terms never go backwards along
+        # the data's history (a set seeded from a restore or a replica cluster).
+        self.term_floor = 0
 
     # -------------------------------------------------------------- loading
 
@@ -125,13 +135,21 @@ class ReplicaHooks:
             raw = txn.get(KEY_POSITION, db=engine.meta.dbs[DB_INFO])
             terms = txn.get(KEY_TERMS, db=engine.meta.dbs[DB_INFO])
             left = txn.get(KEY_LEFT, db=engine.meta.dbs[DB_INFO])
+            followed = txn.get(KEY_FOLLOWED, db=engine.meta.dbs[DB_INFO])
+            promoted = txn.get(KEY_SINGLE_NODE_TERM, db=engine.meta.dbs[DB_INFO])
         self.left = None if left is None else str(json.loads(bytes(left))["set"])
+        self.term_floor = max(
+            _term_in(left, "position"),
+            _term_in(followed, "source_term"),
+            _term_in(promoted, "term"),
+        )
         if raw is not None:
             term, lsn = POSITION.unpack(bytes(raw))
             self.durable = (term, max(lsn, engine.lsn))
             engine.lsn = self.durable[1]
         if terms is not None:
             self.terms = [(int(t), int(s)) for t, s in json.loads(bytes(terms))]
+        self.term_floor = max(self.term_floor, self.durable[0], *(t for t, _ in self.terms))
         return self.durable
 
     def replayed(self, lsn: int, changes: list[walmod.Entry], frame: memoryview) -> None:
@@ -364,3 +382,14 @@ def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> li
     group: ``write_frames`` then ``commit_frames``."""
     written = write_frames(engine, hooks, frames)
     return [] if written is None else commit_frames(engine, written)
+
+
+def _term_in(raw: object, field: str) -> int:
+    """The term a JSON value of LMDB names in ``field`` (a number, or a [term, lsn]
+    position); 0 when there is no value or no term."""
+    if raw is None:
+        return 0
+    value = json.loads(bytes(raw)).get(field)  # type: ignore[call-overload]
+    if isinstance(value, list) and value:
+        value = value[0]
+    return value if isinstance(value, int) else 0

@@ -35,12 +35,16 @@ class LeaseWrites(RoleBase):
         set_id = await self._creating()
         if set_id is None:
             return
+        # Term 1 for new data; above every term the data names for data that came
+        # from elsewhere (a restore, a replica cluster, a Lease deleted): terms never
+        # go backwards along a history.
+        term = self.term_floor() + 1
         record = LeaseRecord(
             holder=self.config.name,
             duration=max(1, round(self.config.lease_duration)),
             renew_time=micro_time(),
             acquire_time=micro_time(),
-            term=1,
+            term=term,
             primary_url=self.config.url,
             positions={self.config.name: self.position()},
             began="election",
@@ -55,7 +59,7 @@ class LeaseWrites(RoleBase):
         except LeaseUnavailable as exc:
             log.warning("cannot create the Lease: %s", exc)
             return
-        log.info("created the Lease: primary for term 1")
+        log.info("created the Lease: primary for term %d", term)
         self._became_primary(written, now)
 
     async def _acquire(self, record: LeaseRecord, now: float) -> None:

@@ -73,6 +73,7 @@ class RoleBase:
         failed: Callable[[], str | None] = lambda: None,
         identity: SetIdentity | None = None,
         reported: Callable[[], dict[str, Position]] = dict,
+        term_floor: Callable[[], int] = lambda: 0,
     ) -> None:
         self.client = client
         self.config = config
@@ -95,6 +96,9 @@ class RoleBase:
         # The standbys' positions as the primary last saw them, written with each
         # renewal for a cold start's choice.
         self.reported = reported
+        # The highest term this replica's data names (``ReplicaHooks.term_floor``): a
+        # Lease it creates starts above it.
+        self.term_floor = term_floor
 
     @property
     def is_primary(self) -> bool:

@@ -106,6 +106,7 @@ class Replication:
             failed=lambda: self.store.engine.failed or None,
             identity=self.identity,
             reported=lambda: self.shipper.positions(),
+            term_floor=lambda: self.hooks.term_floor,
         )
         # One client context for every connection to a peer (``peer_tls.py``).
         self.peer_tls = PeerTls(settings)
