@@ -240,7 +240,7 @@ def rpo_figures(
         w.start()
     time.sleep(load)  # the load's length: what is measured is what happens at its end
     assert srv.child is not None and srv.child.proc is not None
-    os.killpg(srv.child.proc.pid, signal.SIGKILL)
+    os.kill(srv.child.proc.pid, signal.SIGKILL)
     killed = time.time()
     stop.set()
     for w in writers:
