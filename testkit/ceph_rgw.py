@@ -19,7 +19,6 @@ Same interface as ``testkit.seaweedfs.SeaweedFS``: ``endpoint``, ``env()``,
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import shutil
@@ -31,14 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from testkit import needs, wait_for
+from testkit.s3_keys import S3Keys
 from testkit.servers import free_port
 
 ACCESS_KEY = "ceph-test-access-key"
 SECRET_KEY = "ceph-test-secret-key-0123456789"
-REGION = "us-east-1"
 PROGRAMS = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph")
 OSD_BYTES = 8 * 1024**3  # the sparse block file: only what is written takes space
-_buckets = itertools.count(1)
 
 
 def ceph_programs() -> None:
@@ -98,8 +96,11 @@ rgw_enable_usage_log = false
 """
 
 
-class CephRGW:
+class CephRGW(S3Keys):
     """A one-OSD Ceph cluster and its gateway, in a directory of its own."""
+
+    access_key = ACCESS_KEY
+    secret_key = SECRET_KEY
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or Path(tempfile.mkdtemp(prefix="ceph-"))
@@ -113,17 +114,6 @@ class CephRGW:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """The environment a server or command reaching this store runs with."""
-        return {
-            **os.environ,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            **extra,
-        }
 
     # -------------------------------------------------------------- processes
 
@@ -247,31 +237,6 @@ class CephRGW:
 
     def _admin_client(self) -> Any:
         return self.client()
-
-    def client(self) -> Any:
-        """A boto3 S3 client for the test's own checks (the server has its own)."""
-        import boto3
-        import botocore.config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=REGION,
-            config=botocore.config.Config(
-                s3={"addressing_style": "path"},
-                retries={"max_attempts": 1},
-                connect_timeout=2,
-                read_timeout=10,
-            ),
-        )
-
-    def new_bucket(self) -> str:
-        """A new empty bucket, as ``s3://NAME``."""
-        name = f"bucket-{os.getpid()}-{next(_buckets)}"
-        self.client().create_bucket(Bucket=name)
-        return f"s3://{name}"
 
     # -------------------------------------------------------------- stopping
 

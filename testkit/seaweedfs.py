@@ -18,7 +18,6 @@ survives, as a real store's does); ``kill`` is kill -9.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -28,16 +27,15 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from testkit import needs, wait_for
+from testkit.s3_keys import S3Keys
 from testkit.servers import free_port
 
 ACCESS_KEY = "test-access-key"
 SECRET_KEY = "test-secret-key-0123456789"
-REGION = "us-east-1"
 # The ports weed mini opens beside S3 (TOOLING-NOTES): each instance needs its own.
 # gRPC ports too: the default (the HTTP port + 10000) may not exist, and then a port is
 # picked at random, differently at a restart.
@@ -52,7 +50,6 @@ _PORT_FLAGS = (
     "-admin.port",
     "-admin.port.grpc",
 )
-_buckets = itertools.count(1)
 
 
 def weed_binary() -> str:
@@ -63,8 +60,11 @@ def weed_binary() -> str:
     return found
 
 
-class SeaweedFS:
+class SeaweedFS(S3Keys):
     """One ``weed mini`` process with its data directory, on loopback ports."""
+
+    access_key = ACCESS_KEY
+    secret_key = SECRET_KEY
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or Path(tempfile.mkdtemp(prefix="seaweed-"))
@@ -92,17 +92,6 @@ class SeaweedFS:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """The environment a server or command reaching this store runs with."""
-        return {
-            **os.environ,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            **extra,
-        }
 
     def start(self) -> None:
         args = [
@@ -144,31 +133,6 @@ class SeaweedFS:
         except Exception:  # not up yet, whatever the error
             return False
         return True
-
-    def client(self) -> Any:
-        """A boto3 S3 client for the test's own checks (the server has its own)."""
-        import boto3
-        import botocore.config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=REGION,
-            config=botocore.config.Config(
-                s3={"addressing_style": "path"},
-                retries={"max_attempts": 1},
-                connect_timeout=2,
-                read_timeout=10,
-            ),
-        )
-
-    def new_bucket(self) -> str:
-        """A new empty bucket, as ``s3://NAME``."""
-        name = f"bucket-{os.getpid()}-{next(_buckets)}"
-        self.client().create_bucket(Bucket=name)
-        return f"s3://{name}"
 
     def stop(self) -> None:
         """SIGTERM and wait (the data stays)."""

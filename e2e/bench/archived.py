@@ -16,7 +16,6 @@ The cost the issue names is the ratio of the two sides' appends/s (under 10%).
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import httpx
 from bench import log
 from bench.machine import disk_syncs_per_s
 from bench.results import ArchiveResult, Profile, merge
+from bench.sampler import Sampler
 from bench.servers import Server
 from bench.workloads import appends, sequential
 from testkit.seaweedfs import SeaweedFS
@@ -33,35 +33,19 @@ LAG_EVERY = 0.25  # seconds between two samples of the archive's status
 SIDES = ("off", "on")
 
 
-class LagSampler:
-    """Reads ``/_archive/status`` every ``LAG_EVERY`` s in a thread during the load."""
+class LagSampler(Sampler):
+    """Reads ``/_archive/status`` every ``LAG_EVERY`` s during the load."""
 
     def __init__(self, port: int) -> None:
+        super().__init__(LAG_EVERY, "archive lag")
         self.url = f"http://127.0.0.1:{port}/_archive/status"
         self.seconds: list[float] = []
         self.bytes: list[float] = []
-        self.failures = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="archive lag", daemon=True)
 
-    def __enter__(self) -> LagSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=5) as http:
-            while not self._stop.wait(LAG_EVERY):
-                try:
-                    st = http.get(self.url).json()
-                except (httpx.HTTPError, ValueError):
-                    self.failures += 1
-                    continue
-                self.seconds.append(float(st.get("lag_seconds", 0.0)))
-                self.bytes.append(float(st.get("lag_bytes", 0.0)))
+    def sample(self, http: httpx.Client) -> None:
+        st = http.get(self.url).json()
+        self.seconds.append(float(st.get("lag_seconds", 0.0)))
+        self.bytes.append(float(st.get("lag_bytes", 0.0)))
 
 
 def archive_status(port: int) -> dict[str, object]:

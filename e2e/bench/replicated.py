@@ -23,7 +23,6 @@ import hashlib
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from bench import log
 from bench.client import Conn
 from bench.machine import disk_syncs_per_s
 from bench.results import Profile, ReplicationResult, merge
+from bench.sampler import Sampler
 from bench.servers import LONG_POLL_SECONDS, Server
 from bench.workloads import appends, sequential
 from testkit.replicaset import Replica, ReplicaSet, runs
@@ -109,39 +109,22 @@ class ReplicaSetServer(Server):
 # ------------------------------------------------------------------ lag
 
 
-class LagSampler:
-    """Reads the primary's per-standby lag metrics every ``LAG_EVERY`` s in a thread."""
+class LagSampler(Sampler):
+    """Reads the primary's per-standby lag metrics every ``LAG_EVERY`` s during the load."""
 
     def __init__(self, url: str) -> None:
+        super().__init__(LAG_EVERY, "lag sampler")
         self.url = url
         self.bytes: list[float] = []  # the worst standby's lag, one value per sample
         self.seconds: list[float] = []
         self.frames: list[float] = []
-        self.failures = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lag sampler", daemon=True)
 
-    def __enter__(self) -> LagSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=5) as http:
-            while not self._stop.wait(LAG_EVERY):
-                try:
-                    text = http.get(f"{self.url}/metrics").text
-                except httpx.HTTPError:
-                    self.failures += 1
-                    continue
-                worst = lag_metrics(text)
-                if worst:
-                    self.bytes.append(worst.get("lag_bytes", 0.0))
-                    self.seconds.append(worst.get("lag_seconds", 0.0))
-                    self.frames.append(worst.get("lag_frames", 0.0))
+    def sample(self, http: httpx.Client) -> None:
+        worst = lag_metrics(http.get(f"{self.url}/metrics").text)
+        if worst:
+            self.bytes.append(worst.get("lag_bytes", 0.0))
+            self.seconds.append(worst.get("lag_seconds", 0.0))
+            self.frames.append(worst.get("lag_frames", 0.0))
 
 
 def lag_metrics(text: str) -> dict[str, float]:

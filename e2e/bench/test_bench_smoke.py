@@ -233,3 +233,31 @@ def test_replicated_workload_reports_both_sides_and_every_replica_holds_every_ap
     assert replicated["identical"] == 3
     assert replicated["data_bytes"] >= 100 * replicated["acknowledged"]
     assert rows[("replicas identical to the primary", "replicas")]["met"] is True
+
+
+@needs.commands("wrk", install="Debian's wrk (make system-deps)")
+@pytest.mark.timeout(180)
+def test_archived_workload_reports_both_sides_and_the_archive_holds_every_frame(tmp_path):
+    """The archived workload, 1 s of load a side, against a real SeaweedFS: the archive on
+    against off, the archive's lag sampled under the load, and every frame archived."""
+    out = tmp_path / "archived.json"
+    proc = run_bench(
+        "run.py",
+        *("--quick", "--duration", "1", "--servers", "ours", "--only", "archived"),
+        *("--json", str(out)),
+        timeout=170,
+    )
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == {}
+    assert doc["rows"] == [] and doc["replicated_rows"] == []
+    assert "archived: ours with the archive on" in proc.stdout and "on/off" in proc.stdout
+    rows = {r["title"]: r for r in doc["archived_rows"]}
+    for title in ("64 conns, 64 streams", "1 client sequential"):
+        row = rows[title]
+        assert row["ours"] > 0 and row["reference"] > 0 and row["ratio"] > 0, row
+        assert row["met"] in (True, False), row
+    assert rows["archive lag under the 64 x 64 appends, p99"]["ours"] >= 0
+    assert rows["the archive holds every frame"]["met"] is True
+    off, on = doc["raw"]["archived"]["off"], doc["raw"]["archived"]["on"]
+    assert off["errors"] == on["errors"] == 0 and off["lag_samples"] is None
+    assert on["lag_samples"] > 0 and on["archived_all"] is True

@@ -11,7 +11,8 @@ from stream_format.archive import ArchivedFrame, encode_frames_object, wal_name
 from stream_format.wal import encode_frame
 from stream_server.archive import archive_end
 from stream_server.archive.object_store import ObjectStore, StoreSettings
-from testkit.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
+from testkit.s3_keys import REGION
+from testkit.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
 
 pytestmark = pytest.mark.processes
 

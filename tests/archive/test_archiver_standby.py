@@ -19,7 +19,8 @@ from stream_server.engine.ops import Append
 from stream_server.engine.wal_keep import spooled_files
 from testkit import wait_for
 from testkit.engines import crash, new_stream
-from testkit.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
+from testkit.s3_keys import REGION
+from testkit.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
 
 pytestmark = pytest.mark.processes
 
