@@ -1,7 +1,7 @@
 """A source server and a replica cluster's server following its archive, as real
 processes, for tests/archive/test_follow*.py.
 
-The source is a plain single node; its archive is made by ``archive_uploads.upload_wal``
+The source is a plain single node; its archive is made by ``archive_frames.upload_wal``
 (the test decides when frames reach it). The follower runs ``--archive-follow`` on
 that archive, polling it every ``--archive-timeout``/2 (0.2 s here).
 """

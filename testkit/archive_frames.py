@@ -1,6 +1,11 @@
-"""A data directory's WAL frames put in an archive as frames objects, and the archive's
-commands run as a user runs them: what the backup and restore tests need beside a
-server and a store.
+"""An archive made by hand, and the archive's commands run as a user runs them: what
+the backup, restore and replica-cluster tests need beside a server and a store.
+
+The server's own archiver makes the same objects; these let a test decide exactly
+what the archive holds and when: a data directory's WAL frames uploaded
+(``upload_wal_frames`` in chunks, ``upload_wal`` as one object after what the archive
+holds), or any frames under any term with its history (``put_frames``,
+``put_history``: a failover at the source, a deposed primary's frames).
 
 ``upload_wal_frames`` stands in for the server's archiver: it reads the WAL files of
 a data directory (a server started with a large ``--checkpoint-bytes`` keeps them
@@ -24,11 +29,16 @@ from typing import Any
 import pytest
 
 from stream_format import wal as walmod
+from stream_format.archive import HEADER_SIZE as OBJECT_HEADER_SIZE
 from stream_format.archive import (
+    WAL_PREFIX,
     ArchivedFrame,
+    History,
+    decode_header,
     encode_frames_object,
     encode_history,
     history_name,
+    parse_wal_name,
     wal_name,
 )
 from stream_format.records import FILE_HEADER_SIZE, CorruptRecord, iter_records
@@ -80,6 +90,9 @@ def frame_time_us(frame: walmod.Frame, before: int) -> int:
 
 
 def wal_frames(wal_dir: Path) -> list[ArchivedFrame]:
+    """Every whole frame of the WAL files in ``wal_dir`` (a data directory's ``wal/``, or
+    a copy of it), in lsn order; the last file's torn tail (a batch being written by a
+    running server) is left out."""
     files = walmod.wal_files(wal_dir)
     out: list[ArchivedFrame] = []
     when = 0
@@ -156,3 +169,42 @@ def copy_objects(seaweed: SeaweedFS, bucket_url: str, src: str, dst: str, under:
             client.put_object(Bucket=bucket, Key=dst + key[len(src) :], Body=body)
             n += 1
     return n
+
+
+def archived_last_lsn(store: ObjectStore, term: int) -> int:
+    """The last lsn the archive holds under ``term`` (0: none)."""
+    names = [n for n, _ in store.objects(f"{WAL_PREFIX}{term:016x}-")]
+    if not names:
+        return 0
+    head = store.get_range(names[-1], 0, OBJECT_HEADER_SIZE)
+    return decode_header(names[-1], head)[2]
+
+
+def put_frames(store: ObjectStore, term: int, frames: list[ArchivedFrame]) -> str:
+    """One frames object of ``frames`` under ``term``; its name."""
+    name = wal_name(term, frames[0].lsn)
+    assert store.put_new(name, encode_frames_object(term, frames)), f"{name} exists"
+    return name
+
+
+def put_history(store: ObjectStore, term: int, history: History) -> None:
+    """``history/<term>.json`` (kept when it is there already)."""
+    store.put_new(history_name(term), encode_history(term, history))
+
+
+def upload_wal(data_dir: Path, store: ObjectStore) -> int:
+    """The frames of ``data_dir``'s WAL the archive lacks, as one frames object under
+    term 0 (with the history ``[[0, 1]]``); the last lsn the archive then holds."""
+    put_history(store, 0, [(0, 1)])
+    done = archived_last_lsn(store, 0)
+    new = [f for f in wal_frames(Path(data_dir) / "wal") if f.lsn > done]
+    if not new:
+        return done
+    assert new[0].lsn == done + 1, f"the WAL starts at {new[0].lsn}, the archive ends at {done}"
+    put_frames(store, 0, new)
+    return new[-1].lsn
+
+
+def object_terms(store: ObjectStore) -> list[tuple[int, int]]:
+    """(term, first lsn) of every frames object, in name order."""
+    return [parse_wal_name(n) for n, _ in store.objects(WAL_PREFIX)]

@@ -29,8 +29,8 @@ from testkit.archive_follow import (
     refused_start,
     source,
 )
+from testkit.archive_frames import upload_wal, wal_frames
 from testkit.archive_store import S3Store, object_store, server_args
-from testkit.archive_uploads import upload_wal, wal_frames
 from testkit.server_process import live_gauge
 
 pytestmark = pytest.mark.processes
@@ -62,7 +62,7 @@ def test_follower_serves_the_source_and_continues_after_a_restart(
         fol.start()
         caught_up(src, fol, [*PATHS, "d"])
         # It applied only the frames it lacked (its WAL holds what it applied since).
-        assert wal_frames(fol.data_dir)[0].lsn == first + 1
+        assert wal_frames(fol.data_dir / "wal")[0].lsn == first + 1
     finally:
         src.stop()
         if fol is not None:
@@ -143,7 +143,7 @@ def test_promotion_keeps_everything_and_writes_above_the_source(
         create(promoted, "z", b"new")
         assert read(promoted, "a")[1] == before + b"after"
         assert read(promoted, "z")[1] == b"new"
-        frames = wal_frames(promoted.data_dir)
+        frames = wal_frames(promoted.data_dir / "wal")
         assert frames[0].lsn > last, [f.lsn for f in frames]  # after every frame applied
     finally:
         promoted.stop()

@@ -20,8 +20,8 @@ from testkit.archive_follow import (
     refused_start,
     source,
 )
+from testkit.archive_frames import upload_wal
 from testkit.archive_store import S3Store, object_store
-from testkit.archive_uploads import upload_wal
 
 pytestmark = pytest.mark.processes
 

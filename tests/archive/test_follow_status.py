@@ -19,8 +19,8 @@ from stream_server.engine import Engine
 from stream_server.engine.data_dir import prepare
 from testkit import wait_for
 from testkit.archive_follow import OCTET, POLL
+from testkit.archive_frames import put_frames, put_history, wal_frames
 from testkit.archive_store import S3Store, object_store, server_args
-from testkit.archive_uploads import put_frames, put_history, wal_frames
 from testkit.asgi import in_thread
 
 pytestmark = pytest.mark.processes
@@ -34,7 +34,7 @@ def test_status_and_a_damaged_object(
         assert src.http is not None
         src.http.put(f"{src.base}s", content=b"abc", headers=OCTET)
         src.http.post(f"{src.base}s", content=b"def", headers=OCTET)
-        frames = wal_frames(src.data_dir)
+        frames = wal_frames(src.data_dir / "wal")
     put_history(objects, 0, [(0, 1)])
     put_frames(objects, 0, frames)
     last = frames[-1].lsn

@@ -3,7 +3,7 @@ after a failover at the source it takes the new term's frames from that term's f
 lsn, skipping a deposed primary's frames of the old term at and past it; a follower
 that already applied such a frame stops, says why, and keeps serving what it had.
 
-The archive is made by hand from a real source's WAL frames (``testkit.archive_uploads``):
+The archive is made by hand from a real source's WAL frames (``testkit.archive_frames``):
 frames 1..K-1 under term 0, a deposed primary's frame K under term 0, and the source's
 frames K..N under term 1 with the history ``[[0, 1], [1, K]]``.
 """
@@ -20,8 +20,8 @@ from stream_format.archive import ArchivedFrame
 from stream_format.meta import DB_INFO
 from testkit import wait_for
 from testkit.archive_follow import append, caught_up, create, follower, read, source
+from testkit.archive_frames import put_frames, put_history, wal_frames
 from testkit.archive_store import S3Store, object_store
-from testkit.archive_uploads import put_frames, put_history, wal_frames
 
 pytestmark = pytest.mark.processes
 
@@ -42,7 +42,7 @@ def test_follower_takes_the_new_terms_frames_after_a_failover(
         create(src, "s", b"0 ")
         for i in range(1, 6):
             append(src, "s", b"%d " % i)
-        frames = wal_frames(src.data_dir)
+        frames = wal_frames(src.data_dir / "wal")
         k = len(frames) - 2  # term 1 begins at frame K
         put_history(objects, 0, [(0, 1)])
         put_frames(objects, 0, frames[: k - 1])
@@ -55,7 +55,7 @@ def test_follower_takes_the_new_terms_frames_after_a_failover(
         put_frames(objects, 1, frames[k - 1 :])
         caught_up(src, fol, ["s"])
         append(src, "s", b"after")  # the new term goes on
-        put_frames(objects, 1, wal_frames(src.data_dir)[len(frames) :])
+        put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
         caught_up(src, fol, ["s"])
     finally:
         src.stop()
@@ -72,7 +72,7 @@ def test_follower_that_applied_a_deposed_frame_stops_and_says_so(
     try:
         create(src, "s", b"0 ")
         append(src, "s", b"1 ")
-        frames = wal_frames(src.data_dir)
+        frames = wal_frames(src.data_dir / "wal")
         k = len(frames) + 1
         put_history(objects, 0, [(0, 1)])
         put_frames(objects, 0, [*frames, deposed(k)])
@@ -80,7 +80,7 @@ def test_follower_that_applied_a_deposed_frame_stops_and_says_so(
         wait_for(lambda: "following" in fol.log() and read(fol, "s")[1] == b"0 1 ")
         append(src, "s", b"2 ")
         put_history(objects, 1, [(0, 1), (1, k)])
-        put_frames(objects, 1, wal_frames(src.data_dir)[len(frames) :])
+        put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
         wait_for(
             lambda: "must be rebuilt from a base backup" in fol.log(),
             message=lambda: fol.log()[-2000:],
