@@ -39,6 +39,7 @@ SECRET_KEY = "test-secret-key-0123456789"
 # The ports weed mini opens beside S3 (TOOLING-NOTES): each instance needs its own.
 # gRPC ports too: the default (the HTTP port + 10000) may not exist, and then a port is
 # picked at random, differently at a restart.
+PROBE = "readiness-probe"  # a bucket of the fixture's own: every start writes and reads it
 _PORT_FLAGS = (
     "-master.port",
     "-master.port.grpc",
@@ -88,6 +89,7 @@ class SeaweedFS(S3Keys):
         self.ports = {flag: free_port() for flag in _PORT_FLAGS}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.root / "weed.log"
+        self.starts = 0  # starts that got ready (each leaves a probe object)
 
     @property
     def endpoint(self) -> str:
@@ -124,12 +126,23 @@ class SeaweedFS(S3Keys):
                 start_new_session=True,
             )
         wait_for(self._answers, timeout=60, message=f"weed mini to serve S3 (log: {self.log})")
+        self.starts += 1
 
     def _answers(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"weed mini exited {self.proc.returncode}: {self.log.read_text()}")
+        # Serving S3 is not enough: after a kill -9 the gateway answers a listing before
+        # its volume server is back, and reads fail with InternalError until it is. Ready
+        # is a write and a read of every object written before (the probe's own, and one
+        # of the previous start's).
         try:
-            self.client().list_buckets()
+            client = self.client()
+            existing = {b["Name"] for b in client.list_buckets().get("Buckets", ())}
+            if PROBE not in existing:
+                client.create_bucket(Bucket=PROBE)
+            client.put_object(Bucket=PROBE, Key=f"probe-{self.starts}", Body=b"x")
+            for n in range(self.starts + 1):
+                client.get_object(Bucket=PROBE, Key=f"probe-{n}")["Body"].read()
         except Exception:  # not up yet, whatever the error
             return False
         return True
