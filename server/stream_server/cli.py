@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         from stream_server.config.table import command
 
         return command(args.check, args.write)
-    if args.command in archive_commands.COMMANDS:
-        return archive_commands.run(args)
     try:
+        if args.command in archive_commands.COMMANDS:  # backup, backups, restore
+            return archive_commands.run(args)
         # Checking the settings imports the parsers of retention rules and webhook
         # addresses, which need the server's dependencies too.
         settings = settings_from(args)

@@ -11,7 +11,7 @@ from stream_server.archive.wal_source import WalSource
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append
 from stream_server.engine.wal_keep import spool_dir, spooled_files
-from testkit.engines import crash, new_stream
+from testkit.engines import crash, new_stream, settled
 
 
 def _engine(path: Path, floor: list[int] | None) -> Engine:
@@ -22,12 +22,6 @@ def _engine(path: Path, floor: list[int] | None) -> Engine:
     )
     engine.open()
     return engine
-
-
-def settled(engine: Engine) -> None:
-    """The checkpoint running on its thread, if any, finished (it reads the floor)."""
-    if engine._checkpoint_thread is not None:
-        engine._checkpoint_thread.join()
 
 
 def _append(engine: Engine, n: int) -> None:

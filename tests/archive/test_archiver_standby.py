@@ -18,7 +18,7 @@ from stream_server.engine import Engine
 from stream_server.engine.ops import Append
 from stream_server.engine.wal_keep import spooled_files
 from testkit import wait_for
-from testkit.engines import crash, new_stream
+from testkit.engines import crash, new_stream, settled
 from testkit.s3_keys import REGION
 from testkit.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
 
@@ -45,6 +45,7 @@ def spooled_engine(path: Path) -> Engine:
     new_stream(engine, "/a", 1)
     for i in range(40):
         engine.commit([Append(1, KIND_BYTES, [b"%04d" % i * 50])])
+        settled(engine)  # each checkpoint runs (one finding another running would skip)
     assert len(spooled_files(engine.layout)) >= 3
     return engine
 

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from stream_format.archive import ArchiveLocation
-
 Check = Callable[[Any], "str | None"]
 
 INT_MAX = 2**63 - 1  # a signed 64-bit integer: file offsets, LMDB sizes, the engine's counters
@@ -109,6 +107,10 @@ def s3_url(value: str) -> str | None:
     """Empty, or s3://BUCKET/PREFIX (the archive's location)."""
     if not value:
         return None
+    # Imported here: the format package needs zlib-ng, and the command line must
+    # reach its "install the server extra" message without it (tests/packaging).
+    from stream_format.archive import ArchiveLocation
+
     try:
         ArchiveLocation.parse(value)
     except ValueError as exc:
