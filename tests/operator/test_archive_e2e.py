@@ -11,8 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
@@ -32,7 +34,7 @@ from testkit.operated_archive import (
 )
 from testkit.operator import running_operator
 from testkit.seaweedfs import SeaweedFS
-from testkit.stream_reads import read_all
+from testkit.stream_reads import read_all, read_served
 
 pytestmark = pytest.mark.processes
 
@@ -149,3 +151,106 @@ def test_a_durable_stream_bootstrapped_from_the_bucket_serves_the_sources_stream
             # The restored set is a set of its own: it takes writes.
             r = append(restored, "a", b"written after the restore")
             assert r.status_code in (200, 204), (r.status_code, r.text)
+
+
+def test_a_replica_cluster_follows_the_source_refuses_writes_and_is_promoted(
+    kube: tuple[Cluster, Pods], seaweed: SeaweedFS, tmp_path: Path
+):
+    c, pods = kube
+    bucket, own = seaweed.new_bucket(), seaweed.new_bucket()
+    c.create(durable_stream("events", backed_up_spec(seaweed, bucket + "/events")))
+    wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
+    with Kubelet(c, NS, "events", tmp_path / "events", restart_delay=0.5) as source:
+        pods.kubelets["events"] = source
+        url = ready_url(c, source, "events")
+        write_before(url)
+        assert take_backup(c, "events", "first")["phase"] == "completed"
+        write_after(url)
+        archived_all(url)
+
+        spec = backed_up_spec(seaweed, own + "/replica")
+        spec["replica"] = {"enabled": True, "source": object_store(seaweed, bucket + "/events")}
+        c.create(durable_stream("replica", spec))
+        wait_for(lambda: c.get("StatefulSet", NS, "replica"), message="the StatefulSet")
+        with Kubelet(c, NS, "replica", tmp_path / "replica", restart_delay=0.5) as kubelet:
+            pods.kubelets["replica"] = kubelet
+            follower = ready_url(c, kubelet, "replica")
+            for path in PATHS:
+                want = read_all(f"{url}/v1/stream/{path}")
+                wait_for(
+                    lambda path=path, want=want: read_served_or_none(follower, path) == want,
+                    message=f"the replica cluster serving {path} as the source does",
+                )
+            r = append(follower, "a", b"refused")
+            assert r.status_code == 503, (r.status_code, r.text)
+            assert "read-only replica cluster" in r.text
+            wait_for(
+                lambda: (
+                    condition(c, "replica", "ContinuousArchiving").get("reason")
+                    == "FollowingSource"
+                ),
+                message=lambda: f"FollowingSource: {status_of(c, 'replica')}",
+            )
+            assert take_backup(c, "replica", "refused")["phase"] == "failed"
+
+            # More on the source: followed.
+            r = append(url, "a", b"then more on the source")
+            assert r.status_code in (200, 204), r.text
+            want = read_all(f"{url}/v1/stream/a")
+            wait_for(
+                lambda: read_served_or_none(follower, "a") == want,
+                timeout=60,
+                message="the replica cluster following the source's new append",
+            )
+
+            # Promotion: its own archive, and writes.
+            promote = {"spec": {"replica": {"enabled": False}}}
+            c.patch(KIND, NS, "replica", promote).raise_for_status()
+
+            def takes_a_write() -> str | None:
+                promoted = kubelet.url_of("replica-0")
+                if promoted is None:
+                    return None
+                try:
+                    r = append(promoted, "a", b" promoted")
+                except httpx.HTTPError:
+                    return None
+                return promoted if r.status_code in (200, 204) else None
+
+            promoted = wait_for(
+                takes_a_write, timeout=120, message="the promoted set takes a write"
+            )
+            assert read_all(f"{promoted}/v1/stream/a") == want + b" promoted"
+            lsn = archived_all(promoted)
+            wait_for(
+                lambda: (
+                    (status_of(c, "replica").get("archive") or {}).get("lastArchivedLSN", 0) >= lsn
+                    and condition(c, "replica", "ContinuousArchiving").get("reason") == "Archiving"
+                ),
+                timeout=60,
+                message=lambda: f"the promoted set archiving: {status_of(c, 'replica')}",
+            )
+            # A backup needs the pod ready (its readiness probe passed since the restart,
+            # as the kubelet reports it to the API).
+            wait_for(
+                lambda: kubelet.ready_pods() and pod_ready(c, "replica-0"),
+                timeout=60,
+                message="replica-0 ready again",
+            )
+            own_backup = take_backup(c, "replica", "own")
+            assert own_backup["phase"] == "completed", own_backup
+            listed = seaweed.client().list_objects_v2(Bucket=own[len("s3://") :])
+            assert any(o["Key"].endswith("manifest.json") for o in listed.get("Contents", []))
+
+
+def read_served_or_none(url: str, path: str) -> bytes | None:
+    try:
+        with httpx.Client(timeout=10) as client:
+            return read_served(client, f"{url}/v1/stream/{path}")
+    except httpx.HTTPError:
+        return None
+
+
+def pod_ready(c: Cluster, name: str) -> bool:
+    conds = ((c.get("Pod", NS, name) or {}).get("status") or {}).get("conditions") or []
+    return any(x["type"] == "Ready" and x["status"] == "True" for x in conds)
