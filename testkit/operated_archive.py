@@ -39,13 +39,13 @@ class Pods:
         return kubelet.pod_url(name, namespace, pod, spec)
 
 
-def credentials_secret(c: Cluster) -> None:
+def credentials_secret(c: Cluster, name: str = CREDENTIALS) -> None:
     """The store's keys as a user writes them (``stringData``)."""
     c.create(
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": CREDENTIALS, "namespace": NS},
+            "metadata": {"name": name, "namespace": NS},
             "stringData": {
                 "ACCESS_KEY_ID": ACCESS_KEY,
                 "ACCESS_SECRET_KEY": SECRET_KEY,

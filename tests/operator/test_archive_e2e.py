@@ -254,3 +254,57 @@ def read_served_or_none(url: str, path: str) -> bytes | None:
 def pod_ready(c: Cluster, name: str) -> bool:
     conds = ((c.get("Pod", NS, name) or {}).get("status") or {}).get("conditions") or []
     return any(x["type"] == "Ready" and x["status"] == "True" for x in conds)
+
+
+def test_a_restore_waits_for_its_secret_and_is_retried_until_a_backup_exists(
+    kube: tuple[Cluster, Pods], seaweed: SeaweedFS, tmp_path: Path
+):
+    """No credentials yet: the pod's containers are not made (CreateContainerConfigError).
+    Then no backup in the bucket yet: the restore init container fails, the server does
+    not start, the status says why, and the init container is run again after its
+    back-off, until the backup exists and it restores that."""
+    c, pods = kube
+    bucket = seaweed.new_bucket()
+    c.create(durable_stream("events", backed_up_spec(seaweed, bucket + "/events")))
+    wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
+    with Kubelet(c, NS, "events", tmp_path / "events", restart_delay=0.5) as source:
+        pods.kubelets["events"] = source
+        url = ready_url(c, source, "events")
+        write_before(url)
+
+        store = object_store(seaweed, bucket + "/events")
+        for key in store["s3Credentials"].values():
+            key["name"] = "restore-credentials"
+        c.create(durable_stream("restored", {"bootstrap": {"recovery": {"source": store}}}))
+        wait_for(lambda: c.get("StatefulSet", NS, "restored"), message="the StatefulSet")
+        with Kubelet(c, NS, "restored", tmp_path / "restored", restart_delay=0.5) as kubelet:
+            pods.kubelets["restored"] = kubelet
+            why = wait_for(
+                lambda: kubelet.waiting.get("restored-0"), message="the container not made"
+            )
+            assert "CreateContainerConfigError" in why and "restore-credentials" in why
+            assert not kubelet.pods
+            credentials_secret(c, "restore-credentials")
+
+            def failed_restore() -> dict[str, Any] | None:
+                pod = c.get("Pod", NS, "restored-0") or {}
+                for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
+                    if (cs["state"].get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+                        return dict(cs)
+                return None
+
+            failed = wait_for(failed_restore, timeout=60, message="the restore failing")
+            assert failed["lastState"]["terminated"]["exitCode"] != 0
+            assert kubelet.url_of("restored-0") is None
+            wait_for(
+                lambda: "restore" in condition(c, "restored", "Ready").get("message", ""),
+                message=lambda: f"the status saying why: {status_of(c, 'restored')}",
+            )
+
+            assert take_backup(c, "events", "first")["phase"] == "completed"
+            archived_all(url)
+            want = {path: read_all(f"{url}/v1/stream/{path}") for path in PATHS}
+            restored = ready_url(c, kubelet, "restored")
+            for path in PATHS:
+                assert read_all(f"{restored}/v1/stream/{path}") == want[path], path
+            assert kubelet.pods[0].init_restarts >= 1
