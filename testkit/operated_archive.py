@@ -10,6 +10,7 @@ seen by the operator.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,18 +96,27 @@ def take_backup(c: Cluster, cluster_name: str, name: str) -> dict[str, Any]:
     return wait_for(finished, timeout=120, message=f"backup {name} finished")
 
 
-def archive_status(url: str) -> dict[str, Any]:
-    r = httpx.get(f"{url}/_archive/status", timeout=10)
+def peer_token(c: Cluster, name: str) -> str:
+    """A replica set's peer token (its ``<name>-replication`` Secret), which the archive
+    endpoints of its servers ask for."""
+    secret = c.get("Secret", NS, f"{name}-replication")
+    assert secret is not None
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
+def archive_status(url: str, token: str | None = None) -> dict[str, Any]:
+    auth = {"authorization": f"Bearer {token}"} if token else {}
+    r = httpx.get(f"{url}/_archive/status", headers=auth, timeout=10)
     r.raise_for_status()
     body: dict[str, Any] = r.json()
     return body
 
 
-def archived_all(url: str) -> int:
+def archived_all(url: str, token: str | None = None) -> int:
     """Wait until the server at ``url`` has archived every frame it made durable: that lsn."""
 
     def holds_all() -> int | None:
-        st = archive_status(url)
+        st = archive_status(url, token)
         return int(st["archived_lsn"]) if st["archived_lsn"] >= st["durable_lsn"] > 0 else None
 
     return wait_for(holds_all, timeout=60, message=f"{url}'s archive to hold every frame")

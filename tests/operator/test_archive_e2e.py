@@ -28,17 +28,24 @@ from testkit.operated_archive import (
     create,
     credentials_secret,
     object_store,
+    peer_token,
     ready_url,
     status_of,
     take_backup,
 )
-from testkit.operator import running_operator
+from testkit.operator import operated_api_server, running_operator
 from testkit.seaweedfs import SeaweedFS
 from testkit.stream_reads import read_all, read_served
 
 pytestmark = pytest.mark.processes
 
 PATHS = ["a", "b/c", "big"]
+# A replica set that elects in seconds (testkit.ledger's settings).
+REPLICA_SET: dict[str, Any] = {
+    "replicas": 3,
+    "replication": {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 4, "retryPeriodSeconds": 1},
+    "lifecycle": {"terminationGracePeriodSeconds": 10, "readinessPeriodSeconds": 1},
+}
 
 
 @pytest.fixture
@@ -308,3 +315,48 @@ def test_a_restore_waits_for_its_secret_and_is_retried_until_a_backup_exists(
             for path in PATHS:
                 assert read_all(f"{restored}/v1/stream/{path}") == want[path], path
             assert kubelet.pods[0].init_restarts >= 1
+
+
+def test_a_replica_sets_backup_is_taken_on_an_in_sync_standby(seaweed: SeaweedFS, tmp_path: Path):
+    """Three servers electing their primary through the Lease; the backup goes to an
+    in-sync standby (prefer-standby), holds every acknowledged append, and the primary
+    archives."""
+    from stream_operator import replica_set
+
+    bucket = seaweed.new_bucket()
+    spec = {**REPLICA_SET, **backed_up_spec(seaweed, bucket + "/ledger")}
+    with operated_api_server(tmp_path) as c:
+        credentials_secret(c)
+        c.create(durable_stream("ledger", spec)).raise_for_status()
+        wait_for(lambda: c.get("StatefulSet", NS, "ledger"), message="the StatefulSet")
+        with Kubelet(c, NS, "ledger", tmp_path / "ledger", restart_delay=1.0) as kubelet:
+            replica_set.use_pod_urls(kubelet.pod_url)
+            st = wait_for(
+                lambda: (
+                    status_of(c, "ledger").get("inSyncReplicas") == 3
+                    and status_of(c, "ledger").get("phase") == "Ready"
+                    and status_of(c, "ledger")
+                ),
+                timeout=180,
+                message=lambda: f"three in sync: {status_of(c, 'ledger')}",
+            )
+            primary = kubelet.url_of(st["primary"])
+            assert primary is not None
+            write_before(primary)
+            write_after(primary)
+            lsn = archived_all(primary, peer_token(c, "ledger"))
+            wait_for(
+                lambda: (
+                    (status_of(c, "ledger").get("archive") or {}).get("lastArchivedLSN", 0) >= lsn
+                ),
+                message=lambda: f"the primary's archive in the status: {status_of(c, 'ledger')}",
+            )
+            assert status_of(c, "ledger")["archive"]["role"] == "archiving"
+            done = take_backup(c, "ledger", "on-standby")
+            assert done["phase"] == "completed", done
+            assert done["pod"] != st["primary"] and done["pod"].startswith("ledger-"), done
+            assert done["pod"] != status_of(c, "ledger")["primary"]
+            assert done["endLSN"] >= lsn  # every acknowledged append is in it
+            key = f"ledger/backups/{done['backupID']}/manifest.json"
+            body = seaweed.client().get_object(Bucket=bucket[len("s3://") :], Key=key)["Body"]
+            assert json.loads(body.read())["end_lsn"] == done["endLSN"]
