@@ -360,3 +360,48 @@ def test_a_replica_sets_backup_is_taken_on_an_in_sync_standby(seaweed: SeaweedFS
             key = f"ledger/backups/{done['backupID']}/manifest.json"
             body = seaweed.client().get_object(Bucket=bucket[len("s3://") :], Key=key)["Body"]
             assert json.loads(body.read())["end_lsn"] == done["endLSN"]
+
+
+def test_a_replica_set_bootstrapped_from_the_bucket_serves_the_restored_streams(
+    seaweed: SeaweedFS, tmp_path: Path
+):
+    """Three pods, only the first restores (its init container; the others' exit at
+    once): whichever is elected, the set serves the restored streams on every pod."""
+    from stream_operator import replica_set
+
+    bucket = seaweed.new_bucket()
+    with operated_api_server(tmp_path) as c:
+        credentials_secret(c)
+        c.create(durable_stream("events", backed_up_spec(seaweed, bucket + "/events")))
+        wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
+        pods = Pods()
+        replica_set.use_pod_urls(pods.pod_url)
+        with Kubelet(c, NS, "events", tmp_path / "events", restart_delay=0.5) as source:
+            pods.kubelets["events"] = source
+            url = ready_url(c, source, "events")
+            write_before(url)
+            assert take_backup(c, "events", "first")["phase"] == "completed"
+            write_after(url)
+            archived_all(url)
+            want = {path: read_all(f"{url}/v1/stream/{path}") for path in PATHS}
+
+        recovery = {"recovery": {"source": object_store(seaweed, bucket + "/events")}}
+        c.create(durable_stream("ledger", {**REPLICA_SET, "bootstrap": recovery}))
+        wait_for(lambda: c.get("StatefulSet", NS, "ledger"), message="the StatefulSet")
+        with Kubelet(c, NS, "ledger", tmp_path / "ledger", restart_delay=1.0) as kubelet:
+            pods.kubelets["ledger"] = kubelet
+            st = wait_for(
+                lambda: (
+                    status_of(c, "ledger").get("inSyncReplicas") == 3
+                    and status_of(c, "ledger").get("phase") == "Ready"
+                    and status_of(c, "ledger")
+                ),
+                timeout=180,
+                message=lambda: f"three in sync: {status_of(c, 'ledger')}",
+            )
+            for pod in ("ledger-0", "ledger-1", "ledger-2"):
+                served = kubelet.url_of(pod)
+                assert served is not None
+                for path in PATHS:
+                    got = read_served_or_none(served, path)
+                    assert got == want[path], (pod, st["primary"], path, got and len(got))
