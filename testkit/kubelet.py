@@ -416,7 +416,10 @@ class Kubelet:
             elif pod.back_off_until and now >= pod.back_off_until and pod.revision == revision:
                 # (A pod of an older revision stays down, as a real StatefulSet's broken
                 # pod does until it is deleted.)
-                new = self._start(ordinal, template, revision, port=pod.port)
+                # The init containers ran once for the pod: a restarted container
+                # does not run them again.
+                inits = len(template["spec"].get("initContainers") or [])
+                new = self._start(ordinal, template, revision, port=pod.port, step=inits)
                 if new is not None:
                     new.restarts, new.last = pod.restarts, pod.last
                     self.pods[ordinal] = new

@@ -113,6 +113,8 @@ def test_a_backup_of_a_single_server_lands_in_the_bucket_and_in_the_status(
             message=lambda: f"lastSuccessfulBackup: {status_of(c, 'events')}",
         )
         assert status_of(c, "events")["lastSuccessfulBackup"] == done["stoppedAt"]
+        # Recoverable from the backup's snapshot on (the server's backup list).
+        assert status_of(c, "events")["firstRecoverabilityPoint"] == manifest["time"]
 
         write_after(url)
         after = archived_all(url)
@@ -158,6 +160,18 @@ def test_a_durable_stream_bootstrapped_from_the_bucket_serves_the_sources_stream
             # The restored set is a set of its own: it takes writes.
             r = append(restored, "a", b"written after the restore")
             assert r.status_code in (200, 204), (r.status_code, r.text)
+            # A server that exits is restarted in its pod: the init containers do not
+            # run again (they ran once for the pod).
+            restore_log = tmp_path / "restored" / "restored-0-restore.log"
+            logged = restore_log.read_bytes()
+            kubelet.kill(0)
+            wait_for(
+                lambda: kubelet.pods[0].restarts == 1 and kubelet.pods[0].pod_ready,
+                timeout=60,
+                message="the server restarted in its pod",
+            )
+            assert restore_log.read_bytes() == logged
+            assert read_all(f"{restored}/v1/stream/a") == want["a"] + b"written after the restore"
 
 
 def test_a_replica_cluster_follows_the_source_refuses_writes_and_is_promoted(
