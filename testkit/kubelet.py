@@ -57,6 +57,7 @@ import httpx
 
 from testkit import free_port
 from testkit.cluster import Cluster
+from testkit.init_containers import init_status, replacing_states
 from testkit.pod_objects import (
     claim_name,
     claim_volumes,
@@ -74,6 +75,7 @@ from testkit.pod_objects import (
     volume_dir,
 )
 from testkit.pod_runtimes import ContainerLaunch, Processes, Running, Runtime
+from testkit.pod_secrets import ContainerConfigError
 
 
 @dataclass
@@ -100,6 +102,10 @@ class Pod:
     scheme: str = "http"  # the readiness probe's: https when the server serves TLS
     gates: list[str] = field(default_factory=list)  # its readinessGates' condition types
     gates_met: bool = True  # every gate's condition True in the API (as last listed)
+    # The init container running (its index in initContainers); None: the server runs.
+    init_step: int | None = None
+    init_restarts: int = 0  # the init containers' restarts (back-off after a failure)
+    init_last: dict[str, Any] | None = None  # the failed init container's terminated state
 
     @property
     def pod_ready(self) -> bool:
@@ -127,7 +133,9 @@ class Pod:
         """Run the readiness probe if its period is over since the last one; a container
         that exited is not ready at once (the kubelet sees it exit, no probe needed)."""
         now = time.monotonic()
-        if self.proc.poll() is not None:
+        if self.init_step is not None:  # no probe before the init containers are done
+            self.ready = False
+        elif self.proc.poll() is not None:
             self.observe(False)
         elif now >= self.next_probe:
             self.next_probe = now + self.probe_period
@@ -190,6 +198,8 @@ class Kubelet:
     _claimed_at: float = float("-inf")
     _ran: dict[int, str] = field(default_factory=dict)  # the revision each ordinal last ran
     api_errors: list[str] = field(default_factory=list)  # the last few, for a failure
+    # Pods whose container cannot be made: pod name -> why (CreateContainerConfigError).
+    waiting: dict[str, str] = field(default_factory=dict)
     failure: Exception | None = None  # what stopped the stand-in's loop, raised at exit
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -327,6 +337,7 @@ class Kubelet:
                     )
                     if started is not None:
                         self.pods[ordinal] = started
+            self._advance_inits()
             self._restart_exited(template, revision)
             for ordinal, pod in self.pods.items():
                 seen = listed.get(f"{self.name}-{ordinal}")
@@ -389,6 +400,8 @@ class Kubelet:
         now = time.monotonic()
         for ordinal, pod in list(self.pods.items()):
             code = pod.proc.poll()
+            if pod.init_step is not None:
+                continue  # _advance_inits
             if code is not None and not pod.back_off_until:
                 message = ""
                 policy = container.get("terminationMessagePolicy", "File")
@@ -403,10 +416,42 @@ class Kubelet:
             elif pod.back_off_until and now >= pod.back_off_until and pod.revision == revision:
                 # (A pod of an older revision stays down, as a real StatefulSet's broken
                 # pod does until it is deleted.)
-                new = self._start(ordinal, template, revision, port=pod.port)
+                # The init containers ran once for the pod: a restarted container
+                # does not run them again.
+                inits = len(template["spec"].get("initContainers") or [])
+                new = self._start(ordinal, template, revision, port=pod.port, step=inits)
                 if new is not None:
                     new.restarts, new.last = pod.restarts, pod.last
                     self.pods[ordinal] = new
+
+    def _advance_inits(self) -> None:
+        """A pod's init containers run one at a time, in order, each to completion, and
+        the server only after the last: one that fails is run again after the doubling
+        back-off (Init:CrashLoopBackOff meanwhile) and the server does not start."""
+        now = time.monotonic()
+        for ordinal, pod in list(self.pods.items()):
+            code = pod.proc.poll()
+            if pod.init_step is None or code is None:
+                continue
+            template = self._templates[pod.revision]
+            step = pod.init_step
+            if code != 0 and not pod.back_off_until:
+                with open(pod.log_path, "rb") as f:
+                    f.seek(pod.log_start)
+                    message = termination_message(f.read())
+                pod.init_last = {"exitCode": code, "reason": "Error", "message": message}
+                pod.init_restarts += 1
+                delay = self.restart_delay * 2 ** min(pod.init_restarts - 1, 5)
+                pod.back_off_until = now + delay
+                continue
+            if code != 0 and now < pod.back_off_until:
+                continue
+            after = self._start(
+                ordinal, template, pod.revision, port=pod.port, step=step + (code == 0)
+            )
+            if after is not None:
+                after.init_restarts, after.init_last = pod.init_restarts, pod.init_last
+                self.pods[ordinal] = after
 
     def _publish(
         self,
@@ -443,6 +488,18 @@ class Kubelet:
                 gates=pod.gates,
                 conditions=seen,
             )
+            inits = sts["spec"]["template"]["spec"].get("initContainers") or []
+            if inits:
+                status.update(
+                    init_status(
+                        container,
+                        inits,
+                        pod.init_step,
+                        pod.init_restarts,
+                        pod.init_last,
+                        pod.init_step is not None and bool(pod.back_off_until),
+                    )
+                )
             if self._published.get(ordinal) == status:
                 continue
             if ordinal not in self._published:
@@ -451,8 +508,9 @@ class Kubelet:
                 created = self.cluster.create(made)
                 created.raise_for_status()
                 self._uids[ordinal] = created.json()["metadata"]["uid"]
+            patch = {"status": replacing_states(status)}
             self.cluster.patch(
-                "Pod", self.namespace, name, {"status": status}, status=True, strategic=True
+                "Pod", self.namespace, name, patch, status=True, strategic=True
             ).raise_for_status()
             self._published[ordinal] = status
 
@@ -477,10 +535,17 @@ class Kubelet:
         return volume_dir(self.root, pvc)
 
     def _start(
-        self, ordinal: int, template: dict[str, Any], revision: str, port: int | None = None
+        self,
+        ordinal: int,
+        template: dict[str, Any],
+        revision: str,
+        port: int | None = None,
+        step: int = 0,
     ) -> Pod | None:
-        """The pod's server process, or None while it cannot start (a Secret it mounts
-        is missing). ``port``: a container restarted in its pod keeps the pod's address."""
+        """The pod's first container not yet run (``step``: its index in the init
+        containers, then the server), or None while it cannot start (a Secret it mounts
+        or its env names is missing: ``waiting`` says why). ``port``: a container
+        restarted in its pod keeps the pod's address."""
         name = f"{self.name}-{ordinal}"
         data_dir = self._volume(ordinal)
         if data_dir is None:
@@ -500,10 +565,18 @@ class Kubelet:
         }
         downward, downward_files = downward_volumes(template, meta, pod_root)
         mounts.update(downward)
-        container = template["spec"]["containers"][0]
-        env = container_env(self.cluster, self.namespace, container, name)
+        inits = template["spec"].get("initContainers") or []
+        initializing = step < len(inits)
+        container = inits[step] if initializing else template["spec"]["containers"][0]
+        try:
+            env = container_env(self.cluster, self.namespace, container, name)
+        except ContainerConfigError as exc:
+            self.waiting[name] = f"CreateContainerConfigError: {exc}"
+            return None
+        self.waiting.pop(name, None)
         port = port or free_port()
-        env.update(DS_HOST="127.0.0.1", DS_PORT=str(port))
+        if not initializing:
+            env.update(DS_HOST="127.0.0.1", DS_PORT=str(port))
         readiness = container.get("readinessProbe") or {}
         scheme = str((readiness.get("httpGet") or {}).get("scheme", "HTTP")).lower()
         if env.get("DS_REPLICATION_LEASE"):
@@ -512,13 +585,16 @@ class Kubelet:
             url = urlsplit(env.get("DS_REPLICA_URL") or "")
             host = url.hostname if self.pod_hostnames and url.hostname else "127.0.0.1"
             env.update(DS_KUBE_API=self.cluster.url, DS_REPLICA_URL=f"{scheme}://{host}:{port}")
-        log_path = self.root / f"{name}.log"
+        log_path = self.root / (
+            f"{name}-{container['name']}.log" if initializing else f"{name}.log"
+        )
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
         log_start = log.tell()
         launch = ContainerLaunch(name, container, template["spec"], env, data_dir, mounts, log)
         proc = self.runtime.start(launch)
         log.close()  # the child holds its own descriptor
-        self.history.append((time.monotonic(), "start", ordinal, revision))
+        if not initializing:
+            self.history.append((time.monotonic(), "start", ordinal, revision))
         self._ran[ordinal] = revision
         return Pod(
             ordinal,
@@ -537,4 +613,5 @@ class Kubelet:
             gates=readiness_gates(template["spec"]),
             gates_met=not readiness_gates(template["spec"]),
             downward=downward_files,
+            init_step=step if initializing else None,
         )

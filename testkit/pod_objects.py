@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from testkit.cluster import Cluster
+from testkit.pod_secrets import ContainerConfigError, secret_key_value
 
 
 def claim_volumes(cluster: Cluster, sts: dict[str, Any]) -> None:
@@ -102,8 +103,9 @@ def container_env(
     cluster: Cluster, namespace: str, container: dict[str, Any], pod: str
 ) -> dict[str, str]:
     """The environment the kubelet gives ``container`` in pod ``pod``: its ConfigMaps, then
-    ``env`` in order, ``metadata.name`` from the downward API and ``$(VAR)`` expanded
-    from the variables defined before it (as the kubelet does)."""
+    ``env`` in order, ``metadata.name`` from the downward API, a ``secretKeyRef``'s key
+    and ``$(VAR)`` expanded from the variables defined before it (as the kubelet does).
+    A Secret or key missing (and not ``optional``) raises ``ContainerConfigError``."""
     env: dict[str, str] = {}
     for source in container.get("envFrom") or []:
         ref = source.get("configMapRef")
@@ -119,6 +121,14 @@ def container_env(
             )
         elif (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
             env[var["name"]] = pod
+        elif ref := (var.get("valueFrom") or {}).get("secretKeyRef"):
+            value = secret_key_value(cluster, namespace, ref)
+            if value is not None:
+                env[var["name"]] = value
+            elif not ref.get("optional"):
+                raise ContainerConfigError(
+                    f"couldn't find key {ref['key']} in Secret {namespace}/{ref['name']}"
+                )
     return env
 
 

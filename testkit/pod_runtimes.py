@@ -20,6 +20,8 @@ cannot forward SIGKILL or SIGSTOP.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -63,18 +65,56 @@ class Runtime(Protocol):
     def start(self, launch: ContainerLaunch) -> Running: ...
 
 
+# The image's entrypoint, which a container's ``command`` (an init container's) may name.
+ENTRYPOINT = "durable-streams-server"
+
+
 class Processes:
-    """The server as a process of this checkout; paths inside the pod become local ones."""
+    """The server as a process of this checkout; paths inside the pod become local ones.
+
+    A container with a ``command`` (the restore init container: ``/bin/sh -c SCRIPT``)
+    runs that command here, its mount paths (the data volume's, a Secret's) replaced by
+    the local directories in every argument, and ``durable-streams-server`` on its
+    PATH running this checkout's ``python -m stream_server``, as the image's entrypoint
+    would run the installed one."""
 
     def start(self, launch: ContainerLaunch) -> Running:
         env = {key: translated(value, launch.secrets) for key, value in launch.env.items()}
         env["DS_DATA_DIR"] = str(launch.data_dir)
+        argv = [sys.executable, "-m", "stream_server", *launch.container.get("args", [])]
+        if launch.container.get("command"):
+            argv, env["PATH"] = self._command(launch), self._shim_path(launch)
         return subprocess.Popen(
-            [sys.executable, "-m", "stream_server", *launch.container.get("args", [])],
-            stdout=launch.log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
+            argv, stdout=launch.log, stderr=subprocess.STDOUT, env={**os.environ, **env}
         )
+
+    def _command(self, launch: ContainerLaunch) -> list[str]:
+        volumes = {v["name"] for v in launch.pod_spec.get("volumes") or []}
+        paths = dict(launch.secrets)
+        for mount in launch.container.get("volumeMounts") or []:
+            if mount["name"] not in volumes:  # a claim template's volume: the PVC
+                paths[mount["mountPath"].rstrip("/")] = launch.data_dir
+        argv = [*launch.container["command"], *launch.container.get("args", [])]
+        if argv[0] == ENTRYPOINT:
+            argv[:1] = [sys.executable, "-m", "stream_server"]
+        return [translated_text(arg, paths) for arg in argv]
+
+    def _shim_path(self, launch: ContainerLaunch) -> str:
+        shims = launch.data_dir.parent / "bin"
+        shims.mkdir(exist_ok=True)
+        shim = shims / ENTRYPOINT
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m stream_server "$@"\n')
+        shim.chmod(0o755)
+        return f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def translated_text(text: str, paths: Mapping[str, Path]) -> str:
+    """``text`` (an argument, a shell script) with each path inside the container that
+    starts with a mount path replaced by the local directory (a whole path component:
+    ``/data`` in ``/data/x`` or ``ls -A /data``, never in ``/database``)."""
+    for inside, local in sorted(paths.items(), key=lambda kv: -len(kv[0])):
+        text = re.sub(re.escape(inside) + r"(?![A-Za-z0-9_.\-])", str(local), text)
+    return text
 
 
 @dataclass
@@ -87,6 +127,8 @@ class Containers:
     images: Mapping[str, str]
 
     def start(self, launch: ContainerLaunch) -> Running:
+        if launch.container.get("command"):
+            raise NotImplementedError("an init container's command under podman is not played")
         image = self.images.get(launch.container["image"])
         if image is None:
             raise RuntimeError(f"no local image for {launch.container['image']!r}: {self.images}")

@@ -60,15 +60,38 @@ def _said(message: str | None) -> str:
             continue
         if entry.get("level") in ("error", "critical"):
             return str(entry.get("msg", line))[:MESSAGE_LIMIT]
-        if i == 0:
-            last = str(entry.get("msg", line))
+        if i == 0:  # a command's last word: a log line, or an error printed as JSON
+            last = str(entry.get("msg") or entry.get("error") or line)
     return last[:MESSAGE_LIMIT]
+
+
+def _init_trouble(name: str | None, status: dict[str, Any]) -> PodTrouble | None:
+    """An init container that keeps failing (the restore of ``bootstrap.recovery``):
+    the server container waits in PodInitializing, which says nothing, and never
+    starts. Named as kubectl shows it (``Init:CrashLoopBackOff``)."""
+    for cs in status.get("initContainerStatuses") or []:
+        state, last = cs.get("state") or {}, cs.get("lastState") or {}
+        waiting = (state.get("waiting") or {}).get("reason")
+        if waiting not in STUCK_WAITING:
+            continue
+        ended = last.get("terminated") or {}
+        what = (state.get("waiting") or {}).get("message") or waiting
+        if ended:
+            said = _said(ended.get("message"))
+            what = f"the {cs.get('name')} init container exited with code {ended.get('exitCode')}"
+            what += f" ({int(cs.get('restartCount') or 0)} restarts)" + (
+                f": {said}" if said else ""
+            )
+        return PodTrouble(f"Init:{waiting}", f"pod {name}: {what}"[: MESSAGE_LIMIT + 100])
+    return None
 
 
 def pod_trouble(pods: Sequence[dict[str, Any]]) -> PodTrouble | None:
     """The first server pod (by name) that is not ready for a reason that will not pass."""
     for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name") or ""):
         name = (pod.get("metadata") or {}).get("name")
+        if trouble := _init_trouble(name, pod.get("status") or {}):
+            return trouble
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             if cs.get("name") != SERVER_CONTAINER or cs.get("ready"):
                 continue

@@ -280,3 +280,36 @@ def test_oom_and_image_pull_are_named_and_a_recovered_pod_is_not():
         pods=[healed, creating],
     )
     assert conds(s)["Ready"] == ("False", "ReplicasNotReady")
+
+
+def test_a_failing_restore_init_container_says_why():
+    """bootstrap.recovery's restore exits (no backup in the bucket): the server waits in
+    PodInitializing, which says nothing; the init container's failure is the reason."""
+    pod = server_pod("ev-0", state={"waiting": {"reason": "PodInitializing"}})
+    pod["status"]["initContainerStatuses"] = [
+        {
+            "name": "restore",
+            "ready": False,
+            "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+            "lastState": {
+                "terminated": {
+                    "exitCode": 1,
+                    "reason": "Error",
+                    "message": '{"error": "the archive holds no finished backup to restore from"}',
+                }
+            },
+        }
+    ]
+    s = status_of(
+        spec={"replicas": 1},
+        generation=1,
+        statefulset=sts(replicas=1, ready=0, updated=1),
+        endpoint="e",
+        pods=[pod],
+    )
+    assert conds(s)["Ready"] == ("False", "Init:CrashLoopBackOff") and s["phase"] == "Degraded"
+    assert next(c for c in s["conditions"] if c["type"] == "Ready")["message"] == (
+        "pod ev-0: the restore init container exited with code 1 (3 restarts): "
+        "the archive holds no finished backup to restore from"
+    )
