@@ -43,11 +43,11 @@ from stream_format.archive import (
 )
 from stream_format.records import FILE_HEADER_SIZE, CorruptRecord, iter_records
 from stream_server.archive.object_store import ObjectStore, StoreSettings
-from testkit.seaweedfs import SeaweedFS
+from testkit.archive_store import S3Store
 from testkit.servers import env_with
 
 
-def store_for(seaweed: SeaweedFS, url: str, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
+def store_for(seaweed: S3Store, url: str, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
     """An ObjectStore on ``url`` in this process, with the store's credentials."""
     for key, value in seaweed.env().items():
         if key.startswith("AWS_"):
@@ -152,7 +152,7 @@ def tree(path: Path) -> dict[str, int]:
     }
 
 
-def copy_objects(seaweed: SeaweedFS, bucket_url: str, src: str, dst: str, under: str = "") -> int:
+def copy_objects(seaweed: S3Store, bucket_url: str, src: str, dst: str, under: str = "") -> int:
     """Copy the objects under ``src/under`` to ``dst/under`` in one bucket (s3://NAME); how
     many. The tests restore from a prefix of their own, holding the server's backups
     (``under="backups/"``) and the frames ``upload_wal_frames`` wrote: the server's own

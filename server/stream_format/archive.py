@@ -38,7 +38,7 @@ OBJECT_MAGIC = b"DSARCWAL"
 _HEADER_BODY = struct.Struct("<8sHIQQQI")
 _HEADER_CRC = struct.Struct("<I")  # crc32 of the header's other bytes
 HEADER_SIZE = _HEADER_BODY.size + _HEADER_CRC.size
-_INDEX_ROW = struct.Struct("<QQI")  # lsn, commit time (µs since the epoch), frame length
+INDEX_ROW = struct.Struct("<QQI")  # lsn, commit time (µs since the epoch), frame length
 
 _S3_URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?")
 
@@ -138,7 +138,7 @@ def encode_frames_object(term: int, frames: list[ArchivedFrame]) -> bytes:
     for before, after in itertools.pairwise(frames):
         if after.lsn != before.lsn + 1:
             raise ValueError(f"frames {before.lsn} and {after.lsn} are not consecutive")
-    index = b"".join(_INDEX_ROW.pack(f.lsn, f.time_us, len(f.frame)) for f in frames)
+    index = b"".join(INDEX_ROW.pack(f.lsn, f.time_us, len(f.frame)) for f in frames)
     rest = index + b"".join(f.frame for f in frames)
     head = _HEADER_BODY.pack(
         OBJECT_MAGIC,
@@ -180,10 +180,10 @@ def decode_frames_object(name: str, data: bytes) -> FramesObject:
     rest = memoryview(data)[HEADER_SIZE:]
     if crc32(rest) != rest_crc:
         raise ArchiveDamaged(f"archive object {name}: checksum mismatch (altered or truncated)")
-    pos = count * _INDEX_ROW.size
+    pos = count * INDEX_ROW.size
     frames: list[ArchivedFrame] = []
     for i in range(count):
-        lsn, time_us, length = _INDEX_ROW.unpack_from(rest, i * _INDEX_ROW.size)
+        lsn, time_us, length = INDEX_ROW.unpack_from(rest, i * INDEX_ROW.size)
         frame = bytes(rest[pos : pos + length])
         pos += length
         if lsn != first + i or len(frame) != length or not _frame_checks(frame, lsn):
@@ -207,6 +207,9 @@ def _frame_checks(frame: bytes, lsn: int) -> bool:
 # ------------------------------------------------------------------ term histories
 
 History = list[tuple[int, int]]  # (term, first lsn), oldest first
+# A single node's frames: term 0 from lsn 1 (the history of an archive without a
+# history object, and of a directory that never was a set's or followed one).
+SINGLE_NODE_HISTORY: History = [(0, 1)]
 
 
 def encode_history(term: int, history: History) -> bytes:

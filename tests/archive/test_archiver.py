@@ -12,7 +12,7 @@ import pytest
 
 from testkit import wait_for
 from testkit.archive_reads import archived_frames, status, written_bytes
-from testkit.seaweedfs import SeaweedFS
+from testkit.archive_store import S3Store
 from testkit.server_process import ServerProcess
 
 pytestmark = pytest.mark.processes
@@ -54,11 +54,13 @@ def no_gap_no_duplicate(lsns: list[int]) -> None:
 
 
 def test_every_acknowledged_frame_reaches_the_archive_in_order(
-    seaweed: SeaweedFS,
+    archive_store: S3Store,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
-    url = seaweed.new_bucket() + "/set-a"
-    srv = server_factory(*archive_args(url, seaweed.endpoint), env=seaweed.env()).start()
+    url = archive_store.new_bucket() + "/set-a"
+    srv = server_factory(
+        *archive_args(url, archive_store.endpoint), env=archive_store.env()
+    ).start()
     create(srv, "s")
     sent = [b"m%03d;" % i for i in range(40)]
     for body in sent:
@@ -67,14 +69,14 @@ def test_every_acknowledged_frame_reaches_the_archive_in_order(
     doc = status(srv.url)
     assert doc["enabled"] and doc["role"] == "archiving" and doc["url"] == url
     assert not doc["failing"] and doc["archived_term"] == 0
-    frames = archived_frames(seaweed.client(), url)
+    frames = archived_frames(archive_store.client(), url)
     no_gap_no_duplicate([lsn for _, lsn, _ in frames])
     assert {t for t, _, _ in frames} == {0}
     data = written_bytes(frames)
     assert [data.index(b) for b in sent] == sorted(data.index(b) for b in sent)
     bucket = url[len("s3://") :].split("/")[0]
     key = "set-a/history/" + "0" * 16 + ".json"
-    history = seaweed.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+    history = archive_store.client().get_object(Bucket=bucket, Key=key)["Body"].read()
     assert b"[[0, 1]]" in history
     # A clean restart continues the lsns (a single node's WAL starts empty then).
     srv.stop()
@@ -82,7 +84,7 @@ def test_every_acknowledged_frame_reaches_the_archive_in_order(
     for body in (b"after-1;", b"after-2;"):
         assert append(srv, "s", body).status_code in (200, 204)
     wait_for(caught_up(srv), message=lambda: str(status(srv.url)))
-    frames = archived_frames(seaweed.client(), url)
+    frames = archived_frames(archive_store.client(), url)
     no_gap_no_duplicate([lsn for _, lsn, _ in frames])
     data = written_bytes(frames)
     assert data.index(sent[-1]) < data.index(b"after-1;") < data.index(b"after-2;")
@@ -91,12 +93,12 @@ def test_every_acknowledged_frame_reaches_the_archive_in_order(
 
 
 def test_kill_9_during_uploads_leaves_no_gap_and_no_duplicate(
-    seaweed: SeaweedFS,
+    archive_store: S3Store,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
-    url = seaweed.new_bucket()
-    args = archive_args(url, seaweed.endpoint, "--archive-object-bytes", "4096")
-    srv = server_factory(*args, env=seaweed.env()).start()
+    url = archive_store.new_bucket()
+    args = archive_args(url, archive_store.endpoint, "--archive-object-bytes", "4096")
+    srv = server_factory(*args, env=archive_store.env()).start()
     create(srv, "k")
     acked: list[bytes] = []
     for round_ in range(3):
@@ -124,7 +126,7 @@ def test_kill_9_during_uploads_leaves_no_gap_and_no_duplicate(
         t.join()
         srv.start()
     wait_for(caught_up(srv), message=lambda: str(status(srv.url)))
-    frames = archived_frames(seaweed.client(), url)
+    frames = archived_frames(archive_store.client(), url)
     no_gap_no_duplicate([lsn for _, lsn, _ in frames])
     data = written_bytes(frames)
     for body in acked:
@@ -132,24 +134,24 @@ def test_kill_9_during_uploads_leaves_no_gap_and_no_duplicate(
 
 
 def test_a_clean_stop_uploads_what_the_archive_timeout_has_not_yet(
-    seaweed: SeaweedFS,
+    archive_store: S3Store,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
-    url = seaweed.new_bucket()
+    url = archive_store.new_bucket()
     args = [
         "--archive-url",
         url,
         "--archive-endpoint",
-        seaweed.endpoint,
+        archive_store.endpoint,
         "--archive-timeout",
         "600",
     ]
-    srv = server_factory(*args, env=seaweed.env()).start()
+    srv = server_factory(*args, env=archive_store.env()).start()
     create(srv, "c")
     for i in range(5):
         assert append(srv, "c", b"c%d;" % i).status_code in (200, 204)
     durable = status(srv.url)["durable_lsn"]
     assert status(srv.url)["archived_lsn"] == 0  # not due for ten minutes
     srv.stop()
-    lsns = [lsn for _, lsn, _ in archived_frames(seaweed.client(), url)]
+    lsns = [lsn for _, lsn, _ in archived_frames(archive_store.client(), url)]
     assert lsns == list(range(1, durable + 1))

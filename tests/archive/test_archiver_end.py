@@ -10,9 +10,8 @@ import pytest
 from stream_format.archive import ArchivedFrame, encode_frames_object, wal_name
 from stream_format.wal import encode_frame
 from stream_server.archive import archive_end
-from stream_server.archive.object_store import ObjectStore, StoreSettings
-from testkit.s3_keys import REGION
-from testkit.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
+from stream_server.archive.object_store import ObjectStore
+from testkit.archive_store import S3Store, object_store
 
 pytestmark = pytest.mark.processes
 
@@ -23,11 +22,8 @@ def frames(first: int, last: int) -> list[ArchivedFrame]:
 
 
 @pytest.fixture
-def store(seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_REGION", REGION)
-    return ObjectStore(StoreSettings(seaweed.new_bucket() + "/p", endpoint=seaweed.endpoint))
+def store(archive_store: S3Store) -> ObjectStore:
+    return object_store(archive_store, archive_store.new_bucket() + "/p")
 
 
 def test_a_taken_name_continues_after_the_object_there(store: ObjectStore) -> None:

@@ -16,10 +16,10 @@ import pytest
 from stream_format.archive import history_name, history_ranges
 from testkit import wait_for
 from testkit.archive_reads import archived_frames, status
+from testkit.archive_store import S3Store
 from testkit.cluster import Cluster, cluster
 from testkit.replica_set_processes import FAST, primary_with_standbys, start_member, until
 from testkit.s3_faults import S3Faults
-from testkit.seaweedfs import SeaweedFS
 from testkit.server_process import ServerProcess
 
 pytestmark = pytest.mark.processes
@@ -37,18 +37,18 @@ def append(srv: ServerProcess, body: bytes) -> int:
 
 
 def test_only_the_primary_archives_and_a_failover_while_the_archive_lags_leaves_no_gap(
-    seaweed: SeaweedFS,
+    archive_store: S3Store,
     api: Cluster,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
-    url = seaweed.new_bucket()
-    faults = S3Faults(seaweed.endpoint)
+    url = archive_store.new_bucket()
+    faults = S3Faults(archive_store.endpoint)
     try:
         args = ["--archive-url", url, "--archive-endpoint", faults.endpoint]
         servers = [
             start_member(
                 server_factory, api, "arch", f"r{i}", timings=[*FAST, *args, "--archive-timeout", "0.3"],
-                env=seaweed.env(),
+                env=archive_store.env(),
             )
             for i in range(3)
         ]  # fmt: skip
@@ -80,7 +80,7 @@ def test_only_the_primary_archives_and_a_failover_while_the_archive_lags_leaves_
             timeout=60,
             message=lambda: str(status(new.url)),
         )
-        frames = archived_frames(seaweed.client(), url)
+        frames = archived_frames(archive_store.client(), url)
         lsns = [lsn for _, lsn, _ in frames]
         assert lsns == list(range(lsns[0], lsns[0] + len(lsns))), lsns
         terms = [t for t, _, _ in frames]
@@ -91,7 +91,9 @@ def test_only_the_primary_archives_and_a_failover_while_the_archive_lags_leaves_
         bucket = url[len("s3://") :]
         new_term = terms[-1]
         doc = json.loads(
-            seaweed.client().get_object(Bucket=bucket, Key=history_name(new_term))["Body"].read()
+            archive_store.client()
+            .get_object(Bucket=bucket, Key=history_name(new_term))["Body"]
+            .read()
         )
         assert doc["history"][0][0] == first_term and doc["history"][-1][0] == new_term
     finally:
@@ -99,7 +101,7 @@ def test_only_the_primary_archives_and_a_failover_while_the_archive_lags_leaves_
 
 
 def test_a_new_primary_archives_along_its_history_past_a_deposed_primarys_frames(
-    seaweed: SeaweedFS,
+    archive_store: S3Store,
     api: Cluster,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
@@ -108,18 +110,18 @@ def test_a_new_primary_archives_along_its_history_past_a_deposed_primarys_frames
     term from there (not take the archive for ahead of it, not skip to the end of the
     deposed primary's frames), and a restore's walk along its history finds every
     frame once."""
-    url = seaweed.new_bucket()
+    url = archive_store.new_bucket()
     args = [
         "--archive-url",
         url,
         "--archive-endpoint",
-        seaweed.endpoint,
+        archive_store.endpoint,
         "--archive-timeout",
         "0.2",
     ]
     servers = [
         start_member(
-            server_factory, api, "ahead", f"r{i}", timings=[*FAST, *args], env=seaweed.env()
+            server_factory, api, "ahead", f"r{i}", timings=[*FAST, *args], env=archive_store.env()
         )
         for i in range(3)
     ]
@@ -162,11 +164,11 @@ def test_a_new_primary_archives_along_its_history_past_a_deposed_primarys_frames
     doc = status(new.url)
     bucket = url[len("s3://") :]
     history_doc = json.loads(
-        seaweed.client()
+        archive_store.client()
         .get_object(Bucket=bucket, Key=history_name(doc["archived_term"]))["Body"]
         .read()
     )
-    held = {(t, lsn): f for t, lsn, f in archived_frames(seaweed.client(), url)}
+    held = {(t, lsn): f for t, lsn, f in archived_frames(archive_store.client(), url)}
     walked = [
         (term, lsn)
         for term, first, last in history_ranges(

@@ -14,7 +14,7 @@ import pytest
 from testkit import wait_for
 from testkit.archive_frames import run_command
 from testkit.archive_reads import status
-from testkit.seaweedfs import SeaweedFS
+from testkit.archive_store import S3Store
 from testkit.server_process import ServerProcess
 from testkit.stream_reads import read_all
 
@@ -25,14 +25,14 @@ TEXT = {"content-type": "text/plain"}
 
 @pytest.mark.parametrize("mode", ["async", "required"])
 def test_restore_from_the_archivers_objects_to_the_latest_point(
-    mode: str, seaweed: SeaweedFS, server_factory: Callable[..., ServerProcess], tmp_path
+    mode: str, archive_store: S3Store, server_factory: Callable[..., ServerProcess], tmp_path
 ) -> None:
     """In required mode the kill comes right after the last acknowledgement: the
     recovery point objective is 0, nothing acknowledged may be missing."""
-    url = seaweed.new_bucket() + "/r"
-    where = ["--archive-url", url, "--archive-endpoint", seaweed.endpoint]
+    url = archive_store.new_bucket() + "/r"
+    where = ["--archive-url", url, "--archive-endpoint", archive_store.endpoint]
     timing = ["--archive-timeout", "0.3", "--archive-mode", mode]
-    srv = server_factory(*where, *timing, env=seaweed.env()).start()
+    srv = server_factory(*where, *timing, env=archive_store.env()).start()
     sent = b""
     with httpx.Client(timeout=30) as c:
         assert c.put(srv.base + "s", headers=TEXT).status_code == 201
@@ -53,7 +53,7 @@ def test_restore_from_the_archivers_objects_to_the_latest_point(
         )
     srv.kill()
     restored = tmp_path / "restored"
-    code, out = run_command("restore", *where, "--data-dir", str(restored), env=seaweed.env())
+    code, out = run_command("restore", *where, "--data-dir", str(restored), env=archive_store.env())
     assert code == 0, out
     again = server_factory(data_dir=restored).start()
     assert read_all(again.base + "s") == sent

@@ -12,15 +12,14 @@ from stream_format.records import KIND_BYTES
 from stream_server.archive import archive_end
 from stream_server.archive.archiver import Archiver
 from stream_server.archive.archiver_settings import ArchiverSettings
-from stream_server.archive.object_store import ObjectStore, StoreSettings
+from stream_server.archive.object_store import ObjectStore
 from stream_server.archive.wal_source import WalSource
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append
 from stream_server.engine.wal_keep import spooled_files
 from testkit import wait_for
+from testkit.archive_store import S3Store, object_store
 from testkit.engines import crash, new_stream, settled
-from testkit.s3_keys import REGION
-from testkit.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
 
 pytestmark = pytest.mark.processes
 
@@ -31,11 +30,8 @@ SETTINGS = ArchiverSettings(
 
 
 @pytest.fixture
-def store(seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_REGION", REGION)
-    return ObjectStore(StoreSettings(seaweed.new_bucket(), endpoint=seaweed.endpoint))
+def store(archive_store: S3Store) -> ObjectStore:
+    return object_store(archive_store, archive_store.new_bucket())
 
 
 def spooled_engine(path: Path) -> Engine:

@@ -15,23 +15,22 @@ from stream_format.archive import decode_manifest, manifest_name
 from stream_format.records import crc32
 from testkit import wait_for
 from testkit.archive_frames import run_command, store_for
-from testkit.seaweedfs import SeaweedFS
-from testkit.seaweedfs import seaweed as seaweed  # the module's store
+from testkit.archive_store import S3Store
 from testkit.stream_kinds import StreamKinds
 
 pytestmark = pytest.mark.processes
 
 
-def archive_args(url: str, seaweed: SeaweedFS) -> list[str]:
-    return ["--archive-url", url, "--archive-endpoint", seaweed.endpoint]
+def archive_args(url: str, archive_store: S3Store) -> list[str]:
+    return ["--archive-url", url, "--archive-endpoint", archive_store.endpoint]
 
 
 def test_a_backup_is_uploaded_parts_first_and_listed(
-    server_factory, seaweed, monkeypatch, tmp_path
+    server_factory, archive_store, monkeypatch, tmp_path
 ) -> None:
-    url = seaweed.new_bucket() + "/site-a"
-    env = seaweed.env()
-    srv = server_factory(*archive_args(url, seaweed), env=env).start()
+    url = archive_store.new_bucket() + "/site-a"
+    env = archive_store.env()
+    srv = server_factory(*archive_args(url, archive_store), env=env).start()
     kinds = StreamKinds()
     with httpx.Client(timeout=10) as c:
         for _ in range(2):
@@ -42,7 +41,7 @@ def test_a_backup_is_uploaded_parts_first_and_listed(
     assert done["term"] == 0 and 0 <= done["start_lsn"] <= done["end_lsn"]
     assert done["end_lsn"] >= 10 and done["bytes"] > 0 and done["node"]
 
-    store = store_for(seaweed, url, monkeypatch)
+    store = store_for(archive_store, url, monkeypatch)
     manifest = decode_manifest("m", store.get(manifest_name(done["id"])))
     assert manifest["data_format"] == 4 and manifest["set"] == ""
     for part in manifest["parts"]:
@@ -54,7 +53,7 @@ def test_a_backup_is_uploaded_parts_first_and_listed(
     assert (files["FORMAT"]["size"], files["FORMAT"]["crc32"]) == (len(fmt), crc32(fmt))
     assert sum(p.startswith("segments/") for p in files) == 7  # every stream's file
 
-    code, listed = run_command("backups", "list", *archive_args(url, seaweed), env=env)
+    code, listed = run_command("backups", "list", *archive_args(url, archive_store), env=env)
     assert code == 0, listed
     assert listed["backups"] == [{k: v for k, v in done.items() if k != "retention"}]
     assert listed["recoverable"]["first_lsn"] == done["end_lsn"]
@@ -63,9 +62,9 @@ def test_a_backup_is_uploaded_parts_first_and_listed(
     assert served.status_code == 200 and served.json() == listed
 
 
-def test_the_variables_give_the_archive_too(seaweed, tmp_path) -> None:
-    url = seaweed.new_bucket()
-    env = seaweed.env(DS_ARCHIVE_URL=url, DS_ARCHIVE_ENDPOINT=seaweed.endpoint)
+def test_the_variables_give_the_archive_too(archive_store, tmp_path) -> None:
+    url = archive_store.new_bucket()
+    env = archive_store.env(DS_ARCHIVE_URL=url, DS_ARCHIVE_ENDPOINT=archive_store.endpoint)
     code, listed = run_command("backups", "list", env=env)
     assert (code, listed) == (0, {"backups": [], "recoverable": None})
     code, done = run_command("restore", "--data-dir", str(tmp_path / "d"), env=env)
@@ -80,12 +79,14 @@ def test_without_an_archive_a_backup_is_refused(server_factory) -> None:
     assert code == 1 and "409" in done["error"]
 
 
-def test_with_a_token_file_a_backup_needs_the_token(server_factory, seaweed, tmp_path) -> None:
+def test_with_a_token_file_a_backup_needs_the_token(
+    server_factory, archive_store, tmp_path
+) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret\n")
-    url = seaweed.new_bucket()
-    env = seaweed.env()
-    args = [*archive_args(url, seaweed), "--replication-token-file", str(token)]
+    url = archive_store.new_bucket()
+    env = archive_store.env()
+    args = [*archive_args(url, archive_store), "--replication-token-file", str(token)]
     srv = server_factory(*args, env=env).start()
     assert httpx.post(f"{srv.url}/_archive/backups", timeout=10).status_code == 401
     assert httpx.get(f"{srv.url}/_archive/backups", timeout=10).status_code == 401
@@ -95,22 +96,22 @@ def test_with_a_token_file_a_backup_needs_the_token(server_factory, seaweed, tmp
     assert code == 0, done
 
 
-def test_a_store_that_refuses_gives_503_with_its_message(server_factory, seaweed) -> None:
-    url = seaweed.new_bucket()
-    env = seaweed.env(AWS_SECRET_ACCESS_KEY="not-the-secret")
-    srv = server_factory(*archive_args(url, seaweed), env=env).start()
+def test_a_store_that_refuses_gives_503_with_its_message(server_factory, archive_store) -> None:
+    url = archive_store.new_bucket()
+    env = archive_store.env(AWS_SECRET_ACCESS_KEY="not-the-secret")
+    srv = server_factory(*archive_args(url, archive_store), env=env).start()
     r = httpx.post(f"{srv.url}/_archive/backups", timeout=30)
     assert r.status_code == 503, r.text
     assert "SignatureDoesNotMatch" in r.json()["error"]
     assert "not-the-secret" not in r.text
 
 
-def test_the_newest_backups_time_is_a_metric(server_factory, seaweed) -> None:
+def test_the_newest_backups_time_is_a_metric(server_factory, archive_store) -> None:
     """What the "last backup too old" alert reads: 0 before any backup, then the newest
     backup's time, on the server that took it (and, within minutes, on any archiving
     server of the archive)."""
-    url = seaweed.new_bucket() + "/metric"
-    srv = server_factory(*archive_args(url, seaweed), env=seaweed.env()).start()
+    url = archive_store.new_bucket() + "/metric"
+    srv = server_factory(*archive_args(url, archive_store), env=archive_store.env()).start()
 
     def newest() -> float:
         text = httpx.get(f"{srv.url}/metrics", timeout=10).text

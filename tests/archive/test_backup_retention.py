@@ -11,18 +11,19 @@ import pytest
 from stream_format.archive import wal_name
 from stream_server.archive.catalog import kept, manifests, term_objects
 from testkit.archive_frames import copy_objects, copy_wal, run_command, store_for, upload_wal_frames
-from testkit.seaweedfs import SeaweedFS
-from testkit.seaweedfs import seaweed as seaweed  # the module's store
+from testkit.archive_store import S3Store
 from testkit.server_process import ServerProcess
 from testkit.stream_kinds import StreamKinds
 
 pytestmark = pytest.mark.processes
 
 
-def test_the_server_keeps_the_newest_backups_its_policy_names(server_factory, seaweed) -> None:
-    url = seaweed.new_bucket()
-    env = seaweed.env()
-    args = ["--archive-url", url, "--archive-endpoint", seaweed.endpoint]
+def test_the_server_keeps_the_newest_backups_its_policy_names(
+    server_factory, archive_store
+) -> None:
+    url = archive_store.new_bucket()
+    env = archive_store.env()
+    args = ["--archive-url", url, "--archive-endpoint", archive_store.endpoint]
     srv = server_factory(*args, "--backup-retention", "last=2", env=env).start()
     kinds, ids = StreamKinds(), []
     with httpx.Client(timeout=10) as c:
@@ -37,15 +38,15 @@ def test_the_server_keeps_the_newest_backups_its_policy_names(server_factory, se
 
 
 def test_pruning_deletes_what_no_kept_backup_needs_and_keeps_the_rest(
-    seaweed: SeaweedFS, tmp_path, monkeypatch
+    archive_store: S3Store, tmp_path, monkeypatch
 ) -> None:
-    bucket, env = seaweed.new_bucket(), seaweed.env()
+    bucket, env = archive_store.new_bucket(), archive_store.env()
     srv = ServerProcess(
         tmp_path / "data",
         "--archive-url",
         f"{bucket}/server",
         "--archive-endpoint",
-        seaweed.endpoint,
+        archive_store.endpoint,
         env=env,
     ).start()
     kinds = StreamKinds()
@@ -60,9 +61,9 @@ def test_pruning_deletes_what_no_kept_backup_needs_and_keeps_the_rest(
         wal = copy_wal(srv.data_dir, tmp_path / "wal")
     finally:
         srv.stop()
-    copy_objects(seaweed, bucket, "server", "test", "backups/")
+    copy_objects(archive_store, bucket, "server", "test", "backups/")
     url = f"{bucket}/test"
-    store = store_for(seaweed, url, monkeypatch)
+    store = store_for(archive_store, url, monkeypatch)
     frames = upload_wal_frames(store, wal, per_object=2)
     ends = {  # each object's last lsn
         wal_name(0, frames[i].lsn): frames[min(i + 1, len(frames) - 1)].lsn
@@ -77,7 +78,7 @@ def test_pruning_deletes_what_no_kept_backup_needs_and_keeps_the_rest(
         "--archive-url",
         url,
         "--archive-endpoint",
-        seaweed.endpoint,
+        archive_store.endpoint,
         "--keep",
         "last=2",
         env=env,
@@ -97,7 +98,7 @@ def test_pruning_deletes_what_no_kept_backup_needs_and_keeps_the_rest(
             "--archive-url",
             url,
             "--archive-endpoint",
-            seaweed.endpoint,
+            archive_store.endpoint,
             "--data-dir",
             str(tmp_path / backup_id),
             "--backup",

@@ -14,17 +14,19 @@ from stream_server.archive.object_store import (
     ObjectStore,
     StoreSettings,
 )
-from testkit.seaweedfs import SeaweedFS
+from testkit.archive_store import S3Store
 
 pytestmark = pytest.mark.processes
 
 
 @pytest.fixture
-def store(seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
-    for key, value in seaweed.env().items():
+def store(archive_store: S3Store, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
+    for key, value in archive_store.env().items():
         if key.startswith("AWS_"):
             monkeypatch.setenv(key, value)
-    return ObjectStore(StoreSettings(seaweed.new_bucket() + "/some/prefix", seaweed.endpoint))
+    return ObjectStore(
+        StoreSettings(archive_store.new_bucket() + "/some/prefix", archive_store.endpoint)
+    )
 
 
 def test_an_object_is_written_once_and_never_replaced(store: ObjectStore) -> None:
@@ -71,13 +73,13 @@ def test_a_missing_object_is_missing(store: ObjectStore) -> None:
 
 
 def test_wrong_credentials_are_denied_without_showing_them(
-    seaweed: SeaweedFS, monkeypatch: pytest.MonkeyPatch
+    archive_store: S3Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key, value in seaweed.env().items():
+    for key, value in archive_store.env().items():
         if key.startswith("AWS_"):
             monkeypatch.setenv(key, value)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-at-all")
-    store = ObjectStore(StoreSettings(seaweed.new_bucket(), seaweed.endpoint))
+    store = ObjectStore(StoreSettings(archive_store.new_bucket(), archive_store.endpoint))
     with pytest.raises(ArchiveDenied) as caught:
         store.put_new("x", b"1")
     assert "not-the-secret-at-all" not in str(caught.value)

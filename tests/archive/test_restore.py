@@ -34,8 +34,7 @@ from testkit.archive_frames import (
     upload_wal_frames,
     wal_frames,
 )
-from testkit.seaweedfs import SeaweedFS
-from testkit.seaweedfs import seaweed as seaweed  # the module's store
+from testkit.archive_store import S3Store
 from testkit.server_process import ServerProcess
 from testkit.stream_kinds import OCTET, StreamKinds
 from testkit.stream_reads import read_all, stream_state
@@ -81,11 +80,11 @@ def trim_round(srv: ServerProcess, n: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def source(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
-    bucket = seaweed.new_bucket()
-    env = seaweed.env()
+def source(archive_store: S3Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
+    bucket = archive_store.new_bucket()
+    env = archive_store.env()
     root = tmp_path_factory.mktemp("source")
-    archive = ["--archive-url", f"{bucket}/server", "--archive-endpoint", seaweed.endpoint]
+    archive = ["--archive-url", f"{bucket}/server", "--archive-endpoint", archive_store.endpoint]
     srv = ServerProcess(root / "data", *archive, "--retention", TRIM_RULE, env=env).start()
     try:
         kinds = StreamKinds()
@@ -107,24 +106,24 @@ def source(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iter
     finally:
         srv.stop()
     url = f"{bucket}/test"
-    assert copy_objects(seaweed, bucket, "server", "test", "backups/") >= 2
+    assert copy_objects(archive_store, bucket, "server", "test", "backups/") >= 2
     with pytest.MonkeyPatch.context() as mp:
         from testkit.archive_frames import store_for
 
-        last = upload_wal_frames(store_for(seaweed, url, mp), wal)[-1]
+        last = upload_wal_frames(store_for(archive_store, url, mp), wal)[-1]
     stamp = (
         time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time2)) + f".{int(time2 * 1e6) % 10**6:06d}Z"
     )
     yield Source(url, env, round2, kinds, lsn2, stamp, states2, states3, backup["id"], last)
 
 
-def restore(source: Source, seaweed: SeaweedFS, data_dir: Path, *more: str) -> tuple[int, dict]:
+def restore(source: Source, archive_store: S3Store, data_dir: Path, *more: str) -> tuple[int, dict]:
     return run_command(
         "restore",
         "--archive-url",
         source.url,
         "--archive-endpoint",
-        seaweed.endpoint,
+        archive_store.endpoint,
         "--data-dir",
         str(data_dir),
         *more,
@@ -144,19 +143,21 @@ def check_restored(
         srv.stop()
 
 
-def test_a_restore_to_the_latest_point_equals_the_source(source, seaweed, tmp_path) -> None:
-    code, done = restore(source, seaweed, tmp_path / "restored")
+def test_a_restore_to_the_latest_point_equals_the_source(source, archive_store, tmp_path) -> None:
+    code, done = restore(source, archive_store, tmp_path / "restored")
     assert code == 0, done
     assert done["backup"] == source.backup and done["frames"] > 0
     check_restored(tmp_path / "restored", source.round3, source.states3)
 
 
-def test_a_restore_into_an_empty_volume_keeps_its_lost_and_found(source, seaweed, tmp_path) -> None:
+def test_a_restore_into_an_empty_volume_keeps_its_lost_and_found(
+    source, archive_store, tmp_path
+) -> None:
     """A new volume's mount point (empty but for ext4's lost+found), as the operator's
     init container restores into: the restore is built inside it and moved in place."""
     volume = tmp_path / "volume"
     (volume / "lost+found").mkdir(parents=True)
-    code, done = restore(source, seaweed, volume)
+    code, done = restore(source, archive_store, volume)
     assert code == 0, done
     assert sorted(p.name for p in volume.iterdir()) == [
         "FORMAT", "lost+found", "meta", "segments", "wal"
@@ -164,27 +165,29 @@ def test_a_restore_into_an_empty_volume_keeps_its_lost_and_found(source, seaweed
     check_restored(volume, source.round3, source.states3)
 
 
-def test_a_restore_to_an_lsn_stops_there(source, seaweed, tmp_path) -> None:
-    code, done = restore(source, seaweed, tmp_path / "at-lsn", "--target-lsn", str(source.lsn2))
+def test_a_restore_to_an_lsn_stops_there(source, archive_store, tmp_path) -> None:
+    code, done = restore(
+        source, archive_store, tmp_path / "at-lsn", "--target-lsn", str(source.lsn2)
+    )
     assert code == 0, done
     assert done["lsn"] == source.lsn2
     check_restored(tmp_path / "at-lsn", source.round2, source.states2)
 
 
 def test_a_restore_to_a_time_stops_before_the_first_frame_after_it(
-    source, seaweed, tmp_path
+    source, archive_store, tmp_path
 ) -> None:
-    code, done = restore(source, seaweed, tmp_path / "at-time", "--target-time", source.time2)
+    code, done = restore(source, archive_store, tmp_path / "at-time", "--target-time", source.time2)
     assert code == 0, done
     assert done["lsn"] == source.lsn2
     check_restored(tmp_path / "at-time", source.round2, source.states2)
 
 
 def test_the_restored_directory_is_single_node_data_that_left_the_source(
-    source, seaweed, tmp_path
+    source, archive_store, tmp_path
 ) -> None:
     data_dir = tmp_path / "identity"
-    code, done = restore(source, seaweed, data_dir)
+    code, done = restore(source, archive_store, data_dir)
     assert code == 0, done
     assert not (data_dir / "SET_ID").exists()
     assert not list((data_dir / "wal").iterdir())  # recovery ran and checkpointed
@@ -198,24 +201,24 @@ def test_the_restored_directory_is_single_node_data_that_left_the_source(
     assert left == {"set": "", "position": [0, done["lsn"]]}
 
 
-def test_a_backup_after_the_target_is_refused(source, seaweed, tmp_path) -> None:
-    code, done = restore(source, seaweed, tmp_path / "early", "--target-lsn", "1")
+def test_a_backup_after_the_target_is_refused(source, archive_store, tmp_path) -> None:
+    code, done = restore(source, archive_store, tmp_path / "early", "--target-lsn", "1")
     assert code == 1
     assert "backup" in done["error"]
     assert not (tmp_path / "early").exists()
 
 
-def test_a_data_directory_that_is_not_empty_is_refused(source, seaweed, tmp_path) -> None:
+def test_a_data_directory_that_is_not_empty_is_refused(source, archive_store, tmp_path) -> None:
     target = tmp_path / "busy"
     target.mkdir()
     (target / "keep.txt").write_text("mine")
-    code, done = restore(source, seaweed, target)
+    code, done = restore(source, archive_store, target)
     assert code == 1 and "not empty" in done["error"]
     assert [p.name for p in target.iterdir()] == ["keep.txt"]
 
 
-def test_the_recoverable_range_ends_at_the_last_archived_frame(source, seaweed) -> None:
-    args = ["--archive-url", source.url, "--archive-endpoint", seaweed.endpoint]
+def test_the_recoverable_range_ends_at_the_last_archived_frame(source, archive_store) -> None:
+    args = ["--archive-url", source.url, "--archive-endpoint", archive_store.endpoint]
     code, listed = run_command("backups", "list", *args, env=source.env)
     assert code == 0, listed
     (backup,) = listed["backups"]
@@ -225,24 +228,26 @@ def test_the_recoverable_range_ends_at_the_last_archived_frame(source, seaweed) 
     assert abs(last_time - source.last.time_us / 1e6) < 0.001
 
 
-def test_a_backup_off_the_newest_history_is_refused(source, seaweed, tmp_path) -> None:
+def test_a_backup_off_the_newest_history_is_refused(source, archive_store, tmp_path) -> None:
     """A later term that began before the backup's lsn (the backup was of a deposed
     primary's tail that the next term did not keep): refused, naming the backup."""
     bucket = source.url.rsplit("/", 1)[0]
-    copy_objects(seaweed, bucket, "test", "off-line")
+    copy_objects(archive_store, bucket, "test", "off-line")
     history = encode_history(1, [(0, 1), (1, 3)])
-    seaweed.client().put_object(Bucket=bucket[5:], Key=f"off-line/{history_name(1)}", Body=history)
+    archive_store.client().put_object(
+        Bucket=bucket[5:], Key=f"off-line/{history_name(1)}", Body=history
+    )
     code, done = run_command(
         "restore", "--archive-url", f"{bucket}/off-line", "--archive-endpoint",
-        seaweed.endpoint, "--data-dir", str(tmp_path / "off"), env=source.env,
+        archive_store.endpoint, "--data-dir", str(tmp_path / "off"), env=source.env,
     )  # fmt: skip
     assert code == 1 and "not on the archive's newest history" in done["error"]
     assert source.backup in done["error"] and not (tmp_path / "off").exists()
 
 
-def test_a_target_lsn_past_the_archive_is_refused(source, seaweed, tmp_path) -> None:
+def test_a_target_lsn_past_the_archive_is_refused(source, archive_store, tmp_path) -> None:
     beyond = source.last.lsn + 5
-    code, done = restore(source, seaweed, tmp_path / "beyond", "--target-lsn", str(beyond))
+    code, done = restore(source, archive_store, tmp_path / "beyond", "--target-lsn", str(beyond))
     assert code == 1
     assert f"misses frames {source.last.lsn + 1}..{beyond}" in done["error"]
     assert not (tmp_path / "beyond").exists()

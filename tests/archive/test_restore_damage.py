@@ -28,8 +28,7 @@ from testkit.archive_frames import (
     tree,
     upload_wal_frames,
 )
-from testkit.seaweedfs import SeaweedFS
-from testkit.seaweedfs import seaweed as seaweed  # the module's store
+from testkit.archive_store import S3Store
 from testkit.server_process import ServerProcess
 from testkit.stream_kinds import StreamKinds
 
@@ -47,17 +46,17 @@ class Archive:
     kinds: StreamKinds
     copies: int = 0
 
-    def copy(self, seaweed: SeaweedFS) -> str:
+    def copy(self, archive_store: S3Store) -> str:
         """A copy of the whole archive, to damage: its prefix."""
         self.copies += 1
         prefix = f"copy-{self.copies}"
-        copy_objects(seaweed, self.bucket, "good", prefix)
+        copy_objects(archive_store, self.bucket, "good", prefix)
         return prefix
 
 
 @pytest.fixture(scope="module")
-def archive(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
-    bucket, env = seaweed.new_bucket(), seaweed.env()
+def archive(archive_store: S3Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
+    bucket, env = archive_store.new_bucket(), archive_store.env()
     root = tmp_path_factory.mktemp("damage")
     kinds = StreamKinds()
     srv = ServerProcess(root / "data", env=env).start()
@@ -66,7 +65,7 @@ def archive(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Ite
             kinds.write_round(c, srv.url)
     srv.stop()
     with pytest.MonkeyPatch.context() as mp:
-        store = store_for(seaweed, f"{bucket}/good", mp)
+        store = store_for(archive_store, f"{bucket}/good", mp)
         engine = Engine(srv.data_dir)
         engine.open()
         try:
@@ -87,14 +86,16 @@ def archive(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Ite
     yield Archive(bucket, env, manifest, names, kinds)
 
 
-def restore(archive: Archive, seaweed: SeaweedFS, prefix: str, data_dir: Path) -> tuple[int, dict]:
+def restore(
+    archive: Archive, archive_store: S3Store, prefix: str, data_dir: Path
+) -> tuple[int, dict]:
     before = tree(data_dir)
     code, done = run_command(
         "restore",
         "--archive-url",
         f"{archive.bucket}/{prefix}",
         "--archive-endpoint",
-        seaweed.endpoint,
+        archive_store.endpoint,
         "--data-dir",
         str(data_dir),
         env=archive.env,
@@ -105,8 +106,8 @@ def restore(archive: Archive, seaweed: SeaweedFS, prefix: str, data_dir: Path) -
     return code, done
 
 
-def test_the_good_archive_restores_from_several_parts(archive, seaweed, tmp_path) -> None:
-    code, done = restore(archive, seaweed, "good", tmp_path / "ok")
+def test_the_good_archive_restores_from_several_parts(archive, archive_store, tmp_path) -> None:
+    code, done = restore(archive, archive_store, "good", tmp_path / "ok")
     assert code == 0, done
     srv = ServerProcess(tmp_path / "ok").start()
     try:
@@ -116,12 +117,14 @@ def test_the_good_archive_restores_from_several_parts(archive, seaweed, tmp_path
         srv.stop()
 
 
-def put(seaweed: SeaweedFS, archive: Archive, key: str, body: bytes) -> None:
-    seaweed.client().put_object(Bucket=archive.bucket[5:], Key=key, Body=body)
+def put(archive_store: S3Store, archive: Archive, key: str, body: bytes) -> None:
+    archive_store.client().put_object(Bucket=archive.bucket[5:], Key=key, Body=body)
 
 
-def get(seaweed: SeaweedFS, archive: Archive, key: str) -> bytes:
-    data: bytes = seaweed.client().get_object(Bucket=archive.bucket[5:], Key=key)["Body"].read()
+def get(archive_store: S3Store, archive: Archive, key: str) -> bytes:
+    data: bytes = (
+        archive_store.client().get_object(Bucket=archive.bucket[5:], Key=key)["Body"].read()
+    )
     return data
 
 
@@ -130,20 +133,20 @@ def flipped(data: bytes, at: int) -> bytes:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "altered", "missing"])
-def test_a_damaged_backup_part_is_named(archive, seaweed, tmp_path, damage) -> None:
-    prefix = archive.copy(seaweed)
+def test_a_damaged_backup_part_is_named(archive, archive_store, tmp_path, damage) -> None:
+    prefix = archive.copy(archive_store)
     name = archive.manifest["parts"][1]["name"]
     key = f"{prefix}/{name}"
-    data = get(seaweed, archive, key)
+    data = get(archive_store, archive, key)
     if damage == "truncated":
-        put(seaweed, archive, key, data[: len(data) // 2])
+        put(archive_store, archive, key, data[: len(data) // 2])
     elif damage == "altered":
-        put(seaweed, archive, key, flipped(data, len(data) // 3))
+        put(archive_store, archive, key, flipped(data, len(data) // 3))
     else:
-        seaweed.client().delete_object(Bucket=archive.bucket[5:], Key=key)
+        archive_store.client().delete_object(Bucket=archive.bucket[5:], Key=key)
     target = tmp_path / "new"
     target.mkdir()  # an empty directory given: it stays empty
-    code, done = restore(archive, seaweed, prefix, target)
+    code, done = restore(archive, archive_store, prefix, target)
     assert code == 1
     assert name in done["error"]
     want = {"truncated": "bytes", "altered": "checksum", "missing": "NoSuchKey"}[damage]
@@ -151,35 +154,42 @@ def test_a_damaged_backup_part_is_named(archive, seaweed, tmp_path, damage) -> N
 
 
 @pytest.mark.parametrize("damage", ["truncated", "altered"])
-def test_a_damaged_frames_object_is_named(archive, seaweed, tmp_path, damage) -> None:
-    prefix = archive.copy(seaweed)
+def test_a_damaged_frames_object_is_named(archive, archive_store, tmp_path, damage) -> None:
+    prefix = archive.copy(archive_store)
     name = archive.wal_objects[1]
     key = f"{prefix}/{name}"
-    data = get(seaweed, archive, key)
-    put(seaweed, archive, key, data[:-7] if damage == "truncated" else flipped(data, len(data) - 9))
-    code, done = restore(archive, seaweed, prefix, tmp_path / "absent")
+    data = get(archive_store, archive, key)
+    put(
+        archive_store,
+        archive,
+        key,
+        data[:-7] if damage == "truncated" else flipped(data, len(data) - 9),
+    )
+    code, done = restore(archive, archive_store, prefix, tmp_path / "absent")
     assert code == 1
     assert name in done["error"] and not (tmp_path / "absent").exists()
 
 
-def test_a_missing_frames_object_is_a_gap_named_by_its_lsns(archive, seaweed, tmp_path) -> None:
-    prefix = archive.copy(seaweed)
+def test_a_missing_frames_object_is_a_gap_named_by_its_lsns(
+    archive, archive_store, tmp_path
+) -> None:
+    prefix = archive.copy(archive_store)
     name = archive.wal_objects[1]
-    seaweed.client().delete_object(Bucket=archive.bucket[5:], Key=f"{prefix}/{name}")
-    code, done = restore(archive, seaweed, prefix, tmp_path / "absent")
+    archive_store.client().delete_object(Bucket=archive.bucket[5:], Key=f"{prefix}/{name}")
+    code, done = restore(archive, archive_store, prefix, tmp_path / "absent")
     assert code == 1
     assert "misses frames" in done["error"] and not (tmp_path / "absent").exists()
 
 
-def test_a_file_that_does_not_match_its_manifest_is_named(archive, seaweed, tmp_path) -> None:
+def test_a_file_that_does_not_match_its_manifest_is_named(archive, archive_store, tmp_path) -> None:
     """Parts that check but a file whose size or CRC-32 is not the manifest's (a backup
     written by a broken program): the file is named."""
-    prefix = archive.copy(seaweed)
+    prefix = archive.copy(archive_store)
     key = f"{prefix}/{manifest_name(archive.manifest['id'])}"
-    manifest = json.loads(get(seaweed, archive, key))
+    manifest = json.loads(get(archive_store, archive, key))
     entry = next(f for f in manifest["files"] if f["path"].startswith("segments/"))
     entry["crc32"] ^= 1
-    put(seaweed, archive, key, json.dumps(manifest).encode())
-    code, done = restore(archive, seaweed, prefix, tmp_path / "absent")
+    put(archive_store, archive, key, json.dumps(manifest).encode())
+    code, done = restore(archive, archive_store, prefix, tmp_path / "absent")
     assert code == 1
     assert entry["path"] in done["error"] and "CRC-32" in done["error"]

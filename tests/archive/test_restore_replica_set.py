@@ -15,10 +15,9 @@ import httpx
 import pytest
 
 from testkit.archive_frames import copy_objects, copy_wal, run_command, store_for, upload_wal_frames
+from testkit.archive_store import S3Store
 from testkit.cluster import Cluster, cluster
 from testkit.replica_set_processes import STEADY, primary_with_standbys, start_member, status, until
-from testkit.seaweedfs import SeaweedFS
-from testkit.seaweedfs import seaweed as seaweed  # the module's store
 from testkit.server_process import ServerProcess
 from testkit.stream_kinds import StreamKinds
 
@@ -32,10 +31,10 @@ def api() -> Iterator[Cluster]:
 
 
 def test_a_standbys_backup_restores_as_single_node_data_that_seeds_a_new_set(
-    server_factory, api, seaweed: SeaweedFS, tmp_path, monkeypatch
+    server_factory, api, archive_store: S3Store, tmp_path, monkeypatch
 ) -> None:
-    bucket, env = seaweed.new_bucket(), seaweed.env()
-    archive = ["--archive-url", f"{bucket}/server", "--archive-endpoint", seaweed.endpoint]
+    bucket, env = archive_store.new_bucket(), archive_store.env()
+    archive = ["--archive-url", f"{bucket}/server", "--archive-endpoint", archive_store.endpoint]
     members = [
         start_member(
             server_factory, api, "src", f"r{i}", set_size=2,
@@ -59,14 +58,14 @@ def test_a_standbys_backup_restores_as_single_node_data_that_seeds_a_new_set(
     wal = copy_wal(primary.data_dir, tmp_path / "wal")
     for m in members:
         m.stop()
-    copy_objects(seaweed, bucket, "server", "test", "backups/")
+    copy_objects(archive_store, bucket, "server", "test", "backups/")
     url = f"{bucket}/test"
-    upload_wal_frames(store_for(seaweed, url, monkeypatch), wal, term=1)
+    upload_wal_frames(store_for(archive_store, url, monkeypatch), wal, term=1)
 
     def restore(name: str) -> ServerProcess:
         data_dir = tmp_path / name
         code, done = run_command(
-            "restore", "--archive-url", url, "--archive-endpoint", seaweed.endpoint,
+            "restore", "--archive-url", url, "--archive-endpoint", archive_store.endpoint,
             "--data-dir", str(data_dir), env=env,
         )  # fmt: skip
         assert code == 0, done

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from stream_format.archive import _INDEX_ROW as INDEX_ROW  # (lsn, commit time µs, length)
 from stream_format.archive import (
     BACKUPS_PREFIX,
     HISTORY_PREFIX,
+    INDEX_ROW,
     MANIFEST_NAME,
+    SINGLE_NODE_HISTORY,
     WAL_PREFIX,
     ArchiveDamaged,
     History,
@@ -40,8 +41,6 @@ from stream_server.archive.object_store import ObjectStore, StoreSettings
 from stream_server.config.checks import parse_backup_retention
 
 log = logging.getLogger("stream_server.archive")
-
-SINGLE_NODE_HISTORY: History = [(0, 1)]  # an archive with no history object: a single node's
 
 
 def open_store(url: str, endpoint: str = "", region: str = "", ca_bundle: str = "") -> ObjectStore:

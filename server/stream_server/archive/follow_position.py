@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream_format import wal as walmod
-from stream_format.archive import History
+from stream_format.archive import SINGLE_NODE_HISTORY, History
 from stream_format.meta import DB_INFO
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import KEY_FOLLOWED, KEY_SINGLE_NODE_TERM, holds_data
@@ -37,7 +37,7 @@ log = logging.getLogger("stream_server.archive")
 
 KEY_TERM = KEY_SINGLE_NODE_TERM  # this module's name for it
 
-SINGLE_NODE: tuple[int, History] = (0, [(0, 1)])  # a directory that never followed
+SINGLE_NODE: tuple[int, History] = (0, SINGLE_NODE_HISTORY)  # never followed an archive
 
 
 class PromotionRefused(RuntimeError):

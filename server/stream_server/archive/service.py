@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from stream_format.archive import History
+from stream_format.archive import SINGLE_NODE_HISTORY, History
 from stream_format.layout import Layout
 from stream_server.archive.ack_gate import ArchiveGate, BothGates
 from stream_server.archive.archiver import Archiver
@@ -24,7 +24,6 @@ from stream_server.archive.object_store import ObjectStore, StoreSettings
 from stream_server.config import Settings
 from stream_server.engine.replica import AckGate
 
-SINGLE_NODE_HISTORY: History = [(0, 1)]
 DRAIN_SECONDS = 5.0  # a clean shutdown waits this long for the last upload
 RETRY_AFTER = 5  # seconds a write refused at the pending bound is told to wait
 
