@@ -20,7 +20,8 @@ from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster
 from testkit.kubelet import Kubelet
-from testkit.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
+from testkit.s3_keys import REGION
+from testkit.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
 
 NS = "default"
 CREDENTIALS = "s3-credentials"
