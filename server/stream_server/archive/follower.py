@@ -103,7 +103,11 @@ class ArchiveFollower:
         self._histories_seen = ""  # the last history object listed
         self._last_object: dict[int, str] = {}  # per term, the last frames object read
         self.problem: str | None = None
-        self.behind_since: float | None = None  # commit time (s) of the oldest frame not applied
+        # What the status shows, replaced whole (it is read from other threads): the last
+        # lsn applied and written, and the commit time (s) of the oldest archived frame
+        # listed and not yet applied (None: none). ``followed.lsn`` moves before the write
+        # (the write records it), so it is not what the status shows.
+        self.shown: tuple[int, float | None] = (0, None)
         self.last_applied_at: float | None = None  # commit time (s) of the last frame applied
         self._task: asyncio.Task[None] | None = None
         self._writing: asyncio.Future[list[tuple[int, list[walmod.Entry]]]] | None = None
@@ -141,6 +145,7 @@ class ArchiveFollower:
         """On the recovery thread, once the engine is open: where following resumes
         (``follow_position.resume``; FollowRefused stops the start)."""
         self.followed = resume(self.engine, self.url, self.restored)
+        self.shown = (self.followed.lsn, None)
         self.hooks.durable = (self.followed.source_term, self.followed.lsn)
         log.info("following %s from lsn %d", self.url, self.followed.lsn)
 
@@ -201,16 +206,18 @@ class ArchiveFollower:
             # may be past its end (a deposed primary's). Decide again on the new history.
             return True
         applied = False
-        for name in objects_to_read(names, want):
+        wanted = list(objects_to_read(names, want))
+        for i, name in enumerate(wanted):
             data = await asyncio.to_thread(self.objects.get, name)
             frames = frames_wanted(decode_frames_object(name, data).frames, want, self.followed.lsn)
             self._last_object[want.term] = name
             if frames:
-                self.behind_since = frames[0].time_us / 1e6
-                await self._apply(want.term, frames)
+                done, behind = self.shown
+                self.shown = (done, frames[0].time_us / 1e6 if behind is None else behind)
+                await self._apply(want.term, frames, last=i == len(wanted) - 1)
                 applied = True
         self.problem = None
-        self.behind_since = None  # every frame listed is applied
+        self.shown = (self.shown[0], None)  # every frame listed is applied
         return applied or (want.last is not None and self.followed.lsn >= want.last)
 
     async def _read_histories(self) -> bool:
@@ -233,8 +240,9 @@ class ArchiveFollower:
         after = self._last_object.get(term, "")
         return [n for n, _ in self.objects.objects(prefix, after)]
 
-    async def _apply(self, term: int, frames: list[ArchivedFrame]) -> None:
-        """The frames through the standby's path, then to readers."""
+    async def _apply(self, term: int, frames: list[ArchivedFrame], *, last: bool) -> None:
+        """The frames through the standby's path, then to readers; ``last``: the last
+        object listed (nothing listed is left unapplied after it)."""
         for f in frames:
             self.followed.took(term, f.lsn)
         # Shielded: a stop waits for the write under way (``stop``), never closes the
@@ -247,6 +255,9 @@ class ArchiveFollower:
             self.mirror.stage(lsn, changes)
         self.mirror.publish(frames[-1].lsn)
         self.last_applied_at = frames[-1].time_us / 1e6
+        # The next listed object's frames were committed after this one's last, so
+        # measuring from it overstates the lag a little until that object is read.
+        self.shown = (frames[-1].lsn, None if last else self.last_applied_at)
 
     def _write(self, frames: list[bytes]) -> list[tuple[int, list[walmod.Entry]]]:
         written = write_frames(self.engine, self.hooks, frames)
@@ -262,11 +273,11 @@ class ArchiveFollower:
         """For ``GET /_archive/status``: role ``following``, the lsn applied, and the
         lag: now minus the commit time of the oldest archived frame not yet applied
         (0 when every frame listed is applied)."""
-        behind = self.behind_since
+        applied, behind = self.shown
         return {
             "role": "following",
             "url": self.url,
-            "applied_lsn": self.followed.lsn,
+            "applied_lsn": applied,
             "source_term": self.followed.source_term,
             "lag_seconds": 0.0 if behind is None else max(0.0, time.time() - behind),
             "last_applied_at": self.last_applied_at,
