@@ -33,7 +33,6 @@ from stream_server.archive.backups_endpoint import BackupsEndpoint
 from stream_server.archive.follow_position import promote, single_node_term
 from stream_server.archive.follower import ArchiveFollower
 from stream_server.archive.progress import OFF_DOCUMENT
-from stream_server.archive.service import RETRY_AFTER as ARCHIVE_RETRY_AFTER
 from stream_server.archive.service import ArchiveService
 from stream_server.auth import TokenAuth
 from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
@@ -50,6 +49,7 @@ from stream_server.replication.collector import ReplicationCollector
 from stream_server.replication.identity import leave
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.service import PrimaryWork, Replication
+from stream_server.replication.write_fence import Refusal
 from stream_server.streams.model import Stream
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.retention import parse_policies
@@ -98,6 +98,16 @@ class StreamServerApp:
                 Mirror(ReplicatedStreams(self.store), lambda: self.store.engine.lsn),
             )
             if follows is not None
+            else None
+        )
+        # This server's own refusal of a write, beside a replica set's (a primary's may
+        # wait): the archive behind its pending bound, or a replica cluster's read-only
+        # server. None: nothing to ask on a write.
+        self.local_write_refusal: Callable[[], Refusal | None] | None = (
+            self.archive.refusal
+            if self.archive is not None
+            else self.follower.refusal
+            if self.follower is not None
             else None
         )
         self.recovery = BackgroundRecovery(
@@ -214,19 +224,14 @@ class StreamServerApp:
                 self.replication is not None
                 and scope["method"] in WRITE_METHODS
                 and (refusal := await self.replication.writes.refusal()) is not None
+            ) or (
+                self.local_write_refusal is not None
+                and scope["method"] in WRITE_METHODS
+                and (refusal := self.local_write_refusal()) is not None
             ):
                 await self.streams.refuse(
                     scope, send, refusal.status, refusal.headers, refusal.body
                 )
-            elif (
-                self.archive is not None
-                and scope["method"] in WRITE_METHODS
-                and (behind := self.archive.refusal()) is not None
-            ):
-                headers = text_headers([(b"retry-after", str(ARCHIVE_RETRY_AFTER).encode())])
-                await self.streams.refuse(scope, send, 503, headers, behind)
-            elif self.follower is not None and scope["method"] in WRITE_METHODS:
-                await self.streams.refuse(scope, send, 503, [], self.follower.refusal())
             elif self.metrics is None:
                 await self.streams(scope, receive, send)
             else:

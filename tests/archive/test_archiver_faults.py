@@ -148,6 +148,7 @@ def test_the_pending_bound_refuses_writes_until_the_archive_catches_up(
 
     r = wait_for(refused, message=lambda: str(status(srv.url)))
     assert "archive behind" in r.text and r.headers["retry-after"]
+    assert r.headers.get_list("content-type") == ["text/plain; charset=utf-8"]  # once
     faults.set("pass")
     wait_for(
         lambda: append(srv).status_code in (200, 204),

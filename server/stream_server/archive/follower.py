@@ -58,6 +58,7 @@ from stream_server.archive.object_store import ArchiveError, ObjectStore, StoreS
 from stream_server.config import Settings
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks, commit_frames, write_frames
+from stream_server.replication.write_fence import Refusal
 from stream_server.streams.store import StreamStore
 
 log = logging.getLogger("stream_server.archive")
@@ -133,11 +134,13 @@ class ArchiveFollower:
         backup (``follow_bootstrap.py``)."""
         self.restored = bootstrap(self.objects, Path(self.data_dir))
 
-    def refusal(self) -> bytes:
-        return (
+    def refusal(self) -> Refusal:
+        """Every write's answer (no Retry-After: retrying here never helps)."""
+        body = (
             f"{READ_ONLY}: this server follows the archive {self.url} and takes no "
             "writes; write to the source cluster\n"
-        ).encode()
+        )
+        return Refusal(503, [], body.encode())
 
     # -------------------------------------------------------------- start and stop
 

@@ -23,6 +23,7 @@ from stream_server.archive.collector import ArchiveCollector
 from stream_server.archive.object_store import ObjectStore, StoreSettings
 from stream_server.config import Settings
 from stream_server.engine.replica import AckGate
+from stream_server.replication.write_fence import Refusal
 
 DRAIN_SECONDS = 5.0  # a clean shutdown waits this long for the last upload
 RETRY_AFTER = 5  # seconds a write refused at the pending bound is told to wait
@@ -62,16 +63,17 @@ class ArchiveService:
             return gate
         return self.gate if gate is None else BothGates(gate, self.gate)
 
-    def refusal(self) -> bytes | None:
-        """The 503 body for a new write while the archive is behind its pending bound."""
+    def refusal(self) -> Refusal | None:
+        """The 503 for a new write while the archive is behind its pending bound."""
         if not self.archiver.behind():
             return None
         p = self.progress
-        return (
+        body = (
             f"archive behind: {p.pending_bytes} bytes of WAL wait for the archive "
             f"(bound {self.archiver.settings.max_pending_bytes}); "
             f"last error: {p.last_error or 'none'}\n"
-        ).encode()
+        )
+        return Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], body.encode())
 
     async def start(self, role: str, *, unless_started: bool = False) -> None:
         if self.gate is not None:
