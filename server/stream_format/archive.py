@@ -20,6 +20,7 @@ import json
 import re
 import struct
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from stream_format.layout import FormatError
@@ -99,6 +100,21 @@ def parse_wal_name(name: str) -> tuple[int, int]:
 
 def history_name(term: int) -> str:
     return f"{HISTORY_PREFIX}{term:016x}.json"
+
+
+_BACKUP_TIME = "%Y%m%dT%H%M%SZ"  # a backup id begins with its UTC time: ids sort by time
+
+
+def backup_id(seconds: float, lsn: int) -> str:
+    """``<UTC time>-<lsn:016x>``: the id of a backup taken at ``seconds`` at ``lsn``."""
+    return f"{datetime.fromtimestamp(seconds, UTC).strftime(_BACKUP_TIME)}-{lsn:016x}"
+
+
+def backup_id_time(backup_id: str) -> float:
+    """The time (seconds since the epoch) a backup id begins with; ValueError when it
+    is not one of ``backup_id``'s."""
+    stamp = backup_id.partition("-")[0]
+    return datetime.strptime(stamp, _BACKUP_TIME).replace(tzinfo=UTC).timestamp()
 
 
 def backup_prefix(backup_id: str) -> str:

@@ -129,3 +129,11 @@ def test_manifests_are_checked():
         )
     with pytest.raises(arc.ArchiveDamaged, match="format 9"):
         arc.decode_manifest("m", arc.encode_manifest(doc).replace(b'"format": 1', b'"format": 9'))
+
+
+def test_a_backup_id_sorts_by_time_and_gives_its_time_back():
+    first, later = arc.backup_id(1_764_000_000.9, 0x20), arc.backup_id(1_764_000_061, 0x5)
+    assert first == "20251124T160000Z-0000000000000020" and first < later
+    assert arc.backup_id_time(first) == 1_764_000_000
+    with pytest.raises(ValueError):
+        arc.backup_id_time("latest-0001")

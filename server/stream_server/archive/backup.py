@@ -20,10 +20,9 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
-from stream_format.archive import encode_manifest, manifest_name, part_name
+from stream_format.archive import backup_id, encode_manifest, manifest_name, part_name
 from stream_format.layout import DataFormat
 from stream_format.records import crc32
 from stream_server.archive.catalog import rfc3339, summary
@@ -39,10 +38,6 @@ PART_BYTES = 64 * 1024 * 1024
 class BackupFailed(ArchiveError):
     """The backup could not be written (its message says what; the store's own errors
     pass through as they are)."""
-
-
-def backup_id(seconds: float, lsn: int) -> str:
-    return f"{datetime.fromtimestamp(seconds, UTC).strftime('%Y%m%dT%H%M%SZ')}-{lsn:016x}"
 
 
 class PartUploader:

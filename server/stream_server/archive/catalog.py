@@ -29,6 +29,7 @@ from stream_format.archive import (
     WAL_PREFIX,
     ArchiveDamaged,
     History,
+    backup_id_time,
     backup_prefix,
     decode_header,
     decode_history,
@@ -66,17 +67,23 @@ def parse_time(text: str) -> float:
 # ------------------------------------------------------------------ backups
 
 
+def _manifest_names(store: ObjectStore) -> list[str]:
+    """``backups/<id>/manifest.json`` of every finished backup."""
+    return [
+        name
+        for name, _ in store.objects(BACKUPS_PREFIX)
+        if name.endswith("/" + MANIFEST_NAME) and name.count("/") == 2
+    ]
+
+
 def newest_backup_time(store: ObjectStore) -> float | None:
     """When the newest finished backup was taken (seconds since the epoch), from the
-    names alone: an id begins with its UTC time (``backup.backup_id``), so no manifest
-    is read. None: no backup."""
+    names alone: an id begins with its UTC time (``backup_id``), so no manifest is
+    read. None: no backup."""
     newest: float | None = None
-    for name, _ in store.objects(BACKUPS_PREFIX):
-        if not name.endswith("/" + MANIFEST_NAME) or name.count("/") != 2:
-            continue
-        stamp = name[len(BACKUPS_PREFIX) :].partition("-")[0]
+    for name in _manifest_names(store):
         try:
-            when = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+            when = backup_id_time(name[len(BACKUPS_PREFIX) :])
         except ValueError:
             continue  # not one of ours
         newest = when if newest is None else max(newest, when)
@@ -85,12 +92,7 @@ def newest_backup_time(store: ObjectStore) -> float | None:
 
 def manifests(store: ObjectStore) -> list[dict[str, Any]]:
     """Every finished backup's manifest, oldest first (ids sort by time)."""
-    names = [
-        name
-        for name, _ in store.objects(BACKUPS_PREFIX)
-        if name.endswith("/" + MANIFEST_NAME) and name.count("/") == 2
-    ]
-    found = [decode_manifest(name, store.get(name)) for name in sorted(names)]
+    found = [decode_manifest(name, store.get(name)) for name in sorted(_manifest_names(store))]
     return sorted(found, key=lambda m: str(m["id"]))
 
 

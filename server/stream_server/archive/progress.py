@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+
+from stream_server.archive.catalog import rfc3339
 
 KINDS = ("unavailable", "denied", "damaged")
 
@@ -65,9 +66,7 @@ class ArchiveProgress:
             "failing": self.failing,
             "last_error": self.last_error,
             "last_error_kind": self.last_error_kind,
-            "last_archived_at": None
-            if at is None
-            else datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z"),
+            "last_archived_at": None if at is None else rfc3339(at),
         }
 
 
