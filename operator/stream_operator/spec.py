@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream_operator import archive_spec
-from stream_operator.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec
+from stream_operator.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec, SecretKey
 
 # The server image for a spec that names none: the operator's own setting, which the
 # chart sets from its version, so that upgrading the operator upgrades every server
@@ -102,14 +102,6 @@ class StorageSpec:
 
 
 @dataclass(frozen=True)
-class AuthTokensSpec:
-    """``spec.server.authTokensSecret``: the Secret (and its key) holding the tokens file."""
-
-    name: str
-    key: str
-
-
-@dataclass(frozen=True)
 class RateLimitSpec:
     """``spec.server.rateLimit``: per-client requests per second and burst."""
 
@@ -137,7 +129,7 @@ class ServerSpec:
     default_ttl_seconds: int
     log_level: str
     log_format: str
-    auth_tokens: AuthTokensSpec | None
+    auth_tokens: SecretKey | None  # spec.server.authTokensSecret: the tokens file
     tls_secret_name: str | None
     rate_limit: RateLimitSpec | None
     webhook_allow: tuple[str, ...]  # spec.server.subscriptions.webhookAllow
@@ -371,7 +363,7 @@ def _server(raw: Mapping[str, Any]) -> ServerSpec:
         auth_tokens=(
             None
             if auth is None
-            else AuthTokensSpec(
+            else SecretKey(
                 name=str(auth.get("name") or ""), key=str(auth.get("key") or AUTH_TOKENS_KEY)
             )
         ),
