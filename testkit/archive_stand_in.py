@@ -16,13 +16,13 @@ objects only; the endpoints themselves are the server's to test (tests/archive/)
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from testkit.loopback_http import JsonHandler, serving
 
 
 @dataclass
@@ -119,20 +119,14 @@ def archive_stand_in(token: str | None = None) -> Iterator[ArchiveStandIn]:
     """The stand-in on a free loopback port, for the length of the block."""
     stand_in = ArchiveStandIn(token=token, status=healthy_status())
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def _serve(self, verb: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             if length:
                 self.rfile.read(length)
             _, _, pod, *rest = self.path.split("/", 3)
             path = "/" + (rest[0] if rest else "")
-            status, body = stand_in.answer(pod, verb, path, self.headers.get("Authorization", ""))
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_json(*stand_in.answer(pod, verb, path, self.headers.get("Authorization", "")))
 
         def do_GET(self) -> None:
             self._serve("GET")
@@ -140,16 +134,6 @@ def archive_stand_in(token: str | None = None) -> Iterator[ArchiveStandIn]:
         def do_POST(self) -> None:
             self._serve("POST")
 
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    stand_in.base = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="archive-stand-in")
-    thread.start()
-    try:
+    with serving(Handler, "archive-stand-in") as base:
+        stand_in.base = base
         yield stand_in
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)

@@ -24,10 +24,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
+
+from testkit.loopback_http import JsonHandler, serving
 
 TERM = "streams.pyds.dev/term"
 IN_SYNC = "streams.pyds.dev/in-sync"
@@ -98,7 +99,7 @@ class StandIn:
 def primary_stand_in(api: str, namespace: str, name: str) -> Iterator[StandIn]:
     stand_in = StandIn(api, namespace, name)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             parts = self.path.strip("/").split("/")
             length = int(self.headers.get("Content-Length") or 0)
@@ -111,25 +112,8 @@ def primary_stand_in(api: str, namespace: str, name: str) -> Iterator[StandIn]:
                 status, answer = stand_in.answer(pod, self.headers.get("Authorization", ""), body)
             with stand_in.lock:
                 stand_in.calls.append((pod, str(body.get("to") or ""), status))
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if status == 503:
-                self.send_header("Retry-After", "1")
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_json(status, answer, {"Retry-After": "1"} if status == 503 else None)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    stand_in.base = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="primary")
-    thread.start()
-    try:
+    with serving(Handler, "primary") as base:
+        stand_in.base = base
         yield stand_in
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
