@@ -11,7 +11,10 @@ seen by the operator.
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +22,7 @@ import httpx
 from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster
+from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.s3_keys import REGION
 from testkit.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
@@ -39,6 +43,18 @@ class Pods:
         if kubelet is None:
             return "http://0.0.0.0:9"
         return kubelet.pod_url(name, namespace, pod, spec)
+
+    @contextmanager
+    def run(
+        self, c: Cluster, name: str, spec: dict[str, Any], root: Path, restart_delay: float = 0.5
+    ) -> Iterator[Kubelet]:
+        """Create the DurableStream ``name`` and play its pods (under ``root / name``)
+        once the operator has made its StatefulSet."""
+        c.create(durable_stream(name, spec)).raise_for_status()
+        wait_for(lambda: c.get("StatefulSet", NS, name), message=f"{name}'s StatefulSet")
+        with Kubelet(c, NS, name, root / name, restart_delay=restart_delay) as kubelet:
+            self.kubelets[name] = kubelet
+            yield kubelet
 
 
 def credentials_secret(c: Cluster, name: str = CREDENTIALS) -> None:

@@ -84,10 +84,7 @@ def test_a_backup_of_a_single_server_lands_in_the_bucket_and_in_the_status(
 ):
     c, pods = kube
     bucket = seaweed.new_bucket()
-    c.create(durable_stream("events", backed_up_spec(seaweed, bucket + "/events")))
-    wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
-    with Kubelet(c, NS, "events", tmp_path / "events", restart_delay=0.5) as kubelet:
-        pods.kubelets["events"] = kubelet
+    with pods.run(c, "events", backed_up_spec(seaweed, bucket + "/events"), tmp_path) as kubelet:
         url = ready_url(c, kubelet, "events")
         write_before(url)
         first = archived_all(url)
@@ -133,10 +130,7 @@ def test_a_durable_stream_bootstrapped_from_the_bucket_serves_the_sources_stream
 ):
     c, pods = kube
     bucket = seaweed.new_bucket()
-    c.create(durable_stream("events", backed_up_spec(seaweed, bucket + "/events")))
-    wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
-    with Kubelet(c, NS, "events", tmp_path / "events", restart_delay=0.5) as source:
-        pods.kubelets["events"] = source
+    with pods.run(c, "events", backed_up_spec(seaweed, bucket + "/events"), tmp_path) as source:
         url = ready_url(c, source, "events")
         write_before(url)
         assert take_backup(c, "events", "first")["phase"] == "completed"
@@ -145,10 +139,7 @@ def test_a_durable_stream_bootstrapped_from_the_bucket_serves_the_sources_stream
         want = {path: read_all(f"{url}/v1/stream/{path}") for path in PATHS}
 
         recovery = {"recovery": {"source": object_store(seaweed, bucket + "/events")}}
-        c.create(durable_stream("restored", {"bootstrap": recovery}))
-        wait_for(lambda: c.get("StatefulSet", NS, "restored"), message="the StatefulSet")
-        with Kubelet(c, NS, "restored", tmp_path / "restored", restart_delay=0.5) as kubelet:
-            pods.kubelets["restored"] = kubelet
+        with pods.run(c, "restored", {"bootstrap": recovery}, tmp_path) as kubelet:
             restored = ready_url(c, kubelet, "restored")
             for path in PATHS:
                 assert read_all(f"{restored}/v1/stream/{path}") == want[path], path
@@ -179,10 +170,7 @@ def test_a_replica_cluster_follows_the_source_refuses_writes_and_is_promoted(
 ):
     c, pods = kube
     bucket, own = seaweed.new_bucket(), seaweed.new_bucket()
-    c.create(durable_stream("events", backed_up_spec(seaweed, bucket + "/events")))
-    wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
-    with Kubelet(c, NS, "events", tmp_path / "events", restart_delay=0.5) as source:
-        pods.kubelets["events"] = source
+    with pods.run(c, "events", backed_up_spec(seaweed, bucket + "/events"), tmp_path) as source:
         url = ready_url(c, source, "events")
         write_before(url)
         assert take_backup(c, "events", "first")["phase"] == "completed"
@@ -191,10 +179,7 @@ def test_a_replica_cluster_follows_the_source_refuses_writes_and_is_promoted(
 
         spec = backed_up_spec(seaweed, own + "/replica")
         spec["replica"] = {"enabled": True, "source": object_store(seaweed, bucket + "/events")}
-        c.create(durable_stream("replica", spec))
-        wait_for(lambda: c.get("StatefulSet", NS, "replica"), message="the StatefulSet")
-        with Kubelet(c, NS, "replica", tmp_path / "replica", restart_delay=0.5) as kubelet:
-            pods.kubelets["replica"] = kubelet
+        with pods.run(c, "replica", spec, tmp_path) as kubelet:
             follower = ready_url(c, kubelet, "replica")
             for path in PATHS:
                 want = read_all(f"{url}/v1/stream/{path}")
@@ -286,20 +271,16 @@ def test_a_restore_waits_for_its_secret_and_is_retried_until_a_backup_exists(
     back-off, until the backup exists and it restores that."""
     c, pods = kube
     bucket = seaweed.new_bucket()
-    c.create(durable_stream("events", backed_up_spec(seaweed, bucket + "/events")))
-    wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
-    with Kubelet(c, NS, "events", tmp_path / "events", restart_delay=0.5) as source:
-        pods.kubelets["events"] = source
+    with pods.run(c, "events", backed_up_spec(seaweed, bucket + "/events"), tmp_path) as source:
         url = ready_url(c, source, "events")
         write_before(url)
 
         store = object_store(seaweed, bucket + "/events")
         for key in store["s3Credentials"].values():
             key["name"] = "restore-credentials"
-        c.create(durable_stream("restored", {"bootstrap": {"recovery": {"source": store}}}))
-        wait_for(lambda: c.get("StatefulSet", NS, "restored"), message="the StatefulSet")
-        with Kubelet(c, NS, "restored", tmp_path / "restored", restart_delay=0.5) as kubelet:
-            pods.kubelets["restored"] = kubelet
+        with pods.run(
+            c, "restored", {"bootstrap": {"recovery": {"source": store}}}, tmp_path
+        ) as kubelet:
             why = wait_for(
                 lambda: kubelet.waiting.get("restored-0"), message="the container not made"
             )
@@ -386,12 +367,9 @@ def test_a_replica_set_bootstrapped_from_the_bucket_serves_the_restored_streams(
     bucket = seaweed.new_bucket()
     with operated_api_server(tmp_path) as c:
         credentials_secret(c)
-        c.create(durable_stream("events", backed_up_spec(seaweed, bucket + "/events")))
-        wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
         pods = Pods()
         replica_set.use_pod_urls(pods.pod_url)
-        with Kubelet(c, NS, "events", tmp_path / "events", restart_delay=0.5) as source:
-            pods.kubelets["events"] = source
+        with pods.run(c, "events", backed_up_spec(seaweed, bucket + "/events"), tmp_path) as source:
             url = ready_url(c, source, "events")
             write_before(url)
             assert take_backup(c, "events", "first")["phase"] == "completed"
@@ -400,10 +378,9 @@ def test_a_replica_set_bootstrapped_from_the_bucket_serves_the_restored_streams(
             want = {path: read_all(f"{url}/v1/stream/{path}") for path in PATHS}
 
         recovery = {"recovery": {"source": object_store(seaweed, bucket + "/events")}}
-        c.create(durable_stream("ledger", {**REPLICA_SET, "bootstrap": recovery}))
-        wait_for(lambda: c.get("StatefulSet", NS, "ledger"), message="the StatefulSet")
-        with Kubelet(c, NS, "ledger", tmp_path / "ledger", restart_delay=1.0) as kubelet:
-            pods.kubelets["ledger"] = kubelet
+        with pods.run(
+            c, "ledger", {**REPLICA_SET, "bootstrap": recovery}, tmp_path, restart_delay=1.0
+        ) as kubelet:
             st = wait_for(
                 lambda: (
                     status_of(c, "ledger").get("inSyncReplicas") == 3
