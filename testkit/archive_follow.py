@@ -9,6 +9,7 @@ that archive, polling it every ``--archive-timeout``/2 (0.2 s here).
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,12 +23,18 @@ OCTET = {"content-type": "application/octet-stream"}
 POLL = "0.4"  # --archive-timeout: the follower lists the archive every 0.2 s
 
 
-def source(root: Path) -> ServerProcess:
-    return ServerProcess(root / "source").start()
+# ``make``: the ``server_factory`` fixture (conftest.py), which stops what it started.
+ServerFactory = Callable[..., ServerProcess]
 
 
-def follower(root: Path, store: S3Store, url: str, name: str = "follower") -> ServerProcess:
-    return ServerProcess(root / name, *follow_args(store, url), env=store.env()).start()
+def source(make: ServerFactory, root: Path) -> ServerProcess:
+    return make(data_dir=root / "source").start()
+
+
+def follower(
+    make: ServerFactory, root: Path, store: S3Store, url: str, name: str = "follower"
+) -> ServerProcess:
+    return make(*follow_args(store, url), data_dir=root / name, env=store.env()).start()
 
 
 def follow_args(store: S3Store, url: str) -> list[str]:

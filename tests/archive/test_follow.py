@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -39,96 +40,78 @@ PATHS = ["a", "b/c"]
 
 
 def test_follower_serves_the_source_and_continues_after_a_restart(
-    tmp_path: Path, archive_store: S3Store
+    server_factory: Any, tmp_path: Path, archive_store: S3Store
 ) -> None:
     url = archive_store.new_bucket() + "/source"
     objects = object_store(archive_store, url)
-    src = source(tmp_path)
-    fol = None
-    try:
-        create(src, "a", b"first ")
-        create(src, "b/c")
-        for i in range(5):
-            append(src, "a", b"more %d " % i)
-            append(src, "b/c", b"x" * (1000 + i))
-        first = upload_wal(src.data_dir, objects)
-        fol = follower(tmp_path, archive_store, url)
-        caught_up(src, fol, PATHS)
-        fol.stop()  # a clean stop empties its WAL: it must resume from what it recorded
-        for i in range(3):
-            append(src, "a", b"later %d " % i)
-        create(src, "d", b"new stream")
-        upload_wal(src.data_dir, objects)
-        fol.start()
-        caught_up(src, fol, [*PATHS, "d"])
-        # It applied only the frames it lacked (its WAL holds what it applied since).
-        assert wal_frames(fol.data_dir / "wal")[0].lsn == first + 1
-    finally:
-        src.stop()
-        if fol is not None:
-            fol.stop()
+    src = source(server_factory, tmp_path)
+    create(src, "a", b"first ")
+    create(src, "b/c")
+    for i in range(5):
+        append(src, "a", b"more %d " % i)
+        append(src, "b/c", b"x" * (1000 + i))
+    first = upload_wal(src.data_dir, objects)
+    fol = follower(server_factory, tmp_path, archive_store, url)
+    caught_up(src, fol, PATHS)
+    fol.stop()  # a clean stop empties its WAL: it must resume from what it recorded
+    for i in range(3):
+        append(src, "a", b"later %d " % i)
+    create(src, "d", b"new stream")
+    upload_wal(src.data_dir, objects)
+    fol.start()
+    caught_up(src, fol, [*PATHS, "d"])
+    # It applied only the frames it lacked (its WAL holds what it applied since).
+    assert wal_frames(fol.data_dir / "wal")[0].lsn == first + 1
 
 
 def test_follower_refuses_writes_and_wakes_long_polls(
-    tmp_path: Path, archive_store: S3Store
+    server_factory: Any, tmp_path: Path, archive_store: S3Store
 ) -> None:
     url = archive_store.new_bucket()
     objects = object_store(archive_store, url)
-    src = source(tmp_path)
-    fol = None
-    try:
-        create(src, "a", b"one ")
-        upload_wal(src.data_dir, objects)
-        fol = follower(tmp_path, archive_store, url)
-        caught_up(src, fol, ["a"])
-        for method, path in (("PUT", "new"), ("POST", "a"), ("DELETE", "a")):
-            r = httpx.request(method, f"{fol.base}{path}", content=b"x", headers=OCTET)
-            assert r.status_code == 503, (method, r.status_code, r.text)
-            assert "read-only replica cluster" in r.text, r.text
-        assert read(fol, "a")[:2] == (200, b"one ")  # nothing changed
-        assert read(fol, "new")[0] == 404
+    src = source(server_factory, tmp_path)
+    create(src, "a", b"one ")
+    upload_wal(src.data_dir, objects)
+    fol = follower(server_factory, tmp_path, archive_store, url)
+    caught_up(src, fol, ["a"])
+    for method, path in (("PUT", "new"), ("POST", "a"), ("DELETE", "a")):
+        r = httpx.request(method, f"{fol.base}{path}", content=b"x", headers=OCTET)
+        assert r.status_code == 503, (method, r.status_code, r.text)
+        assert "read-only replica cluster" in r.text, r.text
+    assert read(fol, "a")[:2] == (200, b"one ")  # nothing changed
+    assert read(fol, "new")[0] == 404
 
-        offset = read(fol, "a")[2]
-        got: list[httpx.Response] = []
-        waiter = threading.Thread(
-            target=lambda: got.append(
-                httpx.get(
-                    f"{fol.base}a", params={"offset": offset, "live": "long-poll"}, timeout=60
-                )
-            )
+    offset = read(fol, "a")[2]
+    got: list[httpx.Response] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            httpx.get(f"{fol.base}a", params={"offset": offset, "live": "long-poll"}, timeout=60)
         )
-        waiter.start()
-        wait_for(lambda: live_gauge(fol, "long-poll") == 1, message="the long-poll waits")
-        append(src, "a", b"two")
-        upload_wal(src.data_dir, objects)
-        waiter.join(timeout=60)
-        assert got and got[0].status_code == 200, got
-        assert got[0].content == b"two"
-    finally:
-        src.stop()
-        if fol is not None:
-            fol.stop()
+    )
+    waiter.start()
+    wait_for(lambda: live_gauge(fol, "long-poll") == 1, message="the long-poll waits")
+    append(src, "a", b"two")
+    upload_wal(src.data_dir, objects)
+    waiter.join(timeout=60)
+    assert got and got[0].status_code == 200, got
+    assert got[0].content == b"two"
 
 
 def test_promotion_keeps_everything_and_writes_above_the_source(
-    tmp_path: Path, archive_store: S3Store
+    server_factory: Any, tmp_path: Path, archive_store: S3Store
 ) -> None:
     url = archive_store.new_bucket()
     objects = object_store(archive_store, url)
-    src = source(tmp_path)
-    fol = None
-    try:
-        create(src, "a", b"kept ")
-        for i in range(4):
-            append(src, "a", b"%d " % i)
-        last = upload_wal(src.data_dir, objects)
-        fol = follower(tmp_path, archive_store, url)
-        caught_up(src, fol, ["a"])
-        before = read(fol, "a")[1]
-    finally:
-        src.stop()
-        if fol is not None:
-            fol.stop()
+    src = source(server_factory, tmp_path)
+    create(src, "a", b"kept ")
+    for i in range(4):
+        append(src, "a", b"%d " % i)
+    last = upload_wal(src.data_dir, objects)
+    fol = follower(server_factory, tmp_path, archive_store, url)
+    caught_up(src, fol, ["a"])
+    before = read(fol, "a")[1]
+    src.stop()
+    fol.stop()  # its directory is started again below, promoted
 
     # Promoted to archive where its source does: refused, and nothing written.
     out = refused_start(tmp_path / "follower", archive_store, *server_args(archive_store, url))

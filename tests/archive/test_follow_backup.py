@@ -6,6 +6,7 @@ and keeps following; it takes no backup of its own."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,55 +32,49 @@ def _archived(src: ServerProcess) -> None:
 
 
 def test_a_follower_starts_from_the_newest_backup_then_follows(
-    tmp_path: Path, archive_store: S3Store
+    server_factory: Any, tmp_path: Path, archive_store: S3Store
 ) -> None:
     url = archive_store.new_bucket() + "/src"
-    src = ServerProcess(
-        tmp_path / "source",
+    src = server_factory(
         *server_args(archive_store, url),
         "--archive-timeout",
         POLL,
+        data_dir=tmp_path / "source",
         env=archive_store.env(),
     ).start()
-    fol = None
-    try:
-        create(src, "a", b"before the backup ")
-        create(src, "b/c", b"x" * 5000)
-        httpx.put(
-            f"{src.url}/v1/stream/j",
-            headers={"content-type": "application/json"},
-            content=b'[{"n": 1}]',
-            timeout=10,
-        ).raise_for_status()
-        backup = httpx.post(f"{src.url}/_archive/backups", timeout=120)
-        assert backup.status_code == 201, backup.text
-        backed_up = backup.json()["end_lsn"]
-        append(src, "a", b"after the backup ")
-        httpx.post(
-            f"{src.url}/v1/stream/j",
-            headers={"content-type": "application/json"},
-            content=b'{"n": 2}',
-            timeout=10,
-        ).raise_for_status()
-        _archived(src)
+    create(src, "a", b"before the backup ")
+    create(src, "b/c", b"x" * 5000)
+    httpx.put(
+        f"{src.url}/v1/stream/j",
+        headers={"content-type": "application/json"},
+        content=b'[{"n": 1}]',
+        timeout=10,
+    ).raise_for_status()
+    backup = httpx.post(f"{src.url}/_archive/backups", timeout=120)
+    assert backup.status_code == 201, backup.text
+    backed_up = backup.json()["end_lsn"]
+    append(src, "a", b"after the backup ")
+    httpx.post(
+        f"{src.url}/v1/stream/j",
+        headers={"content-type": "application/json"},
+        content=b'{"n": 2}',
+        timeout=10,
+    ).raise_for_status()
+    _archived(src)
 
-        fol = follower(tmp_path, archive_store, url)
-        caught_up(src, fol, PATHS)
-        st = httpx.get(f"{fol.url}/_archive/status", timeout=5).json()
-        assert st["role"] == "following"
-        assert st["applied_lsn"] > backed_up
-        # Restored from the backup and the frames after it, not replayed from lsn 1.
-        assert f"restored {url}" in fol.log()
-        assert "following" in fol.log() and "from lsn 1\n" not in fol.log()
+    fol = follower(server_factory, tmp_path, archive_store, url)
+    caught_up(src, fol, PATHS)
+    st = httpx.get(f"{fol.url}/_archive/status", timeout=5).json()
+    assert st["role"] == "following"
+    assert st["applied_lsn"] > backed_up
+    # Restored from the backup and the frames after it, not replayed from lsn 1.
+    assert f"restored {url}" in fol.log()
+    assert "following" in fol.log() and "from lsn 1\n" not in fol.log()
 
-        append(src, "a", b"while following")
-        _archived(src)
-        caught_up(src, fol, PATHS)
+    append(src, "a", b"while following")
+    _archived(src)
+    caught_up(src, fol, PATHS)
 
-        refused = httpx.post(f"{fol.url}/_archive/backups", timeout=30)
-        assert refused.status_code == 409
-        assert "replica cluster" in refused.json()["error"]
-    finally:
-        src.stop()
-        if fol is not None:
-            fol.stop()
+    refused = httpx.post(f"{fol.url}/_archive/backups", timeout=30)
+    assert refused.status_code == 409
+    assert "replica cluster" in refused.json()["error"]

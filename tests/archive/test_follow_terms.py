@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,60 +34,48 @@ def deposed(lsn: int) -> ArchivedFrame:
 
 
 def test_follower_takes_the_new_terms_frames_after_a_failover(
-    tmp_path: Path, archive_store: S3Store
+    server_factory: Any, tmp_path: Path, archive_store: S3Store
 ) -> None:
     objects = object_store(archive_store, archive_store.new_bucket())
-    src = source(tmp_path)
-    fol = None
-    try:
-        create(src, "s", b"0 ")
-        for i in range(1, 6):
-            append(src, "s", b"%d " % i)
-        frames = wal_frames(src.data_dir / "wal")
-        k = len(frames) - 2  # term 1 begins at frame K
-        put_history(objects, 0, [(0, 1)])
-        put_frames(objects, 0, frames[: k - 1])
-        fol = follower(tmp_path, archive_store, objects.url)
-        wait_for(lambda: read(fol, "s")[0] == 200, message=lambda: fol.log()[-2000:])
-        # The failover: the new primary's history first (it writes it before its
-        # frames), then a deposed primary's frame K lands beside the new term's.
-        put_history(objects, 1, [(0, 1), (1, k)])
-        put_frames(objects, 0, [deposed(k)])
-        put_frames(objects, 1, frames[k - 1 :])
-        caught_up(src, fol, ["s"])
-        append(src, "s", b"after")  # the new term goes on
-        put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
-        caught_up(src, fol, ["s"])
-    finally:
-        src.stop()
-        if fol is not None:
-            fol.stop()
+    src = source(server_factory, tmp_path)
+    create(src, "s", b"0 ")
+    for i in range(1, 6):
+        append(src, "s", b"%d " % i)
+    frames = wal_frames(src.data_dir / "wal")
+    k = len(frames) - 2  # term 1 begins at frame K
+    put_history(objects, 0, [(0, 1)])
+    put_frames(objects, 0, frames[: k - 1])
+    fol = follower(server_factory, tmp_path, archive_store, objects.url)
+    wait_for(lambda: read(fol, "s")[0] == 200, message=lambda: fol.log()[-2000:])
+    # The failover: the new primary's history first (it writes it before its
+    # frames), then a deposed primary's frame K lands beside the new term's.
+    put_history(objects, 1, [(0, 1), (1, k)])
+    put_frames(objects, 0, [deposed(k)])
+    put_frames(objects, 1, frames[k - 1 :])
+    caught_up(src, fol, ["s"])
+    append(src, "s", b"after")  # the new term goes on
+    put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
+    caught_up(src, fol, ["s"])
 
 
 def test_follower_that_applied_a_deposed_frame_stops_and_says_so(
-    tmp_path: Path, archive_store: S3Store
+    server_factory: Any, tmp_path: Path, archive_store: S3Store
 ) -> None:
     objects = object_store(archive_store, archive_store.new_bucket())
-    src = source(tmp_path)
-    fol = None
-    try:
-        create(src, "s", b"0 ")
-        append(src, "s", b"1 ")
-        frames = wal_frames(src.data_dir / "wal")
-        k = len(frames) + 1
-        put_history(objects, 0, [(0, 1)])
-        put_frames(objects, 0, [*frames, deposed(k)])
-        fol = follower(tmp_path, archive_store, objects.url)
-        wait_for(lambda: "following" in fol.log() and read(fol, "s")[1] == b"0 1 ")
-        append(src, "s", b"2 ")
-        put_history(objects, 1, [(0, 1), (1, k)])
-        put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
-        wait_for(
-            lambda: "must be rebuilt from a base backup" in fol.log(),
-            message=lambda: fol.log()[-2000:],
-        )
-        assert read(fol, "s")[:2] == (200, b"0 1 ")  # it serves what it had
-    finally:
-        src.stop()
-        if fol is not None:
-            fol.stop()
+    src = source(server_factory, tmp_path)
+    create(src, "s", b"0 ")
+    append(src, "s", b"1 ")
+    frames = wal_frames(src.data_dir / "wal")
+    k = len(frames) + 1
+    put_history(objects, 0, [(0, 1)])
+    put_frames(objects, 0, [*frames, deposed(k)])
+    fol = follower(server_factory, tmp_path, archive_store, objects.url)
+    wait_for(lambda: "following" in fol.log() and read(fol, "s")[1] == b"0 1 ")
+    append(src, "s", b"2 ")
+    put_history(objects, 1, [(0, 1), (1, k)])
+    put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
+    wait_for(
+        lambda: "must be rebuilt from a base backup" in fol.log(),
+        message=lambda: fol.log()[-2000:],
+    )
+    assert read(fol, "s")[:2] == (200, b"0 1 ")  # it serves what it had
