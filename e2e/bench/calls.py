@@ -1,6 +1,7 @@
 """Python calls the server's event loop makes per append: ours, and ours at a git ref.
 
     python e2e/bench/calls.py --baseline 06984cc
+    python e2e/bench/calls.py --baseline 06984cc --archive   # ours archiving to SeaweedFS
 
 Throughput on a shared 2-core machine moves by several percent from one run
 to the next; the number of Python function calls one append costs does not.
@@ -14,6 +15,7 @@ hides it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pstats
 import signal
 import sys
@@ -25,6 +27,7 @@ if __name__ == "__main__":  # run as a script: the bench package and the testkit
 
 from bench.client import create_streams, wrk
 from bench.servers import ROOT, Server, baseline_checkout
+from testkit.seaweedfs import SeaweedFS
 
 STREAMS = 64
 
@@ -48,11 +51,18 @@ class ProfiledServer(Server):
             self.child.proc.wait(timeout=60)
 
 
-def profiled_run(source: Path, workdir: Path, kind: str, seconds: float) -> tuple[int, int]:
+def profiled_run(
+    source: Path, workdir: Path, kind: str, seconds: float, archive: SeaweedFS | None
+) -> tuple[int, int]:
     """(Python calls, requests answered) of one server's whole life: start, create
-    the streams, ``seconds`` of appends (none with 0), stop."""
+    the streams, ``seconds`` of appends (none with 0), stop; archiving to a new bucket
+    of ``archive`` when given."""
     out = workdir / f"{kind}-{seconds:g}.prof"
     srv = ProfiledServer(kind, workdir, source, out)
+    if archive is not None:
+        url = archive.new_bucket()
+        srv.extra_args = ["--archive-url", url, "--archive-endpoint", archive.endpoint]
+        srv.extra_env = {k: v for k, v in archive.env().items() if k.startswith("AWS_")}
     srv.start()
     try:
         create_streams(srv, [f"c{i}" for i in range(STREAMS)])
@@ -65,11 +75,13 @@ def profiled_run(source: Path, workdir: Path, kind: str, seconds: float) -> tupl
     return sum(v[1] for v in stats.values()), answered
 
 
-def calls_per_append(source: Path, workdir: Path, kind: str, seconds: float) -> float:
+def calls_per_append(
+    source: Path, workdir: Path, kind: str, seconds: float, archive: SeaweedFS | None = None
+) -> float:
     """The calls the appends added, per append: a life with load less one without
     (start-up, imports, creates and shutdown cancel out)."""
-    idle_calls, idle_answered = profiled_run(source, workdir, kind, 0)
-    calls, answered = profiled_run(source, workdir, kind, seconds)
+    idle_calls, idle_answered = profiled_run(source, workdir, kind, 0, archive)
+    calls, answered = profiled_run(source, workdir, kind, seconds, archive)
     return (calls - idle_calls) / (answered - idle_answered)
 
 
@@ -77,17 +89,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", required=True, help="the git ref to compare with")
     parser.add_argument("--seconds", type=float, default=6.0, help="of load per server")
+    parser.add_argument(
+        "--archive",
+        action="store_true",
+        help="ours archives to a real SeaweedFS (the baseline runs as it is)",
+    )
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="calls-") as tmp,
         baseline_checkout(args.baseline, Path(tmp)) as base,
+        contextlib.ExitStack() as stack,
     ):
         assert base is not None
-        ours = calls_per_append(ROOT / "server", Path(tmp), "ours", args.seconds)
+        archive = None
+        if args.archive:
+            archive = SeaweedFS(Path(tmp) / "seaweedfs")
+            stack.callback(archive.close)
+            archive.start()
+        ours = calls_per_append(ROOT / "server", Path(tmp), "ours", args.seconds, archive)
         theirs = calls_per_append(base, Path(tmp), "baseline", args.seconds)
     print("| server | Python calls per append (event loop) |")
     print("|---|---|")
-    print(f"| ours | {ours:.1f} |")
+    print(f"| ours{' (archiving)' if args.archive else ''} | {ours:.1f} |")
     print(f"| base {args.baseline} | {theirs:.1f} |")
     print(f"| ours/base | {ours / theirs:.3f}x |")
 
