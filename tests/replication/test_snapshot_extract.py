@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from stream_server.replication.snapshot import extract, install
+from stream_server.engine.snapshot import extract
+from stream_server.replication.snapshot import install
 
 
 @pytest.fixture

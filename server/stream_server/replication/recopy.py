@@ -2,7 +2,7 @@
 data whole (docs/replication.md, "Re-copy").
 
 The primary's side builds a consistent snapshot of its data directory (a tar
-file, ``snapshot.build``) for a standby of its own set; the standby's side
+file, ``engine.snapshot.build``) for a standby of its own set; the standby's side
 downloads it off the event loop (its live readers and probes go on
 meanwhile), stops, installs it in place of its data and execs itself again,
 so that recovery starts from the copy. A failed download changes nothing:
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from stream_server.engine.snapshot import build
 from stream_server.replication import snapshot
 from stream_server.replication.follower import Follower
 from stream_server.replication.identity import SetIdentity
@@ -69,7 +70,7 @@ class Recopy:
         os.close(fd)
         out = Path(name)
         try:
-            await asyncio.to_thread(snapshot.build, self.store.engine, out)
+            await asyncio.to_thread(build, self.store.engine, out)
         except BaseException:
             await asyncio.shield(asyncio.to_thread(out.unlink, missing_ok=True))
             raise

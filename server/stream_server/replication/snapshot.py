@@ -25,9 +25,7 @@ from pathlib import Path
 
 from stream_format.layout import Layout
 from stream_server.engine import fsio
-from stream_server.engine.snapshot import build, extract
-
-__all__ = ["build", "extract", "install", "restart_process"]
+from stream_server.engine.snapshot import extract
 
 
 def install(data_dir: Path, tar_path: Path) -> None:
