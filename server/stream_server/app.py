@@ -47,11 +47,9 @@ from stream_server.ratelimit import RateLimiter
 from stream_server.replication import fetch_endpoint, peer_token
 from stream_server.replication.collector import ReplicationCollector
 from stream_server.replication.identity import leave
-from stream_server.replication.mirror import Mirror
 from stream_server.replication.service import PrimaryWork, Replication
 from stream_server.replication.write_fence import Refusal
 from stream_server.streams.model import Stream
-from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StoreEvents, StoreLimits, StreamStore
 from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
@@ -91,12 +89,7 @@ class StreamServerApp:
             else:  # term 0, or after a promotion the term above its source's
                 self.archive.terms = lambda: single_node_term(engine)[1]
         self.follower = (
-            ArchiveFollower.from_settings(
-                settings,
-                self.store,
-                follows,
-                Mirror(ReplicatedStreams(self.store), lambda: self.store.engine.lsn),
-            )
+            ArchiveFollower.from_settings(settings, self.store, follows)
             if follows is not None
             else None
         )

@@ -65,10 +65,7 @@ class BackupsEndpoint:
 
     def store(self) -> ObjectStore:
         if self._store is None:
-            s = self.settings
-            self._store = catalog.open_store(
-                s.archive_url, s.archive_endpoint, s.archive_region, s.archive_ca_bundle
-            )
+            self._store = ObjectStore.of(self.settings)
         return self._store
 
     def _refused(self, request: Request) -> Response | None:

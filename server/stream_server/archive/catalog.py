@@ -38,14 +38,10 @@ from stream_format.archive import (
     parse_wal_name,
 )
 from stream_format.archive import HEADER_SIZE as OBJECT_HEADER_SIZE
-from stream_server.archive.object_store import ObjectStore, StoreSettings
+from stream_server.archive.object_store import ObjectStore
 from stream_server.config.checks import parse_backup_retention
 
 log = logging.getLogger("stream_server.archive")
-
-
-def open_store(url: str, endpoint: str = "", region: str = "", ca_bundle: str = "") -> ObjectStore:
-    return ObjectStore(StoreSettings(url, endpoint, region, ca_bundle))
 
 
 def rfc3339(seconds: float) -> str:

@@ -70,17 +70,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _archive_command(args: argparse.Namespace) -> dict[str, Any]:
+    # Imported here: boto3 is the server extra's (the CLI says so when it is missing).
     from stream_server.archive import catalog
+    from stream_server.archive.object_store import ObjectStore as Store
 
     settings = settings_from(args)
     if not settings.archive_url:
         raise ValueError("--archive-url (or DS_ARCHIVE_URL) is required")
-    store = catalog.open_store(
-        settings.archive_url,
-        settings.archive_endpoint,
-        settings.archive_region,
-        settings.archive_ca_bundle,
-    )
+    store = Store.of(settings)
     if args.command == "restore":
         return _restore(args, store, settings.data_dir)
     if args.backups_command == "list":

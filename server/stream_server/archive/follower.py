@@ -28,7 +28,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol
 
 from stream_format import wal as walmod
 from stream_format.archive import (
@@ -43,7 +42,6 @@ from stream_format.archive import (
 from stream_server.archive.follow_bootstrap import bootstrap
 from stream_server.archive.follow_plan import (
     Diverged,
-    Next,
     check_taken,
     frames_wanted,
     next_frames,
@@ -54,25 +52,18 @@ from stream_server.archive.follow_position import (
     followed_entry,
     resume,
 )
-from stream_server.archive.object_store import ArchiveError, ObjectStore, StoreSettings
+from stream_server.archive.object_store import ArchiveError, ObjectStore
 from stream_server.config import Settings
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks, commit_frames, write_frames
+from stream_server.replication.mirror import Mirror
 from stream_server.replication.write_fence import Refusal
+from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
 
 log = logging.getLogger("stream_server.archive")
 
 READ_ONLY = "read-only replica cluster"
-
-
-class Mirror(Protocol):
-    """What readers see of applied frames (``replication.mirror.Mirror``, given by the
-    app, so that this package does not import replication)."""
-
-    def stage(self, lsn: int, changes: list[walmod.Entry]) -> None: ...
-
-    def publish(self, upto: int) -> None: ...
 
 
 class ArchiveFollower:
@@ -115,18 +106,15 @@ class ArchiveFollower:
 
     @staticmethod
     def from_settings(
-        settings: Settings, store: StreamStore, hooks: ReplicaHooks, mirror: Mirror
+        settings: Settings, store: StreamStore, hooks: ReplicaHooks
     ) -> ArchiveFollower:
-        objects = ObjectStore(
-            StoreSettings(
-                url=settings.archive_url,
-                endpoint=settings.archive_endpoint,
-                region=settings.archive_region,
-                ca_bundle=settings.archive_ca_bundle,
-            )
-        )
+        mirror = Mirror(ReplicatedStreams(store), lambda: store.engine.lsn)
         return ArchiveFollower(
-            objects, store, hooks, mirror, poll_seconds=max(settings.archive_timeout / 2, 0.05)
+            ObjectStore.of(settings),
+            store,
+            hooks,
+            mirror,
+            poll_seconds=max(settings.archive_timeout / 2, 0.05),
         )
 
     def bootstrap(self) -> None:
@@ -287,6 +275,3 @@ class ArchiveFollower:
             "failing": self.problem is not None,
             "last_error": self.problem,
         }
-
-
-__all__ = ["READ_ONLY", "ArchiveFollower", "Mirror", "Next"]

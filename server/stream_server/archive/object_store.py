@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import boto3
 import botocore.config
@@ -58,6 +58,15 @@ class ArchiveMissing(ArchiveError):
     """No object of that name."""
 
 
+class ArchiveSettings(Protocol):
+    """The server settings that say where the archive is (``config.Settings``)."""
+
+    archive_url: str
+    archive_endpoint: str
+    archive_region: str
+    archive_ca_bundle: str
+
+
 @dataclass(frozen=True)
 class StoreSettings:
     """What reaching the store takes, beside the credentials (read by boto3 itself)."""
@@ -72,6 +81,18 @@ class StoreSettings:
 
 class ObjectStore:
     """One archive location's objects. Thread-safe (boto3 clients are)."""
+
+    @staticmethod
+    def of(settings: ArchiveSettings) -> ObjectStore:
+        """The store the server's ``--archive-*`` settings name."""
+        return ObjectStore(
+            StoreSettings(
+                url=settings.archive_url,
+                endpoint=settings.archive_endpoint,
+                region=settings.archive_region,
+                ca_bundle=settings.archive_ca_bundle,
+            )
+        )
 
     def __init__(self, settings: StoreSettings) -> None:
         self.location = ArchiveLocation.parse(settings.url)

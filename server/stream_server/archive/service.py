@@ -20,7 +20,7 @@ from stream_server.archive.ack_gate import ArchiveGate, BothGates
 from stream_server.archive.archiver import Archiver
 from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.collector import ArchiveCollector
-from stream_server.archive.object_store import ObjectStore, StoreSettings
+from stream_server.archive.object_store import ObjectStore
 from stream_server.config import Settings
 from stream_server.engine.replica import AckGate
 from stream_server.replication.write_fence import Refusal
@@ -34,14 +34,7 @@ class ArchiveService:
         self.terms: Callable[[], History] = lambda: SINGLE_NODE_HISTORY
         self.archiver = Archiver(
             Layout(settings.data_dir),
-            ObjectStore(
-                StoreSettings(
-                    url=settings.archive_url,
-                    endpoint=settings.archive_endpoint,
-                    region=settings.archive_region,
-                    ca_bundle=settings.archive_ca_bundle,
-                )
-            ),
+            ObjectStore.of(settings),
             ArchiverSettings(
                 timeout=settings.archive_timeout,
                 object_bytes=settings.archive_object_bytes,
