@@ -4,8 +4,9 @@ the backup, restore and replica-cluster tests need beside a server and a store.
 The server's own archiver makes the same objects; these let a test decide exactly
 what the archive holds and when: a data directory's WAL frames uploaded
 (``upload_wal_frames`` in chunks, ``upload_wal`` as one object after what the archive
-holds), or any frames under any term with its history (``put_frames``,
-``put_history``: a failover at the source, a deposed primary's frames).
+holds); any frames under any term with its history (a failover at the source, a
+deposed primary's frames) go up with the archiver's own ``archive_end.put_frames``
+and ``put_history``.
 
 ``upload_wal_frames`` stands in for the server's archiver: it reads the WAL files of
 a data directory (a server started with a large ``--checkpoint-bytes`` keeps them
@@ -29,19 +30,16 @@ from typing import Any
 import pytest
 
 from stream_format import wal as walmod
-from stream_format.archive import HEADER_SIZE as OBJECT_HEADER_SIZE
 from stream_format.archive import (
-    WAL_PREFIX,
+    SINGLE_NODE_HISTORY,
     ArchivedFrame,
-    History,
-    decode_header,
     encode_frames_object,
     encode_history,
     history_name,
-    parse_wal_name,
     wal_name,
 )
 from stream_format.records import FILE_HEADER_SIZE, CorruptRecord, iter_records
+from stream_server.archive import archive_end
 from stream_server.archive.object_store import ObjectStore, StoreSettings
 from testkit.archive_store import S3Store
 from testkit.servers import env_with
@@ -171,40 +169,14 @@ def copy_objects(seaweed: S3Store, bucket_url: str, src: str, dst: str, under: s
     return n
 
 
-def archived_last_lsn(store: ObjectStore, term: int) -> int:
-    """The last lsn the archive holds under ``term`` (0: none)."""
-    names = [n for n, _ in store.objects(f"{WAL_PREFIX}{term:016x}-")]
-    if not names:
-        return 0
-    head = store.get_range(names[-1], 0, OBJECT_HEADER_SIZE)
-    return decode_header(names[-1], head)[2]
-
-
-def put_frames(store: ObjectStore, term: int, frames: list[ArchivedFrame]) -> str:
-    """One frames object of ``frames`` under ``term``; its name."""
-    name = wal_name(term, frames[0].lsn)
-    assert store.put_new(name, encode_frames_object(term, frames)), f"{name} exists"
-    return name
-
-
-def put_history(store: ObjectStore, term: int, history: History) -> None:
-    """``history/<term>.json`` (kept when it is there already)."""
-    store.put_new(history_name(term), encode_history(term, history))
-
-
 def upload_wal(data_dir: Path, store: ObjectStore) -> int:
     """The frames of ``data_dir``'s WAL the archive lacks, as one frames object under
     term 0 (with the history ``[[0, 1]]``); the last lsn the archive then holds."""
-    put_history(store, 0, [(0, 1)])
-    done = archived_last_lsn(store, 0)
+    archive_end.put_history(store, SINGLE_NODE_HISTORY, 0)
+    done = archive_end.archived_end(store, SINGLE_NODE_HISTORY)[0]
     new = [f for f in wal_frames(Path(data_dir) / "wal") if f.lsn > done]
     if not new:
         return done
     assert new[0].lsn == done + 1, f"the WAL starts at {new[0].lsn}, the archive ends at {done}"
-    put_frames(store, 0, new)
+    assert archive_end.put_frames(store, 0, new) == new[-1].lsn
     return new[-1].lsn
-
-
-def object_terms(store: ObjectStore) -> list[tuple[int, int]]:
-    """(term, first lsn) of every frames object, in name order."""
-    return [parse_wal_name(n) for n, _ in store.objects(WAL_PREFIX)]

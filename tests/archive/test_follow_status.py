@@ -14,12 +14,13 @@ import pytest
 
 from stream_format.archive import wal_name
 from stream_format.layout import Layout
+from stream_server.archive import archive_end
 from stream_server.archive.follow_bootstrap import is_empty
 from stream_server.engine import Engine
 from stream_server.engine.data_dir import prepare
 from testkit import wait_for
 from testkit.archive_follow import OCTET, POLL
-from testkit.archive_frames import put_frames, put_history, wal_frames
+from testkit.archive_frames import wal_frames
 from testkit.archive_store import S3Store, object_store, server_args
 from testkit.asgi import in_thread
 
@@ -35,8 +36,8 @@ def test_status_and_a_damaged_object(
         src.http.put(f"{src.base}s", content=b"abc", headers=OCTET)
         src.http.post(f"{src.base}s", content=b"def", headers=OCTET)
         frames = wal_frames(src.data_dir / "wal")
-    put_history(objects, 0, [(0, 1)])
-    put_frames(objects, 0, frames)
+    archive_end.put_history(objects, [(0, 1)], 0)
+    archive_end.put_frames(objects, 0, frames)
     last = frames[-1].lsn
 
     for key, value in archive_store.env().items():

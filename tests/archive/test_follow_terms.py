@@ -19,9 +19,10 @@ import pytest
 from stream_format import wal as walmod
 from stream_format.archive import ArchivedFrame
 from stream_format.meta import DB_INFO
+from stream_server.archive import archive_end
 from testkit import wait_for
 from testkit.archive_follow import append, caught_up, create, follower, read, source
-from testkit.archive_frames import put_frames, put_history, wal_frames
+from testkit.archive_frames import wal_frames
 from testkit.archive_store import S3Store, object_store
 
 pytestmark = pytest.mark.processes
@@ -43,18 +44,18 @@ def test_follower_takes_the_new_terms_frames_after_a_failover(
         append(src, "s", b"%d " % i)
     frames = wal_frames(src.data_dir / "wal")
     k = len(frames) - 2  # term 1 begins at frame K
-    put_history(objects, 0, [(0, 1)])
-    put_frames(objects, 0, frames[: k - 1])
+    archive_end.put_history(objects, [(0, 1)], 0)
+    archive_end.put_frames(objects, 0, frames[: k - 1])
     fol = follower(server_factory, tmp_path, archive_store, objects.url)
     wait_for(lambda: read(fol, "s")[0] == 200, message=lambda: fol.log()[-2000:])
     # The failover: the new primary's history first (it writes it before its
     # frames), then a deposed primary's frame K lands beside the new term's.
-    put_history(objects, 1, [(0, 1), (1, k)])
-    put_frames(objects, 0, [deposed(k)])
-    put_frames(objects, 1, frames[k - 1 :])
+    archive_end.put_history(objects, [(0, 1), (1, k)], 1)
+    archive_end.put_frames(objects, 0, [deposed(k)])
+    archive_end.put_frames(objects, 1, frames[k - 1 :])
     caught_up(src, fol, ["s"])
     append(src, "s", b"after")  # the new term goes on
-    put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
+    archive_end.put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
     caught_up(src, fol, ["s"])
 
 
@@ -67,13 +68,13 @@ def test_follower_that_applied_a_deposed_frame_stops_and_says_so(
     append(src, "s", b"1 ")
     frames = wal_frames(src.data_dir / "wal")
     k = len(frames) + 1
-    put_history(objects, 0, [(0, 1)])
-    put_frames(objects, 0, [*frames, deposed(k)])
+    archive_end.put_history(objects, [(0, 1)], 0)
+    archive_end.put_frames(objects, 0, [*frames, deposed(k)])
     fol = follower(server_factory, tmp_path, archive_store, objects.url)
     wait_for(lambda: "following" in fol.log() and read(fol, "s")[1] == b"0 1 ")
     append(src, "s", b"2 ")
-    put_history(objects, 1, [(0, 1), (1, k)])
-    put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
+    archive_end.put_history(objects, [(0, 1), (1, k)], 1)
+    archive_end.put_frames(objects, 1, wal_frames(src.data_dir / "wal")[len(frames) :])
     wait_for(
         lambda: "must be rebuilt from a base backup" in fol.log(),
         message=lambda: fol.log()[-2000:],
