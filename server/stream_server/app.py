@@ -28,16 +28,15 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from stream_server.archive.archive_end import with_term
 from stream_server.archive.backups_endpoint import BackupsEndpoint
-from stream_server.archive.follow_position import promote, single_node_term
+from stream_server.archive.follow_position import promote
 from stream_server.archive.follower import ArchiveFollower
 from stream_server.archive.progress import OFF_DOCUMENT
 from stream_server.archive.service import ArchiveService
 from stream_server.auth import TokenAuth
 from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
 from stream_server.config import Settings
-from stream_server.engine import BatchStats, Engine, StorageError
+from stream_server.engine import Engine, StorageError
 from stream_server.engine.replica import AckGate, ReplicaHooks
 from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
@@ -80,14 +79,9 @@ class StreamServerApp:
         follows = ReplicaHooks() if settings.archive_follow else None
         self.store = self.replication.store if self.replication else self._build_store(follows)
         if self.archive is not None:
-            engine = self.store.engine
-            if self.replication is not None:
-                hooks = self.replication.hooks
-                self.archive.terms = lambda: with_term(
-                    hooks.terms, hooks.term if hooks.writable else None, engine.lsn
-                )
-            else:  # term 0, or after a promotion the term above its source's
-                self.archive.terms = lambda: single_node_term(engine)[1]
+            self.archive.bind_terms(
+                self.store.engine, self.replication.hooks if self.replication else None
+            )
         self.follower = (
             ArchiveFollower.from_settings(settings, self.store, follows)
             if follows is not None
@@ -339,8 +333,9 @@ class StreamServerApp:
             if m is not None:
                 m.batch_failures.labels("disk_full" if error.disk_full else "error").inc()
 
+        on_batch = m.on_batch if m is not None else None
         return StoreEvents(
-            on_batch=self._on_batch(),
+            on_batch=on_batch if self.archive is None else self.archive.on_batch(on_batch),
             on_created=created,
             on_appended=lambda stream: subs("stream_appended", stream),
             on_deleted=deleted,
@@ -350,20 +345,6 @@ class StreamServerApp:
             on_failure=failed,
         )
 
-    def _on_batch(self) -> Callable[[BatchStats, int], None] | None:
-        """The metrics' batch hook, and the archiver's wake-up (archive/archiver.py)."""
-        on_batch = self.metrics.on_batch if self.metrics is not None else None
-        if self.archive is None:
-            return on_batch
-        notify = self.archive.archiver.notify
-
-        def both(stats: BatchStats, count: int) -> None:
-            if on_batch is not None:
-                on_batch(stats, count)
-            notify()
-
-        return both
-
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         if self.follower is not None:
@@ -371,8 +352,9 @@ class StreamServerApp:
         self.recovery.start()
         if self.follower is not None:
             self.follower.start(ready=self.recovery.recovered)
-        starting = asyncio.create_task(self._start_subscriptions(), name="subscriptions start")
-        archiving = asyncio.create_task(self._start_archive(), name="archive start")
+        tasks = [asyncio.create_task(self._start_subscriptions(), name="subscriptions start")]
+        if self.archive is not None:
+            tasks.append(asyncio.create_task(self._start_archive(), name="archive start"))
         if self.replication is not None:
             # Only once recovered: its durable position is known, and it can serve.
             work = [
@@ -390,7 +372,7 @@ class StreamServerApp:
                 await self.replication.stop()
             if self.follower is not None:
                 await self.follower.stop()
-            for task in (starting, archiving):
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -416,14 +398,10 @@ class StreamServerApp:
             log.exception("subscriptions failed to start; the __ds paths answer 503")
 
     async def _start_archive(self) -> None:
-        """The archive once recovered: a single node archives; a replica starts as a
-        standby unless the role switch has made it the primary already."""
-        if self.archive is None or not await self.recovery.recovered():
-            return
-        if self.replication is None:
-            await self.archive.start("archiving")
-        else:
-            await self.archive.start("standby", unless_started=True)
+        """The archive once recovered (``ArchiveService.begin``)."""
+        assert self.archive is not None
+        if await self.recovery.recovered():
+            await self.archive.begin(replicated=self.replication is not None)
 
     async def archive_status(self, request: Request) -> Response:
         """The archive's state (docs/backup.md): authenticated as the switchover is."""

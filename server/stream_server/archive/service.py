@@ -17,12 +17,16 @@ from collections.abc import Callable
 from stream_format.archive import SINGLE_NODE_HISTORY, History
 from stream_format.layout import Layout
 from stream_server.archive.ack_gate import ArchiveGate, BothGates
+from stream_server.archive.archive_end import with_term
 from stream_server.archive.archiver import Archiver
 from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.collector import ArchiveCollector
+from stream_server.archive.follow_position import single_node_term
 from stream_server.archive.object_store import ObjectStore
 from stream_server.config import Settings
-from stream_server.engine.replica import AckGate
+from stream_server.engine.batch import BatchStats
+from stream_server.engine.engine import Engine
+from stream_server.engine.replica import AckGate, ReplicaHooks
 from stream_server.replication.write_fence import Refusal
 
 DRAIN_SECONDS = 5.0  # a clean shutdown waits this long for the last upload
@@ -67,6 +71,39 @@ class ArchiveService:
             f"last error: {p.last_error or 'none'}\n"
         )
         return Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], body.encode())
+
+    def bind_terms(self, engine: Engine, hooks: ReplicaHooks | None) -> None:
+        """Where the term history comes from: a replica set's hooks, with a new primary's
+        term in it from the start (``archive_end.with_term``); a single node's term 0,
+        or after a promotion the term above its source's (``follow_position``)."""
+        if hooks is not None:
+            self.terms = lambda: with_term(
+                hooks.terms, hooks.term if hooks.writable else None, engine.lsn
+            )
+        else:
+            self.terms = lambda: single_node_term(engine)[1]
+
+    def on_batch(
+        self, inner: Callable[[BatchStats, int], None] | None
+    ) -> Callable[[BatchStats, int], None]:
+        """The store's batch hook: ``inner`` (the metrics'), then the archiver woken."""
+        notify = self.archiver.notify
+        if inner is None:
+            return lambda _stats, _count: notify()
+
+        def both(stats: BatchStats, count: int) -> None:
+            inner(stats, count)
+            notify()
+
+        return both
+
+    async def begin(self, *, replicated: bool) -> None:
+        """Once recovered: a single node archives; a replica starts as a standby unless
+        the role switch has made it the primary already."""
+        if replicated:
+            await self.start("standby", unless_started=True)
+        else:
+            await self.start("archiving")
 
     async def start(self, role: str, *, unless_started: bool = False) -> None:
         if self.gate is not None:
