@@ -38,6 +38,7 @@ from stream_format.archive import (
     history_name,
     wal_name,
 )
+from stream_format.meta import DB_INLINE
 from stream_format.records import FILE_HEADER_SIZE, CorruptRecord, iter_records
 from stream_server.archive import archive_end
 from stream_server.archive.object_store import ObjectStore, StoreSettings
@@ -72,12 +73,16 @@ def copy_wal(data_dir: Path, dest: Path) -> Path:
 
 
 def frame_time_us(frame: walmod.Frame, before: int) -> int:
-    """The newest record timestamp a frame writes (``before`` when it writes none)."""
+    """The newest record timestamp a frame writes (``before`` when it writes none): in a
+    segment write, or in a small log's whole inline value (data format 5)."""
     newest = before
     for entry in frame.entries:
-        if entry[0] != walmod.WRITE:
+        if entry[0] == walmod.WRITE:
+            _, _, pos, data = entry
+        elif entry[0] == walmod.PUT and entry[1] == DB_INLINE:
+            pos, data = 0, entry[3]
+        else:
             continue
-        _, _, pos, data = entry
         skip = FILE_HEADER_SIZE if pos == 0 else 0
         try:
             for rec in iter_records(data[skip:], pos + skip):

@@ -14,7 +14,9 @@ format 2, the records database and its WAL entries of format 3) raises the
 write version alone, so an older reader still reads a
 newer directory; a change a reader would misread raises both (format 4's
 retained start: below it a segment file holds punched holes, which a reader
-that starts at the file's first record would take for damage).
+that starts at the file's first record would take for damage). Format 5 keeps
+small streams' logs in LMDB instead of a file each (the ``inline`` database),
+which a reader that knows only files would take for missing files: read version 3.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-WRITE_VERSION = 4  # the newest format this program writes (and recovers)
-READ_VERSION = 2  # the newest read version this program reads (2: retained starts)
+WRITE_VERSION = 5  # the newest format this program writes (and recovers)
+READ_VERSION = 3  # the newest read version this program reads (3: inline logs)
 VERSION_FILE = "FORMAT"
 # A replica set member's set id (docs/replication.md, "A set's identity"): 32 lowercase
 # hex digits and a newline. Optional: single-node data and a new directory have none.

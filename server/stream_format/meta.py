@@ -24,6 +24,9 @@ DB_INDEX = 4  # stream id (u64 BE) + unit (u64 BE) -> file position (u64 LE)
 # Keyed values: space (utf-8) + 0x00 + key (utf-8) -> opaque value (since format 3). The
 # database keeps the name format 3 gave it, ``records``; it holds no log record.
 DB_RECORDS = 5
+# Small streams' logs (since format 5): stream id (u64 BE) -> the bytes its segment file
+# would hold (file header, then records), for a stream that has no segment file.
+DB_INLINE = 6
 
 # The stream databases: every format has them, and a reader of committed data
 # (read version 1, the Spark data source) opens these and no others.
@@ -37,7 +40,8 @@ DB_NAMES = {
 # Every database a writer keeps. Format 3 adds ``records`` (keyed values: state of
 # other parts of the server, such as subscriptions); readers never open it, so it did
 # not raise the read version.
-ALL_DB_NAMES = {**DB_NAMES, DB_RECORDS: b"records"}
+# Format 5 adds ``inline``: a reader of committed data must open it (read version 3).
+ALL_DB_NAMES = {**DB_NAMES, DB_RECORDS: b"records", DB_INLINE: b"inline"}
 
 KEY_NEXT_STREAM_ID = b"next_stream_id"
 
@@ -106,25 +110,31 @@ class StreamMeta:
     extra: dict[str, Any] = field(default_factory=dict)  # room for later fields
 
     def to_json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "id": self.id,
-                "content_type": self.content_type,
-                "created_at": self.created_at,
-                "ttl": self.ttl,
-                "expires_at": self.expires_at,
-                "expires_at_ts": self.expires_at_ts,
-                "closed": self.closed,
-                "closed_by": list(self.closed_by) if self.closed_by is not None else None,
-                "stream_seq": self.stream_seq,
-                "fork_from": self.fork_from,
-                "fork_offset": self.fork_offset,
-                "refcount": self.refcount,
-                "soft_deleted": self.soft_deleted,
-                "touched_at": self.touched_at,
-                "extra": self.extra,
-            }
-        )
+        """The fields that differ from their defaults (format 5; ``from_json`` has always
+        read a missing field as its default): a million small streams keep 170 bytes
+        less each than with every field spelled out."""
+        d: dict[str, Any] = {
+            "id": self.id,
+            "content_type": self.content_type,
+            "created_at": self.created_at,
+        }
+        for name, value, default in (
+            ("ttl", self.ttl, None),
+            ("expires_at", self.expires_at, None),
+            ("expires_at_ts", self.expires_at_ts, None),
+            ("closed", self.closed, False),
+            ("closed_by", list(self.closed_by) if self.closed_by is not None else None, None),
+            ("stream_seq", self.stream_seq, None),
+            ("fork_from", self.fork_from, None),
+            ("fork_offset", self.fork_offset, 0),
+            ("refcount", self.refcount, 0),
+            ("soft_deleted", self.soft_deleted, False),
+            ("touched_at", self.touched_at, 0.0),
+            ("extra", self.extra, {}),
+        ):
+            if value != default:
+                d[name] = value
+        return orjson.dumps(d)
 
     @classmethod
     def from_json(cls, raw: bytes | memoryview) -> StreamMeta:

@@ -103,6 +103,7 @@ def _slice(
         content_type=cut.streams[span.stream].content_type,
         kind=p.owner.kind,
         segment=meta.layout.segment_relpath(p.owner.id),
+        inline=p.owner.inline,
         pos=pos,
         end_pos=p.owner.file_len,
         first=first,

@@ -10,6 +10,8 @@ The rules that make an outside read safe while a server keeps writing:
   transaction (a *cut*); LMDB is opened ``readonly=True, lock=False`` so a
   read-only mount works, and transactions stay short because an unlocked
   reader does not stop the writer from reusing pages;
+- a small stream's log kept in LMDB (format 5's ``inline`` database) is copied
+  out in the cut's own transaction, so it is exactly the cut's;
 - segment files are read up to the committed file length of the cut only:
   bytes past it belong to no acknowledged write, and records below it are
   never rewritten, so reading later than the cut still returns the cut;
@@ -32,6 +34,7 @@ from stream_format.layout import LMDB_DATA, FormatError, Layout
 from stream_format.media import record_kind
 from stream_format.meta import (
     DB_INDEX,
+    DB_INLINE,
     DB_NAMES,
     DB_STREAMS,
     DB_TAILS,
@@ -79,6 +82,7 @@ class StreamInfo:
     created_at: float
     start: int = -1  # first retained unit of its own file (format 4; -1: ``base``)
     start_pos: int = FILE_HEADER_SIZE  # file position of the record at ``start``
+    inline: bytes | None = None  # its log as the cut holds it, when kept in LMDB (format 5)
 
     @property
     def kind(self) -> int:
@@ -155,16 +159,19 @@ class MetaReader:
 
     def __init__(self, data_dir: str | Path) -> None:
         self.layout = check_layout(data_dir)
+        names = dict(DB_NAMES)
+        if self.layout.check_version().read >= 3:  # format 5: small logs in LMDB
+            names[DB_INLINE] = b"inline"
         self.env = lmdb.open(
             str(self.layout.meta),
             readonly=True,
             lock=False,
-            max_dbs=len(DB_NAMES) + 2,
+            max_dbs=len(names) + 2,
             readahead=False,
             subdir=True,
         )
         try:
-            self.dbs = {num: self.env.open_db(name, create=False) for num, name in DB_NAMES.items()}
+            self.dbs = {num: self.env.open_db(name, create=False) for num, name in names.items()}
         except lmdb.Error as exc:
             self.env.close()
             raise FormatError(f"{self.layout.meta}: missing LMDB database: {exc}") from None
@@ -196,7 +203,10 @@ class MetaReader:
         with self._begin() as txn:
             raw_streams = list(txn.cursor(db=self.dbs[DB_STREAMS]))
             raw_tails = list(txn.cursor(db=self.dbs[DB_TAILS]))
+            inline_db = self.dbs.get(DB_INLINE)
+            raw_inline = list(txn.cursor(db=inline_db)) if inline_db is not None else []
         tails = {key_stream_id(key): decode_tail(value) for key, value in raw_tails}
+        inline = {key_stream_id(key): bytes(value) for key, value in raw_inline}
         streams: dict[str, StreamInfo] = {}
         for key, value in raw_streams:
             path = stream_path(key)
@@ -220,6 +230,7 @@ class MetaReader:
                 created_at=m.created_at,
                 start=start,
                 start_pos=start_pos,
+                inline=inline.get(m.id),
             )
         return Cut(str(self.layout.root), now, streams)
 
@@ -289,6 +300,7 @@ class Slice:
     content_type: str
     kind: int
     segment: str  # path of the origin's segment file, relative to the data directory
+    inline: bytes | None  # or the origin's log itself, kept in LMDB (format 5)
     pos: int
     end_pos: int
     first: int
@@ -337,7 +349,7 @@ def read_slice(
     if sl.first >= stop_at:
         return
     clip = _Clip(sl, time_from_us, time_to_us)
-    fd = _open_segment(Path(data_dir) / sl.segment, sl)
+    fd = _open_segment(Path(data_dir) / sl.segment, sl) if sl.inline is None else -1
     try:
         pos = sl.pos
         # Reads cost what they return: a small slice of a long file (a fork's
@@ -364,7 +376,8 @@ def read_slice(
             if chunk < READ_CHUNK:  # the estimate was short: grow back to full-size reads
                 chunk = min(chunk * 2, READ_CHUNK)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 class _Clip:
@@ -419,7 +432,16 @@ def _open_segment(path: Path, sl: Slice) -> int:
 
 
 def _read_exactly(fd: int, want: int, pos: int, sl: Slice) -> bytes:
-    buf = os.pread(fd, want, pos)
+    """``want`` bytes of the slice's log from ``pos``: its file (``fd``) or its inline
+    value, whose header is checked as a file's is."""
+    if sl.inline is None:
+        buf = os.pread(fd, want, pos)
+    else:
+        try:
+            check_file_header(sl.inline[:FILE_HEADER_SIZE], int(Path(sl.segment).stem, 16))
+        except CorruptRecord as exc:
+            raise FormatError(f"stream {sl.origin!r}: {exc}") from None
+        buf = sl.inline[pos : pos + want]
     if len(buf) < want:
         raise FormatError(
             f"stream {sl.origin!r}: segment file ends at {pos + len(buf)}, "

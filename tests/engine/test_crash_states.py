@@ -2,7 +2,8 @@
 
 A workload (appends in multi-stream batches, JSON, idempotent producers, a
 fork, a close, deletes soft and cascading, expiry, WAL rotations and
-checkpoints) runs through the real stream store with the engine's I/O
+checkpoints; small logs kept inline in LMDB and moved into their files as they
+grow, data format 5) runs through the real stream store with the engine's I/O
 recorded (``testkit.crashstates``). Each explored state is recovered by a
 fresh store and must show:
 

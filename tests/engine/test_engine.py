@@ -78,14 +78,14 @@ def test_restart_after_clean_close_keeps_everything(tmp_path):
 
 
 def test_wal_replay_restores_writes_the_segment_files_lost(tmp_path):
-    e = Engine(tmp_path / "d")
+    e = Engine(tmp_path / "d", inline_max=0)
     e.open()
     new_stream(e, "a", 1)
     e.commit([Append(1, KIND_BYTES, [b"durable"])])
     seg = e.layout.segment_path(1)
     crash(e)
     os.truncate(seg, 0)  # as if the page cache never reached the disk
-    e2 = Engine(tmp_path / "d")
+    e2 = Engine(tmp_path / "d", inline_max=0)
     _, report = e2.open()
     assert report.wal_frames_replayed == 2
     assert read_all(e2, 1, KIND_BYTES, 0, 7) == b"durable"
@@ -104,7 +104,7 @@ def test_crash_between_the_steps_of_a_batch(tmp_path, stage, survives):
         if s == armed["stage"]:
             raise Crash(s)
 
-    e = Engine(tmp_path / "d", fault_hook=hook)
+    e = Engine(tmp_path / "d", fault_hook=hook, inline_max=0)
     e.open()
     new_stream(e, "a", 1)
     e.commit([Append(1, KIND_BYTES, [b"before;"])])
@@ -112,7 +112,7 @@ def test_crash_between_the_steps_of_a_batch(tmp_path, stage, survives):
     with pytest.raises(Crash):
         e.commit([Append(1, KIND_BYTES, [b"maybe;"]), PutProducer(1, "p", 0, 5)])
     crash(e)
-    e2 = Engine(tmp_path / "d")
+    e2 = Engine(tmp_path / "d", inline_max=0)
     state, _ = e2.open()
     expected = b"before;maybe;" if survives else b"before;"
     assert e2.tails[1].unit == len(expected)
@@ -142,7 +142,7 @@ def test_delete_removes_files_and_orphans_are_collected(tmp_path):
 
 
 def test_corrupt_record_in_the_middle_is_reported_not_served(tmp_path):
-    e = Engine(tmp_path / "d")
+    e = Engine(tmp_path / "d", inline_max=0)
     e.open()
     new_stream(e, "a", 1)
     e.commit([Append(1, KIND_BYTES, [b"A" * 100])])
@@ -152,7 +152,7 @@ def test_corrupt_record_in_the_middle_is_reported_not_served(tmp_path):
     raw = bytearray(seg.read_bytes())
     raw[60] ^= 0xFF  # inside the first record's payload
     seg.write_bytes(bytes(raw))
-    e2 = Engine(tmp_path / "d")
+    e2 = Engine(tmp_path / "d", inline_max=0)
     e2.open()
     from stream_server.engine import DamagedStream
 
@@ -209,7 +209,7 @@ def test_a_clean_stop_flushes_every_written_stream_on_threads_before_the_wal_goe
     """The stop's checkpoint flushes segment files on several threads: every file
     written since the last checkpoint is flushed, and all of them before the
     directories, LMDB and the WAL's deletion."""
-    e = Engine(tmp_path / "d")
+    e = Engine(tmp_path / "d", inline_max=0)
     e.open()
     count = 5 * fsio.FLUSH_WORKERS  # more files than threads: every thread flushes several
     for sid in range(1, count + 1):
@@ -228,7 +228,7 @@ def test_a_clean_stop_flushes_every_written_stream_on_threads_before_the_wal_goe
     assert len(log.threads) > 1 and all(t.startswith("flush") for t in log.threads)
     last_flush = max(i for i, k in enumerate(kinds) if k == "fsync")
     assert last_flush < kinds.index("fsync_dir") < kinds.index("unlink")
-    e2 = Engine(tmp_path / "d")
+    e2 = Engine(tmp_path / "d", inline_max=0)
     _, report = e2.open()
     assert report.wal_frames_replayed == 0
     assert all(read_all(e2, sid, KIND_BYTES, 0, 100) == b"x" * 100 for sid in range(1, count + 1))

@@ -27,8 +27,9 @@ V2_FORMAT = "durable-streams-py data format 2\nread-version 1\n"
 
 
 def crashed_directory(root, *, data: bytes = b"durable") -> Layout:
-    """A directory whose acknowledged writes live only in its WAL (segment bytes lost)."""
-    e = Engine(root)
+    """A directory whose acknowledged writes live only in its WAL (segment bytes lost).
+    Every log in a file, as formats 1 to 4 keep them."""
+    e = Engine(root, inline_max=0)
     e.open()
     new_stream(e, "a", 1)
     e.commit([Append(1, KIND_BYTES, [data])])
@@ -79,13 +80,15 @@ def test_a_format_1_directory_with_a_headerless_wal_is_replayed_and_raised(tmp_p
 
 def as_format_2(layout: Layout) -> None:
     """Turn a crashed directory into what a format-2 server leaves: the same WAL files
-    and LMDB, without the records database (format 3 added it)."""
+    and LMDB, without the records database (format 3 added it) and the inline one
+    (format 5)."""
     layout.version_file.write_text(V2_FORMAT)
     env = lmdb.open(str(layout.meta), max_dbs=8)
     with env.begin(write=True) as txn:
-        txn.drop(env.open_db(b"records", txn=txn), delete=True)
+        for name in (b"records", b"inline"):
+            txn.drop(env.open_db(name, txn=txn), delete=True)
     with env.begin() as txn:
-        assert txn.get(b"records") is None
+        assert txn.get(b"records") is None and txn.get(b"inline") is None
     env.close()
 
 
@@ -100,7 +103,7 @@ def test_a_format_2_directory_is_replayed_and_raised_to_format_3(tmp_path):
     assert (
         layout.version_file.read_text()
         == CURRENT.text()
-        == ("durable-streams-py data format 4\nread-version 2\n")
+        == ("durable-streams-py data format 5\nread-version 3\n")
     )
     assert e.keyed_values("subs") == {}
     e.commit([PutKeyedValue("subs", "a", b"1")])

@@ -28,10 +28,16 @@ def test_stream_meta_round_trips_field_by_field():
         content_type="application/json",
         created_at=1.5,
         ttl=30,
+        expires_at="2030-01-01T00:00:00Z",
+        expires_at_ts=1893456000.0,
         closed=True,
         closed_by=("w", 1, 2),
+        stream_seq="s9",
         fork_from="src",
         fork_offset=4,
+        refcount=2,
+        soft_deleted=True,
+        touched_at=2.5,
         extra={"expiry_from": "request"},
     )
     raw = m.to_json()
@@ -42,6 +48,12 @@ def test_stream_meta_round_trips_field_by_field():
         "closed_by", "stream_seq", "fork_from", "fork_offset", "refcount", "soft_deleted",
         "touched_at", "extra",
     }  # fmt: skip
+    # Format 5 leaves out what equals its default; every reader takes it as that.
+    plain = StreamMeta(id=8, content_type="text/plain", created_at=1.5)
+    assert orjson.loads(plain.to_json()) == {
+        "id": 8, "content_type": "text/plain", "created_at": 1.5
+    }  # fmt: skip
+    assert StreamMeta.from_json(plain.to_json()) == plain
 
 
 def test_readers_ignore_fields_they_do_not_know():
@@ -85,7 +97,8 @@ def test_a_segment_file_with_a_foreign_header_is_never_served(tmp_path):
         store = StreamStore(data)
         await store.start()
         await store.create(CreateRequest("s", "application/octet-stream", b"abc"))
-        await store.append(AppendRequest("s", "application/octet-stream", b"def"))
+        # Past the inline bound (format 5): the log moves into its own file.
+        await store.append(AppendRequest("s", "application/octet-stream", b"def" * 400))
         sid = store.get("s").id
         await store.stop()
         return sid
@@ -120,8 +133,8 @@ def test_the_version_file_names_a_write_and_a_read_version():
     v1 = "durable-streams-py data format 1\n"  # format 1's one line: read = write = 1
     assert DataFormat.parse(v1) == DataFormat(1, 1)
     assert DataFormat(1, 1).text() == v1
-    assert (CURRENT.write, CURRENT.read) == (4, 2)
-    assert CURRENT.text() == "durable-streams-py data format 4\nread-version 2\n"
+    assert (CURRENT.write, CURRENT.read) == (5, 3)
+    assert CURRENT.text() == "durable-streams-py data format 5\nread-version 3\n"
     assert DataFormat.parse(CURRENT.text()) == CURRENT
     # No read-version line: read = write. Unknown keys are ignored.
     assert DataFormat.parse("durable-streams-py data format 5\n") == DataFormat(5, 5)
@@ -148,10 +161,11 @@ def test_the_version_file_names_a_write_and_a_read_version():
         ("durable-streams-py data format 2\nread-version 1\n", True, True),
         ("durable-streams-py data format 3\nread-version 1\n", True, True),
         ("durable-streams-py data format 4\nread-version 2\n", True, True),
+        ("durable-streams-py data format 5\nread-version 3\n", True, True),
         # Newer writers that changed only what writers see: still readable.
-        ("durable-streams-py data format 7\nread-version 2\n", True, False),
+        ("durable-streams-py data format 7\nread-version 3\n", True, False),
         # A change readers would misread: neither.
-        ("durable-streams-py data format 7\nread-version 3\n", False, False),
+        ("durable-streams-py data format 7\nread-version 4\n", False, False),
         ("durable-streams-py data format 99\n", False, False),
         ("not ours\n", False, False),
     ],

@@ -170,10 +170,10 @@ def test_a_frame_naming_a_database_this_program_does_not_know_stops_recovery(tmp
     applied or dropped as torn, even at the end of the newest file."""
     path = tmp_path / NAME
     path.write_bytes(
-        wal.encode_header(1) + _frame(1) + wal.encode_frame(2, [(wal.PUT, 6, b"k", b"v")])
+        wal.encode_header(1) + _frame(1) + wal.encode_frame(2, [(wal.PUT, 7, b"k", b"v")])
     )
     for last in (True, False):
-        with pytest.raises(wal.WalCorrupt, match=f"{NAME}: frame at .*unknown database number 6"):
+        with pytest.raises(wal.WalCorrupt, match=f"{NAME}: frame at .*unknown database number 7"):
             list(wal.read_frames(path, last_file=last))
 
 

@@ -113,8 +113,8 @@ def test_damage_is_an_error_never_a_short_read(server_factory, tmp_path):
     srv = server_factory().start()
     with httpx.Client(base_url=srv.base) as c:
         put(c, "d", OCTET)
-        for i in range(3):
-            post(c, "d", OCTET, bytes([65 + i]) * 100)
+        for i in range(3):  # past the inline bound: a segment file to damage
+            post(c, "d", OCTET, bytes([65 + i]) * 400)
     srv.stop()
 
     def read_all(data_dir) -> list:
@@ -123,9 +123,9 @@ def test_damage_is_an_error_never_a_short_read(server_factory, tmp_path):
             return rows_of(data_dir, plan(cut, meta, batch_ranges(cut, Selection())))
 
     assert [bytes(r.payload) for r in read_all(srv.data_dir)] == [
-        b"A" * 100,
-        b"B" * 100,
-        b"C" * 100,
+        b"A" * 400,
+        b"B" * 400,
+        b"C" * 400,
     ]
     with MetaReader(srv.data_dir) as meta:
         info = meta.cut().streams["d"]
@@ -149,7 +149,7 @@ def test_damage_is_an_error_never_a_short_read(server_factory, tmp_path):
 
     other = tmp_path / "other"
     shutil.copytree(srv.data_dir, other)
-    (other / VERSION_FILE).write_text("durable-streams-py data format 5\nread-version 3\n")
+    (other / VERSION_FILE).write_text("durable-streams-py data format 6\nread-version 4\n")
     with pytest.raises(FormatError, match="not supported"):
         MetaReader(other)
 

@@ -16,6 +16,7 @@ from stream_format import wal
 from stream_format.meta import (
     DB_INDEX,
     DB_INFO,
+    DB_INLINE,
     DB_PRODUCERS,
     DB_RECORDS,
     DB_STREAMS,
@@ -202,6 +203,7 @@ class _Builder:
         self.heads.pop(sid, None)
         self.dropped.append(sid)
         self.delete(DB_TAILS, id_key(sid))
+        self.delete(DB_INLINE, id_key(sid))  # its log, if it was kept inline (format 5)
         for db in (DB_PRODUCERS, DB_INDEX):
             self.changes.append((wal.DELETE_PREFIX, db, id_key(sid)))
 

@@ -4,7 +4,8 @@ Path of one batch (called from the single writer thread):
 
 1. build it (``batch.build``): the records for each segment file and one list
    of metadata changes;
-2. write the records to the segment files (page cache only);
+2. write the records to the segment files (page cache only); a small log's
+   records go into LMDB with step 4 instead (``Segments.place``, format 5);
 3. write one WAL frame holding the records and the metadata changes, and
    fdatasync it: from here the batch survives a crash; in a replica set the
    frame is shipped to the standbys now, so their apply overlaps step 4;
@@ -68,7 +69,7 @@ from stream_server.engine.recovery import (
     RecoveryProgress,
     RecoveryReport,
 )
-from stream_server.engine.segments import Segments
+from stream_server.engine.segments import INLINE_MAX, Segments, inline_changes
 from stream_server.engine.wal_writer import WalWriter
 
 __all__ = [
@@ -97,9 +98,12 @@ class Engine(Checkpoints, HeadDrops):
         fault_hook: Callable[[str], None] | None = None,
         replica: ReplicaRole | None = None,
         archive_floor: wal_keep.ArchiveFloor | None = None,
+        inline_max: int = INLINE_MAX,
     ) -> None:
         self.layout = Layout(Path(data_dir))
-        self.segments = Segments(self.layout)
+        # ``inline_max``: the longest log kept in LMDB (segments.py); 0 keeps every log
+        # in a file, for tests of the files themselves.
+        self.segments = Segments(self.layout, inline_max)
         self.map_size = map_size
         self.checkpoint_bytes = checkpoint_bytes
         self.meta: Metadata | None = None
@@ -135,7 +139,7 @@ class Engine(Checkpoints, HeadDrops):
     def open(self) -> tuple[LoadedState, RecoveryReport]:
         started = time.monotonic()
         found = prepare(self.layout)
-        self.meta = Metadata(self.layout.meta, self.map_size)
+        self.meta = self.segments.meta = Metadata(self.layout.meta, self.map_size)
         recovery = Recovery(
             self.layout,
             self.meta,
@@ -168,6 +172,7 @@ class Engine(Checkpoints, HeadDrops):
         t0 = time.perf_counter()
         self._resolve_drops(ops)
         batch = build(ops, self.tails, time.time_ns() // 1000)
+        self.segments.place(batch.writes, batch.changes)
         stats = batch.stats
         # 1. segment files (page cache) and 2. the WAL frame, appended: both undone
         # (truncated) if anything fails before the flush.
@@ -194,7 +199,7 @@ class Engine(Checkpoints, HeadDrops):
         self._hook("commit")
         stats.commit_seconds = time.perf_counter() - t2
         # 4. publish.
-        self._publish(batch.tails, batch.writes, batch.dropped, batch.heads)
+        self._publish(batch.tails, batch.writes, batch.dropped, batch.heads, batch.changes)
         return stats
 
     def _write_segments(
@@ -275,12 +280,18 @@ class Engine(Checkpoints, HeadDrops):
         written: Iterable[int],
         dropped: Iterable[int],
         heads: Mapping[int, int],
+        changes: list[walmod.Entry],
     ) -> None:
         """The last step of every commit, of a batch of ours or of frames applied from
         a primary (``commit_frames``): the new tails to readers, the files of dropped
         streams removed, the blocks below new retained starts given back, and a
         checkpoint when the WAL has grown enough. One path, so that a standby's
-        engine is in the state its primary's is after the same frames."""
+        engine is in the state its primary's is after the same frames. The streams
+        kept inline are known before the tails that let readers at them."""
+        put, gone = inline_changes(changes)
+        if put or gone:
+            self.segments.inline |= put
+            self.segments.inline -= gone
         self.tails.update(tails)
         self.published_lsn = self.lsn
         self._dirty.update(written)
@@ -336,13 +347,14 @@ class Engine(Checkpoints, HeadDrops):
         then the same publish step as a batch of ours (``_publish``), its effects read
         from the frames' ``tails`` changes. A failure fails the engine closed; the
         frames stay durable in the WAL, which a restart replays."""
+        changes = [e for _, frame_changes in appended.frames for e in frame_changes]
         try:
-            self.write_metadata([e for _, changes in appended.frames for e in changes])
+            self.write_metadata(changes)
         except Exception as exc:
             self._fail(f"applying frames from the primary failed: {exc!r}")
             raise StorageFailed(f"storage failed closed: {self.failed}") from exc
         effects = tail_effects(appended.frames, self.tails)
-        self._publish(effects.tails, appended.streams, effects.dropped, effects.heads)
+        self._publish(effects.tails, appended.streams, effects.dropped, effects.heads, changes)
 
     def write_metadata(self, entries: list[walmod.Entry], *, flush: bool = False) -> None:
         """One LMDB transaction (the map grown when full). Outside a batch, for state no
@@ -360,23 +372,6 @@ class Engine(Checkpoints, HeadDrops):
                     log.info("LMDB map grown to %d bytes", self.meta.env.info()["map_size"])
         if flush:
             self.meta.sync()
-
-    def _punch(self, sid: int, start_pos: int) -> None:
-        """Give back the blocks below a durable retained start. A file system that
-        cannot punch keeps them (counted, logged once): nothing is lost but space."""
-        self._hook("punch")
-        done = self._punched.get(sid, 0)
-        try:
-            upto, punched = self.segments.punch_below(sid, start_pos, done)
-        except OSError as exc:
-            self.punch_failures += 1
-            if self.punch_failures == 1:
-                log.warning("retention cannot give disk space back here: %s", exc)
-            return
-        if upto > done:
-            self.reclaimed_bytes += punched
-            self._punched[sid] = upto
-            self._dirty.add(sid)
 
     def _undo_segments(self, undo: list[tuple[int, int]]) -> None:
         for sid, start in undo:

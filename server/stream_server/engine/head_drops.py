@@ -7,10 +7,13 @@ payloads), ``first_record_time`` reads the oldest retained record's commit
 time. A drop (``ops.DropHead``) then commits like any batch, and names the
 index entries below its new start (``_resolve_drops``) so that the same batch
 deletes them; the blocks below it are given back once it is durable (the
-engine's publish step).
+engine's publish step calls ``_punch``).
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
 
 from stream_format.meta import DB_INDEX, index_key
 from stream_format.records import (
@@ -20,14 +23,41 @@ from stream_format.records import (
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
 )
-from stream_server.engine import fsio
 from stream_server.engine.batch import Tail
 from stream_server.engine.log_reads import LogReads
 from stream_server.engine.ops import DropHead, Op
 
+log = logging.getLogger("stream_server.engine")
+
 
 class HeadDrops(LogReads):
-    """Mixed into ``Engine``: the reads a drop needs, and its index entries."""
+    """Mixed into ``Engine``: the reads a drop needs, its index entries, and the blocks
+    it gives back."""
+
+    reclaimed_bytes: int
+    punch_failures: int
+    _punched: dict[int, int]
+    _dirty: set[int]
+    _hook: Callable[[str], None]
+
+    def _punch(self, sid: int, start_pos: int) -> None:
+        """Give back the blocks below a durable retained start. A file system that
+        cannot punch keeps them (counted, logged once): nothing is lost but space."""
+        if sid in self.segments.inline:
+            return  # a few hundred bytes in LMDB: nothing to give back
+        self._hook("punch")
+        done = self._punched.get(sid, 0)
+        try:
+            upto, punched = self.segments.punch_below(sid, start_pos, done)
+        except OSError as exc:
+            self.punch_failures += 1
+            if self.punch_failures == 1:
+                log.warning("retention cannot give disk space back here: %s", exc)
+            return
+        if upto > done:
+            self.reclaimed_bytes += punched
+            self._punched[sid] = upto
+            self._dirty.add(sid)
 
     def retention_point(  # noqa: C901 - the bounds of a retention cut, each beside the others
         self, sid: int, *, min_pos: int, cutoff_us: int | None, max_unit: int
@@ -50,10 +80,10 @@ class HeadDrops(LogReads):
             pos, unit = tail.start_pos, tail.start
         max_unit = min(max_unit, tail_unit)
         unpack = RECORD_HEADER.unpack_from
-        fd = fsio.open_read(self.segments.path(sid))
+        log = self.segments.open_log(sid)
         try:
             while pos < file_len and unit < max_unit:
-                buf = fsio.pread(fd, min(256 * 1024, file_len - pos), pos)
+                buf = log.pread(min(256 * 1024, file_len - pos), pos)
                 off = 0
                 while off + RECORD_HEADER_SIZE <= len(buf):
                     _, plen, rkind, flags, pidlen, rstart, ts = unpack(buf, off)
@@ -75,7 +105,7 @@ class HeadDrops(LogReads):
                     return None  # a header cut by the end of the log: cannot happen
                 pos += off
         finally:
-            fsio.close(fd)
+            log.close()
         return self._point(tail, unit, min(pos, file_len))
 
     def first_record_time(self, sid: int) -> tuple[int, int] | None:

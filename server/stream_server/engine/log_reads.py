@@ -25,7 +25,6 @@ from stream_format.records import (
     iter_records,
     record_size,
 )
-from stream_server.engine import fsio
 from stream_server.engine.batch import Tail
 from stream_server.engine.errors import DamagedStream, HeadDropped
 from stream_server.engine.metadata import Metadata
@@ -84,11 +83,11 @@ class LogReads:
     def record_end(self, sid: int, unit: int) -> int:
         """The unit just past the record that covers ``unit``."""
         pos, _ = self._index_floor(sid, unit)
-        fd = fsio.open_read(self.segments.path(sid))
+        log = self.segments.open_log(sid)
         try:
             chunk = 1 << 20
             while True:
-                buf = fsio.pread(fd, chunk, pos)
+                buf = log.pread(chunk, pos)
                 if not buf:
                     return unit
                 last = pos
@@ -100,7 +99,7 @@ class LogReads:
                     chunk = (record_size(buf) or 0) + 64
                 pos = last
         finally:
-            fsio.close(fd)
+            log.close()
 
     def _check_readable(self, sid: int) -> None:
         """DamagedStream for a stream found damaged, or whose file header (checked on
@@ -152,10 +151,10 @@ class LogReads:
         chunk = max(256 * 1024, min(max_bytes + 64 * 1024, 8 * 1024 * 1024))
         unpack = RECORD_HEADER.unpack_from
         json = kind == KIND_JSON
-        fd = fsio.open_read(self.segments.path(sid))
+        log = self.segments.open_log(sid)
         try:
             while cur < stop and total < max_bytes:
-                buf = fsio.pread(fd, chunk, pos)
+                buf = log.pread(chunk, pos)
                 if not buf:
                     self._below_start(sid, pos)
                     raise DamagedStream(f"stream id {sid}: log ends before unit {stop}")
@@ -201,5 +200,5 @@ class LogReads:
                     chunk = max(chunk, (record_size(buf) or 0) + 64)
                 pos += off
         finally:
-            fsio.close(fd)
+            log.close()
         return out, cur, (cur, pos)

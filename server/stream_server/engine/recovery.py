@@ -7,7 +7,8 @@
    newer version, a bad frame before the end) stops recovery with its name:
    skipping it could lose acknowledged writes.
 2. Load the committed state from LMDB.
-3. Make each segment file end exactly at its committed tail: bytes past it
+3. Make each segment file end exactly at its committed tail (a log kept
+   inline in LMDB, format 5, is committed with its tail: nothing to do): bytes past it
    belong to no acknowledged write and are cut; a file shorter than its tail
    lost data to something outside our control and is recovered to its last
    whole record, loudly. Files touched by 1 or 3 have their header and last
@@ -29,6 +30,7 @@ from stream_format.layout import Layout
 from stream_format.meta import (
     DB_INDEX,
     DB_INFO,
+    DB_INLINE,
     DB_PRODUCERS,
     DB_STREAMS,
     DB_TAILS,
@@ -117,6 +119,7 @@ class Recovery:
         progress.phase = "wal"
         touched = self._replay_wal(report)
         progress.phase = "loading"
+        self.segments.load_inline()
         state = self._load()
         progress.streams_total = len(state.tails)
         progress.phase = "tails"
@@ -177,8 +180,11 @@ class Recovery:
         return LoadedState(streams, tails, producers, next_id)
 
     def _check_tails(self, state: LoadedState, touched: set[int], report: RecoveryReport) -> None:
+        inline = self.segments.inline  # committed with their tails: nothing to check
         for checked, (sid, tail) in enumerate(list(state.tails.items()), 1):
             self.progress.streams_checked = checked
+            if sid in inline:
+                continue
             path = self.segments.path(sid)
             try:
                 size = path.stat().st_size
@@ -217,7 +223,11 @@ class Recovery:
         Idempotent, one call per trimmed stream, and not flushed: a punch lost to a
         power cut is done again by the next recovery."""
         for sid, tail in state.tails.items():
-            if tail.start_pos > FILE_HEADER_SIZE and sid not in self.damaged:
+            if (
+                tail.start_pos > FILE_HEADER_SIZE
+                and sid not in self.damaged
+                and sid not in self.segments.inline
+            ):
                 try:
                     self.segments.punch_below(sid, tail.start_pos)
                 except OSError as exc:
@@ -264,7 +274,15 @@ class Recovery:
             raise CorruptRecord(f"stream id {sid}: records end at {end}, tail is {tail.file_len}")
 
     def _remove_orphans(self, state: LoadedState, report: RecoveryReport) -> None:
-        """Delete segment files of streams whose deletion committed before a crash."""
+        """Delete segment files (and inline logs) of streams whose deletion committed
+        before a crash."""
+        stale = self.segments.inline - state.tails.keys()
+        if stale:
+            with self.meta.write() as txn:
+                for sid in stale:
+                    txn.delete(id_key(sid), db=self.meta.dbs[DB_INLINE])
+            self.segments.inline -= stale
+            report.orphan_files_removed += len(stale)
         for sub in self.layout.segments.iterdir():
             if not sub.is_dir():
                 continue

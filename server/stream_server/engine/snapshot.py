@@ -4,7 +4,8 @@ primary (``replication/recopy.py``) and what a base backup uploads (``archive/ba
 The tar holds the version file, the set id file when there is one (so the copy
 belongs to the primary's set, docs/replication.md "A set's identity"), an LMDB
 copy (one read transaction, so one batch boundary) as ``meta/data.mdb``, and each
-stream's segment file up to the tail that copy records. Bytes below a committed
+stream's segment file up to the tail that copy records (a log kept inline is in the
+LMDB copy already). Bytes below a committed
 tail never change, except that retention may punch them; a copy during which a
 retained start moved is taken again (the sink is told to throw the attempt away).
 The WAL is not copied: everything it holds is in LMDB and the segment files.
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from stream_format.layout import LMDB_DATA
-from stream_format.meta import DB_INFO, DB_TAILS, decode_tail, key_stream_id
+from stream_format.meta import DB_INFO, DB_INLINE, DB_TAILS, decode_tail, key_stream_id
 from stream_format.records import crc32
 from stream_server.engine import fsio
 from stream_server.engine.engine import Engine
@@ -121,7 +122,7 @@ def _build_once(engine: Engine, sink: Sink) -> Snapshot | None:
         before = engine.lsn
         engine.meta.env.copy(str(meta_copy))
         after = engine.lsn
-        snapshot, tails = _read_copy(meta_copy, engine.map_size)
+        snapshot, tails, inline = _read_copy(meta_copy, engine.map_size)
         if snapshot is None:  # a single node: no position in LMDB
             snapshot = Snapshot(0, max(before - 1, 0), after)
         sink.begin(snapshot)
@@ -134,6 +135,8 @@ def _build_once(engine: Engine, sink: Sink) -> Snapshot | None:
             tar.addfile(meta_dir)
             _add(tar, snapshot, meta_copy / LMDB_DATA, f"meta/{LMDB_DATA}")
             for sid, (file_len, _) in tails.items():
+                if sid in inline:
+                    continue  # its log is in the LMDB copy (format 5)
                 path = engine.segments.path(sid)
                 try:
                     fd = fsio.open_read(path)
@@ -154,9 +157,9 @@ def _build_once(engine: Engine, sink: Sink) -> Snapshot | None:
 
 def _read_copy(
     meta_copy: Path, map_size: int
-) -> tuple[Snapshot | None, dict[int, tuple[int, int]]]:
-    """The copy's replica position (None: it has none) and each stream's (file length,
-    retained start position)."""
+) -> tuple[Snapshot | None, dict[int, tuple[int, int]], set[int]]:
+    """The copy's replica position (None: it has none), each stream's (file length,
+    retained start position), and the streams whose log the copy holds inline."""
     copy = Metadata(meta_copy, map_size)
     try:
         with copy.env.begin() as txn:
@@ -164,17 +167,19 @@ def _read_copy(
             for k, v in txn.cursor(db=copy.dbs[DB_TAILS]):
                 tail = decode_tail(bytes(v))
                 tails[key_stream_id(k)] = (tail.file_len, tail.start_pos)
+            cur = txn.cursor(db=copy.dbs[DB_INLINE])
+            inline = {key_stream_id(k) for k in cur.iternext(values=False)}
             raw = txn.get(KEY_POSITION, db=copy.dbs[DB_INFO])
             single = txn.get(KEY_SINGLE_NODE_LSN, db=copy.dbs[DB_INFO])
     finally:
         copy.env.close()
     if raw is not None:
         term, lsn = POSITION.unpack(bytes(raw))
-        return Snapshot(term, lsn, lsn), tails
+        return Snapshot(term, lsn, lsn), tails, inline
     if single is not None:
         (lsn,) = SINGLE_NODE_LSN.unpack(bytes(single))
-        return Snapshot(0, lsn, lsn), tails
-    return None, tails
+        return Snapshot(0, lsn, lsn), tails, inline
+    return None, tails, inline
 
 
 def _add(tar: tarfile.TarFile, snapshot: Snapshot, path: Path, name: str) -> None:
