@@ -286,6 +286,7 @@ class StreamServerApp:
             limits=StoreLimits(
                 default_ttl=s.default_ttl or None,
                 max_streams=s.max_streams or None,
+                hot_streams=s.hot_streams,
                 max_producers_per_stream=s.max_producers_per_stream,
                 max_fork_depth=s.max_fork_depth,
                 max_json_messages=s.max_json_messages,

@@ -71,8 +71,9 @@ def test_restart_after_clean_close_keeps_everything(tmp_path):
     e2 = Engine(tmp_path / "d")
     state, report = e2.open()
     assert report.wal_frames_replayed == 0  # the final checkpoint emptied the WAL
-    assert state.streams["a"].id == 1
-    assert state.producers[1] == {"p": (0, 0)}
+    assert state.streams == 1 and state.tails[1].unit == 6
+    stored = e2.stored_stream("a")
+    assert stored is not None and stored[0].id == 1 and stored[1] == {"p": (0, 0)}
     assert read_all(e2, 1, KIND_BYTES, 0, 6) == b"abcdef"
     e2.close()
 
@@ -113,11 +114,12 @@ def test_crash_between_the_steps_of_a_batch(tmp_path, stage, survives):
         e.commit([Append(1, KIND_BYTES, [b"maybe;"]), PutProducer(1, "p", 0, 5)])
     crash(e)
     e2 = Engine(tmp_path / "d", inline_max=0)
-    state, _ = e2.open()
+    e2.open()
     expected = b"before;maybe;" if survives else b"before;"
     assert e2.tails[1].unit == len(expected)
     assert read_all(e2, 1, KIND_BYTES, 0, len(expected)) == expected
-    assert (state.producers.get(1, {}).get("p") == (0, 5)) is survives
+    stored = e2.stored_stream("a")
+    assert stored is not None and (stored[1].get("p") == (0, 5)) is survives
     assert os.path.getsize(e2.layout.segment_path(1)) == e2.tails[1].file_len
     e2.close()
 
@@ -136,7 +138,7 @@ def test_delete_removes_files_and_orphans_are_collected(tmp_path):
     e.close()
     e2 = Engine(tmp_path / "d")
     state, report = e2.open()
-    assert set(state.streams) == {"b"}
+    assert state.streams == 1 and list(e2.stored_paths()) == ["b"]
     assert report.orphan_files_removed == 1 and not orphan.exists()
     e2.close()
 
@@ -245,7 +247,7 @@ def test_lmdb_map_full_grows_the_map(tmp_path):
     e.close()
     e2 = Engine(tmp_path / "d", map_size=256 * 1024)
     state, _ = e2.open()
-    assert len(state.streams) == 399
+    assert state.streams == 399 == e2.stored_stream_count() == len(list(e2.stored_paths(batch=7)))
     e2.close()
 
 

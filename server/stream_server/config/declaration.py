@@ -140,6 +140,13 @@ class Settings:
     max_streams: int = setting(
         0, LIMITS, "most streams the server holds (0: unlimited; more: 503)", NONE_OR_MORE
     )
+    hot_streams: int = setting(
+        10_000,
+        LIMITS,
+        "streams kept loaded in memory; past it the least recently used idle ones are dropped "
+        "and loaded again from disk when next asked for",
+        COUNT,
+    )
     max_producers_per_stream: int = setting(
         1000,
         LIMITS,

@@ -12,8 +12,23 @@ meanwhile is not damage (``HeadDropped``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from stream_format import index
-from stream_format.meta import DB_INDEX, DB_RECORDS, key_in_space, space_prefix
+from stream_format.meta import (
+    DB_INDEX,
+    DB_PRODUCERS,
+    DB_RECORDS,
+    DB_STREAMS,
+    PRODUCER,
+    StreamMeta,
+    id_key,
+    key_in_space,
+    key_producer,
+    space_prefix,
+    stream_key,
+    stream_path,
+)
 from stream_format.records import (
     FLAG_PRODUCER,
     KIND_JSON,
@@ -55,6 +70,60 @@ class LogReads:
                         break
                     out[key_in_space(key, prefix)] = bytes(value)
         return out
+
+    def stored_stream(self, path: str) -> tuple[StreamMeta, dict[str, tuple[int, int]]] | None:
+        """The committed configuration of the stream at ``path`` and its producers'
+        (epoch, seq) by id, from one LMDB read transaction; None when there is none.
+        The stream layer loads a stream this way the first time it is asked for."""
+        assert self.meta is not None
+        dbs = self.meta.dbs
+        with self.meta.env.begin() as txn:
+            raw = txn.get(stream_key(path), db=dbs[DB_STREAMS])
+            if raw is None:
+                return None
+            meta = StreamMeta.from_json(raw)
+            producers: dict[str, tuple[int, int]] = {}
+            prefix = id_key(meta.id)
+            cur = txn.cursor(db=dbs[DB_PRODUCERS])
+            if cur.set_range(prefix):
+                for key, value in cur:
+                    if not key.startswith(prefix):
+                        break
+                    producers[key_producer(key)[1]] = PRODUCER.unpack(value)
+        return meta, producers
+
+    def stored_paths(self, prefix: str = "", batch: int = 4096) -> Iterator[str]:
+        """The paths of every committed stream under ``prefix``, in order, read in short
+        transactions of ``batch`` keys (a path deleted meanwhile may still be named)."""
+        assert self.meta is not None
+        db = self.meta.dbs[DB_STREAMS]
+        lo = stream_key(prefix)
+        after: bytes | None = None  # the last key of the previous transaction
+        while True:
+            keys: list[bytes] = []
+            with self.meta.env.begin() as txn:
+                cur = txn.cursor(db=db)
+                if cur.set_range(after or lo):
+                    for key in cur.iternext(values=False):
+                        if key == after:
+                            continue
+                        if not key.startswith(lo):
+                            break
+                        keys.append(bytes(key))
+                        if len(keys) >= batch:
+                            break
+            yield from (stream_path(k) for k in keys)
+            if len(keys) < batch:
+                return
+            after = keys[-1]
+
+    def stored_stream_count(self) -> int:
+        """How many streams LMDB holds (soft-deleted ones included): one page read; 0
+        before the engine is open (probes and metrics ask while recovery runs)."""
+        if self.meta is None:
+            return 0
+        with self.meta.env.begin() as txn:
+            return int(txn.stat(self.meta.dbs[DB_STREAMS])["entries"])
 
     def _index_floor(
         self, sid: int, unit: int | None, *, max_pos: int | None = None

@@ -31,18 +31,14 @@ from stream_format.meta import (
     DB_INDEX,
     DB_INFO,
     DB_INLINE,
-    DB_PRODUCERS,
     DB_STREAMS,
     DB_TAILS,
     KEY_NEXT_STREAM_ID,
-    PRODUCER,
     U64,
-    StreamMeta,
     decode_tail,
     encode_tail,
     id_key,
     index_key,
-    key_producer,
     key_stream_id,
     stream_path,
 )
@@ -57,10 +53,16 @@ log = logging.getLogger("stream_server.engine")
 
 @dataclass(slots=True)
 class LoadedState:
-    streams: dict[str, StreamMeta]
+    """What a start needs at once: every tail (the engine serves reads by stream id),
+    the id counter, how many streams there are, and the paths of those with a TTL or
+    an Expires-At (the sweeper's). A stream's configuration and producers are loaded
+    when it is first asked for (``LogReads.stored_stream``): a start costs its tails,
+    not a Python object per stream."""
+
+    streams: int
     tails: dict[int, Tail]
-    producers: dict[int, dict[str, tuple[int, int]]]
     next_stream_id: int
+    timed: list[str]
 
 
 @dataclass(slots=True)
@@ -87,6 +89,14 @@ class RecoveryReport:
     truncated_bytes: int = 0
     damaged: dict[int, str] = field(default_factory=dict)
     orphan_files_removed: int = 0
+
+
+def _timed(raw: bytes) -> bool:
+    """Whether a stream's JSON sets a TTL or an Expires-At, without decoding it (a start
+    looks at every stream's): format 5 leaves out a null field, older ones spell it."""
+    return (b'"ttl":' in raw and b'"ttl":null' not in raw) or (
+        b'"expires_at_ts":' in raw and b'"expires_at_ts":null' not in raw
+    )
 
 
 class Recovery:
@@ -129,7 +139,7 @@ class Recovery:
         self._remove_orphans(state, report)
         self.meta.sync()
         progress.phase = "done"
-        report.streams = len(state.streams)
+        report.streams = state.streams
         report.damaged = dict(self.damaged)
         return state, report
 
@@ -161,9 +171,9 @@ class Recovery:
         return touched
 
     def _load(self) -> LoadedState:
-        streams: dict[str, StreamMeta] = {}
         tails: dict[int, Tail] = {}
-        producers: dict[int, dict[str, tuple[int, int]]] = {}
+        timed: list[str] = []
+        streams = 0
         next_id = 1
         dbs = self.meta.dbs
         with self.meta.env.begin() as txn:
@@ -171,13 +181,12 @@ class Recovery:
             if raw:
                 next_id = U64.unpack(raw)[0]
             for key, value in txn.cursor(db=dbs[DB_STREAMS]):
-                streams[stream_path(key)] = StreamMeta.from_json(value)
+                streams += 1
+                if _timed(value):
+                    timed.append(stream_path(key))
             for key, value in txn.cursor(db=dbs[DB_TAILS]):
                 tails[key_stream_id(key)] = Tail(*decode_tail(value))
-            for key, value in txn.cursor(db=dbs[DB_PRODUCERS]):
-                sid, pid = key_producer(key)
-                producers.setdefault(sid, {})[pid] = PRODUCER.unpack(value)
-        return LoadedState(streams, tails, producers, next_id)
+        return LoadedState(streams, tails, next_id, timed)
 
     def _check_tails(self, state: LoadedState, touched: set[int], report: RecoveryReport) -> None:
         inline = self.segments.inline  # committed with their tails: nothing to check

@@ -137,7 +137,7 @@ class Expiry:
         now = self._clock()
         expired = []
         for path in list(self.timed):
-            s = self._table.by_path.get(path)
+            s = self._table.get(path)
             if s is None:
                 self.timed.discard(path)
             elif s.committed and not s.pending.meta.soft_deleted and s.expired(now):
@@ -154,7 +154,7 @@ class Expiry:
             return
         ops: list[Op] = []
         for path in self.touched:
-            s = self._table.by_path.get(path)
+            s = self._table.get(path)
             if s is not None and s.committed:
                 ops.append(PutStream(path, replace(s.pending.meta)))
         self.touched.clear()

@@ -66,7 +66,7 @@ def fork_source(
     now: float,
 ) -> Stream:
     """The stream ``f`` forks from, if a fork of it may be created now."""
-    src = table.by_path.get(f.source)
+    src = table.get(f.source)
     if src is None or not src.committed:
         raise NotFound("fork source stream not found")
     if src.pending.meta.soft_deleted:
@@ -116,7 +116,7 @@ async def sub_offset_boundary(
     """
     if fork is None or not fork.sub_offset or fork.offset is None:
         return None
-    src = table.by_path.get(fork.source)
+    src = table.get(fork.source)
     if src is None or not src.committed or src.is_json:
         return None
     for owner, lo, hi in chain(table, src, src.tail):

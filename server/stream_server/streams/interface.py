@@ -16,6 +16,7 @@ but never change.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from stream_server.streams.model import Stream
@@ -73,7 +74,7 @@ class SubscriptionStore(Protocol):
     and durable keyed values for the subscriptions themselves."""
 
     @property
-    def streams(self) -> dict[str, Stream]:
+    def streams(self) -> Mapping[str, Stream]:
         """Every stream by path (read only)."""
         ...
 

@@ -28,20 +28,24 @@ class ReplicatedStreams:
 
     @property
     def by_path(self) -> Mapping[str, Stream]:
-        """Every stream, by path (read only: change them through the methods)."""
+        """Every stream loaded so far, by path (read only: change them through the
+        methods). One not loaded needs nothing from a frame: it is loaded from LMDB,
+        which the frame's commit changed, when it is first asked for."""
         return self._store.table.by_path
 
     def put(self, path: str, meta: StreamMeta) -> Stream:
-        """A stream's committed metadata from a frame: the stream at ``path`` updated,
-        or made (its committed tail from the engine) when there is none with this id.
-        The caller wakes its readers once the frame's other changes are in."""
-        s = self._store.table.by_path.get(path)
-        if s is not None and s.id == meta.id:
-            s.meta = meta
-            return s
-        tail = self._store.engine.tails.get(meta.id)
-        s = Stream(path, meta, tail.unit if tail else meta.fork_offset, committed=True)
-        self._store.table.by_path[path] = s
+        """A stream's committed metadata from a frame: the stream at ``path`` updated
+        (loaded first, producers and all, if it was not), or made (its committed tail
+        from the engine) when there is none with this id. The caller wakes its readers
+        once the frame's other changes are in."""
+        table = self._store.table
+        table.hidden.discard(path)  # published now
+        s = table.get(path)
+        if s is None or s.id != meta.id:
+            tail = self._store.engine.tails.get(meta.id)
+            s = Stream(path, meta, tail.unit if tail else meta.fork_offset, committed=True)
+            table.add(s)
+        s.meta = meta
         self._store.expiry.track(s)
         return s
 

@@ -232,7 +232,7 @@ class Retention:
             return 0
         now = self.clock()
         todo: list[tuple[Stream, int, int | None]] = []
-        for path, s in list(self._table.by_path.items()):
+        for path, s in self._managed():
             p = self.policy(path)
             if p is not None and s.committed:
                 bounds = self._bounds(s, p, now)
@@ -253,6 +253,19 @@ class Retention:
         await self._note_oldest()
         self.sweeps += 1
         return len(ops)
+
+    def _managed(self) -> list[tuple[str, Stream]]:
+        """The streams under some policy's prefix, loaded (``StreamTable.get``): the
+        others are never looked at, so a sweep costs the streams it governs."""
+        out: list[tuple[str, Stream]] = []
+        seen: set[str] = set()
+        for prefix in sorted({p.prefix for p in self.policies}):
+            for path in self._engine.stored_paths(prefix):
+                s = self._table.get(path)
+                if s is not None and path not in seen:
+                    seen.add(path)
+                    out.append((path, s))
+        return out
 
     def _bounds(self, s: Stream, p: Policy, now: float) -> tuple[int, int | None] | None:
         """What ``p`` asks of ``s`` now: the least file position to keep, and the commit
@@ -278,7 +291,7 @@ class Retention:
         """Read the commit time of each trimmed-or-new first record (for the metrics)."""
         need: list[int] = []
         live: set[int] = set()
-        for path, s in self._table.by_path.items():
+        for path, s in self._managed():
             if self.policy(path) is None:
                 continue
             live.add(s.id)
@@ -312,7 +325,7 @@ class Retention:
         in seconds of their oldest retained record as of the last sweep (0: none)."""
         out = {p.prefix: (0, 0.0) for p in self.policies}
         now_us = self.clock() * 1_000_000
-        for path, s in self._table.by_path.items():
+        for path, s in self._managed():
             p = self.policy(path)
             tail = self._engine.tails.get(s.id)
             if p is None or tail is None:

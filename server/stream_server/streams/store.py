@@ -66,7 +66,7 @@ from stream_server.streams.keyed_values import check_space, keyed_value_op
 from stream_server.streams.model import JSON_TYPE, Stream, media_type
 from stream_server.streams.options import StoreEvents, StoreLimits
 from stream_server.streams.path_rules import MAX_PATH_BYTES
-from stream_server.streams.pending import StreamTable
+from stream_server.streams.pending import AllStreams, StreamTable
 from stream_server.streams.producers import check_producer
 from stream_server.streams.reads import Reader
 from stream_server.streams.requests import (
@@ -104,7 +104,9 @@ class StreamStore:
         self.clock = clock
         self.limits = limits or StoreLimits()
         self.events = events or StoreEvents()
-        self.table = StreamTable()
+        self.table = StreamTable(
+            self._load, self.engine.stored_stream_count, self.limits.hot_streams
+        )
         self.next_id = 1
         self.ready = False
         self.recovery: RecoveryReport | None = None
@@ -139,23 +141,28 @@ class StreamStore:
         yet): the single-node start's ``replication.identity.leave``."""
         self._loop = asyncio.get_running_loop()
         state, report = await self._loop.run_in_executor(None, self._open, opened)
-        for path, meta in state.streams.items():
-            tail = state.tails.get(meta.id)
-            unit = tail.unit if tail else meta.fork_offset
-            s = Stream(path, meta, unit, committed=True)
-            for pid, (epoch, seq) in state.producers.get(meta.id, {}).items():
-                s.producers[pid] = Producer(pid, epoch, seq)
-            self.table.by_path[path] = s
-            self.expiry.track(s)
-        self.next_id = max(
-            state.next_stream_id, max((m.id for m in state.streams.values()), default=0) + 1
-        )
+        self.expiry.timed.update(state.timed)  # loaded when the sweeper looks at them
+        self.next_id = max(state.next_stream_id, max(state.tails, default=0) + 1)
         self.pipeline.start()
         self.expiry.start()
         self.retention.start()
         self.recovery = report
         self.ready = True
         return report
+
+    def _load(self, path: str) -> Stream | None:
+        """A committed stream, from LMDB and the engine's tails: the first time it is
+        asked for since the start (``StreamTable.get``). Its tail is the published
+        one: a stream with a batch in flight or held at the gate is loaded already."""
+        found = self.engine.stored_stream(path)
+        if found is None:
+            return None
+        meta, producers = found
+        tail = self.engine.tails.get(meta.id)
+        s = Stream(path, meta, tail.unit if tail else meta.fork_offset, committed=True)
+        for pid, (epoch, seq) in producers.items():
+            s.producers[pid] = Producer(pid, epoch, seq)
+        return s
 
     def _open(self, opened: Callable[[], None] | None) -> tuple[LoadedState, RecoveryReport]:
         found = self.engine.open()
@@ -196,13 +203,14 @@ class StreamStore:
         return self.engine.lsn
 
     @property
-    def streams(self) -> dict[str, Stream]:
-        """Every stream by path, for counting and inspection; change it only through the store."""
-        return self.table.by_path
+    def streams(self) -> AllStreams:
+        """Every stream by path, for counting and inspection; change it only through the
+        store. Going through all of them loads each: for subscriptions' globs."""
+        return AllStreams(self.table, self.engine.stored_paths)
 
     def get(self, path: str, *, touch: bool = False) -> Stream:
         """The committed stream at ``path`` for a client operation, or NotFound / Gone."""
-        s = self.table.by_path.get(path)
+        s = self.table.get(path)
         if s is None or not s.committed:
             raise NotFound("stream not found")
         if s.pending.meta.soft_deleted:
@@ -233,24 +241,21 @@ class StreamStore:
         # reserved in one synchronous step.
         boundary = await sub_offset_boundary(self.table, req.fork, self.reader.record_end)
         parsed = None
-        if req.path not in self.table.by_path:
+        if self.table.get(req.path) is None:
             content_type = req.content_type
             if content_type is None and req.fork is not None:
-                src = self.table.by_path.get(req.fork.source)
+                src = self.table.get(req.fork.source)
                 content_type = src.meta.content_type if src is not None else None
             if req.body and _is_json(content_type):
                 parsed = await self.json.split(req.body, allow_empty_array=True)
         now = self.clock()
-        existing = self.table.by_path.get(req.path)
+        existing = self.table.get(req.path)
         if existing is not None and existing.committed and existing.expired(now):
             self.expiry.expire(existing)
-            existing = self.table.by_path.get(req.path)
+            existing = self.table.get(req.path)
         if existing is not None:
             return await self._recreate(existing, req)
-        if (
-            self.limits.max_streams is not None
-            and len(self.table.by_path) >= self.limits.max_streams
-        ):
+        if self.limits.max_streams is not None and self.table.count() >= self.limits.max_streams:
             raise Unavailable("stream limit reached")
 
         source: Stream | None = None
@@ -290,7 +295,7 @@ class StreamStore:
             payloads=payloads,
             on_durable=self._created,
         )
-        self.table.by_path[req.path] = s
+        self.table.add(s)
         s.created = asyncio.get_running_loop().create_future()
         await self._commit(queued.ops, queued.size, queued.apply, s)
         return CreateResult(s, True, queued.tail, req.closed)
