@@ -59,8 +59,9 @@ class Checkpoints(FailClosed):
         """``last_lsn``: the last frame of the files up to ``upto_number``."""
         with self._checkpoint_lock:
             try:
-                fsio.fdatasync_paths([self.segments.path(sid) for sid in dirty], workers)
-                for sub in {self.segments.path(s).parent for s in dirty}:
+                paths = [self.segments.path(sid) for sid in dirty]  # made once: 1M costs seconds
+                fsio.fdatasync_paths(paths, workers)
+                for sub in {p.parent for p in paths}:
                     if sub.exists():
                         fsio.fsync_dir(sub)
                 assert self.meta is not None
