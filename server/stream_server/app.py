@@ -173,6 +173,7 @@ class StreamServerApp:
                 recovering=lambda: self.recovery.running,
                 recovery=self.recovery.progress,
                 recovery_seconds=self.recovery.seconds,
+                startup_seconds=self.recovery.startup_seconds,
                 recovery_interrupted=lambda: self.recovery.interrupted,
             )
             self.metrics.bind_retention(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,6 +109,9 @@ class StreamStore:
         self.next_id = 1
         self.ready = False
         self.recovery: RecoveryReport | None = None
+        # How long ``start`` took after the engine's recovery, making a ``Stream`` per
+        # stream on the loop (outside ``RecoveryReport.seconds``).
+        self.load_seconds = 0.0
         self.pipeline = CommitPipeline(
             self.engine, on_failure=self._on_failure, on_batch=self.events.on_batch, gate=gate
         )
@@ -139,6 +143,8 @@ class StreamStore:
         yet): the single-node start's ``replication.identity.leave``."""
         self._loop = asyncio.get_running_loop()
         state, report = await self._loop.run_in_executor(None, self._open, opened)
+        loading = time.monotonic()
+        self.engine.progress.phase = "streams"  # the recovered streams made servable
         for path, meta in state.streams.items():
             tail = state.tails.get(meta.id)
             unit = tail.unit if tail else meta.fork_offset
@@ -150,6 +156,8 @@ class StreamStore:
         self.next_id = max(
             state.next_stream_id, max((m.id for m in state.streams.values()), default=0) + 1
         )
+        self.load_seconds = time.monotonic() - loading
+        self.engine.progress.phase = "done"
         self.pipeline.start()
         self.expiry.start()
         self.retention.start()
