@@ -298,6 +298,8 @@ class StreamServerApp:
             engine=Engine(
                 s.data_dir,
                 map_size=s.lmdb_map_size,
+                checkpoint_frames=s.checkpoint_frames,
+                checkpoint_seconds=s.checkpoint_interval,
                 fault_hook=hook_from_env(os.environ.get("DS_FAULT")),
                 replica=replica,
                 archive_floor=self.archive.archiver.floor if self.archive is not None else None,
