@@ -254,7 +254,12 @@ ROWS: list[tuple[str, list[dict]]] = [
         "Recovery (at the last start)",
         [
             stat(
-                "Longest recovery", "s", [gauge("recovery_duration_seconds", "seconds", agg="max")]
+                "Longest recovery",
+                "s",
+                [
+                    gauge("recovery_duration_seconds", "recovery", agg="max"),
+                    gauge("startup_duration_seconds", "start to ready", agg="max"),
+                ],
             ),
             stat("Streams recovered", "short", [gauge("recovery_streams", "streams")]),
             stat("WAL frames replayed", "short", [gauge("recovery_wal_frames", "frames")]),

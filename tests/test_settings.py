@@ -168,6 +168,10 @@ def test_the_crd_defaults_are_the_operators_defaults():
         (["--default-ttl", str(10**400)], "--default-ttl"),
         (["--lmdb-map-size", str(2**64)], "--lmdb-map-size"),
         (["--lmdb-map-size", "0"], "--lmdb-map-size"),
+        # No checkpoint ever, or one per batch.
+        (["--checkpoint-frames", "0"], "--checkpoint-frames"),
+        (["--checkpoint-interval", "0"], "--checkpoint-interval"),
+        (["--checkpoint-interval", "nan"], "--checkpoint-interval"),
         (["--lease-duration", str(2**31)], "--lease-duration"),
         (["--max-body-bytes", str(2**63)], "--max-body-bytes"),
         (["--max-streams", "-1"], "--max-streams"),
@@ -330,6 +334,14 @@ def test_the_protocol_and_subscriptions_take_every_value_from_the_settings():
         for f in fields(ProtocolSettings)
         if f.name in settings_names and f.default is dataclasses.MISSING
     ]
+
+
+def test_the_engine_takes_the_checkpoint_settings(tmp_path):
+    from testkit.asgi import build_app
+
+    app = build_app(tmp_path / "d", "--checkpoint-frames", "7", "--checkpoint-interval", "8.5")
+    engine = app.store.engine
+    assert (engine.checkpoint_frames, engine.checkpoint_seconds) == (7, 8.5)
 
 
 # --- The docs that state what the code decides -----------------------------------------------

@@ -173,6 +173,7 @@ class StreamServerApp:
                 recovering=lambda: self.recovery.running,
                 recovery=self.recovery.progress,
                 recovery_seconds=self.recovery.seconds,
+                startup_seconds=self.recovery.startup_seconds,
                 recovery_interrupted=lambda: self.recovery.interrupted,
             )
             self.metrics.bind_retention(
@@ -185,6 +186,8 @@ class StreamServerApp:
             )
         self.web = Starlette(routes=routes, lifespan=self.lifespan)
         self.stopping = False
+        # The lifespan's end closed the store with its storage sound: the process exits 0.
+        self.stopped_cleanly = False
         self._subscriptions_error = ""
         # True when the HTTP protocol already refused heads past --max-header-bytes
         # and --max-headers (http_limits does): then they are not counted twice.
@@ -296,6 +299,8 @@ class StreamServerApp:
             engine=Engine(
                 s.data_dir,
                 map_size=s.lmdb_map_size,
+                checkpoint_frames=s.checkpoint_frames,
+                checkpoint_seconds=s.checkpoint_interval,
                 fault_hook=hook_from_env(os.environ.get("DS_FAULT")),
                 replica=replica,
                 archive_floor=self.archive.archiver.floor if self.archive is not None else None,
@@ -381,6 +386,15 @@ class StreamServerApp:
                 await self.archive.stop()
             await self.subscriptions.stop()  # no delivery in flight once the store closes
             await self.recovery.stop()
+            self._stopped()
+
+    def _stopped(self) -> None:
+        """The store is closed: cleanly unless its storage failed closed (the final
+        checkpoint is then not taken), which ``serve`` turns into the exit status."""
+        if self.store.failed:
+            log.error("stopped with storage failed closed: %s", self.store.failed)
+        else:
+            self.stopped_cleanly = True
             log.info("stopped cleanly")
 
     async def _start_subscriptions(self) -> None:

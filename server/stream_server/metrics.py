@@ -128,7 +128,12 @@ class Metrics:
             "Earlier starts killed before this recovery finished (an OOM kill, say).",
         )
         self.recovery_seconds = gauge(
-            "recovery_duration_seconds", "Recovery time at start (so far, while it runs)."
+            "recovery_duration_seconds",
+            "Recovery time at start, the streams' loading included (so far, while it runs).",
+        )
+        self.startup_seconds = gauge(
+            "startup_duration_seconds",
+            "From the process's start to ready (so far, while it starts).",
         )
         self.recovery_streams = gauge(
             "recovery_streams", "Streams with data that recovery checks (known once loaded)."
@@ -192,6 +197,7 @@ class Metrics:
         recovering: Callable[[], bool] = lambda: False,
         recovery: RecoveryProgress | None = None,
         recovery_seconds: Callable[[], float] = lambda: 0.0,
+        startup_seconds: Callable[[], float] = lambda: 0.0,
         recovery_interrupted: Callable[[], int] = lambda: 0,
     ) -> None:
         """Gauges computed at scrape time from the running server."""
@@ -211,6 +217,7 @@ class Metrics:
         self.recovering.set_function(lambda: 1.0 if recovering() else 0.0)
         self.recovery_interrupted.set_function(recovery_interrupted)
         self.recovery_seconds.set_function(recovery_seconds)
+        self.startup_seconds.set_function(startup_seconds)
         self.recovery_streams.set_function(lambda: progress.streams_total)
         self.recovery_checked.set_function(lambda: progress.streams_checked)
         self.recovery_frames.set_function(lambda: progress.wal_frames)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import resource
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +70,7 @@ def serve(settings: Settings) -> int:
     failure = app.recovery.error
     if failure is not None:
         return 2 if isinstance(failure, LayoutError) else 1
-    return 0 if server.started else 1
+    return 0 if server.started and app.stopped_cleanly else 1
 
 
 def _uvicorn_config(
@@ -108,7 +110,25 @@ def serve_fenced(settings: Settings, log_config: dict[str, Any] | None) -> int:
     return 0 if server.started else 1
 
 
-class FencedServer(uvicorn.Server):
+class ExitStatusServer(uvicorn.Server):
+    """Uvicorn's server, whose stop on SIGTERM or SIGINT ends in ``serve``'s exit status.
+
+    Uvicorn re-raises the signals it handled once it has stopped, to "trigger the
+    expected behaviour": the process then died of SIGTERM (status -15, after logging
+    "stopped cleanly") or raised KeyboardInterrupt with a traceback. A supervisor
+    would take every clean stop for a crash; ``serve`` returns the status instead.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self._captured_signals.clear()  # handled: not raised again
+
+
+class FencedServer(ExitStatusServer):
     """Uvicorn's server for ``FencedApp``, watching for the fence to be lifted."""
 
     fence: FenceWatch
@@ -140,7 +160,7 @@ def file_watcher(
     return FileWatcher(watched, settings.reload_interval) if watched else None
 
 
-class StreamServer(uvicorn.Server):
+class StreamServer(ExitStatusServer):
     """Uvicorn's server, which ends live reads the moment shutdown begins and, in a
     replica set, hands a primary's Lease to a standby before it stops listening.
 

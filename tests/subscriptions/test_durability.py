@@ -6,7 +6,6 @@ starts a new one on the same data directory.
 
 from __future__ import annotations
 
-import signal
 import threading
 
 import pytest
@@ -146,7 +145,7 @@ def test_a_stop_does_not_wait_for_a_receiver_that_hangs(server_factory, receiver
     api.put("h", {"type": "webhook", "pattern": "events/*", "webhook": {"url": receiver.url}})
     api.stream("events/a", b'{"n":1}')
     receiver.wait(1)
-    assert srv.stop() in (0, -signal.SIGTERM), srv.log()  # uvicorn re-raises the signal
+    assert srv.stop() == 0, srv.log()
     assert "stopped cleanly" in srv.log()
     hang.set()
     srv.start()

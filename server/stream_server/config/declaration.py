@@ -195,6 +195,20 @@ class Settings:
         checks.whole(checks.LMDB_MAP_MIN, checks.LMDB_MAP_MAX),
         unit="bytes",
     )
+    checkpoint_frames: int = setting(
+        10_000,
+        STORAGE,
+        "WAL frames (batches) after which a checkpoint starts, as one does past 64 MiB of WAL: "
+        "recovery after a kill -9 replays at most about this many, at about 0.4 ms each",
+        COUNT,
+    )
+    checkpoint_interval: float = setting(
+        60.0,
+        STORAGE,
+        "seconds after which a WAL frame is checkpointed, with or without writes since",
+        SECONDS,
+        unit="s",
+    )
     fence_file: str = setting(
         "",
         STORAGE,

@@ -86,6 +86,8 @@ __all__ = [
 log = logging.getLogger("stream_server.engine")
 
 CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
+CHECKPOINT_FRAMES = 10_000  # or frames in it (replayed at ~0.4 ms each: ~4 s)
+CHECKPOINT_SECONDS = float("inf")  # or its oldest frame's age (the server sets one)
 
 
 class Engine(Checkpoints, HeadDrops):
@@ -95,6 +97,8 @@ class Engine(Checkpoints, HeadDrops):
         *,
         map_size: int = 1 << 33,
         checkpoint_bytes: int = CHECKPOINT_BYTES,
+        checkpoint_frames: int = CHECKPOINT_FRAMES,
+        checkpoint_seconds: float = CHECKPOINT_SECONDS,
         fault_hook: Callable[[str], None] | None = None,
         replica: ReplicaRole | None = None,
         archive_floor: wal_keep.ArchiveFloor | None = None,
@@ -106,6 +110,8 @@ class Engine(Checkpoints, HeadDrops):
         self.segments = Segments(self.layout, inline_max)
         self.map_size = map_size
         self.checkpoint_bytes = checkpoint_bytes
+        self.checkpoint_frames = checkpoint_frames
+        self.checkpoint_seconds = checkpoint_seconds
         self.meta: Metadata | None = None
         self.wal: WalWriter | None = None
         self.tails: dict[int, Tail] = {}
@@ -306,8 +312,7 @@ class Engine(Checkpoints, HeadDrops):
         # some blocks still allocated; recovery punches again.
         for sid, start_pos in heads.items():
             self._punch(sid, start_pos)
-        assert self.wal is not None
-        if self.wal.size >= self.checkpoint_bytes:
+        if self.checkpoint_due():
             self.start_checkpoint()
 
     # ------------------------------------------------ frames from a primary

@@ -9,6 +9,8 @@ happens on the event loop; the writer thread only runs ``Engine.commit``.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import queue
 import threading
 import time
@@ -19,7 +21,12 @@ from stream_server.engine.errors import StorageError, StorageFailed
 from stream_server.engine.ops import Op
 from stream_server.engine.replica import AckGate
 
+log = logging.getLogger("stream_server.engine")
+
 MAX_BATCH_PAYLOAD = 32 * 1024 * 1024
+# The checkpoint timer looks this often, as a share of the engine's checkpoint age: a
+# frame waits at most 1.25 times that age for its checkpoint when no batch comes.
+CHECKPOINT_LOOKS = 0.25
 
 # ops, the future its submitter awaits, payload bytes, what to do on the loop once durable
 Waiting = tuple[list[Op], "asyncio.Future[BatchStats]", int, Callable[[], None] | None]
@@ -40,7 +47,11 @@ class CommitPipeline:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: list[Waiting] = []
         self._busy = False
-        self._jobs: queue.SimpleQueue[list[Waiting] | None] = queue.SimpleQueue()
+        # Batches, the checkpoint timer's look (a callable), or None: stop.
+        self._jobs: queue.SimpleQueue[list[Waiting] | Callable[[], None] | None] = (
+            queue.SimpleQueue()
+        )
+        self._checkpoint_timer: asyncio.TimerHandle | None = None
         self._thread: threading.Thread | None = None
         self._closing = False  # stop() has told the writer thread to end
         # A replica set's ack gate (engine/replica.py): batches durable here wait in
@@ -93,10 +104,35 @@ class CommitPipeline:
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="writer", daemon=True)
         self._thread.start()
+        # Not in a replica set: a standby applies frames on a thread of its own.
+        if self.engine.replica is None and math.isfinite(self.engine.checkpoint_seconds):
+            self._look_later()
+
+    def _look_later(self) -> None:
+        assert self._loop is not None
+        delay = self.engine.checkpoint_seconds * CHECKPOINT_LOOKS
+        self._checkpoint_timer = self._loop.call_later(delay, self._look)
+
+    def _look(self) -> None:
+        """The checkpoint by age when no batch comes (a batch's commit looks itself):
+        on the writer thread, between batches, as the checkpoint a batch starts."""
+        if self._closing:
+            return
+        if not self._busy:
+            self._jobs.put(self._checkpoint_if_due)
+        self._look_later()
+
+    def _checkpoint_if_due(self) -> None:
+        try:
+            self.engine.checkpoint_if_due()
+        except Exception:  # the next look, or batch, tries again
+            log.exception("could not start a checkpoint")
 
     async def stop(self) -> None:
         """Let in-flight batches finish, then stop the writer thread."""
         await self.drained()
+        if self._checkpoint_timer is not None:
+            self._checkpoint_timer.cancel()
         if self._thread is not None:
             self._closing = True  # from here a submit fails at once: nothing would run it
             self._jobs.put(None)
@@ -139,6 +175,9 @@ class CommitPipeline:
             batch = self._jobs.get()
             if batch is None:
                 return
+            if callable(batch):
+                batch()
+                continue
             ops = [op for group, _, _, _ in batch for op in group]
             started = time.perf_counter()
             try:

@@ -16,9 +16,10 @@ empty.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from stream_format.wal import HEADER_SIZE, encode_header
+from stream_format.wal import FRAME_HEADER, HEADER_SIZE, encode_header
 from stream_server.engine import fsio
 
 
@@ -36,10 +37,18 @@ class WalWriter:
         fsio.append(self.fd, encode_header(number))
         fsio.fdatasync(self.fd)
         self.size = HEADER_SIZE
+        # The lsn of the file's first frame (0: none yet) and when it was appended: how
+        # many frames recovery would replay, and for how long, decide a checkpoint.
+        self.first_lsn = 0
+        self.first_at = 0.0
         fsio.fsync_dir(wal_dir)
 
     def append(self, frame: bytes) -> None:
+        """One frame, or several back to back (a primary's, on a standby)."""
         fsio.append(self.fd, frame)
+        if not self.first_lsn:
+            self.first_lsn = FRAME_HEADER.unpack_from(frame)[3]
+            self.first_at = time.monotonic()
         self.size += len(frame)
 
     def sync(self) -> None:
@@ -49,6 +58,8 @@ class WalWriter:
         """Drop a frame whose write failed part-way (e.g. disk full)."""
         fsio.ftruncate(self.fd, size)
         self.size = size
+        if size <= HEADER_SIZE:
+            self.first_lsn = 0
 
     def rotate(self) -> WalWriter:
         self.close()

@@ -33,8 +33,7 @@ def _idle(s: Stream) -> bool:
         s.committed
         and not s.waiters
         and (s.inflight is None or s.inflight.done())
-        and s.pending.tail == s.tail
-        and not s.pending.producers
+        and not s.queued()
         and s.meta.ttl is None
     )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,9 @@ class StreamStore:
         self.next_id = 1
         self.ready = False
         self.recovery: RecoveryReport | None = None
+        # How long ``start`` took after the engine's recovery, making a ``Stream`` per
+        # stream on the loop (outside ``RecoveryReport.seconds``).
+        self.load_seconds = 0.0
         self.pipeline = CommitPipeline(
             self.engine, on_failure=self._on_failure, on_batch=self.events.on_batch, gate=gate
         )
@@ -141,8 +145,12 @@ class StreamStore:
         yet): the single-node start's ``replication.identity.leave``."""
         self._loop = asyncio.get_running_loop()
         state, report = await self._loop.run_in_executor(None, self._open, opened)
+        loading = time.monotonic()
+        self.engine.progress.phase = "streams"  # made servable: loaded when asked for
         self.expiry.timed.update(state.timed)  # loaded when the sweeper looks at them
         self.next_id = max(state.next_stream_id, max(state.tails, default=0) + 1)
+        self.load_seconds = time.monotonic() - loading
+        self.engine.progress.phase = "done"
         self.pipeline.start()
         self.expiry.start()
         self.retention.start()

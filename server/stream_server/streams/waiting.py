@@ -23,6 +23,8 @@ class LiveReaders:
         ``until`` resolving, or on release."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
+        if s.waiters is None:
+            s.waiters = set()
         s.waiters.add(waiter)
         self._waiters.add(waiter)
         timer = loop.call_at(deadline, _time_out, waiter)
@@ -36,7 +38,8 @@ class LiveReaders:
             return await waiter
         finally:
             timer.cancel()
-            s.waiters.discard(waiter)
+            if s.waiters is not None:
+                s.waiters.discard(waiter)
             self._waiters.discard(waiter)
             if until is not None:
                 until.remove_done_callback(hung_up)
