@@ -72,6 +72,8 @@ class CheckpointWatch:
         self.wal_dir = wal_dir
         self.poll = poll
         self.windows: list[tuple[float, float]] = []
+        self._since: float | None = None  # start of the open window
+        self._last = -1  # the highest WAL file number seen
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="checkpoint-watch", daemon=True)
 
@@ -85,6 +87,11 @@ class CheckpointWatch:
         self._done.set()
         self._thread.join()
 
+    @property
+    def running(self) -> bool:
+        """A checkpoint ran at the last look."""
+        return self._since is not None
+
     def _numbers(self) -> list[int]:
         try:
             with os.scandir(self.wal_dir) as it:
@@ -92,23 +99,26 @@ class CheckpointWatch:
         except (OSError, ValueError):
             return []
 
+    def look(self) -> None:
+        """One look at ``wal/``: open a window, close it, or record a whole one."""
+        numbers = self._numbers()
+        now = time.perf_counter()
+        top = numbers[-1] if numbers else self._last
+        if len(numbers) > 1:
+            self._since = now if self._since is None else self._since
+        elif self._since is not None:
+            self.windows.append((self._since, now))
+            self._since = None
+        elif self._last >= 0 and top > self._last:
+            self.windows.append((now - self.poll, now))
+        self._last = max(self._last, top)
+
     def _run(self) -> None:
-        since: float | None = None  # start of the open window
-        last = -1  # the highest WAL file number seen
+        self.look()
         while not self._done.wait(self.poll):
-            numbers = self._numbers()
-            now = time.perf_counter()
-            top = numbers[-1] if numbers else last
-            if len(numbers) > 1:
-                since = now if since is None else since
-            elif since is not None:
-                self.windows.append((since, now))
-                since = None
-            elif last >= 0 and top > last:
-                self.windows.append((now - self.poll, now))
-            last = max(last, top)
-        if since is not None:
-            self.windows.append((since, time.perf_counter()))
+            self.look()
+        if self._since is not None:
+            self.windows.append((self._since, time.perf_counter()))
 
 
 def check_streams(srv: Server, n: int, twice: int = 0) -> int:
