@@ -202,6 +202,7 @@ def many_streams(srv: Server, prof: Profile) -> ManyStreamsResult:
         max_ms=lat[-1],
         over_1s=sum(1 for x in lat if x > 1000),
         checkpoints=len(windows) if ours else None,
+        checkpoints_in_creates=sum(1 for a, _ in watch.windows if a < started) if ours else None,
         checkpoint_s=round(sum(min(b, ended - started) - max(a, 0) for a, b in windows), 2)
         if ours
         else None,
@@ -232,7 +233,10 @@ def describe(kind: str, res: ManyStreamsResult) -> str:
         windows = "checkpoints: none to observe"
     else:
         spans = ", ".join(f"{a:.1f}-{b:.1f}" for a, b in res.checkpoint_windows) or "none"
-        windows = f"checkpoint windows (s from the first append): {spans}"
+        windows = (
+            f"checkpoints while creating: {res.checkpoints_in_creates}; "
+            f"checkpoint windows (s from the first append): {spans}"
+        )
     inside = [
         any(a <= s + ms / 1000 and s <= b for a, b in res.checkpoint_windows)
         for s, ms in res.slowest

@@ -134,6 +134,7 @@ class ManyStreamsResult(Result):
     max_ms: float
     over_1s: int  # appends that took more than a second
     checkpoints: int | None  # checkpoints running during the appends (None: not observable)
+    checkpoints_in_creates: int | None  # begun before the first append
     checkpoint_s: float | None  # seconds of the appends' fill spent checkpointing
     slowest_in_checkpoint: int | None  # of the 10 slowest appends, those overlapping one
     # (start, end) of each checkpoint window, seconds from the start of the appends

@@ -295,3 +295,4 @@ def test_many_streams_workload_reports_every_figure_and_reads_its_streams_back(t
     assert raw["checked_streams"] >= 4  # the first, the last, both sides of the half
     assert "many streams, ours (300 streams, appends over 64 connections)" in proc.stdout
     assert "checkpoint windows (s from the first append)" in proc.stdout
+    assert raw["checkpoints_in_creates"] is not None
