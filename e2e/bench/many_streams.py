@@ -144,6 +144,18 @@ def check_streams(srv: Server, n: int, twice: int = 0) -> int:
     return len(sample)
 
 
+def stalls(timings: list[tuple[float, float]], k: int) -> list[tuple[float, float]]:
+    """The ``k`` slowest appends that did not wait at the same time: one per stall
+    (a stall holds up every append in flight, and would fill the list alone)."""
+    out: list[tuple[float, float]] = []
+    for sent, took in sorted(timings, key=lambda t: -t[1]):
+        if len(out) == k:
+            break
+        if not _overlaps(sent, took, [(s, s + d) for s, d in out]):
+            out.append((sent, took))
+    return out
+
+
 def _overlaps(sent: float, seconds: float, windows: list[tuple[float, float]]) -> bool:
     return any(sent < b and sent + seconds > a for a, b in windows)
 
@@ -174,7 +186,8 @@ def many_streams(srv: Server, prof: Profile) -> ManyStreamsResult:
     rss_full = srv.rss()
     windows = [(a - started, b - started) for a, b in watch.windows if b > started and a < ended]
     lat = sorted(s * 1000 for _, s in timings)
-    slowest = sorted(timings, key=lambda t: -t[1])[:SLOWEST]
+    slowest = stalls(timings, SLOWEST)
+    over = [(s, d) for s, d in timings if d > 1]
 
     t = time.monotonic()
     status = srv.stop(timeout=STOP_TIMEOUT)
@@ -209,6 +222,9 @@ def many_streams(srv: Server, prof: Profile) -> ManyStreamsResult:
         slowest_in_checkpoint=sum(1 for s, d in slowest if _overlaps(s, d, watch.windows))
         if ours
         else None,
+        over_1s_in_checkpoint=sum(1 for s, d in over if _overlaps(s, d, watch.windows))
+        if ours
+        else None,
         checkpoint_windows=[(round(a, 2), round(b, 2)) for a, b in windows],
         slowest=[(round(s - started, 2), round(d * 1000, 1)) for s, d in slowest],
         rss_empty_mib=rss_empty / MiB,
@@ -241,8 +257,16 @@ def describe(kind: str, res: ManyStreamsResult) -> str:
         any(a <= s + ms / 1000 and s <= b for a, b in res.checkpoint_windows)
         for s, ms in res.slowest
     ]
+    over = (
+        ""
+        if res.over_1s_in_checkpoint is None
+        else f"; appends over 1 s in a window: {res.over_1s_in_checkpoint:,} of {res.over_1s:,}"
+    )
     slow = ", ".join(
         f"{ms:,.0f} ms at {s:.1f} s{' [C]' if c else ''}"
         for (s, ms), c in zip(res.slowest, inside, strict=True)
     )
-    return f"{head}:\n  {windows}\n  slowest appends ([C]: in a checkpoint window): {slow}"
+    return (
+        f"{head}:\n  {windows}{over}\n"
+        f"  slowest appends, one per stall ([C]: in a checkpoint window): {slow}"
+    )

@@ -133,7 +133,8 @@ def many_figures(n: int) -> list[Figure]:
         ),
         Figure(f"{at} appends over 1 s", "over_1s", "appends", "0", lambda o, r, _: o == 0),
         Figure(f"{at} checkpoints during that fill", "checkpoints", "", "reported"),
-        Figure(f"{at} 10 slowest appends in a checkpoint", "slowest_in_checkpoint", "", "reported"),
+        Figure(f"{at} appends over 1 s in a checkpoint", "over_1s_in_checkpoint", "", "reported"),
+        Figure(f"{at} 10 worst stalls in a checkpoint", "slowest_in_checkpoint", "", "reported"),
         Figure(f"{at} RSS per stream", "rss_bytes_per_stream", "bytes", "<= 1 KiB", _at_most(1024)),
         Figure(
             f"{at} disk per stream", "disk_bytes_per_stream", "bytes", "<= 1 KiB", _at_most(1024)

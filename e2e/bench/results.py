@@ -136,10 +136,12 @@ class ManyStreamsResult(Result):
     checkpoints: int | None  # checkpoints running during the appends (None: not observable)
     checkpoints_in_creates: int | None  # begun before the first append
     checkpoint_s: float | None  # seconds of the appends' fill spent checkpointing
-    slowest_in_checkpoint: int | None  # of the 10 slowest appends, those overlapping one
+    slowest_in_checkpoint: int | None  # of the 10 slowest stalls, those overlapping one
+    over_1s_in_checkpoint: int | None  # of the appends over 1 s, those overlapping one
     # (start, end) of each checkpoint window, seconds from the start of the appends
     checkpoint_windows: list[tuple[float, float]]
-    slowest: list[tuple[float, float]]  # (seconds from the start, ms): the 10 slowest appends
+    # (seconds from the start, ms): the 10 slowest appends, one per stall (not overlapping)
+    slowest: list[tuple[float, float]]
     rss_empty_mib: float  # the fresh server's
     rss_full_mib: float  # after the fill
     rss_bytes_per_stream: float  # (after the fill - empty) / streams

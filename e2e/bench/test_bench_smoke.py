@@ -281,7 +281,7 @@ def test_many_streams_workload_reports_every_figure_and_reads_its_streams_back(t
     assert doc["errors"] == {}
     assert doc["profile"]["many_streams"] == 300
     rows = doc["rows"]
-    assert len(rows) == 15 and {r["workload"] for r in rows} == {"many"}
+    assert len(rows) == 16 and {r["workload"] for r in rows} == {"many"}
     for row in rows:
         assert row["title"] in proc.stdout
         assert isinstance(row["ours"], int | float) and math.isfinite(row["ours"]), row
@@ -291,7 +291,8 @@ def test_many_streams_workload_reports_every_figure_and_reads_its_streams_back(t
     assert raw["creates_per_s"] > 0 and raw["appends_per_s"] > 0
     assert 0 < raw["p50_ms"] <= raw["p99_ms"] <= raw["max_ms"]
     assert raw["checkpoints"] is not None and raw["slowest_in_checkpoint"] is not None
-    assert len(raw["slowest"]) == 10
+    assert 1 <= len(raw["slowest"]) <= 10  # one per stall
+    assert raw["over_1s_in_checkpoint"] is not None
     assert raw["checked_streams"] >= 4  # the first, the last, both sides of the half
     assert "many streams, ours (300 streams, appends over 64 connections)" in proc.stdout
     assert "checkpoint windows (s from the first append)" in proc.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.many_streams import CheckpointWatch
+from bench.many_streams import CheckpointWatch, stalls
 
 
 def wal(tmp_path: Path, number: int) -> Path:
@@ -57,3 +57,12 @@ def test_a_wal_directory_not_made_yet_shows_no_checkpoint(tmp_path):
     wal(wal_dir, 1).write_bytes(b"")
     watch.look()
     assert not watch.running and watch.windows == []
+
+
+def test_the_slowest_appends_are_listed_one_per_stall():
+    """Appends held up together (their waits overlap) are one stall: the list shows
+    the worst of each, not the same stall ten times."""
+    one_stall = [(10.0, 8.1), (10.01, 8.09), (10.02, 8.08)]
+    others = [(30.0, 2.5), (31.0, 0.02), (40.0, 1.2)]
+    assert stalls(one_stall + others, 3) == [(10.0, 8.1), (30.0, 2.5), (40.0, 1.2)]
+    assert stalls(one_stall, 10) == [(10.0, 8.1)]
