@@ -1,6 +1,6 @@
 """Side-by-side benchmark: our server, the Node reference server, the HTTP ceiling.
 
-    python e2e/bench/run.py                      # full profile (5 to 10 minutes)
+    python e2e/bench/run.py                      # full profile (20 to 25 minutes)
     python e2e/bench/run.py --quick              # smoke profile (about 40 s)
     python e2e/bench/run.py --only live,idle --servers ours,reference
     python e2e/bench/run.py --quick --json out.json
@@ -39,7 +39,8 @@ directory's wal/, set against the slowest), RSS and disk per stream, the
 clean stop (seconds, exit status), the restart, then appends to half the
 streams, kill -9 and the restart again; a sample of the streams is read
 back after each start. The reference's appends go over one connection (it
-answers 404 to appends to many streams at once).
+answers 404 to appends to many streams at once), so at 100,000 streams the
+workload takes about 15 minutes of the full profile.
 
 The ceiling is ceiling_app.py, a Starlette app answering POST with 204 under
 our uvicorn settings, driven exactly like the 64 x 64 append workload.
