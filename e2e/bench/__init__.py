@@ -5,6 +5,8 @@
   needs installed;
 - ``client``: raw keep-alive HTTP connections, the epoll fill, wrk;
 - ``workloads``: one function per workload, each returning a typed result;
+- ``many_streams``: N small streams on one server (fill, stop, restart,
+  kill -9), with our checkpoint windows seen in its data directory;
 - ``replicated``: the 3-replica set (testkit.replicaset) against single-node,
   with the standbys' lag and a check of every replica's content;
 - ``report``: the rows, the table and the JSON document;

@@ -263,19 +263,28 @@ class Fill:
     seconds: float
 
 
-def fill(srv: Server, requests: Iterable[bytes], connections: int, timeout: float = 3600) -> Fill:
+def fill(
+    srv: Server,
+    requests: Iterable[bytes],
+    connections: int,
+    timeout: float = 3600,
+    timings: list[tuple[float, float]] | None = None,
+) -> Fill:
     """Send every request in ``requests`` over ``connections`` keep-alive sockets.
 
     One epoll loop, one request in flight per connection, responses parsed
     just enough to find their end. For setting up data, not for measuring:
     wrk is lighter, but it lost count of the reference's answers to large
-    PUTs here, and a fill must know exactly what was acknowledged.
+    PUTs here, and a fill must know exactly what was acknowledged. With
+    ``timings``, each 2xx answer adds (perf_counter when sent, seconds until
+    answered) to it: the latency of every acknowledged request.
     """
     todo = iter(requests)
     ep = select.epoll()
     socks: dict[int, socket.socket] = {}
     bufs: dict[int, bytearray] = {}
     sent: dict[int, bytes] = {}
+    sent_at: dict[int, float] = {}
     ok, bad, again = 0, collections.Counter(), []
     started = time.monotonic()
 
@@ -283,6 +292,7 @@ def fill(srv: Server, requests: Iterable[bytes], connections: int, timeout: floa
         req = next(todo, None)
         if req is None:
             return False
+        sent_at[fd] = time.perf_counter()
         socks[fd].sendall(req)
         sent[fd] = req
         return True
@@ -320,6 +330,8 @@ def fill(srv: Server, requests: Iterable[bytes], connections: int, timeout: floa
                 status = int(head[9:12])
                 if 200 <= status < 300:
                     ok += 1
+                    if timings is not None:
+                        timings.append((sent_at[fd], time.perf_counter() - sent_at[fd]))
                 elif status == 404:
                     again.append(sent[fd])
                 else:
@@ -338,7 +350,11 @@ def fill(srv: Server, requests: Iterable[bytes], connections: int, timeout: floa
 
 
 def fill_all(
-    srv: Server, requests: Iterable[bytes], connections: int, retries: int = 20
+    srv: Server,
+    requests: Iterable[bytes],
+    connections: int,
+    retries: int = 20,
+    timings: list[tuple[float, float]] | None = None,
 ) -> tuple[int, float]:
     """fill(), then again, on fewer connections, for the appends answered 404.
 
@@ -348,12 +364,12 @@ def fill_all(
     open files evicts a file between the write and the fdatasync (the error
     text contains "not found", which it maps to 404). Such an append was not
     acknowledged, so sending it again is safe. Any other failure is an error.
-    Returns (requests acknowledged, seconds).
+    Returns (requests acknowledged, seconds); ``timings`` as for fill().
     """
     started = time.monotonic()
     total = 0
     for _ in range(retries + 1):
-        done = fill(srv, requests, connections)
+        done = fill(srv, requests, connections, timings=timings)
         total += done.ok
         if done.bad:
             raise RuntimeError(f"{srv.kind}: fill answered {done.bad} (status: count)")

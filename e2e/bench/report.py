@@ -106,7 +106,55 @@ FIGURES: dict[str, Callable[[Profile], list[Figure]]] = {
         ),
         Figure(f"{p.restart_streams:,} streams: RSS when ready", "rss_mib", "MiB", "reported"),
     ],
+    "many": lambda p: many_figures(p.many_streams),
 }
+
+
+def many_figures(n: int) -> list[Figure]:
+    """The many-streams workload's rows (many_streams.py); targets from issue 29."""
+    at = f"{n:,} streams:"
+    return [
+        Figure(
+            f"{at} creates (PUT)",
+            "creates_per_s",
+            "creates/s",
+            ">= 0.9x appends",
+            lambda o, r, res: o >= 0.9 * getattr(res, "appends_per_s", 0),
+        ),
+        Figure(f"{at} one append each", "appends_per_s", "appends/s", "reported"),
+        Figure(f"{at} append latency in that fill, p50", "p50_ms", "ms", "reported"),
+        Figure(f"{at} append latency in that fill, p99", "p99_ms", "ms", "reported"),
+        Figure(
+            f"{at} append latency in that fill, max",
+            "max_ms",
+            "ms",
+            "<= 1 s",
+            lambda o, r, _: o <= 1000,
+        ),
+        Figure(f"{at} appends over 1 s", "over_1s", "appends", "0", lambda o, r, _: o == 0),
+        Figure(f"{at} checkpoints during that fill", "checkpoints", "", "reported"),
+        Figure(f"{at} appends over 1 s in a checkpoint", "over_1s_in_checkpoint", "", "reported"),
+        Figure(f"{at} 10 worst stalls in a checkpoint", "slowest_in_checkpoint", "", "reported"),
+        Figure(f"{at} RSS per stream", "rss_bytes_per_stream", "bytes", "<= 1 KiB", _at_most(1024)),
+        Figure(
+            f"{at} disk per stream", "disk_bytes_per_stream", "bytes", "<= 1 KiB", _at_most(1024)
+        ),
+        Figure(f"{at} clean stop (SIGTERM to exit)", "stop_s", "s", "<= 5 s", _at_most(5)),
+        Figure(f"{at} clean stop's exit status", "stop_status", "", "0", lambda o, r, _: o == 0),
+        Figure(f"{at} restart to ready", "restart_s", "s", "<= 10 s", _at_most(10)),
+        Figure(
+            f"{at} RSS per stream after the restart",
+            "restart_rss_bytes_per_stream",
+            "bytes",
+            "<= 1 KiB",
+            _at_most(1024),
+        ),
+        Figure(f"{at} kill -9, restart to ready", "kill_restart_s", "s", "reported"),
+    ]
+
+
+def _at_most(limit: float) -> Check:
+    return lambda o, r, _: o <= limit
 
 
 # The replicated workload: the replica set against single-node ours in the same run.
@@ -245,6 +293,8 @@ def fmt(v: float | None) -> str:
         return "yes" if v else "no"
     if v != v:  # NaN
         return "n/a"
+    if isinstance(v, int):  # a count or an exit status
+        return f"{v:,}"
     if abs(v) >= 100:
         return f"{v:,.0f}"
     if abs(v) >= 10:

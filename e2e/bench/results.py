@@ -20,12 +20,13 @@ class Profile:
     idle_streams: int
     restart_streams: int
     restart_mib: int
+    many_streams: int  # streams of the many-streams workload (many_streams.py)
 
     @classmethod
     def make(cls, quick: bool, duration: float | None) -> Profile:
         if quick:
-            return cls(True, duration or 2, 0, 4, 16 * 1024, 40, 200, 20, 2000, 20)
-        return cls(False, duration or 10, 2, 100, 1024, 500, 1000, 100, 100_000, 1024)
+            return cls(True, duration or 2, 0, 4, 16 * 1024, 40, 200, 20, 2000, 20, 2000)
+        return cls(False, duration or 10, 2, 100, 1024, 500, 1000, 100, 100_000, 1024, 100_000)
 
 
 @dataclass(kw_only=True)
@@ -117,6 +118,41 @@ class RestartResult(Result):
     data_mib: float
     on_disk_mib: float
     fill_seconds: float
+
+
+@dataclass
+class ManyStreamsResult(Result):
+    """One server holding ``streams`` small streams (many_streams.py): times from its
+    fresh start to a kill -9 and back. Per-stream figures divide by ``streams``."""
+
+    streams: int
+    connections: int  # the fill's (the reference needs one for its appends)
+    creates_per_s: float
+    appends_per_s: float  # one 100-byte POST to each stream
+    p50_ms: float  # every append of that fill
+    p99_ms: float
+    max_ms: float
+    over_1s: int  # appends that took more than a second
+    checkpoints: int | None  # checkpoints running during the appends (None: not observable)
+    checkpoints_in_creates: int | None  # begun before the first append
+    checkpoint_s: float | None  # seconds of the appends' fill spent checkpointing
+    slowest_in_checkpoint: int | None  # of the 10 slowest stalls, those overlapping one
+    over_1s_in_checkpoint: int | None  # of the appends over 1 s, those overlapping one
+    # (start, end) of each checkpoint window, seconds from the start of the appends
+    checkpoint_windows: list[tuple[float, float]]
+    # (seconds from the start, ms): the 10 slowest appends, one per stall (not overlapping)
+    slowest: list[tuple[float, float]]
+    rss_empty_mib: float  # the fresh server's
+    rss_full_mib: float  # after the fill
+    rss_bytes_per_stream: float  # (after the fill - empty) / streams
+    disk_bytes_per_stream: float  # the data directory's blocks after the clean stop / streams
+    stop_s: float  # SIGTERM to exit
+    stop_status: int | None  # the exit status (-15: killed by the SIGTERM itself)
+    restart_s: float  # spawn to ready, after the clean stop
+    restart_rss_bytes_per_stream: float  # (RSS when ready - empty) / streams
+    more_appends: int  # a second append to this many streams before the kill
+    kill_restart_s: float  # spawn to ready after kill -9
+    checked_streams: int  # reads of a whole stream compared with what it must hold, both starts
 
 
 @dataclass

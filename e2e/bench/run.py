@@ -1,12 +1,13 @@
 """Side-by-side benchmark: our server, the Node reference server, the HTTP ceiling.
 
-    python e2e/bench/run.py                      # full profile (5 to 10 minutes)
+    python e2e/bench/run.py                      # full profile (20 to 25 minutes)
     python e2e/bench/run.py --quick              # smoke profile (about 40 s)
     python e2e/bench/run.py --only live,idle --servers ours,reference
     python e2e/bench/run.py --quick --json out.json
     python e2e/bench/run.py --baseline HEAD~3     # ours now against ours at a git ref
     python e2e/bench/run.py --only replicated --servers ours --repeat 3   # 3 replicas vs 1
     python e2e/bench/run.py --only archived --servers ours --repeat 3     # archive on vs off
+    python e2e/bench/run.py --only many --servers ours,reference --many-streams 100000
 
 With ``--baseline REF`` the comparison column is this server as of REF (checked
 out into a temporary git worktree and run from there) instead of the reference:
@@ -29,6 +30,17 @@ reports the set against single-node, with the standbys' lag; it needs ours
 in --servers. The archived workload (archived.py) runs the same two on ours
 with the object-store archive on (a real SeaweedFS) and off, alternating, with
 the archive's lag.
+
+The many-streams workload (many_streams.py, --only many) holds N small
+streams on one server (--many-streams N; 100,000, or 2,000 with --quick):
+N creates, then one 100-byte append each with every append's latency (p50,
+p99, max, how many over 1 s, and our checkpoint windows, seen in the data
+directory's wal/, set against the slowest), RSS and disk per stream, the
+clean stop (seconds, exit status), the restart, then appends to half the
+streams, kill -9 and the restart again; a sample of the streams is read
+back after each start. The reference's appends go over one connection (it
+answers 404 to appends to many streams at once), so at 100,000 streams the
+workload takes about 15 minutes of the full profile.
 
 The ceiling is ceiling_app.py, a Starlette app answering POST with 204 under
 our uvicorn settings, driven exactly like the 64 x 64 append workload.
@@ -62,6 +74,7 @@ from dataclasses import dataclass, field
 from bench import log
 from bench.archived import run_archived
 from bench.machine import disk_syncs_per_s, raise_fd_limit, versions
+from bench.many_streams import describe
 from bench.replicated import REPLICAS, run_replicated
 from bench.report import (
     as_json,
@@ -71,7 +84,7 @@ from bench.report import (
     short,
     table,
 )
-from bench.results import CeilingResult, Profile, Result, merge
+from bench.results import CeilingResult, ManyStreamsResult, Profile, Result, merge
 from bench.servers import (
     INSTALL_ALL,
     LONG_POLL_SECONDS,
@@ -197,6 +210,13 @@ def parser() -> argparse.ArgumentParser:
         help="bytes per append when filling the binary catch-up stream "
         "(default 1024: 1 KiB messages; 16384 with --quick)",
     )
+    ap.add_argument(
+        "--many-streams",
+        type=int,
+        default=None,
+        metavar="N",
+        help="streams of the many-streams workload (default 100000; 2000 with --quick)",
+    )
     ap.add_argument("--json", dest="json_out", help="also write every figure to this file")
     ap.add_argument(
         "--baseline",
@@ -219,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     prof = Profile.make(args.quick, args.duration)
     if args.catchup_append:
         prof.catchup_append = args.catchup_append
+    if args.many_streams:
+        prof.many_streams = args.many_streams
 
     if args.baseline:  # the baseline runs in the reference's place
         servers = [s for s in servers if s != "reference"]
@@ -258,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if rows or figures.ceiling:
         print(table(rows, figures.ceiling, other))
+    for kind, result in figures.workloads.get("many", {}).items():
+        if isinstance(result, ManyStreamsResult):
+            print(describe("baseline" if args.baseline and kind == "reference" else kind, result))
     replicated_rows = build_replicated_rows(figures.replicated) if figures.replicated else []
     if replicated_rows:
         print(

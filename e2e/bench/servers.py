@@ -109,9 +109,14 @@ class Server:
     def rss(self) -> int:
         return self.child.rss() if self.child else 0
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout`` s: the exit status (None: never started)."""
+        return self.child.stop(timeout=timeout) if self.child else None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash), and reap the process."""
         if self.child:
-            self.child.stop(timeout=30)
+            self.child.kill()
 
     def cleanup(self) -> None:
         self.stop()

@@ -58,8 +58,9 @@ def test_quick_benchmark_produces_the_table(tmp_path):
     else:
         warnings.warn(f"benchmark smoke test without the reference: {INSTALL}", stacklevel=1)
     out = tmp_path / "bench.json"
-    # Every workload but the replicated one, which has a test of its own below.
-    only = ",".join(KEYS)
+    # Every workload but the replicated, archived and many-streams ones, which have
+    # tests of their own below.
+    only = ",".join(k for k in KEYS if k != "many")
     proc = run_bench(
         "run.py",
         "--quick",
@@ -261,3 +262,38 @@ def test_archived_workload_reports_both_sides_and_the_archive_holds_every_frame(
     off, on = doc["raw"]["archived"]["off"], doc["raw"]["archived"]["on"]
     assert off["errors"] == on["errors"] == 0 and off["lag_samples"] is None
     assert on["lag_samples"] > 0 and on["archived_all"] is True
+
+
+@pytest.mark.timeout(120)
+def test_many_streams_workload_reports_every_figure_and_reads_its_streams_back(tmp_path):
+    """The many-streams workload at 300 streams on ours: a figure in every row, our
+    checkpoints observed (counted, not "-"), the windows and slowest appends printed,
+    and a sample of the streams read back after the restart and after the kill -9
+    (the workload raises, and the run exits 1, when one differs)."""
+    out = tmp_path / "many.json"
+    proc = run_bench(
+        "run.py",
+        *("--quick", "--servers", "ours", "--only", "many", "--many-streams", "300"),
+        *("--json", str(out)),
+        timeout=110,
+    )
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == {}
+    assert doc["profile"]["many_streams"] == 300
+    rows = doc["rows"]
+    assert len(rows) == 16 and {r["workload"] for r in rows} == {"many"}
+    for row in rows:
+        assert row["title"] in proc.stdout
+        assert isinstance(row["ours"], int | float) and math.isfinite(row["ours"]), row
+        assert row["met"] in (True, False) or row["target"] == "reported", row
+    raw = doc["raw"]["many"]["ours"]
+    assert raw["streams"] == 300 and raw["more_appends"] == 150
+    assert raw["creates_per_s"] > 0 and raw["appends_per_s"] > 0
+    assert 0 < raw["p50_ms"] <= raw["p99_ms"] <= raw["max_ms"]
+    assert raw["checkpoints"] is not None and raw["slowest_in_checkpoint"] is not None
+    assert 1 <= len(raw["slowest"]) <= 10  # one per stall
+    assert raw["over_1s_in_checkpoint"] is not None
+    assert raw["checked_streams"] >= 4  # the first, the last, both sides of the half
+    assert "many streams, ours (300 streams, appends over 64 connections)" in proc.stdout
+    assert "checkpoint windows (s from the first append)" in proc.stdout
+    assert raw["checkpoints_in_creates"] is not None

@@ -337,6 +337,14 @@ def dir_bytes(path: Path) -> int:
     return total
 
 
+def many_streams(srv: Server, prof: Profile) -> Result:
+    """N small streams on one server, stopped, restarted and killed: many_streams.py
+    (imported here, not above: it uses this module's helpers)."""
+    from bench import many_streams as workload
+
+    return workload.many_streams(srv, prof)
+
+
 # ------------------------------------------------------------- the registry
 
 
@@ -356,6 +364,7 @@ WORKLOADS = [
     Workload("live", live),
     Workload("idle", idle_readers),
     Workload("restart", restart),
+    Workload("many", many_streams),
 ]
 KEYS = [w.key for w in WORKLOADS]
 CEILING_WORKLOAD = "appends_64x64"  # the ceiling runs with it, the same way
