@@ -9,11 +9,14 @@ the process's start the server was ready; the metrics say the same.
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 
 import pytest
 
+from stream_server.background_recovery import BackgroundRecovery
+from stream_server.streams.store import StreamStore
 from testkit.asgi import in_process
 
 CT = {"content-type": "text/plain"}
@@ -51,3 +54,23 @@ async def test_the_recovery_line_counts_loading_the_streams_and_the_whole_start(
         assert f"{event[key]:.3f}s" in message, (key, message)
     assert gauge(text, "recovery_duration_seconds") == pytest.approx(event["seconds"])
     assert gauge(text, "startup_duration_seconds") == pytest.approx(event["startup_seconds"])
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+async def test_only_the_server_process_puts_what_its_start_built_beyond_the_collector(
+    tmp_path, freeze
+):
+    """A full collection walked every object of a million streams while appends waited
+    on the loop; the server process freezes what its start built (``server.py`` sets
+    ``freeze_gc``), a process that hosts the app among other things does not."""
+    store = StreamStore(tmp_path / "data")
+    recovery = BackgroundRecovery(store)
+    recovery.freeze_gc = freeze
+    before = gc.get_freeze_count()
+    try:
+        await recovery._run()
+        assert recovery.finished
+        assert (gc.get_freeze_count() > before) is freeze
+    finally:
+        gc.unfreeze()
+        await store.stop()

@@ -45,6 +45,7 @@ def serve(settings: Settings) -> int:
     try:
         prepare(Layout(settings.data_dir))
         app = create_app(settings)
+        app.recovery.freeze_gc = True
     except (LayoutError, AuthConfigError) as exc:
         log.error("%s", exc)
         return 2
