@@ -141,7 +141,7 @@ class Settings:
         0, LIMITS, "most streams the server holds (0: unlimited; more: 503)", NONE_OR_MORE
     )
     hot_streams: int = setting(
-        10_000,
+        4096,
         LIMITS,
         "streams kept loaded in memory; past it the least recently used idle ones are dropped "
         "and loaded again from disk when next asked for",

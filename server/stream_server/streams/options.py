@@ -31,7 +31,7 @@ class StoreLimits:
     max_streams: int | None = None
     # Loaded streams kept in memory; past it the least recently used idle ones are
     # dropped and loaded again from LMDB when next asked for (``pending.StreamTable``).
-    hot_streams: int = 10_000
+    hot_streams: int = 4096
     max_producers_per_stream: int = 1000
     max_fork_depth: int = 64
     max_json_messages: int = 100_000

@@ -59,7 +59,7 @@ class StreamTable:
         self,
         load: Callable[[str], Stream | None] | None = None,
         count: Callable[[], int] | None = None,
-        hot: int = 10_000,
+        hot: int = 4096,
     ) -> None:
         self.by_path: dict[str, Stream] = {}  # loaded, least recently asked for first
         self.deleting: dict[str, Stream] = {}
