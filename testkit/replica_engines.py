@@ -7,6 +7,7 @@ and test_applier.py (the applier over them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from stream_format.meta import StreamMeta
@@ -16,8 +17,9 @@ from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks
 
 
-def primary_frames(root: Path) -> list[bytes]:
-    """Three batches of a primary at term 2 (a stream created, two appends), as shipped."""
+def primary_frames(root: Path, batches: Callable[[Engine], None] | None = None) -> list[bytes]:
+    """The frames of a primary at term 2, as shipped: ``batches`` commits them (by
+    default three: a stream created, two appends)."""
     e = Engine(root)
     e.open()
     hooks = ReplicaHooks()
@@ -26,12 +28,16 @@ def primary_frames(root: Path) -> list[bytes]:
     frames: list[bytes] = []
     hooks.on_frame = lambda term, lsn, frame: frames.append(frame)
     e.replica = hooks
+    (batches or _three_batches)(e)
+    e.close()
+    return frames
+
+
+def _three_batches(e: Engine) -> None:
     meta = StreamMeta(id=1, content_type="application/octet-stream", created_at=0.0)
     e.commit([CreateLog(1, 0), PutStream("a", meta)])
     e.commit([Append(1, KIND_BYTES, [b"hello "])])
     e.commit([Append(1, KIND_BYTES, [b"world"])])
-    e.close()
-    return frames
 
 
 def standby(root: Path) -> tuple[Engine, ReplicaHooks]:

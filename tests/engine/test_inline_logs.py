@@ -11,10 +11,10 @@ from stream_format.meta import DB_INLINE, id_key
 from stream_format.records import FILE_HEADER_SIZE, KIND_BYTES
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append, DropLog
-from stream_server.engine.replica import ReplicaHooks, commit_frames, write_frames
+from stream_server.engine.replica import commit_frames, write_frames
 from stream_server.engine.segments import INLINE_MAX
 from testkit.engines import crash, new_stream, read_all
-from testkit.replica_engines import standby
+from testkit.replica_engines import primary_frames, standby
 
 
 def inline_value(e: Engine, sid: int) -> bytes | None:
@@ -108,19 +108,12 @@ def test_with_inline_max_0_every_log_has_its_file_as_before_format_5(tmp_path):
 
 
 def test_a_standby_applies_inline_logs_and_the_move_from_the_primarys_frames(tmp_path):
-    primary = Engine(tmp_path / "primary")
-    primary.open()
-    hooks = ReplicaHooks()
-    hooks.load(primary)
-    hooks.writable, hooks.term = True, 2
-    frames: list[bytes] = []
-    hooks.on_frame = lambda term, lsn, frame: frames.append(frame)
-    primary.replica = hooks
-    new_stream(primary, "s", 1)
-    primary.commit([Append(1, KIND_BYTES, [b"p" * 500])])
-    primary.commit([Append(1, KIND_BYTES, [b"q" * 700])])  # the move
-    primary.close()
+    def batches(primary: Engine) -> None:
+        new_stream(primary, "s", 1)
+        primary.commit([Append(1, KIND_BYTES, [b"p" * 500])])
+        primary.commit([Append(1, KIND_BYTES, [b"q" * 700])])  # the move
 
+    frames = primary_frames(tmp_path / "primary", batches)
     e, standby_hooks = standby(tmp_path / "standby")
     written = write_frames(e, standby_hooks, frames[:2])
     assert written is not None
