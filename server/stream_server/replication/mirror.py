@@ -15,6 +15,7 @@ the table no longer holds is noticed and the index rebuilt.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -47,7 +48,9 @@ class Mirror:
         self.lsn = lsn
         self.staged: deque[tuple[int, list[wal.Entry]]] = deque()  # (lsn, changes) not visible yet
         self.published = 0  # the last lsn readers here may see
-        self._by_id: dict[int, Stream] = {}
+        # Weak: the stream table decides which streams stay loaded (its hot set); one it
+        # dropped needs nothing from a frame, LMDB has it when it is loaded again.
+        self._by_id: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
         self._rebuilt = False  # the index was rebuilt during this publish
         # The changes to each database the stream layer keeps, by database number.
         self._apply: dict[int, Callable[[wal.Entry, set[Stream]], None]] = {
@@ -91,7 +94,7 @@ class Mirror:
         if self._rebuilt:  # at most once per publish: a stream that is not there stays so
             return None
         # Stale or missing: the table changed by other means (a role switch's rollback).
-        self._by_id = {s.id: s for s in self.streams.by_path.values()}
+        self._by_id = weakref.WeakValueDictionary({s.id: s for s in self.streams.by_path.values()})
         self._rebuilt = True
         return self._by_id.get(sid)
 

@@ -37,6 +37,7 @@ class Pending:
 
 class Stream:
     __slots__ = (
+        "__weakref__",  # a replica's index by id must not keep a dropped stream alive
         "_pending",
         "committed",
         "created",
