@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
+from stream_format.meta import StreamMeta
+from stream_server.engine.recovery import has_expiry
 from stream_server.streams.clock import ManualClock
 from stream_server.streams.errors import Gone, NotFound, ProducerFenced
 from stream_server.streams.replicated import ReplicatedStreams
@@ -141,3 +144,13 @@ async def test_past_the_hot_bound_idle_streams_go_and_come_back_as_committed(tmp
     r = await store.read(again, 0, 100)
     assert b"".join(r.payloads) == b"1;more" and again.tail == 6
     await store.stop()
+
+
+def test_a_start_finds_ttl_streams_in_either_spelling_of_their_json():
+    """Format 5 leaves out a null field; formats 1 to 4 spelled every one."""
+    full = {"id": 1, "content_type": BIN, "created_at": 0.0, "ttl": None, "expires_at_ts": None}
+    assert not has_expiry(orjson.dumps(full))
+    assert has_expiry(orjson.dumps({**full, "ttl": 30}))
+    assert has_expiry(orjson.dumps({**full, "expires_at_ts": 1.5}))
+    assert not has_expiry(StreamMeta(id=1, content_type=BIN, created_at=0.0).to_json())
+    assert has_expiry(StreamMeta(id=1, content_type=BIN, created_at=0.0, ttl=5).to_json())

@@ -91,7 +91,7 @@ class RecoveryReport:
     orphan_files_removed: int = 0
 
 
-def _timed(raw: bytes) -> bool:
+def has_expiry(raw: bytes) -> bool:
     """Whether a stream's JSON sets a TTL or an Expires-At, without decoding it (a start
     looks at every stream's): format 5 leaves out a null field, older ones spell it."""
     return (b'"ttl":' in raw and b'"ttl":null' not in raw) or (
@@ -182,7 +182,7 @@ class Recovery:
                 next_id = U64.unpack(raw)[0]
             for key, value in txn.cursor(db=dbs[DB_STREAMS]):
                 streams += 1
-                if _timed(value):
+                if has_expiry(value):
                     timed.append(stream_path(key))
             for key, value in txn.cursor(db=dbs[DB_TAILS]):
                 tails[key_stream_id(key)] = Tail(*decode_tail(value))
