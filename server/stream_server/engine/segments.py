@@ -130,8 +130,9 @@ class Segments:
         ``inline_max`` become whole ``inline`` values in ``changes`` (and leave
         ``writes``); an inline log that grows past it becomes one write of the whole
         log at position 0, and its value is deleted. Runs on the writer thread."""
-        if not writes:
-            return
+        inline = self.inline
+        if not any(sid in inline or pos == 0 for sid, (pos, _) in writes.items()):
+            return  # files' logs only: no LMDB read for the common append
         assert self.meta is not None
         db = self.meta.dbs[DB_INLINE]
         with self.meta.env.begin() as txn:
