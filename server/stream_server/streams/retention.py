@@ -200,6 +200,10 @@ class Retention:
         # stream id -> (retained start position, commit time of the record there, µs):
         # the oldest retained record, read again only when the start moves.
         self._first: dict[int, tuple[int, int]] = {}
+        # (stream id, policy) of every stream under a policy as the last sweep found them:
+        # the metrics and the oldest-record times work from it, so that only a sweep walks
+        # the streams (and loads them).
+        self._governed: list[tuple[int, Policy]] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self.paused = False  # a standby: the primary's drops reach it as replicated frames
@@ -232,12 +236,16 @@ class Retention:
             return 0
         now = self.clock()
         todo: list[tuple[Stream, int, int | None]] = []
+        governed: list[tuple[int, Policy]] = []
         for path, s in self._managed():
             p = self.policy(path)
+            if p is not None:
+                governed.append((s.id, p))
             if p is not None and s.committed:
                 bounds = self._bounds(s, p, now)
                 if bounds is not None:
                     todo.append((s, *bounds))
+        self._governed = governed
         if not todo:
             await self._note_oldest()
             self.sweeps += 1
@@ -291,14 +299,12 @@ class Retention:
         """Read the commit time of each trimmed-or-new first record (for the metrics)."""
         need: list[int] = []
         live: set[int] = set()
-        for path, s in self._managed():
-            if self.policy(path) is None:
-                continue
-            live.add(s.id)
-            tail = self._engine.tails.get(s.id)
-            seen = self._first.get(s.id)
+        for sid, _ in self._governed:
+            live.add(sid)
+            tail = self._engine.tails.get(sid)
+            seen = self._first.get(sid)
             if tail is not None and (seen is None or seen[0] != tail.start_pos):
-                need.append(s.id)
+                need.append(sid)
         for sid in set(self._first) - live:
             del self._first[sid]
         if not need:
@@ -322,17 +328,17 @@ class Retention:
 
     def stats(self) -> dict[str, tuple[int, float]]:
         """Per policy (by prefix): retained bytes of its streams' own files, and the age
-        in seconds of their oldest retained record as of the last sweep (0: none)."""
+        in seconds of their oldest retained record, over the streams the last sweep found
+        (0: none). A metrics scrape: it loads no stream."""
         out = {p.prefix: (0, 0.0) for p in self.policies}
         now_us = self.clock() * 1_000_000
-        for path, s in self._managed():
-            p = self.policy(path)
-            tail = self._engine.tails.get(s.id)
-            if p is None or tail is None:
+        for sid, p in self._governed:
+            tail = self._engine.tails.get(sid)
+            if tail is None:
                 continue
             size, age = out[p.prefix]
             size += tail.file_len - tail.start_pos
-            first = self._first.get(s.id)
+            first = self._first.get(sid)
             if first is not None:
                 age = max(age, (now_us - first[1]) / 1_000_000)
             out[p.prefix] = (size, age)
