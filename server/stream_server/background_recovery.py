@@ -208,7 +208,7 @@ class BackgroundRecovery:
         if self.freeze_gc:
             # What the start built (a tail per stream: a million objects) lives as long
             # as the server: out of the collector's reach, so that no full collection
-            # walks it while appends wait on the event loop (0.1 s a pass at 1M streams).
+            # walks it while appends wait on the event loop (e2e/bench/gc_pauses.py).
             gc.freeze()
         self._ready_at = time.monotonic()
         self._mark_end()

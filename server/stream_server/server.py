@@ -36,12 +36,12 @@ ABORT_AFTER = 3.0
 SHUTDOWN_GRACE = 5  # seconds (uvicorn takes an int)
 
 
-# The collector's thresholds in the server process: CPython's (700, 10, 10) ran a full
-# collection, 0.1 s of a stopped event loop at 100k streams, every few hundred
-# appends (each makes a stream's new tail and loads or drops streams); at these a
-# fill of 100k creates and 100k appends runs none, the young generations stay cheap
-# (pauses of 25 ms at most) and hold at most about 100k objects of garbage. What the start built is frozen as well
-# (``BackgroundRecovery.freeze_gc``).
+# The collector's thresholds in the server process. In a fill of 100k creates and 100k
+# appends, CPython's (700, 10, 10) ran 69 full collections of up to 160 ms each, the
+# event loop stopped meanwhile (each append makes a stream's new tail and loads or
+# drops streams); these run none, with young pauses of up to 56 ms, and hold at most
+# about 100k objects of garbage (``python e2e/bench/gc_pauses.py`` prints both). What
+# the start built is frozen as well (``BackgroundRecovery.freeze_gc``).
 GC_THRESHOLDS = (10_000, 10, 100)
 
 
