@@ -10,8 +10,12 @@ from stream_format.layout import CURRENT
 from stream_server.engine.recovery import RecoveryReport
 from stream_server.streams.errors import OffsetGone
 from stream_server.streams.store import StreamStore
-from testkit.golden import expected, matches, with_recovered_copy
-from testkit.spark_rows import every_stream
+from testkit.golden import (
+    expected,
+    served_as_expected,
+    spark_reads_as_expected,
+    with_recovered_copy,
+)
 
 EXPECTED = expected(4)["streams"]
 
@@ -19,12 +23,9 @@ EXPECTED = expected(4)["streams"]
 def test_the_server_reads_the_golden_v4_directory_from_its_retained_starts(tmp_path):
     async def check(store: StreamStore, report: RecoveryReport) -> None:
         assert report.wal_frames_replayed > 0 and report.damaged == {}
+        await served_as_expected(store, EXPECTED)
         for path, want in EXPECTED.items():
             s = store.get(path)
-            assert (store.earliest(s), s.tail) == (want["earliest"], want["tail"]), path
-            assert s.meta.content_type == want["content_type"]
-            r = await store.read(s, want["earliest"], 1 << 30)
-            assert matches(want, [bytes(p) for p in r.payloads]), path
             with pytest.raises(OffsetGone):
                 await store.read(s, want["earliest"] - 1, 1 << 30)
 
@@ -35,12 +36,4 @@ def test_the_server_reads_the_golden_v4_directory_from_its_retained_starts(tmp_p
 def test_the_spark_reader_reads_the_recovered_golden_v4_directory_from_its_starts(tmp_path):
     """A crashed directory is recovered first (as ``python -m stream_server.recover``
     does): the last drop is only in the WAL, and below it the file holds holes."""
-
-    async def nothing_more(store: StreamStore, report: RecoveryReport) -> None:
-        pass
-
-    data = with_recovered_copy(4, tmp_path, nothing_more)
-    got, _ = every_stream(data)
-    assert sorted(got) == sorted(EXPECTED)
-    for path, want in EXPECTED.items():
-        assert matches(want, got[path]), path
+    spark_reads_as_expected(4, tmp_path)

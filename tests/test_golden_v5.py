@@ -8,8 +8,12 @@ from __future__ import annotations
 from stream_format.layout import CURRENT, Layout
 from stream_server.engine.recovery import RecoveryReport
 from stream_server.streams.store import StreamStore
-from testkit.golden import expected, matches, with_recovered_copy
-from testkit.spark_rows import every_stream
+from testkit.golden import (
+    expected,
+    served_as_expected,
+    spark_reads_as_expected,
+    with_recovered_copy,
+)
 
 EXPECTED = expected(5)["streams"]
 
@@ -17,12 +21,7 @@ EXPECTED = expected(5)["streams"]
 def test_the_server_reads_the_golden_v5_directory_inline_logs_and_files(tmp_path):
     async def check(store: StreamStore, report: RecoveryReport) -> None:
         assert report.wal_frames_replayed > 0 and report.damaged == {}
-        for path, want in EXPECTED.items():
-            s = store.get(path)
-            assert (store.earliest(s), s.tail) == (want["earliest"], want["tail"]), path
-            assert s.meta.content_type == want["content_type"]
-            r = await store.read(s, want["earliest"], 1 << 30)
-            assert matches(want, [bytes(p) for p in r.payloads]), path
+        await served_as_expected(store, EXPECTED)
         inline = store.engine.segments.inline
         assert {store.get(p).id in inline for p in EXPECTED if p.startswith("small/")} == {True}
         assert not {store.get(p).id for p in EXPECTED if p.startswith("moved/")} & inline
@@ -34,11 +33,4 @@ def test_the_server_reads_the_golden_v5_directory_inline_logs_and_files(tmp_path
 
 
 def test_the_spark_reader_reads_the_recovered_golden_v5_directory(tmp_path):
-    async def nothing_more(store: StreamStore, report: RecoveryReport) -> None:
-        pass
-
-    data = with_recovered_copy(5, tmp_path, nothing_more)
-    got, _ = every_stream(data)
-    assert sorted(got) == sorted(EXPECTED)
-    for path, want in EXPECTED.items():
-        assert matches(want, got[path]), path
+    spark_reads_as_expected(5, tmp_path)
