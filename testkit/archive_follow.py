@@ -54,13 +54,15 @@ def refused_start(data_dir: Path, store: S3Store, *args: str) -> str:
     return out
 
 
-def create(srv: ServerProcess, path: str, body: bytes = b"") -> None:
-    r = httpx.put(f"{srv.base}{path}", content=body, headers=OCTET, timeout=10)
+def create(
+    srv: ServerProcess, path: str, body: bytes = b"", headers: dict[str, str] = OCTET
+) -> None:
+    r = httpx.put(f"{srv.base}{path}", content=body, headers=headers, timeout=10)
     assert r.status_code in (200, 201), (r.status_code, r.text)
 
 
-def append(srv: ServerProcess, path: str, body: bytes) -> None:
-    r = httpx.post(f"{srv.base}{path}", content=body, headers=OCTET, timeout=10)
+def append(srv: ServerProcess, path: str, body: bytes, headers: dict[str, str] = OCTET) -> None:
+    r = httpx.post(f"{srv.base}{path}", content=body, headers=headers, timeout=10)
     assert r.status_code in (200, 204), (r.status_code, r.text)
 
 

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.processes
 
 PATHS = ["a", "b/c", "j"]
 
+JSON = {"content-type": "application/json"}
+
 
 def _archived(src: ServerProcess) -> None:
     """Wait until the source's archive holds every frame it made durable."""
@@ -44,22 +46,12 @@ def test_a_follower_starts_from_the_newest_backup_then_follows(
     ).start()
     create(src, "a", b"before the backup ")
     create(src, "b/c", b"x" * 5000)
-    httpx.put(
-        f"{src.url}/v1/stream/j",
-        headers={"content-type": "application/json"},
-        content=b'[{"n": 1}]',
-        timeout=10,
-    ).raise_for_status()
+    create(src, "j", b'[{"n": 1}]', JSON)
     backup = httpx.post(f"{src.url}/_archive/backups", timeout=120)
     assert backup.status_code == 201, backup.text
     backed_up = backup.json()["end_lsn"]
     append(src, "a", b"after the backup ")
-    httpx.post(
-        f"{src.url}/v1/stream/j",
-        headers={"content-type": "application/json"},
-        content=b'{"n": 2}',
-        timeout=10,
-    ).raise_for_status()
+    append(src, "j", b'{"n": 2}', JSON)
     _archived(src)
 
     fol = follower(server_factory, tmp_path, archive_store, url)
