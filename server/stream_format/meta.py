@@ -111,8 +111,8 @@ class StreamMeta:
 
     def to_json(self) -> bytes:
         """The fields that differ from their defaults (format 5; ``from_json`` has always
-        read a missing field as its default): a million small streams keep 170 bytes
-        less each than with every field spelled out."""
+        read a missing field as its default): most streams set none of the others,
+        and a million of them kept every one spelled out as null, false or 0."""
         d: dict[str, Any] = {
             "id": self.id,
             "content_type": self.content_type,

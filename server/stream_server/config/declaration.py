@@ -199,7 +199,7 @@ class Settings:
         10_000,
         STORAGE,
         "WAL frames (batches) after which a checkpoint starts, as one does past 64 MiB of WAL: "
-        "recovery after a kill -9 replays at most about this many, at about 0.4 ms each",
+        "recovery after a kill -9 replays at most about this many",
         COUNT,
     )
     checkpoint_interval: float = setting(

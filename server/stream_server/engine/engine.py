@@ -86,7 +86,7 @@ __all__ = [
 log = logging.getLogger("stream_server.engine")
 
 CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
-CHECKPOINT_FRAMES = 10_000  # or frames in it (replayed at ~0.4 ms each: ~4 s)
+CHECKPOINT_FRAMES = 10_000  # or frames in it (each replayed by a recovery)
 CHECKPOINT_SECONDS = float("inf")  # or its oldest frame's age (the server sets one)
 
 

@@ -84,9 +84,8 @@ class Stream:
     @property
     def pending(self) -> Pending:
         """The state with queued changes applied, made on first use: until then there
-        are none, and it would be a copy of the committed state. A server starting with
-        1M streams made 1M copies on the event loop (about 6 us and 200 bytes each)
-        for streams that no write may touch."""
+        are none, and it would be a copy of the committed state: a stream loaded to be
+        read makes none."""
         p = self._pending
         if p is None:
             p = self._pending = Pending(self.meta, self.tail)
