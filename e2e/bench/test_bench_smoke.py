@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import warnings
@@ -297,3 +298,17 @@ def test_many_streams_workload_reports_every_figure_and_reads_its_streams_back(t
     assert "many streams, ours (300 streams, appends over 64 connections)" in proc.stdout
     assert "checkpoint windows (s from the first append)" in proc.stdout
     assert raw["checkpoints_in_creates"] is not None
+
+
+@pytest.mark.timeout(120)
+def test_gc_pauses_prints_a_line_for_each_setting():
+    """gc_pauses.py at 2,000 streams: CPython's thresholds and the server's, each with
+    its count of full collections and its longest pauses (the figures the server's
+    GC_THRESHOLDS comment and docs/architecture.md cite)."""
+    proc = run_bench("gc_pauses.py", "2000", timeout=110)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("2,000 streams")]
+    assert len(lines) == 2, proc.stdout
+    assert "CPython's defaults (700, 10, 10)" in lines[0]
+    assert "the server's (10000, 10, 100)" in lines[1]
+    for line in lines:
+        assert re.search(r": \d+ full collections, longest \d+ ms; longest young [\d.]+ ms", line)
