@@ -57,8 +57,8 @@ class StreamTable:
 
     def __init__(
         self,
-        load: Callable[[str], Stream | None] | None = None,
-        count: Callable[[], int] | None = None,
+        load: Callable[[str], Stream | None],
+        count: Callable[[], int],
         hot: int = 4096,
     ) -> None:
         self.by_path: dict[str, Stream] = {}  # loaded, least recently asked for first
@@ -73,12 +73,11 @@ class StreamTable:
         """The stream at ``path`` (not one whose delete is queued), loaded if need be."""
         by_path = self.by_path
         s = by_path.get(path)
-        if s is not None:
-            if self._load is not None:  # most recently asked for: the last to go
-                del by_path[path]
-                by_path[path] = s
+        if s is not None:  # most recently asked for: the last to go
+            del by_path[path]
+            by_path[path] = s
             return s
-        if self._load is None or path in self.deleting or path in self.hidden:
+        if path in self.deleting or path in self.hidden:
             return None
         s = self._load(path)
         if s is not None:
@@ -115,8 +114,6 @@ class StreamTable:
     def count(self) -> int:
         """How many committed streams there are, queued deletes not counted (one LMDB
         page read: a metrics scrape must not walk a million streams)."""
-        if self._count is None:
-            return sum(1 for s in self.by_path.values() if s.committed)
         return max(self._count() - len(self.deleting), 0)
 
     def queue_delete(self, s: Stream) -> None:
