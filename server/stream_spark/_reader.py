@@ -349,7 +349,7 @@ def read_slice(
     if sl.first >= stop_at:
         return
     clip = _Clip(sl, time_from_us, time_to_us)
-    fd = _open_segment(Path(data_dir) / sl.segment, sl) if sl.inline is None else -1
+    fd = _open_segment(Path(data_dir) / sl.segment, sl) if sl.inline is None else _inline(sl)
     try:
         pos = sl.pos
         # Reads cost what they return: a small slice of a long file (a fork's
@@ -431,17 +431,21 @@ def _open_segment(path: Path, sl: Slice) -> int:
     return fd
 
 
+def _inline(sl: Slice) -> int:
+    """-1 (no descriptor) once the header of the slice's inline log is checked, as
+    ``_open_segment`` checks a file's."""
+    assert sl.inline is not None
+    try:
+        check_file_header(sl.inline[:FILE_HEADER_SIZE], int(Path(sl.segment).stem, 16))
+    except CorruptRecord as exc:
+        raise FormatError(f"stream {sl.origin!r}: {exc}") from None
+    return -1
+
+
 def _read_exactly(fd: int, want: int, pos: int, sl: Slice) -> bytes:
     """``want`` bytes of the slice's log from ``pos``: its file (``fd``) or its inline
-    value, whose header is checked as a file's is."""
-    if sl.inline is None:
-        buf = os.pread(fd, want, pos)
-    else:
-        try:
-            check_file_header(sl.inline[:FILE_HEADER_SIZE], int(Path(sl.segment).stem, 16))
-        except CorruptRecord as exc:
-            raise FormatError(f"stream {sl.origin!r}: {exc}") from None
-        buf = sl.inline[pos : pos + want]
+    value."""
+    buf = os.pread(fd, want, pos) if sl.inline is None else sl.inline[pos : pos + want]
     if len(buf) < want:
         raise FormatError(
             f"stream {sl.origin!r}: segment file ends at {pos + len(buf)}, "
