@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
 from concurrent.futures import Future
@@ -48,6 +49,7 @@ import pytest
 if TYPE_CHECKING:  # imported when used: the root conftest loads this plugin for every test,
     # and a checkout installed without the server's extra still runs the others
     from stream_server.app import StreamServerApp
+    from stream_server.workers.worker_app import WorkerApp
 
 T = TypeVar("T")
 
@@ -210,7 +212,7 @@ class _Body(httpx.AsyncByteStream):
 class _Lifespan:
     """The ASGI lifespan protocol from the server's side, as uvicorn drives it."""
 
-    def __init__(self, app: StreamServerApp) -> None:
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
         self.to_app: asyncio.Queue[Message] = asyncio.Queue()
         self.from_app: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue()
@@ -260,6 +262,7 @@ class InProcessServer:
         # For more sync clients on the same app (other headers, a token of their own):
         # ``httpx.Client(transport=server.transport, base_url=server.url)``.
         self.transport: httpx.BaseTransport | None = None
+        self.worker: WorkerApp | None = None  # the worker's app the client talks to, if any
 
 
 async def _until_ready(app: StreamServerApp) -> None:
@@ -276,22 +279,52 @@ async def _until_ready(app: StreamServerApp) -> None:
 
 @contextlib.asynccontextmanager
 async def in_process(
-    data_dir: Path, *flags: str, env: dict[str, str] | None = None
+    data_dir: Path, *flags: str, env: dict[str, str] | None = None, worker: bool = False
 ) -> AsyncIterator[InProcessServer]:
     """The app started on ``data_dir`` with ``flags``, ready, with ``client`` on this loop;
-    on exit, live reads are ended and the app stopped (its store closed with a checkpoint)."""
+    on exit, live reads are ended and the app stopped (its store closed with a checkpoint).
+
+    ``worker``: the client talks to a worker's app (``--workers N``) whose link to this
+    app's store is a real Unix socket, as a worker process's is; what the worker
+    relays goes to the app in-process."""
     server = InProcessServer(build_app(data_dir, *flags, env=env))
     lifespan = _Lifespan(server.app)
     await lifespan.start()
     try:
         await _until_ready(server.app)
-        transport = StreamingASGITransport(server.app)
-        async with httpx.AsyncClient(transport=transport, base_url=URL, timeout=30) as client:
-            server.client = client
+        async with contextlib.AsyncExitStack() as stack:
+            front: Any = server.app
+            if worker:
+                front = server.worker = await stack.enter_async_context(_worker_of(server.app))
+            transport = StreamingASGITransport(front)
+            client = httpx.AsyncClient(transport=transport, base_url=URL, timeout=30)
+            server.client = await stack.enter_async_context(client)
             yield server
-            server.app.end_live_reads()  # as the server does when it begins to stop
+            front.end_live_reads()  # as the server does when it begins to stop
     finally:
         await lifespan.stop()
+
+
+@contextlib.asynccontextmanager
+async def _worker_of(app: StreamServerApp) -> AsyncIterator[WorkerApp]:
+    """A worker's app over ``app``: its link served by a ``WriterHost`` on a socket in a
+    directory of its own, its relayed requests handed to ``app``."""
+    from stream_server.workers.host import WriterHost
+    from stream_server.workers.proxy import WriterProxy
+    from stream_server.workers.worker_app import WorkerApp
+
+    with tempfile.TemporaryDirectory(prefix="ds-link-") as where:
+        link = Path(where) / "link.sock"
+        host = WriterHost(app.store, app.store_refusal)
+        await host.start(link)
+        worker = WorkerApp(app.settings, link, WriterProxy(StreamingASGITransport(app)))
+        lifespan = _Lifespan(worker)
+        await lifespan.start()
+        try:
+            yield worker
+        finally:
+            await lifespan.stop()
+            await host.stop()
 
 
 class _LoopThread:
@@ -360,12 +393,12 @@ class _SyncBody(httpx.SyncByteStream):
 
 @contextlib.contextmanager
 def in_thread(
-    data_dir: Path, *flags: str, env: dict[str, str] | None = None
+    data_dir: Path, *flags: str, env: dict[str, str] | None = None, worker: bool = False
 ) -> Iterator[InProcessServer]:
     """``in_process`` on a loop in a thread of its own, with ``http``, a sync client."""
     loop = _LoopThread()
     try:
-        running = in_process(data_dir, *flags, env=env)
+        running = in_process(data_dir, *flags, env=env, worker=worker)
         server = loop.run(running.__aenter__())
         assert server.client is not None
         transport = _ThreadTransport(loop, server.client._transport)  # type: ignore[arg-type]
@@ -388,12 +421,15 @@ def app_server(tmp_path: Path) -> Iterator[Callable[..., InProcessServer]]:
     with contextlib.ExitStack() as stack:
 
         def make(
-            *flags: str, data_dir: Path | None = None, env: dict[str, str] | None = None
+            *flags: str,
+            data_dir: Path | None = None,
+            env: dict[str, str] | None = None,
+            worker: bool = False,
         ) -> InProcessServer:
             nonlocal started
             started += 1
             where = data_dir or tmp_path / f"app{started - 1}"
-            return stack.enter_context(in_thread(where, *flags, env=env))
+            return stack.enter_context(in_thread(where, *flags, env=env, worker=worker))
 
         yield make
 
@@ -408,11 +444,16 @@ async def async_app_server(
     async with contextlib.AsyncExitStack() as stack:
 
         async def make(
-            *flags: str, data_dir: Path | None = None, env: dict[str, str] | None = None
+            *flags: str,
+            data_dir: Path | None = None,
+            env: dict[str, str] | None = None,
+            worker: bool = False,
         ) -> InProcessServer:
             nonlocal started
             started += 1
             where = data_dir or tmp_path / f"app{started - 1}"
-            return await stack.enter_async_context(in_process(where, *flags, env=env))
+            return await stack.enter_async_context(
+                in_process(where, *flags, env=env, worker=worker)
+            )
 
         yield make

@@ -19,9 +19,11 @@ from testkit.stream_reads import stream_state
 CT = {"Content-Type": "application/octet-stream"}
 
 
-@pytest.fixture
-def srv(app_server) -> InProcessServer:
-    return app_server()
+@pytest.fixture(params=["one process", "through a worker"])
+def srv(app_server, request) -> InProcessServer:
+    """The same cases on a single process and through a worker (``--workers N``): a
+    worker parses and checks, the writer refuses, and the refusal must come back whole."""
+    return app_server(worker=request.param == "through a worker")
 
 
 @pytest.fixture

@@ -18,9 +18,10 @@ from testkit.stream_reads import stream_state
 JSON = {"Content-Type": "application/json"}
 
 
-@pytest.fixture
-def srv(app_server) -> InProcessServer:
-    return app_server()
+@pytest.fixture(params=["one process", "through a worker"])
+def srv(app_server, request) -> InProcessServer:
+    """Each case on a single process and through a worker (``--workers N``)."""
+    return app_server(worker=request.param == "through a worker")
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from stream_server.serving import (
     uvicorn_config,
 )
 from stream_server.workers.host import WriterHost
+from stream_server.workers.proxy import WriterProxy
 from stream_server.workers.supervisor import (
     FD_ENV,
     HTTP_ENV,
@@ -124,7 +125,8 @@ def serve_worker() -> int:
     """A worker process (the ``worker`` command, started by the writer's ``Supervisor``)."""
     settings = worker_settings()
     log_config = configure(settings.log_level, settings.log_format)
-    app = WorkerApp(settings, Path(os.environ[LINK_ENV]), Path(os.environ[HTTP_ENV]))
+    proxy = WriterProxy.on_socket(Path(os.environ[HTTP_ENV]))
+    app = WorkerApp(settings, Path(os.environ[LINK_ENV]), proxy)
     http, limit_concurrency = http_protocol(settings)
     tls = RotatingTls() if settings.tls_cert else None
     config = uvicorn_config(

@@ -37,13 +37,17 @@ HOP_BY_HOP = frozenset(
 class WriterProxy:
     """An HTTP client of the writer's Unix socket that relays whole requests."""
 
-    def __init__(self, socket_path: Path) -> None:
+    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
         self.client = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=str(socket_path)),
+            transport=transport,
             base_url="http://writer",
             timeout=httpx.Timeout(None),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         )
+
+    @classmethod
+    def on_socket(cls, path: Path) -> WriterProxy:
+        return cls(httpx.AsyncHTTPTransport(uds=str(path)))
 
     async def close(self) -> None:
         await self.client.aclose()

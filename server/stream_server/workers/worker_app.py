@@ -33,7 +33,7 @@ log = logging.getLogger("stream_server.workers")
 class WorkerApp:
     """What a worker serves on the pod's port."""
 
-    def __init__(self, settings: Settings, link: Path, writer_http: Path) -> None:
+    def __init__(self, settings: Settings, link: Path, proxy: WriterProxy) -> None:
         self.settings = settings
         self.link_path = link
         self.store = LinkedStore(on_lost=self._writer_lost)
@@ -50,7 +50,7 @@ class WorkerApp:
         self.streams = StreamRoutes(
             Context(self.store, protocol_settings(settings), None, auth=self.auth, limiter=limiter)
         )
-        self.proxy = WriterProxy(writer_http)
+        self.proxy = proxy
         self.base = settings.base_path
         self.base_raw = settings.base_path.encode()
         # A replica set's reads wait on the writer's read gate: relayed whole.
