@@ -22,7 +22,8 @@ import pytest
 
 from stream_format.layout import Layout
 from stream_format.records import KIND_BYTES, encode_record
-from testkit import summary
+from testkit import summary, wait_for
+from testkit.server_process import alive, worker_pids
 from testkit.stream_reads import read_all
 
 pytestmark = pytest.mark.processes
@@ -58,6 +59,8 @@ async def _writer(
             inflight.discard(seq)
             acked.append(seq)
             seq += 1
+        elif r.status_code == 503:
+            return  # a worker whose writer was killed, still closing its connections
         else:
             raise AssertionError(f"append refused: {r.status_code} {r.text}")
 
@@ -121,10 +124,14 @@ def _verify(state: dict, wid_urls: dict) -> None:
             st["inflight"] = set()
 
 
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "writer-of-2-workers"])
 @pytest.mark.parametrize("producers", [False, True], ids=["plain", "idempotent-producer"])
-def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers):
+def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers, workers):
+    """With ``--workers 2`` the kill is the writer's (the pod's main process): its
+    workers must go with it, and what it acknowledged through them must be there."""
     data = tmp_path / "data"
-    srv = server_factory(data_dir=data).start()
+    flags = ("--workers", workers)
+    srv = server_factory(*flags, data_dir=data).start()
     urls = [f"{srv.base}crash/{i}" for i in range(STREAMS)]
     for url in urls:
         assert (
@@ -137,9 +144,11 @@ def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers):
     }
     total_acked = 0
     for _ in range(ROUNDS):
+        children = worker_pids(srv)
         asyncio.run(_load_then_kill(srv, urls, producers, state))
+        wait_for(lambda: not any(alive(pid) for pid in children), timeout=30)
         pending = {wid: sorted(st["inflight"]) for wid, st in state.items()}
-        srv = server_factory(data_dir=data).start()
+        srv = server_factory(*flags, data_dir=data).start()
         urls = [f"{srv.base}crash/{i}" for i in range(STREAMS)]
         for wid, st in state.items():
             st["url"] = urls[wid // WRITERS_PER_STREAM]
@@ -172,6 +181,8 @@ def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers):
     )
     assert r.status_code == 204, r.text
     kind = "idempotent producers" if producers else "plain writers"
+    if workers != "1":
+        kind += f", the writer of {workers} workers killed"
     summary.report(
         "figures",
         f"kill -9 rounds ({kind}): {ROUNDS}, acknowledged appends verified: {total_acked}",

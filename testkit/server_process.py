@@ -73,6 +73,34 @@ class ServerProcess:
         return self.child.stop(timeout=20) if self.child else 0
 
 
+def worker_pids(srv: ServerProcess) -> list[int]:
+    """The pids of a server's worker processes (``--workers N``): its living children."""
+    if srv.proc is None:
+        return []
+    return children_of(srv.proc.pid)
+
+
+def children_of(parent: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def live_gauge(srv: ServerProcess, mode: str) -> float:
     """The server's live-readers gauge for ``mode`` (long-poll or sse), from /metrics."""
     text = httpx.get(f"{srv.url}/metrics", timeout=10).text

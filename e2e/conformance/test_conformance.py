@@ -1,7 +1,8 @@
 """The official conformance suite (npm) against a real server process.
 
 Passes when every test passes and none is skipped; prints the totals. It runs
-twice: against a single server, and through the primary of a 3-replica set. The
+three times: against a single server, against one with two worker processes
+(``--workers 2``), and through the primary of a 3-replica set. The
 subscription tests (protocol sections 6 and 7) are turned on in
 ``conformance.test.ts`` (``subscriptions: true``): they run a webhook receiver
 on 127.0.0.1, which the server's development exception for webhook URLs allows.
@@ -76,6 +77,15 @@ def test_official_conformance_suite(server_factory):
     _need_suite()
     srv = server_factory(*TIMINGS).start()
     _run_suite(srv.url, "single node")
+
+
+@needs.commands("npx", install="Debian's nodejs and npm (make system-deps)")
+def test_official_conformance_suite_through_two_workers(server_factory):
+    """The same suite on ``--workers 2``: every request parsed by a worker process, the
+    store's work done by the writer (subscriptions' paths relayed to it)."""
+    _need_suite()
+    srv = server_factory(*TIMINGS, "--workers", "2").start()
+    _run_suite(srv.url, "single node, 2 worker processes")
 
 
 @needs.commands("npx", install="Debian's nodejs and npm (make system-deps)")

@@ -27,6 +27,12 @@ from stream_server.workers.host import Snapshot
 from stream_server.workers.link import Link, decode_error
 
 
+class WriterLost(Exception):
+    """The writer went while a call was in flight: whether it was carried out is not
+    known, so the request gets no answer (its connection is reset, as a crashed single
+    process would leave it), never a refusal that would say nothing changed."""
+
+
 class LinkedStream(Stream):
     """A stream as the writer last described it."""
 
@@ -63,7 +69,7 @@ class LinkedStore:
 
     def _call(self, op: str, *args: Any) -> tuple[int, asyncio.Future[Any]]:
         if self.link is None or self.link.transport is None:
-            raise Unavailable("the writer process is not reachable")
+            raise Unavailable("the writer process is not reachable")  # nothing sent: 503
         rid = next(self.ids)
         future = self.calls[rid] = asyncio.get_running_loop().create_future()
         self.link.send((rid, op, args))
@@ -81,10 +87,11 @@ class LinkedStore:
                 future.set_exception(decode_error(value))
 
     def _lost(self) -> None:
+        self.link = None  # later calls: 503, nothing was sent
         calls, self.calls = self.calls, {}
         for future in calls.values():
             if not future.done():
-                future.set_exception(Unavailable("the writer process went away"))
+                future.set_exception(WriterLost("the writer process went away"))
         self.on_lost()
 
     async def open(self, path: str, *, touch: bool = False) -> Stream:

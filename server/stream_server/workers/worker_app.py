@@ -24,7 +24,7 @@ from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
 from stream_server.protocol.subscriptions import is_control
 from stream_server.ratelimit import RateLimiter
-from stream_server.workers.linked_store import LinkedStore
+from stream_server.workers.linked_store import LinkedStore, WriterLost
 from stream_server.workers.proxy import WriterProxy
 
 log = logging.getLogger("stream_server.workers")
@@ -71,7 +71,12 @@ class WorkerApp:
         if scope["type"] == "http" and not self.relay_all and scope["path"].startswith(self.base):
             raw = raw_path(scope)
             if not is_control(raw[len(self.base_raw) :]):
-                await self.streams(scope, receive, send)
+                try:
+                    await self.streams(scope, receive, send)
+                except WriterLost:
+                    abort = scope.get("extensions", {}).get("stream_server.abort")
+                    if abort is not None:
+                        abort()
                 return
         await self.proxy(scope, receive, send)
 
