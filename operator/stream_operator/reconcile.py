@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from typing import Any
 
@@ -32,6 +31,7 @@ from stream_operator import (
     lifecycle,
     lifecycle_actions,
     operator_metrics,
+    operator_settings,
     scaling,
     scaling_actions,
     server_image,
@@ -66,14 +66,6 @@ from stream_operator.status import Outcome
 from stream_operator.switchover_call import TOKEN_KEY, new_token
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
-# Labels on every PodMonitor made for a DurableStream (JSON object; the chart's
-# operator.podMonitorLabels): kube-prometheus-stack finds monitors by label. The older
-# setting for ServiceMonitors is read when the new one is not given.
-MONITOR_LABELS: dict[str, str] = json.loads(
-    os.environ.get("DS_OPERATOR_PODMONITOR_LABELS")
-    or os.environ.get("DS_OPERATOR_SERVICEMONITOR_LABELS")
-    or "{}"
-)
 # API errors that retrying soon will not fix: wait for the next resync instead.
 _PERMANENT = (400, 403, 404, 422)
 Conditions = list[dict[str, Any]]
@@ -220,7 +212,9 @@ def _rendered(
         spec.changed(image=image, replicas=keep_set or allowed),
         podmonitor_crd=crd_exists(ac, "PodMonitor"),
         certificate_crd=spec.certificates.issuer_ref is not None and crd_exists(ac, "Certificate"),
-        monitor_labels=MONITOR_LABELS,
+        # Labels on every PodMonitor (DS_OPERATOR_PODMONITOR_LABELS, the chart's
+        # operator.podMonitorLabels): kube-prometheus-stack finds monitors by label.
+        monitor_labels=dict(operator_settings.current().monitor_labels),
     )
     for obj in objs:
         if obj["kind"] == "StatefulSet":
