@@ -58,6 +58,7 @@ from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
 from stream_operator.render import (
     MANAGED_BY,
     desired_objects,
+    fence_configmap_name,
     render_replication_secret,
     replication_secret_name,
 )
@@ -255,6 +256,8 @@ def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[st
         for obj in list_labelled(ac, kind, meta["namespace"], selector)
     ]
     rendered = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    # Written by the status round, not rendered here (lifecycle_actions.fence_pods).
+    rendered.append(("ConfigMap", fence_configmap_name(meta["name"])))
     for kind, name in stale_objects(live, rendered, meta["uid"]):
         if delete(ac, kind, meta["namespace"], name):
             events.info(ds, reason="Deleted", message=f"deleted {kind} {name}: no longer rendered")

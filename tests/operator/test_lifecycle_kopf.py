@@ -139,9 +139,10 @@ def test_a_fenced_server_leaves_its_services_and_comes_back_when_unfenced(
         assert server.proc.pid == pid and server.restarts == 0 and kubelet.pods[0] is server
 
         annotate(kube, "events", FENCED_INSTANCES, None)
+        # "false", not removed: the annotation decides over the list (fencing.py).
         wait_for(
-            lambda: POD_FENCED not in parse_annotations(annotations.read_text()),
-            message="the fence gone from the pod's downward API file",
+            lambda: parse_annotations(annotations.read_text()).get(POD_FENCED) == "false",
+            message="the fence lifted in the pod's downward API file",
         )
         wait_for(lambda: server.ready, timeout=60, message="the pod ready again")
         wait_for(lambda: status_of(kube, "events").get("phase") == "Ready", timeout=60)
