@@ -7,7 +7,9 @@ real server processes (the kubelet stand-in) and writers through the client Serv
 - fencing (``streams.pyds.dev/fenced-instances``) of a standby and then of the primary of a
   3-replica set under writers: the fenced pod's process stays (same PID, no restart), its
   segment files do not change while it is fenced, it leaves the Services, the writers go
-  on, and once unfenced it is back in sync holding the same bytes as the others.
+  on, and once unfenced it is back in sync holding the same bytes as the others;
+- a fenced pod deleted under writers: the pod made again starts fenced (the operator's list,
+  projected beside its annotations) and its server never opens its storage.
 
 The harness (the API server process, the writers, the convergence check) is
 e2e/test_operator_replica_set.py's.
@@ -26,7 +28,7 @@ import httpx
 import pytest
 
 from stream_operator import KIND, replica_set
-from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION
+from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED
 from stream_operator.render import lease_name, replication_secret_name
 from testkit.cluster import Cluster
 from testkit.history import History, check
@@ -260,3 +262,83 @@ def fence_and_lift(kube: Cluster, kubelet: Kubelet, writers: Writers, pod: str) 
         lambda: f"{pod} back in sync: {ds_status(kube)}",
     )
     assert running.proc.pid == pid and running.restarts == restarts
+
+
+def test_a_fenced_pod_made_again_starts_fenced_and_never_opens_its_storage(
+    kube: Cluster, tmp_path: Path
+) -> None:
+    """Before the operator's list, the new pod had no fence annotation until the
+    operator's next round: its server opened its storage (a standby followed the primary)
+    and only then started again fenced."""
+    history = History()
+    with Kubelet(kube, NS, NAME, tmp_path, restart_delay=1.0) as kubelet:
+        replica_set.use_pod_urls(kubelet.pod_url)
+        service = ServiceEndpoints(kube, NS, NAME, kubelet.url_of)
+        writers = Writers(service, history, WRITERS)
+        try:
+            kube.create(durable_stream(NAME, SPEC)).raise_for_status()
+            first = until(lambda: settled(kube, 1), lambda: f"a primary: {ds_status(kube)}")
+            create_streams(service, STREAMS)
+            writers.start()
+            until(lambda: writers.acked_after(0), "first appends acknowledged")
+            standby = next(r["name"] for r in first["replicaStatus"] if r["role"] == "standby")
+            ordinal = int(standby.rsplit("-", 1)[1])
+            old = kubelet.pods[ordinal]
+            annotate(kube, FENCED_INSTANCES, json.dumps([standby]))
+            until(lambda: _answer(old.url) == "fenced", f"{standby} fenced")
+            before = segment_files(old.data_dir)
+
+            kube.delete("Pod", NS, standby).raise_for_status()  # kubectl delete pod
+            new = until(
+                lambda: (p := kubelet.pods.get(ordinal)) is not old and p, f"{standby} again"
+            )
+            answers: list[str] = []
+
+            def answered() -> bool:
+                answers.append(_answer(new.url))
+                return answers[-1] != "no answer"
+
+            until(answered, f"the new {standby}'s first answer")
+            # The operator has seen the new pod (and fenced it the way it knows of).
+            until(
+                lambda: _annotation(kube, standby) == "true",
+                f"the fence annotation on the new {standby}",
+            )
+            later = time.monotonic()
+            until(lambda: writers.acked_after(later), "appends acknowledged meanwhile")
+            answers.append(_answer(new.url))
+            assert set(answers) - {"no answer"} == {"fenced"}, answers
+            assert new.data_dir == old.data_dir
+            assert segment_files(new.data_dir) == before, "the new pod opened its storage"
+            with new.log_path.open("rb") as f:
+                f.seek(new.log_start)
+                log = f.read().decode(errors="replace")
+            assert "not opening" in log and "starting again" not in log, log[-3000:]
+            assert new.proc.poll() is None and kubelet.pods[ordinal] is new
+
+            annotate(kube, FENCED_INSTANCES, None)
+            until(lambda: new.ready, f"{standby} serving again, ready")
+            until(lambda: settled(kube, 1), lambda: f"settled after the fence: {ds_status(kube)}")
+        finally:
+            writers.stop.set()
+            history.dump(tmp_path / "history.jsonl")
+        writers.finish()
+        final = converged(kubelet, STREAMS, 3)
+    report = check(history, final)
+    assert report.ok, f"{report.summary()} (history in {tmp_path / 'history.jsonl'})"
+
+
+def _answer(url: str) -> str:
+    """What a server's /readyz says: "fenced", "ready", "not ready" or "no answer"."""
+    try:
+        r = httpx.get(f"{url}/readyz", timeout=5)
+    except httpx.HTTPError:
+        return "no answer"
+    if r.status_code == 503 and r.json().get("fenced") is True:
+        return "fenced"
+    return "ready" if r.status_code == 200 else "not ready"
+
+
+def _annotation(kube: Cluster, pod: str) -> str | None:
+    meta = (kube.get("Pod", NS, pod) or {}).get("metadata") or {}
+    return (meta.get("annotations") or {}).get(POD_FENCED)

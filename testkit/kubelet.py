@@ -74,6 +74,7 @@ from testkit.pod_objects import (
     termination_message,
     volume_dir,
 )
+from testkit.pod_projected import projected_volumes
 from testkit.pod_runtimes import ContainerLaunch, Processes, Running, Runtime
 from testkit.pod_secrets import ContainerConfigError
 
@@ -112,7 +113,8 @@ class Pod:
         """The pod's Ready condition: its container ready and every readiness gate met."""
         return self.ready and self.gates_met
 
-    # Its downwardAPI volumes' files: (local file, fieldPath), rewritten as the pod changes.
+    # Its downward API files (downwardAPI and projected volumes): (local file, fieldPath),
+    # rewritten as the pod changes.
     downward: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
@@ -565,6 +567,11 @@ class Kubelet:
         }
         downward, downward_files = downward_volumes(template, meta, pod_root)
         mounts.update(downward)
+        projected = projected_volumes(self.cluster, self.namespace, template, meta, pod_root)
+        if projected is None:
+            return None  # a ConfigMap or Secret it projects is missing (ContainerCreating)
+        mounts.update(projected[0])
+        downward_files += projected[1]
         inits = template["spec"].get("initContainers") or []
         initializing = step < len(inits)
         container = inits[step] if initializing else template["spec"]["containers"][0]

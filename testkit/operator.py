@@ -53,8 +53,9 @@ def running_operator(cluster: Cluster, namespaces: Sequence[str] = ()) -> Iterat
     (it would list ``/api/v1/namespaces``, which kmock cannot parse, and which the
     chart's Roles do not grant): the namespaces are taken as named.
     """
-    from stream_operator import api_client
+    from stream_operator import api_client, operator_settings
 
+    operator_settings.load()  # as the operator's main does: the environment as it is now
     registry = _registry()
     _server_url[0] = cluster.url
     api_client.use_api_client(api_client.new_api_client(client.Configuration(host=cluster.url)))

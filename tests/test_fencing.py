@@ -7,12 +7,13 @@ A replica set's pods fenced under the operator: e2e/test_operator_lifecycle.py."
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import httpx
 import pytest
 
-from stream_server.fencing import FENCED_ANNOTATION, parse_annotations, read_fence
+from stream_server.fencing import FENCED_ANNOTATION, LIST_FILE, parse_annotations, read_fence
 from testkit import wait_for
 from testkit.server_process import ServerProcess
 from testkit.servers import Child, env_with, http_status, stream_server_command
@@ -125,5 +126,59 @@ def test_a_server_started_fenced_does_not_open_its_data_directory(tmp_path: Path
         write_annotations(fence, {})
         wait_for(lambda: http_status(srv.port, "/readyz") == 200, timeout=30)
         assert any(srv.data_dir.iterdir())  # an ordinary server now: its layout made
+    finally:
+        assert srv.stop() == 0
+
+
+def write_list(directory: Path, pod: str, names: list[str] | str) -> None:
+    """The operator's list and the pod's name, as the projected volume holds them."""
+    (directory / "pod-name").write_text(pod)
+    tmp = directory / ".list.tmp"
+    tmp.write_text(names if isinstance(names, str) else json.dumps(names))
+    tmp.replace(directory / LIST_FILE)
+
+
+def test_a_pod_without_the_annotation_is_fenced_by_the_operators_list(tmp_path: Path) -> None:
+    """A pod made after the fence (deleted, recreated) has no annotation yet: the list
+    beside the fence file decides; once the operator wrote one, the annotation does."""
+    path = tmp_path / "annotations"
+    write_annotations(path, {"other": "x"})
+    assert read_fence(str(path)) is False  # no list (no ConfigMap): not fenced
+    write_list(tmp_path, "ev-1", ["ev-1"])
+    assert read_fence(str(path)) is True
+    write_list(tmp_path, "ev-1", ["*"])
+    assert read_fence(str(path)) is True
+    write_list(tmp_path, "ev-1", ["ev-0"])
+    assert read_fence(str(path)) is False
+    write_list(tmp_path, "ev-1", "not json")
+    assert read_fence(str(path)) is None  # unreadable: the mode stays
+    write_list(tmp_path, "ev-1", ["ev-1"])
+    write_annotations(path, {FENCED_ANNOTATION: "false"})  # lifted: before the list's refresh
+    assert read_fence(str(path)) is False
+    write_annotations(path, {FENCED_ANNOTATION: "true"})
+    write_list(tmp_path, "ev-1", [])
+    assert read_fence(str(path)) is True
+
+
+def test_a_server_the_list_names_starts_fenced_and_follows_the_list(tmp_path: Path) -> None:
+    podinfo = tmp_path / "podinfo"
+    podinfo.mkdir()
+    fence = podinfo / "annotations"
+    write_annotations(fence, {})
+    write_list(podinfo, "ev-0", ["ev-0"])
+    srv = ServerProcess(tmp_path / "data", env={"DS_FENCE_FILE": str(fence)})
+    srv.child = Child(
+        "server",
+        stream_server_command(srv.port, srv.data_dir),
+        srv.log_path,
+        env=env_with(srv.env),
+    )
+    try:
+        srv.child.start(lambda: http_status(srv.port, "/healthz") == 200)
+        assert http_status(srv.port, "/readyz") == 503
+        assert not srv.data_dir.exists()  # never opened
+        write_list(podinfo, "ev-0", [])  # the kubelet's refresh of the ConfigMap's file
+        wait_for(lambda: http_status(srv.port, "/readyz") == 200, timeout=30)
+        assert any(srv.data_dir.iterdir())
     finally:
         assert srv.stop() == 0

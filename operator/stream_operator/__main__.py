@@ -18,7 +18,7 @@ import threading
 
 import kopf
 
-from stream_operator import api_client, leadership, operator_metrics
+from stream_operator import api_client, leadership, operator_metrics, operator_settings
 
 
 def _positive(raw: str) -> int:
@@ -30,6 +30,7 @@ def _positive(raw: str) -> int:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ.get
+    settings = operator_settings.current()
     ap = argparse.ArgumentParser(prog="durable-streams-operator", description=__doc__)
     ap.add_argument(
         "--namespace",
@@ -50,13 +51,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--metrics-port",
         type=int,
-        default=int(env("DS_OPERATOR_METRICS_PORT", "8081")),
+        default=settings.metrics_port,
         help="port of /metrics and /healthz; 0 turns them off (env DS_OPERATOR_METRICS_PORT)",
     )
     ap.add_argument(
         "--leader-election",
         action=argparse.BooleanOptionalAction,
-        default=env("DS_OPERATOR_LEADER_ELECTION", "true").lower() == "true",
+        default=settings.leader_election,
         help="hold a Lease before acting (default: on; env DS_OPERATOR_LEADER_ELECTION)",
     )
     ap.add_argument(
@@ -84,6 +85,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        operator_settings.load()
+    except operator_settings.SettingError as exc:
+        # One line naming the variable, before anything starts (no traceback).
+        print(f"durable-streams-operator: {exc}", file=sys.stderr)
+        return 2
     args = parse(argv)
     from stream_operator import handlers  # registers the handlers
 

@@ -6,18 +6,13 @@ Glue: the kubernetes client's objects are untyped, so ``Any`` stays at this boun
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import kopf
 from kubernetes import client, config
 
-from stream_operator import leadership
+from stream_operator import leadership, operator_settings
 
-# How long one request of the handlers to the API server may take (seconds, connecting
-# and answering): a request the API server (or the network) holds up fails, and the
-# round that made it ends, instead of holding its worker.
-API_TIMEOUT = float(os.environ.get("DS_OPERATOR_API_TIMEOUT", "10"))
 _api: client.ApiClient | None = None
 
 
@@ -37,7 +32,9 @@ def api() -> client.ApiClient:
 
 class _Timed(client.ApiClient):
     """An API client that gives every request a timeout: the client's default is to wait
-    forever. A request given no timeout of its own gets ``API_TIMEOUT``.
+    forever. A request given no timeout of its own gets ``DS_OPERATOR_API_TIMEOUT``
+    (``operator_settings``): a request the API server (or the network) holds up fails,
+    and the round that made it ends, instead of holding its worker.
 
     ``call_api`` is where every request of the generated API classes goes (kubernetes
     37 and later; the client has no ``request`` method any more).
@@ -45,7 +42,7 @@ class _Timed(client.ApiClient):
 
     def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("_request_timeout") is None and len(args) < 4:
-            kwargs["_request_timeout"] = API_TIMEOUT
+            kwargs["_request_timeout"] = operator_settings.current().api_timeout
         return super().call_api(method, url, *args, **kwargs)
 
 

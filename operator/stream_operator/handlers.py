@@ -3,14 +3,15 @@
 A reconcile (``reconcile.converge``) on create, update and resume; the periodic rounds
 per object on a small pool of worker threads (``periodic``) over the DurableStreams an
 event handler keeps track of: a status round (``status_round``) every
-``STATUS_INTERVAL`` seconds, a whole reconcile every ``RESYNC_INTERVAL``; and a delete
+``DS_OPERATOR_STATUS_INTERVAL`` seconds, a whole reconcile every
+``DS_OPERATOR_RESYNC_INTERVAL`` (``operator_settings``); and a delete
 handler, only for ``pvcRetention: Delete``, that deletes the claims.
 
 Not kopf timers: kopf puts its finalizer on every object that has a timer, and a
 finalizer nobody removes (the operator uninstalled) makes ``kubectl delete`` hang. So an
 object carries the finalizer only while its spec asks for ``pvcRetention: Delete``, the
 one case where the operator has something to do before the object goes. Every API
-request has a timeout (``api_client.API_TIMEOUT``), so no round waits forever on one.
+request has a timeout (``DS_OPERATOR_API_TIMEOUT``), so no round waits forever on one.
 
 Nothing is written unless ``leadership.may_act()``: with leader election on, a process
 that lost the Lease (or could not renew it in time) writes nothing.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import Any
 
@@ -33,33 +33,21 @@ from stream_operator import (
     backups,
     leadership,
     operator_metrics,
+    operator_settings,
     server_image,
 )
-from stream_operator.api_client import (
-    API_TIMEOUT,
-    api,
-)
+from stream_operator.api_client import api
 from stream_operator.apply import delete_pvcs
 from stream_operator.periodic import Periodic
 from stream_operator.reconcile import converge as _converge
 from stream_operator.spec import with_defaults
 from stream_operator.status_round import refresh
 
-# How often the status is compared with what the StatefulSet reports (seconds).
-STATUS_INTERVAL = float(os.environ.get("DS_OPERATOR_STATUS_INTERVAL", "5"))
-# How often every DurableStream is reconciled again, to undo drift (seconds): a
-# deleted Service, a hand-scaled StatefulSet, a StorageClass that now allows growth.
-RESYNC_INTERVAL = float(os.environ.get("DS_OPERATOR_RESYNC_INTERVAL", "60"))
-# Worker threads for the periodic rounds: each object is on at most one at a time, so
-# this many objects whose rounds hang hold up the rest (until /healthz restarts us).
-PERIODIC_WORKERS = int(os.environ.get("DS_OPERATOR_PERIODIC_WORKERS", "4"))
-# A worker on one object for this long is stuck (every call of a round has a timeout far
-# shorter): /healthz fails, and the kubelet restarts the operator (seconds).
-STALL_AFTER = float(os.environ.get("DS_OPERATOR_STALL_SECONDS", "300"))
-
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    tuning = operator_settings.current()
+    api_timeout = tuning.api_timeout
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -69,9 +57,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 60
     # kopf's own requests: a connection that never opens, or a request never answered,
     # fails and is retried instead of holding its handler (kopf's defaults: none, 5 min).
-    settings.watching.connect_timeout = API_TIMEOUT
-    settings.networking.connect_timeout = API_TIMEOUT
-    settings.networking.request_timeout = 3 * API_TIMEOUT
+    settings.watching.connect_timeout = api_timeout
+    settings.networking.connect_timeout = api_timeout
+    settings.networking.request_timeout = 3 * api_timeout
     # The timers are short synchronous calls that end on their own: a deletion that
     # finds one running waits for it briefly, then checks every second, not every minute.
     settings.background.instant_exit_timeout = 0.5
@@ -82,7 +70,16 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # named, and the DurableStream CRD must exist when the operator starts.
     settings.scanning.disabled = not settings.peering.clusterwide
     operator_metrics.restart()
-    _periodic.start(STATUS_INTERVAL, RESYNC_INTERVAL, STALL_AFTER)
+    # The status every status_interval, a whole reconcile every resync_interval (drift: a
+    # deleted Service, a hand-scaled StatefulSet, a StorageClass that now allows growth);
+    # a worker on one object for stall_seconds is stuck (every call of a round has a
+    # timeout far shorter): /healthz fails, and the kubelet restarts the operator.
+    _periodic.start(
+        tuning.status_interval,
+        tuning.resync_interval,
+        tuning.stall_seconds,
+        workers=tuning.periodic_workers,
+    )
 
 
 @kopf.on.startup()
@@ -170,7 +167,7 @@ def _round(namespace: str, name: str, resync: bool) -> None:
         log.warning("%s/%s: %s (next try in the next round)", namespace, name, exc)
 
 
-_periodic = Periodic(_round, workers=PERIODIC_WORKERS)
+_periodic = Periodic(_round)  # its workers: DS_OPERATOR_PERIODIC_WORKERS, at start
 
 
 def _deletes_pvcs(spec: kopf.Spec, **_: Any) -> bool:

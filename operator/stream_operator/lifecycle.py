@@ -13,8 +13,10 @@ carries them out.
   still names the last holder, its in-sync set and the eligible standbys
   (docs/kubernetes.md, Hibernation).
 - ``streams.pyds.dev/fenced-instances: '["events-1"]'`` (``cnpg.io/fencedInstances``; ``["*"]``
-  for every pod): each named pod gets the annotation ``streams.pyds.dev/fenced: "true"``,
-  which its server reads through the downward API (stream_server/fencing.py).
+  for every pod): each named pod gets the annotation ``streams.pyds.dev/fenced: "true"``
+  (``"false"`` once lifted), which its server reads through the downward API
+  (stream_server/fencing.py); the list itself goes into the ConfigMap ``<name>-fence`` the
+  pods mount too, which fences a pod made later from its start.
 
 The annotations are read in the status round, every few seconds: kopf hides the
 ``streams.pyds.dev/`` annotations from its own change detection (its progress storage uses

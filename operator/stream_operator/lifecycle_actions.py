@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client
 
 from stream_operator import events, leadership
-from stream_operator.apply import annotate_pod, scale_statefulset, write_status
+from stream_operator.apply import annotate_pod, apply, read, scale_statefulset, write_status
 from stream_operator.lifecycle import (
     FENCED_INSTANCES,
     PAUSED_MESSAGE,
@@ -25,6 +25,7 @@ from stream_operator.lifecycle import (
     replicas_anyway,
     was_paused,
 )
+from stream_operator.render import FENCE_LIST_KEY, fence_configmap_name, render_fence_configmap
 from stream_operator.status import same_status
 
 
@@ -62,9 +63,12 @@ def scale_anyway(ac: client.ApiClient, ds: dict[str, Any], sts: dict[str, Any] |
 def fence_pods(
     ac: client.ApiClient, ds: dict[str, Any], pods: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Write ``streams.pyds.dev/fenced`` on the pods the fence names and take it off the
-    others; returns the pods as annotated now. An unreadable fence annotation changes
-    nothing (a Warning Event says why)."""
+    """Write the fenced list into the ConfigMap the pods mount (a pod made later is fenced
+    from its start), then ``streams.pyds.dev/fenced`` on the pods: ``"true"`` on those the
+    fence names, ``"false"`` on the others that had it (the annotation, once there,
+    decides over the list: an unfence does not wait for the kubelet to refresh the
+    list's file). Returns the pods as annotated now. An unreadable fence annotation
+    changes nothing (a Warning Event says why)."""
     fenced, error = fenced_instances(ds)
     if error is not None:
         reasons = [c.get("reason") for c in (ds.get("status") or {}).get("conditions") or []]
@@ -74,9 +78,10 @@ def fence_pods(
     if not leadership.may_act():
         return pods
     namespace = ds["metadata"]["namespace"]
+    _write_list(ac, ds, fenced)
     changes = dict(fence_changes(fenced, pods))
     for pod, fence in sorted(changes.items()):
-        annotate_pod(ac, namespace, pod, {POD_FENCED: "true" if fence else None})
+        annotate_pod(ac, namespace, pod, {POD_FENCED: "true" if fence else "false"})
         what = (
             "fenced: its server closes its storage and answers 503, not ready"
             if fence
@@ -86,15 +91,25 @@ def fence_pods(
     return [_annotated(p, changes) for p in pods]
 
 
+def _write_list(ac: client.ApiClient, ds: dict[str, Any], fenced: frozenset[str]) -> None:
+    """The ConfigMap ``<name>-fence`` holding ``fenced`` (made the first time a pod is
+    fenced, kept, emptied, once there; one read a round)."""
+    meta = ds["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    body = render_fence_configmap(name, namespace, meta["uid"], sorted(fenced))
+    live = read(ac, "ConfigMap", namespace, fence_configmap_name(name))
+    if live is None and not fenced:
+        return
+    if (live or {}).get("data", {}).get(FENCE_LIST_KEY) != body["data"][FENCE_LIST_KEY]:
+        apply(ac, body)
+
+
 def _annotated(pod: dict[str, Any], changes: dict[str, bool]) -> dict[str, Any]:
     name = pod["metadata"]["name"]
     if name not in changes:
         return pod
     annotations = dict(pod["metadata"].get("annotations") or {})
-    if changes[name]:
-        annotations[POD_FENCED] = "true"
-    else:
-        annotations.pop(POD_FENCED, None)
+    annotations[POD_FENCED] = "true" if changes[name] else "false"
     return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
 
 

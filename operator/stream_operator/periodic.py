@@ -101,10 +101,18 @@ class Periodic:
 
     # -- life ----------------------------------------------------------------------------
 
-    def start(self, interval: float, resync: float, stall_after: float | None = None) -> None:
+    def start(
+        self,
+        interval: float,
+        resync: float,
+        stall_after: float | None = None,
+        *,
+        workers: int | None = None,
+    ) -> None:
         """Start afresh: kopf lists the objects again and ``track`` sees each of them.
         ``interval``: between one object's rounds; ``resync``: between its whole
-        reconciles; ``stall_after``: when given, replaces the one it was made with."""
+        reconciles; ``stall_after`` and ``workers``: when given, replace the ones it was
+        made with."""
         with self._cond:
             self._objects.clear()
             self._running.clear()
@@ -112,6 +120,8 @@ class Periodic:
             self.interval, self.resync = interval, resync
             if stall_after is not None:
                 self.stall_after = stall_after
+            if workers is not None:
+                self.workers = workers
         self._threads = [
             threading.Thread(target=self._serve, daemon=True, name=f"periodic-{i}")
             for i in range(self.workers)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from typing import Any
 
@@ -32,6 +31,7 @@ from stream_operator import (
     lifecycle,
     lifecycle_actions,
     operator_metrics,
+    operator_settings,
     scaling,
     scaling_actions,
     server_image,
@@ -58,6 +58,7 @@ from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
 from stream_operator.render import (
     MANAGED_BY,
     desired_objects,
+    fence_configmap_name,
     render_replication_secret,
     replication_secret_name,
 )
@@ -66,14 +67,6 @@ from stream_operator.status import Outcome
 from stream_operator.switchover_call import TOKEN_KEY, new_token
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
-# Labels on every PodMonitor made for a DurableStream (JSON object; the chart's
-# operator.podMonitorLabels): kube-prometheus-stack finds monitors by label. The older
-# setting for ServiceMonitors is read when the new one is not given.
-MONITOR_LABELS: dict[str, str] = json.loads(
-    os.environ.get("DS_OPERATOR_PODMONITOR_LABELS")
-    or os.environ.get("DS_OPERATOR_SERVICEMONITOR_LABELS")
-    or "{}"
-)
 # API errors that retrying soon will not fix: wait for the next resync instead.
 _PERMANENT = (400, 403, 404, 422)
 Conditions = list[dict[str, Any]]
@@ -220,7 +213,9 @@ def _rendered(
         spec.changed(image=image, replicas=keep_set or allowed),
         podmonitor_crd=crd_exists(ac, "PodMonitor"),
         certificate_crd=spec.certificates.issuer_ref is not None and crd_exists(ac, "Certificate"),
-        monitor_labels=MONITOR_LABELS,
+        # Labels on every PodMonitor (DS_OPERATOR_PODMONITOR_LABELS, the chart's
+        # operator.podMonitorLabels): kube-prometheus-stack finds monitors by label.
+        monitor_labels=dict(operator_settings.current().monitor_labels),
     )
     for obj in objs:
         if obj["kind"] == "StatefulSet":
@@ -261,6 +256,8 @@ def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[st
         for obj in list_labelled(ac, kind, meta["namespace"], selector)
     ]
     rendered = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    # Written by the status round, not rendered here (lifecycle_actions.fence_pods).
+    rendered.append(("ConfigMap", fence_configmap_name(meta["name"])))
     for kind, name in stale_objects(live, rendered, meta["uid"]):
         if delete(ac, kind, meta["namespace"], name):
             events.info(ds, reason="Deleted", message=f"deleted {kind} {name}: no longer rendered")

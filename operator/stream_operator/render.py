@@ -103,14 +103,44 @@ REPLICATION_TOKEN_DIR = "/etc/durable-streams/replication"
 TLS_DIR = "/etc/durable-streams/tls"  # where server.tlsSecretName is mounted
 # The pod's annotations (downward API): the server is fenced while they hold
 # streams.pyds.dev/fenced="true" (stream_server/fencing.py; lifecycle.py writes it).
+# Beside them, the pod's name and the operator's list of fenced pods (its ConfigMap
+# <name>-fence, written before the annotations), which fence a pod made after the fence
+# from its start, before the operator has annotated it. The ConfigMap is optional (an
+# unfenced object may have none) and not in the config hash: fencing rolls no pod.
 PODINFO_DIR = "/etc/durable-streams/podinfo"
 FENCE_ENV = {"name": "DS_FENCE_FILE", "value": f"{PODINFO_DIR}/annotations"}
-PODINFO_VOLUME = {
-    "name": "podinfo",
-    "downwardAPI": {
-        "items": [{"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]
-    },
-}
+FENCE_LIST_KEY = "fenced-instances"  # stream_server.fencing.LIST_FILE
+POD_NAME_FILE = "pod-name"  # stream_server.fencing.NAME_FILE
+
+
+def fence_configmap_name(name: str) -> str:
+    return f"{name}-fence"
+
+
+def podinfo_volume(name: str) -> dict[str, Any]:
+    downward = [
+        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
+        {"path": POD_NAME_FILE, "fieldRef": {"fieldPath": "metadata.name"}},
+    ]
+    listed = {
+        "name": fence_configmap_name(name),
+        "optional": True,
+        "items": [{"key": FENCE_LIST_KEY, "path": FENCE_LIST_KEY}],
+    }
+    sources = [{"downwardAPI": {"items": downward}}, {"configMap": listed}]
+    return {"name": "podinfo", "projected": {"sources": sources}}
+
+
+def render_fence_configmap(
+    name: str, namespace: str, uid: str, fenced: list[str]
+) -> dict[str, Any]:
+    """The operator's list of fenced pods (``lifecycle_actions.fence_pods`` writes it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(fence_configmap_name(name), namespace, uid, instance=name, owner=name),
+        "data": {FENCE_LIST_KEY: json.dumps(sorted(fenced))},
+    }
 
 
 def _scheme(spec: DurableStreamSpec) -> str:
@@ -295,7 +325,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
     s = with_defaults(spec)
     srv = s.server
     scheme = _scheme(s).upper()
-    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}, PODINFO_VOLUME]
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}, podinfo_volume(name)]
     mounts = [
         {"name": "data", "mountPath": DATA_DIR},
         {"name": "tmp", "mountPath": "/tmp"},

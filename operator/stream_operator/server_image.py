@@ -24,11 +24,10 @@ template's image. Pure functions, except for the environment read in ``policy``.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import GROUP
+from stream_operator import GROUP, operator_settings
 from stream_operator.spec import operator_image
 
 POLICY_ENV = "DS_OPERATOR_UNPINNED_SERVER_IMAGE"
@@ -39,8 +38,8 @@ UPDATE_NOW = f"{GROUP}/update-server-image"  # on the DurableStream, set by its 
 
 
 def policy() -> str:
-    """The operator-wide setting; anything but ``hold`` rolls (the behaviour before it)."""
-    return HOLD if os.environ.get(POLICY_ENV, ROLL).strip().lower() == HOLD else ROLL
+    """The operator-wide setting (``operator_settings``: roll or hold, checked at start)."""
+    return operator_settings.current().unpinned_server_image
 
 
 @dataclass(frozen=True)

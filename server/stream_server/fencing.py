@@ -8,6 +8,16 @@ DurableStream's ``streams.pyds.dev/fenced-instances`` names; the kubelet rewrite
 when the pod's annotations change. A file, not a call to the API: a single server has no
 service account token, and a pod needs no right to read pods.
 
+A pod made after the fence (one deleted, or recreated by its StatefulSet) has no such
+annotation until the operator's next round writes it: the same volume (a ``projected``
+one) also holds the operator's list of fenced pods (``fenced-instances``, a JSON list of
+pod names, ``"*"`` for all, from a ConfigMap the kubelet writes when the pod starts) and
+the pod's name (``pod-name``, downward API), next to the fence file. The annotation, once
+the operator has written one (``"true"`` or ``"false"``), decides; a pod without it is
+fenced when the list names it. So a new pod of a fenced instance never opens its storage,
+and lifting a fence (the annotation ``"false"``) does not wait for the kubelet's refresh
+of the ConfigMap's file (up to a minute or so).
+
 The mode is chosen once, when the process starts, and a change is carried out by
 starting again in the same process (``exec``, as a re-copy from the primary does): the
 process, its PID and the container stay, so the liveness probe passes and the kubelet
@@ -43,6 +53,9 @@ from stream_server.rotation import FileWatcher, Watched
 log = logging.getLogger("stream_server.fencing")
 
 FENCED_ANNOTATION = "streams.pyds.dev/fenced"
+# Beside the fence file, in the same volume (the operator's render.py names them too).
+LIST_FILE = "fenced-instances"
+NAME_FILE = "pod-name"
 CHECK_INTERVAL = 1.0
 CODE = "FENCED"
 MESSAGE = (
@@ -70,12 +83,36 @@ def parse_annotations(text: str) -> dict[str, str]:
 
 
 def read_fence(path: str) -> bool | None:
-    """Whether ``path`` says fenced; None when it cannot be read (the mode stays)."""
+    """Whether ``path`` (and the list beside it) says fenced; None when it cannot be read
+    (the mode stays)."""
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    return parse_annotations(text).get(FENCED_ANNOTATION, "").strip().lower() == "true"
+    annotations = parse_annotations(text)
+    if FENCED_ANNOTATION in annotations:
+        return annotations[FENCED_ANNOTATION].strip().lower() == "true"
+    return listed(Path(path).parent)
+
+
+def listed(directory: Path) -> bool | None:
+    """Whether the operator's list in ``directory`` names this pod: not when there is no
+    list (no ConfigMap: an operator before it, or a server run by hand) or no name; None
+    when the list cannot be read."""
+    try:
+        raw = (directory / LIST_FILE).read_text(encoding="utf-8")
+        pod = (directory / NAME_FILE).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        names = json.loads(raw or "[]")
+    except ValueError:
+        return None
+    if not isinstance(names, list):
+        return None
+    return bool(pod) and ("*" in names or pod in names)
 
 
 def fenced_at_start(path: str) -> bool:
@@ -98,8 +135,10 @@ class FenceWatch:
         self.fenced = fenced
         self.changed = changed
         self.requested = False  # the file asked for the other mode
+        near = Path(path).parent
+        files = (path, str(near / LIST_FILE), str(near / NAME_FILE))
         self._files = FileWatcher(
-            [Watched("fence file", (path,), self.check)], CHECK_INTERVAL, sighup=False
+            [Watched("fence file", files, self.check)], CHECK_INTERVAL, sighup=False
         )
 
     def check(self) -> None:

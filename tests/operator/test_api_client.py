@@ -8,6 +8,7 @@ and the write check sat in a ``request`` method the client no longer calls.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 
@@ -54,9 +55,10 @@ def test_a_request_the_api_server_never_answers_fails_by_itself(
 ):
     """The handlers' client, and the leader election's (whose renewals must end before
     the renew deadline)."""
-    from stream_operator import api_client
+    from stream_operator import api_client, operator_settings
 
-    monkeypatch.setattr(api_client, "API_TIMEOUT", 0.5)
+    short = dataclasses.replace(operator_settings.current(), api_timeout=0.5)
+    monkeypatch.setattr(operator_settings, "_current", short)
     ac = api_client.new_api_client(client.Configuration(host=silent.url), leader_only=leader_only)
     caller, failed = in_a_thread(lambda: read(ac, "StatefulSet", NS, "events"))
     # The client closed the request it never had an answer to (this side never closes it).

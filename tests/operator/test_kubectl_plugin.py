@@ -95,10 +95,10 @@ def kube(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
 def with_primary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Cluster, Path, StandIn]]:
-    from stream_operator import handlers, replica_set
+    from stream_operator import replica_set
 
     # Status rounds (where a switchover is made), not whole reconciles, every second.
-    monkeypatch.setattr(handlers, "RESYNC_INTERVAL", 30.0)
+    monkeypatch.setenv("DS_OPERATOR_RESYNC_INTERVAL", "30")  # read as the operator starts
     with cluster() as c, primary_stand_in(c.url, NS, "events") as stand_in:
         replica_set.use_pod_urls(stand_in.url)
         try:

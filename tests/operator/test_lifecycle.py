@@ -21,7 +21,6 @@ from stream_operator.lifecycle import (
     paused_status,
     wants_converge,
 )
-from stream_operator.render import render_statefulset
 from stream_server.fencing import parse_annotations
 from testkit.pod_objects import downward_text, downward_volumes, refresh_downward
 
@@ -115,10 +114,14 @@ def test_the_fence_shows_in_the_status():
 
 
 def test_the_stand_in_writes_downward_api_files_as_the_kubelet_does(tmp_path: Path):
-    """Every pod template the operator renders mounts the pod's annotations; the stand-in
-    writes them as ``key="value"`` lines the server parses back, and rewrites the file
-    (whole) when the annotations change."""
-    template = render_statefulset("ev", "ns", "uid", {})["spec"]["template"]
+    """A downwardAPI volume of the pod's annotations: the stand-in writes them as
+    ``key="value"`` lines the server parses back, and rewrites the file (whole) when the
+    annotations change. (The operator's pods mount them in a projected volume, whose
+    downward API files are written by the same code: test_kubelet_projected.py.)"""
+    item = {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+    volume = {"name": "podinfo", "downwardAPI": {"items": [item]}}
+    mount = {"name": "podinfo", "mountPath": "/etc/durable-streams/podinfo"}
+    template = {"spec": {"volumes": [volume], "containers": [{"volumeMounts": [mount]}]}}
     meta = {"name": "ev-0", "annotations": {"b": 'say "hi"\n', "a": "1"}}
     mounts, files = downward_volumes(template, meta, tmp_path)
     assert list(mounts) == ["/etc/durable-streams/podinfo"]

@@ -134,16 +134,31 @@ def test_a_fenced_server_leaves_its_services_and_comes_back_when_unfenced(
         wait_for(lambda: not server.ready, timeout=60, message="the fenced pod not ready")
         wait_for(lambda: condition(kube, "events", "Fenced").get("status") == "True")
         assert events(kube, "events", "Fenced")
+        # The list the pods mount, for a pod made later; reconciles (every second here)
+        # do not prune it as an object they no longer render.
+        fence_list = kube.get("ConfigMap", NS, "events-fence")
+        assert fence_list["data"] == {"fenced-instances": '["events-0"]'}
+        reads = operator_reads(kube)
+        wait_for(lambda: operator_reads(kube) >= reads + 3, message="three more rounds")
+        assert (
+            kube.get("ConfigMap", NS, "events-fence")["metadata"]["uid"]
+            == (fence_list["metadata"]["uid"])
+        )
         r = httpx.get(f"{server.url}/v1/stream/x", timeout=5)
         assert r.status_code == 503 and r.json()["error"]["code"] == "FENCED"
         assert server.proc.pid == pid and server.restarts == 0 and kubelet.pods[0] is server
 
         annotate(kube, "events", FENCED_INSTANCES, None)
+        # "false", not removed: the annotation decides over the list (fencing.py).
         wait_for(
-            lambda: POD_FENCED not in parse_annotations(annotations.read_text()),
-            message="the fence gone from the pod's downward API file",
+            lambda: parse_annotations(annotations.read_text()).get(POD_FENCED) == "false",
+            message="the fence lifted in the pod's downward API file",
         )
         wait_for(lambda: server.ready, timeout=60, message="the pod ready again")
+        wait_for(
+            lambda: kube.get("ConfigMap", NS, "events-fence")["data"]["fenced-instances"] == "[]",
+            message="the list emptied",
+        )
         wait_for(lambda: status_of(kube, "events").get("phase") == "Ready", timeout=60)
         assert server.proc.pid == pid and server.restarts == 0
         assert not condition(kube, "events", "Fenced")

@@ -35,12 +35,13 @@ NS = "default"
 
 @pytest.fixture
 def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cluster, Silent]]:
-    from stream_operator import handlers, replica_set
+    from stream_operator import replica_set
 
     # Status refreshes only (a whole reconcile's many requests would slow the rounds), and
     # a round counts as stuck after 2 s: far less than the switchover call's own timeout.
-    monkeypatch.setattr(handlers, "RESYNC_INTERVAL", 60.0)
-    monkeypatch.setattr(handlers, "STALL_AFTER", 2.0)
+    # (Read as the operator starts.)
+    monkeypatch.setenv("DS_OPERATOR_RESYNC_INTERVAL", "60")
+    monkeypatch.setenv("DS_OPERATOR_STALL_SECONDS", "2")
     silent = Silent()
     with cluster() as c:
         replica_set.use_pod_urls(

@@ -153,12 +153,11 @@ class OnDeleteController:
 
 @pytest.fixture
 def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cluster, StandIn]]:
-    # Imported here, after testkit.operator: the handlers read their (test) intervals once.
-    from stream_operator import handlers, replica_set
+    from stream_operator import replica_set
 
     # Every round a status refresh (where the rollout steps), not a whole reconcile: the
     # rollout takes one step a round, and a reconcile's many requests slow the rounds.
-    monkeypatch.setattr(handlers, "RESYNC_INTERVAL", 30.0)
+    monkeypatch.setenv("DS_OPERATOR_RESYNC_INTERVAL", "30")  # read as the operator starts
     with cluster() as c, primary_stand_in(c.url, NS, "events") as stand_in:
         replica_set.use_pod_urls(stand_in.url)
         try:
