@@ -23,7 +23,7 @@ from functools import partial
 import httpx
 import pytest
 
-from stream_server.server import connection_cap
+from stream_server.serving import connection_cap
 from testkit import free_port
 from testkit.servers import rss_bytes
 

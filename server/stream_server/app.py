@@ -56,6 +56,8 @@ from stream_server.subscriptions.service import Subscriptions, SubscriptionSetti
 log = logging.getLogger("stream_server")
 
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE", "PATCH"})
+# A stream request while the start's recovery runs.
+RECOVERING = Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], b"recovery not finished\n")
 
 
 class StreamServerApp:
@@ -97,6 +99,7 @@ class StreamServerApp:
             if self.follower is not None
             else None
         )
+        self.refuses_writes = self.replication is not None or self.local_write_refusal is not None
         self.recovery = BackgroundRecovery(
             self.store,
             on_failure=self._recovery_failed,
@@ -205,19 +208,12 @@ class StreamServerApp:
         if scope["type"] == "http" and scope["path"].startswith(self.base):
             if not self.recovery.finished:
                 await respond(
-                    send,
-                    503,
-                    text_headers([(b"retry-after", str(RETRY_AFTER).encode())]),
-                    b"recovery not finished\n",
+                    send, RECOVERING.status, text_headers(RECOVERING.headers), RECOVERING.body
                 )
             elif (
-                self.replication is not None
+                self.refuses_writes
                 and scope["method"] in WRITE_METHODS
-                and (refusal := await self.replication.writes.refusal()) is not None
-            ) or (
-                self.local_write_refusal is not None
-                and scope["method"] in WRITE_METHODS
-                and (refusal := self.local_write_refusal()) is not None
+                and (refusal := await self.write_refusal()) is not None
             ):
                 await self.streams.refuse(
                     scope, send, refusal.status, refusal.headers, refusal.body
@@ -237,6 +233,25 @@ class StreamServerApp:
             )
         else:
             await self.web(scope, receive, send)
+
+    async def write_refusal(self) -> Refusal | None:
+        """A replica set's refusal of a write (a standby's; a primary's may wait), else this
+        server's own (the archive behind its pending bound, a replica cluster's server).
+        Asked before every write, here and by the writer for its workers (``workers/``)."""
+        if self.replication is not None and (refusal := await self.replication.writes.refusal()):
+            return refusal
+        if self.local_write_refusal is not None:
+            return self.local_write_refusal()
+        return None
+
+    async def store_refusal(self, write: bool) -> Refusal | None:
+        """What the writer answers a worker's store call with instead (``workers/``):
+        what this app would answer the request itself."""
+        if not self.recovery.finished:
+            return RECOVERING
+        if write and self.refuses_writes:
+            return await self.write_refusal()
+        return None
 
     def _opened(self) -> Callable[[], None] | None:
         """What runs once the engine is open, before anything is written: a single node

@@ -37,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
         only=ROTATE_SETTINGS,
     )
     archive_commands.add_commands(sub)  # backup, backups list|prune, restore
+    # A worker process of ``serve --workers N``: started by the writer, never by hand.
+    sub.add_parser("worker")
     table = sub.add_parser("settings", help="print every setting as a Markdown table")
     table.add_argument("--markdown", action="store_true", help="as Markdown (the default)")
     table.add_argument(
@@ -58,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         from stream_server.config.table import command
 
         return command(args.check, args.write)
+    if args.command == "worker":
+        from stream_server.workers.processes import serve_worker
+
+        return serve_worker()
     try:
         if args.command in archive_commands.COMMANDS:  # backup, backups, restore
             return archive_commands.run(args)

@@ -45,6 +45,15 @@ class Settings:
         checks.whole(0, checks.MAX_PORT),
     )
     base_path: str = setting("/v1/stream/", NETWORK, "URL prefix under which streams are served")
+    workers: int = setting(
+        1,
+        NETWORK,
+        "processes serving HTTP on the port (0: one per CPU the process may use, from its "
+        "cgroup quota or affinity); past 1 the main process only writes (WAL, LMDB, group "
+        "commit, replication) and the workers parse requests and hand it their writes "
+        "(docs/workers.md)",
+        NONE_OR_MORE,
+    )
     tls_cert: str = setting(
         "", NETWORK, "TLS certificate file (PEM); with --tls-key, serve HTTPS", FILE
     )

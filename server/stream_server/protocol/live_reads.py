@@ -67,7 +67,7 @@ async def long_poll(
         if ctx.read_gate is not None and (refusal := ctx.read_gate.read_refusal()) is not None:
             await respond(send, *refusal)
             return
-        s = ctx.store.get(s.path)
+        s = await ctx.store.open(s.path)
     if s.tail <= unit:
         hs: Headers = [
             (STREAM_NEXT_OFFSET.raw, format_offset(s.tail).encode()),

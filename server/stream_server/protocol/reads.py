@@ -53,7 +53,7 @@ async def head(
     h: dict[str, str],
     client: str,
 ) -> None:
-    s = ctx.store.get(path)
+    s = await ctx.store.open(path)
     hs = [*_meta_headers(s, s.tail), (CACHE_CONTROL.raw, CACHE_NONE)]
     first = ctx.store.earliest(s)
     if first > 0:  # retention dropped the head: where a read may start now
@@ -92,7 +92,7 @@ async def get(  # noqa: C901 - the protocol's order of checks for a read, read i
     if live is not None and raw_offset is None:
         raise BadRequest("live reads need an offset")
     offset = START if raw_offset is None else offset_unit(raw_offset)
-    s = ctx.store.get(path, touch=True)
+    s = await ctx.store.open(path, touch=True)
     first = ctx.store.earliest(s)
     if offset == START:
         unit = first  # the earliest retained data (0 until retention drops some)

@@ -42,6 +42,21 @@ from stream_server.streams.errors import (
 )
 
 
+class Decided(StreamError):
+    """A refusal decided before the protocol's rules, carried whole: the writer's answer
+    to a worker process (recovery not finished, a standby's or the archive's refusal of
+    a write), which the worker sends as it came."""
+
+    def __init__(self, status: int, headers: Headers, body: bytes) -> None:
+        super().__init__(body.decode("utf-8", "replace").rstrip("\n"))
+        self.status = status
+        self.extra = headers
+
+
+def _decided(exc: Decided) -> tuple[int, Headers]:
+    return exc.status, list(exc.extra)
+
+
 def error_response(exc: StreamError) -> tuple[int, Headers, bytes]:
     """Status, headers and a short plain-text reason for a refused operation: the
     renderer of the nearest class in ``exc``'s MRO (Starlette's lookup by class)."""
@@ -106,4 +121,5 @@ RENDERERS: dict[type[StreamError], Render] = {
     RequestTimeout: _fixed(408, [(CONNECTION.raw, b"close")]),
     Unavailable: _unavailable,
     Damaged: _fixed(500),
+    Decided: _decided,
 }

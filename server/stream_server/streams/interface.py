@@ -32,9 +32,10 @@ from stream_server.streams.requests import (
 class ProtocolStore(Protocol):
     """The operations the HTTP protocol layer performs, one per request kind."""
 
-    def get(self, path: str, *, touch: bool = False) -> Stream:
+    async def open(self, path: str, *, touch: bool = False) -> Stream:
         """The committed stream at ``path`` (``touch``: a read renews its TTL);
-        NotFound or Gone when there is none."""
+        NotFound or Gone when there is none. Asynchronous so that a worker process
+        (``workers/``) can ask the writer for it."""
         ...
 
     def earliest(self, s: Stream) -> int:

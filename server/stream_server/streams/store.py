@@ -231,6 +231,9 @@ class StreamStore:
             self.expiry.touch(s, now)
         return s
 
+    async def open(self, path: str, *, touch: bool = False) -> Stream:
+        return self.get(path, touch=touch)
+
     def earliest(self, s: Stream) -> int:
         """The first unit a read of ``s`` may ask for: 0 until retention drops data."""
         return earliest(self.table, self.engine, s)

@@ -1,0 +1,157 @@
+"""The writer's side of the links: every worker's store calls, run on the one store.
+
+A worker parses, validates and admits a request, then asks the writer for what only
+the writer has: the stream's committed state, its data, a wait at its tail, or a
+write through group commit. Each call is a message ``(id, op, args)``; the answer is
+``(id, True, value)`` or ``(id, False, error)``. Before any call the writer gives the
+refusal it would give its own request (recovery not finished, a standby's or the
+archive's refusal of a write), so a worker refuses exactly what a single process
+refuses.
+
+Streams cross the link as snapshots (``Snapshot``): path, committed configuration,
+tail and the earliest readable unit. A worker's stream object is updated from the
+answer to each wait, which is when a single process would see its object change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from stream_format.meta import StreamMeta
+from stream_server.protocol.refusals import Decided
+from stream_server.replication.write_fence import Refusal
+from stream_server.streams.errors import NotFound, StreamError
+from stream_server.streams.model import Stream
+from stream_server.streams.requests import AppendRequest, CreateRequest, ReadResult
+from stream_server.streams.store import StreamStore
+from stream_server.workers.link import Link, encode_error
+
+log = logging.getLogger("stream_server.workers")
+
+# What a worker is told of a stream: path, configuration, tail, earliest unit.
+Snapshot = tuple[str, StreamMeta, int, int]
+# Before a call: the refusal of the writer's own request of that kind, if any.
+Gate = Callable[[bool], Awaitable[Refusal | None]]
+
+WRITES = frozenset({"append", "create", "delete"})
+
+
+def snapshot(store: StreamStore, s: Stream) -> Snapshot:
+    return s.path, s.meta, s.tail, store.earliest(s)
+
+
+class WriterHost:
+    """Listens on the writer's link socket and serves each worker connected to it."""
+
+    def __init__(self, store: StreamStore, gate: Gate) -> None:
+        self.store = store
+        self.gate = gate
+        self.server: asyncio.AbstractServer | None = None
+        self.links: set[HostLink] = set()
+
+    async def start(self, path: Path) -> None:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_unix_server(lambda: HostLink(self), str(path))
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for link in list(self.links):
+            link.close()
+
+
+class HostLink(Link):
+    """One worker's connection: its calls in flight, and its waits to cancel."""
+
+    def __init__(self, host: WriterHost) -> None:
+        super().__init__(self.received, self.lost)
+        self.host = host
+        self.store = host.store
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.waits: dict[int, asyncio.Future[None]] = {}
+        host.links.add(self)
+
+    def received(self, messages: list[Any]) -> None:
+        for rid, op, args in messages:
+            if op == "cancel":
+                until = self.waits.pop(args, None)
+                if until is not None and not until.done():
+                    until.set_result(None)
+                continue
+            task = asyncio.ensure_future(self.answer(rid, op, args))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def lost(self) -> None:
+        """A worker went (stopped, or killed): its waits end; its writes in flight still
+        commit, and their answers have nobody to go to, as with a client that hung up."""
+        self.host.links.discard(self)
+        for until in self.waits.values():
+            if not until.done():
+                until.set_result(None)
+        self.waits.clear()
+
+    async def answer(self, rid: int, op: str, args: tuple[Any, ...]) -> None:
+        try:
+            refusal = await self.host.gate(op in WRITES)
+            if refusal is not None:
+                raise Decided(refusal.status, refusal.headers, refusal.body)
+            value = await OPS[op](self, rid, *args)
+        except StreamError as exc:
+            self.send((rid, False, encode_error(exc)))
+        except Exception as exc:  # the worker answers 500, as the writer's own route would
+            log.exception("a worker's %s failed", op)
+            self.send((rid, False, encode_error(StreamError(f"internal error: {exc}"))))
+        else:
+            self.send((rid, True, value))
+
+    def _stream(self, path: str, sid: int) -> Stream:
+        """The stream a worker holds, by path: gone when another stream took the path."""
+        s = self.store.table.get(path)
+        if s is None or s.id != sid:
+            raise NotFound("stream not found (deleted)")
+        return s
+
+    async def open(self, rid: int, path: str, touch: bool) -> Snapshot:
+        return snapshot(self.store, self.store.get(path, touch=touch))
+
+    async def read(self, rid: int, path: str, sid: int, start: int, most: int) -> ReadResult:
+        result = await self.store.read(self._stream(path, sid), start, most)
+        result.payloads = [bytes(p) for p in result.payloads]  # views of the log: copied
+        return result
+
+    async def wait(
+        self, rid: int, path: str, sid: int, unit: int, seconds: float
+    ) -> tuple[bool, StreamMeta, int, bool]:
+        s = self._stream(path, sid)
+        until = self.waits[rid] = asyncio.get_running_loop().create_future()
+        try:
+            deadline = asyncio.get_running_loop().time() + seconds
+            woken = await self.store.wait(s, unit, deadline, until)
+        finally:
+            self.waits.pop(rid, None)
+        return woken, s.meta, s.tail, self.store.is_current(s)
+
+    async def append(self, rid: int, req: AppendRequest) -> Any:
+        return await self.store.append(req)
+
+    async def create(self, rid: int, req: CreateRequest) -> tuple[Snapshot, bool, int, bool]:
+        result = await self.store.create(req)
+        return snapshot(self.store, result.stream), result.created, result.tail, result.closed
+
+    async def delete(self, rid: int, path: str) -> None:
+        await self.store.delete(path)
+
+
+OPS: dict[str, Callable[..., Awaitable[Any]]] = {
+    "open": HostLink.open,
+    "read": HostLink.read,
+    "wait": HostLink.wait,
+    "append": HostLink.append,
+    "create": HostLink.create,
+    "delete": HostLink.delete,
+}

@@ -1,0 +1,151 @@
+"""A worker's store: the protocol layer's operations, asked of the writer over the link.
+
+``LinkedStore`` implements ``ProtocolStore``, so the worker runs the same protocol
+handlers as a single process (parsing, validation, admission, responses) and only
+the store's work crosses to the writer (``host.py`` answers). A stream here is a
+``LinkedStream``: the writer's snapshot, updated by each wait's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stream_server.streams.errors import Unavailable
+from stream_server.streams.model import Stream
+from stream_server.streams.requests import (
+    AppendRequest,
+    AppendResult,
+    CreateRequest,
+    CreateResult,
+    ReadResult,
+)
+from stream_server.workers.host import Snapshot
+from stream_server.workers.link import Link, decode_error
+
+
+class LinkedStream(Stream):
+    """A stream as the writer last described it."""
+
+    __slots__ = ("current", "first")
+
+    def __init__(self, snap: Snapshot) -> None:
+        path, meta, tail, first = snap
+        super().__init__(path, meta, tail, committed=True)
+        self.first = first  # the earliest unit a read may ask for
+        self.current = True  # still the stream at its path, as of the last answer
+
+
+class LinkedStore:
+    """``ProtocolStore`` over a link to the writer; ``on_lost`` is told when it breaks."""
+
+    def __init__(self, on_lost: Callable[[], None]) -> None:
+        self.on_lost = on_lost
+        self.link: Link | None = None
+        self.calls: dict[int, asyncio.Future[Any]] = {}
+        self.waits: set[int] = set()
+        self.ids = itertools.count(1)
+        self.stopping = False
+
+    async def connect(self, path: Path) -> None:
+        loop = asyncio.get_running_loop()
+        _, link = await loop.create_unix_connection(
+            lambda: Link(self._answered, self._lost), str(path)
+        )
+        self.link = link
+
+    def close(self) -> None:
+        if self.link is not None:
+            self.link.close()
+
+    def _call(self, op: str, *args: Any) -> tuple[int, asyncio.Future[Any]]:
+        if self.link is None or self.link.transport is None:
+            raise Unavailable("the writer process is not reachable")
+        rid = next(self.ids)
+        future = self.calls[rid] = asyncio.get_running_loop().create_future()
+        self.link.send((rid, op, args))
+        return rid, future
+
+    def _answered(self, messages: list[Any]) -> None:
+        calls = self.calls
+        for rid, ok, value in messages:
+            future = calls.pop(rid, None)
+            if future is None or future.done():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(decode_error(value))
+
+    def _lost(self) -> None:
+        calls, self.calls = self.calls, {}
+        for future in calls.values():
+            if not future.done():
+                future.set_exception(Unavailable("the writer process went away"))
+        self.on_lost()
+
+    async def open(self, path: str, *, touch: bool = False) -> Stream:
+        return LinkedStream(await self._call("open", path, touch)[1])
+
+    def earliest(self, s: Stream) -> int:
+        assert isinstance(s, LinkedStream)
+        return s.first
+
+    def is_current(self, s: Stream) -> bool:
+        assert isinstance(s, LinkedStream)
+        return s.current
+
+    async def create(self, req: CreateRequest) -> CreateResult:
+        snap, created, tail, closed = await self._call("create", req)[1]
+        return CreateResult(LinkedStream(snap), created, tail, closed)
+
+    async def append(self, req: AppendRequest) -> AppendResult:
+        result: AppendResult = await self._call("append", req)[1]
+        return result
+
+    async def delete(self, path: str) -> None:
+        await self._call("delete", path)[1]
+
+    async def read(self, s: Stream, start: int, max_bytes: int) -> ReadResult:
+        result: ReadResult = await self._call("read", s.path, s.id, start, max_bytes)[1]
+        return result
+
+    async def wait(
+        self, s: Stream, unit: int, deadline: float, until: asyncio.Future[Any] | None = None
+    ) -> bool:
+        """The writer's wait at ``s``'s tail; ``until`` resolving (the reader hung up)
+        or the worker stopping cancels it there."""
+        assert isinstance(s, LinkedStream)
+        if s.tail > unit or s.meta.closed:
+            return True
+        seconds = deadline - asyncio.get_running_loop().time()
+        if self.stopping or seconds <= 0 or (until is not None and until.done()):
+            return False
+        rid, answer = self._call("wait", s.path, s.id, unit, seconds)
+        self.waits.add(rid)
+
+        def cancel(_: object) -> None:
+            self.cancel(rid)
+
+        if until is not None:
+            until.add_done_callback(cancel)
+        try:
+            woken, s.meta, s.tail, s.current = await answer
+        finally:
+            self.waits.discard(rid)
+            if until is not None:
+                until.remove_done_callback(cancel)
+        return bool(woken)
+
+    def cancel(self, rid: int) -> None:
+        if rid in self.waits and self.link is not None:
+            self.link.send((0, "cancel", rid))
+
+    def release_waiters(self) -> None:
+        """End every wait as on its timeout, and later ones at once (the worker stops)."""
+        self.stopping = True
+        for rid in list(self.waits):
+            self.cancel(rid)

@@ -1,0 +1,142 @@
+"""The two kinds of process of a server with ``--workers N`` (N > 1), under uvicorn.
+
+The writer is the process started by the user (or the pod): it opens the data
+directory, binds the port and hands it to its workers, serves its own app on a
+Unix socket (what workers relay) and answers the workers' store calls on
+another (``WriterHost``). Each worker serves ``WorkerApp`` on the inherited port.
+At shutdown the workers stop first, finishing their requests while the writer can
+still commit them; then the writer stops as a single process does (live reads
+ended, a primary's hand-over, the final checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from stream_server.app import StreamServerApp
+from stream_server.logs import configure
+from stream_server.rotation import RotatingTls
+from stream_server.serving import (
+    SHUTDOWN_GRACE,
+    StreamServer,
+    file_watcher,
+    http_protocol,
+    uvicorn_config,
+)
+from stream_server.workers.host import WriterHost
+from stream_server.workers.supervisor import (
+    FD_ENV,
+    HTTP_ENV,
+    LINK_ENV,
+    Sockets,
+    Supervisor,
+    worker_settings,
+)
+from stream_server.workers.worker_app import WorkerApp
+
+log = logging.getLogger("stream_server.workers")
+
+BACKLOG = 2048  # uvicorn's default
+
+
+class WriterServer(StreamServer):
+    """The writer's uvicorn server, which starts the link and the workers once it
+    serves, and stops them before itself."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        app: StreamServerApp,
+        supervisor: Supervisor,
+        runtime: Path,
+    ) -> None:
+        super().__init__(config, app)
+        self.supervisor = supervisor
+        self.host = WriterHost(app.store, app.store_refusal)
+        self.runtime = runtime
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.started:
+            return
+        await self.host.start(self.supervisor.sockets.link)
+        await self.supervisor.start()
+        address = self.supervisor.sock.getsockname()
+        log.info(
+            "serving on %s port %d with %d worker processes",
+            address[0],
+            address[1],
+            self.supervisor.count,
+        )
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.supervisor.stop(grace=SHUTDOWN_GRACE + 1)
+        await self.host.stop()
+        try:
+            await super().shutdown(sockets)
+        finally:
+            shutil.rmtree(self.runtime, ignore_errors=True)
+
+
+def writer_server(
+    settings: Any, app: StreamServerApp, count: int, log_config: dict[str, Any] | None
+) -> WriterServer:
+    """The writer's server, over ``count`` workers on the port it binds now (a port in
+    use stops the start here, once, with the address named)."""
+    sock = listen_socket(settings.host, settings.port)
+    runtime = Path(tempfile.mkdtemp(prefix="ds-writer-"))  # mode 0700: only this user
+    sockets = Sockets(link=runtime / "link.sock", http=runtime / "http.sock")
+    app.headers_checked = True  # the workers checked them
+    config = uvicorn_config(
+        app,
+        settings,
+        log_config,
+        listen=False,
+        uds=str(sockets.http),
+        timeout_keep_alive=settings.keep_alive_timeout,
+    )
+    return WriterServer(config, app, Supervisor(settings, count, sock, sockets), runtime)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host} port {port}: {exc.strerror}") from exc
+    sock.listen(BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve_worker() -> int:
+    """A worker process (the ``worker`` command, started by the writer's ``Supervisor``)."""
+    settings = worker_settings()
+    log_config = configure(settings.log_level, settings.log_format)
+    app = WorkerApp(settings, Path(os.environ[LINK_ENV]), Path(os.environ[HTTP_ENV]))
+    http, limit_concurrency = http_protocol(settings)
+    tls = RotatingTls() if settings.tls_cert else None
+    config = uvicorn_config(
+        app,
+        settings,
+        log_config,
+        http=http,
+        ssl_context_factory=tls.factory if tls else None,
+        limit_concurrency=limit_concurrency,
+        timeout_keep_alive=settings.keep_alive_timeout,
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+    )
+    server = StreamServer(config, app, watcher=file_watcher(settings, app.auth, tls))
+    server.run(sockets=[socket.socket(fileno=int(os.environ[FD_ENV]))])
+    return 0 if server.started else 1

@@ -1,0 +1,99 @@
+"""A worker process's ASGI app: the stream protocol over a ``LinkedStore``, the rest relayed.
+
+A worker runs the protocol layer itself (paths, headers, offsets, producer
+headers, bodies, auth, rate limits, live readers' responses) and asks the writer
+only for the store's work, so the CPU a request costs is spread over the workers
+and the writer spends its one core on what must be serial. What the protocol
+layer does not cover (health, metrics, replication, the archive, subscriptions'
+``__ds`` paths) goes whole to the writer's HTTP socket (``WriterProxy``). On a
+replica set's member or a replica cluster's server every request does, for now:
+their reads pass a read gate only the writer holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from stream_server.app import protocol_settings
+from stream_server.auth import TokenAuth
+from stream_server.config import Settings
+from stream_server.protocol.context import raw_path
+from stream_server.protocol.handlers import Context, StreamRoutes
+from stream_server.protocol.http import Receive, Scope, Send
+from stream_server.protocol.subscriptions import is_control
+from stream_server.ratelimit import RateLimiter
+from stream_server.workers.linked_store import LinkedStore
+from stream_server.workers.proxy import WriterProxy
+
+log = logging.getLogger("stream_server.workers")
+
+
+class WorkerApp:
+    """What a worker serves on the pod's port."""
+
+    def __init__(self, settings: Settings, link: Path, writer_http: Path) -> None:
+        self.settings = settings
+        self.link_path = link
+        self.store = LinkedStore(on_lost=self._writer_lost)
+        self.auth = (
+            TokenAuth.from_file(Path(settings.auth_tokens_file))
+            if settings.auth_tokens_file
+            else None
+        )
+        limiter = (
+            RateLimiter(settings.rate_limit, settings.rate_burst)
+            if settings.rate_limit > 0
+            else None
+        )
+        self.streams = StreamRoutes(
+            Context(self.store, protocol_settings(settings), None, auth=self.auth, limiter=limiter)
+        )
+        self.proxy = WriterProxy(writer_http)
+        self.base = settings.base_path
+        self.base_raw = settings.base_path.encode()
+        # A replica set's reads wait on the writer's read gate: relayed whole.
+        self.relay_all = bool(settings.replication_lease or settings.archive_follow)
+        self.on_fatal: Callable[[], None] | None = None  # the server stops (serving.py)
+
+    def _writer_lost(self) -> None:
+        if self.store.stopping:
+            return
+        log.error("the writer process went away: this worker stops")
+        if self.on_fatal is not None:
+            self.on_fatal()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] == "http" and not self.relay_all and scope["path"].startswith(self.base):
+            raw = raw_path(scope)
+            if not is_control(raw[len(self.base_raw) :]):
+                await self.streams(scope, receive, send)
+                return
+        await self.proxy(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.store.connect(self.link_path)
+                except OSError as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.store.close()
+                await self.proxy.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def end_live_reads(self) -> None:
+        """As ``StreamServerApp.end_live_reads``: the worker begins to stop."""
+        self.store.release_waiters()
+
+    async def hand_over(self) -> None:
+        """Nothing: the writer holds the Lease, and hands it over when it stops."""
