@@ -265,9 +265,7 @@ def test_archived_workload_reports_both_sides_and_the_archive_holds_every_frame(
     assert on["lag_samples"] > 0 and on["archived_all"] is True
 
 
-# The worker processes of the workers workload's multi-process side: 1 until the
-# server has --workers (issue 28), then 2.
-WORKERS = 1
+WORKERS = 2  # the worker processes of the workers workload's multi-process side
 
 
 @needs.commands("wrk", install="Debian's wrk (make system-deps)")

@@ -65,7 +65,7 @@ def test_the_ceiling_in_two_processes_serves_and_leaves_none_behind(tmp_path: Pa
     try:
         children = descendants(srv.pids()[0])
         assert len(children) == 2
-        for _ in range(20):  # fresh connections: SO_REUSEPORT spreads them over both
+        for _ in range(20):  # fresh connections, each accepted by one of them
             conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
             conn.request("POST", "/v1/stream/a", body=b"x")
             assert conn.getresponse().status == 204

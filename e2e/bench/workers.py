@@ -5,8 +5,9 @@ Each side is one server (``DS_WORKERS`` in its environment: 1, and N, 2 unless
 ``--workers-count`` says otherwise) that runs, one after the other, the 64 x 64 and
 64 x 1 appends, the binary catch-up read, the live long-poll and the idle waiters
 of the main table, exactly as the main table runs them, and, just before it, the
-HTTP ceiling (ceiling_app.py) in as many processes (N uvicorn servers on
-SO_REUSEPORT: the reason is in ceiling_app.py) under the same 64 x 64 load. The
+HTTP ceiling (ceiling_app.py) in as many processes (N uvicorn servers on one
+listening socket, as ours: the reason is in ceiling_app.py) under the same 64 x 64
+load. The
 sides alternate: 1 then N, then N then 1 on the next repeat, so a drift of the
 machine falls on both.
 
@@ -18,9 +19,7 @@ main process alone, which with N > 1 is the writer (``cpu_ms_writer``; WAL,
 group commit, LMDB, and the hand-off from the workers). A worker replaced during
 the run would take its CPU with it: the count of processes is printed. With N > 1
 the side first waits until the main process has N children, and fails when it
-does not get them. A server without the setting (before issue 28) refuses an
-unknown ``DS_WORKERS``: its 1-worker side runs without it (it is one process),
-and N > 1 fails before anything is measured.
+does not get them.
 
 The model, from the N side's CPU per append: the writer's is the serial part
 ``s`` (one process, one core however many the pod has), the rest ``p`` (the
@@ -40,8 +39,6 @@ measured points (1 and N workers, this machine) sit below the model's.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,9 +47,8 @@ from bench import log
 from bench.machine import disk_syncs_per_s
 from bench.report import Figure, Row, at_least, fmt, side_rows
 from bench.results import Profile, Result, WorkersResult, merge
-from bench.servers import ROOT, Server
+from bench.servers import Server
 from bench.workloads import appends, catch_up, ceiling_appends, idle_readers, live
-from testkit.servers import env_with
 
 SIDES = ("single", "workers")  # ours with 1 worker, ours with N
 MODEL_CORES = (2, 4, 8, 16)
@@ -72,28 +68,14 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def has_workers_setting() -> bool:
-    """Whether our server (this checkout's) has the DS_WORKERS setting."""
-    listed = subprocess.run(
-        [sys.executable, "-m", "stream_server", "settings"],
-        capture_output=True,
-        text=True,
-        env=env_with(pythonpath=ROOT / "server"),
-        check=True,
-    )
-    return "`DS_WORKERS`" in listed.stdout
-
-
 class WorkersServer(Server):
-    """Ours with ``workers`` worker processes (``DS_WORKERS``: left out where the server
-    has no such setting, and so is one process); its pids: the main process (the
-    writer) first, then every descendant."""
+    """Ours with ``workers`` worker processes (``DS_WORKERS``); its pids: the main
+    process (the writer) first, then every descendant."""
 
-    def __init__(self, workdir: Path, workers: int, setting: bool = True) -> None:
+    def __init__(self, workdir: Path, workers: int) -> None:
         super().__init__("ours", workdir)
         self.workers = workers
-        if setting:
-            self.extra_env = {"DS_WORKERS": str(workers)}
+        self.extra_env = {"DS_WORKERS": str(workers)}
 
     def start(self, data_dir: Path | None = None, timeout: float = 300) -> float:
         seconds = super().start(data_dir, timeout)
@@ -161,16 +143,12 @@ def run_workers(
     other repeat; medians of each side, and the errors by "workers/<side>"."""
     runs_by: dict[str, list[WorkersResult]] = {}
     errors: dict[str, str] = {}
-    setting = has_workers_setting()
-    if count > 1 and not setting:
-        why = f"this server has no DS_WORKERS setting: --workers-count {count} cannot run"
-        return {}, {"workers/workers": why}
     for i in range(repeat):
         for side in SIDES if i % 2 == 0 else SIDES[::-1]:
             if f"workers/{side}" in errors:
                 continue
             n = count if side == "workers" else 1
-            srv = WorkersServer(workdir, n, setting)
+            srv = WorkersServer(workdir, n)
             log(f"workers: {n}")
             try:
                 disk = disk_syncs_per_s(workdir, 0.25)
