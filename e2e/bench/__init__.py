@@ -9,6 +9,9 @@
   kill -9), with our checkpoint windows seen in its data directory;
 - ``replicated``: the 3-replica set (testkit.replicaset) against single-node,
   with the standbys' lag and a check of every replica's content;
+- ``workers``: ours with ``--workers N`` against ``--workers 1`` (CPU per append
+  of every process and of the writer, the model of more cores, the ceiling in
+  as many processes);
 - ``report``: the rows, the table and the JSON document;
 - ``machine``: the disk probe, file limits, versions;
 - ``run``: the command line and the driver.

@@ -200,10 +200,10 @@ ARCHIVED_FIGURES: list[Figure] = [
 
 def build_archived_rows(results: dict[str, Result]) -> list[Row]:
     """The archived workload's rows: archive on ("ours") against off ("reference")."""
-    return _side_rows("archived", ARCHIVED_FIGURES, results.get("on"), results.get("off"))
+    return side_rows("archived", ARCHIVED_FIGURES, results.get("on"), results.get("off"))
 
 
-def _side_rows(
+def side_rows(
     workload: str, figures: list[Figure], ours: Result | None, other: Result | None
 ) -> list[Row]:
     rows = []
@@ -231,7 +231,7 @@ def _side_rows(
 
 def build_replicated_rows(results: dict[str, Result]) -> list[Row]:
     """The replicated workload's rows: the set ("ours") against single-node ("reference")."""
-    return _side_rows(
+    return side_rows(
         "replicated", REPLICATED_FIGURES, results.get("replicated"), results.get("single")
     )
 

@@ -211,6 +211,33 @@ class ArchiveResult(Result):
     archived_all: bool | None = None  # the archive's last lsn is the server's
 
 
+@dataclass
+class WorkersResult(Result):
+    """One side of the workers workload: ours with ``workers`` worker processes (1: the
+    single process) and, beside it, the HTTP ceiling in as many processes."""
+
+    workers: int
+    processes: int  # the server's processes whose CPU is counted (the main one and its children)
+    appends_per_s: float  # 64 conns x 64 streams
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    acknowledged: int
+    held: int | None
+    appends_1_per_s: float  # 64 conns x 1 stream
+    appends_1_errors: int
+    catchup_mib_per_s: float  # binary
+    cpu_ms: float  # CPU per 64 x 64 append, every process of the server
+    cpu_ms_writer: float  # the main process's alone: the writer's (1 worker: everything)
+    live_p50_ms: float
+    live_p99_ms: float
+    idle_wake_p99_ms: float
+    idle_woken: int
+    idle_readers: int
+    ceiling_appends_per_s: float | None = None  # the ceiling app in ``workers`` processes
+    ceiling_share_pct: float | None = None  # appends_per_s over that, in %
+
+
 R = TypeVar("R", bound=Result)
 
 

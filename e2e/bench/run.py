@@ -7,6 +7,7 @@
     python e2e/bench/run.py --baseline HEAD~3     # ours now against ours at a git ref
     python e2e/bench/run.py --only replicated --servers ours --repeat 3   # 3 replicas vs 1
     python e2e/bench/run.py --only archived --servers ours --repeat 3     # archive on vs off
+    python e2e/bench/run.py --only workers --servers ours --repeat 3      # 2 workers vs 1
     python e2e/bench/run.py --only many --servers ours,reference --many-streams 100000
 
 With ``--baseline REF`` the comparison column is this server as of REF (checked
@@ -29,7 +30,13 @@ three servers on this machine) and on single-node ours, alternating, and
 reports the set against single-node, with the standbys' lag; it needs ours
 in --servers. The archived workload (archived.py) runs the same two on ours
 with the object-store archive on (a real SeaweedFS) and off, alternating, with
-the archive's lag.
+the archive's lag. The workers workload (workers.py) runs ours with
+--workers N (--workers-count, 2 by default) against --workers 1, alternating:
+the 64 x 64 and 64 x 1 appends, the binary catch-up, live long-poll and idle
+waiters, CPU per append of all the server's processes and of the writer (the
+main process) alone, the appends/s an Amdahl model of that allows on 4, 8 and
+16 cores, and each side's share of the HTTP ceiling run in as many processes
+(about 3 minutes; 40 s with --quick).
 
 The many-streams workload (many_streams.py, --only many) holds N small
 streams on one server (--many-streams N; 100,000, or 2,000 with --quick):
@@ -84,7 +91,7 @@ from bench.report import (
     short,
     table,
 )
-from bench.results import CeilingResult, ManyStreamsResult, Profile, Result, merge
+from bench.results import CeilingResult, ManyStreamsResult, Profile, Result, WorkersResult, merge
 from bench.servers import (
     INSTALL_ALL,
     LONG_POLL_SECONDS,
@@ -93,11 +100,13 @@ from bench.servers import (
     baseline_checkout,
     missing,
 )
+from bench.workers import build_workers_rows, describe_model, model, run_workers
 from bench.workloads import CEILING_WORKLOAD, KEYS, WORKLOADS, ceiling_appends
 
 REPLICATED = "replicated"  # a workload of its own: the replica set against single-node ours
 ARCHIVED = "archived"  # ours with the object-store archive on against off
-SIDE_BY_SIDE = (REPLICATED, ARCHIVED)  # workloads that compare ours with ours
+WORKERS = "workers"  # ours with --workers N against --workers 1
+SIDE_BY_SIDE = (REPLICATED, ARCHIVED, WORKERS)  # workloads that compare ours with ours
 ALL_KEYS = [*KEYS, *SIDE_BY_SIDE]
 
 
@@ -107,6 +116,7 @@ class Figures:
     ceiling: CeilingResult | None = None
     replicated: dict[str, Result] = field(default_factory=dict)  # "single", "replicated"
     archived: dict[str, Result] = field(default_factory=dict)  # "off", "on"
+    workers: dict[str, WorkersResult] = field(default_factory=dict)  # "single", "workers"
     errors: dict[str, str] = field(default_factory=dict)  # "workload/server" -> the error
 
 
@@ -117,6 +127,7 @@ def run(
     workdir: Path,
     repeat: int,
     baseline: Path | None = None,
+    workers_count: int = 2,
 ) -> Figures:
     """Each workload on ours, then the other column (``repeat`` times, alternating).
 
@@ -174,6 +185,10 @@ def run(
         archived, errors = run_archived(prof, workdir, repeat)
         out.archived = dict(archived)
         out.errors |= errors
+    if "ours" in servers and (not only or WORKERS in only):
+        sides, errors = run_workers(prof, workdir, repeat, workers_count)
+        out.workers = sides
+        out.errors |= errors
     return out
 
 
@@ -217,6 +232,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="streams of the many-streams workload (default 100000; 2000 with --quick)",
     )
+    ap.add_argument(
+        "--workers-count",
+        type=int,
+        default=2,
+        metavar="N",
+        help="worker processes of the workers workload's multi-process side (default 2)",
+    )
     ap.add_argument("--json", dest="json_out", help="also write every figure to this file")
     ap.add_argument(
         "--baseline",
@@ -235,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown server or workload: {', '.join(bad)}")
     if any(k in only for k in SIDE_BY_SIDE) and "ours" not in servers:
-        ap.error("the replicated and archived workloads compare ours with ours: add ours")
+        ap.error("the replicated, archived and workers workloads compare ours with ours: add ours")
     prof = Profile.make(args.quick, args.duration)
     if args.catchup_append:
         prof.catchup_append = args.catchup_append
@@ -270,7 +292,15 @@ def main(argv: list[str] | None = None) -> int:
             "fdatasync_per_s": disk_syncs_per_s(Path(tmp)),
         }
         with baseline_checkout(args.baseline, Path(tmp)) as baseline:
-            figures = run(servers, prof, only, Path(tmp), max(1, args.repeat), baseline=baseline)
+            figures = run(
+                servers,
+                prof,
+                only,
+                Path(tmp),
+                max(1, args.repeat),
+                baseline=baseline,
+                workers_count=args.workers_count,
+            )
     elapsed = time.monotonic() - started
 
     rows = build_rows(prof, figures.workloads, figures.ceiling, targets=not args.baseline)
@@ -294,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     if archived_rows:
         print("\narchived: ours with the archive on (SeaweedFS on this machine) against off")
         print(table(archived_rows, None, "off", "on", "on/off"))
+    workers_rows = build_workers_rows(prof, dict(figures.workers)) if figures.workers else []
+    if workers_rows:
+        n = args.workers_count
+        print(f"\nworkers: ours with --workers {n} against --workers 1, same run")
+        print(table(workers_rows, None, "1 worker", f"{n} worker{'s' * (n > 1)}", f"{n}/1"))
+        print(describe_model(figures.workers))
     print()
     for key, res in figures.workloads.items():
         for kind, result in res.items():
@@ -303,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  replicated {side}: {short(result)}")
     for side, result in figures.archived.items():
         print(f"  archived {side}: {short(result)}")
+    for side, result in figures.workers.items():
+        print(f"  workers {side}: {short(result)}")
     if figures.ceiling:
         print(f"  ceiling: {short(figures.ceiling)}")
     for name, why in figures.errors.items():
@@ -326,8 +364,17 @@ def main(argv: list[str] | None = None) -> int:
             "rows": as_json(rows),
             "replicated_rows": as_json(replicated_rows),
             "archived_rows": as_json(archived_rows),
+            "workers_rows": as_json(workers_rows),
+            "workers_model": as_json(model(figures.workers["workers"]))
+            if "workers" in figures.workers
+            else [],
             "raw": as_json(
-                figures.workloads | {REPLICATED: figures.replicated, ARCHIVED: figures.archived}
+                figures.workloads
+                | {
+                    REPLICATED: figures.replicated,
+                    ARCHIVED: figures.archived,
+                    WORKERS: figures.workers,
+                }
             ),
         }
         Path(args.json_out).write_text(json.dumps(doc, indent=2) + "\n")

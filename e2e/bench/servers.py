@@ -43,7 +43,7 @@ class Server:
         self.port = free_port()
         self.data_dir: Path | None = None
         self.child: Child | None = None
-        self.extra_args: list[str] = []  # ours only: more settings (the archived workload's)
+        self.extra_args: list[str] = []  # more settings: ours' (archived), the ceiling's processes
         self.extra_env: dict[str, str] = {}
 
     def command(self) -> list[str]:
@@ -66,7 +66,7 @@ class Server:
                 str(self.data_dir),
                 str(LONG_POLL_SECONDS * 1000),
             ]
-        return [sys.executable, str(HERE / "ceiling_app.py"), str(self.port)]
+        return [sys.executable, str(HERE / "ceiling_app.py"), str(self.port), *self.extra_args]
 
     def start(self, data_dir: Path | None = None, timeout: float = 300) -> float:
         """Start the process; return the seconds from spawn to ready.

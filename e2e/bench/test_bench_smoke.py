@@ -265,6 +265,53 @@ def test_archived_workload_reports_both_sides_and_the_archive_holds_every_frame(
     assert on["lag_samples"] > 0 and on["archived_all"] is True
 
 
+WORKERS = 2  # the worker processes of the workers workload's multi-process side
+
+
+@needs.commands("wrk", install="Debian's wrk (make system-deps)")
+@pytest.mark.timeout(180)
+def test_workers_workload_reports_both_sides_the_model_and_the_ceilings(tmp_path):
+    """The workers workload, 1 s of load a side: N workers against 1, every figure of
+    both sides, the CPU of all the server's processes and of the writer, the model's
+    points on 4, 8 and 16 cores, and each side's share of its own ceiling."""
+    out = tmp_path / "workers.json"
+    proc = run_bench(
+        "run.py",
+        *("--quick", "--duration", "1", "--servers", "ours", "--only", "workers"),
+        *("--workers-count", str(WORKERS), "--json", str(out)),
+        timeout=170,
+    )
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == {}
+    assert doc["rows"] == [] and doc["replicated_rows"] == [] and doc["archived_rows"] == []
+    assert f"workers: ours with --workers {WORKERS} against --workers 1" in proc.stdout
+    rows = {r["title"]: r for r in doc["workers_rows"]}
+    for row in rows.values():
+        assert row["title"] in proc.stdout
+        for value in (row["ours"], row["reference"]):
+            assert isinstance(value, int | float) and math.isfinite(value) and value > 0, row
+    for title in ("64 conns, 64 streams", "200 idle long-polls/20 streams, wake p99"):
+        assert rows[title]["met"] in (True, False), rows[title]
+    single, many = doc["raw"]["workers"]["single"], doc["raw"]["workers"]["workers"]
+    assert single["workers"] == 1 and many["workers"] == WORKERS
+    assert single["processes"] == 1 and many["processes"] >= WORKERS + (WORKERS > 1)
+    for res in (single, many):
+        assert res["errors"] == res["appends_1_errors"] == 0
+        assert res["held"] is not None and res["held"] >= res["acknowledged"] > 0
+        assert res["idle_woken"] == res["idle_readers"]
+        assert 0 < res["cpu_ms_writer"] <= res["cpu_ms"]
+        assert res["ceiling_share_pct"] == pytest.approx(
+            100 * res["appends_per_s"] / res["ceiling_appends_per_s"]
+        )
+    assert single["cpu_ms_writer"] == single["cpu_ms"]  # one process: the writer is all
+    model = {m["cores"]: m for m in doc["workers_model"]}
+    assert sorted(model) == [2, 4, 8, 16]
+    for cores, m in model.items():
+        assert 0 < m["amdahl_per_s"] <= m["bound_per_s"]
+        assert f"| model, {cores} cores |" in proc.stdout
+    assert "goal: Amdahl speedup on 8 cores >= 4x" in proc.stdout
+
+
 @pytest.mark.timeout(120)
 def test_many_streams_workload_reports_every_figure_and_reads_its_streams_back(tmp_path):
     """The many-streams workload at 300 streams on ours: a figure in every row, our
