@@ -315,9 +315,11 @@ async def _worker_of(app: StreamServerApp) -> AsyncIterator[WorkerApp]:
 
     with tempfile.TemporaryDirectory(prefix="ds-link-") as where:
         link = Path(where) / "link.sock"
-        host = WriterHost(app.store, app.store_refusal)
+        host = WriterHost(app.store, app.store_refusal, app.store_clear)
         await host.start(link)
         worker = WorkerApp(app.settings, link, WriterProxy(StreamingASGITransport(app)))
+        assert app.store.engine.meta is not None
+        worker.local.log.share(app.store.engine.meta)  # one LMDB environment per process
         lifespan = _Lifespan(worker)
         await lifespan.start()
         try:

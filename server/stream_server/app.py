@@ -244,6 +244,10 @@ class StreamServerApp:
             return self.local_write_refusal()
         return None
 
+    def store_clear(self) -> bool:
+        """Whether no call of a worker can be refused now (``store_refusal``'s fast path)."""
+        return self.recovery.finished and not self.refuses_writes
+
     async def store_refusal(self, write: bool) -> Refusal | None:
         """What the writer answers a worker's store call with instead (``workers/``):
         what this app would answer the request itself."""

@@ -43,6 +43,22 @@ class Metadata:
         with self.env.begin(write=True) as txn:
             self.dbs = {num: self.env.open_db(name, txn=txn) for num, name in ALL_DB_NAMES.items()}
 
+    @classmethod
+    def read_only(cls, path: Path) -> Metadata:
+        """The environment opened by another process for reading only (a worker's
+        catch-up reads, ``workers/local_reads.py``): no write transaction, no database
+        created; it takes a reader slot in the lock file, so the writer keeps the pages
+        its transactions read."""
+        meta = cls.__new__(cls)
+        meta.path = path
+        meta.env = lmdb.open(
+            str(path), readonly=True, lock=True, max_dbs=len(ALL_DB_NAMES) + 2, readahead=False
+        )
+        # Opened outside any transaction of ours, as the Spark reader opens them: a handle
+        # opened in a read transaction lives only as long as that transaction.
+        meta.dbs = {num: meta.env.open_db(name, create=False) for num, name in ALL_DB_NAMES.items()}
+        return meta
+
     def grow(self) -> None:
         """Double the map after MapFullError; LMDB allows this between transactions."""
         self.env.set_mapsize(self.env.info()["map_size"] * 2)

@@ -21,10 +21,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from stream_format.meta import StreamMeta
+from stream_format.meta import StreamMeta, TailValue
+from stream_format.records import Producer
 from stream_server.protocol.refusals import Decided
 from stream_server.replication.write_fence import Refusal
 from stream_server.streams.errors import NotFound, StreamError
+from stream_server.streams.forks import chain
 from stream_server.streams.model import Stream
 from stream_server.streams.requests import AppendRequest, CreateRequest, ReadResult
 from stream_server.streams.store import StreamStore
@@ -32,24 +34,53 @@ from stream_server.workers.link import Link, encode_error
 
 log = logging.getLogger("stream_server.workers")
 
-# What a worker is told of a stream: path, configuration, tail, earliest unit.
-Snapshot = tuple[str, StreamMeta, int, int]
+# One piece of a stream's log for a worker's own read (``local_reads.py``): the owning
+# stream's id, record kind, units [lo, hi) (hi None: up to the stream's tail), its engine
+# tail (file length, unit, base, start, start position) and whether its log is inline.
+Piece = tuple[int, int, int, int | None, TailValue | None, bool]
+# What a worker is told of a stream: path, configuration, tail, earliest unit, and the
+# pieces a read of it covers, oldest fork source first.
+Snapshot = tuple[str, StreamMeta, int, int, list[Piece]]
 # Before a call: the refusal of the writer's own request of that kind, if any.
 Gate = Callable[[bool], Awaitable[Refusal | None]]
 
 WRITES = frozenset({"append", "create", "delete"})
+# An append's answer as plain values (a tuple pickles in a tenth of a dataclass's
+# time): tail, closed, duplicate, producer, appended, and the batch's figures.
+AppendAnswer = tuple[
+    int, bool, bool, Producer | None, bool, tuple[int, int, float, float, float] | None
+]
 
 
 def snapshot(store: StreamStore, s: Stream) -> Snapshot:
-    return s.path, s.meta, s.tail, store.earliest(s)
+    engine = store.engine
+    pieces: list[Piece] = []
+    for owner, lo, hi in chain(store.table, s, s.tail):
+        tail = engine.tails.get(owner.id)
+        pieces.append(
+            (
+                owner.id,
+                owner.kind,
+                lo,
+                None if owner is s else hi,
+                tail.value() if tail is not None else None,
+                owner.id in engine.segments.inline,
+            )
+        )
+    return s.path, s.meta, s.tail, store.earliest(s), pieces
 
 
 class WriterHost:
-    """Listens on the writer's link socket and serves each worker connected to it."""
+    """Listens on the writer's link socket and serves each worker connected to it.
 
-    def __init__(self, store: StreamStore, gate: Gate) -> None:
+    ``gate`` gives the writer's refusal of a call, if any; ``clear`` says, without a
+    coroutine, that there is none to ask for (the start's recovery finished and nothing
+    refuses writes): then a call goes straight to the store."""
+
+    def __init__(self, store: StreamStore, gate: Gate, clear: Callable[[], bool]) -> None:
         self.store = store
         self.gate = gate
+        self.clear = clear
         self.server: asyncio.AbstractServer | None = None
         self.links: set[HostLink] = set()
 
@@ -97,9 +128,10 @@ class HostLink(Link):
 
     async def answer(self, rid: int, op: str, args: tuple[Any, ...]) -> None:
         try:
-            refusal = await self.host.gate(op in WRITES)
-            if refusal is not None:
-                raise Decided(refusal.status, refusal.headers, refusal.body)
+            if not self.host.clear():
+                refusal = await self.host.gate(op in WRITES)
+                if refusal is not None:
+                    raise Decided(refusal.status, refusal.headers, refusal.body)
             value = await OPS[op](self, rid, *args)
         except StreamError as exc:
             self.send((rid, False, encode_error(exc)))
@@ -136,8 +168,32 @@ class HostLink(Link):
             self.waits.pop(rid, None)
         return woken, s.meta, s.tail, self.store.is_current(s)
 
-    async def append(self, rid: int, req: AppendRequest) -> Any:
-        return await self.store.append(req)
+    async def append(
+        self,
+        rid: int,
+        path: str,
+        content_type: str | None,
+        body: bytes,
+        stream_seq: str | None,
+        producer: Producer | None,
+        close: bool,
+    ) -> AppendAnswer:
+        r = await self.store.append(
+            AppendRequest(path, content_type, body, stream_seq, producer, close)
+        )
+        batch = r.batch
+        stats = (
+            None
+            if batch is None
+            else (
+                batch.appends,
+                batch.bytes,
+                batch.write_seconds,
+                batch.fsync_seconds,
+                batch.commit_seconds,
+            )
+        )
+        return r.tail, r.closed, r.duplicate, r.producer, r.appended, stats
 
     async def create(self, rid: int, req: CreateRequest) -> tuple[Snapshot, bool, int, bool]:
         result = await self.store.create(req)

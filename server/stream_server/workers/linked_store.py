@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stream_server.engine import BatchStats
 from stream_server.streams.errors import Unavailable
 from stream_server.streams.model import Stream
 from stream_server.streams.requests import (
@@ -23,8 +24,9 @@ from stream_server.streams.requests import (
     CreateResult,
     ReadResult,
 )
-from stream_server.workers.host import Snapshot
+from stream_server.workers.host import AppendAnswer, Snapshot
 from stream_server.workers.link import Link, decode_error
+from stream_server.workers.local_reads import LocalReads
 
 
 class WriterLost(Exception):
@@ -36,20 +38,22 @@ class WriterLost(Exception):
 class LinkedStream(Stream):
     """A stream as the writer last described it."""
 
-    __slots__ = ("current", "first")
+    __slots__ = ("current", "first", "pieces")
 
     def __init__(self, snap: Snapshot) -> None:
-        path, meta, tail, first = snap
+        path, meta, tail, first, pieces = snap
         super().__init__(path, meta, tail, committed=True)
         self.first = first  # the earliest unit a read may ask for
         self.current = True  # still the stream at its path, as of the last answer
+        self.pieces = pieces  # what a read of it covers (``local_reads``)
 
 
 class LinkedStore:
     """``ProtocolStore`` over a link to the writer; ``on_lost`` is told when it breaks."""
 
-    def __init__(self, on_lost: Callable[[], None]) -> None:
+    def __init__(self, on_lost: Callable[[], None], local: LocalReads | None = None) -> None:
         self.on_lost = on_lost
+        self.local = local  # catch-up reads from the data directory; None: the writer's
         self.link: Link | None = None
         self.calls: dict[int, asyncio.Future[Any]] = {}
         self.waits: set[int] = set()
@@ -110,13 +114,19 @@ class LinkedStore:
         return CreateResult(LinkedStream(snap), created, tail, closed)
 
     async def append(self, req: AppendRequest) -> AppendResult:
-        result: AppendResult = await self._call("append", req)[1]
-        return result
+        args = (req.path, req.content_type, req.body, req.stream_seq, req.producer, req.close)
+        answer: AppendAnswer = await self._call("append", *args)[1]
+        tail, closed, duplicate, producer, appended, stats = answer
+        batch = None if stats is None else BatchStats(*stats)
+        return AppendResult(tail, closed, duplicate, producer, appended, batch)
 
     async def delete(self, path: str) -> None:
         await self._call("delete", path)[1]
 
     async def read(self, s: Stream, start: int, max_bytes: int) -> ReadResult:
+        assert isinstance(s, LinkedStream)
+        if self.local is not None:
+            return await self.local.read(s.pieces, s.tail, s.meta.closed, s.first, start, max_bytes)
         result: ReadResult = await self._call("read", s.path, s.id, start, max_bytes)[1]
         return result
 

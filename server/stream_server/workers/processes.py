@@ -61,7 +61,7 @@ class WriterServer(StreamServer):
     ) -> None:
         super().__init__(config, app)
         self.supervisor = supervisor
-        self.host = WriterHost(app.store, app.store_refusal)
+        self.host = WriterHost(app.store, app.store_refusal, app.store_clear)
         self.runtime = runtime
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:

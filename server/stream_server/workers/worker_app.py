@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from stream_format.layout import Layout
 from stream_server.app import protocol_settings
 from stream_server.auth import TokenAuth
 from stream_server.config import Settings
@@ -25,6 +26,7 @@ from stream_server.protocol.http import Receive, Scope, Send
 from stream_server.protocol.subscriptions import is_control
 from stream_server.ratelimit import RateLimiter
 from stream_server.workers.linked_store import LinkedStore, WriterLost
+from stream_server.workers.local_reads import LocalReads
 from stream_server.workers.proxy import WriterProxy
 
 log = logging.getLogger("stream_server.workers")
@@ -36,7 +38,8 @@ class WorkerApp:
     def __init__(self, settings: Settings, link: Path, proxy: WriterProxy) -> None:
         self.settings = settings
         self.link_path = link
-        self.store = LinkedStore(on_lost=self._writer_lost)
+        self.local = LocalReads(Layout(settings.data_dir))
+        self.store = LinkedStore(on_lost=self._writer_lost, local=self.local)
         self.auth = (
             TokenAuth.from_file(Path(settings.auth_tokens_file))
             if settings.auth_tokens_file
@@ -93,6 +96,7 @@ class WorkerApp:
             elif message["type"] == "lifespan.shutdown":
                 self.store.close()
                 await self.proxy.close()
+                self.local.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

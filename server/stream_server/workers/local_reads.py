@@ -1,0 +1,122 @@
+"""A worker's catch-up reads, from the data directory itself: no bytes through the writer.
+
+The writer says what a stream is when a worker opens it (``host.snapshot``): its
+committed tail, and the pieces of log a read covers (its own and its fork sources',
+each with the engine's tail and whether the log is inline in LMDB). The worker then
+reads those pieces as the engine would (``LogReads``: positional reads of the
+segment files and LMDB's inline values in a read transaction, checksums checked),
+never past that committed tail: what lies below it is durable and is never
+rewritten, which is what makes the read safe from another process, as the Spark
+reader's is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+from stream_format.layout import Layout
+from stream_server.engine.batch import Tail
+from stream_server.engine.errors import DamagedStream, HeadDropped
+from stream_server.engine.log_reads import LogReads
+from stream_server.engine.metadata import Metadata
+from stream_server.engine.segments import Segments
+from stream_server.streams.errors import Damaged, OffsetGone
+from stream_server.streams.requests import ReadResult
+from stream_server.workers.host import Piece
+
+THREADS = 4  # positional reads in flight at once, as the writer's own reader pool
+
+
+class ReadOnlyLog(LogReads):
+    """The engine's read methods over the data directory, opened for reading only."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.meta: Metadata | None = None
+        self.segments = Segments(layout)
+        self.tails: dict[int, Tail] = {}
+        self.damaged: dict[int, str] = {}
+        self.owned = True  # the environment is this object's to close
+
+    def opened(self) -> ReadOnlyLog:
+        """Open LMDB on first use: the writer creates it during its start's recovery,
+        and a worker reads nothing before the writer has answered an ``open``."""
+        if self.meta is None:
+            self.meta = self.segments.meta = Metadata.read_only(self.layout.meta)
+        return self
+
+    def share(self, meta: Metadata) -> None:
+        """Read through an environment this process has open already: LMDB allows one per
+        path and process (the in-process test kit runs a worker beside its writer)."""
+        self.meta = self.segments.meta = meta
+        self.owned = False
+
+    def take(self, piece: Piece) -> None:
+        """What the writer said of one piece's stream, for the read that follows."""
+        sid, _, _, _, tail, inline = piece
+        if tail is not None:
+            self.tails[sid] = Tail(tail.file_len, tail.unit, tail.base, tail.start, tail.start_pos)
+        if inline:
+            self.segments.inline.add(sid)
+        else:
+            self.segments.inline.discard(sid)
+
+    def close(self) -> None:
+        if self.meta is not None and self.owned:
+            self.meta.env.close()
+
+
+class LocalReads:
+    """Reads of the pieces a snapshot named, on a small pool of threads."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.log = ReadOnlyLog(layout)
+        self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="reader")
+
+    async def read(
+        self,
+        pieces: list[Piece],
+        tail: int,
+        closed: bool,
+        first: int,
+        start: int,
+        max_bytes: int,
+    ) -> ReadResult:
+        """Committed data of a stream from ``start`` up to ``tail``, at most about
+        ``max_bytes``, as ``streams.reads.Reader.read`` serves it."""
+        if start < first:
+            raise OffsetGone(first)
+        if start >= tail:
+            return ReadResult([], start, start, tail, closed)
+        log = self.log.opened()
+        loop = asyncio.get_running_loop()
+        payloads: list[bytes | memoryview] = []
+        cur, budget = start, max_bytes
+        for piece in pieces:
+            sid, kind, lo, hi, _, _ = piece
+            hi = tail if hi is None else hi
+            if cur >= hi:
+                continue
+            if budget <= 0:
+                break
+            cur = max(cur, lo)
+            log.take(piece)
+            try:
+                got, nxt, _ = await loop.run_in_executor(
+                    self.pool, log.read, sid, kind, cur, hi, budget, None
+                )
+            except HeadDropped as exc:
+                raise OffsetGone(exc.start) from None
+            except DamagedStream as exc:
+                raise Damaged(f"stream data failed its checksum and is not served: {exc}") from None
+            payloads += got
+            budget -= sum(map(len, got))
+            cur = nxt
+            if cur < hi:
+                break
+        return ReadResult(payloads, start, cur, tail, closed and cur >= tail)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.log.close()
