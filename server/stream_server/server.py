@@ -55,11 +55,21 @@ def serve(settings: Settings) -> int:
     count = settings.workers or cpu_count()
     if count > 1:
         try:
-            writer = writer_server(settings, app, count, log_config)
+            server: StreamServer = writer_server(settings, app, count, log_config)
         except OSError as exc:
             log.error("%s", exc)
             return 1
-        return _ended(writer, app)
+    else:
+        server = single_server(settings, app, log_config)
+    if settings.fence_file:
+        server.fence = FenceWatch(settings.fence_file, False, server.fence_now)
+    return _ended(server, app)
+
+
+def single_server(
+    settings: Settings, app: StreamServerApp, log_config: dict[str, Any] | None
+) -> StreamServer:
+    """One process serving everything on the port (``--workers 1``)."""
     http, limit_concurrency = http_protocol(settings)
     app.headers_checked = not isinstance(http, str)  # http_limits checks them exactly
     tls = RotatingTls() if settings.tls_cert else None
@@ -73,10 +83,7 @@ def serve(settings: Settings) -> int:
         timeout_keep_alive=settings.keep_alive_timeout,
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )
-    server = StreamServer(config, app, watcher=file_watcher(settings, app.auth, tls))
-    if settings.fence_file:
-        server.fence = FenceWatch(settings.fence_file, False, server.fence_now)
-    return _ended(server, app)
+    return StreamServer(config, app, watcher=file_watcher(settings, app.auth, tls))
 
 
 def _ended(server: StreamServer, app: StreamServerApp) -> int:

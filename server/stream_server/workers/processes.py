@@ -23,7 +23,7 @@ import uvicorn
 
 from stream_server.app import StreamServerApp
 from stream_server.logs import configure
-from stream_server.rotation import RotatingTls
+from stream_server.rotation import FileWatcher, RotatingTls
 from stream_server.serving import (
     SHUTDOWN_GRACE,
     StreamServer,
@@ -58,8 +58,9 @@ class WriterServer(StreamServer):
         app: StreamServerApp,
         supervisor: Supervisor,
         runtime: Path,
+        watcher: FileWatcher | None,
     ) -> None:
-        super().__init__(config, app)
+        super().__init__(config, app, watcher)
         self.supervisor = supervisor
         self.host = WriterHost(app.store, app.store_refusal, app.store_clear)
         self.runtime = runtime
@@ -104,7 +105,9 @@ def writer_server(
         uds=str(sockets.http),
         timeout_keep_alive=settings.keep_alive_timeout,
     )
-    return WriterServer(config, app, Supervisor(settings, count, sock, sockets), runtime)
+    supervisor = Supervisor(settings, count, sock, sockets)
+    # The writer's own app checks tokens too (the subscriptions' paths are relayed to it).
+    return WriterServer(config, app, supervisor, runtime, file_watcher(settings, app.auth, None))
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
