@@ -24,7 +24,7 @@ from stream_server.protocol.context import raw_path
 from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
 from stream_server.protocol.subscriptions import is_control
-from stream_server.ratelimit import RateLimiter
+from stream_server.workers.linked_limits import LinkedLimiter, LinkedSlots
 from stream_server.workers.linked_store import LinkedStore, WriterLost
 from stream_server.workers.local_reads import LocalReads
 from stream_server.workers.proxy import WriterProxy
@@ -45,14 +45,17 @@ class WorkerApp:
             if settings.auth_tokens_file
             else None
         )
-        limiter = (
-            RateLimiter(settings.rate_limit, settings.rate_burst)
-            if settings.rate_limit > 0
-            else None
+        # The pod's limits are the writer's: one limiter, one set of live readers' slots.
+        limiter = LinkedLimiter(self.store) if settings.rate_limit > 0 else None
+        context = Context(
+            self.store,
+            protocol_settings(settings),
+            None,
+            auth=self.auth,
+            limiter=limiter,
+            slots=LinkedSlots(self.store),
         )
-        self.streams = StreamRoutes(
-            Context(self.store, protocol_settings(settings), None, auth=self.auth, limiter=limiter)
-        )
+        self.streams = StreamRoutes(context)
         self.proxy = proxy
         self.base = settings.base_path
         self.base_raw = settings.base_path.encode()
