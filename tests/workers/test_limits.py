@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
@@ -19,14 +19,15 @@ from testkit import wait_until
 from testkit.asgi import URL, InProcessServer, StreamingASGITransport, linked_worker
 
 CT = {"Content-Type": "application/octet-stream"}
+Trio = tuple[InProcessServer, httpx.AsyncClient, httpx.AsyncClient]
 
 
 @pytest.fixture
-async def two_workers(async_app_server) -> AsyncIterator[tuple[InProcessServer, ...]]:
+async def two_workers(async_app_server) -> AsyncIterator[Callable[..., Awaitable[Trio]]]:
     """``make(*flags)``: a server reached through a worker, and a client of a second
     worker in front of the same writer."""
 
-    async def make(*flags: str) -> tuple[InProcessServer, httpx.AsyncClient, httpx.AsyncClient]:
+    async def make(*flags: str) -> Trio:
         srv = await async_app_server(*flags, worker=True)
         second = await stack.enter_async_context(linked_worker(srv.app))
         other = await stack.enter_async_context(
@@ -36,7 +37,7 @@ async def two_workers(async_app_server) -> AsyncIterator[tuple[InProcessServer, 
         return srv, srv.client, other
 
     async with contextlib.AsyncExitStack() as stack:
-        yield make  # type: ignore[misc]
+        yield make
 
 
 async def test_one_rate_for_a_client_whichever_worker_serves_it(two_workers):
