@@ -67,7 +67,8 @@ async def long_poll(
         if ctx.read_gate is not None and (refusal := ctx.read_gate.read_refusal()) is not None:
             await respond(send, *refusal)
             return
-        s = await ctx.store.open(s.path)
+        if not ctx.store.is_current(s):  # deleted, or another stream took its path
+            s = await ctx.store.open(s.path)
     if s.tail <= unit:
         hs: Headers = [
             (STREAM_NEXT_OFFSET.raw, format_offset(s.tail).encode()),

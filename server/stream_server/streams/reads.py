@@ -75,15 +75,9 @@ class Reader:
         closed = s.meta.closed
         if start >= tail:
             return ReadResult([], start, start, tail, closed)
-        window = s.recent
-        recent = (
-            window.serve(start, tail, max_bytes, kind=s.kind, fork_offset=s.meta.fork_offset)
-            if window is not None
-            else None
-        )
+        recent = self.from_memory(s, start, max_bytes)
         if recent is not None:
-            served, nxt = recent
-            return ReadResult(served, start, nxt, tail, closed and nxt >= tail)
+            return recent
         loop = asyncio.get_running_loop()
 
         async def read_one(piece: Piece, cur: int, hi: int, budget: int) -> Got:
@@ -109,6 +103,19 @@ class Reader:
         except HeadDropped:
             raise OffsetGone(earliest(self._table, self._engine, s)) from None
         return ReadResult(payloads, start, cur, tail, closed and cur >= tail)
+
+    def from_memory(self, s: Stream, start: int, max_bytes: int) -> ReadResult | None:
+        """What the stream's recent window holds from ``start`` (a live reader just woken
+        by a commit), or None when the log must be read."""
+        window = s.recent
+        if window is None or start >= s.tail:
+            return None
+        tail, closed = s.tail, s.meta.closed
+        served = window.serve(start, tail, max_bytes, kind=s.kind, fork_offset=s.meta.fork_offset)
+        if served is None:
+            return None
+        payloads, nxt = served
+        return ReadResult(payloads, start, nxt, tail, closed and nxt >= tail)
 
     async def record_end(self, stream_id: int, unit: int) -> int:
         """The end unit of the record holding ``unit``, read off the loop."""

@@ -48,6 +48,10 @@ Snapshot = tuple[str, StreamMeta, int, int, list[Piece]]
 Gate = Callable[[bool], Awaitable[Refusal | None]]
 
 WRITES = frozenset({"append", "create", "delete"})
+# A wait's answer: woken, the stream's configuration, tail, whether it is still the
+# stream at its path, and what woke it when that was in memory: the unit after it,
+# and its payloads.
+WaitAnswer = tuple[bool, StreamMeta, int, bool, tuple[int, list[bytes]] | None]
 # An append's answer as plain values (a tuple pickles in a tenth of a dataclass's
 # time): tail, closed, duplicate, producer, appended, and the batch's figures.
 AppendAnswer = tuple[
@@ -175,8 +179,11 @@ class HostLink(Link):
         return snapshot(self.store, self.store.get(path, touch=touch))
 
     async def wait(
-        self, rid: int, path: str, sid: int, unit: int, seconds: float
-    ) -> tuple[bool, StreamMeta, int, bool]:
+        self, rid: int, path: str, sid: int, unit: int, seconds: float, most: int
+    ) -> WaitAnswer:
+        """Wait at the stream's tail; the answer carries what woke it when the stream's
+        recent window holds it (up to ``most`` bytes), so the woken reader needs no read
+        of its own, as a single process serves a woken reader from memory."""
         s = self._stream(path, sid)
         until = self.waits[rid] = asyncio.get_running_loop().create_future()
         try:
@@ -184,7 +191,9 @@ class HostLink(Link):
             woken = await self.store.wait(s, unit, deadline, until)
         finally:
             self.waits.pop(rid, None)
-        return woken, s.meta, s.tail, self.store.is_current(s)
+        ready = self.store.reader.from_memory(s, unit, most) if woken else None
+        data = None if ready is None else (ready.next, [bytes(p) for p in ready.payloads])
+        return woken, s.meta, s.tail, self.store.is_current(s), data
 
     async def append(
         self,

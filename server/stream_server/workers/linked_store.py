@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stream_server.engine import BatchStats
+from stream_server.protocol.context import READ_CHUNK_BYTES
 from stream_server.streams.errors import Unavailable
 from stream_server.streams.model import Stream
 from stream_server.streams.requests import (
@@ -38,7 +39,7 @@ class WriterLost(Exception):
 class LinkedStream(Stream):
     """A stream as the writer last described it."""
 
-    __slots__ = ("current", "first", "pieces")
+    __slots__ = ("current", "first", "pieces", "ready")
 
     def __init__(self, snap: Snapshot) -> None:
         path, meta, tail, first, pieces = snap
@@ -46,6 +47,8 @@ class LinkedStream(Stream):
         self.first = first  # the earliest unit a read may ask for
         self.current = True  # still the stream at its path, as of the last answer
         self.pieces = pieces  # what a read of it covers (``local_reads``)
+        # What the last wait's answer brought from ``unit``: (unit, next, payloads).
+        self.ready: tuple[int, int, list[bytes]] | None = None
 
 
 class LinkedStore:
@@ -54,6 +57,7 @@ class LinkedStore:
     def __init__(self, on_lost: Callable[[], None], local: LocalReads) -> None:
         self.on_lost = on_lost
         self.local = local  # catch-up reads from the data directory
+        self.read_chunk = READ_CHUNK_BYTES  # the most a live read sends at once (``Context``'s)
         self.link: Link | None = None
         self.calls: dict[int, asyncio.Future[Any]] = {}
         self.waits: set[int] = set()
@@ -126,6 +130,12 @@ class LinkedStore:
     async def read(self, s: Stream, start: int, max_bytes: int) -> ReadResult:
         """From the data directory itself (``local_reads``), never through the writer."""
         assert isinstance(s, LinkedStream)
+        ready, s.ready = s.ready, None
+        if ready is not None and ready[0] == start:
+            _, nxt, payloads = ready
+            if sum(map(len, payloads)) <= max_bytes:
+                served: list[bytes | memoryview] = list(payloads)
+                return ReadResult(served, start, nxt, s.tail, s.meta.closed and nxt >= s.tail)
         return await self.local.read(s.pieces, s.tail, s.meta.closed, s.first, start, max_bytes)
 
     async def wait(
@@ -139,7 +149,7 @@ class LinkedStore:
         seconds = deadline - asyncio.get_running_loop().time()
         if self.stopping or seconds <= 0 or (until is not None and until.done()):
             return False
-        rid, answer = self._call("wait", s.path, s.id, unit, seconds)
+        rid, answer = self._call("wait", s.path, s.id, unit, seconds, self.read_chunk)
         self.waits.add(rid)
 
         def cancel(_: object) -> None:
@@ -148,11 +158,13 @@ class LinkedStore:
         if until is not None:
             until.add_done_callback(cancel)
         try:
-            woken, s.meta, s.tail, s.current = await answer
+            woken, s.meta, s.tail, s.current, data = await answer
         finally:
             self.waits.discard(rid)
             if until is not None:
                 until.remove_done_callback(cancel)
+        if data is not None:
+            s.ready = (unit, data[0], data[1])
         return bool(woken)
 
     async def call(self, op: str, *args: Any) -> Any:

@@ -55,6 +55,7 @@ class WorkerApp:
             limiter=limiter,
             slots=LinkedSlots(self.store),
         )
+        self.store.read_chunk = context.read_chunk
         self.streams = StreamRoutes(context)
         self.proxy = proxy
         self.base = settings.base_path
