@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.multiprocess import mark_process_dead
+
 from stream_server.config import Settings
 
 log = logging.getLogger("stream_server.workers")
@@ -34,6 +36,9 @@ FD_ENV = "DS_WORKER_FD"  # the inherited listening socket
 LINK_ENV = "DS_WORKER_LINK"  # the writer's link socket
 HTTP_ENV = "DS_WORKER_HTTP"  # the writer's own HTTP socket
 INDEX_ENV = "DS_WORKER_INDEX"
+# The directory of the workers' metrics files (prometheus_client's multiprocess mode,
+# read from the environment when a worker imports it): the writer's scrape sums them.
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 FIRST_PAUSE = 0.5  # seconds before a dead worker is replaced; doubles while they keep dying
 LONGEST_PAUSE = 10.0
@@ -63,10 +68,12 @@ def _cgroup_quota(path: Path) -> int | None:
 
 @dataclass(frozen=True)
 class Sockets:
-    """The writer's two local sockets in a directory only its user may enter."""
+    """The writer's two local sockets in a directory only its user may enter, and
+    there the directory of the workers' metrics (None: no metrics)."""
 
     link: Path
     http: Path
+    metrics: Path | None = None
 
 
 def worker_env(
@@ -78,6 +85,9 @@ def worker_env(
     env[LINK_ENV] = str(sockets.link)
     env[HTTP_ENV] = str(sockets.http)
     env[INDEX_ENV] = str(index)
+    env.pop(METRICS_ENV, None)
+    if sockets.metrics is not None:
+        env[METRICS_ENV] = str(sockets.metrics)
     return env
 
 
@@ -126,6 +136,7 @@ class Supervisor:
         while True:
             started = loop.time()
             status = await self.procs[index].wait()
+            self._forget(self.procs[index].pid)
             if self.stopping:
                 return
             log.error("worker %d exited with status %s: starting another", index, status)
@@ -137,6 +148,11 @@ class Supervisor:
                 return
             await self._spawn(index)
             self.replaced += 1
+
+    def _forget(self, pid: int) -> None:
+        """A dead worker's live readers leave the live gauges (its counters stay)."""
+        if self.sockets.metrics is not None:
+            mark_process_dead(pid, str(self.sockets.metrics))  # type: ignore[no-untyped-call]
 
     @property
     def pids(self) -> list[int]:

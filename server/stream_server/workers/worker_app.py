@@ -25,6 +25,7 @@ from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
 from stream_server.protocol.subscriptions import is_control
 from stream_server.ratelimit import RateLimiter
+from stream_server.request_metrics import RequestMetrics
 from stream_server.workers.linked_store import LinkedStore, WriterLost
 from stream_server.workers.local_reads import LocalReads
 from stream_server.workers.proxy import WriterProxy
@@ -50,9 +51,14 @@ class WorkerApp:
             if settings.rate_limit > 0
             else None
         )
-        self.streams = StreamRoutes(
-            Context(self.store, protocol_settings(settings), None, auth=self.auth, limiter=limiter)
+        # Multiprocess metrics (the writer set their directory in our environment).
+        self.metrics = RequestMetrics(None) if settings.metrics else None
+        context = Context(
+            self.store, protocol_settings(settings), self.metrics, auth=self.auth, limiter=limiter
         )
+        if self.metrics is not None:
+            context.slots.by_mode = self.metrics.live_counts(context.slots.by_mode)
+        self.streams = StreamRoutes(context)
         self.proxy = proxy
         self.base = settings.base_path
         self.base_raw = settings.base_path.encode()
@@ -71,6 +77,16 @@ class WorkerApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if (
+            self.metrics is not None
+            and scope["type"] == "http"
+            and scope["path"].startswith(self.base)
+        ):
+            await self.metrics.measure(self._serve, scope, receive, send)  # as a single server
+        else:
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self.relay_all and scope["path"].startswith(self.base):
             raw = raw_path(scope)
             if not is_control(raw[len(self.base_raw) :]):
