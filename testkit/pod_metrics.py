@@ -1,6 +1,6 @@
 """A server's /metrics as families, and what one worker process of ``--workers N`` exported.
 
-``scrape`` parses an exposition (failing on a family named twice, which a
+``scrape`` reads and ``parse`` parses an exposition (failing on a family named twice, which a
 Prometheus scrape refuses); ``sample`` reads one value of it. ``worker_samples``
 reads the multiprocess files one worker writes (in the directory its environment
 names), to tell which worker served what: a test spreads its traffic over
@@ -18,14 +18,18 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["sample", "scrape", "worker_samples"]
+__all__ = ["parse", "sample", "scrape", "worker_samples"]
 
 METRICS_ENV = b"PROMETHEUS_MULTIPROC_DIR="
 
 
 def scrape(url: str) -> dict[str, Metric]:
     """The families of ``url``/metrics by name; no name twice."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return parse(httpx.get(f"{url}/metrics", timeout=10).text)
+
+
+def parse(text: str) -> dict[str, Metric]:
+    """The families of an exposition by name; no name twice."""
     families = list(text_string_to_metric_families(text))
     names = [f.name for f in families]
     twice = sorted({n for n in names if names.count(n) > 1})
