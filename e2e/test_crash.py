@@ -146,7 +146,7 @@ def test_kill9_during_concurrent_appends(server_factory, tmp_path, producers, wo
     for _ in range(ROUNDS):
         children = worker_pids(srv)
         asyncio.run(_load_then_kill(srv, urls, producers, state))
-        wait_for(lambda: not any(alive(pid) for pid in children), timeout=30)
+        wait_for(lambda pids=children: not any(alive(pid) for pid in pids), timeout=30)
         pending = {wid: sorted(st["inflight"]) for wid, st in state.items()}
         srv = server_factory(*flags, data_dir=data).start()
         urls = [f"{srv.base}crash/{i}" for i in range(STREAMS)]

@@ -28,7 +28,9 @@ BIN = {"Content-Type": "application/octet-stream"}
 WRITERS = 8
 
 
-async def _producer(client: httpx.AsyncClient, url: str, pid: str, stop: asyncio.Event) -> list[int]:
+async def _producer(
+    client: httpx.AsyncClient, url: str, pid: str, stop: asyncio.Event
+) -> list[int]:
     """Idempotent appends until ``stop``; an append whose answer was lost is sent again
     with the same tuple until it is answered. Returns the sequence numbers acknowledged."""
     acked: list[int] = []

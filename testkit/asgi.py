@@ -70,6 +70,7 @@ __all__ = [
     "build_app",
     "in_process",
     "in_thread",
+    "linked_worker",
 ]
 
 
@@ -295,7 +296,7 @@ async def in_process(
         async with contextlib.AsyncExitStack() as stack:
             front: Any = server.app
             if worker:
-                front = server.worker = await stack.enter_async_context(_worker_of(server.app))
+                front = server.worker = await stack.enter_async_context(linked_worker(server.app))
             transport = StreamingASGITransport(front)
             client = httpx.AsyncClient(transport=transport, base_url=URL, timeout=30)
             server.client = await stack.enter_async_context(client)
@@ -306,16 +307,23 @@ async def in_process(
 
 
 @contextlib.asynccontextmanager
-async def _worker_of(app: StreamServerApp) -> AsyncIterator[WorkerApp]:
+async def linked_worker(app: StreamServerApp) -> AsyncIterator[WorkerApp]:
     """A worker's app over ``app``: its link served by a ``WriterHost`` on a socket in a
-    directory of its own, its relayed requests handed to ``app``."""
+    directory of its own, its relayed requests handed to ``app``. A test enters it again
+    for a second worker in front of the same writer."""
     from stream_server.workers.host import WriterHost
     from stream_server.workers.proxy import WriterProxy
     from stream_server.workers.worker_app import WorkerApp
 
     with tempfile.TemporaryDirectory(prefix="ds-link-") as where:
         link = Path(where) / "link.sock"
-        host = WriterHost(app.store, app.store_refusal, app.store_clear)
+        host = WriterHost(
+            app.store,
+            app.store_refusal,
+            app.store_clear,
+            app.limiter,
+            app.reader_slots,
+        )
         await host.start(link)
         worker = WorkerApp(app.settings, link, WriterProxy(StreamingASGITransport(app)))
         assert app.store.engine.meta is not None

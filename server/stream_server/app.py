@@ -40,6 +40,7 @@ from stream_server.faults import hook_from_env
 from stream_server.metrics import Metrics
 from stream_server.protocol.handlers import Context, ProtocolSettings, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
+from stream_server.protocol.live import ReaderSlots
 from stream_server.ratelimit import RateLimiter
 from stream_server.replication import fetch_endpoint, peer_token
 from stream_server.replication.collector import ReplicationCollector
@@ -111,10 +112,14 @@ class StreamServerApp:
             if settings.auth_tokens_file
             else None
         )
-        limiter = (
+        # The pod's one limiter and set of live readers' slots (its workers ask these).
+        self.limiter = limiter = (
             RateLimiter(settings.rate_limit, settings.rate_burst)
             if settings.rate_limit > 0
             else None
+        )
+        self.reader_slots = ReaderSlots.capped(
+            settings.max_live_readers, settings.max_live_readers_per_client
         )
         self.subscriptions = Subscriptions(
             self.store,
@@ -131,6 +136,7 @@ class StreamServerApp:
                 limiter=limiter,
                 # Reads only while this replica is current within its staleness bound.
                 read_gate=self.replication.read_fence if self.replication is not None else None,
+                slots=self.reader_slots,
             ),
             self.subscriptions,
         )
@@ -190,11 +196,16 @@ class StreamServerApp:
         # The lifespan's end closed the store with its storage sound: the process exits 0.
         self.stopped_cleanly = False
         self._subscriptions_error = ""
+        # Serving only what worker processes relay (``workers/``): each request's client
+        # is the one the worker names.
+        self.behind_workers = False
         # True when the HTTP protocol already refused heads past --max-header-bytes
         # and --max-headers (http_limits does): then they are not counted twice.
         self.headers_checked = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.behind_workers and scope["type"] == "http":
+            scope["client"] = _relayed_client(scope)
         if scope["type"] == "http" and not self.headers_checked and self._headers_too_large(scope):
             await respond(
                 send,
@@ -558,6 +569,14 @@ def _writable(path: Path) -> bool:
         return True
     except OSError:
         return False
+
+
+def _relayed_client(scope: Scope) -> tuple[str, int] | None:
+    """The client a worker named in a relayed request (``workers/proxy.py``)."""
+    for key, value in scope["headers"]:
+        if key == b"x-ds-worker-client":
+            return value.decode("latin-1"), 0
+    return None
 
 
 def create_app(settings: Settings | None = None) -> StreamServerApp:

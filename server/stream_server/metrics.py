@@ -28,7 +28,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from stream_server.engine import BatchStats, RecoveryProgress
 from stream_server.request_metrics import (
     LATENCY_BUCKETS,
-    LIVE_MODES,
     PREFIX,
     SIZE_BUCKETS,
     PodRequests,
@@ -100,6 +99,8 @@ class Metrics(RequestMetrics):
         )
 
         self.streams = gauge("streams", "Streams held (including soft-deleted).")
+        # With workers too: their live readers hold the writer's slots (the pod's).
+        self.live_readers = gauge("live_readers", "Open live reads.", ("mode",))
         self.disk_bytes = gauge("disk_bytes", "Bytes of the data directory on disk.", ("part",))
         self.disk_free = gauge("disk_free_bytes", "Free bytes on the data directory's filesystem.")
         self.disk_total = gauge("disk_total_bytes", "Size of the data directory's filesystem.")
@@ -191,7 +192,7 @@ class Metrics(RequestMetrics):
     ) -> None:
         """Gauges computed at scrape time from the running server."""
         self.streams.set_function(streams)
-        for mode in LIVE_MODES:
+        for mode in ("long-poll", "sse"):
             self.live_readers.labels(mode).set_function(partial(live, mode))
         self.disk_bytes.labels("segments").set_function(segment_bytes)
         self.disk_bytes.labels("wal").set_function(lambda: _dir_size(os.path.join(data_dir, "wal")))

@@ -17,6 +17,11 @@ class RateLimiter:
         self.burst = float(burst)
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
+    async def admit(self, client: str) -> float:
+        """``acquire`` as the protocol layer asks it (a worker process asks the writer's
+        limiter instead, over its link: ``workers/linked_limits.py``)."""
+        return self.acquire(client)
+
     def acquire(self, client: str, now: float | None = None) -> float:
         """0 if the request may go ahead, else the seconds to wait before retrying."""
         now = time.monotonic() if now is None else now

@@ -8,7 +8,8 @@ files of one directory), and the writer's scrape shows these families as the sum
 of every worker's files and its own values (``PodRequests``): one scrape, the whole
 pod, every request counted once (the writer counts none of the requests workers
 relay to it; they were counted where they arrived). Names and labels are those of a
-single server's.
+single server's. The live readers are not here: their slots are the writer's, the
+pod's (``workers/linked_limits.py``), and so is their gauge (``Metrics``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -33,7 +34,6 @@ LATENCY_BUCKETS = (
 SIZE_BUCKETS = tuple(64 * 4**i for i in range(11))  # 64 B .. 64 MiB
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"})
-LIVE_MODES = ("long-poll", "sse")
 
 App = Callable[[Any, Any, Any], Awaitable[None]]  # an ASGI app: (scope, receive, send)
 
@@ -74,14 +74,6 @@ class RequestMetrics:
         self.slow_appends = Counter(
             f"{PREFIX}_slow_appends_total", "Appends over the slow threshold.", registry=r
         )
-        # livesum: a worker's readers leave the sum when it dies (mark_process_dead).
-        self.live_readers = Gauge(
-            f"{PREFIX}_live_readers",
-            "Open live reads.",
-            ("mode",),
-            registry=r,
-            multiprocess_mode="livesum",
-        )
 
     def served(self) -> list[Collector]:
         """The collectors of the families above (what ``PodRequests`` sums)."""
@@ -92,7 +84,6 @@ class RequestMetrics:
             self.read_bytes,
             self.requests,
             self.slow_appends,
-            self.live_readers,
         ]
 
     def on_request(self, method: str, status: int, seconds: float) -> None:
@@ -121,27 +112,6 @@ class RequestMetrics:
             await app(scope, receive, send_and_note)
         finally:
             self.on_request(scope["method"], status, time.perf_counter() - started)
-
-    def live_counts(self, counts: dict[str, int]) -> LiveCounts:
-        """A live-reader count per mode that keeps the gauge set (a worker's: a gauge of
-        a process in multiprocess mode is set, not read back at scrape time)."""
-        return LiveCounts(self.live_readers, counts)
-
-
-class LiveCounts(dict[str, int]):
-    """``ReaderSlots.by_mode`` whose every change is written to the live-readers gauge."""
-
-    def __init__(self, gauge: Gauge, counts: dict[str, int]) -> None:
-        super().__init__(counts)
-        self._children = {mode: gauge.labels(mode) for mode in LIVE_MODES}
-        for mode, value in counts.items():
-            self[mode] = value
-
-    def __setitem__(self, mode: str, value: int) -> None:
-        super().__setitem__(mode, value)
-        child = self._children.get(mode)
-        if child is not None:
-            child.set(value)
 
 
 class PodRequests:

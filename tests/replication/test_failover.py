@@ -59,8 +59,13 @@ FAST = {
 
 
 @pytest.fixture
-def replica_set(tmp_path: Path) -> Iterator[ReplicaSet]:
-    rs = ReplicaSet.up(3, tmp_path / "rs", settings=FAST, args=("--long-poll-timeout", "2"))
+def replica_set(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ReplicaSet]:
+    """Three servers; a test marked ``workers(N)`` runs each with ``--workers N``."""
+    marker = request.node.get_closest_marker("workers")
+    workers = ("--workers", str(marker.args[0])) if marker else ()
+    rs = ReplicaSet.up(
+        3, tmp_path / "rs", settings=FAST, args=("--long-poll-timeout", "2", *workers)
+    )
     try:
         yield rs
     finally:
@@ -71,7 +76,19 @@ def replica_set(tmp_path: Path) -> Iterator[ReplicaSet]:
 
 
 def test_kill9_of_the_primary_under_load_loses_nothing_acknowledged(replica_set, tmp_path):
-    rs = replica_set
+    _kill9_of_the_primary_under_load(replica_set, tmp_path)
+
+
+@pytest.mark.workers(2)
+def test_kill9_of_a_primary_of_two_workers_under_load_loses_nothing_acknowledged(
+    replica_set, tmp_path
+):
+    """The same with every server a writer and two worker processes: the kill is the
+    writer's (its process group: the pod's container), its workers go with it."""
+    _kill9_of_the_primary_under_load(replica_set, tmp_path)
+
+
+def _kill9_of_the_primary_under_load(rs: ReplicaSet, tmp_path: Path) -> None:
     streams = [f"failover/{i}" for i in range(STREAMS)]
     create_streams(rs, streams)
     history = History()

@@ -22,7 +22,7 @@ from stream_server.ratelimit import retry_after
 Refusal = tuple[int, Headers, bytes]
 
 
-def admit(
+async def admit(
     ctx: Context, client: str, method: str, path: str, h: dict[str, str]
 ) -> tuple[str, Refusal | None]:
     """The client's name (its token's, once authenticated), and a refusal if there is one."""
@@ -36,7 +36,7 @@ def admit(
                 ctx.source_path(source) if source else None,
             )
         except Denied as exc:
-            limited = rate_limited(ctx, client) if exc.status == 401 else None
+            limited = await rate_limited(ctx, client) if exc.status == 401 else None
             if limited is not None:
                 return client, limited
             extra: Headers = []
@@ -44,13 +44,16 @@ def admit(
                 extra = [(WWW_AUTHENTICATE.raw, b'Bearer realm="durable-streams"')]
             return client, (exc.status, text_headers(extra), (exc.reason + "\n").encode())
         client = "token:" + principal.name
-    return client, rate_limited(ctx, client)
+    return client, await rate_limited(ctx, client)
 
 
-def rate_limited(ctx: Context, client: str) -> Refusal | None:
+async def rate_limited(ctx: Context, client: str) -> Refusal | None:
+    """A refusal once the client's rate is used up. Asynchronous: with worker processes
+    every worker asks the one limiter the writer holds, so a client's rate is the same
+    whichever worker its connections land on."""
     if ctx.limiter is None:
         return None
-    wait = ctx.limiter.acquire(client)
+    wait = await ctx.limiter.admit(client)
     if wait <= 0:
         return None
     return (

@@ -10,6 +10,7 @@ from.
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,7 +20,6 @@ from stream_server.protocol.headers import CONTENT_LENGTH, CONTENT_TYPE
 from stream_server.protocol.http import Headers, Receive, Scope, read_body
 from stream_server.protocol.live import ReaderSlots
 from stream_server.protocol.paths import stream_path
-from stream_server.ratelimit import RateLimiter
 from stream_server.request_metrics import RequestMetrics
 from stream_server.streams.errors import BadRequest
 from stream_server.streams.interface import ProtocolStore
@@ -54,6 +54,24 @@ class ReadGate(Protocol):
         ...
 
 
+class Limiter(Protocol):
+    """A per-client request rate (``RateLimiter``; a worker's asks the writer's)."""
+
+    async def admit(self, client: str) -> float:
+        """0 if the request may go ahead, else the seconds to wait before retrying."""
+        ...
+
+
+class Slots(Protocol):
+    """The live readers' slots (``ReaderSlots``; a worker's takes the writer's)."""
+
+    by_mode: dict[str, int]
+
+    def held(self, mode: str, client: str) -> AbstractAsyncContextManager[None]:
+        """A slot for the duration of the block; 503 when full, 429 past the client's share."""
+        ...
+
+
 @dataclass
 class ProtocolSettings:
     """The settings the handlers read. No defaults: each value comes from the server's
@@ -83,8 +101,9 @@ class Context:
         metrics: RequestMetrics | None = None,
         *,
         auth: TokenAuth | None = None,
-        limiter: RateLimiter | None = None,
+        limiter: Limiter | None = None,
         read_gate: ReadGate | None = None,
+        slots: Slots | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -93,8 +112,9 @@ class Context:
         self.limiter = limiter
         self.read_gate = read_gate  # a replica set member's (app.py); None on a single node
         self.base = settings.base_path.encode()
-        per_client = settings.max_live_readers_per_client or max(1, settings.max_live_readers // 10)
-        self.slots = ReaderSlots(settings.max_live_readers, per_client)
+        self.slots: Slots = slots or ReaderSlots.capped(
+            settings.max_live_readers, settings.max_live_readers_per_client
+        )
         self.cache_read = CACHE_READ if auth is None else CACHE_READ_PRIVATE
         # What one read holds in memory: JSON and live responses stop at it.
         self.read_chunk = min(settings.max_read_bytes, READ_CHUNK_BYTES)

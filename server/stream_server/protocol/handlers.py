@@ -66,7 +66,7 @@ class StreamRoutes:
                 await respond(send, 204, list(PREFLIGHT))
                 return
             if self.admits:
-                client, refusal = admission.admit(ctx, client, method, path, headers)
+                client, refusal = await admission.admit(ctx, client, method, path, headers)
                 if refusal is not None:
                     await respond(send, *refusal)
                     return

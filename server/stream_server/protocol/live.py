@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from stream_server.protocol.http import Receive
 from stream_server.streams.errors import StreamError, Unavailable
@@ -28,11 +28,23 @@ class TooManyRequests(StreamError):
 class ReaderSlots:
     """A cap on live readers in total and per client (address, or token name with auth)."""
 
+    @classmethod
+    def capped(cls, total: int, per_client: int) -> ReaderSlots:
+        """``per_client`` 0: a tenth of the total (``--max-live-readers-per-client``)."""
+        return cls(total, per_client or max(1, total // 10))
+
     def __init__(self, total: int, per_client: int) -> None:
         self.total = total
         self.per_client = per_client
         self.by_mode: dict[str, int] = dict.fromkeys(MODES, 0)
         self.by_client: dict[str, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def held(self, mode: str, client: str) -> AsyncIterator[None]:
+        """``hold`` as the protocol layer takes it (a worker process takes the writer's
+        slot instead, over its link: ``workers/linked_limits.py``)."""
+        with self.hold(mode, client):
+            yield
 
     @contextlib.contextmanager
     def hold(self, mode: str, client: str) -> Iterator[None]:

@@ -105,7 +105,7 @@ async def get(  # noqa: C901 - the protocol's order of checks for a read, read i
         if unit < first:
             raise OffsetGone(first)
     if live is not None:
-        with ctx.slots.hold(live, client):
+        async with ctx.slots.held(live, client):
             hangup = Hangup(receive)
             try:
                 if live == "sse":

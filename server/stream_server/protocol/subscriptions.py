@@ -83,7 +83,7 @@ async def handle(
             )
         client = (scope.get("client") or ("?", 0))[0]
         if ctx.limiter is not None:
-            limited = admission.rate_limited(ctx, client)
+            limited = await admission.rate_limited(ctx, client)
             if limited is not None:
                 await respond(send, *limited)
                 return

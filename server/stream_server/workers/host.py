@@ -16,6 +16,7 @@ answer to each wait, which is when a single process would see its object change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,7 +24,9 @@ from typing import Any
 
 from stream_format.meta import StreamMeta, TailValue
 from stream_format.records import Producer
+from stream_server.protocol.live import ReaderSlots
 from stream_server.protocol.refusals import Decided
+from stream_server.ratelimit import RateLimiter
 from stream_server.replication.write_fence import Refusal
 from stream_server.streams.errors import NotFound, StreamError
 from stream_server.streams.forks import chain
@@ -77,10 +80,21 @@ class WriterHost:
     coroutine, that there is none to ask for (the start's recovery finished and nothing
     refuses writes): then a call goes straight to the store."""
 
-    def __init__(self, store: StreamStore, gate: Gate, clear: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        store: StreamStore,
+        gate: Gate,
+        clear: Callable[[], bool],
+        limiter: RateLimiter | None = None,
+        slots: ReaderSlots | None = None,
+    ) -> None:
         self.store = store
         self.gate = gate
         self.clear = clear
+        # The one rate limiter and the one set of live readers' slots of the pod: a
+        # client's limits hold whichever worker serves it (``linked_limits.py``).
+        self.limiter = limiter
+        self.slots = slots
         self.server: asyncio.AbstractServer | None = None
         self.links: set[HostLink] = set()
 
@@ -104,6 +118,7 @@ class HostLink(Link):
         self.store = host.store
         self.tasks: set[asyncio.Task[None]] = set()
         self.waits: dict[int, asyncio.Future[None]] = {}
+        self.held: dict[int, contextlib.AbstractContextManager[None]] = {}  # slots, by call
         host.links.add(self)
 
     def received(self, messages: list[Any]) -> None:
@@ -112,6 +127,11 @@ class HostLink(Link):
                 until = self.waits.pop(args, None)
                 if until is not None and not until.done():
                     until.set_result(None)
+                continue
+            if op == "release":
+                slot = self.held.pop(args, None)
+                if slot is not None:
+                    slot.__exit__(None, None, None)
                 continue
             task = asyncio.ensure_future(self.answer(rid, op, args))
             self.tasks.add(task)
@@ -125,6 +145,9 @@ class HostLink(Link):
             if not until.done():
                 until.set_result(None)
         self.waits.clear()
+        for slot in self.held.values():
+            slot.__exit__(None, None, None)
+        self.held.clear()
 
     async def answer(self, rid: int, op: str, args: tuple[Any, ...]) -> None:
         try:
@@ -202,6 +225,18 @@ class HostLink(Link):
     async def delete(self, rid: int, path: str) -> None:
         await self.store.delete(path)
 
+    async def admit(self, rid: int, client: str) -> float:
+        limiter = self.host.limiter
+        return 0.0 if limiter is None else limiter.acquire(client)
+
+    async def hold(self, rid: int, mode: str, client: str) -> None:
+        """Take a live reader's slot until the worker sends ``release`` for this call
+        (or its link goes): 503 or 429 as a single process refuses one."""
+        assert self.host.slots is not None
+        slot = self.host.slots.hold(mode, client)
+        slot.__enter__()
+        self.held[rid] = slot
+
 
 OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "open": HostLink.open,
@@ -210,4 +245,6 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "append": HostLink.append,
     "create": HostLink.create,
     "delete": HostLink.delete,
+    "admit": HostLink.admit,
+    "hold": HostLink.hold,
 }

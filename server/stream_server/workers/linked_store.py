@@ -157,6 +157,20 @@ class LinkedStore:
                 until.remove_done_callback(cancel)
         return bool(woken)
 
+    async def call(self, op: str, *args: Any) -> Any:
+        """Any other call of the writer (``linked_limits.py``)."""
+        return await self._call(op, *args)[1]
+
+    async def hold(self, mode: str, client: str) -> int:
+        """Take one of the writer's live readers' slots; the call's id releases it."""
+        rid, answer = self._call("hold", mode, client)
+        await answer
+        return rid
+
+    def release(self, rid: int) -> None:
+        if self.link is not None:
+            self.link.send((0, "release", rid))
+
     def cancel(self, rid: int) -> None:
         if rid in self.waits and self.link is not None:
             self.link.send((0, "cancel", rid))

@@ -62,7 +62,13 @@ class WriterServer(StreamServer):
     ) -> None:
         super().__init__(config, app, watcher)
         self.supervisor = supervisor
-        self.host = WriterHost(app.store, app.store_refusal, app.store_clear)
+        self.host = WriterHost(
+            app.store,
+            app.store_refusal,
+            app.store_clear,
+            app.limiter,
+            app.reader_slots,
+        )
         self.runtime = runtime
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -101,6 +107,7 @@ def writer_server(
         metrics.mkdir()
         app.metrics.gather_workers(str(metrics))  # one scrape, the whole pod
     app.headers_checked = True  # the workers checked them
+    app.behind_workers = True
     config = uvicorn_config(
         app,
         settings,

@@ -34,6 +34,11 @@ HOP_BY_HOP = frozenset(
 )
 
 
+# Who sent a relayed request: the writer's app takes it as the request's client
+# (``StreamServerApp.behind_workers``); the worker drops any a client sent itself.
+CLIENT_HEADER = b"x-ds-worker-client"
+
+
 class WriterProxy:
     """An HTTP client of the writer's Unix socket that relays whole requests."""
 
@@ -53,7 +58,14 @@ class WriterProxy:
         await self.client.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
+        headers = [
+            (k, v)
+            for k, v in scope["headers"]
+            if k.lower() not in HOP_BY_HOP and k.lower() != CLIENT_HEADER
+        ]
+        client = scope.get("client")
+        if client:  # the writer's app counts the request against this client's limits
+            headers.append((CLIENT_HEADER, str(client[0]).encode()))
         has_body = any(
             k.lower() in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"]
         )

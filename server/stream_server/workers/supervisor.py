@@ -25,8 +25,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.multiprocess import mark_process_dead
-
 from stream_server.config import Settings
 
 log = logging.getLogger("stream_server.workers")
@@ -136,7 +134,6 @@ class Supervisor:
         while True:
             started = loop.time()
             status = await self.procs[index].wait()
-            self._forget(self.procs[index].pid)
             if self.stopping:
                 return
             log.error("worker %d exited with status %s: starting another", index, status)
@@ -148,11 +145,6 @@ class Supervisor:
                 return
             await self._spawn(index)
             self.replaced += 1
-
-    def _forget(self, pid: int) -> None:
-        """A dead worker's live readers leave the live gauges (its counters stay)."""
-        if self.sockets.metrics is not None:
-            mark_process_dead(pid, str(self.sockets.metrics))  # type: ignore[no-untyped-call]
 
     @property
     def pids(self) -> list[int]:

@@ -24,8 +24,8 @@ from stream_server.protocol.context import raw_path
 from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
 from stream_server.protocol.subscriptions import is_control
-from stream_server.ratelimit import RateLimiter
 from stream_server.request_metrics import RequestMetrics
+from stream_server.workers.linked_limits import LinkedLimiter, LinkedSlots
 from stream_server.workers.linked_store import LinkedStore, WriterLost
 from stream_server.workers.local_reads import LocalReads
 from stream_server.workers.proxy import WriterProxy
@@ -46,18 +46,18 @@ class WorkerApp:
             if settings.auth_tokens_file
             else None
         )
-        limiter = (
-            RateLimiter(settings.rate_limit, settings.rate_burst)
-            if settings.rate_limit > 0
-            else None
-        )
+        # The pod's limits are the writer's: one limiter, one set of live readers' slots.
+        limiter = LinkedLimiter(self.store) if settings.rate_limit > 0 else None
         # Multiprocess metrics (the writer set their directory in our environment).
         self.metrics = RequestMetrics(None) if settings.metrics else None
         context = Context(
-            self.store, protocol_settings(settings), self.metrics, auth=self.auth, limiter=limiter
+            self.store,
+            protocol_settings(settings),
+            self.metrics,
+            auth=self.auth,
+            limiter=limiter,
+            slots=LinkedSlots(self.store),
         )
-        if self.metrics is not None:
-            context.slots.by_mode = self.metrics.live_counts(context.slots.by_mode)
         self.streams = StreamRoutes(context)
         self.proxy = proxy
         self.base = settings.base_path
