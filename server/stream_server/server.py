@@ -15,12 +15,11 @@ from stream_server.config import Settings
 from stream_server.engine import LayoutError
 from stream_server.fencing import FencedApp, FenceWatch, fenced_at_start, restart_process
 from stream_server.logs import configure
-from stream_server.rotation import RotatingTls
 from stream_server.serving import (
     FencedServer,
     StreamServer,
     file_watcher,
-    http_protocol,
+    public_config,
     uvicorn_config,
 )
 from stream_server.workers.processes import writer_server
@@ -70,19 +69,8 @@ def single_server(
     settings: Settings, app: StreamServerApp, log_config: dict[str, Any] | None
 ) -> StreamServer:
     """One process serving everything on the port (``--workers 1``)."""
-    http, limit_concurrency = http_protocol(settings)
-    app.headers_checked = not isinstance(http, str)  # http_limits checks them exactly
-    tls = RotatingTls() if settings.tls_cert else None
-    config = uvicorn_config(
-        app,
-        settings,
-        log_config,
-        http=http,
-        ssl_context_factory=tls.factory if tls else None,
-        limit_concurrency=limit_concurrency,
-        timeout_keep_alive=settings.keep_alive_timeout,
-        h11_max_incomplete_event_size=settings.max_header_bytes,
-    )
+    config, tls = public_config(app, settings, log_config)
+    app.headers_checked = not isinstance(config.http, str)  # http_limits checks them exactly
     return StreamServer(config, app, watcher=file_watcher(settings, app.auth, tls))
 
 

@@ -73,6 +73,26 @@ def uvicorn_config(
     )
 
 
+def public_config(
+    app: Any, settings: Settings, log_config: dict[str, Any] | None
+) -> tuple[uvicorn.Config, RotatingTls | None]:
+    """The config of a server on the public port (a single process, or a worker): the
+    connection limits of ``http_limits``, TLS that reloads, keep-alive and head limits."""
+    http, limit_concurrency = http_protocol(settings)
+    tls = RotatingTls() if settings.tls_cert else None
+    config = uvicorn_config(
+        app,
+        settings,
+        log_config,
+        http=http,
+        ssl_context_factory=tls.factory if tls else None,
+        limit_concurrency=limit_concurrency,
+        timeout_keep_alive=settings.keep_alive_timeout,
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+    )
+    return config, tls
+
+
 class ExitStatusServer(uvicorn.Server):
     """Uvicorn's server, whose stop on SIGTERM or SIGINT ends in ``serve``'s exit status.
 

@@ -10,15 +10,53 @@ A read below the retained start (``retention.py``) is refused (410).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from stream_server.engine import DamagedStream, Engine, HeadDropped
 from stream_server.streams.errors import Damaged, OffsetGone
-from stream_server.streams.forks import chain
+from stream_server.streams.forks import Piece, chain
 from stream_server.streams.model import Stream
 from stream_server.streams.pending import StreamTable
 from stream_server.streams.requests import ReadResult
 from stream_server.streams.retention import earliest
+
+Got = tuple[list[memoryview], int]  # payloads read, and the unit just after them
+P = TypeVar("P")
+
+
+async def stitched(
+    pieces: Iterable[P],
+    bounds: Callable[[P], tuple[int, int]],
+    start: int,
+    max_bytes: int,
+    read_one: Callable[[P, int, int, int], Awaitable[Got]],
+) -> tuple[list[bytes | memoryview], int]:
+    """A read from ``start`` across a stream's pieces (its fork sources' logs, then its
+    own), each piece's units ``bounds(piece)`` read by ``read_one(piece, from, to,
+    budget)``: the payloads, at most about ``max_bytes``, and the unit after them. Also
+    a worker process's local read (``workers/local_reads.py``). A damaged log is
+    refused (500) and never served short."""
+    payloads: list[bytes | memoryview] = []
+    cur, budget = start, max_bytes
+    for piece in pieces:
+        lo, hi = bounds(piece)
+        if cur >= hi:
+            continue
+        if budget <= 0:
+            break
+        cur = max(cur, lo)
+        try:
+            got, nxt = await read_one(piece, cur, hi, budget)
+        except DamagedStream as exc:
+            raise Damaged(f"stream data failed its checksum and is not served: {exc}") from None
+        payloads += got
+        budget -= sum(map(len, got))
+        cur = nxt
+        if cur < hi:
+            break
+    return payloads, cur
 
 
 class Reader:
@@ -47,36 +85,29 @@ class Reader:
             served, nxt = recent
             return ReadResult(served, start, nxt, tail, closed and nxt >= tail)
         loop = asyncio.get_running_loop()
-        payloads: list[bytes | memoryview] = []
-        cur = start
-        budget = max_bytes
-        for owner, lo, hi in chain(self._table, s, tail):
-            if cur >= hi:
-                continue
-            if budget <= 0:
-                break
-            cur = max(cur, lo)
-            try:
-                got, nxt, hint = await loop.run_in_executor(
-                    self._pool,
-                    self._engine.read,
-                    owner.id,
-                    owner.kind,
-                    cur,
-                    hi,
-                    budget,
-                    owner.read_hint,
-                )
-            except HeadDropped:
-                raise OffsetGone(earliest(self._table, self._engine, s)) from None
-            except DamagedStream as exc:
-                raise Damaged(f"stream data failed its checksum and is not served: {exc}") from None
+
+        async def read_one(piece: Piece, cur: int, hi: int, budget: int) -> Got:
+            owner = piece.owner
+            got, nxt, hint = await loop.run_in_executor(
+                self._pool,
+                self._engine.read,
+                owner.id,
+                owner.kind,
+                cur,
+                hi,
+                budget,
+                owner.read_hint,
+            )
             owner.read_hint = hint
-            payloads += got
-            budget -= sum(map(len, got))
-            cur = nxt
-            if cur < hi:
-                break
+            return got, nxt
+
+        pieces = chain(self._table, s, tail)
+        try:
+            payloads, cur = await stitched(
+                pieces, lambda p: (p.lo, p.hi), start, max_bytes, read_one
+            )
+        except HeadDropped:
+            raise OffsetGone(earliest(self._table, self._engine, s)) from None
         return ReadResult(payloads, start, cur, tail, closed and cur >= tail)
 
     async def record_end(self, stream_id: int, unit: int) -> int:

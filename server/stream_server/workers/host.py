@@ -31,7 +31,7 @@ from stream_server.replication.write_fence import Refusal
 from stream_server.streams.errors import NotFound, StreamError
 from stream_server.streams.forks import chain
 from stream_server.streams.model import Stream
-from stream_server.streams.requests import AppendRequest, CreateRequest, ReadResult
+from stream_server.streams.requests import AppendRequest, CreateRequest
 from stream_server.streams.store import StreamStore
 from stream_server.workers.link import Link, encode_error
 
@@ -174,11 +174,6 @@ class HostLink(Link):
     async def open(self, rid: int, path: str, touch: bool) -> Snapshot:
         return snapshot(self.store, self.store.get(path, touch=touch))
 
-    async def read(self, rid: int, path: str, sid: int, start: int, most: int) -> ReadResult:
-        result = await self.store.read(self._stream(path, sid), start, most)
-        result.payloads = [bytes(p) for p in result.payloads]  # views of the log: copied
-        return result
-
     async def wait(
         self, rid: int, path: str, sid: int, unit: int, seconds: float
     ) -> tuple[bool, StreamMeta, int, bool]:
@@ -240,7 +235,6 @@ class HostLink(Link):
 
 OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "open": HostLink.open,
-    "read": HostLink.read,
     "wait": HostLink.wait,
     "append": HostLink.append,
     "create": HostLink.create,

@@ -51,9 +51,9 @@ class LinkedStream(Stream):
 class LinkedStore:
     """``ProtocolStore`` over a link to the writer; ``on_lost`` is told when it breaks."""
 
-    def __init__(self, on_lost: Callable[[], None], local: LocalReads | None = None) -> None:
+    def __init__(self, on_lost: Callable[[], None], local: LocalReads) -> None:
         self.on_lost = on_lost
-        self.local = local  # catch-up reads from the data directory; None: the writer's
+        self.local = local  # catch-up reads from the data directory
         self.link: Link | None = None
         self.calls: dict[int, asyncio.Future[Any]] = {}
         self.waits: set[int] = set()
@@ -124,11 +124,9 @@ class LinkedStore:
         await self._call("delete", path)[1]
 
     async def read(self, s: Stream, start: int, max_bytes: int) -> ReadResult:
+        """From the data directory itself (``local_reads``), never through the writer."""
         assert isinstance(s, LinkedStream)
-        if self.local is not None:
-            return await self.local.read(s.pieces, s.tail, s.meta.closed, s.first, start, max_bytes)
-        result: ReadResult = await self._call("read", s.path, s.id, start, max_bytes)[1]
-        return result
+        return await self.local.read(s.pieces, s.tail, s.meta.closed, s.first, start, max_bytes)
 
     async def wait(
         self, s: Stream, unit: int, deadline: float, until: asyncio.Future[Any] | None = None

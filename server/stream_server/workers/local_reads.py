@@ -17,11 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from stream_format.layout import Layout
 from stream_server.engine.batch import Tail
-from stream_server.engine.errors import DamagedStream, HeadDropped
+from stream_server.engine.errors import HeadDropped
 from stream_server.engine.log_reads import LogReads
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.segments import Segments
-from stream_server.streams.errors import Damaged, OffsetGone
+from stream_server.streams.errors import OffsetGone
+from stream_server.streams.reads import Got, stitched
 from stream_server.streams.requests import ReadResult
 from stream_server.workers.host import Piece
 
@@ -91,30 +92,21 @@ class LocalReads:
             return ReadResult([], start, start, tail, closed)
         log = self.log.opened()
         loop = asyncio.get_running_loop()
-        payloads: list[bytes | memoryview] = []
-        cur, budget = start, max_bytes
-        for piece in pieces:
-            sid, kind, lo, hi, _, _ = piece
-            hi = tail if hi is None else hi
-            if cur >= hi:
-                continue
-            if budget <= 0:
-                break
-            cur = max(cur, lo)
+
+        async def read_one(piece: Piece, cur: int, hi: int, budget: int) -> Got:
             log.take(piece)
-            try:
-                got, nxt, _ = await loop.run_in_executor(
-                    self.pool, log.read, sid, kind, cur, hi, budget, None
-                )
-            except HeadDropped as exc:
-                raise OffsetGone(exc.start) from None
-            except DamagedStream as exc:
-                raise Damaged(f"stream data failed its checksum and is not served: {exc}") from None
-            payloads += got
-            budget -= sum(map(len, got))
-            cur = nxt
-            if cur < hi:
-                break
+            got, nxt, _ = await loop.run_in_executor(
+                self.pool, log.read, piece[0], piece[1], cur, hi, budget, None
+            )
+            return got, nxt
+
+        def bounds(piece: Piece) -> tuple[int, int]:
+            return piece[2], tail if piece[3] is None else piece[3]
+
+        try:
+            payloads, cur = await stitched(pieces, bounds, start, max_bytes, read_one)
+        except HeadDropped as exc:
+            raise OffsetGone(exc.start) from None
         return ReadResult(payloads, start, cur, tail, closed and cur >= tail)
 
     def close(self) -> None:

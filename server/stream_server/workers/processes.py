@@ -23,12 +23,12 @@ import uvicorn
 
 from stream_server.app import StreamServerApp
 from stream_server.logs import configure
-from stream_server.rotation import FileWatcher, RotatingTls
+from stream_server.rotation import FileWatcher
 from stream_server.serving import (
     SHUTDOWN_GRACE,
     StreamServer,
     file_watcher,
-    http_protocol,
+    public_config,
     uvicorn_config,
 )
 from stream_server.workers.host import WriterHost
@@ -141,18 +141,7 @@ def serve_worker() -> int:
     log_config = configure(settings.log_level, settings.log_format)
     proxy = WriterProxy.on_socket(Path(os.environ[HTTP_ENV]))
     app = WorkerApp(settings, Path(os.environ[LINK_ENV]), proxy)
-    http, limit_concurrency = http_protocol(settings)
-    tls = RotatingTls() if settings.tls_cert else None
-    config = uvicorn_config(
-        app,
-        settings,
-        log_config,
-        http=http,
-        ssl_context_factory=tls.factory if tls else None,
-        limit_concurrency=limit_concurrency,
-        timeout_keep_alive=settings.keep_alive_timeout,
-        h11_max_incomplete_event_size=settings.max_header_bytes,
-    )
+    config, tls = public_config(app, settings, log_config)
     server = StreamServer(config, app, watcher=file_watcher(settings, app.auth, tls))
     server.run(sockets=[socket.socket(fileno=int(os.environ[FD_ENV]))])
     return 0 if server.started else 1
