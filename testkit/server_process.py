@@ -12,6 +12,8 @@ a process exports. Tests that need none of this run the app in-process
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import socket
 import subprocess
@@ -133,3 +135,23 @@ def read_until_closed(s: socket.socket) -> bytes:
     finally:
         s.close()
     return out
+
+
+def connections_held(pid: int, port: int) -> int:
+    """How many established TCP connections to ``port`` process ``pid`` holds (which
+    worker of ``--workers N`` the kernel gave a client's connection to)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    held = 0
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if local_port == port and fields[3] == "01" and fields[9] in inodes:
+                    held += 1
+    return held

@@ -16,10 +16,8 @@ import contextlib
 import logging
 import os
 import tempfile
-import time
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -229,10 +227,10 @@ class StreamServerApp:
                 await self.streams.refuse(
                     scope, send, refusal.status, refusal.headers, refusal.body
                 )
-            elif self.metrics is None:
+            elif self.metrics is None or not self.metrics.counts_requests:
                 await self.streams(scope, receive, send)
             else:
-                await self._measured(scope, receive, send)
+                await self.metrics.measure(self.streams, scope, receive, send)
         elif (
             self.replication is not None
             and scope["type"] == "http"
@@ -290,23 +288,6 @@ class StreamServerApp:
         if len(headers) > self.settings.max_headers:
             return True
         return sum(len(k) + len(v) for k, v in headers) > self.settings.max_header_bytes
-
-    async def _measured(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Stream requests with their method, status and duration recorded."""
-        started = time.perf_counter()
-        status = 500
-
-        async def send_and_note(message: MutableMapping[str, Any]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.streams(scope, receive, send_and_note)
-        finally:
-            assert self.metrics is not None
-            self.metrics.on_request(scope["method"], status, time.perf_counter() - started)
 
     def _build_store(
         self, replica: ReplicaHooks | None = None, gate: AckGate | None = None

@@ -11,7 +11,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,27 +26,28 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from stream_server.engine import BatchStats, RecoveryProgress
+from stream_server.request_metrics import (
+    LATENCY_BUCKETS,
+    PREFIX,
+    SIZE_BUCKETS,
+    PodRequests,
+    RequestMetrics,
+)
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series are noise
 
-PREFIX = "durable_streams"
-
-# Tens of microseconds (a cached fsync) to seconds (a struggling disk).
-LATENCY_BUCKETS = (
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
 COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
-SIZE_BUCKETS = tuple(64 * 4**i for i in range(11))  # 64 B .. 64 MiB
-
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"})
 
 
-class Metrics:
+class Metrics(RequestMetrics):
+    """Every metric of the server: its requests' (``RequestMetrics``), and the engine's,
+    the disk's, recovery's, subscriptions'..."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        # (method, status) -> the labelled children: .labels() is a lock and a dict walk.
-        self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        super().__init__(self.registry)
+        # Requests are counted where they are served: by the workers, with --workers N.
+        self.counts_requests = True
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         r = self.registry
@@ -65,9 +66,6 @@ class Metrics:
         def gauge(name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
             return Gauge(f"{PREFIX}_{name}", doc, labels, registry=r)
 
-        self.append_seconds = hist(
-            "append_duration_seconds", "Append latency, request received to durable."
-        )
         self.fsync_seconds = hist("fsync_duration_seconds", "WAL fdatasync time per batch.")
         self.write_seconds = hist(
             "segment_write_duration_seconds", "Time to write a batch's records to segment files."
@@ -84,17 +82,9 @@ class Metrics:
         self.batch_bytes = hist(
             "batch_bytes", "Payload bytes per group-commit batch.", SIZE_BUCKETS
         )
-        self.request_seconds = hist(
-            "http_request_duration_seconds",
-            "HTTP request duration (live reads: until the response ends).",
-            labels=("method", "status_class"),
-        )
-        self.read_size = hist("read_size_bytes", "Bytes returned per catch-up read.", SIZE_BUCKETS)
 
         self.appends = counter("appends_total", "Appended records (JSON messages count one each).")
         self.appended_bytes = counter("appended_bytes_total", "Payload bytes appended.")
-        self.read_bytes = counter("read_bytes_total", "Payload bytes served by reads.")
-        self.requests = counter("http_requests_total", "HTTP requests.", ("method", "code"))
         self.producer_events = counter(
             "producer_events_total", "Idempotent-producer outcomes.", ("event",)
         )
@@ -107,9 +97,9 @@ class Metrics:
         self.batch_failures = counter(
             "batch_failures_total", "Group-commit batches that failed.", ("reason",)
         )
-        self.slow_appends = counter("slow_appends_total", "Appends over the slow threshold.")
 
         self.streams = gauge("streams", "Streams held (including soft-deleted).")
+        # With workers too: their live readers hold the writer's slots (the pod's).
         self.live_readers = gauge("live_readers", "Open live reads.", ("mode",))
         self.disk_bytes = gauge("disk_bytes", "Bytes of the data directory on disk.", ("part",))
         self.disk_free = gauge("disk_free_bytes", "Free bytes on the data directory's filesystem.")
@@ -248,16 +238,15 @@ class Metrics:
         self.appends.inc(stats.appends)
         self.appended_bytes.inc(stats.bytes)
 
-    def on_request(self, method: str, status: int, seconds: float) -> None:
-        m = method if method in METHODS else "other"
-        children = self._request_children.get((m, status))
-        if children is None:  # a few methods times the statuses the app answers: bounded
-            children = self._request_children[(m, status)] = (
-                self.requests.labels(m, str(status)),
-                self.request_seconds.labels(m, f"{status // 100}xx"),
-            )
-        children[0].inc()
-        children[1].observe(seconds)
+    def gather_workers(self, directory: str) -> None:
+        """With ``--workers N``: the request families become the pod's (the workers'
+        multiprocess files in ``directory`` plus this process's own), and this process
+        counts no request itself (the workers counted those they relay here)."""
+        own = self.served()
+        for collector in own:
+            self.registry.unregister(collector)
+        self.registry.register(PodRequests(directory, own))
+        self.counts_requests = False
 
     def bind_retention(
         self,

@@ -16,11 +16,11 @@ from typing import Protocol
 
 from stream_format.offsets import OffsetError, parse_offset
 from stream_server.auth import TokenAuth
-from stream_server.metrics import Metrics
 from stream_server.protocol.headers import CONTENT_LENGTH, CONTENT_TYPE
 from stream_server.protocol.http import Headers, Receive, Scope, read_body
 from stream_server.protocol.live import ReaderSlots
 from stream_server.protocol.paths import stream_path
+from stream_server.request_metrics import RequestMetrics
 from stream_server.streams.errors import BadRequest
 from stream_server.streams.interface import ProtocolStore
 from stream_server.streams.requests import ReadResult
@@ -98,7 +98,7 @@ class Context:
         self,
         store: ProtocolStore,
         settings: ProtocolSettings,
-        metrics: Metrics | None = None,
+        metrics: RequestMetrics | None = None,
         *,
         auth: TokenAuth | None = None,
         limiter: Limiter | None = None,

@@ -101,7 +101,11 @@ def writer_server(
     use stops the start here, once, with the address named)."""
     sock = listen_socket(settings.host, settings.port)
     runtime = Path(tempfile.mkdtemp(prefix="ds-writer-"))  # mode 0700: only this user
-    sockets = Sockets(link=runtime / "link.sock", http=runtime / "http.sock")
+    metrics = runtime / "metrics" if app.metrics is not None else None
+    sockets = Sockets(link=runtime / "link.sock", http=runtime / "http.sock", metrics=metrics)
+    if app.metrics is not None and metrics is not None:
+        metrics.mkdir()
+        app.metrics.gather_workers(str(metrics))  # one scrape, the whole pod
     app.headers_checked = True  # the workers checked them
     app.behind_workers = True
     config = uvicorn_config(

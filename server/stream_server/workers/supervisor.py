@@ -34,6 +34,9 @@ FD_ENV = "DS_WORKER_FD"  # the inherited listening socket
 LINK_ENV = "DS_WORKER_LINK"  # the writer's link socket
 HTTP_ENV = "DS_WORKER_HTTP"  # the writer's own HTTP socket
 INDEX_ENV = "DS_WORKER_INDEX"
+# The directory of the workers' metrics files (prometheus_client's multiprocess mode,
+# read from the environment when a worker imports it): the writer's scrape sums them.
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 FIRST_PAUSE = 0.5  # seconds before a dead worker is replaced; doubles while they keep dying
 LONGEST_PAUSE = 10.0
@@ -63,10 +66,12 @@ def _cgroup_quota(path: Path) -> int | None:
 
 @dataclass(frozen=True)
 class Sockets:
-    """The writer's two local sockets in a directory only its user may enter."""
+    """The writer's two local sockets in a directory only its user may enter, and
+    there the directory of the workers' metrics (None: no metrics)."""
 
     link: Path
     http: Path
+    metrics: Path | None = None
 
 
 def worker_env(
@@ -78,6 +83,9 @@ def worker_env(
     env[LINK_ENV] = str(sockets.link)
     env[HTTP_ENV] = str(sockets.http)
     env[INDEX_ENV] = str(index)
+    env.pop(METRICS_ENV, None)
+    if sockets.metrics is not None:
+        env[METRICS_ENV] = str(sockets.metrics)
     return env
 
 

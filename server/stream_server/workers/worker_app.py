@@ -24,6 +24,7 @@ from stream_server.protocol.context import raw_path
 from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
 from stream_server.protocol.subscriptions import is_control
+from stream_server.request_metrics import RequestMetrics
 from stream_server.workers.linked_limits import LinkedLimiter, LinkedSlots
 from stream_server.workers.linked_store import LinkedStore, WriterLost
 from stream_server.workers.local_reads import LocalReads
@@ -47,10 +48,12 @@ class WorkerApp:
         )
         # The pod's limits are the writer's: one limiter, one set of live readers' slots.
         limiter = LinkedLimiter(self.store) if settings.rate_limit > 0 else None
+        # Multiprocess metrics (the writer set their directory in our environment).
+        self.metrics = RequestMetrics(None) if settings.metrics else None
         context = Context(
             self.store,
             protocol_settings(settings),
-            None,
+            self.metrics,
             auth=self.auth,
             limiter=limiter,
             slots=LinkedSlots(self.store),
@@ -75,6 +78,16 @@ class WorkerApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if (
+            self.metrics is not None
+            and scope["type"] == "http"
+            and scope["path"].startswith(self.base)
+        ):
+            await self.metrics.measure(self._serve, scope, receive, send)  # as a single server
+        else:
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self.relay_all and scope["path"].startswith(self.base):
             raw = raw_path(scope)
             if not is_control(raw[len(self.base_raw) :]):
