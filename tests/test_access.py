@@ -43,7 +43,8 @@ def test_server_refuses_to_start_with_a_broken_token_file(tmp_path):
 
 
 @needs.commands("openssl", install="Debian's openssl (make system-deps)")
-def test_tls(server_factory, tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_tls(server_factory, tmp_path, workers):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
         [
@@ -67,7 +68,7 @@ def test_tls(server_factory, tmp_path):
         check=True,
         capture_output=True,
     )
-    srv = server_factory("--tls-cert", str(cert), "--tls-key", str(key))
+    srv = server_factory("--tls-cert", str(cert), "--tls-key", str(key), "--workers", workers)
     srv.scheme = "https"
     srv.start()
     url = f"https://127.0.0.1:{srv.port}/v1/stream/tls"
@@ -78,8 +79,9 @@ def test_tls(server_factory, tmp_path):
         httpx.get(f"http://127.0.0.1:{srv.port}/v1/stream/tls", timeout=3)
 
 
-def test_stalled_body_is_cut_off_with_408(server_factory):
-    srv = server_factory("--body-timeout", "1").start()
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_stalled_body_is_cut_off_with_408(server_factory, workers):
+    srv = server_factory("--body-timeout", "1", "--workers", workers).start()
     httpx.put(f"{srv.base}slow", headers=CT)
     with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as sock:
         sock.sendall(

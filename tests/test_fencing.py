@@ -58,12 +58,16 @@ def test_the_annotations_file_is_read_as_the_downward_api_writes_it(tmp_path: Pa
     assert read_fence(str(path)) is True
 
 
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
 def test_a_server_fenced_at_run_time_keeps_its_process_and_leaves_its_storage(
-    tmp_path: Path,
+    tmp_path: Path, workers: str
 ) -> None:
+    """With workers, the writer's fence stops them first; the fenced process serves
+    alone, and the lifted fence brings them back."""
     fence = tmp_path / "annotations"
     write_annotations(fence, {"other": "x"})
-    srv = ServerProcess(tmp_path / "data", env={"DS_FENCE_FILE": str(fence)}).start()
+    env = {"DS_FENCE_FILE": str(fence), "DS_WORKERS": workers}
+    srv = ServerProcess(tmp_path / "data", env=env).start()
     try:
         with httpx.Client(timeout=10) as http:
             url = srv.base + "fenced/one"

@@ -46,6 +46,7 @@ from stream_server.workers.worker_app import WorkerApp
 log = logging.getLogger("stream_server.workers")
 
 BACKLOG = 2048  # uvicorn's default
+RUNTIME_PREFIX = "ds-writer-"
 
 
 class WriterServer(StreamServer):
@@ -87,6 +88,7 @@ class WriterServer(StreamServer):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.supervisor.stop(grace=SHUTDOWN_GRACE + 1)
+        self.supervisor.sock.close()  # the port is free for whatever runs next (a fenced start)
         await self.host.stop()
         try:
             await super().shutdown(sockets)
@@ -100,7 +102,10 @@ def writer_server(
     """The writer's server, over ``count`` workers on the port it binds now (a port in
     use stops the start here, once, with the address named)."""
     sock = listen_socket(settings.host, settings.port)
-    runtime = Path(tempfile.mkdtemp(prefix="ds-writer-"))  # mode 0700: only this user
+    remove_stale_runtimes(Path(tempfile.gettempdir()))
+    # Mode 0700: only this user. Named by the writer's pid, so a later start can tell it
+    # from a live writer's once a kill -9 left it behind.
+    runtime = Path(tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{os.getpid()}-"))
     metrics = runtime / "metrics" if app.metrics is not None else None
     sockets = Sockets(link=runtime / "link.sock", http=runtime / "http.sock", metrics=metrics)
     if app.metrics is not None and metrics is not None:
@@ -121,6 +126,26 @@ def writer_server(
     return WriterServer(config, app, supervisor, runtime, file_watcher(settings, app.auth, None))
 
 
+def remove_stale_runtimes(tmp: Path) -> None:
+    """Remove the runtime directories of writers that no longer run (killed -9: their
+    sockets and the workers' metrics files stay behind)."""
+    for stale in tmp.glob(f"{RUNTIME_PREFIX}*-*"):
+        pid = stale.name[len(RUNTIME_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _runs(int(pid)):
+            continue
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
+
+
 def listen_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -130,8 +155,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise OSError(f"cannot listen on {host} port {port}: {exc.strerror}") from exc
-    sock.listen(BACKLOG)
-    sock.set_inheritable(True)
+    sock.listen(BACKLOG)  # inherited by the workers only (``pass_fds``), not across an exec
     return sock
 
 
