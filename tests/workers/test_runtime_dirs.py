@@ -5,21 +5,14 @@ longer run, and never a running writer's."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from stream_server.workers.processes import RUNTIME_PREFIX, remove_stale_runtimes
 
 
 def test_only_the_directories_of_writers_that_no_longer_run_are_removed(tmp_path: Path):
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    dead = tmp_path / f"{RUNTIME_PREFIX}{int(gone.stdout)}-abc"
+    beyond = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
+    dead = tmp_path / f"{RUNTIME_PREFIX}{beyond}-abc"
     mine = tmp_path / f"{RUNTIME_PREFIX}{os.getpid()}-def"
     init = tmp_path / f"{RUNTIME_PREFIX}1-ghi"  # pid 1 always runs
     other = tmp_path / "ds-writer-nopid"
