@@ -1,0 +1,53 @@
+"""A worker's own reads of the data directory answer as the writer would: after retention
+dropped a stream's head (410 with the earliest offset, HEAD saying it), across a fork's
+pieces, and for a small stream whose log moved from LMDB to its file meanwhile."""
+
+from __future__ import annotations
+
+from testkit import wait_until
+
+CT = {"Content-Type": "application/octet-stream"}
+CHUNK = b"r" * 4096
+
+
+async def test_after_retention_dropped_the_head(async_app_server):
+    srv = await async_app_server("--retention", "r/:max-bytes=64KiB", worker=True)
+    http, url = srv.client, f"{srv.base}r/one"
+    assert (await http.put(url, headers=CT)).status_code == 201
+    for _ in range(64):  # 256 KiB into a 64 KiB bound
+        assert (await http.post(url, headers=CT, content=CHUNK)).status_code == 204
+    store = srv.app.store
+    s = store.get("r/one")
+    await wait_until(  # dropped down to the bound: no more drops come
+        lambda: s.tail - store.earliest(s) <= 64 * 1024, message="not dropped to the bound"
+    )
+    first = store.earliest(s)
+    head = await http.head(url)
+    earliest = head.headers["stream-earliest-offset"]
+    old = await http.get(url, params={"offset": "0000000000000000_0000000000000000"})
+    assert old.status_code == 410
+    assert old.headers["stream-earliest-offset"] == earliest
+    kept = await http.get(url, params={"offset": earliest})
+    assert kept.status_code == 200
+    assert len(kept.content) == s.tail - first and set(kept.content) == {ord("r")}
+
+
+async def test_a_fork_read_across_its_source_and_its_own_log(async_app_server):
+    srv = await async_app_server(worker=True)
+    http = srv.client
+    src, fork = f"{srv.base}src", f"{srv.base}fork"
+    assert (await http.put(src, headers=CT, content=b"a" * 3000)).status_code == 201
+    forked = {**CT, "Stream-Forked-From": "/v1/stream/src"}
+    assert (await http.put(fork, headers=forked)).status_code == 201
+    assert (await http.post(fork, headers=CT, content=b"b" * 10)).status_code == 204
+    assert (await http.post(src, headers=CT, content=b"c" * 10)).status_code == 204
+    assert (await http.get(fork, params={"offset": "-1"})).content == b"a" * 3000 + b"b" * 10
+
+
+async def test_a_small_stream_that_grows_out_of_lmdb(async_app_server):
+    srv = await async_app_server(worker=True)
+    http, url = srv.client, f"{srv.base}grows"
+    assert (await http.put(url, headers=CT, content=b"x" * 100)).status_code == 201
+    assert (await http.get(url, params={"offset": "-1"})).content == b"x" * 100  # inline
+    assert (await http.post(url, headers=CT, content=b"y" * 4000)).status_code == 204
+    assert (await http.get(url, params={"offset": "-1"})).content == b"x" * 100 + b"y" * 4000
