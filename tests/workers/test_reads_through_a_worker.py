@@ -4,6 +4,8 @@ pieces, and for a small stream whose log moved from LMDB to its file meanwhile."
 
 from __future__ import annotations
 
+import asyncio
+
 from testkit import wait_until
 
 CT = {"Content-Type": "application/octet-stream"}
@@ -51,3 +53,20 @@ async def test_a_small_stream_that_grows_out_of_lmdb(async_app_server):
     assert (await http.get(url, params={"offset": "-1"})).content == b"x" * 100  # inline
     assert (await http.post(url, headers=CT, content=b"y" * 4000)).status_code == 204
     assert (await http.get(url, params={"offset": "-1"})).content == b"x" * 100 + b"y" * 4000
+
+
+async def test_a_woken_long_poll_gets_the_commit_small_or_large(async_app_server):
+    """A small wake comes in the wait's answer, a large one (past what an answer carries)
+    is read from the data directory: either way the reader gets exactly what was
+    appended."""
+    srv = await async_app_server("--long-poll-timeout", "30", worker=True)
+    http, url = srv.client, f"{srv.base}woken"
+    assert (await http.put(url, headers=CT)).status_code == 201
+    offset = "0000000000000000_0000000000000000"
+    for body in (b"s" * 100, b"L" * (200 * 1024)):
+        poll = asyncio.create_task(http.get(url, params={"offset": offset, "live": "long-poll"}))
+        await wait_until(lambda: srv.app.reader_slots.by_mode["long-poll"] == 1)
+        assert (await http.post(url, headers=CT, content=body)).status_code == 204
+        answer = await poll
+        assert answer.status_code == 200 and answer.content == body
+        offset = answer.headers["stream-next-offset"]

@@ -48,6 +48,10 @@ Snapshot = tuple[str, StreamMeta, int, int, list[Piece]]
 Gate = Callable[[bool], Awaitable[Refusal | None]]
 
 WRITES = frozenset({"append", "create", "delete"})
+# The most a wait's answer carries: what one commit typically brings a live reader. A
+# larger wake is read by the worker itself, so a thousand readers of a stream that took
+# a large append do not have it copied into a thousand answers by the serial writer.
+WAIT_DATA_MAX = 64 * 1024
 # A wait's answer: woken, the stream's configuration, tail, whether it is still the
 # stream at its path, and what woke it when that was in memory: the unit after it,
 # and its payloads.
@@ -191,8 +195,10 @@ class HostLink(Link):
             woken = await self.store.wait(s, unit, deadline, until)
         finally:
             self.waits.pop(rid, None)
-        ready = self.store.reader.from_memory(s, unit, most) if woken else None
-        data = None if ready is None else (ready.next, [bytes(p) for p in ready.payloads])
+        ready = self.store.reader.from_memory(s, unit, min(most, WAIT_DATA_MAX)) if woken else None
+        data = None
+        if ready is not None and ready.next == s.tail:  # all of it, or the worker reads
+            data = ready.next, [bytes(p) for p in ready.payloads]
         return woken, s.meta, s.tail, self.store.is_current(s), data
 
     async def append(
