@@ -22,6 +22,7 @@ from stream_operator.render import (
 from stream_operator.spec import refused_change, with_defaults
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
+from testkit.pod_objects import container_env
 
 UID = "uid"
 LIMITED = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2500m", "memory": "2Gi"}}}
@@ -118,3 +119,16 @@ def test_the_crd_refuses_a_negative_count_and_defaults_none(kube: Cluster):
     unset = kube.get("DurableStream", "default", "unset")["spec"]
     assert "workers" not in (unset.get("server") or {})
     assert kube.get("DurableStream", "default", "auto")["spec"]["server"]["workers"] == 0
+
+
+@pytest.mark.parametrize(
+    ("limit", "workers"), [("2500m", "3"), ("2", "2"), (1, "1"), ("100m", "1")]
+)
+def test_the_kubelet_gives_the_limit_rounded_up(kube: Cluster, limit: Any, workers: str):
+    """What the pods read (the kubelet stand-in, as Kubernetes rounds a CPU quantity up to
+    the divisor): the server is given whole processes."""
+    spec = {"resources": {"limits": {"cpu": limit}}}
+    env = container_env(kube, "default", server_container(spec), "ev-0")
+    assert env["DS_WORKERS"] == workers
+    unlimited = container_env(kube, "default", server_container({}), "ev-0")
+    assert "DS_WORKERS" not in unlimited  # the ConfigMap's "1" (not applied here)
