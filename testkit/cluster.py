@@ -15,6 +15,7 @@ import httpx
 import kmock
 import yaml
 
+from testkit import wait_for
 from testkit.kube import (
     BACKUP_CRD_FILE,
     CERTIFICATE_CRD_SCHEMA,
@@ -58,6 +59,30 @@ class Cluster:
             return []
         r.raise_for_status()
         return r.json()["items"]
+
+    def events(self, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+        """The Events about object ``name`` with ``reason``, in the order they were made.
+
+        kopf posts Events from a queue, after the change they report: a test that has
+        seen the change must still wait for its Event (``wait_for_event``)."""
+        return [
+            e
+            for e in self.list("Event", namespace)
+            if e["reason"] == reason and e["involvedObject"]["name"] == name
+        ]
+
+    def wait_for_event(
+        self, namespace: str, name: str, reason: str, containing: str = ""
+    ) -> list[dict[str, Any]]:
+        """Wait until an Event about ``name`` with ``reason`` (and ``containing`` in its
+        message) is posted; return those Events."""
+        return wait_for(
+            lambda: [e for e in self.events(namespace, name, reason) if containing in e["message"]],
+            message=lambda: (
+                f"an Event {reason} on {name} saying {containing!r}; there are: "
+                f"{[(e['reason'], e['message']) for e in self.list('Event', namespace)]}"
+            ),
+        )
 
     def create(self, obj: dict[str, Any]) -> httpx.Response:
         namespace = obj["metadata"].get("namespace")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from testkit.cluster import Cluster
+from testkit.downward_api import resource_field_value
 from testkit.pod_secrets import ContainerConfigError, secret_key_value
 
 
@@ -103,8 +104,9 @@ def container_env(
     cluster: Cluster, namespace: str, container: dict[str, Any], pod: str
 ) -> dict[str, str]:
     """The environment the kubelet gives ``container`` in pod ``pod``: its ConfigMaps, then
-    ``env`` in order, ``metadata.name`` from the downward API, a ``secretKeyRef``'s key
-    and ``$(VAR)`` expanded from the variables defined before it (as the kubelet does).
+    ``env`` in order, ``metadata.name`` and the container's CPU (``resourceFieldRef``) from
+    the downward API, a ``secretKeyRef``'s key and ``$(VAR)`` expanded from the variables
+    defined before it (as the kubelet does).
     A Secret or key missing (and not ``optional``) raises ``ContainerConfigError``."""
     env: dict[str, str] = {}
     for source in container.get("envFrom") or []:
@@ -121,6 +123,8 @@ def container_env(
             )
         elif (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
             env[var["name"]] = pod
+        elif ref := (var.get("valueFrom") or {}).get("resourceFieldRef"):
+            env[var["name"]] = resource_field_value(container, ref)
         elif ref := (var.get("valueFrom") or {}).get("secretKeyRef"):
             value = secret_key_value(cluster, namespace, ref)
             if value is not None:

@@ -26,6 +26,7 @@ from stream_operator.spec import (
 
 DATA_DIR = "/data"
 CONTAINER_PORT = 4437
+SERVER_CONTAINER = "server"
 CONFIG_HASH = f"{GROUP}/config-hash"
 STORAGE_SIZE = f"{GROUP}/storage-size"
 MANAGED_BY = "durable-streams-operator"
@@ -240,7 +241,29 @@ def server_env(spec: SpecInput) -> dict[str, str]:
         env["DS_PUBLIC_URL"] = srv.public_url
     if srv.retention:
         env["DS_RETENTION"] = ";".join(retention_policy(r) for r in srv.retention)
+    if srv.workers is not None or not cpu_limited(spec):
+        env["DS_WORKERS"] = str(1 if srv.workers is None else srv.workers)
     return env
+
+
+def cpu_limited(spec: SpecInput) -> bool:
+    """Whether the server container has a CPU limit (``spec.resources.limits.cpu``)."""
+    limits = with_defaults(spec).resources.get("limits") or {}
+    return limits.get("cpu") not in (None, "")
+
+
+def workers_env(spec: SpecInput) -> list[dict[str, Any]]:
+    """DS_WORKERS from the container's CPU limit, where ``server.workers`` is left out and
+    there is a limit: the downward API rounds the limit up to whole CPUs (2500m: 3), and it
+    follows the limit when the resources change (which rolls the pods already). Without a
+    limit the downward API would give the node's allocatable CPUs, which a pod may share
+    with many others: ``server_env`` sets one process then, and a set number goes there
+    too (the config hash covers it). docs/kubernetes.md, "Sizing a pod"."""
+    s = with_defaults(spec)
+    if s.server.workers is not None or not cpu_limited(s):
+        return []
+    field = {"containerName": SERVER_CONTAINER, "resource": "limits.cpu", "divisor": "1"}
+    return [{"name": "DS_WORKERS", "valueFrom": {"resourceFieldRef": field}}]
 
 
 # Kubernetes' binary suffixes, which the CRD also takes, as the server writes them.
@@ -345,7 +368,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
     volumes += archive_volumes
     mounts += archive_mounts
     container = {
-        "name": "server",
+        "name": SERVER_CONTAINER,
         "image": s.image,
         "imagePullPolicy": s.image_pull_policy,
         "args": ["serve"],
@@ -353,6 +376,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
         "env": [
             *replica_identity_env(name, namespace, s),
             FENCE_ENV,
+            *workers_env(s),
             *archive_render.credential_env(archive_render.served_store(s)),
         ],
         "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],

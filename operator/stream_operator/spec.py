@@ -135,6 +135,9 @@ class ServerSpec:
     webhook_allow: tuple[str, ...]  # spec.server.subscriptions.webhookAllow
     public_url: str | None  # spec.server.subscriptions.publicURL
     retention: tuple[RetentionRule, ...]
+    # spec.server.workers: the server's processes (DS_WORKERS; 0: one per CPU it may use).
+    # None: the pod's CPU limit decides (render.workers_env; docs/kubernetes.md).
+    workers: int | None
 
 
 @dataclass(frozen=True)
@@ -386,6 +389,7 @@ def _server(raw: Mapping[str, Any]) -> ServerSpec:
             )
             for entry in raw.get("retention") or ()
         ),
+        workers=None if raw.get("workers") is None else int(raw["workers"]),
     )
 
 
@@ -473,7 +477,8 @@ def refused_change(old: Mapping[str, Any] | None, new: SpecInput) -> str | None:
     spec last applied, as the StatefulSet's annotation holds it (its storage)."""
     spec = with_defaults(new)
     invalid = (
-        refused_retention(spec)
+        refused_workers(spec)
+        or refused_retention(spec)
         or refused_replication(spec)
         or archive_spec.refused_archive(spec.backup, spec.recovery, spec.replica)
     )
@@ -486,6 +491,15 @@ def refused_change(old: Mapping[str, Any] | None, new: SpecInput) -> str | None:
         return "storage.storageClassName cannot change: volumes cannot move between classes"
     if quantity_bytes(n.size) < quantity_bytes(o.size):
         return f"storage.size cannot shrink ({o.size} -> {n.size}): volumes can only grow"
+    return None
+
+
+def refused_workers(spec: SpecInput) -> str | None:
+    """What the CRD's minimum on ``server.workers`` refuses, for a cluster that did not
+    run it: the server would refuse to start."""
+    workers = with_defaults(spec).server.workers
+    if workers is not None and workers < 0:
+        return f"server.workers ({workers}) must be 0 (one per CPU) or more"
     return None
 
 

@@ -106,7 +106,7 @@ def test_a_backup_runs_on_an_in_sync_standby_with_the_peer_token(kube):
     assert (done["beginLSN"], done["endLSN"]) == (10, 15)
     assert done["startedAt"] and done["stoppedAt"]
     assert stand_in.posts() == [("events-2", f"Bearer {stand_in.token}")]
-    assert events(c, "first", "Completed")
+    c.wait_for_event(NS, "first", "Completed")  # posted after the status (kopf's queue)
     wait_for(lambda: ds_status(c).get("lastSuccessfulBackup") == done["stoppedAt"], message="ds")
     assert ds_status(c)["firstRecoverabilityPoint"] == stand_in.backups[0]["time"]
     # target: primary goes to the Lease holder.
@@ -120,7 +120,7 @@ def test_a_refused_backup_fails_with_the_servers_reason_and_is_not_retried(kube)
     done = backup(c, "refused")
     assert done["phase"] == "failed"
     assert "503" in done["error"] and "connection refused" in done["error"]
-    assert events(c, "refused", "Failed")
+    c.wait_for_event(NS, "refused", "Failed")
     assert stand_in.posts() == [("events-0", "")]  # a single server: no token
     # Not retried: the next backup is a new object.
     assert backup(c, "again")["phase"] == "completed"
@@ -150,7 +150,7 @@ def test_the_schedule_creates_owned_backups_that_are_taken(kube):
     assert (owner["kind"], owner["name"]) == (KIND, "events")
     assert taken[0]["metadata"]["name"].startswith("events-2")  # named for its time
     assert ds_status(c)["nextScheduledBackup"] > ds_status(c)["lastScheduledBackup"]
-    assert events(c, "events", "BackupScheduled")
+    c.wait_for_event(NS, "events", "BackupScheduled")
 
 
 def test_archive_status_condition_and_events_follow_the_primary(kube):
@@ -167,6 +167,7 @@ def test_archive_status_condition_and_events_follow_the_primary(kube):
     )
     assert ds_status(c)["archive"]["failing"] is True
     assert ds_status(c)["archive"]["lagSeconds"] == 32
+    c.wait_for_event(NS, "events", "ArchiveFailing")
     assert events(c, "events", "ArchiveFailing") == ["ArchiveDenied: 403 AccessDenied"]
     stand_in.set_status(archived_lsn=50)
     wait_for(lambda: events(c, "events", "ArchiveRecovered"), message="recovered")

@@ -248,6 +248,9 @@ def test_a_spec_without_them_renders_nothing_new():
         "DS_DEFAULT_TTL",
         "DS_LOG_LEVEL",
         "DS_LOG_FORMAT",
+        # One process without a CPU limit (test_workers_render.py): the server's default
+        # today, in the ConfigMap only, which no pod reads before it restarts.
+        "DS_WORKERS",
     }
     assert {"subscriptions", "retention"}.isdisjoint(with_defaults({}).raw["server"])
     empty = {"server": {"subscriptions": {"webhookAllow": []}, "retention": []}}

@@ -58,6 +58,7 @@ FROM_THE_POD = {
     "DS_REPLICATION_LEASE",
     "DS_REPLICATION_SET_SIZE",  # spec.replicas
     "DS_REPLICATION_BOOTSTRAP",
+    "DS_WORKERS",  # the pod's CPU limit, or one process without one (test_workers_render.py)
 }
 # Defaults that differ from the server's on purpose, and why.
 ON_PURPOSE = {
