@@ -427,11 +427,11 @@ def test_a_reader_that_stops_reading_is_aborted(server_factory):
 
 
 def test_protocol_choice_falls_back_to_h11_without_httptools(monkeypatch):
-    from stream_server import server
+    from stream_server import serving
     from stream_server.config import Settings
 
-    monkeypatch.setattr(server, "raise_open_file_limit", lambda: 4096)
-    protocol, limit = server.http_protocol(Settings(max_connections=0))
+    monkeypatch.setattr(serving, "raise_open_file_limit", lambda: 4096)
+    protocol, limit = serving.http_protocol(Settings(max_connections=0))
     assert not isinstance(protocol, str) and protocol.max_connections == 3072 and limit is None
     monkeypatch.setitem(sys.modules, "stream_server.http_limits", None)  # import fails
-    assert server.http_protocol(Settings(max_connections=50)) == ("h11", 50)
+    assert serving.http_protocol(Settings(max_connections=50)) == ("h11", 50)
