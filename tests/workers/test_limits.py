@@ -96,3 +96,17 @@ async def test_a_workers_slots_go_back_when_its_link_goes(async_app_server):
     assert (await srv.client.post(url, headers=CT, content=b"data")).status_code == 204
     r = await srv.client.get(url, params={"offset": "-1", "live": "long-poll"})
     assert r.status_code == 200  # the slot the killed worker held is free again
+
+
+async def test_a_slot_released_in_the_frame_that_took_it_is_free():
+    """A reader that hangs up at once sends its hold and its release together: the writer
+    must take and give back in that order, not leave a slot held forever."""
+    from stream_server.protocol.live import ReaderSlots
+    from stream_server.workers.host import HostLink, WriterHost
+
+    slots = ReaderSlots(10, 1)
+    host = WriterHost(None, None, lambda: True, None, slots)  # type: ignore[arg-type]
+    link = HostLink(host)
+    link.received([(7, "hold", ("long-poll", "client")), (0, "release", 7)])
+    await asyncio.sleep(0)  # anything the frame started runs
+    assert slots.by_mode["long-poll"] == 0 and not slots.by_client

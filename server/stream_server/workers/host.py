@@ -141,6 +141,9 @@ class HostLink(Link):
                 if slot is not None:
                     slot.__exit__(None, None, None)
                 continue
+            if op in AT_ONCE:  # in order with a release that follows: no task between
+                self.answer_now(rid, op, args)
+                continue
             task = asyncio.ensure_future(self.answer(rid, op, args))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -169,6 +172,16 @@ class HostLink(Link):
         except Exception as exc:  # the worker answers 500, as the writer's own route would
             log.exception("a worker's %s failed", op)
             self.send((rid, False, encode_error(StreamError(f"internal error: {exc}"))))
+        else:
+            self.send((rid, True, value))
+
+    def answer_now(self, rid: int, op: str, args: tuple[Any, ...]) -> None:
+        """A call answered without waiting (limits): never refused by the gate, as a
+        single process admits a request before it looks at the store."""
+        try:
+            value = AT_ONCE[op](self, rid, *args)
+        except StreamError as exc:
+            self.send((rid, False, encode_error(exc)))
         else:
             self.send((rid, True, value))
 
@@ -235,11 +248,11 @@ class HostLink(Link):
     async def delete(self, rid: int, path: str) -> None:
         await self.store.delete(path)
 
-    async def admit(self, rid: int, client: str) -> float:
+    def admit(self, rid: int, client: str) -> float:
         limiter = self.host.limiter
         return 0.0 if limiter is None else limiter.acquire(client)
 
-    async def hold(self, rid: int, mode: str, client: str) -> None:
+    def hold(self, rid: int, mode: str, client: str) -> None:
         """Take a live reader's slot until the worker sends ``release`` for this call
         (or its link goes): 503 or 429 as a single process refuses one."""
         assert self.host.slots is not None
@@ -254,6 +267,7 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "append": HostLink.append,
     "create": HostLink.create,
     "delete": HostLink.delete,
-    "admit": HostLink.admit,
-    "hold": HostLink.hold,
 }
+# Calls answered in the turn they arrive in, in order with the messages around them: a
+# hold's release may come in the same frame (a reader that hung up at once).
+AT_ONCE: dict[str, Callable[..., Any]] = {"admit": HostLink.admit, "hold": HostLink.hold}

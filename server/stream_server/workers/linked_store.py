@@ -174,7 +174,11 @@ class LinkedStore:
     async def hold(self, mode: str, client: str) -> int:
         """Take one of the writer's live readers' slots; the call's id releases it."""
         rid, answer = self._call("hold", mode, client)
-        await answer
+        try:
+            await answer
+        except asyncio.CancelledError:  # the writer took it (or will): give it back
+            self.release(rid)
+            raise
         return rid
 
     def release(self, rid: int) -> None:
