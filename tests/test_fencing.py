@@ -115,16 +115,8 @@ def _fenced(http: httpx.Client, srv: ServerProcess) -> bool:
 def test_a_server_started_fenced_does_not_open_its_data_directory(tmp_path: Path) -> None:
     fence = tmp_path / "annotations"
     write_annotations(fence, {FENCED_ANNOTATION: "true"})
-    srv = ServerProcess(tmp_path / "data", env={"DS_FENCE_FILE": str(fence)})
-    srv.child = Child(
-        "server",
-        stream_server_command(srv.port, srv.data_dir),
-        srv.log_path,
-        env=env_with(srv.env),
-    )
+    srv = _start_fenced(tmp_path, fence)
     try:
-        # Alive, never ready: ServerProcess.start would wait for /readyz.
-        srv.child.start(lambda: http_status(srv.port, "/healthz") == 200)
         assert http_status(srv.port, "/readyz") == 503
         assert not srv.data_dir.exists()  # no layout made, no recovery run
         write_annotations(fence, {})
@@ -170,15 +162,8 @@ def test_a_server_the_list_names_starts_fenced_and_follows_the_list(tmp_path: Pa
     fence = podinfo / "annotations"
     write_annotations(fence, {})
     write_list(podinfo, "ev-0", ["ev-0"])
-    srv = ServerProcess(tmp_path / "data", env={"DS_FENCE_FILE": str(fence)})
-    srv.child = Child(
-        "server",
-        stream_server_command(srv.port, srv.data_dir),
-        srv.log_path,
-        env=env_with(srv.env),
-    )
+    srv = _start_fenced(tmp_path, fence)
     try:
-        srv.child.start(lambda: http_status(srv.port, "/healthz") == 200)
         assert http_status(srv.port, "/readyz") == 503
         assert not srv.data_dir.exists()  # never opened
         write_list(podinfo, "ev-0", [])  # the kubelet's refresh of the ConfigMap's file
@@ -186,3 +171,17 @@ def test_a_server_the_list_names_starts_fenced_and_follows_the_list(tmp_path: Pa
         assert any(srv.data_dir.iterdir())
     finally:
         assert srv.stop() == 0
+
+
+def _start_fenced(tmp_path: Path, fence: Path) -> ServerProcess:
+    """A server started fenced: alive (``/healthz``), never ready, so not through
+    ``ServerProcess.start``, which waits for ``/readyz``."""
+    srv = ServerProcess(tmp_path / "data", env={"DS_FENCE_FILE": str(fence)})
+    srv.child = Child(
+        "server",
+        stream_server_command(srv.port, srv.data_dir),
+        srv.log_path,
+        env=env_with(srv.env),
+    )
+    srv.child.start(lambda: http_status(srv.port, "/healthz") == 200)
+    return srv
