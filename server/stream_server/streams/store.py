@@ -338,13 +338,23 @@ class StreamStore:
 
     # ------------------------------------------------------------------ append
 
-    async def append(self, req: AppendRequest) -> AppendResult:  # noqa: C901 - the append path: a call more per append costs more than a branch
+    async def append(self, req: AppendRequest) -> AppendResult:
         parsed = None
         media = media_type(req.content_type) if req.content_type is not None else None
         if req.body and media == JSON_TYPE:
             ahead = self.get(req.path)  # 404 and 410 come before a JSON 400
             if ahead.is_json and not ahead.pending.meta.closed:
                 parsed = await self.json.split(req.body, allow_empty_array=False)
+        return await self.append_soon(req, media, parsed)
+
+    def append_soon(  # noqa: C901 - the append path: a call more per append costs more than a branch
+        self, req: AppendRequest, media: str | None, parsed: list[bytes] | None = None
+    ) -> asyncio.Future[AppendResult]:
+        """An append's checks and queueing in one synchronous step: a refusal raises here,
+        and the future resolves once the append is durable (or a duplicate's original
+        is). ``media`` is the request's media type; ``parsed``, a JSON body split ahead.
+        The writer takes a worker's appends this way, one step each, no task each
+        (``workers/host.py``); a JSON body must be split ahead (``append``)."""
         s = self.get(req.path, touch=True)
         m = s.pending.meta
         p = req.producer
@@ -352,11 +362,9 @@ class StreamStore:
             raise BadRequest("empty body: an append needs data (or Stream-Closed: true)")
         if m.closed:
             if p is not None and m.closed_by == (p.id, p.epoch, p.seq):
-                await self._settled(s)
-                return AppendResult(s.tail, True, duplicate=True, producer=p)
+                return self._when_settled(s, AppendResult(s.tail, True, duplicate=True, producer=p))
             if req.close and not req.body:
-                await self._settled(s)
-                return AppendResult(s.tail, True)
+                return self._when_settled(s, AppendResult(s.tail, True))
             raise StreamClosed("stream is closed", s.pending.tail)
         if req.body and media != s.media:
             if media is None:
@@ -371,10 +379,10 @@ class StreamStore:
             if verdict.duplicate is not None:
                 # The original may still be on its way to disk: a duplicate is
                 # acknowledged only once the original is.
-                await self._settled(s)
-                return AppendResult(
+                duplicate = AppendResult(
                     s.tail, s.meta.closed, duplicate=True, producer=verdict.duplicate
                 )
+                return self._when_settled(s, duplicate)
         if (
             req.stream_seq is not None
             and m.stream_seq is not None
@@ -392,15 +400,28 @@ class StreamStore:
         apply = queued.apply
         if payloads and self.events.on_appended is not None:
             apply = _then(apply, self.events.on_appended, s)
-        stats = await self._commit(queued.ops, queued.size, apply, s)
-        self.retention.appended(s)
-        return AppendResult(
-            queued.tail,
-            req.close or s.meta.closed,
-            producer=p,
-            appended=bool(payloads),
-            batch=stats,
-        )
+        fut = s.inflight = self.pipeline.submit(queued.ops, queued.size, apply)
+        done = fut.get_loop().create_future()
+        tail, close, appended = queued.tail, req.close, bool(payloads)
+
+        def durable(f: asyncio.Future[BatchStats]) -> None:
+            if f.cancelled():
+                done.cancel()
+                return
+            failed = f.exception()
+            if failed is None:
+                self.retention.appended(s)  # whether or not the caller still waits
+            if done.done():
+                return
+            if failed is not None:
+                done.set_exception(_unavailable(failed))
+                return
+            result = AppendResult(tail, close or s.meta.closed, producer=p, appended=appended)
+            result.batch = f.result()
+            done.set_result(result)
+
+        fut.add_done_callback(durable)
+        return done
 
     def _payloads(
         self, body: bytes, is_json: bool, *, allow_empty_array: bool, parsed: list[bytes] | None
@@ -454,20 +475,31 @@ class StreamStore:
             st.inflight = fut
         try:
             return await asyncio.shield(fut)
-        except StorageFailed as exc:
-            raise Unavailable(str(exc)) from None
         except StorageError as exc:
-            raise Unavailable(str(exc), disk_full=exc.disk_full) from None
+            raise _unavailable(exc) from None
 
-    async def _settled(self, s: Stream) -> None:
-        """Wait until every change already queued for ``s`` is durable (or failed)."""
+    def _when_settled(self, s: Stream, result: AppendResult) -> asyncio.Future[AppendResult]:
+        """``result`` once every change already queued for ``s`` is durable (a duplicate's
+        original, a close already on its way), or Unavailable if that failed."""
         fut = s.inflight
+        done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         if fut is None or (fut.done() and not fut.cancelled() and fut.exception() is None):
-            return
-        try:
-            await asyncio.shield(fut)
-        except StorageError as exc:
-            raise Unavailable(f"an earlier write to this stream failed: {exc}") from None
+            done.set_result(result)
+            return done
+
+        def settled(f: asyncio.Future[BatchStats]) -> None:
+            if done.done():
+                return
+            failed = None if f.cancelled() else f.exception()
+            if isinstance(failed, StorageError):
+                failed = Unavailable(f"an earlier write to this stream failed: {failed}")
+            if failed is not None:
+                done.set_exception(failed)
+            else:
+                done.set_result(result)
+
+        fut.add_done_callback(settled)
+        return done
 
     def _on_failure(self, error: StorageError) -> None:
         """A batch failed: forget every queued change, as if it had never been asked."""
@@ -538,3 +570,13 @@ __all__ = [
     "StoreLimits",
     "StreamStore",
 ]
+
+
+def _unavailable(exc: BaseException) -> BaseException:
+    """A failed batch as the refusal the client gets (503, or 507 when the disk is full);
+    anything else that failed as it is."""
+    if isinstance(exc, StorageFailed):
+        return Unavailable(str(exc))
+    if isinstance(exc, StorageError):
+        return Unavailable(str(exc), disk_full=exc.disk_full)
+    return exc

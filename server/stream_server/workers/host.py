@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from stream_format.media import JSON_TYPE, media_type
 from stream_format.meta import StreamMeta, TailValue
 from stream_format.records import Producer
 from stream_server.protocol.live import ReaderSlots
@@ -31,7 +33,7 @@ from stream_server.replication.write_fence import Refusal
 from stream_server.streams.errors import NotFound, StreamError
 from stream_server.streams.forks import chain
 from stream_server.streams.model import Stream
-from stream_server.streams.requests import AppendRequest, CreateRequest
+from stream_server.streams.requests import AppendRequest, AppendResult, CreateRequest
 from stream_server.streams.store import StreamStore
 from stream_server.workers.link import Link, encode_error
 
@@ -144,6 +146,8 @@ class HostLink(Link):
             if op in AT_ONCE:  # in order with a release that follows: no task between
                 self.answer_now(rid, op, args)
                 continue
+            if op == "append" and self.host.clear() and self.append_now(rid, args):
+                continue
             task = asyncio.ensure_future(self.answer(rid, op, args))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -169,11 +173,44 @@ class HostLink(Link):
             value = await OPS[op](self, rid, *args)
         except StreamError as exc:
             self.send((rid, False, encode_error(exc)))
-        except Exception as exc:  # the worker answers 500, as the writer's own route would
-            log.exception("a worker's %s failed", op)
-            self.send((rid, False, encode_error(StreamError(f"internal error: {exc}"))))
+        except Exception as exc:
+            self.failed(rid, op, exc)
         else:
             self.send((rid, True, value))
+
+    def append_now(self, rid: int, args: tuple[Any, ...]) -> bool:
+        """An append checked and queued in this turn, answered when it is durable: no task,
+        no coroutine (the writer's serial cost per append is what bounds the pod). False
+        for a JSON body, which is split first (the task's way)."""
+        req = AppendRequest(*args)
+        media = media_type(req.content_type) if req.content_type is not None else None
+        if req.body and media == JSON_TYPE:
+            return False
+        try:
+            done = self.store.append_soon(req, media)
+        except StreamError as exc:
+            self.send((rid, False, encode_error(exc)))
+        except Exception as exc:
+            self.failed(rid, "append", exc)
+        else:
+            done.add_done_callback(functools.partial(self.appended, rid))
+        return True
+
+    def appended(self, rid: int, done: asyncio.Future[AppendResult]) -> None:
+        if done.cancelled():
+            return
+        exc = done.exception()
+        if isinstance(exc, StreamError):
+            self.send((rid, False, encode_error(exc)))
+        elif exc is not None:
+            self.failed(rid, "append", exc)
+        else:
+            self.send((rid, True, append_answer(done.result())))
+
+    def failed(self, rid: int, op: str, exc: BaseException) -> None:
+        """The worker answers 500, as the writer's own route would."""
+        log.error("a worker's %s failed", op, exc_info=exc)
+        self.send((rid, False, encode_error(StreamError(f"internal error: {exc}"))))
 
     def answer_now(self, rid: int, op: str, args: tuple[Any, ...]) -> None:
         """A call answered without waiting (limits): never refused by the gate, as a
@@ -224,22 +261,8 @@ class HostLink(Link):
         producer: Producer | None,
         close: bool,
     ) -> AppendAnswer:
-        r = await self.store.append(
-            AppendRequest(path, content_type, body, stream_seq, producer, close)
-        )
-        batch = r.batch
-        stats = (
-            None
-            if batch is None
-            else (
-                batch.appends,
-                batch.bytes,
-                batch.write_seconds,
-                batch.fsync_seconds,
-                batch.commit_seconds,
-            )
-        )
-        return r.tail, r.closed, r.duplicate, r.producer, r.appended, stats
+        req = AppendRequest(path, content_type, body, stream_seq, producer, close)
+        return append_answer(await self.store.append(req))
 
     async def create(self, rid: int, req: CreateRequest) -> tuple[Snapshot, bool, int, bool]:
         result = await self.store.create(req)
@@ -259,6 +282,22 @@ class HostLink(Link):
         slot = self.host.slots.hold(mode, client)
         slot.__enter__()
         self.held[rid] = slot
+
+
+def append_answer(r: AppendResult) -> AppendAnswer:
+    batch = r.batch
+    stats = (
+        None
+        if batch is None
+        else (
+            batch.appends,
+            batch.bytes,
+            batch.write_seconds,
+            batch.fsync_seconds,
+            batch.commit_seconds,
+        )
+    )
+    return r.tail, r.closed, r.duplicate, r.producer, r.appended, stats
 
 
 OPS: dict[str, Callable[..., Awaitable[Any]]] = {
