@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
+from stream_server.protocol.context import Limiter, Slots
 from stream_server.protocol.live import MODES
 from stream_server.workers.linked_store import LinkedStore
 
@@ -43,3 +45,9 @@ class LinkedSlots:
         finally:
             self.by_mode[mode] -= 1
             self.store.release(rid)
+
+
+if TYPE_CHECKING:  # mypy checks that they offer what the protocol layer asks
+
+    def _implements(limiter: LinkedLimiter, slots: LinkedSlots) -> tuple[Limiter, Slots]:
+        return limiter, slots

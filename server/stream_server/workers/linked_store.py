@@ -12,11 +12,12 @@ import asyncio
 import itertools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stream_server.engine import BatchStats
 from stream_server.protocol.context import READ_CHUNK_BYTES
 from stream_server.streams.errors import Unavailable
+from stream_server.streams.interface import ProtocolStore
 from stream_server.streams.model import Stream
 from stream_server.streams.requests import (
     AppendRequest,
@@ -194,3 +195,9 @@ class LinkedStore:
         self.stopping = True
         for rid in list(self.waits):
             self.cancel(rid)
+
+
+if TYPE_CHECKING:  # mypy checks that a worker's store offers what the protocol layer asks
+
+    def _implements(store: LinkedStore) -> ProtocolStore:
+        return store
