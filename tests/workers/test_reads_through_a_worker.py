@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from testkit import wait_until
 
 CT = {"Content-Type": "application/octet-stream"}
@@ -70,3 +72,51 @@ async def test_a_woken_long_poll_gets_the_commit_small_or_large(async_app_server
         answer = await poll
         assert answer.status_code == 200 and answer.content == body
         offset = answer.headers["stream-next-offset"]
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+async def test_a_json_append_split_by_the_worker_is_refused_in_the_protocols_order(
+    async_app_server,
+):
+    """The worker splits a JSON body for the writer; one it cannot split goes whole, so a
+    missing stream is still 404 before the body's 400, and a closed one 409."""
+    srv = await async_app_server(worker=True)
+    http, url = srv.client, f"{srv.base}j"
+    assert (await http.post(f"{srv.base}nothing", headers=JSON, content=b"[1,")).status_code == 404
+    assert (await http.put(url, headers=JSON)).status_code == 201
+    assert (await http.post(url, headers=JSON, content=b"[1,")).status_code == 400
+    assert (await http.post(url, headers=JSON, content=b'[{"a":1},2,"three"]')).status_code == 204
+    got = await http.get(url, params={"offset": "-1"})
+    assert got.json() == [{"a": 1}, 2, "three"]
+    closed = {**JSON, "Stream-Closed": "true"}
+    assert (await http.post(url, headers=closed)).status_code == 204
+    assert (await http.post(url, headers=JSON, content=b"[4,")).status_code == 409
+
+
+async def test_a_drop_that_overtakes_a_workers_read_is_410_not_damage(async_app_server):
+    """The worker read with the tail the writer named when it opened the stream; retention
+    dropped the head meanwhile. The punched bytes must read as 'dropped' (410), never as a
+    damaged log (500), and the stream must not stay marked damaged in the worker."""
+    from stream_server.streams.errors import OffsetGone
+
+    srv = await async_app_server("--retention", "r/:max-bytes=64KiB", worker=True)
+    http, url = srv.client, f"{srv.base}r/race"
+    assert (await http.put(url, headers=CT)).status_code == 201
+    for _ in range(8):
+        assert (await http.post(url, headers=CT, content=CHUNK)).status_code == 204
+    assert srv.worker is not None
+    stale = await srv.worker.store.open("r/race")  # the snapshot a read began with
+    assert stale.first == 0
+    for _ in range(64):  # the head is dropped, its blocks punched
+        assert (await http.post(url, headers=CT, content=CHUNK)).status_code == 204
+    store = srv.app.store
+    s = store.get("r/race")
+    await wait_until(lambda: store.earliest(s) > 16 * len(CHUNK), message="nothing dropped")
+    with pytest.raises(OffsetGone):
+        await srv.worker.store.read(stale, 0, 1 << 20)
+    fresh = await http.get(
+        url, params={"offset": (await http.head(url)).headers["stream-earliest-offset"]}
+    )
+    assert fresh.status_code == 200 and set(fresh.content) == {ord("r")}

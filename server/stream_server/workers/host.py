@@ -180,14 +180,16 @@ class HostLink(Link):
 
     def append_now(self, rid: int, args: tuple[Any, ...]) -> bool:
         """An append checked and queued in this turn, answered when it is durable: no task,
-        no coroutine (the writer's serial cost per append is what bounds the pod). False
-        for a JSON body, which is split first (the task's way)."""
-        req = AppendRequest(*args)
+        no coroutine (the writer's serial cost per append is what bounds the pod). A JSON
+        body comes split by the worker; False for one it could not split, which is split
+        here first (the task's way), so its refusal comes in the protocol's order."""
+        *fields, parsed = args
+        req = AppendRequest(*fields)
         media = media_type(req.content_type) if req.content_type is not None else None
-        if req.body and media == JSON_TYPE:
-            return False
+        if req.body and media == JSON_TYPE and parsed is None:
+            return False  # not split by the worker: split here, in the protocol's order
         try:
-            done = self.store.append_soon(req, media)
+            done = self.store.append_soon(req, media, parsed)
         except StreamError as exc:
             self.send((rid, False, encode_error(exc)))
         except Exception as exc:
@@ -260,7 +262,9 @@ class HostLink(Link):
         stream_seq: str | None,
         producer: Producer | None,
         close: bool,
+        parsed: list[bytes] | None,
     ) -> AppendAnswer:
+        """The way of an append that must wait first (a gate, a JSON body to split)."""
         req = AppendRequest(path, content_type, body, stream_seq, producer, close)
         return append_answer(await self.store.append(req))
 

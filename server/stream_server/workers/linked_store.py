@@ -14,10 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stream_format.media import JSON_TYPE, media_type
 from stream_server.engine import BatchStats
 from stream_server.protocol.context import READ_CHUNK_BYTES
-from stream_server.streams.errors import Unavailable
+from stream_server.streams.errors import StreamError, Unavailable
 from stream_server.streams.interface import ProtocolStore
+from stream_server.streams.jsonmode import INLINE_MAX_BYTES, split_fast
 from stream_server.streams.model import Stream
 from stream_server.streams.requests import (
     AppendRequest,
@@ -55,10 +57,11 @@ class LinkedStream(Stream):
 class LinkedStore:
     """``ProtocolStore`` over a link to the writer; ``on_lost`` is told when it breaks."""
 
-    def __init__(self, on_lost: Callable[[], None], local: LocalReads) -> None:
+    def __init__(self, on_lost: Callable[[], None], local: LocalReads, max_messages: int) -> None:
         self.on_lost = on_lost
         self.local = local  # catch-up reads from the data directory
         self.read_chunk = READ_CHUNK_BYTES  # the most a live read sends at once (``Context``'s)
+        self.max_messages = max_messages  # --max-json-messages
         self.link: Link | None = None
         self.calls: dict[int, asyncio.Future[Any]] = {}
         self.waits: set[int] = set()
@@ -119,11 +122,32 @@ class LinkedStore:
         return CreateResult(LinkedStream(snap), created, tail, closed)
 
     async def append(self, req: AppendRequest) -> AppendResult:
-        args = (req.path, req.content_type, req.body, req.stream_seq, req.producer, req.close)
-        answer: AppendAnswer = await self._call("append", *args)[1]
+        answer: AppendAnswer = await self._call(
+            "append",
+            req.path,
+            req.content_type,
+            req.body,
+            req.stream_seq,
+            req.producer,
+            req.close,
+            self._split(req),
+        )[1]
         tail, closed, duplicate, producer, appended, stats = answer
         batch = None if stats is None else BatchStats(*stats)
         return AppendResult(tail, closed, duplicate, producer, appended, batch)
+
+    def _split(self, req: AppendRequest) -> list[bytes] | None:
+        """A JSON body's messages, split here rather than by the serial writer; None when
+        it is not JSON, too large to split on this loop, or not valid (the writer then
+        refuses it, after the checks that come first: 404 before 400)."""
+        if not req.body or len(req.body) > INLINE_MAX_BYTES or req.content_type is None:
+            return None
+        if media_type(req.content_type) != JSON_TYPE:
+            return None
+        try:
+            return split_fast(req.body, allow_empty_array=False, max_messages=self.max_messages)
+        except StreamError:
+            return None
 
     async def delete(self, path: str) -> None:
         await self._call("delete", path)[1]

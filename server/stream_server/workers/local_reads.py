@@ -16,12 +16,13 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from stream_format.layout import Layout
+from stream_format.meta import DB_TAILS, decode_tail, id_key
 from stream_server.engine.batch import Tail
 from stream_server.engine.errors import HeadDropped
 from stream_server.engine.log_reads import LogReads
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.segments import Segments
-from stream_server.streams.errors import OffsetGone
+from stream_server.streams.errors import Damaged, OffsetGone
 from stream_server.streams.reads import Got, stitched
 from stream_server.streams.requests import ReadResult
 from stream_server.workers.host import Piece
@@ -52,6 +53,24 @@ class ReadOnlyLog(LogReads):
         path and process (the in-process test kit runs a worker beside its writer)."""
         self.meta = self.segments.meta = meta
         self.owned = False
+
+    def _below_start(self, sid: int, pos: int) -> None:
+        """HeadDropped if ``pos`` is below the stream's retained start as LMDB has it now:
+        the tail the writer named may be older than a drop that overtook this read."""
+        super()._below_start(sid, pos)
+        assert self.meta is not None
+        with self.meta.env.begin() as txn:
+            raw = txn.get(id_key(sid), db=self.meta.dbs[DB_TAILS])
+        if raw is not None:
+            now = decode_tail(raw)
+            if pos < now.start_pos:
+                raise HeadDropped(now.start)
+
+    def forget_damage(self) -> None:
+        """A worker never remembers a stream as damaged: its view may be older than a
+        drop, and the writer, which reads every log itself, is the one that knows."""
+        self.damaged.clear()
+        self.segments.checked.clear()
 
     def take(self, piece: Piece) -> None:
         """What the writer said of one piece's stream, for the read that follows."""
@@ -107,6 +126,9 @@ class LocalReads:
             payloads, cur = await stitched(pieces, bounds, start, max_bytes, read_one)
         except HeadDropped as exc:
             raise OffsetGone(exc.start) from None
+        except Damaged:
+            log.forget_damage()
+            raise
         return ReadResult(payloads, start, cur, tail, closed and cur >= tail)
 
     def close(self) -> None:

@@ -40,7 +40,7 @@ class WorkerApp:
         self.settings = settings
         self.link_path = link
         self.local = LocalReads(Layout(settings.data_dir))
-        self.store = LinkedStore(on_lost=self._writer_lost, local=self.local)
+        self.store = LinkedStore(self._writer_lost, self.local, settings.max_json_messages)
         self.auth = (
             TokenAuth.from_file(Path(settings.auth_tokens_file))
             if settings.auth_tokens_file
