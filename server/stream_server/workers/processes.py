@@ -11,11 +11,13 @@ ended, a primary's hand-over, the final checkpoint).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ log = logging.getLogger("stream_server.workers")
 
 BACKLOG = 2048  # uvicorn's default
 RUNTIME_PREFIX = "ds-writer-"
+BIND_PATIENCE = 10.0  # seconds a start waits for a port its earlier workers still hold
 
 
 class WriterServer(StreamServer):
@@ -150,11 +153,20 @@ def listen_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot listen on {host} port {port}: {exc.strerror}") from exc
+    # A process restarted in place (a re-copy installed, a fence) finds its earlier
+    # workers still holding the port until they notice their writer went (their link
+    # closed), a few seconds at most; anything else holding it stops the start.
+    deadline = time.monotonic() + BIND_PATIENCE
+    while True:
+        try:
+            sock.bind((host, port))
+            break
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            sock.close()
+            raise OSError(f"cannot listen on {host} port {port}: {exc.strerror}") from exc
     sock.listen(BACKLOG)  # inherited by the workers only (``pass_fds``), not across an exec
     return sock
 
