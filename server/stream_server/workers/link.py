@@ -36,7 +36,6 @@ class Link(asyncio.Protocol):
         self._buffer = bytearray()
         self._queued: list[Any] = []
         self._loop = asyncio.get_running_loop()
-        self.closed = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -72,7 +71,6 @@ class Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        self.closed.set()
         self.on_lost()
 
     def close(self) -> None:

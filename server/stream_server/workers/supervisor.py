@@ -33,7 +33,6 @@ SETTINGS_ENV = "DS_WORKER_SETTINGS"  # the writer's settings, pickled and base64
 FD_ENV = "DS_WORKER_FD"  # the inherited listening socket
 LINK_ENV = "DS_WORKER_LINK"  # the writer's link socket
 HTTP_ENV = "DS_WORKER_HTTP"  # the writer's own HTTP socket
-INDEX_ENV = "DS_WORKER_INDEX"
 # The directory of the workers' metrics files (prometheus_client's multiprocess mode,
 # read from the environment when a worker imports it): the writer's scrape sums them.
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -74,15 +73,12 @@ class Sockets:
     metrics: Path | None = None
 
 
-def worker_env(
-    settings: Settings, sock: socket.socket, sockets: Sockets, index: int
-) -> dict[str, str]:
+def worker_env(settings: Settings, sock: socket.socket, sockets: Sockets) -> dict[str, str]:
     env = dict(os.environ)
     env[SETTINGS_ENV] = base64.b64encode(pickle.dumps(settings)).decode()
     env[FD_ENV] = str(sock.fileno())
     env[LINK_ENV] = str(sockets.link)
     env[HTTP_ENV] = str(sockets.http)
-    env[INDEX_ENV] = str(index)
     env.pop(METRICS_ENV, None)
     if sockets.metrics is not None:
         env[METRICS_ENV] = str(sockets.metrics)
@@ -108,7 +104,6 @@ class Supervisor:
         self.stopping = False
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self.tasks: list[asyncio.Task[None]] = []
-        self.replaced = 0  # workers started again after one died
 
     async def start(self) -> None:
         for index in range(self.count):
@@ -121,7 +116,7 @@ class Supervisor:
             "-m",
             "stream_server",
             "worker",
-            env=worker_env(self.settings, self.sock, self.sockets, index),
+            env=worker_env(self.settings, self.sock, self.sockets),
             pass_fds=(self.sock.fileno(),),
         )
         self.procs[index] = proc
@@ -144,11 +139,6 @@ class Supervisor:
             if self.stopping:
                 return
             await self._spawn(index)
-            self.replaced += 1
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs.values() if p.returncode is None]
 
     async def stop(self, grace: float) -> None:
         """SIGTERM every worker and wait up to ``grace`` seconds; then SIGKILL."""
