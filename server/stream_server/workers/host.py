@@ -58,8 +58,7 @@ WAIT_DATA_MAX = 64 * 1024
 # stream at its path, and what woke it when that was in memory: the unit after it,
 # and its payloads.
 WaitAnswer = tuple[bool, StreamMeta, int, bool, tuple[int, list[bytes]] | None]
-# An append's answer as plain values (a tuple pickles in a tenth of a dataclass's
-# time): tail, closed, duplicate, producer, appended, and the batch's figures.
+# An append's answer as plain values (a tuple pickles faster than a dataclass): tail, closed, duplicate, producer, appended, and the batch's figures.
 AppendAnswer = tuple[
     int, bool, bool, Producer | None, bool, tuple[int, int, float, float, float] | None
 ]
