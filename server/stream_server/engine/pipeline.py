@@ -28,8 +28,9 @@ MAX_BATCH_PAYLOAD = 32 * 1024 * 1024
 # frame waits at most 1.25 times that age for its checkpoint when no batch comes.
 CHECKPOINT_LOOKS = 0.25
 
-# ops, the future its submitter awaits, payload bytes, what to do on the loop once durable
-Waiting = tuple[list[Op], "asyncio.Future[BatchStats]", int, Callable[[], None] | None]
+# ops, the future its submitter awaits, payload bytes, what to do on the loop once durable,
+# and how many requests it carries (a worker's appends of one frame come as one entry)
+Waiting = tuple[list[Op], "asyncio.Future[BatchStats]", int, Callable[[], None] | None, int]
 
 
 class CommitPipeline:
@@ -140,20 +141,28 @@ class CommitPipeline:
             self._thread = None
 
     def submit(
-        self, ops: list[Op], size: int = 0, apply: Callable[[], None] | None = None
+        self,
+        ops: list[Op],
+        size: int = 0,
+        apply: Callable[[], None] | None = None,
+        *,
+        future: asyncio.Future[BatchStats] | None = None,
+        requests: int = 1,
     ) -> asyncio.Future[BatchStats]:
         """Queue ops for the next batch; the future resolves once they are durable.
 
         ``apply`` runs on the loop when the batch has committed, before any waiter
         wakes and whether or not the submitter is still waiting (a client that
-        hung up does not undo a write that became durable).
+        hung up does not undo a write that became durable). ``future``: the one to
+        resolve, made by a submitter that handed it out before submitting (a group
+        of ``requests`` appends, ``StreamStore.append_many``).
         """
         assert self._loop is not None
-        fut = self._loop.create_future()
+        fut = self._loop.create_future() if future is None else future
         if self._closing:
             fut.set_exception(StorageFailed("the commit pipeline has stopped"))
             return fut
-        self._waiting.append((ops, fut, size, apply))
+        self._waiting.append((ops, fut, size, apply, requests))
         if not self._busy:
             self._dispatch()
         return fut
@@ -161,7 +170,7 @@ class CommitPipeline:
     def _dispatch(self) -> None:
         take = 0
         payload = 0
-        for _, _, size, _ in self._waiting:
+        for _, _, size, _, _ in self._waiting:
             if take and payload + size > MAX_BATCH_PAYLOAD:
                 break
             take += 1
@@ -178,7 +187,7 @@ class CommitPipeline:
             if callable(batch):
                 batch()
                 continue
-            ops = [op for group, _, _, _ in batch for op in group]
+            ops = [op for group, _, _, _, _ in batch for op in group]
             started = time.perf_counter()
             try:
                 stats = self.engine.commit(ops)
@@ -197,7 +206,7 @@ class CommitPipeline:
             self._failed(batch, result)
             return
         if self.on_batch is not None:
-            self.on_batch(result, len(batch))
+            self.on_batch(result, sum(w[4] for w in batch))
         if self.gate is not None:
             self._hold(batch, result, self.gate)
             return
@@ -213,7 +222,7 @@ class CommitPipeline:
         failed = batch + self._waiting
         self._waiting = []
         error = result if isinstance(result, StorageError) else StorageError(str(result))
-        for _, fut, _, _ in failed:
+        for _, fut, _, _, _ in failed:
             if not fut.done():
                 fut.set_exception(error)
         self.on_failure(error)
@@ -240,15 +249,15 @@ class CommitPipeline:
         if self.gate is None or not any(b is batch for b, _, _, _ in self._gated):
             return
         error = self.gate.overdue()
-        for _, fut, _, _ in batch:
+        for _, fut, _, _, _ in batch:
             if not fut.done():
                 fut.set_exception(error)
 
     def _resolve(self, batch: list[Waiting], result: BatchStats) -> None:
-        for _, _, _, apply in batch:
+        for _, _, _, apply, _ in batch:
             if apply is not None:
                 apply()
-        for _, fut, _, _ in batch:
+        for _, fut, _, _, _ in batch:
             if not fut.done():
                 fut.set_result(result)
 
@@ -266,7 +275,7 @@ class CommitPipeline:
             batch, result, lsn, timer = self._gated[0]
 
             def late(error: StorageError, batch: list[Waiting] = batch) -> None:
-                for _, fut, _, _ in batch:
+                for _, fut, _, _, _ in batch:
                     if not fut.done():
                         fut.set_exception(error)
 

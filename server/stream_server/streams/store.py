@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +85,11 @@ from stream_server.streams.waiting import LiveReaders
 log = logging.getLogger("stream_server.streams")
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+# One append of a group (``append_many``): the request, its media type, and its JSON
+# body split ahead (None: not JSON, or not split).
+AppendItem = tuple[AppendRequest, str | None, list[bytes] | None]
+# Told each append's outcome by its place in the group: its result, or its refusal.
+AppendReply = Callable[[int, AppendResult | BaseException], None]
 
 
 class StreamStore:
@@ -347,14 +353,96 @@ class StreamStore:
                 parsed = await self.json.split(req.body, allow_empty_array=False)
         return await self.append_soon(req, media, parsed)
 
-    def append_soon(  # noqa: C901 - the append path: a call more per append costs more than a branch
+    def append_soon(
         self, req: AppendRequest, media: str | None, parsed: list[bytes] | None = None
     ) -> asyncio.Future[AppendResult]:
-        """An append's checks and queueing in one synchronous step: a refusal raises here,
-        and the future resolves once the append is durable (or a duplicate's original
-        is). ``media`` is the request's media type; ``parsed``, a JSON body split ahead.
-        The writer takes a worker's appends this way, one step each, no task each
-        (``workers/host.py``); a JSON body must be split ahead (``append``)."""
+        """One append by ``append_many``: the future has its result, or its refusal."""
+        done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+
+        def reply(_: int, outcome: AppendResult | BaseException) -> None:
+            if done.done():
+                return
+            if isinstance(outcome, BaseException):
+                done.set_exception(outcome)
+            else:
+                done.set_result(outcome)
+
+        self.append_many([(req, media, parsed)], reply)
+        return done
+
+    def append_many(self, items: Sequence[AppendItem], reply: AppendReply) -> None:
+        """Appends checked and queued in this turn, in order, as one entry of the next
+        batch: one future and one commit action for them all, however many there are.
+        ``reply(i, outcome)`` is told each one's result, or its refusal: a refusal at
+        once, the rest when durable (a duplicate, when its original is). Each item is
+        the request, its media type and its JSON body split ahead (``append``). The
+        writer takes a frame of a worker's appends this way (``workers/host.py``): its
+        cost per append is what bounds the pod, so no task, coroutine or future each."""
+        fut: asyncio.Future[BatchStats] | None = None
+        ops: list[Op] = []
+        applies: list[Callable[[], None]] = []
+        taken: list[tuple[int, Stream, int, bool, Producer | None, bool]] = []
+        size = 0
+        on_appended = self.events.on_appended
+        for i, (req, media, parsed) in enumerate(items):
+            try:
+                s, settled, payloads = self._take(req, media, parsed)
+                if settled is not None:  # answered once what is queued for it is durable
+                    self._when_settled(s, settled).add_done_callback(
+                        functools.partial(_forward, reply, i)
+                    )
+                    continue
+                queued, meta_written = queue_append(
+                    s, req, payloads, max_producers=self.limits.max_producers_per_stream
+                )
+            except Exception as exc:  # nothing of this one was queued
+                reply(i, exc)
+                continue
+            if meta_written:
+                self.expiry.written(s)
+            if fut is None:
+                fut = asyncio.get_running_loop().create_future()
+            s.inflight = fut  # a duplicate of it later in the group waits for it
+            ops += queued.ops
+            size += queued.size
+            applies.append(queued.apply)
+            if payloads and on_appended is not None:
+                applies.append(functools.partial(on_appended, s))
+            taken.append((i, s, queued.tail, req.close, req.producer, bool(payloads)))
+        if fut is None:
+            return
+        apply = applies[0] if len(applies) == 1 else functools.partial(_each, applies)
+        self.pipeline.submit(ops, size, apply, future=fut, requests=len(taken))
+        fut.add_done_callback(functools.partial(self._durable, taken, reply))
+
+    def _durable(
+        self,
+        taken: list[tuple[int, Stream, int, bool, Producer | None, bool]],
+        reply: AppendReply,
+        f: asyncio.Future[BatchStats],
+    ) -> None:
+        """A group's batch is durable (or failed): each append's result, or the failure."""
+        failed = StorageError("the write was cancelled") if f.cancelled() else f.exception()
+        if failed is not None:
+            error = _unavailable(failed)
+            for i, *_ in taken:
+                reply(i, error)
+            return
+        stats = f.result()
+        for i, s, tail, close, producer, appended in taken:
+            self.retention.appended(s)  # whether or not the caller still waits
+            result = AppendResult(
+                tail, close or s.meta.closed, producer=producer, appended=appended
+            )
+            result.batch = stats
+            reply(i, result)
+
+    def _take(  # noqa: C901 - the append path: a call more per append costs more than a branch
+        self, req: AppendRequest, media: str | None, parsed: list[bytes] | None
+    ) -> tuple[Stream, AppendResult | None, list[bytes]]:
+        """An append's checks, before anything changes: a refusal raises; a result that
+        needs no write (a duplicate, a close already made) comes back to be answered
+        when what is queued for the stream is durable; else the payloads to queue."""
         s = self.get(req.path, touch=True)
         m = s.pending.meta
         p = req.producer
@@ -362,9 +450,9 @@ class StreamStore:
             raise BadRequest("empty body: an append needs data (or Stream-Closed: true)")
         if m.closed:
             if p is not None and m.closed_by == (p.id, p.epoch, p.seq):
-                return self._when_settled(s, AppendResult(s.tail, True, duplicate=True, producer=p))
+                return s, AppendResult(s.tail, True, duplicate=True, producer=p), []
             if req.close and not req.body:
-                return self._when_settled(s, AppendResult(s.tail, True))
+                return s, AppendResult(s.tail, True), []
             raise StreamClosed("stream is closed", s.pending.tail)
         if req.body and media != s.media:
             if media is None:
@@ -382,46 +470,14 @@ class StreamStore:
                 duplicate = AppendResult(
                     s.tail, s.meta.closed, duplicate=True, producer=verdict.duplicate
                 )
-                return self._when_settled(s, duplicate)
+                return s, duplicate, []
         if (
             req.stream_seq is not None
             and m.stream_seq is not None
             and req.stream_seq <= m.stream_seq
         ):
             raise Conflict("Stream-Seq is not greater than the last one")
-
-        payloads = self._payloads(req.body, s.is_json, allow_empty_array=False, parsed=parsed)
-        # -- everything below changes pending state: no more refusals.
-        queued, meta_written = queue_append(
-            s, req, payloads, max_producers=self.limits.max_producers_per_stream
-        )
-        if meta_written:
-            self.expiry.written(s)
-        apply = queued.apply
-        if payloads and self.events.on_appended is not None:
-            apply = _then(apply, self.events.on_appended, s)
-        fut = s.inflight = self.pipeline.submit(queued.ops, queued.size, apply)
-        done = fut.get_loop().create_future()
-        tail, close, appended = queued.tail, req.close, bool(payloads)
-
-        def durable(f: asyncio.Future[BatchStats]) -> None:
-            if f.cancelled():
-                done.cancel()
-                return
-            failed = f.exception()
-            if failed is None:
-                self.retention.appended(s)  # whether or not the caller still waits
-            if done.done():
-                return
-            if failed is not None:
-                done.set_exception(_unavailable(failed))
-                return
-            result = AppendResult(tail, close or s.meta.closed, producer=p, appended=appended)
-            result.batch = f.result()
-            done.set_result(result)
-
-        fut.add_done_callback(durable)
-        return done
+        return s, None, self._payloads(req.body, s.is_json, allow_empty_array=False, parsed=parsed)
 
     def _payloads(
         self, body: bytes, is_json: bool, *, allow_empty_array: bool, parsed: list[bytes] | None
@@ -535,16 +591,15 @@ class StreamStore:
         return self.expiry.sweep()
 
 
-def _then(
-    apply: Callable[[], None], hook: Callable[[Stream], None], s: Stream
-) -> Callable[[], None]:
-    """``apply``, then ``hook(s)``: both run when the batch is durable."""
+def _each(actions: list[Callable[[], None]]) -> None:
+    """A group's commit action: each of its appends' actions, in order."""
+    for action in actions:
+        action()
 
-    def both() -> None:
-        apply()
-        hook(s)
 
-    return both
+def _forward(reply: AppendReply, i: int, done: asyncio.Future[AppendResult]) -> None:
+    """A settled append's outcome to ``reply`` (``append_many``)."""
+    reply(i, done.exception() or done.result())
 
 
 def _is_json(content_type: str | None) -> bool:

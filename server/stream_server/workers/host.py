@@ -34,7 +34,7 @@ from stream_server.streams.errors import NotFound, StreamError
 from stream_server.streams.forks import chain
 from stream_server.streams.model import Stream
 from stream_server.streams.requests import AppendRequest, AppendResult, CreateRequest
-from stream_server.streams.store import StreamStore
+from stream_server.streams.store import AppendItem, StreamStore
 from stream_server.workers.link import Link, encode_error
 
 log = logging.getLogger("stream_server.workers")
@@ -131,7 +131,15 @@ class HostLink(Link):
         host.links.add(self)
 
     def received(self, messages: list[Any]) -> None:
+        clear = self.host.clear()
+        appends: list[tuple[int, tuple[Any, ...]]] = []  # taken together (``append_now``)
         for rid, op, args in messages:
+            if op == "append" and clear:
+                appends.append((rid, args))
+                continue
+            if appends:  # in order with what follows them
+                self.append_now(appends)
+                appends = []
             if op == "cancel":
                 until = self.waits.pop(args, None)
                 if until is not None and not until.done():
@@ -145,11 +153,14 @@ class HostLink(Link):
             if op in AT_ONCE:  # in order with a release that follows: no task between
                 self.answer_now(rid, op, args)
                 continue
-            if op == "append" and self.host.clear() and self.append_now(rid, args):
-                continue
-            task = asyncio.ensure_future(self.answer(rid, op, args))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self.spawn(rid, op, args)
+        if appends:
+            self.append_now(appends)
+
+    def spawn(self, rid: int, op: str, args: tuple[Any, ...]) -> None:
+        task = asyncio.ensure_future(self.answer(rid, op, args))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def lost(self) -> None:
         """A worker went (stopped, or killed): its waits end; its writes in flight still
@@ -177,36 +188,34 @@ class HostLink(Link):
         else:
             self.send((rid, True, value))
 
-    def append_now(self, rid: int, args: tuple[Any, ...]) -> bool:
-        """An append checked and queued in this turn, answered when it is durable: no task,
-        no coroutine (the writer's serial cost per append is what bounds the pod). A JSON
-        body comes split by the worker; False for one it could not split, which is split
-        here first (the task's way), so its refusal comes in the protocol's order."""
-        *fields, parsed = args
-        req = AppendRequest(*fields)
-        media = media_type(req.content_type) if req.content_type is not None else None
-        if req.body and media == JSON_TYPE and parsed is None:
-            return False  # not split by the worker: split here, in the protocol's order
-        try:
-            done = self.store.append_soon(req, media, parsed)
-        except StreamError as exc:
-            self.send((rid, False, encode_error(exc)))
-        except Exception as exc:
-            self.failed(rid, "append", exc)
-        else:
-            done.add_done_callback(functools.partial(self.appended, rid))
-        return True
+    def append_now(self, appends: list[tuple[int, tuple[Any, ...]]]) -> None:
+        """A frame's appends checked and queued in this turn as one group, each answered
+        when it is durable (``StreamStore.append_many``): the writer's serial cost per
+        append is what bounds the pod. A JSON body comes split by the worker; one it
+        could not split takes the task's way (split here first), so that its refusal
+        comes in the protocol's order."""
+        items: list[AppendItem] = []
+        rids: list[int] = []
+        for rid, args in appends:
+            *fields, parsed = args
+            req = AppendRequest(*fields)
+            media = media_type(req.content_type) if req.content_type is not None else None
+            if req.body and media == JSON_TYPE and parsed is None:
+                self.spawn(rid, "append", args)
+                continue
+            items.append((req, media, parsed))
+            rids.append(rid)
+        if items:
+            self.store.append_many(items, functools.partial(self.appended, rids))
 
-    def appended(self, rid: int, done: asyncio.Future[AppendResult]) -> None:
-        if done.cancelled():
-            return
-        exc = done.exception()
-        if isinstance(exc, StreamError):
-            self.send((rid, False, encode_error(exc)))
-        elif exc is not None:
-            self.failed(rid, "append", exc)
+    def appended(self, rids: list[int], i: int, outcome: AppendResult | BaseException) -> None:
+        rid = rids[i]
+        if isinstance(outcome, StreamError):
+            self.send((rid, False, encode_error(outcome)))
+        elif isinstance(outcome, BaseException):
+            self.failed(rid, "append", outcome)
         else:
-            self.send((rid, True, append_answer(done.result())))
+            self.send((rid, True, append_answer(outcome)))
 
     def failed(self, rid: int, op: str, exc: BaseException) -> None:
         """The worker answers 500, as the writer's own route would."""
