@@ -131,10 +131,12 @@ def writer_server(
 
 def remove_stale_runtimes(tmp: Path) -> None:
     """Remove the runtime directories of writers that no longer run (killed -9: their
-    sockets and the workers' metrics files stay behind)."""
+    sockets and the workers' metrics files stay behind). Called before this writer
+    makes its own: one named by this pid is an earlier image of this process (one
+    restarted in place: a re-copy installed, a fence), whose workers are leaving."""
     for stale in tmp.glob(f"{RUNTIME_PREFIX}*-*"):
         pid = stale.name[len(RUNTIME_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _runs(int(pid)):
+        if not pid.isdigit() or (int(pid) != os.getpid() and _runs(int(pid))):
             continue
         shutil.rmtree(stale, ignore_errors=True)
 
