@@ -236,6 +236,8 @@ class WorkersResult(Result):
     idle_readers: int
     ceiling_appends_per_s: float | None = None  # the ceiling app in ``workers`` processes
     ceiling_share_pct: float | None = None  # appends_per_s over that, in %
+    writer_alone_per_s: float | None = None  # N > 1: the writer fed over links alone
+    writer_alone_cpu_ms: float | None = None  # its CPU per append then (every thread)
 
 
 R = TypeVar("R", bound=Result)
