@@ -13,8 +13,8 @@ this machine, the writer here sharing two cores with its client.
 
 256 appends in flight, four times the 64 x 64 run's: what a pod serving four times
 the appends holds at the same latency. With 64 (8 links x 8) the writer is not full
-but waits on its flushes (by Little's law, 64 in flight over a commit of about 2 ms
-is some 30,000/s whatever the CPU), which measures the disk, not the serial part.
+but waits on its flushes (by Little's law, at most 64 appends per commit round trip,
+whatever the CPU), which measures the disk, not the serial part.
 
 What the writer holds afterwards is checked against what it acknowledged, as the
 HTTP workloads check theirs.
