@@ -29,9 +29,10 @@ PYTEST := TEST_REQUIRE_ALL=1 $(PY) -m pytest -rfEs
 ## Install everything the tests need, then run the whole suite: nothing skipped for want of a package.
 ## Two workers, each taking whole files (module fixtures and a file's shared paths stay
 ## together): most tests wait on servers and processes, so this nearly halves the time.
+## The 25 slowest tests are listed at the end: the suite must stay under 25 minutes in CI.
 TEST_WORKERS ?= 2
 test: deps
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 ## The fast tier (under a minute): the protocol, streams, subscriptions and retention
 ## in-process (testkit/asgi.py) on the real engine, and every other test that starts no

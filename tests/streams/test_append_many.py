@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 
-import pytest
-
 from stream_server.engine import StorageError
 from stream_server.streams.errors import StreamClosed, Unavailable
 from stream_server.streams.requests import AppendResult
@@ -20,14 +18,6 @@ from stream_server.streams.store import (
 )
 
 BIN = "application/octet-stream"
-
-
-@pytest.fixture
-async def store(tmp_path):
-    s = StreamStore(tmp_path / "data")
-    await s.start()
-    yield s
-    await s.stop()
 
 
 def held_commits(store: StreamStore, monkeypatch, *, fail: bool = False):

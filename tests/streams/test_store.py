@@ -29,14 +29,6 @@ BIN = "application/octet-stream"
 JSON = "application/json"
 
 
-@pytest.fixture
-async def store(tmp_path):
-    s = StreamStore(tmp_path / "data")
-    await s.start()
-    yield s
-    await s.stop()
-
-
 async def read_all(store: StreamStore, path: str) -> bytes:
     s = store.get(path)
     r = await store.read(s, 0, 1 << 30)
