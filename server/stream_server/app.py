@@ -254,8 +254,13 @@ class StreamServerApp:
         return None
 
     def store_clear(self) -> bool:
-        """Whether no call of a worker can be refused now (``store_refusal``'s fast path)."""
-        return self.recovery.finished and not self.refuses_writes
+        """Whether no call of a worker can be refused now (``store_refusal``'s fast path):
+        recovered, and writes taken at once (a replica set's primary in steady state)."""
+        if not self.recovery.finished:
+            return False
+        if self.replication is not None and not self.replication.writes.open:
+            return False
+        return self.local_write_refusal is None or self.local_write_refusal() is None
 
     async def store_refusal(self, write: bool) -> Refusal | None:
         """What the writer answers a worker's store call with instead (``workers/``):

@@ -56,6 +56,17 @@ class WriteFence:
     def in_sync_enough(self) -> bool:
         return 1 + len(self.roles.state.in_sync) >= self.quorum
 
+    @property
+    def open(self) -> bool:
+        """Whether a write may be taken now, without a wait (``refusal`` gives None at once):
+        the writer's fast path for its workers' writes (``app.store_clear``)."""
+        return (
+            self.modes.primary
+            and self.roles.may_acknowledge
+            and not self.switchover.switching
+            and (self.in_sync_enough or self.settings.replication_durability == "preferred")
+        )
+
     async def refusal(self) -> Refusal | None:
         """None when this replica may take a write now; else the answer to give."""
         loop = asyncio.get_running_loop()
@@ -64,9 +75,7 @@ class WriteFence:
             state = self.roles.state
             if not (self.modes.primary and self.roles.may_acknowledge):
                 return self._not_primary()
-            if not self.switchover.switching and (
-                self.in_sync_enough or self.settings.replication_durability == "preferred"
-            ):
+            if self.open:
                 return None
             left = deadline - loop.time()
             if left <= 0:

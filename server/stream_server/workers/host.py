@@ -283,6 +283,11 @@ class HostLink(Link):
     async def delete(self, rid: int, path: str) -> None:
         await self.store.delete(path)
 
+    def writes_open(self, rid: int) -> bool:
+        """Whether a write would be taken at once (``WorkerApp._here``): else the worker
+        relays it, and the writer refuses it, or waits, as a single process does."""
+        return self.host.clear()
+
     def admit(self, rid: int, client: str) -> float:
         limiter = self.host.limiter
         return 0.0 if limiter is None else limiter.acquire(client)
@@ -321,4 +326,8 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
 }
 # Calls answered in the turn they arrive in, in order with the messages around them: a
 # hold's release may come in the same frame (a reader that hung up at once).
-AT_ONCE: dict[str, Callable[..., Any]] = {"admit": HostLink.admit, "hold": HostLink.hold}
+AT_ONCE: dict[str, Callable[..., Any]] = {
+    "admit": HostLink.admit,
+    "hold": HostLink.hold,
+    "writes_open": HostLink.writes_open,
+}

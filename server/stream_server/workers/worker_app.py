@@ -6,8 +6,10 @@ only for the store's work, so the CPU a request costs is spread over the workers
 and the writer spends its one core on what must be serial. What the protocol
 layer does not cover (health, metrics, replication, the archive, subscriptions'
 ``__ds`` paths) goes whole to the writer's HTTP socket (``WriterProxy``). On a
-replica set's member or a replica cluster's server every request does, for now:
-their reads pass a read gate only the writer holds.
+replica set's member or a replica cluster's server reads do too, for now: they
+pass a read gate only the writer holds; so does a write the writer would not take
+at once (a standby's, a primary's waiting for its standbys), which the writer then
+answers as a single process does, before the body is read.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stream_format.layout import Layout
-from stream_server.app import protocol_settings
+from stream_server.app import WRITE_METHODS, protocol_settings
 from stream_server.auth import TokenAuth
 from stream_server.config import Settings
 from stream_server.protocol.context import raw_path
@@ -25,6 +27,7 @@ from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send
 from stream_server.protocol.subscriptions import is_control
 from stream_server.request_metrics import RequestMetrics
+from stream_server.streams.errors import StreamError
 from stream_server.workers.linked_limits import LinkedLimiter, LinkedSlots
 from stream_server.workers.linked_store import LinkedStore, WriterLost
 from stream_server.workers.local_reads import LocalReads
@@ -63,8 +66,8 @@ class WorkerApp:
         self.proxy = proxy
         self.base = settings.base_path
         self.base_raw = settings.base_path.encode()
-        # A replica set's reads wait on the writer's read gate: relayed whole.
-        self.relay_all = bool(settings.replication_lease or settings.archive_follow)
+        # A replica set's reads wait on the writer's read gate: relayed whole (``_here``).
+        self.gated = bool(settings.replication_lease or settings.archive_follow)
         self.on_fatal: Callable[[], None] | None = None  # the server stops (serving.py)
 
     def _writer_lost(self) -> None:
@@ -88,9 +91,9 @@ class WorkerApp:
             await self._serve(scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.relay_all and scope["path"].startswith(self.base):
+        if scope["type"] == "http" and scope["path"].startswith(self.base):
             raw = raw_path(scope)
-            if not is_control(raw[len(self.base_raw) :]):
+            if not is_control(raw[len(self.base_raw) :]) and await self._here(scope):
                 try:
                     await self.streams(scope, receive, send)
                 except WriterLost:
@@ -99,6 +102,20 @@ class WorkerApp:
                         abort()
                 return
         await self.proxy(scope, receive, send)
+
+    async def _here(self, scope: Scope) -> bool:
+        """Whether this worker serves a stream request itself: always, but on a replica
+        set's member (``gated``), where only a write the writer takes at once is (its
+        refusal, or its wait for standbys, is the writer's, as a single process gives
+        it before the routes); a read waits on the writer's read gate."""
+        if not self.gated:
+            return True
+        if scope["method"] not in WRITE_METHODS:
+            return False
+        try:
+            return bool(await self.store.call("writes_open"))
+        except (StreamError, WriterLost):  # the writer is not reachable: the relay answers
+            return False
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
