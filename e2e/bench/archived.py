@@ -21,11 +21,10 @@ from pathlib import Path
 
 import httpx
 
-from bench import log
-from bench.machine import disk_syncs_per_s
-from bench.results import ArchiveResult, Profile, merge
+from bench.results import ArchiveResult, Profile
 from bench.sampler import Sampler
 from bench.servers import Server
+from bench.sides import run_sides
 from bench.workloads import appends, sequential
 from testkit.seaweedfs import SeaweedFS
 
@@ -113,44 +112,41 @@ def run_archived(
 ) -> tuple[dict[str, ArchiveResult], dict[str, str]]:
     """Ours without, then with the archive, ``repeat`` times; medians of each side, and
     the errors by "archived/<side>"."""
-    runs_by: dict[str, list[ArchiveResult]] = {}
-    errors: dict[str, str] = {}
     store = SeaweedFS(workdir / "seaweedfs")
     try:
         store.start()
     except Exception as exc:
         store.close()
         return {}, {"archived/store": f"{type(exc).__name__}: {exc}"}
+
+    def server(side: str) -> Server:
+        srv = Server("ours", workdir)
+        if side == "on":
+            srv.extra_args = [
+                "--archive-url",
+                store.new_bucket() + "/bench",
+                "--archive-endpoint",
+                store.endpoint,
+            ]
+            srv.extra_env = {k: v for k, v in store.env().items() if k.startswith("AWS_")}
+        return srv
+
+    def run(side: str, srv: Server) -> ArchiveResult:
+        srv.start()
+        return measure(srv, prof, archived=side == "on")
+
     try:
-        for _ in range(repeat):
-            for side in SIDES:
-                if f"archived/{side}" in errors:
-                    continue
-                srv = Server("ours", workdir)
-                if side == "on":
-                    srv.extra_args = [
-                        "--archive-url",
-                        store.new_bucket() + "/bench",
-                        "--archive-endpoint",
-                        store.endpoint,
-                    ]
-                    srv.extra_env = {k: v for k, v in store.env().items() if k.startswith("AWS_")}
-                log(f"archived: {side}")
-                try:
-                    disk = disk_syncs_per_s(workdir, 0.25)
-                    srv.start()
-                    res = measure(srv, prof, archived=side == "on")
-                    res.disk_fdatasync_per_s = disk
-                    runs_by.setdefault(side, []).append(res)
-                    log(f"archived: {side}: {res.appends_per_s:,.0f} appends/s")
-                except Exception as exc:
-                    errors[f"archived/{side}"] = f"{type(exc).__name__}: {exc}"
-                    log(f"archived: {side} FAILED: {exc}\n{srv.log_tail()}")
-                finally:
-                    srv.cleanup()
+        return run_sides(
+            "archived",
+            SIDES,
+            repeat,
+            workdir,
+            server,
+            run,
+            lambda res: f"{res.appends_per_s:,.0f} appends/s",
+        )
     finally:
         store.close()
-    return {side: merge(r) for side, r in runs_by.items()}, errors
 
 
 def median(values: list[float]) -> float | None:

@@ -29,12 +29,11 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import log
 from bench.client import Conn
-from bench.machine import disk_syncs_per_s
-from bench.results import Profile, ReplicationResult, merge
+from bench.results import Profile, ReplicationResult
 from bench.sampler import Sampler
 from bench.servers import LONG_POLL_SECONDS, Server
+from bench.sides import run_sides
 from bench.workloads import appends, sequential
 from testkit.replicaset import Replica, ReplicaSet, runs
 from testkit.servers import rss_bytes
@@ -239,27 +238,15 @@ def run_replicated(
 ) -> tuple[dict[str, ReplicationResult], dict[str, str]]:
     """Single-node ours, then the replica set, ``repeat`` times; medians of each side,
     and the errors by "replicated/<side>"."""
-    runs_by: dict[str, list[ReplicationResult]] = {}
-    errors: dict[str, str] = {}
-    for _ in range(repeat):
-        for side in SIDES:
-            if f"replicated/{side}" in errors:
-                continue
-            srv = ReplicaSetServer(workdir) if side == "replicated" else Server("ours", workdir)
-            log(f"replicated: {side}")
-            try:
-                disk = disk_syncs_per_s(workdir, 0.25)
-                srv.start()
-                res = measure(srv, prof)
-                res.disk_fdatasync_per_s = disk
-                runs_by.setdefault(side, []).append(res)
-                log(
-                    f"replicated: {side}: {res.appends_per_s:,.0f} appends/s, "
-                    f"seq p50 {res.seq_p50_ms:.2f} ms"
-                )
-            except Exception as exc:
-                errors[f"replicated/{side}"] = f"{type(exc).__name__}: {exc}"
-                log(f"replicated: {side} FAILED: {exc}\n{srv.log_tail()}")
-            finally:
-                srv.cleanup()
-    return {side: merge(r) for side, r in runs_by.items()}, errors
+
+    def server(side: str) -> Server:
+        return ReplicaSetServer(workdir) if side == "replicated" else Server("ours", workdir)
+
+    def run(side: str, srv: Server) -> ReplicationResult:
+        srv.start()
+        return measure(srv, prof)
+
+    def describe(res: ReplicationResult) -> str:
+        return f"{res.appends_per_s:,.0f} appends/s, seq p50 {res.seq_p50_ms:.2f} ms"
+
+    return run_sides("replicated", SIDES, repeat, workdir, server, run, describe)

@@ -50,12 +50,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import log, writer_alone
+from bench import writer_alone
 from bench.client import BIN, Conn, tails
-from bench.machine import disk_syncs_per_s
 from bench.report import Figure, Row, at_least, fmt, side_rows
-from bench.results import Profile, Result, WorkersResult, merge
+from bench.results import Profile, Result, WorkersResult
 from bench.servers import Server
+from bench.sides import run_sides
 from bench.workloads import appends, catch_up, ceiling_appends, idle_readers, live
 from testkit.servers import cpu_seconds
 
@@ -184,32 +184,23 @@ def run_workers(
 ) -> tuple[dict[str, WorkersResult], dict[str, str]]:
     """1 worker and ``count`` workers, ``repeat`` times, the order flipped on every
     other repeat; medians of each side, and the errors by "workers/<side>"."""
-    runs_by: dict[str, list[WorkersResult]] = {}
-    errors: dict[str, str] = {}
-    for i in range(repeat):
-        for side in SIDES if i % 2 == 0 else SIDES[::-1]:
-            if f"workers/{side}" in errors:
-                continue
-            n = count if side == "workers" else 1
-            srv = WorkersServer(workdir, n)
-            log(f"workers: {n}")
-            try:
-                disk = disk_syncs_per_s(workdir, 0.25)
-                rate = ceiling(workdir, prof, n)
-                srv.start()
-                res = measure(srv, prof, rate)
-                res.disk_fdatasync_per_s = disk
-                runs_by.setdefault(side, []).append(res)
-                log(
-                    f"workers: {n}: {res.appends_per_s:,.0f} appends/s, "
-                    f"{res.cpu_ms:.3f} ms CPU per append ({res.cpu_ms_writer:.3f} the writer's)"
-                )
-            except Exception as exc:
-                errors[f"workers/{side}"] = f"{type(exc).__name__}: {exc}"
-                log(f"workers: {n} FAILED: {exc}\n{srv.log_tail()}")
-            finally:
-                srv.cleanup()
-    return {side: merge(r) for side, r in runs_by.items()}, errors
+
+    def server(side: str) -> Server:
+        return WorkersServer(workdir, count if side == "workers" else 1)
+
+    def run(side: str, srv: Server) -> WorkersResult:
+        assert isinstance(srv, WorkersServer)
+        rate = ceiling(workdir, prof, srv.workers)
+        srv.start()
+        return measure(srv, prof, rate)
+
+    def describe(res: WorkersResult) -> str:
+        return (
+            f"{res.workers} worker(s), {res.appends_per_s:,.0f} appends/s, "
+            f"{res.cpu_ms:.3f} ms CPU per append ({res.cpu_ms_writer:.3f} the writer's)"
+        )
+
+    return run_sides("workers", SIDES, repeat, workdir, server, run, describe, alternate=True)
 
 
 # ------------------------------------------------------------------ report
