@@ -15,26 +15,35 @@ import httpx
 def read_served(client: httpx.Client, url: str) -> bytes | None:
     """A stream's whole content, following Stream-Next-Offset until up to date; None when
     the server answers anything else than 200 (no such stream there, not serving yet)."""
-    out, offset = b"", "-1"
-    while True:
-        r = client.get(url, params={"offset": offset})
-        if r.status_code != 200:
-            return None
-        out += r.content
-        offset = r.headers["stream-next-offset"]
-        if r.headers.get("stream-up-to-date") == "true":
-            return out
+    read = _read(client, url)
+    return read if isinstance(read, bytes) else None
 
 
 def read_all(url: str, *, timeout: float = 10, client: httpx.Client | None = None) -> bytes:
     """A stream's whole content, which the server must serve (200)."""
     if client is None:
         with httpx.Client(timeout=timeout) as c:
-            content = read_served(c, url)
+            read = _read(c, url)
     else:
-        content = read_served(client, url)
-    assert content is not None, f"{url} is not served (no 200 while reading it)"
-    return content
+        read = _read(client, url)
+    assert isinstance(read, bytes), (
+        f"{url} is not served: {read.status_code} at offset "
+        f"{read.request.url.params.get('offset')}: {read.text[:200]!r}"
+    )
+    return read
+
+
+def _read(client: httpx.Client, url: str) -> bytes | httpx.Response:
+    """The content, or the first answer other than 200."""
+    out, offset = b"", "-1"
+    while True:
+        r = client.get(url, params={"offset": offset})
+        if r.status_code != 200:
+            return r
+        out += r.content
+        offset = r.headers["stream-next-offset"]
+        if r.headers.get("stream-up-to-date") == "true":
+            return out
 
 
 def stream_state(url: str, client: httpx.Client | None = None) -> tuple[object, ...]:
