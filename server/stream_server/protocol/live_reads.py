@@ -44,10 +44,30 @@ from stream_server.protocol.headers import (
 from stream_server.protocol.http import COMMON, Headers, Send, respond
 from stream_server.protocol.live import Hangup
 from stream_server.protocol.read_response import json_array, send_read
-from stream_server.streams.errors import StreamError
+from stream_server.streams.errors import OffsetGone, StreamError
 from stream_server.streams.model import Stream
+from stream_server.streams.requests import ReadResult
 
 log = logging.getLogger("stream_server.protocol")
+
+# How often a read from the start (offset -1) that retention overtook reads again.
+START_RETRIES = 3
+
+
+async def read_from(ctx: Context, s: Stream, unit: int, *, from_start: bool) -> ReadResult:
+    """The read from ``unit`` (catch-up, or a live read's first). One from the start
+    (offset -1) that retention overtook reads again from the new start: it asked for the
+    earliest retained data, which is never gone (410 is for an offset the client named).
+    Retention only moves forward, and a drop is a batch of its own: a few tries are
+    plenty."""
+    for _ in range(START_RETRIES):
+        try:
+            return await ctx.store.read(s, unit, ctx.read_chunk)
+        except OffsetGone:
+            if not from_start:
+                raise
+            unit = ctx.store.earliest(s)
+    return await ctx.store.read(s, unit, ctx.read_chunk)
 
 
 async def long_poll(
@@ -58,7 +78,10 @@ async def long_poll(
     h: dict[str, str],
     cursor: str | None,
     hangup: Hangup,
+    *,
+    from_start: bool = False,
 ) -> None:
+    """``from_start``: ``unit`` is the earliest retained unit, for offset -1."""
     if s.tail <= unit and not s.meta.closed:
         deadline = asyncio.get_running_loop().time() + ctx.settings.long_poll_timeout
         await _wait(ctx, s, unit, deadline, hangup)
@@ -81,14 +104,23 @@ async def long_poll(
             hs.append((STREAM_CURSOR.raw, next_cursor(cursor).encode()))
         await respond(send, 204, hs)
         return
-    result = await ctx.store.read(s, unit, ctx.read_chunk)
+    result = await read_from(ctx, s, unit, from_start=from_start)
     ctx.observe_read(result)
     await send_read(ctx, send, s, result, h, cursor=next_cursor(cursor))
 
 
 async def sse(  # noqa: C901 - one SSE connection's life in the order the protocol gives it
-    ctx: Context, send: Send, s: Stream, unit: int, cursor: str | None, hangup: Hangup
+    ctx: Context,
+    send: Send,
+    s: Stream,
+    unit: int,
+    cursor: str | None,
+    hangup: Hangup,
+    *,
+    from_start: bool = False,
 ) -> None:
+    """``from_start``: ``unit`` is the earliest retained unit, for offset -1 (its first
+    read only: later ones continue from what was sent)."""
     text = s.is_json or s.meta.content_type.lower().startswith("text/")
     hs: Headers = [
         (CONTENT_TYPE.raw, b"text/event-stream"),
@@ -101,7 +133,8 @@ async def sse(  # noqa: C901 - one SSE connection's life in the order the protoc
     deadline = asyncio.get_running_loop().time() + ctx.settings.sse_reconnect_interval
     try:
         while True:
-            result = await ctx.store.read(s, unit, ctx.read_chunk)
+            result = await read_from(ctx, s, unit, from_start=from_start)
+            from_start = False
             if ctx.metrics is not None:
                 ctx.metrics.read_bytes.inc(sum(map(len, result.payloads)))
             chunks = [_data_event(s, result.payloads, text)] if result.payloads else []

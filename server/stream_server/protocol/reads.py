@@ -41,9 +41,6 @@ from stream_server.streams.errors import BadRequest, OffsetGone, StreamError
 from stream_server.streams.model import Stream
 from stream_server.streams.requests import ReadResult
 
-# How often a read from the start (offset -1) that retention overtook reads again.
-START_RETRIES = 3
-
 log = logging.getLogger("stream_server.protocol")
 
 
@@ -112,9 +109,13 @@ async def get(  # noqa: C901 - the protocol's order of checks for a read, read i
             hangup = Hangup(receive)
             try:
                 if live == "sse":
-                    await live_reads.sse(ctx, send, s, unit, q.get("cursor"), hangup)
+                    await live_reads.sse(
+                        ctx, send, s, unit, q.get("cursor"), hangup, from_start=offset == START
+                    )
                 else:
-                    await live_reads.long_poll(ctx, send, s, unit, h, q.get("cursor"), hangup)
+                    await live_reads.long_poll(
+                        ctx, send, s, unit, h, q.get("cursor"), hangup, from_start=offset == START
+                    )
             finally:
                 hangup.close()
         return
@@ -132,24 +133,9 @@ async def get(  # noqa: C901 - the protocol's order of checks for a read, read i
     if not s.is_json and s.tail - unit > ctx.read_chunk:
         await _send_streamed_read(ctx, send, s, unit, h)
         return
-    result = await _read(ctx, s, unit, from_start=offset == START)
+    result = await live_reads.read_from(ctx, s, unit, from_start=offset == START)
     ctx.observe_read(result)
     await send_read(ctx, send, s, result, h)
-
-
-async def _read(ctx: Context, s: Stream, unit: int, *, from_start: bool) -> ReadResult:
-    """The catch-up read from ``unit``. One from the start (offset -1) that retention
-    overtook reads again from the new start: it asked for the earliest retained data,
-    which is never gone (410 is for an offset the client named). Retention only moves
-    forward, and a drop is a batch of its own, so a few tries are plenty."""
-    for _ in range(START_RETRIES):
-        try:
-            return await ctx.store.read(s, unit, ctx.read_chunk)
-        except OffsetGone:
-            if not from_start:
-                raise
-            unit = ctx.store.earliest(s)
-    return await ctx.store.read(s, unit, ctx.read_chunk)
 
 
 async def _send_streamed_read(
