@@ -45,6 +45,33 @@ from testkit.servers import cpu_seconds
 MiB = 2**20
 
 
+class Holdings:
+    """How many 100-byte appends ``names`` took since this was made, from their tails:
+    what one append adds to an offset on this server is measured first (one append)."""
+
+    def __init__(self, srv: Server, names: list[str]) -> None:
+        self.srv, self.names = srv, names
+        first = tails(srv, names[:1])
+        c = Conn(srv.port)
+        try:
+            c.request("POST", f"/v1/stream/{names[0]}", BIN, b"x" * 100)
+        finally:
+            c.close()
+        self.before = tails(srv, names)
+        self.step = self.before[0] - first[0] if self.before and first else 0
+
+    def since(self, acked: int) -> int | None:
+        """The appends held now; RuntimeError when fewer than ``acked`` were acknowledged
+        (a few more is fine: those in flight when the load stopped). None: not known."""
+        after = tails(self.srv, self.names)
+        if self.step <= 0 or not self.before or not after:
+            return None
+        held = sum(a - b for a, b in zip(after, self.before, strict=True)) // self.step
+        if held < acked:
+            raise RuntimeError(f"{self.srv.kind} holds {held} appends, {acked} were acknowledged")
+        return held
+
+
 def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> AppendResult:
     """64 connections POST 100-byte appends over ``streams`` streams for the duration.
 
@@ -55,14 +82,7 @@ def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> Append
     prefix = f"a{streams}-"
     names = [f"{prefix}{i}" for i in range(streams)]
     create_streams(srv, names)
-    c = Conn(srv.port)
-    try:  # what one 100-byte append adds to an offset, on this server
-        first = tails(srv, names[:1])
-        c.request("POST", f"/v1/stream/{names[0]}", BIN, b"x" * 100)
-    finally:
-        c.close()
-    before = tails(srv, names)
-    step = before[0] - first[0] if before and first else 0
+    held_now = Holdings(srv, names)
     kw = dict(threads=threads, connections=64, prefix=prefix, streams=streams)
     acked = 0
     if prof.warmup:
@@ -72,12 +92,7 @@ def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> Append
     st = wrk(srv, seconds=prof.duration, **kw)
     cpu_used = [cpu_seconds(p) - b for p, b in zip(pids, cpu_before, strict=True)]
     acked += st.ok
-    after = tails(srv, names)
-    held = None
-    if step > 0 and before and after:
-        held = sum(a - b for a, b in zip(after, before, strict=True)) // step
-        if held < acked:
-            raise RuntimeError(f"{srv.kind} holds {held} appends, {acked} were acknowledged")
+    held = held_now.since(acked)
     return AppendResult(
         appends_per_s=st.rate,
         p50_ms=st.p50_us / 1000,
