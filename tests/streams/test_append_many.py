@@ -20,22 +20,30 @@ from stream_server.streams.store import (
 BIN = "application/octet-stream"
 
 
-def held_commits(store: StreamStore, monkeypatch, *, fail: bool = False):
-    """Each batch waits at the returned gate (then fails with ``fail``); the list gets
-    each batch's ops."""
-    gate = threading.Event()
-    batches: list[list[object]] = []
+class Held:
+    """Each batch, once on the writer thread (``entered``), waits at ``gate``; ``batches``
+    gets each batch's ops."""
+
+    def __init__(self) -> None:
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.batches: list[list[object]] = []
+
+
+def held_commits(store: StreamStore, monkeypatch, *, fail: bool = False) -> Held:
+    """Batches held at a gate (then failed with ``fail``)."""
+    held = Held()
     real = store.engine.commit
 
     def commit(ops):
-        batches.append(list(ops))
-        assert gate.wait(10)
+        held.batches.append(list(ops))
+        held.entered.set()
+        assert held.gate.wait(10)
         if fail:
             raise StorageError("disk full", disk_full=True)
         return real(ops)
 
     monkeypatch.setattr(store.engine, "commit", commit)
-    return gate, batches
+    return held
 
 
 def item(path: str, body: bytes, producer: Producer | None = None, close: bool = False):
@@ -43,7 +51,7 @@ def item(path: str, body: bytes, producer: Producer | None = None, close: bool =
     return (req, BIN, None)
 
 
-async def replies_of(store: StreamStore, items: list[AppendItem], gate: threading.Event):
+async def replies_of(store: StreamStore, items: list[AppendItem], held: Held):
     """Each item's outcome by index: what came before the batch was let through, then all."""
     replies: dict[int, AppendResult | BaseException] = {}
     all_in = asyncio.Event()
@@ -55,9 +63,10 @@ async def replies_of(store: StreamStore, items: list[AppendItem], gate: threadin
             all_in.set()
 
     store.append_many(items, reply)
-    await asyncio.sleep(0.05)  # the batch is with the writer thread, held at the gate
+    assert await asyncio.to_thread(held.entered.wait, 10)  # the batch is at the gate
+    await asyncio.sleep(0)  # and anything the loop had queued meanwhile has run
     early = dict(replies)
-    gate.set()
+    held.gate.set()
     await asyncio.wait_for(all_in.wait(), 10)
     return early, replies
 
@@ -70,7 +79,7 @@ async def test_a_group_is_one_batch_entry_and_each_append_is_answered_in_its_own
     await store.create(CreateRequest("c", BIN, closed=True))
     counted: list[int] = []
     store.pipeline.on_batch = lambda stats, requests: counted.append(requests)
-    gate, batches = held_commits(store, monkeypatch)
+    held = held_commits(store, monkeypatch)
     p = Producer("w", 0, 0)
     early, replies = await replies_of(
         store,
@@ -81,12 +90,12 @@ async def test_a_group_is_one_batch_entry_and_each_append_is_answered_in_its_own
             item("b", b"2", producer=p),  # a retry of the one before, in the same group
             item("a", b"3"),
         ],
-        gate,
+        held,
     )
     # Only the refusal is answered before the batch is durable: not the duplicate,
     # whose original was still on its way.
     assert list(early) == [1] and isinstance(early[1], StreamClosed)
-    assert len(batches) == 1  # the group went as one entry of one batch
+    assert len(held.batches) == 1  # the group went as one entry of one batch
     assert counted == [3]  # and counts as the three write requests it queued
     first, second, dup, last = (replies[i] for i in (0, 2, 3, 4))
     assert isinstance(first, AppendResult) and first.tail == 1 and first.appended
@@ -101,10 +110,10 @@ async def test_a_group_is_one_batch_entry_and_each_append_is_answered_in_its_own
 
 async def test_a_failed_group_fails_each_of_its_appends_and_changes_nothing(store, monkeypatch):
     await store.create(CreateRequest("a", BIN, b"keep"))
-    gate, _ = held_commits(store, monkeypatch, fail=True)
+    held = held_commits(store, monkeypatch, fail=True)
     p = Producer("w", 0, 0)
     early, replies = await replies_of(
-        store, [item("a", b"1"), item("a", b"2", producer=p), item("a", b"", close=True)], gate
+        store, [item("a", b"1"), item("a", b"2", producer=p), item("a", b"", close=True)], held
     )
     assert early == {}
     assert all(isinstance(r, Unavailable) and r.disk_full for r in replies.values())
