@@ -7,6 +7,10 @@ once: probes and metrics answer during recovery, stream requests get 503 with
 ``Retry-After`` until it ends. The lifespan's end closes the store with a
 final checkpoint; live reads are ended before that, as soon as the server
 begins to stop (``end_live_reads``).
+
+It is over 400 lines because it is the one place that wires the parts (store,
+recovery, replication, archive, subscriptions, metrics, workers' refusals) to the
+routes and the lifespan; each part's logic lives in its own package.
 """
 
 from __future__ import annotations
