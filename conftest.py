@@ -7,6 +7,7 @@ Fixtures only: what test modules import lives in testkit (``testkit.server_proce
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,11 @@ from testkit.server_process import ServerProcess
 # testkit.asgi's fixtures start the server in-process (app_server, async_app_server).
 # testkit.archive_store: `archive_store`, a real S3-compatible store per module (SeaweedFS, or
 # Ceph RGW with ARCHIVE_STORE=ceph), and `seaweed` (testkit.seaweedfs).
+# The servers tests start are one process unless a test asks for workers (``--workers N``
+# or its own DS_WORKERS): the default, one per CPU, would make what a test runs depend on
+# the machine. The default itself: e2e/test_workers.py.
+os.environ.setdefault("DS_WORKERS", "1")
+
 pytest_plugins = [
     "testkit.needs",
     "testkit.tiers",

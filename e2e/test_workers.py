@@ -17,9 +17,10 @@ import time
 import httpx
 import pytest
 
+from stream_server.workers.supervisor import cpu_count
 from testkit import wait_for
-from testkit.server_process import alive, worker_pids
-from testkit.servers import stream_server_command
+from testkit.server_process import alive, children_of, worker_pids
+from testkit.servers import Child, free_port, http_status, stream_server_command
 from testkit.stream_reads import read_all
 
 pytestmark = pytest.mark.processes
@@ -111,6 +112,26 @@ def test_a_stop_ends_the_workers_and_the_writer_cleanly(server_factory):
     assert srv.proc is not None and srv.proc.wait(timeout=30) == 0
     assert not any(alive(pid) for pid in children)
     assert "stopped cleanly" in srv.log()
+
+
+def test_by_default_one_worker_per_cpu_the_process_may_use(tmp_path):
+    """No ``--workers`` and no DS_WORKERS (the tests' servers have it set to 1): as many
+    workers as ``--workers 0`` counts, and one process where that is one CPU."""
+    env = {k: v for k, v in os.environ.items() if k != "DS_WORKERS"}
+    port = free_port()
+    command = stream_server_command(port, tmp_path / "data")
+    server = Child("server", command, tmp_path / "server.log", env=env)
+    server.start(lambda: http_status(port, "/readyz") == 200, timeout=60)
+    try:
+        assert server.proc is not None
+        pid, cpus = server.proc.pid, cpu_count()
+        expected = cpus if cpus > 1 else 0
+        wait_for(
+            lambda: len(children_of(pid)) == expected,
+            message=lambda: f"{expected} workers, {children_of(pid)}: {server.log_tail()}",
+        )
+    finally:
+        assert server.stop() == 0, server.log_tail()
 
 
 def test_a_port_in_use_stops_the_start_naming_it(tmp_path):

@@ -46,12 +46,12 @@ class Settings:
     )
     base_path: str = setting("/v1/stream/", NETWORK, "URL prefix under which streams are served")
     workers: int = setting(
-        1,
+        0,
         NETWORK,
         "processes serving HTTP on the port (0: one per CPU the process may use, from its "
-        "cgroup quota or affinity); past 1 the main process only writes (WAL, LMDB, group "
-        "commit, replication) and the workers parse requests and hand it their writes "
-        "(docs/workers.md)",
+        "cgroup quota or affinity; 1: one process, no hand-off); past 1 the main process "
+        "only writes (WAL, LMDB, group commit, replication) and the workers parse requests "
+        "and hand it their writes (docs/workers.md)",
         NONE_OR_MORE,
     )
     tls_cert: str = setting(
