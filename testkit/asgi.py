@@ -323,6 +323,7 @@ async def linked_worker(app: StreamServerApp) -> AsyncIterator[WorkerApp]:
             app.store_clear,
             app.limiter,
             app.reader_slots,
+            app.reads_clear,
         )
         await host.start(link)
         worker = WorkerApp(app.settings, link, WriterProxy(StreamingASGITransport(app)))

@@ -266,6 +266,15 @@ class StreamServerApp:
             return False
         return self.local_write_refusal is None or self.local_write_refusal() is None
 
+    def reads_clear(self) -> bool:
+        """Whether a worker may serve a catch-up read itself now (``workers/``): recovered,
+        and current within the staleness bound on a replica set's member. Else the worker
+        relays it, and these routes answer it (their 503) as a single process does."""
+        if not self.recovery.finished:
+            return False
+        gate = self.streams.context.read_gate
+        return gate is None or gate.fresh_for() > 0
+
     async def store_refusal(self, write: bool) -> Refusal | None:
         """What the writer answers a worker's store call with instead (``workers/``):
         what this app would answer the request itself."""

@@ -14,6 +14,9 @@ true`` holds every write acknowledged more than the bound before the read was se
   echo stamps from before the pause: they renew nothing);
 - in normal operation, under appends, standbys answer every read (no false 503).
 
+Each runs on single-process servers and on servers of two workers, whose workers serve
+a catch-up read themselves while the writer says the replica is current.
+
 Waits are liveness bounds (generous, for 2 shared cores); the times printed are
 measurements, not requirements.
 """
@@ -38,6 +41,9 @@ from tests.replication.workload import LIVENESS, OCTET, create_streams, in_sync,
 pytestmark = pytest.mark.processes
 
 STREAM = "reads/0"
+# Each server one process, or a writer and two workers, whose workers serve a catch-up
+# read themselves while the writer says the replica is current (workers/worker_app.py).
+WORKERS = pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
 
 
 @dataclass
@@ -129,9 +135,10 @@ PAUSED_PRIMARY = {
 }
 
 
-def test_standbys_refuse_reads_once_the_primary_is_paused_past_the_bound(sets, tmp_path):
+@WORKERS
+def test_standbys_refuse_reads_once_the_primary_is_paused_past_the_bound(sets, tmp_path, workers):
     bound = float(PAUSED_PRIMARY["replication_read_staleness"])
-    rs = ReplicaSet.up(3, tmp_path / "rs", settings=PAUSED_PRIMARY)
+    rs = ReplicaSet.up(3, tmp_path / "rs", settings=PAUSED_PRIMARY, args=("--workers", workers))
     sets.append(rs)
     create_streams(rs, [STREAM])
     old = in_sync(rs, 2)
@@ -219,9 +226,12 @@ PAUSED_STANDBY = {
 }
 
 
-def test_a_standby_paused_past_the_bound_does_not_answer_from_its_stale_tail(sets, tmp_path):
+@WORKERS
+def test_a_standby_paused_past_the_bound_does_not_answer_from_its_stale_tail(
+    sets, tmp_path, workers
+):
     bound = float(PAUSED_STANDBY["replication_read_staleness"])
-    rs = ReplicaSet.up(3, tmp_path / "rs", settings=PAUSED_STANDBY)
+    rs = ReplicaSet.up(3, tmp_path / "rs", settings=PAUSED_STANDBY, args=("--workers", workers))
     sets.append(rs)
     create_streams(rs, [STREAM])
     primary = in_sync(rs, 2)
@@ -279,9 +289,10 @@ IDLE = 2.0  # seconds of reads before the appends begin: the heartbeats alone re
 RUN = 8.0  # seconds of reads in all: four times the bound
 
 
-def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path):
+@WORKERS
+def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path, workers):
     bound = float(STEADY_READS["replication_read_staleness"])
-    rs = ReplicaSet.up(3, tmp_path / "rs", settings=STEADY_READS)
+    rs = ReplicaSet.up(3, tmp_path / "rs", settings=STEADY_READS, args=("--workers", workers))
     sets.append(rs)
     create_streams(rs, [STREAM])
     primary = in_sync(rs, 2)

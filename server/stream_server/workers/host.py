@@ -96,10 +96,12 @@ class WriterHost:
         clear: Callable[[], bool],
         limiter: RateLimiter | None = None,
         slots: ReaderSlots | None = None,
+        reads_clear: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.gate = gate
         self.clear = clear
+        self.reads_clear = reads_clear  # a worker may serve a catch-up read itself now
         # The one rate limiter and the one set of live readers' slots of the pod: a
         # client's limits hold whichever worker serves it (``linked_limits.py``).
         self.limiter = limiter
@@ -288,6 +290,12 @@ class HostLink(Link):
         relays it, and the writer refuses it, or waits, as a single process does."""
         return self.host.clear()
 
+    def reads_open(self, rid: int) -> bool:
+        """Whether a worker may serve a catch-up read itself (``WorkerApp._here``): the
+        stream it then opens is taken after this answer, so it holds all this replica
+        held when it was current; else the worker relays the read to be refused here."""
+        return self.host.reads_clear()
+
     def admit(self, rid: int, client: str) -> float:
         limiter = self.host.limiter
         return 0.0 if limiter is None else limiter.acquire(client)
@@ -330,4 +338,5 @@ AT_ONCE: dict[str, Callable[..., Any]] = {
     "admit": HostLink.admit,
     "hold": HostLink.hold,
     "writes_open": HostLink.writes_open,
+    "reads_open": HostLink.reads_open,
 }

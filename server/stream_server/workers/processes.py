@@ -72,6 +72,7 @@ class WriterServer(StreamServer):
             app.store_clear,
             app.limiter,
             app.reader_slots,
+            app.reads_clear,
         )
         self.runtime = runtime
 

@@ -6,10 +6,11 @@ only for the store's work, so the CPU a request costs is spread over the workers
 and the writer spends its one core on what must be serial. What the protocol
 layer does not cover (health, metrics, replication, the archive, subscriptions'
 ``__ds`` paths) goes whole to the writer's HTTP socket (``WriterProxy``). On a
-replica set's member or a replica cluster's server reads do too, for now: they
-pass a read gate only the writer holds; so does a write the writer would not take
-at once (a standby's, a primary's waiting for its standbys), which the writer then
-answers as a single process does, before the body is read.
+replica set's member or a replica cluster's server a request the writer would not
+let through at once goes there too, and the writer answers it as a single process
+does: a write it would refuse or hold (a standby's, a primary's waiting for its
+standbys), before the body is read; a read while the replica is stale; and every
+live read (``_here``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from stream_server.app import WRITE_METHODS, protocol_settings
 from stream_server.auth import TokenAuth
 from stream_server.config import Settings
 from stream_server.protocol.context import raw_path
-from stream_server.protocol.handlers import Context, StreamRoutes
-from stream_server.protocol.http import Receive, Scope, Send
+from stream_server.protocol.handlers import READS, Context, StreamRoutes
+from stream_server.protocol.http import Receive, Scope, Send, query_params
 from stream_server.protocol.subscriptions import is_control
 from stream_server.request_metrics import RequestMetrics
 from stream_server.streams.errors import StreamError
@@ -66,7 +67,7 @@ class WorkerApp:
         self.proxy = proxy
         self.base = settings.base_path
         self.base_raw = settings.base_path.encode()
-        # A replica set's reads wait on the writer's read gate: relayed whole (``_here``).
+        # A replica set's member: the writer's gates decide what is served here (``_here``).
         self.gated = bool(settings.replication_lease or settings.archive_follow)
         self.on_fatal: Callable[[], None] | None = None  # the server stops (serving.py)
 
@@ -105,15 +106,23 @@ class WorkerApp:
 
     async def _here(self, scope: Scope) -> bool:
         """Whether this worker serves a stream request itself: always, but on a replica
-        set's member (``gated``), where only a write the writer takes at once is (its
-        refusal, or its wait for standbys, is the writer's, as a single process gives
-        it before the routes); a read waits on the writer's read gate."""
+        set's member (``gated``), where only what the writer would let through at once
+        is: a write it takes at once (its refusal, or its wait for standbys, is the
+        writer's, as a single process gives it before the routes), and a catch-up read
+        while the replica is current (a stale one's 503 is the writer's). A live read
+        is relayed: its wait ends when the replica goes stale, an event only the
+        writer sees."""
         if not self.gated:
             return True
-        if scope["method"] not in WRITE_METHODS:
+        method = scope["method"]
+        if method in WRITE_METHODS:
+            ask = "writes_open"
+        elif method in READS and "live" not in query_params(scope):
+            ask = "reads_open"
+        else:
             return False
         try:
-            return bool(await self.store.call("writes_open"))
+            return bool(await self.store.call(ask))
         except (StreamError, WriterLost):  # the writer is not reachable: the relay answers
             return False
 
