@@ -4,6 +4,10 @@ asked for the earliest retained data, which is never gone. So for a catch-up rea
 long-poll's and an SSE connection's first read. An offset the client named below the
 start is still 410.
 
+A binary catch-up larger than one read is streamed in chunks: its first chunk is read
+before the status is sent, so the same holds for it, and an overtaken named offset is a
+410, not a 200 cut short.
+
 A worker reads the data directory as of the snapshot it opened, and meets an overtaking
 drop only where the drop's punched blocks are (``workers/local_reads.py``); the same
 retry then applies, in the same protocol code."""
@@ -19,11 +23,11 @@ CHUNK = b"r" * 1024
 BOUND = 8 * 1024
 
 
-async def overtaken_stream(async_app_server, monkeypatch):
+async def overtaken_stream(async_app_server, monkeypatch, *flags: str):
     """A stream past its bound (within the sweeper's slack, so no drop yet), whose next
     read is overtaken: retention drops its head just before the data is read. The
     server, the stream's URL, and the list the drop's count goes in."""
-    srv = await async_app_server("--retention", f"r/:max-bytes={BOUND}")
+    srv = await async_app_server("--retention", f"r/:max-bytes={BOUND}", *flags)
     store = srv.app.store
     store.retention.stop()  # drops happen when this test says, not on their own
     url = f"{srv.base}r/one"
@@ -54,6 +58,25 @@ async def test_a_read_from_the_start_overtaken_by_retention_reads_from_the_new_s
     assert 0 < len(r.content) <= BOUND and set(r.content) == {ord("r")}
     gone = await srv.client.get(url, params={"offset": "0000000000000000_0000000000000000"})
     assert gone.status_code == 410  # a named offset below the start is gone
+
+
+async def test_a_streamed_catch_up_from_the_start_overtaken_by_retention_reads_from_it(
+    async_app_server, monkeypatch
+):
+    # Reads of at most 2 KiB: the 12 KiB stream's catch-up is streamed in chunks.
+    flags = ("--max-read-bytes", "2048")
+    srv, url, overtaken = await overtaken_stream(async_app_server, monkeypatch, *flags)
+    r = await srv.client.get(url, params={"offset": "-1"})
+    assert overtaken == [1]
+    assert r.status_code == 200, r.text
+    assert len(r.content) == 2048 and set(r.content) == {ord("r")}
+    assert int(r.headers["content-length"]) == 2048
+
+    named = "0000000000000000_0000000000002048"  # retained when looked up, then dropped
+    srv, url, overtaken = await overtaken_stream(async_app_server, monkeypatch, *flags)
+    gone = await srv.client.get(url, params={"offset": named})
+    assert overtaken == [1]
+    assert gone.status_code == 410, gone.status_code
 
 
 async def test_an_sse_read_from_the_start_overtaken_by_retention_sends_from_the_new_start(

@@ -131,7 +131,7 @@ async def get(  # noqa: C901 - the protocol's order of checks for a read, read i
         )
         return
     if not s.is_json and s.tail - unit > ctx.read_chunk:
-        await _send_streamed_read(ctx, send, s, unit, h)
+        await _send_streamed_read(ctx, send, s, unit, h, from_start=offset == START)
         return
     result = await live_reads.read_from(ctx, s, unit, from_start=offset == START)
     ctx.observe_read(result)
@@ -139,15 +139,20 @@ async def get(  # noqa: C901 - the protocol's order of checks for a read, read i
 
 
 async def _send_streamed_read(
-    ctx: Context, send: Send, s: Stream, unit: int, h: dict[str, str]
+    ctx: Context, send: Send, s: Stream, unit: int, h: dict[str, str], *, from_start: bool
 ) -> None:
     """A large binary catch-up in one response, sent in chunks as they are read.
 
     Binary offsets count bytes, so the response's end offset and length are
     known before anything is read; the next chunk is read (off the loop)
     while the previous one is being sent. Committed bytes never change, so
-    streaming them is as consistent as one read.
+    streaming them is as consistent as one read. The first chunk is read
+    before the status is sent: a read that retention overtook is then a 410,
+    or, from the start (``from_start``), a read from the new start
+    (``live_reads.read_from``), not a response cut short.
     """
+    first = await live_reads.read_from(ctx, s, unit, from_start=from_start)
+    unit = first.start
     stop = min(s.tail, unit + ctx.settings.max_read_bytes)
     promised = ReadResult([], unit, stop, s.tail, s.meta.closed and stop >= s.tail)
     hs, not_modified = read_headers(ctx, s, promised, h, etag=True)
@@ -157,7 +162,8 @@ async def _send_streamed_read(
     hs = [*COMMON, *hs, (CONTENT_LENGTH.raw, str(stop - unit).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": hs})
     cur = unit
-    pending = asyncio.ensure_future(ctx.store.read(s, cur, min(READ_CHUNK_BYTES, stop - cur)))
+    pending: asyncio.Future[ReadResult] = asyncio.get_running_loop().create_future()
+    pending.set_result(first)
     try:
         while cur < stop:
             chunk = await pending
