@@ -251,6 +251,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
+    # Every server of ours one process (a replica set's too), as in every table before
+    # the default became one per CPU; the workers workload sets its N on its own side.
+    os.environ.setdefault("DS_WORKERS", "1")
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     only = [k.strip() for k in args.only.split(",") if k.strip()]
     bad = [s for s in servers if s not in SERVERS] + [k for k in only if k not in ALL_KEYS]

@@ -79,9 +79,6 @@ class Server:
         self.data_dir = data_dir
         env = env_with(pythonpath=self.source)
         env.setdefault("DS_LOG_LEVEL", "warning")
-        # One process: the main table's ours, as in every table before the default became
-        # one per CPU; the workers workload sets its N (extra_env).
-        env.setdefault("DS_WORKERS", "1")
         env.update(self.extra_env)
         self.child = Child(
             self.kind,
