@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ import pytest
 from testkit import wait_for
 from testkit.history import History, message
 from testkit.replicaset import ReplicaSet
+from testkit.server_process import children_of
 from tests.replication.workload import (
     LIVENESS,
     OCTET,
@@ -273,3 +276,53 @@ def test_a_paused_primary_acknowledges_nothing_more_and_rejoins(replica_set, tmp
     assert not late, f"{old} acknowledged writes sent after it was paused: {late[:10]}"
     in_sync(rs, 2)
     verdict(history, converged(rs, streams), tmp_path)
+
+
+@pytest.mark.workers(2)
+def test_a_recopied_standby_of_two_workers_stops_and_reaps_them_before_it_execs(replica_set):
+    """A wiped standby copies the primary's data whole and execs itself again (the same
+    pid): its workers stop first and are reaped, and its new image starts two of its
+    own, so none is left behind as a zombie of the new image."""
+    rs = replica_set
+    stream = "recopied/0"
+    create_streams(rs, [stream])
+    primary = in_sync(rs, 2)
+    body = message("kept")
+    r = httpx.post(f"{rs.server(primary).base}{stream}", content=body, headers=OCTET, timeout=30)
+    assert r.status_code == 204, r.text
+    wiped = next(s.name for s in rs.servers if s.name != primary)
+    # All down (SIGTERM: a clean stop retires the WAL), so no primary holds the frames
+    # the wiped standby would need after the start: it re-copies.
+    for s in rs.servers:
+        rs.kill(s.name, signal.SIGTERM)
+    for s in rs.servers:
+        until(lambda name=s.name: not rs.alive(name), f"{s.name} stopped")
+    shutil.rmtree(rs.server(wiped).data_dir)
+    for s in rs.servers:
+        rs.restart(s.name)
+    log = Path(rs.server(wiped).log)
+    started = re.compile(r"worker \d started \(pid (\d+)\)")
+
+    def workers_around_the_exec() -> tuple[list[int], list[int]] | None:
+        """The workers started before the re-copy's exec (the last two) and after it."""
+        before, installed, after = log.read_text(errors="replace").rpartition("re-copy installed")
+        old, new = started.findall(before)[-2:], started.findall(after)
+        return (
+            ([int(p) for p in old], [int(p) for p in new]) if installed and len(new) >= 2 else None
+        )
+
+    old, new = until(workers_around_the_exec, lambda: f"{wiped} re-copied, its workers started")
+    assert body in converged(rs, [stream])[stream]
+    writer = rs.server(wiped).pid
+    assert len(old) == 2 and len(new) == 2, (old, new)
+    assert all(not Path(f"/proc/{pid}").exists() for pid in old), (
+        f"the first image's workers {old} not reaped: {[_state(pid) for pid in old]}"
+    )
+    until(lambda: sorted(children_of(writer)) == sorted(new), f"{wiped} runs workers {new}")
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

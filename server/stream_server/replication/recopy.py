@@ -16,7 +16,7 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -56,6 +56,9 @@ class Recopy:
         self.refusal = refusal
         self.tls = tls
         self.auth = auth
+        # What must stop before this process execs itself again: a writer's workers
+        # (``workers/processes.py``), which would otherwise be left to its new image.
+        self.before_restart: Callable[[], Awaitable[None]] | None = None
 
     async def serve(self, set_id: str = "") -> Path | FetchAnswer | None:
         """A consistent copy of our data for a standby that must re-copy (a tar file
@@ -92,6 +95,8 @@ class Recopy:
             await asyncio.to_thread(tar.unlink, missing_ok=True)
             self.follower.following = not self.modes.primary
             return
+        if self.before_restart is not None:
+            await self.before_restart()
         await self.roles.stop()
         await self.store.stop()
         await asyncio.to_thread(snapshot.install, root, tar)

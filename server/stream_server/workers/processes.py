@@ -49,7 +49,7 @@ log = logging.getLogger("stream_server.workers")
 
 BACKLOG = 2048  # uvicorn's default
 RUNTIME_PREFIX = "ds-writer-"
-BIND_PATIENCE = 10.0  # seconds a start waits for a port its earlier workers still hold
+BIND_PATIENCE = 10.0  # seconds a start waits for a port a killed writer's workers still hold
 
 
 class WriterServer(StreamServer):
@@ -75,6 +75,8 @@ class WriterServer(StreamServer):
             app.reads_clear,
         )
         self.runtime = runtime
+        if app.replication is not None:  # a standby's re-copy execs this process again
+            app.replication.recopy.before_restart = self.stop_workers
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -91,13 +93,20 @@ class WriterServer(StreamServer):
         )
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        await self.supervisor.stop(grace=SHUTDOWN_GRACE + 1)
-        self.supervisor.sock.close()  # the port is free for whatever runs next (a fenced start)
-        await self.host.stop()
+        await self.stop_workers()
         try:
             await super().shutdown(sockets)
         finally:
             shutil.rmtree(self.runtime, ignore_errors=True)
+
+    async def stop_workers(self) -> None:
+        """The workers stopped (their live reads ended, their calls in flight answered)
+        and reaped, and the port closed: before this server stops, and before this
+        process execs itself again (a standby's re-copy), whose new image starts its
+        own workers on the port."""
+        await self.supervisor.stop(grace=SHUTDOWN_GRACE + 1)
+        self.supervisor.sock.close()  # the port is free for whatever runs next (a fenced start)
+        await self.host.stop()
 
 
 def writer_server(
@@ -134,7 +143,7 @@ def remove_stale_runtimes(tmp: Path) -> None:
     """Remove the runtime directories of writers that no longer run (killed -9: their
     sockets and the workers' metrics files stay behind). Called before this writer
     makes its own: one named by this pid is an earlier image of this process (one
-    restarted in place: a re-copy installed, a fence), whose workers are leaving."""
+    restarted in place: a re-copy installed, a fence), which stopped its workers."""
     for stale in tmp.glob(f"{RUNTIME_PREFIX}*-*"):
         pid = stale.name[len(RUNTIME_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or (int(pid) != os.getpid() and _runs(int(pid))):
@@ -156,9 +165,9 @@ def listen_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # A process restarted in place (a re-copy installed, a fence) finds its earlier
-    # workers still holding the port until they notice their writer went (their link
-    # closed), a few seconds at most; anything else holding it stops the start.
+    # A start right after its writer's kill -9 finds the workers it left still holding
+    # the port until they notice their writer went (their link closed), a few seconds
+    # at most; anything else holding it stops the start.
     deadline = time.monotonic() + BIND_PATIENCE
     while True:
         try:
