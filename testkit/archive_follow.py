@@ -32,9 +32,15 @@ def source(make: ServerFactory, root: Path) -> ServerProcess:
 
 
 def follower(
-    make: ServerFactory, root: Path, store: S3Store, url: str, name: str = "follower"
+    make: ServerFactory,
+    root: Path,
+    store: S3Store,
+    url: str,
+    name: str = "follower",
+    args: tuple[str, ...] = (),
 ) -> ServerProcess:
-    return make(*follow_args(store, url), data_dir=root / name, env=store.env()).start()
+    """The follower, with ``args`` beyond the follow's own (``--workers 2``)."""
+    return make(*follow_args(store, url), *args, data_dir=root / name, env=store.env()).start()
 
 
 def follow_args(store: S3Store, url: str) -> list[str]:

@@ -4,7 +4,8 @@ continues after a restart, wakes its long-polls, refuses every write with 503, a
 restart without ``--archive-follow`` (the promotion) makes it a writable single node
 that keeps everything, writes its frames after every frame it applied, under a term
 above the source's, and refuses to archive where the source does
-(docs/replica-clusters.md).
+(docs/replica-clusters.md). The first two run on a follower of one process and on one
+of two workers.
 """
 
 from __future__ import annotations
@@ -39,8 +40,14 @@ pytestmark = pytest.mark.processes
 PATHS = ["a", "b/c"]
 
 
+# The follower one process, or a writer and two workers, whose workers serve its reads
+# and relay its writes to the writer, which refuses them (workers/worker_app.py).
+WORKERS = pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
+
+
+@WORKERS
 def test_follower_serves_the_source_and_continues_after_a_restart(
-    server_factory: Any, tmp_path: Path, archive_store: S3Store
+    server_factory: Any, tmp_path: Path, archive_store: S3Store, workers: str
 ) -> None:
     url = archive_store.new_bucket() + "/source"
     objects = object_store(archive_store, url)
@@ -51,7 +58,7 @@ def test_follower_serves_the_source_and_continues_after_a_restart(
         append(src, "a", b"more %d " % i)
         append(src, "b/c", b"x" * (1000 + i))
     first = upload_wal(src.data_dir, objects)
-    fol = follower(server_factory, tmp_path, archive_store, url)
+    fol = follower(server_factory, tmp_path, archive_store, url, args=("--workers", workers))
     caught_up(src, fol, PATHS)
     fol.stop()  # a clean stop empties its WAL: it must resume from what it recorded
     for i in range(3):
@@ -64,15 +71,16 @@ def test_follower_serves_the_source_and_continues_after_a_restart(
     assert wal_frames(fol.data_dir / "wal")[0].lsn == first + 1
 
 
+@WORKERS
 def test_follower_refuses_writes_and_wakes_long_polls(
-    server_factory: Any, tmp_path: Path, archive_store: S3Store
+    server_factory: Any, tmp_path: Path, archive_store: S3Store, workers: str
 ) -> None:
     url = archive_store.new_bucket()
     objects = object_store(archive_store, url)
     src = source(server_factory, tmp_path)
     create(src, "a", b"one ")
     upload_wal(src.data_dir, objects)
-    fol = follower(server_factory, tmp_path, archive_store, url)
+    fol = follower(server_factory, tmp_path, archive_store, url, args=("--workers", workers))
     caught_up(src, fol, ["a"])
     for method, path in (("PUT", "new"), ("POST", "a"), ("DELETE", "a")):
         r = httpx.request(method, f"{fol.base}{path}", content=b"x", headers=OCTET)
