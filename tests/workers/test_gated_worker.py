@@ -18,20 +18,27 @@ STANDBY = Refusal(
 )
 
 
-async def test_writes_taken_at_once_are_served_by_the_worker_the_rest_by_the_writer(
-    async_app_server, monkeypatch
-):
+async def gated_worker(async_app_server, monkeypatch):
+    """A worker as on a replica set's member (``gated``), and the list of what it relays
+    to the writer: (method, path, query string)."""
     srv = await async_app_server(worker=True)
     worker = srv.worker
-    worker.gated = True  # as on a replica set's member
-    relayed: list[tuple[str, str]] = []
+    worker.gated = True
+    relayed: list[tuple[str, str, bytes]] = []
     relay = worker.proxy
 
     async def counted(scope, receive, send):
-        relayed.append((scope["method"], scope["path"]))
+        relayed.append((scope["method"], scope["path"], scope["query_string"]))
         await relay(scope, receive, send)
 
     monkeypatch.setattr(worker, "proxy", counted)  # undone before the worker stops
+    return srv, relayed
+
+
+async def test_writes_taken_at_once_are_served_by_the_worker_the_rest_by_the_writer(
+    async_app_server, monkeypatch
+):
+    srv, relayed = await gated_worker(async_app_server, monkeypatch)
     http, url = srv.client, f"{srv.base}gated"
     assert (await http.put(url, headers=CT)).status_code == 201
     assert (await http.post(url, headers=CT, content=b"ab")).status_code == 204
@@ -49,11 +56,11 @@ async def test_writes_taken_at_once_are_served_by_the_worker_the_rest_by_the_wri
     assert refused.headers["stream-primary"] == "http://primary:4437/v1/stream/"
     assert refused.headers["retry-after"] == "1"
     assert refused.content == STANDBY.body
-    assert relayed == [("POST", "/v1/stream/gated")]
+    assert relayed == [("POST", "/v1/stream/gated", b"")]
     srv.app.local_write_refusal = None
     srv.app.refuses_writes = False
     assert (await http.post(url, headers=CT, content=b"ef")).status_code == 204
-    assert relayed == [("POST", "/v1/stream/gated")]  # served by the worker again
+    assert relayed == [("POST", "/v1/stream/gated", b"")]  # served by the worker again
     assert srv.app.store.get("gated").tail == 4  # ab and ef: the refused write changed nothing
 
 
@@ -77,17 +84,7 @@ class StaleGate:
 async def test_reads_are_served_by_the_worker_while_current_and_live_reads_by_the_writer(
     async_app_server, monkeypatch
 ):
-    srv = await async_app_server(worker=True)
-    worker = srv.worker
-    worker.gated = True  # as on a replica set's member
-    relayed: list[tuple[str, bytes]] = []
-    relay = worker.proxy
-
-    async def counted(scope, receive, send):
-        relayed.append((scope["method"], scope["query_string"]))
-        await relay(scope, receive, send)
-
-    monkeypatch.setattr(worker, "proxy", counted)
+    srv, relayed = await gated_worker(async_app_server, monkeypatch)
     http, url = srv.client, f"{srv.base}reads"
     assert (await http.put(url, headers=CT, content=b"abc")).status_code == 201
     assert (await http.head(url)).status_code == 200
@@ -102,7 +99,7 @@ async def test_reads_are_served_by_the_worker_while_current_and_live_reads_by_th
     assert (await http.post(url, headers=CT, content=b"d")).status_code == 204
     woken = await poll
     assert (woken.status_code, woken.content) == (200, b"d")
-    assert relayed == [("GET", f"offset={tail}&live=long-poll".encode())]
+    assert relayed == [("GET", "/v1/stream/reads", f"offset={tail}&live=long-poll".encode())]
 
     # Stale: the writer's refusal, exactly, for a read the worker would have served.
     monkeypatch.setattr(srv.app.streams.context, "read_gate", StaleGate())
@@ -110,5 +107,5 @@ async def test_reads_are_served_by_the_worker_while_current_and_live_reads_by_th
     status, _, body = StaleGate.REFUSAL
     assert (refused.status_code, refused.content) == (status, body)
     assert refused.headers["retry-after"] == "1"
-    assert relayed[-1] == ("GET", b"offset=-1")
+    assert relayed[-1] == ("GET", "/v1/stream/reads", b"offset=-1")
     assert len(relayed) == 2
