@@ -85,10 +85,12 @@ def die_with_parent() -> None:
         _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time a process has used so far, user and system (0 when it cannot be read)."""
+def cpu_seconds(pid: int, *, thread: int | None = None) -> float:
+    """CPU time a process has used so far, user and system (0 when it cannot be read);
+    with ``thread``, that one of its threads' alone (the main thread's id is the pid)."""
+    stat = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime

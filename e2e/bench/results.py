@@ -55,6 +55,7 @@ class AppendResult(Result):
     acknowledged: int  # what wrk saw acknowledged, warm-up included
     held: int | None  # what the streams' tails account for afterwards (None: not measurable)
     cpu_ms: tuple[float, ...] = ()  # CPU per append of each server process, as SequentialResult's
+    cpu_ms_loop: float | None = None  # of the first process's main thread (its event loop)
 
 
 @dataclass
@@ -229,6 +230,7 @@ class WorkersResult(Result):
     catchup_mib_per_s: float  # binary
     cpu_ms: float  # CPU per 64 x 64 append, every process of the server
     cpu_ms_writer: float  # the main process's alone: the writer's (1 worker: everything)
+    cpu_ms_writer_loop: float  # of that, its event loop's (the rest: its commit thread, mostly)
     live_p50_ms: float
     live_p99_ms: float
     idle_wake_p99_ms: float

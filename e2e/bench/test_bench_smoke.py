@@ -305,6 +305,7 @@ def test_workers_workload_reports_both_sides_the_model_and_the_ceilings(tmp_path
         assert res["held"] is not None and res["held"] >= res["acknowledged"] > 0
         assert res["idle_woken"] == res["idle_readers"]
         assert 0 < res["cpu_ms_writer"] <= res["cpu_ms"]
+        assert 0 < res["cpu_ms_writer_loop"] <= res["cpu_ms_writer"]  # the rest: its threads'
         assert res["ceiling_share_pct"] == pytest.approx(
             100 * res["appends_per_s"] / res["ceiling_appends_per_s"]
         )
@@ -315,6 +316,7 @@ def test_workers_workload_reports_both_sides_the_model_and_the_ceilings(tmp_path
         assert 0 < m["amdahl_per_s"] <= m["bound_per_s"]
         assert f"| model, {cores} cores |" in proc.stdout
     assert "goal: Amdahl speedup on 8 cores >= 4x" in proc.stdout
+    assert "(serial: its event loop" in proc.stdout
     # The writer fed over links alone, its holdings checked against its acknowledgements.
     assert many["writer_alone_per_s"] > 0 and single["writer_alone_per_s"] is None
     assert "measured: the writer alone carries" in proc.stdout

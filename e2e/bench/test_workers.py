@@ -31,6 +31,7 @@ def side(cpu_ms: float, cpu_ms_writer: float) -> WorkersResult:
         catchup_mib_per_s=1.0,
         cpu_ms=cpu_ms,
         cpu_ms_writer=cpu_ms_writer,
+        cpu_ms_writer_loop=cpu_ms_writer / 2,
         live_p50_ms=1.0,
         live_p99_ms=1.0,
         idle_wake_p99_ms=1.0,
