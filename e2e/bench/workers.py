@@ -36,7 +36,8 @@ workers' parsing, validation, responses) divides among the cores. On n cores:
 Both take the cores as the server's alone: here wrk shares the two, so the
 measured points (1 and N workers, this machine) sit below the model's.
 
-The writer alone (``writer_alone.py``), after the N side's 64 x 64 run: the writer
+The writer alone (``writer_alone.py``), last on the N side (so that its load, and
+the checkpoint it leaves, fall on no other figure), on the 64 x 64 run's streams: the writer
 fed over eight more links by a client that does nothing else, so the writer is the
 bound; its appends/s over the single process's 64 x 64 is the goal's "allows 4x"
 measured, not modelled (the writer's CPU per append falls as its batches grow, which
@@ -133,13 +134,13 @@ def alone(srv: WorkersServer, prof: Profile) -> tuple[float, float]:
 
 def measure(srv: WorkersServer, prof: Profile, ceiling_rate: float | None) -> WorkersResult:
     """The main table's workloads, one after the other, on one server; with N > 1, the
-    writer alone after the 64 x 64 run."""
+    writer alone last."""
     a = appends(srv, prof, streams=64, threads=64)  # cpu_ms: the main process first
-    alone_per_s, alone_cpu_ms = alone(srv, prof) if srv.workers > 1 else (None, None)
     one = appends(srv, prof, streams=1, threads=2)
     cat = catch_up(srv, prof, json_mode=False)
     lv = live(srv, prof)
     idle = idle_readers(srv, prof)
+    alone_per_s, alone_cpu_ms = alone(srv, prof) if srv.workers > 1 else (None, None)
     return WorkersResult(
         workers=srv.workers,
         processes=len(a.cpu_ms),
