@@ -151,14 +151,20 @@ async def _send_streamed_read(
     or, from the start (``from_start``), a read from the new start
     (``live_reads.read_from``), not a response cut short.
     """
-    first = await live_reads.read_from(ctx, s, unit, from_start=from_start)
-    unit = first.start
-    stop = min(s.tail, unit + ctx.settings.max_read_bytes)
-    promised = ReadResult([], unit, stop, s.tail, s.meta.closed and stop >= s.tail)
-    hs, not_modified = read_headers(ctx, s, promised, h, etag=True)
-    if not_modified:
+
+    def promised(start: int) -> tuple[int, Headers, bool]:
+        stop = min(s.tail, start + ctx.settings.max_read_bytes)
+        whole = ReadResult([], start, stop, s.tail, s.meta.closed and stop >= s.tail)
+        return stop, *read_headers(ctx, s, whole, h, etag=True)
+
+    stop, hs, not_modified = promised(unit)
+    if not_modified:  # nothing read
         await respond(send, 304, hs)
         return
+    first = await live_reads.read_from(ctx, s, unit, from_start=from_start)
+    if first.start != unit:  # retention moved the start under a read from -1: a 200 of it
+        unit = first.start
+        stop, hs, _ = promised(unit)
     hs = [*COMMON, *hs, (CONTENT_LENGTH.raw, str(stop - unit).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": hs})
     cur = unit
