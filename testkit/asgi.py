@@ -321,9 +321,9 @@ async def linked_worker(app: StreamServerApp) -> AsyncIterator[WorkerApp]:
             app.store,
             app.store_refusal,
             app.store_clear,
+            app.reads_clear,
             app.limiter,
             app.reader_slots,
-            app.reads_clear,
         )
         await host.start(link)
         worker = WorkerApp(app.settings, link, WriterProxy(StreamingASGITransport(app)))

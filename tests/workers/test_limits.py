@@ -105,7 +105,7 @@ async def test_a_slot_released_in_the_frame_that_took_it_is_free():
     from stream_server.workers.host import HostLink, WriterHost
 
     slots = ReaderSlots(10, 1)
-    host = WriterHost(None, None, lambda: True, None, slots)  # type: ignore[arg-type]
+    host = WriterHost(None, None, lambda: True, lambda: True, None, slots)  # type: ignore[arg-type]
     link = HostLink(host)
     link.received([(7, "hold", ("long-poll", "client")), (0, "release", 7)])
     await asyncio.sleep(0)  # anything the frame started runs

@@ -87,16 +87,17 @@ class WriterHost:
 
     ``gate`` gives the writer's refusal of a call, if any; ``clear`` says, without a
     coroutine, that there is none to ask for (the start's recovery finished and nothing
-    refuses writes): then a call goes straight to the store."""
+    refuses writes): then a call goes straight to the store. ``reads_clear`` says a
+    worker may serve a catch-up read itself (``reads_open``)."""
 
     def __init__(
         self,
         store: StreamStore,
         gate: Gate,
         clear: Callable[[], bool],
+        reads_clear: Callable[[], bool],
         limiter: RateLimiter | None = None,
         slots: ReaderSlots | None = None,
-        reads_clear: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.gate = gate

@@ -70,9 +70,9 @@ class WriterServer(StreamServer):
             app.store,
             app.store_refusal,
             app.store_clear,
+            app.reads_clear,
             app.limiter,
             app.reader_slots,
-            app.reads_clear,
         )
         self.runtime = runtime
         if app.replication is not None:  # a standby's re-copy execs this process again
