@@ -96,11 +96,15 @@ def children_of(parent: int) -> list[int]:
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    return process_state(pid) not in (None, "Z")
+
+
+def process_state(pid: int) -> str | None:
+    """A process's state letter (R, S, T stopped, Z zombie, ...); None when it is gone."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
-        return False
-    return state != "Z"
+        return None
 
 
 def live_gauge(srv: ServerProcess, mode: str) -> float:

@@ -33,7 +33,7 @@ import pytest
 from testkit import wait_for
 from testkit.history import History, message
 from testkit.replicaset import ReplicaSet
-from testkit.server_process import children_of
+from testkit.server_process import children_of, process_state
 from tests.replication.workload import (
     LIVENESS,
     OCTET,
@@ -323,14 +323,6 @@ def test_a_recopied_standby_of_two_workers_stops_and_reaps_them_before_it_execs(
     assert body in converged(rs, [stream])[stream]
     writer = rs.server(wiped).pid
     assert len(old) == 2 and len(new) == 2, (old, new)
-    assert all(not Path(f"/proc/{pid}").exists() for pid in old), (
-        f"the first image's workers {old} not reaped: {[_state(pid) for pid in old]}"
-    )
+    states = [process_state(pid) for pid in old]
+    assert states == [None, None], f"the first image's workers {old} not reaped: {states}"
     until(lambda: sorted(children_of(writer)) == sorted(new), f"{wiped} runs workers {new}")
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"

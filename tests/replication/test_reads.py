@@ -36,6 +36,7 @@ import httpx
 import pytest
 
 from testkit.replicaset import ReplicaSet
+from testkit.server_process import process_state
 from tests.replication.workload import LIVENESS, OCTET, create_streams, in_sync, until
 
 pytestmark = pytest.mark.processes
@@ -93,12 +94,7 @@ def stopped(rs: ReplicaSet, name: str) -> float:
     """SIGSTOP ``name``; the test's clock once it is stopped (it runs nothing after)."""
     rs.kill(name, signal.SIGSTOP)
     pid = rs.server(name).pid
-
-    def state() -> bool:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "T"
-
-    until(state, f"{name} stopped")
+    until(lambda: process_state(pid) == "T", f"{name} stopped")
     return time.monotonic()
 
 
