@@ -55,7 +55,7 @@ class AppendResult(Result):
     acknowledged: int  # what wrk saw acknowledged, warm-up included
     held: int | None  # what the streams' tails account for afterwards (None: not measurable)
     cpu_ms: tuple[float, ...] = ()  # CPU per append of each server process, as SequentialResult's
-    cpu_ms_loop: float | None = None  # of the first process's main thread (its event loop)
+    cpu_ms_loop: float = 0.0  # of the first process's main thread (its event loop)
 
 
 @dataclass

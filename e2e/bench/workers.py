@@ -155,7 +155,7 @@ def measure(srv: WorkersServer, prof: Profile, ceiling_rate: float | None) -> Wo
         catchup_mib_per_s=cat.mib_per_s,
         cpu_ms=sum(a.cpu_ms),
         cpu_ms_writer=a.cpu_ms[0],
-        cpu_ms_writer_loop=a.cpu_ms_loop or 0.0,
+        cpu_ms_writer_loop=a.cpu_ms_loop,
         live_p50_ms=lv.p50_ms,
         live_p99_ms=lv.p99_ms,
         idle_wake_p99_ms=idle.wake_p99_ms,

@@ -89,10 +89,10 @@ def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> Append
         acked += wrk(srv, seconds=prof.warmup, **kw).ok
     pids = srv.pids()
     cpu_before = [cpu_seconds(p) for p in pids]
-    loop_before = cpu_seconds(pids[0], thread=pids[0]) if pids else 0.0
+    loop_before = cpu_seconds(pids[0], thread=pids[0])
     st = wrk(srv, seconds=prof.duration, **kw)
     cpu_used = [cpu_seconds(p) - b for p, b in zip(pids, cpu_before, strict=True)]
-    loop_used = cpu_seconds(pids[0], thread=pids[0]) - loop_before if pids else None
+    loop_used = cpu_seconds(pids[0], thread=pids[0]) - loop_before
     acked += st.ok
     held = held_now.since(acked)
     return AppendResult(
@@ -103,7 +103,7 @@ def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> Append
         acknowledged=acked,
         held=held,
         cpu_ms=tuple(1000 * u / max(st.requests, 1) for u in cpu_used),
-        cpu_ms_loop=None if loop_used is None else 1000 * loop_used / max(st.requests, 1),
+        cpu_ms_loop=1000 * loop_used / max(st.requests, 1),
     )
 
 
