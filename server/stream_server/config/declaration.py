@@ -3,6 +3,9 @@
 ``Settings`` is what the layers are built from (``app.py`` wires them by name;
 they keep no defaults of their own). A new concern (the object-store archive
 is next) is a new ``Group`` and its fields here, nothing more.
+
+It is over 400 lines because it is that one table: a field per setting, with its
+help text; the rules behind the fields live in ``checks`` and ``validation``.
 """
 
 from __future__ import annotations
