@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+
 from stream_format.records import KIND_BYTES, KIND_JSON
 
 JSON_TYPE = "application/json"
 
 
+@functools.lru_cache(maxsize=256)
 def media_type(content_type: str) -> str:
-    """The comparable part of a content type: lower-cased, parameters dropped."""
+    """The comparable part of a content type: lower-cased, parameters dropped. Cached:
+    every append compares its type with the stream's, and clients send a few types."""
     return content_type.split(";", 1)[0].strip().lower()
 
 

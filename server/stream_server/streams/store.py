@@ -42,7 +42,7 @@ from stream_server.engine import (
 from stream_server.engine.ops import Op
 from stream_server.engine.pipeline import CommitPipeline
 from stream_server.engine.replica import AckGate
-from stream_server.streams.appends import queue_append
+from stream_server.streams.appends import Reserved, publish_append, reserve_append
 from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.creates import queue_create
 from stream_server.streams.errors import (
@@ -91,6 +91,9 @@ DEFAULT_CONTENT_TYPE = "application/octet-stream"
 AppendItem = tuple[AppendRequest, str | None, list[bytes] | None]
 # Told each append's outcome by its place in the group: its result, or its refusal.
 AppendReply = Callable[[int, AppendResult | BaseException], None]
+# One append of a group once queued: its place, what its commit publishes, and the
+# Stream-Closed and producer its result repeats.
+Taken = tuple[int, Reserved, bool, Producer | None]
 
 
 class StreamStore:
@@ -378,13 +381,13 @@ class StreamStore:
         once, the rest when durable (a duplicate, when its original is). Each item is
         the request, its media type and its JSON body split ahead (``append``). The
         writer takes a frame of a worker's appends this way (``workers/host.py``): its
-        cost per append is what bounds the pod, so no task, coroutine or future each."""
+        cost per append is what bounds the pod, so no task, coroutine, future or
+        closure each."""
         fut: asyncio.Future[BatchStats] | None = None
         ops: list[Op] = []
-        applies: list[Callable[[], None]] = []
-        taken: list[tuple[int, Stream, int, bool, Producer | None, bool]] = []
+        taken: list[Taken] = []
         size = 0
-        on_appended = self.events.on_appended
+        max_producers = self.limits.max_producers_per_stream
         for i, (req, media, parsed) in enumerate(items):
             try:
                 s, settled, payloads = self._take(req, media, parsed)
@@ -393,8 +396,8 @@ class StreamStore:
                         functools.partial(_forward, reply, i)
                     )
                     continue
-                queued, meta_written = queue_append(
-                    s, req, payloads, max_producers=self.limits.max_producers_per_stream
+                reserved, bytes_, meta_written = reserve_append(
+                    s, req, payloads, ops, max_producers=max_producers
                 )
             except Exception as exc:  # nothing of this one was queued
                 reply(i, exc)
@@ -404,23 +407,24 @@ class StreamStore:
             if fut is None:
                 fut = asyncio.get_running_loop().create_future()
             s.inflight = fut  # a duplicate of it later in the group waits for it
-            ops += queued.ops
-            size += queued.size
-            applies.append(queued.apply)
-            if payloads and on_appended is not None:
-                applies.append(functools.partial(on_appended, s))
-            taken.append((i, s, queued.tail, req.close, req.producer, bool(payloads)))
+            size += bytes_
+            taken.append((i, reserved, req.close, req.producer))
         if fut is None:
             return
-        apply = applies[0] if len(applies) == 1 else functools.partial(_each, applies)
+        apply = functools.partial(self._published, taken)
         self.pipeline.submit(ops, size, apply, future=fut, requests=len(taken))
         fut.add_done_callback(functools.partial(self._durable, taken, reply))
 
+    def _published(self, taken: list[Taken]) -> None:
+        """A group's commit action: each append's changes shown, in order."""
+        on_appended = self.events.on_appended
+        for _, reserved, _, _ in taken:
+            publish_append(reserved)
+            if reserved[1] and on_appended is not None:
+                on_appended(reserved[0])
+
     def _durable(
-        self,
-        taken: list[tuple[int, Stream, int, bool, Producer | None, bool]],
-        reply: AppendReply,
-        f: asyncio.Future[BatchStats],
+        self, taken: list[Taken], reply: AppendReply, f: asyncio.Future[BatchStats]
     ) -> None:
         """A group's batch is durable (or failed): each append's result, or the failure."""
         failed = StorageError("the write was cancelled") if f.cancelled() else f.exception()
@@ -430,13 +434,12 @@ class StreamStore:
                 reply(i, error)
             return
         stats = f.result()
-        for i, s, tail, close, producer, appended in taken:
-            self.retention.appended(s)  # whether or not the caller still waits
-            result = AppendResult(
-                tail, close or s.meta.closed, producer=producer, appended=appended
-            )
-            result.batch = stats
-            reply(i, result)
+        retention = self.retention if self.retention.watching else None
+        for i, (s, payloads, _, tail, _, _, _), close, producer in taken:
+            if retention is not None:  # whether or not the caller still waits
+                retention.appended(s)
+            closed = close or s.meta.closed
+            reply(i, AppendResult(tail, closed, False, producer, bool(payloads), stats))
 
     def _take(  # noqa: C901 - the append path: a call more per append costs more than a branch
         self, req: AppendRequest, media: str | None, parsed: list[bytes] | None
@@ -590,12 +593,6 @@ class StreamStore:
     def sweep(self) -> int:
         """Expire every stream whose TTL or Expires-At has passed."""
         return self.expiry.sweep()
-
-
-def _each(actions: list[Callable[[], None]]) -> None:
-    """A group's commit action: each of its appends' actions, in order."""
-    for action in actions:
-        action()
 
 
 def _forward(reply: AppendReply, i: int, done: asyncio.Future[AppendResult]) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from stream_format.media import JSON_TYPE, media_type
 from stream_format.meta import StreamMeta, TailValue
 from stream_format.records import Producer
+from stream_server.engine import BatchStats
 from stream_server.protocol.live import ReaderSlots
 from stream_server.protocol.refusals import Decided
 from stream_server.ratelimit import RateLimiter
@@ -58,10 +59,12 @@ WAIT_DATA_MAX = 64 * 1024
 # stream at its path, and what woke it when that was in memory: the unit after it,
 # and its payloads.
 WaitAnswer = tuple[bool, StreamMeta, int, bool, tuple[int, list[bytes]] | None]
-# An append's answer as plain values (a tuple pickles faster than a dataclass): tail, closed, duplicate, producer, appended, and the batch's figures.
-AppendAnswer = tuple[
-    int, bool, bool, Producer | None, bool, tuple[int, int, float, float, float] | None
-]
+# A batch's figures (``BatchStats``) as plain values: one tuple per batch, which each
+# answer of a frame names (pickle writes it once).
+BatchFigures = tuple[int, int, float, float, float]
+# An append's answer as plain values (a tuple pickles faster than a dataclass): tail,
+# closed, duplicate, producer, appended, and the batch's figures.
+AppendAnswer = tuple[int, bool, bool, Producer | None, bool, BatchFigures | None]
 
 
 def snapshot(store: StreamStore, s: Stream) -> Snapshot:
@@ -131,6 +134,9 @@ class HostLink(Link):
         self.tasks: set[asyncio.Task[None]] = set()
         self.waits: dict[int, asyncio.Future[None]] = {}
         self.held: dict[int, contextlib.AbstractContextManager[None]] = {}  # slots, by call
+        # The last batch an answer named, and its figures as sent: made once per batch.
+        self._batch: BatchStats | None = None
+        self._figures: BatchFigures | None = None
         host.links.add(self)
 
     def received(self, messages: list[Any]) -> None:
@@ -200,12 +206,12 @@ class HostLink(Link):
         items: list[AppendItem] = []
         rids: list[int] = []
         for rid, args in appends:
-            *fields, parsed = args
-            req = AppendRequest(*fields)
-            media = media_type(req.content_type) if req.content_type is not None else None
-            if req.body and media == JSON_TYPE and parsed is None:
+            path, content_type, body, stream_seq, producer, close, parsed = args
+            media = media_type(content_type) if content_type is not None else None
+            if body and parsed is None and media == JSON_TYPE:
                 self.spawn(rid, "append", args)
                 continue
+            req = AppendRequest(path, content_type, body, stream_seq, producer, close)
             items.append((req, media, parsed))
             rids.append(rid)
         if items:
@@ -213,12 +219,15 @@ class HostLink(Link):
 
     def appended(self, rids: list[int], i: int, outcome: AppendResult | BaseException) -> None:
         rid = rids[i]
-        if isinstance(outcome, StreamError):
+        if isinstance(outcome, AppendResult):
+            batch = outcome.batch
+            if batch is not self._batch:  # the group's appends share one batch's figures
+                self._batch, self._figures = batch, batch_figures(batch)
+            self.send((rid, True, append_answer(outcome, self._figures)))
+        elif isinstance(outcome, StreamError):
             self.send((rid, False, encode_error(outcome)))
-        elif isinstance(outcome, BaseException):
-            self.failed(rid, "append", outcome)
         else:
-            self.send((rid, True, append_answer(outcome)))
+            self.failed(rid, "append", outcome)
 
     def failed(self, rid: int, op: str, exc: BaseException) -> None:
         """The worker answers 500, as the writer's own route would."""
@@ -277,7 +286,8 @@ class HostLink(Link):
     ) -> AppendAnswer:
         """The way of an append that must wait first (a gate, a JSON body to split)."""
         req = AppendRequest(path, content_type, body, stream_seq, producer, close)
-        return append_answer(await self.store.append(req))
+        result = await self.store.append(req)
+        return append_answer(result, batch_figures(result.batch))
 
     async def create(self, rid: int, req: CreateRequest) -> tuple[Snapshot, bool, int, bool]:
         result = await self.store.create(req)
@@ -310,20 +320,20 @@ class HostLink(Link):
         self.held[rid] = slot
 
 
-def append_answer(r: AppendResult) -> AppendAnswer:
-    batch = r.batch
-    stats = (
-        None
-        if batch is None
-        else (
-            batch.appends,
-            batch.bytes,
-            batch.write_seconds,
-            batch.fsync_seconds,
-            batch.commit_seconds,
-        )
+def batch_figures(batch: BatchStats | None) -> BatchFigures | None:
+    if batch is None:
+        return None
+    return (
+        batch.appends,
+        batch.bytes,
+        batch.write_seconds,
+        batch.fsync_seconds,
+        batch.commit_seconds,
     )
-    return r.tail, r.closed, r.duplicate, r.producer, r.appended, stats
+
+
+def append_answer(r: AppendResult, figures: BatchFigures | None) -> AppendAnswer:
+    return r.tail, r.closed, r.duplicate, r.producer, r.appended, figures
 
 
 OPS: dict[str, Callable[..., Awaitable[Any]]] = {
