@@ -26,6 +26,7 @@ declare -A package=(
   [ip]=iproute2                     # the fault tests' network namespaces and veth pairs
   [iptables]=iptables               # the fault tests' partitions
   [faketime]=faketime               # the fault tests' slow clock (libfaketime)
+  [valgrind]=valgrind               # the writer's instruction counts (e2e/bench/writer_instructions.py)
 )
 # The long profile's too (make test-long sets LONG=1): Ceph's RADOS Gateway, the archive
 # tests' second object store (testkit/ceph_rgw.py), 270 MB installed, for it alone.

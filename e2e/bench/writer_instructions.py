@@ -1,0 +1,224 @@
+"""The writer's instructions per append, counted by callgrind: a figure noise cannot move.
+
+    python e2e/bench/writer_instructions.py                  # this checkout
+    python e2e/bench/writer_instructions.py --baseline REF   # and the server at REF, side by side
+
+The serial part of ``--workers N`` is the writer's cost per append (issue 28). Its
+CPU time moves by a third between runs on this shared machine (docs/performance.md),
+so a change of a tenth cannot be told from noise there. Instructions counted by
+valgrind's callgrind are the same for the same program and input whatever else the
+machine does. This counts them on the real store in a temporary directory: frames of
+``PER_FRAME`` 100-byte appends over 64 streams, fed to the link handler of a
+``WriterHost`` as a worker's frames arrive (unpickled, and their answers pickled),
+with at most ``IN_FLIGHT`` unanswered, so that batches are about as large as in the
+64 x 64 run with two workers. Two runs of different lengths are counted; their
+difference per append is the steady cost, without the start's.
+
+What it counts: user-space instructions of the writer's event loop (the main thread)
+and of its other threads (the commit thread, mostly). What it does not: the kernel's
+work (the fdatasyncs, the segment writes) and the socket between the processes, which
+callgrind does not see; the workers workload's CPU figures include them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: import the bench package and testkit
+    sys.path[0:1] = [str(Path(__file__).resolve().parents[i]) for i in (1, 2)]
+
+import argparse
+import asyncio
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from bench import log
+from bench.servers import ROOT, baseline_checkout
+from testkit.servers import env_with
+
+STREAMS = 64
+PER_FRAME = 32  # appends per frame: what a busy worker sends at once
+IN_FLIGHT = 256  # appends fed and not yet answered (the 64 x 64 run's: 4 per connection)
+BODY = b"x" * 100
+BIN = "application/octet-stream"
+SHORT, LONG = 150, 450  # frames in the two counted runs
+THREAD_FILE = re.compile(r"-(\d+)$")  # callgrind's file of thread N: <name>-NN
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Instructions per append of the writer's event loop and of its other threads."""
+
+    loop: float
+    others: float
+
+    @property
+    def total(self) -> float:
+        return self.loop + self.others
+
+
+# ------------------------------------------------------------------ the feed
+
+
+def feed(frames: int) -> None:
+    """Run in the counted process: ``frames`` frames of appends through a link handler."""
+    asyncio.run(_feed(frames))
+
+
+async def _feed(frames: int) -> None:
+    from stream_server.workers.host import HostLink, WriterHost
+    from stream_server.workers.link import PROTOCOL
+    from testkit.asgi import in_process
+
+    with tempfile.TemporaryDirectory(prefix="ds-instructions-") as where:
+        async with in_process(Path(where)) as srv:
+            app, client = srv.app, srv.client
+            assert client is not None
+            for i in range(STREAMS):
+                r = await client.put(f"/v1/stream/s{i}", headers={"Content-Type": BIN})
+                r.raise_for_status()
+            host = WriterHost(
+                app.store,
+                app.store_refusal,
+                app.store_clear,
+                app.reads_clear,
+                app.limiter,
+                app.reader_slots,
+            )
+            link = HostLink(host)
+            answered = asyncio.Event()
+            counts = {"fed": 0, "answered": 0}
+
+            class Sink(asyncio.Transport):
+                """The worker's end of the socket: counts the answers, keeps nothing."""
+
+                def is_closing(self) -> bool:
+                    return False
+
+                def writelines(self, parts: Any) -> None:
+                    _, frame = parts  # the length, then the pickled answers
+                    answers = pickle.loads(frame)
+                    for rid, ok, value in answers:
+                        if not ok:
+                            raise RuntimeError(f"append {rid} refused: {value!r}")
+                    counts["answered"] += len(answers)
+                    answered.set()
+
+            link.transport = Sink()
+            rid = 0
+            for _ in range(frames):
+                messages = []
+                for _ in range(PER_FRAME):
+                    rid += 1
+                    path = f"s{rid % STREAMS}"
+                    messages.append((rid, "append", (path, BIN, BODY, None, None, False, None)))
+                link.received(pickle.loads(pickle.dumps(messages, PROTOCOL)))
+                counts["fed"] += PER_FRAME
+                while counts["fed"] - counts["answered"] > IN_FLIGHT:
+                    answered.clear()
+                    await answered.wait()
+            while counts["answered"] < counts["fed"]:
+                answered.clear()
+                await answered.wait()
+
+
+# ------------------------------------------------------------------ counting
+
+
+def count(source: Path | None, workdir: Path, lengths: tuple[int, int] = (SHORT, LONG)) -> Counted:
+    """Both runs under callgrind, at once (one core each), and their difference;
+    ``source``: the ``server/`` folder to count instead of this checkout's."""
+    short_frames, long_frames = lengths
+    runs = {frames: workdir / f"run-{frames}" for frames in lengths}
+    procs = []
+    for frames, where in runs.items():
+        where.mkdir(parents=True)
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--separate-threads=yes",
+            f"--callgrind-out-file={where}/cg.%p",
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--feed",
+            str(frames),
+        ]
+        env = env_with(pythonpath=source)
+        procs.append((subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True), frames))
+    for proc, frames in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"the counted feed of {frames} frames failed: {err[-2000:]}")
+    short, long = thread_totals(runs[short_frames]), thread_totals(runs[long_frames])
+    appends = (long_frames - short_frames) * PER_FRAME
+    loop = (long[1] - short[1]) / appends
+    others = sum(long.values()) - sum(short.values()) - (long[1] - short[1])
+    return Counted(loop, others / appends)
+
+
+def thread_totals(where: Path) -> dict[int, int]:
+    """Instructions of each thread of the run in ``where`` (thread 1: the main one)."""
+    totals: dict[int, int] = {}
+    for path in where.glob("cg.*"):
+        m = THREAD_FILE.search(path.name)
+        thread = int(m.group(1)) if m else 1
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith(("summary:", "totals:")):
+                totals[thread] = int(line.split()[1])
+                break
+    if 1 not in totals:
+        raise RuntimeError(f"callgrind wrote no count of the main thread in {where}")
+    return totals
+
+
+def report(ours: Counted, base: Counted | None, ref: str | None) -> str:
+    head = f"{'instructions per append':<32}{'ours':>12}"
+    if base is not None:
+        head += f"{'base ' + str(ref):>16}{'ours/base':>11}"
+    lines = [head]
+    for label, attr in (
+        ("the writer's event loop", "loop"),
+        ("its other threads (commit)", "others"),
+        ("the writer, all threads", "total"),
+    ):
+        row = f"{label:<32}{getattr(ours, attr):>12,.0f}"
+        if base is not None:
+            b = getattr(base, attr)
+            row += f"{b:>16,.0f}{getattr(ours, attr) / b:>10.2f}x"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", metavar="REF", help="also count the server at this ref")
+    parser.add_argument("--feed", type=int, metavar="FRAMES", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.feed is not None:
+        feed(args.feed)
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is missing (make deps installs it)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
+        log("counting this checkout's writer (two runs under callgrind, about a minute)")
+        ours = count(None, Path(tmp) / "ours")
+        base = None
+        with baseline_checkout(args.baseline, Path(tmp)) as source:
+            if source is not None:
+                log(f"counting the writer at {args.baseline}")
+                base = count(source, Path(tmp) / "base")
+    print(report(ours, base, args.baseline))
+    return 0
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    sys.exit(main())
