@@ -10,9 +10,10 @@ valgrind's callgrind are the same for the same program and input whatever else t
 machine does. This counts them on the real store in a temporary directory: frames of
 ``PER_FRAME`` 100-byte appends over 64 streams, fed to the link handler of a
 ``WriterHost`` as a worker's frames arrive (unpickled, and their answers pickled),
-with at most ``IN_FLIGHT`` unanswered, so that batches are about as large as in the
-64 x 64 run with two workers. Two runs of different lengths are counted; their
-difference per append is the steady cost, without the start's.
+each once the last is answered: every batch is one frame, so the count does not
+depend on how threads happened to interleave (batches of 22 to 26 appends are what
+the 64 x 64 run with two workers makes). Two runs of different lengths are counted;
+their difference per append is the steady cost, without the start's.
 
 What it counts: user-space instructions of the writer's event loop (the main thread)
 and of its other threads (the commit thread, mostly). What it does not: the kernel's
@@ -44,8 +45,7 @@ from bench.servers import ROOT, baseline_checkout
 from testkit.servers import env_with
 
 STREAMS = 64
-PER_FRAME = 32  # appends per frame: what a busy worker sends at once
-IN_FLIGHT = 256  # appends fed and not yet answered (the 64 x 64 run's: 4 per connection)
+PER_FRAME = 32  # appends per frame, and per batch: each frame waits for the last's answers
 BODY = b"x" * 100
 BIN = "application/octet-stream"
 SHORT, LONG = 150, 450  # frames in the two counted runs
@@ -121,12 +121,9 @@ async def _feed(frames: int) -> None:
                     messages.append((rid, "append", (path, BIN, BODY, None, None, False, None)))
                 link.received(pickle.loads(pickle.dumps(messages, PROTOCOL)))
                 counts["fed"] += PER_FRAME
-                while counts["fed"] - counts["answered"] > IN_FLIGHT:
+                while counts["answered"] < counts["fed"]:
                     answered.clear()
                     await answered.wait()
-            while counts["answered"] < counts["fed"]:
-                answered.clear()
-                await answered.wait()
 
 
 # ------------------------------------------------------------------ counting

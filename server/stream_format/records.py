@@ -25,6 +25,8 @@ FILE_HEADER_SIZE = FILE_HEADER.size  # 16
 # crc32, payload length, kind, flags, producer-id length, first unit, timestamp (µs)
 RECORD_HEADER = struct.Struct("<IIBBHQQ")
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 28
+_CRC = struct.Struct("<I")
+_HEADER_REST = struct.Struct("<IBBHQQ")  # the header after its crc32
 PRODUCER_TAIL = struct.Struct("<QQ")  # producer epoch, producer seq
 
 KIND_BYTES = 1  # opaque bytes; one unit per payload byte
@@ -97,19 +99,17 @@ def encode_record(
     if len(payload) > MAX_PAYLOAD:
         raise ValueError("record payload too large")
     if producer is None:
-        pid = b""
-        tail = b""
-        flags = 0
+        rest = _HEADER_REST.pack(len(payload), kind, 0, 0, start, timestamp_us)
     else:
         pid = producer.id.encode()
-        tail = PRODUCER_TAIL.pack(producer.epoch, producer.seq) + pid
-        flags = FLAG_PRODUCER
-    body = (
-        RECORD_HEADER.pack(0, len(payload), kind, flags, len(pid), start, timestamp_us)[4:]
-        + tail
-        + payload
-    )
-    return struct.pack("<I", crc32(body)) + body
+        rest = (
+            _HEADER_REST.pack(len(payload), kind, FLAG_PRODUCER, len(pid), start, timestamp_us)
+            + PRODUCER_TAIL.pack(producer.epoch, producer.seq)
+            + pid
+        )
+    # The checksum covers everything after itself: the header's rest, then the payload,
+    # taken in two steps rather than over a joined copy (the writer frames every record).
+    return _CRC.pack(crc32(payload, crc32(rest))) + rest + payload
 
 
 def iter_records(

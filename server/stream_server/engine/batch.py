@@ -34,9 +34,9 @@ from stream_format.meta import (
 )
 from stream_format.records import (
     FILE_HEADER_SIZE,
+    KIND_BYTES,
     encode_file_header,
     encode_record,
-    record_units,
 )
 from stream_server.engine.ops import (
     Append,
@@ -155,20 +155,22 @@ class _Builder:
         return tail
 
     def append(self, op: Append) -> None:
-        tail = self.moved(op.stream_id)
-        records = self.chunks.setdefault(op.stream_id, (tail.file_len, []))[1]
+        sid, kind, producer, now_us = op.stream_id, op.kind, op.producer, self.now_us
+        tail = self.moved(sid)
+        records = self.chunks.setdefault(sid, (tail.file_len, []))[1]
         stats = self.stats
+        unit, end = tail.unit, tail.file_len
         for payload in op.payloads:
-            rec = encode_record(op.kind, payload, tail.unit, self.now_us, op.producer)
-            start = tail.file_len
+            rec = encode_record(kind, payload, unit, now_us, producer)
+            start = end
             end = start + len(rec)
             records.append(rec)
-            tail.file_len = end
-            tail.unit += record_units(op.kind, len(payload))
+            unit += len(payload) if kind == KIND_BYTES else 1  # ``record_units``
             if start // INDEX_GRANULARITY != end // INDEX_GRANULARITY:
-                self.put(DB_INDEX, index_key(op.stream_id, tail.unit), U64.pack(end))
+                self.put(DB_INDEX, index_key(sid, unit), U64.pack(end))
             stats.appends += 1
             stats.bytes += len(payload)
+        tail.unit, tail.file_len = unit, end
 
     def create_log(self, op: CreateLog) -> None:
         unit = op.start_unit
