@@ -31,11 +31,18 @@ def test_records_are_the_bytes_the_format_document_specifies():
     """Byte for byte, as the format's first writer framed them: crc32 over the rest,
     payload length, kind, flags, producer-id length, first unit, timestamp (little
     endian), then the producer's epoch, seq and id, then the payload."""
-    plain = "2db00743" "05000000" "01" "00" "0000" "0000000000000000" "6f00000000000000"
+    plain = "2db00743050000000100000000000000000000006f00000000000000"
     assert encode_record(KIND_BYTES, b"hello", 0, 111).hex() == plain + b"hello".hex()
     produced = (
-        "cb070179" "07000000" "02" "01" "0300" "0500000000000000" "de00000000000000"
-        "0300000000000000" "0900000000000000" + b"p-1".hex() + b'{"k":1}'.hex()
+        "cb070179"
+        "07000000"
+        "02"
+        "01"
+        "0300"
+        "0500000000000000"
+        "de00000000000000"
+        "0300000000000000"
+        "0900000000000000" + b"p-1".hex() + b'{"k":1}'.hex()
     )
     assert encode_record(KIND_JSON, b'{"k":1}', 5, 222, Producer("p-1", 3, 9)).hex() == produced
 
