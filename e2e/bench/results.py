@@ -231,6 +231,7 @@ class WorkersResult(Result):
     cpu_ms: float  # CPU per 64 x 64 append, every process of the server
     cpu_ms_writer: float  # the main process's alone: the writer's (1 worker: everything)
     cpu_ms_writer_loop: float  # of that, its event loop's (the rest: its commit thread, mostly)
+    requests_per_batch: float | None  # the writer's, during the 64 x 64 run (None: no batch)
     live_p50_ms: float
     live_p99_ms: float
     idle_wake_p99_ms: float
@@ -240,6 +241,7 @@ class WorkersResult(Result):
     ceiling_share_pct: float | None = None  # appends_per_s over that, in %
     writer_alone_per_s: float | None = None  # N > 1: the writer fed over links alone
     writer_alone_cpu_ms: float | None = None  # its CPU per append then (every thread)
+    writer_alone_per_batch: float | None = None  # its requests per batch then
 
 
 R = TypeVar("R", bound=Result)

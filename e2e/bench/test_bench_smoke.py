@@ -287,7 +287,7 @@ def test_workers_workload_reports_both_sides_the_model_and_the_ceilings(tmp_path
     assert f"workers: ours with --workers {WORKERS} against --workers 1" in proc.stdout
     rows = {r["title"]: r for r in doc["workers_rows"]}
     alone = {title for title in rows if title.startswith("the writer alone")}
-    assert len(alone) == 2  # appends/s and CPU per append: the N side's only
+    assert len(alone) == 3  # appends/s, CPU and requests per batch: the N side's only
     for row in rows.values():
         assert row["title"] in proc.stdout
         values = (row["ours"],) if row["title"] in alone else (row["ours"], row["reference"])
@@ -306,6 +306,7 @@ def test_workers_workload_reports_both_sides_the_model_and_the_ceilings(tmp_path
         assert res["idle_woken"] == res["idle_readers"]
         assert 0 < res["cpu_ms_writer"] <= res["cpu_ms"]
         assert 0 < res["cpu_ms_writer_loop"] <= res["cpu_ms_writer"]  # the rest: its threads'
+        assert 1 <= res["requests_per_batch"] <= 64  # 64 connections, one request each at most
         assert res["ceiling_share_pct"] == pytest.approx(
             100 * res["appends_per_s"] / res["ceiling_appends_per_s"]
         )
@@ -319,6 +320,7 @@ def test_workers_workload_reports_both_sides_the_model_and_the_ceilings(tmp_path
     assert "(serial: its event loop" in proc.stdout
     # The writer fed over links alone, its holdings checked against its acknowledgements.
     assert many["writer_alone_per_s"] > 0 and single["writer_alone_per_s"] is None
+    assert many["writer_alone_per_batch"] >= 1 and single["writer_alone_per_batch"] is None
     assert "measured: the writer alone carries" in proc.stdout
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from bench.results import WorkersResult
 from bench.servers import Server
-from bench.workers import descendants, model
+from bench.workers import descendants, model, per_batch
 
 pytestmark = pytest.mark.processes
 
@@ -32,6 +32,7 @@ def side(cpu_ms: float, cpu_ms_writer: float) -> WorkersResult:
         cpu_ms=cpu_ms,
         cpu_ms_writer=cpu_ms_writer,
         cpu_ms_writer_loop=cpu_ms_writer / 2,
+        requests_per_batch=10.0,
         live_p50_ms=1.0,
         live_p99_ms=1.0,
         idle_wake_p99_ms=1.0,
@@ -75,3 +76,8 @@ def test_the_ceiling_in_two_processes_serves_and_leaves_none_behind(tmp_path: Pa
         status = srv.stop()
     assert status == 0
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
+
+
+def test_requests_per_batch_are_the_histograms_growth_between_two_readings():
+    assert per_batch((100.0, 10.0), (400.0, 20.0)) == 30.0
+    assert per_batch((100.0, 10.0), (100.0, 10.0)) is None  # no batch between: not a zero

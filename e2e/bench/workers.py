@@ -41,7 +41,9 @@ the checkpoint it leaves, fall on no other figure), on the 64 x 64 run's streams
 fed over eight more links by a client that does nothing else, so the writer is the
 bound; its appends/s over the single process's 64 x 64 is the goal's "allows 4x"
 measured, not modelled (the writer's CPU per append falls as its batches grow, which
-the model, taken at this machine's load, does not see).
+the model, taken at this machine's load, does not see). The requests per batch of
+both (the writer's ``durable_streams_batch_requests`` on ``/metrics``, read around
+each) say how much larger its batches were.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench import writer_alone
 from bench.report import Figure, Row, at_least, fmt, side_rows
@@ -132,15 +137,38 @@ def alone(srv: WorkersServer, prof: Profile) -> tuple[float, float]:
     return fed.acknowledged / fed.seconds, 1000 * cpu / max(fed.acknowledged, 1)
 
 
+def batches(srv: WorkersServer) -> tuple[float, float]:
+    """The writer's ``durable_streams_batch_requests`` so far: requests, and batches."""
+    text = httpx.get(f"http://127.0.0.1:{srv.port}/metrics", timeout=30).text
+    found = {"sum": 0.0, "count": 0.0}
+    for family in text_string_to_metric_families(text):
+        if family.name == "durable_streams_batch_requests":
+            for sample in family.samples:
+                for end in found:
+                    if sample.name == f"{family.name}_{end}":
+                        found[end] = sample.value
+    return found["sum"], found["count"]
+
+
+def per_batch(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    """Requests per batch between two ``batches`` readings (None: no batch between)."""
+    count = after[1] - before[1]
+    return (after[0] - before[0]) / count if count else None
+
+
 def measure(srv: WorkersServer, prof: Profile, ceiling_rate: float | None) -> WorkersResult:
     """The main table's workloads, one after the other, on one server; with N > 1, the
-    writer alone last."""
+    writer alone last. The requests per batch of the 64 x 64 run count its warm-up."""
+    before = batches(srv)
     a = appends(srv, prof, streams=64, threads=64)  # cpu_ms: the main process first
+    a_per_batch = per_batch(before, batches(srv))
     one = appends(srv, prof, streams=1, threads=2)
     cat = catch_up(srv, prof, json_mode=False)
     lv = live(srv, prof)
     idle = idle_readers(srv, prof)
+    before = batches(srv)
     alone_per_s, alone_cpu_ms = alone(srv, prof) if srv.workers > 1 else (None, None)
+    alone_per_batch = per_batch(before, batches(srv)) if srv.workers > 1 else None
     return WorkersResult(
         workers=srv.workers,
         processes=len(a.cpu_ms),
@@ -156,6 +184,7 @@ def measure(srv: WorkersServer, prof: Profile, ceiling_rate: float | None) -> Wo
         cpu_ms=sum(a.cpu_ms),
         cpu_ms_writer=a.cpu_ms[0],
         cpu_ms_writer_loop=a.cpu_ms_loop,
+        requests_per_batch=a_per_batch,
         live_p50_ms=lv.p50_ms,
         live_p99_ms=lv.p99_ms,
         idle_wake_p99_ms=idle.wake_p99_ms,
@@ -165,6 +194,7 @@ def measure(srv: WorkersServer, prof: Profile, ceiling_rate: float | None) -> Wo
         ceiling_share_pct=100 * a.appends_per_s / ceiling_rate if ceiling_rate else None,
         writer_alone_per_s=alone_per_s,
         writer_alone_cpu_ms=alone_cpu_ms,
+        writer_alone_per_batch=alone_per_batch,
     )
 
 
@@ -215,6 +245,7 @@ def figures(prof: Profile) -> list[Figure]:
             "ms",
             "reported",
         ),
+        Figure("64 x 64, requests per batch", "requests_per_batch", "", "reported"),
         Figure("server processes counted", "processes", "", "reported"),
         Figure("live long-poll POST->reader, p50", "live_p50_ms", "ms", "reported"),
         Figure("live long-poll POST->reader, p99", "live_p99_ms", "ms", "reported"),
@@ -234,6 +265,7 @@ def figures(prof: Profile) -> list[Figure]:
             "reported",
         ),
         Figure("the writer alone, CPU per append", "writer_alone_cpu_ms", "ms", "reported"),
+        Figure("the writer alone, requests per batch", "writer_alone_per_batch", "", "reported"),
     ]
 
 
