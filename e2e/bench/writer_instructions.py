@@ -11,9 +11,9 @@ machine does. This counts them on the real store in a temporary directory: frame
 ``PER_FRAME`` 100-byte appends over 64 streams, fed to the link handler of a
 ``WriterHost`` as a worker's frames arrive (unpickled, and their answers pickled),
 each once the last is answered: every batch is one frame, so the count does not
-depend on how threads happened to interleave (batches of 22 to 26 appends are what
-the 64 x 64 run with two workers makes). Two runs of different lengths are counted;
-their difference per append is the steady cost, without the start's.
+depend on how threads happened to interleave (the workers workload prints the
+requests per batch of its 64 x 64 run: about as many). Two runs of different lengths
+are counted; their difference per append is the steady cost, without the start's.
 
 What it counts: user-space instructions of the writer's event loop (the main thread)
 and of its other threads (the commit thread, mostly). What it does not: the kernel's
