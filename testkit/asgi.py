@@ -315,20 +315,13 @@ async def linked_worker(app: StreamServerApp) -> AsyncIterator[WorkerApp]:
     """A worker's app over ``app``: its link served by a ``WriterHost`` on a socket in a
     directory of its own, its relayed requests handed to ``app``. A test enters it again
     for a second worker in front of the same writer."""
-    from stream_server.workers.host import WriterHost
+    from stream_server.workers.processes import writer_host
     from stream_server.workers.proxy import WriterProxy
     from stream_server.workers.worker_app import WorkerApp
 
     with tempfile.TemporaryDirectory(prefix="ds-link-") as where:
         link = Path(where) / "link.sock"
-        host = WriterHost(
-            app.store,
-            app.store_refusal,
-            app.store_clear,
-            app.reads_clear,
-            app.limiter,
-            app.reader_slots,
-        )
+        host = writer_host(app)
         await host.start(link)
         worker = WorkerApp(app.settings, link, WriterProxy(StreamingASGITransport(app)))
         assert app.store.engine.meta is not None

@@ -73,7 +73,7 @@ def feed(frames: int) -> None:
 
 
 async def _feed(frames: int) -> None:
-    from stream_server.workers.host import HostLink, WriterHost
+    from stream_server.workers.host import HostLink
     from stream_server.workers.link import PROTOCOL
     from testkit.asgi import in_process
 
@@ -84,15 +84,7 @@ async def _feed(frames: int) -> None:
             for i in range(STREAMS):
                 r = await client.put(f"/v1/stream/s{i}", headers={"Content-Type": BIN})
                 r.raise_for_status()
-            host = WriterHost(
-                app.store,
-                app.store_refusal,
-                app.store_clear,
-                app.reads_clear,
-                app.limiter,
-                app.reader_slots,
-            )
-            link = HostLink(host)
+            link = HostLink(_writer_host(app))
             answered = asyncio.Event()
             counts = {"fed": 0, "answered": 0}
 
@@ -124,6 +116,20 @@ async def _feed(frames: int) -> None:
                 while counts["answered"] < counts["fed"]:
                     answered.clear()
                     await answered.wait()
+
+
+def _writer_host(app: Any) -> Any:
+    """The writer's side of the links over ``app``, as the counted server makes it:
+    ``writer_host`` where it has one, by hand in one from before it (a ``--baseline``
+    such as d326dbf)."""
+    try:
+        from stream_server.workers.processes import writer_host
+    except ImportError:
+        from stream_server.workers.host import WriterHost
+
+        parts = ("store", "store_refusal", "store_clear", "reads_clear", "limiter", "reader_slots")
+        return WriterHost(*(getattr(app, part) for part in parts))
+    return writer_host(app)
 
 
 # ------------------------------------------------------------------ counting

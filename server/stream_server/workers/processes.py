@@ -66,14 +66,7 @@ class WriterServer(StreamServer):
     ) -> None:
         super().__init__(config, app, watcher)
         self.supervisor = supervisor
-        self.host = WriterHost(
-            app.store,
-            app.store_refusal,
-            app.store_clear,
-            app.reads_clear,
-            app.limiter,
-            app.reader_slots,
-        )
+        self.host = writer_host(app)
         self.runtime = runtime
         if app.replication is not None:  # a standby's re-copy execs this process again
             app.replication.recopy.before_restart = self.stop_workers
@@ -107,6 +100,19 @@ class WriterServer(StreamServer):
         await self.supervisor.stop(grace=SHUTDOWN_GRACE + 1)
         self.supervisor.sock.close()  # the port is free for whatever runs next (a fenced start)
         await self.host.stop()
+
+
+def writer_host(app: StreamServerApp) -> WriterHost:
+    """The writer's side of the links, over the app's store, its refusals, its limiter
+    and its live readers' slots: one set of each for the pod."""
+    return WriterHost(
+        app.store,
+        app.store_refusal,
+        app.store_clear,
+        app.reads_clear,
+        app.limiter,
+        app.reader_slots,
+    )
 
 
 def writer_server(
