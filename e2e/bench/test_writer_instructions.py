@@ -15,7 +15,7 @@ pytestmark = pytest.mark.processes
 def test_a_short_count_of_this_checkout_gives_each_threads_instructions_per_append(
     tmp_path: Path,
 ) -> None:
-    counted = count(None, tmp_path, lengths=(4, 12))
+    counted = count(None, tmp_path, lengths=(128, 384))
     # An append costs the event loop tens of thousands of instructions (a parse, checks,
     # a commit action, an answer); the commit thread frames, writes and commits it.
     assert 5_000 < counted.loop < 500_000, counted

@@ -2,18 +2,22 @@
 
     python e2e/bench/writer_instructions.py                  # this checkout
     python e2e/bench/writer_instructions.py --baseline REF   # and the server at REF, side by side
+    python e2e/bench/writer_instructions.py --per-frame 128  # batches of 128 instead of 32
 
 The serial part of ``--workers N`` is the writer's cost per append (issue 28). Its
 CPU time moves by a third between runs on this shared machine (docs/performance.md),
 so a change of a tenth cannot be told from noise there. Instructions counted by
 valgrind's callgrind are the same for the same program and input whatever else the
 machine does. This counts them on the real store in a temporary directory: frames of
-``PER_FRAME`` 100-byte appends over 64 streams, fed to the link handler of a
+``--per-frame`` (32) 100-byte appends over 64 streams, fed to the link handler of a
 ``WriterHost`` as a worker's frames arrive (unpickled, and their answers pickled),
 each once the last is answered: every batch is one frame, so the count does not
 depend on how threads happened to interleave (the workers workload prints the
 requests per batch of its 64 x 64 run: about as many). Two runs of different lengths
 are counted; their difference per append is the steady cost, without the start's.
+Counted at two batch sizes, ``a + b/n`` splits what an append costs (``a``) from what
+a batch of ``n`` costs (``b``). Up to 64 appends a frame, each goes to a stream of
+its own, so a batch's cost is also its streams'.
 
 What it counts: user-space instructions of the writer's event loop (the main thread)
 and of its other threads (the commit thread, mostly). What it does not: the kernel's
@@ -48,7 +52,7 @@ STREAMS = 64
 PER_FRAME = 32  # appends per frame, and per batch: each frame waits for the last's answers
 BODY = b"x" * 100
 BIN = "application/octet-stream"
-SHORT, LONG = 150, 450  # frames in the two counted runs
+SHORT, LONG = 4_800, 14_400  # appends in the two counted runs
 THREAD_FILE = re.compile(r"-(\d+)$")  # callgrind's file of thread N: <name>-NN
 
 
@@ -67,12 +71,13 @@ class Counted:
 # ------------------------------------------------------------------ the feed
 
 
-def feed(frames: int) -> None:
-    """Run in the counted process: ``frames`` frames of appends through a link handler."""
-    asyncio.run(_feed(frames))
+def feed(frames: int, per_frame: int) -> None:
+    """Run in the counted process: ``frames`` frames of ``per_frame`` appends through a
+    link handler."""
+    asyncio.run(_feed(frames, per_frame))
 
 
-async def _feed(frames: int) -> None:
+async def _feed(frames: int, per_frame: int) -> None:
     from stream_server.workers.host import HostLink
     from stream_server.workers.link import PROTOCOL
     from testkit.asgi import in_process
@@ -104,15 +109,19 @@ async def _feed(frames: int) -> None:
                     answered.set()
 
             link.transport = Sink()
+            # Counted from here: the parent turns callgrind's instrumentation on (the
+            # start, run uninstrumented, takes a fifth of the time it would counted).
+            print("ready", flush=True)
+            sys.stdin.readline()
             rid = 0
             for _ in range(frames):
                 messages = []
-                for _ in range(PER_FRAME):
+                for _ in range(per_frame):
                     rid += 1
                     path = f"s{rid % STREAMS}"
                     messages.append((rid, "append", (path, BIN, BODY, None, None, False, None)))
                 link.received(pickle.loads(pickle.dumps(messages, PROTOCOL)))
-                counts["fed"] += PER_FRAME
+                counts["fed"] += per_frame
                 while counts["answered"] < counts["fed"]:
                     answered.clear()
                     await answered.wait()
@@ -135,35 +144,72 @@ def _writer_host(app: Any) -> Any:
 # ------------------------------------------------------------------ counting
 
 
-def count(source: Path | None, workdir: Path, lengths: tuple[int, int] = (SHORT, LONG)) -> Counted:
-    """Both runs under callgrind, at once (one core each), and their difference;
-    ``source``: the ``server/`` folder to count instead of this checkout's."""
-    short_frames, long_frames = lengths
-    runs = {frames: workdir / f"run-{frames}" for frames in lengths}
-    procs = []
+def count(
+    source: Path | None,
+    workdir: Path,
+    per_frame: int = PER_FRAME,
+    lengths: tuple[int, int] = (SHORT, LONG),
+) -> Counted:
+    """Both runs under callgrind, at once (one core each), each counted from when its
+    store is ready, and their difference; ``source``: the ``server/`` folder to count
+    instead of this checkout's; ``lengths``: the appends of each run."""
+    short_frames, long_frames = (n // per_frame for n in lengths)
+    runs = {frames: workdir / f"run-{frames}" for frames in (short_frames, long_frames)}
+    procs: list[tuple[subprocess.Popen[str], int]] = []
     for frames, where in runs.items():
         where.mkdir(parents=True)
         cmd = [
             "valgrind",
             "--tool=callgrind",
             "--separate-threads=yes",
+            "--instr-atstart=no",
             f"--callgrind-out-file={where}/cg.%p",
             sys.executable,
             str(Path(__file__).resolve()),
             "--feed",
             str(frames),
+            "--per-frame",
+            str(per_frame),
         ]
         env = env_with(pythonpath=source)
-        procs.append((subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True), frames))
-    for proc, frames in procs:
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"the counted feed of {frames} frames failed: {err[-2000:]}")
+        with (where / "stderr").open("w") as err:
+            proc = subprocess.Popen(
+                cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
+            )
+        procs.append((proc, frames))
+    try:
+        for proc, frames in procs:
+            assert proc.stdin is not None and proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                proc.wait()
+                raise RuntimeError(f"the feed of {frames} frames failed: {_failure(runs[frames])}")
+            subprocess.run(
+                ["callgrind_control", "-i", "on", str(proc.pid)],
+                check=True,
+                timeout=120,
+                capture_output=True,
+            )
+        for proc, _ in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.close()
+        for proc, frames in procs:
+            if proc.wait() != 0:
+                raise RuntimeError(f"the feed of {frames} frames failed: {_failure(runs[frames])}")
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     short, long = thread_totals(runs[short_frames]), thread_totals(runs[long_frames])
-    appends = (long_frames - short_frames) * PER_FRAME
+    appends = (long_frames - short_frames) * per_frame
     loop = (long[1] - short[1]) / appends
     others = sum(long.values()) - sum(short.values()) - (long[1] - short[1])
     return Counted(loop, others / appends)
+
+
+def _failure(where: Path) -> str:
+    return (where / "stderr").read_text(errors="replace")[-2000:]
 
 
 def thread_totals(where: Path) -> dict[int, int]:
@@ -202,22 +248,31 @@ def report(ours: Counted, base: Counted | None, ref: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", metavar="REF", help="also count the server at this ref")
+    parser.add_argument(
+        "--per-frame",
+        type=int,
+        default=PER_FRAME,
+        metavar="N",
+        help=f"appends per frame, and so per batch (default {PER_FRAME}): two counts at "
+        "different N split the cost per append from the cost per batch",
+    )
     parser.add_argument("--feed", type=int, metavar="FRAMES", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.feed is not None:
-        feed(args.feed)
+        feed(args.feed, args.per_frame)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is missing (make deps installs it)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
         log("counting this checkout's writer (two runs under callgrind, about a minute)")
-        ours = count(None, Path(tmp) / "ours")
+        ours = count(None, Path(tmp) / "ours", args.per_frame)
         base = None
         with baseline_checkout(args.baseline, Path(tmp)) as source:
             if source is not None:
                 log(f"counting the writer at {args.baseline}")
-                base = count(source, Path(tmp) / "base")
+                base = count(source, Path(tmp) / "base", args.per_frame)
+    print(f"{args.per_frame} appends per frame and per batch, over {STREAMS} streams")
     print(report(ours, base, args.baseline))
     return 0
 
