@@ -325,6 +325,27 @@ def _stale_reads(
             )
 
 
+def _ack_term(history: History, first: dict[tuple[str, int], float], op: Op) -> int:
+    """The term of an acknowledgement whose answer named none. A replica acknowledges
+    only as primary: seen as something else (a standby, down) just before the ack and
+    as primary just after, it was elected between, at the term it is seen at after (a
+    check that took an older sighting would blame a replica elected again on the term
+    it had before). Else, the highest term its server was seen primary at by the ack;
+    never seen primary by then (newly elected), the first term it is seen primary at."""
+    assert op.completed is not None
+    done = op.completed
+    mine = sorted((s for s in history.seen if s.server == op.server), key=lambda s: s.received)
+    before = [s for s in mine if s.received <= done]
+    after = [s for s in mine if s.received > done]
+    if (before and before[-1].role != "primary") and after and after[0].role == "primary":
+        return after[0].term or 0
+    term = max((t for (srv, t), at in first.items() if srv == op.server and at <= done), default=0)
+    if term == 0:
+        later = [(at, t) for (srv, t), at in first.items() if srv == op.server]
+        term = min(later, default=(0.0, 0))[1]
+    return term
+
+
 def _deposed_acks(history: History, report: Report) -> None:
     """Acknowledgements of writes sent after another replica was seen primary at a
     higher term than the acknowledging replica's (module doc)."""
@@ -338,18 +359,7 @@ def _deposed_acks(history: History, report: Report) -> None:
     for op in history.ops:
         if op.kind != "append" or op.outcome != "ok" or op.completed is None:
             continue
-        term = op.term
-        if term is None:  # the highest term its server was seen primary at, by the ack
-            done = op.completed
-            term = max((t for (srv, t), at in first.items() if srv == op.server and at <= done),
-                       default=0)  # fmt: skip
-        if term == 0:
-            # Never seen primary by the ack: newly elected, it acknowledged before the
-            # monitor's next poll. A replica acknowledges only as primary, so its term is
-            # the first it is seen primary at afterwards (a check that fired here would
-            # blame a new primary's first acks on the term it had as a standby).
-            after = [(at, t) for (srv, t), at in first.items() if srv == op.server]
-            term = min(after, default=(0.0, 0))[1]
+        term = op.term if op.term is not None else _ack_term(history, first, op)
         higher = min(
             (
                 (at, srv, t)

@@ -157,6 +157,25 @@ def test_a_new_primarys_acks_before_the_monitor_saw_it_are_of_the_term_it_is_see
     assert len(report.deposed_acks) == 1 and "ds-2 (term 2)" in report.deposed_acks[0]
 
 
+def test_a_replica_elected_again_acks_at_its_new_term_not_its_old_one():
+    """ds-0 was primary at term 1, then seen a standby; ds-1 was primary at term 2; ds-0,
+    elected at term 3, acknowledges before the monitor's next poll sees it primary. The
+    ack is term 3's, not a deposed term 1's. Without the standby sighting between, the
+    same ack stays one of term 1: after ds-1 was seen primary, a deposed ack."""
+    h = History()
+    h.seen.append(Seen("ds-0", 0.0, 0.1, "primary", 1))
+    h.seen.append(Seen("ds-1", 2.0, 2.1, "primary", 2))
+    h.seen.append(Seen("ds-0", 2.9, 3.0, "standby", 2))
+    h.seen.append(Seen("ds-0", 3.4, 3.5, "primary", 3))
+    op = h.invoke("w0", "append", "s", token="w0.0", server="ds-0")
+    h.complete(op, "ok")
+    _at(op, 3.1, 3.3)
+    assert check(h, {"s": message("w0.0")}).ok
+    del h.seen[2]
+    report = check(h, {"s": message("w0.0")})
+    assert len(report.deposed_acks) == 1 and "ds-0 (term 1)" in report.deposed_acks[0]
+
+
 def test_the_longest_pause_between_acknowledgements_is_measured():
     h = History()
     for i, done in enumerate([1.0, 1.5, 4.0]):
