@@ -39,13 +39,17 @@ partitioned replicas, checked when the history holds what they need:
   test's monitor polls ``GET /replication`` on every server and records each
   answer (``History.observe``); an ack's term is the one its answer named
   (``Op.term``, from a ``Replication-Term`` header, when the server sends
-  one), else the highest term its server was seen primary at before the
-  ack came back (or, never seen primary by then, a new primary that answered
-  before the monitor's next poll: the first term it is seen primary at).
+  one); else, when its server was seen as something else just before the
+  ack and primary just after, the term it is seen at after (elected again
+  between two polls); else the highest term its server was seen primary at
+  before the ack came back (or, never seen primary by then, a new primary
+  that answered before the monitor's next poll: the first term it is seen
+  primary at).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import re
@@ -325,20 +329,20 @@ def _stale_reads(
             )
 
 
-def _ack_term(history: History, first: dict[tuple[str, int], float], op: Op) -> int:
+def _ack_term(op: Op, first: dict[tuple[str, int], float], sightings: dict[str, list[Seen]]) -> int:
     """The term of an acknowledgement whose answer named none. A replica acknowledges
     only as primary: seen as something else (a standby, down) just before the ack and
     as primary just after, it was elected between, at the term it is seen at after (a
     check that took an older sighting would blame a replica elected again on the term
     it had before). Else, the highest term its server was seen primary at by the ack;
-    never seen primary by then (newly elected), the first term it is seen primary at."""
+    never seen primary by then (newly elected), the first term it is seen primary at.
+    ``sightings``: each server's, in the order they came back."""
     assert op.completed is not None
     done = op.completed
-    mine = sorted((s for s in history.seen if s.server == op.server), key=lambda s: s.received)
-    before = [s for s in mine if s.received <= done]
-    after = [s for s in mine if s.received > done]
-    if (before and before[-1].role != "primary") and after and after[0].role == "primary":
-        return after[0].term or 0
+    mine = sightings.get(op.server, [])
+    k = bisect.bisect_right([s.received for s in mine], done)
+    if 0 < k < len(mine) and mine[k - 1].role != "primary" and mine[k].role == "primary":
+        return mine[k].term or 0
     term = max((t for (srv, t), at in first.items() if srv == op.server and at <= done), default=0)
     if term == 0:
         later = [(at, t) for (srv, t), at in first.items() if srv == op.server]
@@ -350,7 +354,9 @@ def _deposed_acks(history: History, report: Report) -> None:
     """Acknowledgements of writes sent after another replica was seen primary at a
     higher term than the acknowledging replica's (module doc)."""
     first: dict[tuple[str, int], float] = {}  # (server, term) -> first seen primary at it
-    for s in history.seen:
+    sightings: dict[str, list[Seen]] = {}
+    for s in sorted(history.seen, key=lambda s: s.received):
+        sightings.setdefault(s.server, []).append(s)
         if s.role == "primary" and s.term is not None:
             key = (s.server, s.term)
             first[key] = min(first.get(key, s.received), s.received)
@@ -359,7 +365,7 @@ def _deposed_acks(history: History, report: Report) -> None:
     for op in history.ops:
         if op.kind != "append" or op.outcome != "ok" or op.completed is None:
             continue
-        term = op.term if op.term is not None else _ack_term(history, first, op)
+        term = op.term if op.term is not None else _ack_term(op, first, sightings)
         higher = min(
             (
                 (at, srv, t)

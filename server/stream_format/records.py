@@ -26,7 +26,7 @@ FILE_HEADER_SIZE = FILE_HEADER.size  # 16
 RECORD_HEADER = struct.Struct("<IIBBHQQ")
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 28
 _CRC = struct.Struct("<I")
-_HEADER_REST = struct.Struct("<IBBHQQ")  # the header after its crc32
+_HEADER_REST = struct.Struct("<" + RECORD_HEADER.format[2:])  # the header after its crc32
 PRODUCER_TAIL = struct.Struct("<QQ")  # producer epoch, producer seq
 
 KIND_BYTES = 1  # opaque bytes; one unit per payload byte

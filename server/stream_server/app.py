@@ -337,14 +337,6 @@ class StreamServerApp:
             gate=gate if self.archive is None else self.archive.store_gate(gate),
         )
 
-    def _stream_appended(self, stream: Stream) -> None:
-        """The store's hook of every durable append (``_events``), without a lookup by
-        name: the writer runs it for every append of the pod."""
-        try:
-            self.subscriptions.manager.stream_appended(stream)
-        except Exception:
-            log.exception("subscription hook stream_appended failed")
-
     def _events(self) -> StoreEvents:
         """The store's hooks: metrics, and the subscriptions (which wake on commits).
 
@@ -380,7 +372,7 @@ class StreamServerApp:
         return StoreEvents(
             on_batch=on_batch if self.archive is None else self.archive.on_batch(on_batch),
             on_created=created,
-            on_appended=self._stream_appended,
+            on_appended=lambda stream: subs("stream_appended", stream),
             on_deleted=deleted,
             on_producer=(lambda event: m.producer_events.labels(event).inc())
             if m is not None

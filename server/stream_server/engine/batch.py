@@ -34,9 +34,9 @@ from stream_format.meta import (
 )
 from stream_format.records import (
     FILE_HEADER_SIZE,
-    KIND_BYTES,
     encode_file_header,
     encode_record,
+    record_units,
 )
 from stream_server.engine.ops import (
     Append,
@@ -165,7 +165,7 @@ class _Builder:
             start = end
             end = start + len(rec)
             records.append(rec)
-            unit += len(payload) if kind == KIND_BYTES else 1  # ``record_units``
+            unit += record_units(kind, len(payload))
             if start // INDEX_GRANULARITY != end // INDEX_GRANULARITY:
                 self.put(DB_INDEX, index_key(sid, unit), U64.pack(end))
             stats.appends += 1

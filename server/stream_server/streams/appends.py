@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stream_format.meta import StreamMeta
-from stream_format.records import KIND_BYTES, Producer
+from stream_format.records import Producer
 from stream_server.engine.ops import Append, DeleteProducer, Op, PutProducer, PutStream
 from stream_server.streams.model import Stream
 from stream_server.streams.producers import producers_to_forget
@@ -40,9 +40,9 @@ def reserve_append(
     pending = s.pending
     m = pending.meta
     p = req.producer
-    size = sum(map(len, payloads)) if payloads else 0
+    size = sum(map(len, payloads))
     first = pending.tail
-    tail = pending.tail = first + (size if s.kind == KIND_BYTES else len(payloads))
+    tail = pending.tail = first + s.units(payloads)
     if p is None and req.stream_seq is None and not req.close and m.ttl is None:
         if payloads:  # the common append: data, and nothing else
             ops.append(Append(s.id, s.kind, payloads, None))

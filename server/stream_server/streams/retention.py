@@ -217,21 +217,16 @@ class Retention:
             p = self._matched[path] = match(self.policies, path)
             return p
 
-    @property
-    def watching(self) -> bool:  # else ``appended`` does nothing: a group asks once
-        return self._wake is not None and bool(self.policies)
-
     def appended(self, s: Stream) -> None:
         """After a durable append: wake the sweeper if ``s`` went past its byte bound."""
-        wake = self._wake
-        if wake is None or not self.policies:
+        if self._wake is None or not self.policies:
             return
         p = self.policy(s.path)
         if p is None or p.max_bytes is None:
             return
         tail = self._engine.tails.get(s.id)
         if tail is not None and tail.file_len - tail.start_pos > p.max_bytes + _slack(p.max_bytes):
-            wake.set()
+            self._wake.set()
 
     # ---------------------------------------------------------------- sweeping
 

@@ -420,8 +420,9 @@ class StreamStore:
         on_appended = self.events.on_appended
         for _, reserved, _, _ in taken:
             publish_append(reserved)
-            if reserved[1] and on_appended is not None:
-                on_appended(reserved[0])
+            s, payloads = reserved[0], reserved[1]
+            if payloads and on_appended is not None:
+                on_appended(s)
 
     def _durable(
         self, taken: list[Taken], reply: AppendReply, f: asyncio.Future[BatchStats]
@@ -434,10 +435,8 @@ class StreamStore:
                 reply(i, error)
             return
         stats = f.result()
-        retention = self.retention if self.retention.watching else None
         for i, (s, payloads, _, tail, _, _, _), close, producer in taken:
-            if retention is not None:  # whether or not the caller still waits
-                retention.appended(s)
+            self.retention.appended(s)  # whether or not the caller still waits
             closed = close or s.meta.closed
             reply(i, AppendResult(tail, closed, False, producer, bool(payloads), stats))
 
