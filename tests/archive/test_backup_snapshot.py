@@ -58,7 +58,7 @@ def test_a_single_node_copy_stands_between_the_lsns_around_it(tmp_path) -> None:
         snapshot = build_into(engine, sink)
     finally:
         engine.close()
-    assert (snapshot.term, snapshot.start_lsn, snapshot.end_lsn) == (0, 21, 22)
+    assert (snapshot.term, snapshot.start_lsn, snapshot.end_lsn) == (0, 22, 22)
     tar_bytes = b"".join(sink.parts) + sink.buffer
     assert all(len(p) == 4096 for p in sink.parts) and len(sink.parts) >= 3
     with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
@@ -67,6 +67,22 @@ def test_a_single_node_copy_stands_between_the_lsns_around_it(tmp_path) -> None:
     for f in snapshot.files:
         assert (len(files[f.path]), crc32(files[f.path])) == (f.size, f.crc32)
     assert sum(p.startswith("segments/") for p in files) == 2
+
+
+def test_a_single_node_copy_with_tails_waiting_starts_where_lmdb_stands(tmp_path) -> None:
+    """A batch's tails may wait for a later LMDB transaction (engine/meta_writes.py): the
+    copy holds LMDB's state, so it starts at the last frame LMDB holds all of."""
+    engine = engine_with_data(tmp_path / "d")
+    try:
+        lengths = {engine.tails[1].file_len, engine.tails[2].file_len}
+        engine.commit([Append(1, KIND_BYTES, [b"waits"])], lambda: True)  # frame 23
+        assert engine.meta_lsn == 22
+        snapshot = build_into(engine, Parts(1 << 20))
+    finally:
+        engine.close()
+    assert (snapshot.start_lsn, snapshot.end_lsn) == (22, 23)
+    # Each file up to the tail LMDB's copy names: without the bytes whose tail waited.
+    assert {f.size for f in snapshot.files if f.path.startswith("segments/")} == lengths
 
 
 def test_a_copy_with_a_position_stands_exactly_there(tmp_path) -> None:

@@ -34,13 +34,13 @@ def held_commits(store: StreamStore, monkeypatch, *, fail: bool = False) -> Held
     held = Held()
     real = store.engine.commit
 
-    def commit(ops):
+    def commit(ops, more=None):
         held.batches.append(list(ops))
         held.entered.set()
         assert held.gate.wait(10)
         if fail:
             raise StorageError("disk full", disk_full=True)
-        return real(ops)
+        return real(ops, more)
 
     monkeypatch.setattr(store.engine, "commit", commit)
     return held

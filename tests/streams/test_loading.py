@@ -52,7 +52,7 @@ async def test_a_rollback_leaves_every_stream_at_its_committed_state(tmp_path, m
         await store.append(AppendRequest("a", BIN, b"c"))  # a's pending state exists
         real = store.engine.commit
 
-        def fail(ops):
+        def fail(ops, more=None):
             raise StorageError("injected")
 
         monkeypatch.setattr(store.engine, "commit", fail)

@@ -189,7 +189,7 @@ async def test_a_failed_batch_changes_nothing(store, monkeypatch):
     real = store.engine.commit
     calls = {"n": 0}
 
-    def failing(ops):
+    def failing(ops, more=None):
         calls["n"] += 1
         if calls["n"] == 1:
             raise StorageError("disk full", disk_full=True)
@@ -236,7 +236,7 @@ async def test_a_duplicate_is_acknowledged_only_once_its_original_is_durable(sto
     entered, gate = threading.Event(), threading.Event()
     real = store.engine.commit
 
-    def slow_then_fail(ops):
+    def slow_then_fail(ops, more=None):
         entered.set()
         gate.wait(10)
         raise StorageError("disk full", disk_full=True)

@@ -3,7 +3,8 @@
 A batch is durable once its WAL frame is flushed; its segment writes and LMDB
 commit are in the page cache only. A checkpoint (when the WAL has grown past
 ``checkpoint_bytes`` or ``checkpoint_frames``, or holds a frame older than
-``checkpoint_seconds``, and at a clean shutdown) flushes the segment files
+``checkpoint_seconds``, and at a clean shutdown) commits the tails that wait
+for an LMDB transaction (``meta_writes.py``), then flushes the segment files
 written since the last one and LMDB's meta page on another thread, then
 deletes the WAL files that covered them: recovery replays only what came
 after. A failed flush fails the engine closed (``fail_closed.py``): which
@@ -20,13 +21,13 @@ import time
 from stream_format import wal as walmod
 from stream_format.layout import Layout
 from stream_server.engine import fsio, wal_keep
-from stream_server.engine.fail_closed import FailClosed
+from stream_server.engine.meta_writes import MetaWrites
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.segments import Segments
 from stream_server.engine.wal_writer import WalWriter
 
 
-class Checkpoints(FailClosed):
+class Checkpoints(MetaWrites):
     """Mixed into ``Engine``: its checkpoints and its clean close."""
 
     layout: Layout
@@ -67,6 +68,8 @@ class Checkpoints(FailClosed):
         """Rotate the WAL and flush, on another thread, what the old files cover."""
         if self._checkpoint_thread is not None and self._checkpoint_thread.is_alive():
             return
+        if not self._commit_deferred():  # the old files may go only once LMDB holds them
+            return
         assert self.wal is not None
         old_wal = self.wal
         self.wal = old_wal.rotate()
@@ -103,7 +106,7 @@ class Checkpoints(FailClosed):
         if self._checkpoint_thread is not None:
             self._checkpoint_thread.join()
         if self.wal is not None:
-            if not self.failed:
+            if not self.failed and self._commit_deferred():
                 number = self.wal.number
                 self.wal.close()
                 dirty, self._dirty = self._dirty, set()

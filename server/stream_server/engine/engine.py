@@ -10,6 +10,8 @@ Path of one batch (called from the single writer thread):
    fdatasync it: from here the batch survives a crash; in a replica set the
    frame is shipped to the standbys now, so their apply overlaps step 4;
 4. commit the same metadata changes to LMDB (tails, index, producers, streams);
+   a batch that changes only tails, with the next one waiting behind it, leaves
+   them to that one's transaction (``meta_writes.py``);
 5. publish the new tails to readers; the caller then acknowledges.
 
 A failure in 2-4 that leaves the disk consistent (disk full) undoes the batch
@@ -27,8 +29,8 @@ and there is one publish path. The pure parts of that are ``frames.py``.
 The engine is one object with one state (the LMDB environment, the WAL, the
 tails); the parts that only use that state are mixed in from modules of
 their own: reads (``log_reads.py``), retention's drops (``head_drops.py``),
-checkpoints (``checkpoints.py``) and the fail-closed state
-(``fail_closed.py``). Recovery, segments, batch building and the frames'
+checkpoints (``checkpoints.py``), LMDB writes (``meta_writes.py``) and the
+fail-closed state (``fail_closed.py``). Recovery, segments, batch building and the frames'
 pure steps are modules of their own too.
 """
 
@@ -119,6 +121,9 @@ class Engine(Checkpoints, HeadDrops):
         self.failed: str | None = None
         self.progress = RecoveryProgress()  # of the recovery that open() runs
         self.lsn = 0
+        self.meta_lsn = 0
+        self._deferred: dict[bytes, walmod.Entry] = {}
+        self._deferred_frames = 0
         # The lsn of the last frame whose commit finished (LMDB included): a frame at
         # or below it is never taken back, so the archive may copy it.
         self.published_lsn = 0
@@ -162,15 +167,17 @@ class Engine(Checkpoints, HeadDrops):
             if self.replica is None:  # a replica set's position carries its lsn
                 self.lsn = max(self.lsn, wal_keep.stored_lsn(self.meta))
             keep = self.archive_floor() < recovery.lsn
-        self.published_lsn = self.lsn
+        self.published_lsn = self.meta_lsn = self.lsn
         self.wal = WalWriter(self.layout.wal, retire_wal(self.layout, found, keep))
         report.seconds = time.monotonic() - started
         return state, report
 
     # ------------------------------------------------------------------ write
 
-    def commit(self, ops: list[Op]) -> BatchStats:
-        """Make a batch durable. Runs on the writer thread only."""
+    def commit(self, ops: list[Op], more: Callable[[], bool] | None = None) -> BatchStats:
+        """Make a batch durable. Runs on the writer thread only. ``more``: whether
+        another batch waits behind this one, whose LMDB transaction may then take this
+        one's tails (``meta_writes.py``)."""
         self._refuse_when_failed()
         if self.replica is not None:
             self.replica.check_writable()
@@ -200,8 +207,14 @@ class Engine(Checkpoints, HeadDrops):
             # Durable here: ship it now, so the standbys' apply overlaps our LMDB
             # commit (engine/replica.py). From here the frame cannot be taken back.
             self.replica.committed(self.lsn, frame)
-        # 3. metadata: the same changes the frame carries.
-        self._commit_batch_meta(batch.changes, wal_size, undo)
+        # 3. metadata: the same changes the frame carries, or, tails only with a batch
+        # behind it, kept for that batch's transaction.
+        if self._deferrable(batch, more):
+            self._hook("wal")  # the same point between the flush and LMDB
+            self._defer(batch.changes)
+        else:
+            self._commit_batch_meta(batch.changes, wal_size, undo)
+            self.meta_lsn = self.lsn
         self._hook("commit")
         stats.commit_seconds = time.perf_counter() - t2
         # 4. publish.
@@ -358,25 +371,9 @@ class Engine(Checkpoints, HeadDrops):
         except Exception as exc:
             self._fail(f"applying frames from the primary failed: {exc!r}")
             raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+        self.meta_lsn = self.lsn
         effects = tail_effects(appended.frames, self.tails)
         self._publish(effects.tails, appended.streams, effects.dropped, effects.heads, changes)
-
-    def write_metadata(self, entries: list[walmod.Entry], *, flush: bool = False) -> None:
-        """One LMDB transaction (the map grown when full). Outside a batch, for state no
-        frame carries (a replica position a set's base or a leave writes), only while
-        nothing else writes. ``flush``: durable, meta page included, on return."""
-        assert self.meta is not None
-        if entries:
-            while True:
-                try:
-                    with self.meta.write() as txn:
-                        self.meta.apply(txn, entries)
-                    break
-                except lmdb.MapFullError:
-                    self.meta.grow()
-                    log.info("LMDB map grown to %d bytes", self.meta.env.info()["map_size"])
-        if flush:
-            self.meta.sync()
 
     def _undo_segments(self, undo: list[tuple[int, int]]) -> None:
         for sid, start in undo:

@@ -190,13 +190,19 @@ class CommitPipeline:
             ops = [op for group, _, _, _, _ in batch for op in group]
             started = time.perf_counter()
             try:
-                stats = self.engine.commit(ops)
+                stats = self.engine.commit(ops, self._more)
                 result: BatchStats | BaseException = stats
             except BaseException as exc:  # reported to every waiter, never lost
                 result = exc
             elapsed = time.perf_counter() - started
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._done, batch, result, elapsed)
+
+    def _more(self) -> bool:
+        """Whether a batch waits behind the one being written: read on the writer
+        thread, where a list's truth is safe to read; one that waits is dispatched once
+        this one is done, and its LMDB transaction takes this one's tails."""
+        return bool(self._waiting)
 
     def _done(
         self, batch: list[Waiting], result: BatchStats | BaseException, elapsed: float

@@ -18,8 +18,9 @@ CRC-32 are reported, and the copy's position:
   exactly the state after that frame (start = end);
 - on a single node that archives, the copy's ``archive_lsn`` (the lsn its batches
   write into LMDB with them): exact too, under term 0;
-- on a single node that keeps no lsn in LMDB, the engine's lsn read just before the
-  copy (less one: the writer counts a frame before its LMDB commit) and just after it:
+- on a single node that keeps no lsn in LMDB, the engine's ``meta_lsn`` (the last
+  frame LMDB holds all of: a batch's tails may wait for a later batch's transaction,
+  ``engine/meta_writes.py``) read just before the copy, and its lsn just after it:
   the copy holds every frame up to ``start_lsn`` and none past ``end_lsn``. Frames
   replay idempotently (whole values, positional writes), so a restore replays from
   ``start_lsn + 1`` and must reach at least ``end_lsn``.
@@ -119,12 +120,12 @@ def _build_once(engine: Engine, sink: Sink) -> Snapshot | None:
         meta_copy = Path(tmp) / "meta"
         meta_copy.mkdir()
         assert engine.meta is not None
-        before = engine.lsn
+        before = engine.meta_lsn
         engine.meta.env.copy(str(meta_copy))
         after = engine.lsn
         snapshot, tails, inline = _read_copy(meta_copy, engine.map_size)
         if snapshot is None:  # a single node: no position in LMDB
-            snapshot = Snapshot(0, max(before - 1, 0), after)
+            snapshot = Snapshot(0, before, after)
         sink.begin(snapshot)
         with tarfile.open(fileobj=sink, mode="w|") as tar:  # type: ignore[call-overload]
             _add(tar, snapshot, layout.version_file, layout.version_file.name)
