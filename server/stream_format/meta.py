@@ -74,9 +74,15 @@ class TailValue(NamedTuple):
 
 def encode_tail(t: TailValue) -> bytes:
     """The short (formats 1-3) value while nothing was dropped, else the format-4 one."""
-    if t.start == t.base and t.start_pos == FILE_HEADER_SIZE:
-        return TAIL.pack(t.file_len, t.unit, t.base)
-    return TAIL_RETAINED.pack(*t)
+    return encode_tail_fields(*t)
+
+
+def encode_tail_fields(file_len: int, unit: int, base: int, start: int, start_pos: int) -> bytes:
+    """``encode_tail`` of the five fields, with no tuple made: the writer encodes one
+    per stream of every batch."""
+    if start == base and start_pos == FILE_HEADER_SIZE:
+        return TAIL.pack(file_len, unit, base)
+    return TAIL_RETAINED.pack(file_len, unit, base, start, start_pos)
 
 
 def decode_tail(raw: bytes | memoryview) -> TailValue:

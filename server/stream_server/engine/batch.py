@@ -25,7 +25,7 @@ from stream_format.meta import (
     PRODUCER,
     U64,
     TailValue,
-    encode_tail,
+    encode_tail_fields,
     id_key,
     index_key,
     producer_key,
@@ -210,7 +210,9 @@ class _Builder:
             self.changes.append((wal.DELETE_PREFIX, db, id_key(sid)))
 
     def batch(self) -> Batch:
-        for sid, tail in self.local.items():
-            self.put(DB_TAILS, id_key(sid), encode_tail(tail.value()))
+        changes = self.changes
+        for sid, t in self.local.items():
+            value = encode_tail_fields(t.file_len, t.unit, t.base, t.start, t.start_pos)
+            changes.append((wal.PUT, DB_TAILS, id_key(sid), value))
         writes = {sid: (start, b"".join(recs)) for sid, (start, recs) in self.chunks.items()}
         return Batch(writes, self.changes, self.local, self.dropped, self.heads, self.stats)

@@ -100,7 +100,11 @@ def close(fd: int) -> None:
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, pos: int) -> None:
-    view = memoryview(data)
+    n = os.pwrite(fd, data, pos)
+    if n == len(data):  # the common case: one call, no view made
+        return
+    view = memoryview(data)[n:]
+    pos += n
     while view:
         n = os.pwrite(fd, view, pos)
         view = view[n:]
