@@ -25,8 +25,9 @@ def test_a_short_count_of_this_checkout_gives_each_threads_instructions_per_appe
 
 
 def test_a_run_without_the_main_threads_count_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "cg.123-02").write_text("events: Ir\nsummary: 500\n")
+    (tmp_path / "cg.123.1-02").write_text("events: Ir\nsummary: 500\n")
     with pytest.raises(RuntimeError, match="main thread"):
         thread_totals(tmp_path)
-    (tmp_path / "cg.123-01").write_text("events: Ir\nsummary: 1500\n")
+    (tmp_path / "cg.123.1-01").write_text("events: Ir\nsummary: 1500\n")
+    (tmp_path / "cg.123-01").write_text("events: Ir\nsummary: 9000\n")  # after the dump
     assert thread_totals(tmp_path) == {1: 1500, 2: 500}

@@ -9,9 +9,10 @@ CPU time moves by a third between runs on this shared machine (docs/performance.
 so a change of a tenth cannot be told from noise there. Instructions counted by
 valgrind's callgrind are the same for the same program and input whatever else the
 machine does. This counts them on the real store in a temporary directory: frames of
-``--per-frame`` (32) 100-byte appends over 64 streams, fed to the link handler of a
-``WriterHost`` as a worker's frames arrive (unpickled, and their answers pickled),
-each once the last is answered: every batch is one frame, so the count does not
+``--per-frame`` (32) 100-byte appends over 64 streams, fed to a ``WriterHost``'s link
+as a worker's frames arrive (the frame's bytes, which the writer unpickles; it
+pickles the answers), each once the last is answered: every batch is one frame, so
+the count does not
 depend on how threads happened to interleave (the workers workload prints the
 requests per batch of its 64 x 64 run: about as many). Two runs of different lengths
 are counted; their difference per append is the steady cost, without the start's.
@@ -20,7 +21,10 @@ a batch of ``n`` costs (``b``). Up to 64 appends a frame, each goes to a stream 
 its own, so a batch's cost is also its streams'.
 
 What it counts: user-space instructions of the writer's event loop (the main thread)
-and of its other threads (the commit thread, mostly). What it does not: the kernel's
+and of its other threads (the commit thread, mostly), from the first frame to the last
+answer, with the collector set as the server sets it. The worker's side (pickling the
+frames, reading the answers) is done outside the count: before it, and after callgrind
+has dumped it. What it does not count: the kernel's
 work (the fdatasyncs, the segment writes) and the socket between the processes, which
 callgrind does not see; the workers workload's CPU figures include them.
 """
@@ -35,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: import the bench package and t
 
 import argparse
 import asyncio
+import gc
 import os
 import pickle
 import re
@@ -78,8 +83,9 @@ def feed(frames: int, per_frame: int) -> None:
 
 
 async def _feed(frames: int, per_frame: int) -> None:
+    from stream_server.server import GC_THRESHOLDS
     from stream_server.workers.host import HostLink
-    from stream_server.workers.link import PROTOCOL
+    from stream_server.workers.link import HEADER, PROTOCOL
     from testkit.asgi import in_process
 
     with tempfile.TemporaryDirectory(prefix="ds-instructions-") as where:
@@ -91,40 +97,52 @@ async def _feed(frames: int, per_frame: int) -> None:
                 r.raise_for_status()
             link = HostLink(_writer_host(app))
             answered = asyncio.Event()
-            counts = {"fed": 0, "answered": 0}
+            replies: list[bytes] = []  # each frame of answers, as the writer sent it
 
             class Sink(asyncio.Transport):
-                """The worker's end of the socket: counts the answers, keeps nothing."""
+                """The worker's end of the socket: keeps each frame of answers, unread
+                (reading them is the worker's work, not the writer's)."""
 
                 def is_closing(self) -> bool:
                     return False
 
                 def writelines(self, parts: Any) -> None:
-                    _, frame = parts  # the length, then the pickled answers
-                    answers = pickle.loads(frame)
-                    for rid, ok, value in answers:
-                        if not ok:
-                            raise RuntimeError(f"append {rid} refused: {value!r}")
-                    counts["answered"] += len(answers)
+                    replies.append(parts[1])  # the length, then the pickled answers
                     answered.set()
 
             link.transport = Sink()
-            # Counted from here: the parent turns callgrind's instrumentation on (the
-            # start, run uninstrumented, takes a fifth of the time it would counted).
-            print("ready", flush=True)
-            sys.stdin.readline()
+            # The worker's frames, made before the count: pickling them is its work.
             rid = 0
+            sent: list[bytes] = []
             for _ in range(frames):
                 messages = []
                 for _ in range(per_frame):
                     rid += 1
                     path = f"s{rid % STREAMS}"
                     messages.append((rid, "append", (path, BIN, BODY, None, None, False, None)))
-                link.received(pickle.loads(pickle.dumps(messages, PROTOCOL)))
-                counts["fed"] += per_frame
-                while counts["answered"] < counts["fed"]:
-                    answered.clear()
+                data = pickle.dumps(messages, PROTOCOL)
+                sent.append(HEADER.pack(len(data)) + data)
+            # The collector as the server runs it (``serve``): its thresholds, and what
+            # the start built frozen; CPython's defaults would count full collections
+            # over every object of the process that the server never runs.
+            gc.set_threshold(*GC_THRESHOLDS)
+            gc.freeze()
+            # Counted from here to "done": the parent turns callgrind's instrumentation
+            # on and off (the start, run uninstrumented, takes a fifth of the time it
+            # would counted). One frame at a time, each answered in one frame.
+            print("ready", flush=True)
+            sys.stdin.readline()
+            for frame in sent:
+                link.data_received(frame)
+                while len(replies) < len(sent) and not answered.is_set():
                     await answered.wait()
+                answered.clear()
+            print("done", flush=True)
+            sys.stdin.readline()
+            answers = [a for reply in replies for a in pickle.loads(reply)]
+            refused = [(rid, value) for rid, ok, value in answers if not ok]
+            if refused or len(answers) != frames * per_frame:
+                raise RuntimeError(f"{len(answers)} answers, refused: {refused[:3]!r}")
 
 
 def _writer_host(app: Any) -> Any:
@@ -183,15 +201,18 @@ def count(
             if proc.stdout.readline().strip() != "ready":
                 proc.wait()
                 raise RuntimeError(f"the feed of {frames} frames failed: {_failure(runs[frames])}")
-            subprocess.run(
-                ["callgrind_control", "-i", "on", str(proc.pid)],
-                check=True,
-                timeout=120,
-                capture_output=True,
-            )
+            _callgrind(proc.pid, "-i", "on")
         for proc, _ in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
+            proc.stdin.flush()
+        for proc, frames in procs:
+            assert proc.stdin is not None and proc.stdout is not None
+            if proc.stdout.readline().strip() != "done":
+                proc.wait()
+                raise RuntimeError(f"the feed of {frames} frames failed: {_failure(runs[frames])}")
+            _callgrind(proc.pid, "-d")  # the count up to here, dumped: see thread_totals
+            proc.stdin.write("check\n")
             proc.stdin.close()
         for proc, frames in procs:
             if proc.wait() != 0:
@@ -208,14 +229,22 @@ def count(
     return Counted(loop, others / appends)
 
 
+def _callgrind(pid: int, *command: str) -> None:
+    subprocess.run(
+        ["callgrind_control", *command, str(pid)], check=True, timeout=120, capture_output=True
+    )
+
+
 def _failure(where: Path) -> str:
     return (where / "stderr").read_text(errors="replace")[-2000:]
 
 
 def thread_totals(where: Path) -> dict[int, int]:
-    """Instructions of each thread of the run in ``where`` (thread 1: the main one)."""
+    """Instructions of each thread of the run in ``where`` (thread 1: the main one), as
+    the dump taken at "done" has them (``cg.<pid>.1-<thread>``): what followed it (the
+    answers read and checked, the stop) is not the writer's work."""
     totals: dict[int, int] = {}
-    for path in where.glob("cg.*"):
+    for path in where.glob("cg.*.1-*"):
         m = THREAD_FILE.search(path.name)
         thread = int(m.group(1)) if m else 1
         for line in path.read_text(errors="replace").splitlines():
