@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from stream_server.engine.snapshot import build
+from stream_server.fencing import restart_process
 from stream_server.replication import snapshot
 from stream_server.replication.follower import Follower
 from stream_server.replication.identity import SetIdentity
@@ -101,7 +102,7 @@ class Recopy:
         await self.store.stop()
         await asyncio.to_thread(snapshot.install, root, tar)
         log.warning("re-copy installed: restarting to recover from it")
-        snapshot.restart_process()
+        restart_process()
 
     async def _download_snapshot(self, primary: str, tar: Path) -> None:
         """The primary's snapshot into ``tar``; the file is written off the event loop

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 import tarfile
 from pathlib import Path
 
@@ -66,8 +65,3 @@ def _sync_tree(root: Path) -> None:
         for name in files:
             fsio.fdatasync_path(Path(dirpath) / name)
         fsio.fsync_dir(Path(dirpath))
-
-
-def restart_process() -> None:
-    """Exec this process again with the command line it was started with."""
-    os.execv(sys.executable, sys.orig_argv)
