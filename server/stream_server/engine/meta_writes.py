@@ -20,8 +20,10 @@ What stays true:
 - Readers of LMDB: one read transaction is still a consistent cut, at most
   ``MAX_DEFERRED`` batches old while the load lasts, and the newest once it
   stops (the last batch before a pause has none behind it, so it commits what
-  waits, before its acknowledgement). A batch that moves a retained start, or
-  drops a stream, is never deferred, so LMDB's retained starts are never behind.
+  waits, before its acknowledgement; should the batch behind fail instead, what
+  waits goes with the next commit or checkpoint). A batch that moves a retained
+  start, or drops a stream, is never deferred, so LMDB's retained starts are
+  never behind.
 - A copy's position (``snapshot.py``): ``meta_lsn``, the last frame LMDB holds
   all of, not the engine's lsn.
 """
