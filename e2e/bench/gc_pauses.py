@@ -1,5 +1,5 @@
 """The garbage collector's pauses during a fill of many streams, in process: CPython's
-default thresholds beside the server's (``stream_server.server.GC_THRESHOLDS``).
+default thresholds beside the server's (``stream_server.serving.GC_THRESHOLDS``).
 
     python e2e/bench/gc_pauses.py            # 100,000 streams: creates, then one append each
     python e2e/bench/gc_pauses.py 20000
@@ -22,7 +22,7 @@ import gc
 import tempfile
 import time
 
-from stream_server.server import GC_THRESHOLDS
+from stream_server.serving import GC_THRESHOLDS
 from stream_server.streams.store import AppendRequest, CreateRequest, StreamStore
 
 BIN = "application/octet-stream"

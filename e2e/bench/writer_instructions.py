@@ -83,7 +83,7 @@ def feed(frames: int, per_frame: int) -> None:
 
 
 async def _feed(frames: int, per_frame: int) -> None:
-    from stream_server.server import GC_THRESHOLDS
+    from stream_server.server import GC_THRESHOLDS  # where --baseline's older ones have it
     from stream_server.workers.host import HostLink
     from stream_server.workers.link import HEADER, PROTOCOL
     from testkit.asgi import in_process

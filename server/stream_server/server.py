@@ -16,6 +16,7 @@ from stream_server.engine import LayoutError
 from stream_server.fencing import FencedApp, FenceWatch, fenced_at_start, restart_process
 from stream_server.logs import configure
 from stream_server.serving import (
+    GC_THRESHOLDS,
     FencedServer,
     StreamServer,
     file_watcher,
@@ -26,14 +27,6 @@ from stream_server.workers.processes import writer_server
 from stream_server.workers.supervisor import cpu_count
 
 log = logging.getLogger("stream_server")
-
-# The collector's thresholds in the server process. In a fill of 100k creates and 100k
-# appends, CPython's (700, 10, 10) ran 69 full collections of up to 160 ms each, the
-# event loop stopped meanwhile (each append makes a stream's new tail and loads or
-# drops streams); these run none, with young pauses of up to 56 ms, and hold at most
-# about 100k objects of garbage (``python e2e/bench/gc_pauses.py`` prints both). What
-# the start built is frozen as well (``BackgroundRecovery.freeze_gc``).
-GC_THRESHOLDS = (10_000, 10, 100)
 
 
 def serve(settings: Settings) -> int:

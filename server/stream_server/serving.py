@@ -26,6 +26,15 @@ from stream_server.rotation import FileWatcher, RotatingTls, Watched, token_load
 
 log = logging.getLogger("stream_server")
 
+# The collector's thresholds in every process of the server, a worker's too. In a fill
+# of 100k creates and 100k appends, CPython's (700, 10, 10) ran 69 full collections of
+# up to 160 ms each, the event loop stopped meanwhile (each append makes a stream's new
+# tail and loads or drops streams); these run none, with young pauses of up to 56 ms,
+# and hold at most about 100k objects of garbage (``python e2e/bench/gc_pauses.py``
+# prints both). What the start built is frozen as well (``BackgroundRecovery.freeze_gc``;
+# a worker's, in ``serve_worker``).
+GC_THRESHOLDS = (10_000, 10, 100)
+
 # Descriptors kept for the server's own files when the connection cap is derived:
 # up to 256 open segments, LMDB, the WAL, reader threads, logs.
 FILE_RESERVE = 512

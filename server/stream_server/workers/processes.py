@@ -12,6 +12,7 @@ ended, a primary's hand-over, the final checkpoint).
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import shutil
@@ -27,6 +28,7 @@ from stream_server.app import StreamServerApp
 from stream_server.logs import configure
 from stream_server.rotation import FileWatcher
 from stream_server.serving import (
+    GC_THRESHOLDS,
     SHUTDOWN_GRACE,
     StreamServer,
     file_watcher,
@@ -191,11 +193,13 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 def serve_worker() -> int:
     """A worker process (the ``worker`` command, started by the writer's ``Supervisor``)."""
+    gc.set_threshold(*GC_THRESHOLDS)  # as the writer's (``serving.py``)
     settings = worker_settings()
     log_config = configure(settings.log_level, settings.log_format)
     proxy = WriterProxy.on_socket(Path(os.environ[HTTP_ENV]))
     app = WorkerApp(settings, Path(os.environ[LINK_ENV]), proxy)
     config, tls = public_config(app, settings, log_config)
     server = StreamServer(config, app, watcher=file_watcher(settings, app.auth, tls))
+    gc.freeze()  # what the start built lives as long as the worker
     server.run(sockets=[socket.socket(fileno=int(os.environ[FD_ENV]))])
     return 0 if server.started else 1
