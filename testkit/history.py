@@ -329,18 +329,24 @@ def _stale_reads(
             )
 
 
-def _ack_term(op: Op, first: dict[tuple[str, int], float], sightings: dict[str, list[Seen]]) -> int:
+def _ack_term(
+    op: Op,
+    first: dict[tuple[str, int], float],
+    sightings: dict[str, list[Seen]],
+    received: dict[str, list[float]],
+) -> int:
     """The term of an acknowledgement whose answer named none. A replica acknowledges
     only as primary: seen as something else (a standby, down) just before the ack and
     as primary just after, it was elected between, at the term it is seen at after (a
     check that took an older sighting would blame a replica elected again on the term
     it had before). Else, the highest term its server was seen primary at by the ack;
     never seen primary by then (newly elected), the first term it is seen primary at.
-    ``sightings``: each server's, in the order they came back."""
+    ``sightings``: each server's, in the order they came back; ``received``: when each
+    came back, made once for every ack's search."""
     assert op.completed is not None
     done = op.completed
     mine = sightings.get(op.server, [])
-    k = bisect.bisect_right([s.received for s in mine], done)
+    k = bisect.bisect_right(received.get(op.server, []), done)
     if 0 < k < len(mine) and mine[k - 1].role != "primary" and mine[k].role == "primary":
         return mine[k].term or 0
     term = max((t for (srv, t), at in first.items() if srv == op.server and at <= done), default=0)
@@ -362,10 +368,11 @@ def _deposed_acks(history: History, report: Report) -> None:
             first[key] = min(first.get(key, s.received), s.received)
     if not first:
         return
+    received = {srv: [s.received for s in seen] for srv, seen in sightings.items()}
     for op in history.ops:
         if op.kind != "append" or op.outcome != "ok" or op.completed is None:
             continue
-        term = op.term if op.term is not None else _ack_term(op, first, sightings)
+        term = op.term if op.term is not None else _ack_term(op, first, sightings, received)
         higher = min(
             (
                 (at, srv, t)

@@ -420,9 +420,8 @@ class StreamStore:
         on_appended = self.events.on_appended
         for _, reserved, _, _ in taken:
             publish_append(reserved)
-            s, payloads = reserved[0], reserved[1]
-            if payloads and on_appended is not None:
-                on_appended(s)
+            if reserved[1] and on_appended is not None:
+                on_appended(reserved[0])
 
     def _durable(
         self, taken: list[Taken], reply: AppendReply, f: asyncio.Future[BatchStats]
