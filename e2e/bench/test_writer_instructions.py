@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.writer_instructions import Counted, count, report, thread_totals
+from bench.writer_instructions import Counted, count, report, split, thread_totals
 
 pytestmark = pytest.mark.processes
 
@@ -31,3 +31,16 @@ def test_a_run_without_the_main_threads_count_is_an_error(tmp_path: Path) -> Non
     (tmp_path / "cg.123.1-01").write_text("events: Ir\nsummary: 1500\n")
     (tmp_path / "cg.123-01").write_text("events: Ir\nsummary: 9000\n")  # after the dump
     assert thread_totals(tmp_path) == {1: 1500, 2: 500}
+
+
+def test_the_split_gives_back_the_cost_per_append_and_per_batch() -> None:
+    """Counts made of a known ``a + b/n`` at 32 and 128 a batch give ``a`` and ``b`` back."""
+    loop, commit = (40_000, 256_000), (20_000, 640_000)  # (per append, per batch)
+
+    def at(n: int) -> Counted:
+        return Counted(loop[0] + loop[1] / n, commit[0] + commit[1] / n)
+
+    table = split(at(32), at(128))
+    assert "the writer's event loop" in table and "40,000" in table and "256,000" in table
+    assert "20,000" in table and "640,000" in table
+    assert "60,000" in table and "896,000" in table  # the whole writer

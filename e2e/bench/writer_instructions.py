@@ -3,6 +3,7 @@
     python e2e/bench/writer_instructions.py                  # this checkout
     python e2e/bench/writer_instructions.py --baseline REF   # and the server at REF, side by side
     python e2e/bench/writer_instructions.py --per-frame 128  # batches of 128 instead of 32
+    python e2e/bench/writer_instructions.py --split          # per append and per batch, from 32 and 128
 
 The serial part of ``--workers N`` is the writer's cost per append (issue 28). Its
 CPU time moves by a third between runs on this shared machine (docs/performance.md),
@@ -12,13 +13,13 @@ machine does. This counts them on the real store in a temporary directory: frame
 ``--per-frame`` (32) 100-byte appends over 64 streams, fed to a ``WriterHost``'s link
 as a worker's frames arrive (the frame's bytes, which the writer unpickles; it
 pickles the answers), each once the last is answered: every batch is one frame, so
-the count does not
-depend on how threads happened to interleave (the workers workload prints the
-requests per batch of its 64 x 64 run: about as many). Two runs of different lengths
-are counted; their difference per append is the steady cost, without the start's.
-Counted at two batch sizes, ``a + b/n`` splits what an append costs (``a``) from what
-a batch of ``n`` costs (``b``). Up to 64 appends a frame, each goes to a stream of
-its own, so a batch's cost is also its streams'.
+the count does not depend on how threads happened to interleave (the workers workload
+prints the requests per batch of its 64 x 64 run: about as many). Two runs of
+different lengths are counted; their difference per append is the steady cost,
+without the start's. Counted at two batch sizes (``--split``: 32 and 128), ``a + b/n``
+splits what an append costs (``a``) from what a batch of ``n`` costs (``b``). Up to
+64 appends a frame, each goes to a stream of its own, so a batch's cost is also its
+streams'.
 
 What it counts: user-space instructions of the writer's event loop (the main thread)
 and of its other threads (the commit thread, mostly), from the first frame to the last
@@ -132,11 +133,11 @@ async def _feed(frames: int, per_frame: int) -> None:
             # would counted). One frame at a time, each answered in one frame.
             print("ready", flush=True)
             sys.stdin.readline()
-            for frame in sent:
+            for n, frame in enumerate(sent, 1):
                 link.data_received(frame)
-                while len(replies) < len(sent) and not answered.is_set():
+                while len(replies) < n:  # a frame's appends are answered in one frame
+                    answered.clear()
                     await answered.wait()
-                answered.clear()
             print("done", flush=True)
             sys.stdin.readline()
             answers = [a for reply in replies for a in pickle.loads(reply)]
@@ -274,6 +275,25 @@ def report(ours: Counted, base: Counted | None, ref: str | None) -> str:
     return "\n".join(lines)
 
 
+SPLIT = (32, 128)  # the two batch sizes of ``--split``
+
+
+def split(small: Counted, large: Counted, sizes: tuple[int, int] = SPLIT) -> str:
+    """Each thread's cost per append (``a``) and per batch (``b``), from counts at two
+    batch sizes ``n``: ``a + b/n`` per append at each."""
+    n1, n2 = sizes
+    lines = [f"{'instructions':<32}{'per append':>12}{'per batch':>12}"]
+    for label, attr in (
+        ("the writer's event loop", "loop"),
+        ("its other threads (commit)", "others"),
+        ("the writer, all threads", "total"),
+    ):
+        c1, c2 = getattr(small, attr), getattr(large, attr)
+        b = (c1 - c2) / (1 / n1 - 1 / n2)
+        lines.append(f"{label:<32}{c1 - b / n1:>12,.0f}{b:>12,.0f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", metavar="REF", help="also count the server at this ref")
@@ -285,6 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"appends per frame, and so per batch (default {PER_FRAME}): two counts at "
         "different N split the cost per append from the cost per batch",
     )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help=f"count this checkout at {SPLIT[0]} and {SPLIT[1]} a batch and print each "
+        "thread's cost per append and per batch",
+    )
     parser.add_argument("--feed", type=int, metavar="FRAMES", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.feed is not None:
@@ -293,6 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is missing (make deps installs it)", file=sys.stderr)
         return 2
+    if args.split:
+        with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
+            log(f"counting this checkout's writer at {SPLIT[0]} and {SPLIT[1]} a batch")
+            small, large = (count(None, Path(tmp) / f"n{n}", n) for n in SPLIT)
+        print(f"over {STREAMS} streams, from batches of {SPLIT[0]} and {SPLIT[1]}")
+        print(split(small, large))
+        return 0
     with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
         log("counting this checkout's writer (two runs under callgrind, about a minute)")
         ours = count(None, Path(tmp) / "ours", args.per_frame)
