@@ -20,6 +20,10 @@ appends and in the same batches: after each crash state those values and the
 streams' tails together must be the state after a prefix of the submitted
 operations that holds every acknowledged one (``KeyedValueHistory``).
 
+The three tests are one module, over 400 lines, because they share one
+workload's expectations and their checker (``Expected``, ``required``,
+``check_state``): a state is checked the same way whichever workload left it.
+
 CRASH_STATES sets how many states are explored (default 1,500) and
 CRASH_MIXED how many random mixes each crash point may get (default 3);
 ``make test-long`` explores many more. The test prints how many states were
