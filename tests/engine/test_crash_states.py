@@ -288,7 +288,7 @@ def test_every_explored_crash_state_recovers_what_was_acknowledged(
     explored, distinct = check_each(rec, BUDGET, tmp_path / "states", check, mixed=MIXED)
     summary.report(
         "figures",
-        f"crash states: {len(rec.ops)} ops recorded, {explored} states explored, "
+        f"crash states ({deferring}): {len(rec.ops)} ops recorded, {explored} states explored, "
         f"{distinct} distinct, all recovered what was acknowledged",
     )
     assert explored == min(BUDGET, explored) and distinct > 0
