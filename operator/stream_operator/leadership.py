@@ -66,13 +66,17 @@ class _Election(leaderelection.LeaderElection):
         self._owner = owner
 
     def try_acquire_or_renew(self) -> bool:
-        if self._owner.stopping.is_set():
-            return False  # a stopping leader renews nothing; its release stays released
-        try:
-            held = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
-        except Exception as exc:  # connection errors: retry, as for a conflict
-            logger.warning("lease %s: %s", self._owner.name, exc)
-            return False
+        # Under the owner's lock, so that no renewal is under way when the Lease is
+        # released: one in flight would make the release's compare-and-swap fail, or,
+        # reading the released record, take the Lease again.
+        with self._owner.renewing:
+            if self._owner.stopping.is_set():
+                return False  # a stopping leader renews nothing; its release stays released
+            try:
+                held = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
+            except Exception as exc:  # connection errors: retry, as for a conflict
+                logger.warning("lease %s: %s", self._owner.name, exc)
+                return False
         if held:
             self._owner.renewed(time.monotonic())
         return held
@@ -100,6 +104,7 @@ class Leadership:
         # process from exiting after SIGTERM).
         self.stop: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.stopping = threading.Event()
+        self.renewing = threading.Lock()  # held by the election thread while it renews
         self._last_renewal: float | None = None
         self._guard = threading.Lock()
 
@@ -153,7 +158,8 @@ class Leadership:
         finally:
             # Decided once: the renewal thread, told to stop, will "lose" the Lease too.
             lost = self.lost.is_set()
-            self.stopping.set()
+            with self.renewing:  # waits out a renewal under way; none starts after
+                self.stopping.set()
             if not lost:
                 self._release()
         if lost:
