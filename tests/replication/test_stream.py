@@ -13,6 +13,7 @@ import json
 import socket
 import struct
 import threading
+import time
 from urllib.parse import urlsplit
 
 import httpx
@@ -132,7 +133,19 @@ def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(star
             assert (t, got) == (term, lsn + 1) and frame
             lsn = got
         peer.ack(term, lsn, lsn)
-        until("the probe in the in-sync set", lambda: status(primary)["in_sync"] == ["probe"])
+        # As a standby does, it acknowledges every message (a heartbeat comes at least
+        # every second) until it is in: the primary may write a frame after the read
+        # above, or lose the in-sync change's compare-and-swap to its own renewal, and
+        # it tries again only on a later acknowledgement.
+        deadline = time.monotonic() + 60
+        while status(primary)["in_sync"] != ["probe"]:
+            assert time.monotonic() < deadline, "the probe never joined the in-sync set"
+            t, got, commit, frame = peer.message()
+            assert t == term
+            if got:
+                assert got == lsn + 1 and frame
+                lsn = got
+            peer.ack(term, lsn, commit)
         assert status(primary)["followers"]["probe"] == {"term": term, "lsn": lsn}
 
         answer: list[httpx.Response] = []
