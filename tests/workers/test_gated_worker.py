@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from stream_server.protocol import http as http_helpers
 from stream_server.replication.write_fence import Refusal
 
 CT = {"Content-Type": "application/octet-stream"}
@@ -88,10 +89,16 @@ async def test_reads_are_served_by_the_worker_while_current_and_live_reads_by_th
     http, url = srv.client, f"{srv.base}reads"
     assert (await http.put(url, headers=CT, content=b"abc")).status_code == 201
     assert (await http.head(url)).status_code == 200
+    parsed: list[str] = []
+    real_parse = http_helpers.parse_qsl
+    monkeypatch.setattr(
+        http_helpers, "parse_qsl", lambda qs, **kw: parsed.append(qs) or real_parse(qs, **kw)
+    )
     read = await http.get(url, params={"offset": "-1"})
     assert (read.status_code, read.content) == (200, b"abc")
     assert read.headers["stream-up-to-date"] == "true"
     assert relayed == []  # current: both served by the worker
+    assert parsed == ["offset=-1"]  # the gate and the route read one parse of the query
 
     # A live read goes to the writer, whose wait the replica going stale would end.
     tail = read.headers["stream-next-offset"]
