@@ -302,6 +302,7 @@ def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path, wor
     answers: list[Answer] = []
     # How long ago a standby was last known current, when asked: idle, and under appends.
     ages: dict[str, list[float]] = {"idle": [], "appending": []}
+    terms: set[str | None] = set()  # the terms the acknowledgements named
 
     async def run() -> None:
         appending = time.monotonic() + IDLE
@@ -318,6 +319,7 @@ def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path, wor
                     )
                     assert r.status_code == 204, (r.status_code, r.text)
                     acked[body] = time.monotonic()
+                    terms.add(r.headers.get("replication-term"))
                     i += 1
 
             async def reader(name: str) -> None:
@@ -352,5 +354,6 @@ def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path, wor
         f"{seen.get('appending')} (bound {bound:g} s, heartbeat 0.5 s)"
     )
     assert len(acked) > 10 and answers
+    assert terms == {str((rs.status(primary) or {}).get("term"))}  # through a worker too
     assert not refused, refused[:5]
     assert not lacking(answers, acked, bound)

@@ -117,8 +117,10 @@ def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(star
     (srv,) = start_set("stream-push", count=1)
     primary = primary_with_standbys([srv], 0)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
-    assert httpx.post(f"{primary.base}s", content=b"one;", headers=TEXT).status_code == 204
+    acked = httpx.post(f"{primary.base}s", content=b"one;", headers=TEXT)
+    assert acked.status_code == 204
     term, set_id = status(primary)["term"], status(primary)["set_id"]
+    assert acked.headers["replication-term"] == str(term)  # the term that acknowledged it
     peer = Peer(primary.url)
     try:
         code, fields, _ = peer.request(query(term, set_id), *UPGRADING)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import pickle
 import socket
+from dataclasses import astuple
 from typing import Any
 
 import pytest
 
+from stream_server.engine import BatchStats
 from stream_server.protocol.live import TooManyRequests
 from stream_server.protocol.refusals import Decided, error_response
 from stream_server.streams.errors import (
@@ -27,6 +29,7 @@ from stream_server.streams.errors import (
     StreamClosed,
     Unavailable,
 )
+from stream_server.workers.host import batch_figures
 from stream_server.workers.link import HEADER, Link, decode_error, encode_error
 
 REFUSALS = [
@@ -99,3 +102,13 @@ async def test_what_one_loop_turn_sends_goes_in_one_frame():
     assert [m[0] for m in pickle.loads(data[HEADER.size :])] == list(range(64))
     link.close()
     left.close()
+
+
+def test_a_batch_s_figures_cross_whole():
+    """Every field of a batch's figures, the replica set's term with them, reaches the
+    worker, which answers with them as a single process does (``Replication-Term``)."""
+    sent = BatchStats(appends=3, bytes=30, write_seconds=0.1, fsync_seconds=0.2, term=7)
+    figures = batch_figures(sent)
+    assert figures is not None
+    assert BatchStats(*pickle.loads(pickle.dumps(figures))) == sent
+    assert len(figures) == len(astuple(sent))

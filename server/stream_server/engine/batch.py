@@ -80,6 +80,7 @@ class BatchStats:
     write_seconds: float = 0.0
     fsync_seconds: float = 0.0
     commit_seconds: float = 0.0
+    term: int = 0  # the replica set's term the batch was written at (0: not in a set)
 
 
 @dataclass(slots=True)

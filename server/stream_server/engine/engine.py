@@ -207,6 +207,7 @@ class Engine(Checkpoints, HeadDrops):
             # Durable here: ship it now, so the standbys' apply overlaps our LMDB
             # commit (engine/replica.py). From here the frame cannot be taken back.
             self.replica.committed(self.lsn, frame)
+            stats.term = self.replica.term
         # 3. metadata: the same changes the frame carries, or, tails only with a batch
         # behind it, kept for that batch's transaction.
         if self._deferrable(batch, more):

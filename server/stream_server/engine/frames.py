@@ -27,6 +27,8 @@ class ReplicaRole(Protocol):
     ``ReplicaHooks``). A protocol, so that the engine does not import the module that
     builds on it: replica.py drives the engine through its public methods only."""
 
+    term: int  # the term this replica writes under while primary
+
     def check_writable(self) -> None:
         """StorageError unless this replica may write batches of its own (a primary)."""
         ...

@@ -51,6 +51,9 @@ PRODUCER_EPOCH = Header("Producer-Epoch")
 PRODUCER_SEQ = Header("Producer-Seq")
 PRODUCER_EXPECTED_SEQ = Header("Producer-Expected-Seq")
 PRODUCER_RECEIVED_SEQ = Header("Producer-Received-Seq")
+# This project's: the replica set's term an append was acknowledged at (a replica set's
+# primary only), so that a client, or a test's history, knows which primary took it.
+REPLICATION_TERM = Header("Replication-Term")
 
 # HTTP's, as the protocol uses them.
 AUTHORIZATION = Header("Authorization")

@@ -61,7 +61,7 @@ WAIT_DATA_MAX = 64 * 1024
 WaitAnswer = tuple[bool, StreamMeta, int, bool, tuple[int, list[bytes]] | None]
 # A batch's figures (``BatchStats``) as plain values: one tuple per batch, which each
 # answer of a frame names (pickle writes it once).
-BatchFigures = tuple[int, int, float, float, float]
+BatchFigures = tuple[int, int, float, float, float, int]
 # An append's answer as plain values (a tuple pickles faster than a dataclass): tail,
 # closed, duplicate, producer, appended, and the batch's figures.
 AppendAnswer = tuple[int, bool, bool, Producer | None, bool, BatchFigures | None]
@@ -329,6 +329,7 @@ def batch_figures(batch: BatchStats | None) -> BatchFigures | None:
         batch.write_seconds,
         batch.fsync_seconds,
         batch.commit_seconds,
+        batch.term,
     )
 
 
