@@ -144,6 +144,8 @@ class Writers:
             return False
         if r.status_code in (200, 204):
             self.history.complete(op, "ok", str(r.status_code))
+            if "replication-term" in r.headers:  # the term that acknowledged it
+                op.term = int(r.headers["replication-term"])
             return True
         primary = (r.headers.get("stream-primary") or "").rstrip("/")
         if r.status_code == 503 and primary and primary != url:
