@@ -34,6 +34,13 @@ STEADY = [
     "--replication-wait", "10",
 ]  # fmt: skip
 
+# Leases for the tests that stop the whole set and start it again: the Lease the
+# stopped primary held is waited out in seconds, and a renewal has 4 s, twice FAST's.
+RESTARTED = [
+    "--lease-duration", "6", "--lease-renew-deadline", "4", "--lease-retry-period", "0.3",
+    "--replication-wait", "10",
+]  # fmt: skip
+
 StartSet = Callable[..., list[ServerProcess]]
 
 

@@ -30,7 +30,7 @@ from stream_server.replication import peer_tls
 from stream_server.replication.peer_http import PeerClient, PeerError
 from stream_server.replication.peer_tls import PeerTls
 from testkit.pki import PrivateCA
-from testkit.replica_set_processes import until
+from testkit.replica_set_processes import RESTARTED, until
 from testkit.server_process import ServerProcess
 from testkit.stream_reads import read_served
 
@@ -108,7 +108,9 @@ def test_a_set_over_https_with_a_private_ca_replicates(start_set, pki):
 
 def test_a_wiped_standby_is_copied_again_over_https(start_set, pki):
     """The re-copy's snapshot download checks the primary's certificate with the same CA."""
-    servers = start_set("peer-tls-recopy", *pki.serving(), *pki.peers(), scheme="https")
+    servers = start_set(
+        "peer-tls-recopy", *pki.serving(), *pki.peers(), scheme="https", timings=RESTARTED
+    )
     with httpx.Client(verify=pki.client_context(), timeout=30) as c:
         primary = until("a primary with both in sync", lambda: _primary_in_sync(c, servers))
         assert isinstance(primary, ServerProcess)

@@ -13,7 +13,13 @@ import time
 import httpx
 import pytest
 
-from testkit.replica_set_processes import FAST, primary_with_standbys, status, until
+from testkit.replica_set_processes import (
+    FAST,
+    RESTARTED,
+    primary_with_standbys,
+    status,
+    until,
+)
 from testkit.stream_reads import read_all
 
 pytestmark = pytest.mark.processes
@@ -120,7 +126,9 @@ def test_failover_after_kill_keeps_every_acknowledged_write(start_set) -> None:
 
 
 def test_with_its_standbys_gone_the_primary_acknowledges_nothing(start_set) -> None:
-    servers = start_set("alone")
+    # Short leases and a short wait for standbys: each is waited out once (no failover
+    # can happen, with the standbys gone).
+    servers = start_set("alone", "--replication-wait", "2", timings=FAST)
     primary = primary_with_standbys(servers, 2)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
     assert httpx.post(f"{primary.base}s", content=b"kept;", headers=TEXT).status_code == 204
@@ -140,7 +148,7 @@ def test_with_its_standbys_gone_the_primary_acknowledges_nothing(start_set) -> N
 
 
 def test_a_wiped_standby_is_copied_again_from_the_primary(start_set) -> None:
-    servers = start_set("wiped")
+    servers = start_set("wiped", timings=RESTARTED)
     primary = primary_with_standbys(servers, 2)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
     acked = append_many(primary.base, "s", 50, "w")
