@@ -81,8 +81,13 @@ def _primary_in_sync(c: httpx.Client, servers: list[ServerProcess]) -> ServerPro
     return None
 
 
-def test_a_set_over_https_with_a_private_ca_replicates(start_set, pki):
-    servers = start_set("peer-tls", *pki.serving(), *pki.peers(), scheme="https")
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
+def test_a_set_over_https_with_a_private_ca_replicates(start_set, pki, workers):
+    """Through a worker too: it splices a standby's stream to its writer after the TLS
+    handshake (``workers/tunnel.py``)."""
+    servers = start_set(
+        f"peer-tls-{workers}", *pki.serving(), *pki.peers(), "--workers", workers, scheme="https"
+    )
     by_name = {f"r{i}": srv for i, srv in enumerate(servers)}
     with httpx.Client(verify=pki.client_context(), timeout=30) as c:
         primary = until(
@@ -104,6 +109,8 @@ def test_a_set_over_https_with_a_private_ca_replicates(start_set, pki):
         for name, srv in by_name.items():
             path = f"{srv.base}over-tls"
             until(f"{name} serves the bytes written", lambda p=path: read_served(c, p) == sent)
+    for srv in servers:  # each standby had its stream (a refused one falls back to fetches)
+        assert "no streams of our version" not in srv.log()
 
 
 def test_a_wiped_standby_is_copied_again_over_https(start_set, pki):

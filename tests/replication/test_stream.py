@@ -108,13 +108,19 @@ def query(term: int, set_id: str, after_lsn: int = 0, name: str = "probe") -> st
 
 
 UPGRADING = ("connection: upgrade", f"upgrade: {UPGRADE}")
+# A single process, and a writer behind two workers: a worker splices the stream's
+# connection to the writer's (``workers/tunnel.py``).
+WORKERS = pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
 OFFERED = f"{UPGRADE}, {UPGRADE_V1}"
 
 
-def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(start_set) -> None:
+@WORKERS
+def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(
+    start_set, workers: str
+) -> None:
     # One server in a set of one: it acknowledges alone until this probe, once
     # caught up, joins the in-sync set; from then on every write waits for the probe.
-    (srv,) = start_set("stream-push", count=1)
+    (srv,) = start_set(f"stream-push-{workers}", "--workers", workers, count=1)
     primary = primary_with_standbys([srv], 0)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
     acked = httpx.post(f"{primary.base}s", content=b"one;", headers=TEXT)
@@ -214,8 +220,9 @@ def test_the_primary_echoes_the_newest_stamp_and_serves_the_version_before(start
         old.close()
 
 
-def test_a_stream_is_refused_as_a_fetch_would_be(start_set) -> None:
-    (srv,) = start_set("stream-refused", count=1)
+@WORKERS
+def test_a_stream_is_refused_as_a_fetch_would_be(start_set, workers: str) -> None:
+    (srv,) = start_set(f"stream-refused-{workers}", "--workers", workers, count=1)
     primary = primary_with_standbys([srv], 0)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
     term, set_id = status(primary)["term"], status(primary)["set_id"]

@@ -32,6 +32,7 @@ from stream_server.serving import (
     SHUTDOWN_GRACE,
     StreamServer,
     file_watcher,
+    http_protocol,
     public_config,
     uvicorn_config,
 )
@@ -134,12 +135,18 @@ def writer_server(
         app.metrics.gather_workers(str(metrics))  # one scrape, the whole pod
     app.headers_checked = True  # the workers checked them
     app.behind_workers = True
+    # The public port's protocol: it hands a connection over to the replication stream
+    # that a worker's tunnel asked for (``workers/tunnel.py``), which uvicorn's own
+    # protocol leaves unanswered.
+    http, limit_concurrency = http_protocol(settings)
     config = uvicorn_config(
         app,
         settings,
         log_config,
         listen=False,
         uds=str(sockets.http),
+        http=http,
+        limit_concurrency=limit_concurrency,
         timeout_keep_alive=settings.keep_alive_timeout,
     )
     supervisor = Supervisor(settings, count, sock, sockets)

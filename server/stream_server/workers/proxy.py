@@ -4,7 +4,8 @@ Health, readiness, metrics, the replication and archive endpoints, the
 subscriptions' ``__ds`` paths and (for now) every stream request of a replica
 set's member: the writer's app answers them exactly as a single process would,
 behind one more hop on a local socket. Bodies stream both ways, so a long-poll
-or a large read through here holds no more than a chunk.
+or a large read through here holds no more than a chunk. A request for a protocol
+switch (a standby's replication stream) is spliced instead (``tunnel.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
+from stream_server.workers.tunnel import is_upgrade, tunnel
 
 log = logging.getLogger("stream_server.workers")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per relayed request otherwise
@@ -33,6 +35,9 @@ HOP_BY_HOP = frozenset(
     }
 )
 
+# An answer's: the same, but ``Upgrade``, which a 426 must name (RFC 9110, 15.5.22) and
+# which asks nothing of this hop in an answer.
+HOP_ANSWER = HOP_BY_HOP - {b"upgrade"}
 
 # Who sent a relayed request: the writer's app takes it as the request's client
 # (``StreamServerApp.behind_workers``); the worker drops any a client sent itself.
@@ -42,7 +47,8 @@ CLIENT_HEADER = b"x-ds-worker-client"
 class WriterProxy:
     """An HTTP client of the writer's Unix socket that relays whole requests."""
 
-    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+    def __init__(self, transport: httpx.AsyncBaseTransport, socket: Path | None = None) -> None:
+        self.socket = socket  # the writer's socket, for upgrades (``tunnel.py``); None: none
         self.client = httpx.AsyncClient(
             transport=transport,
             base_url="http://writer",
@@ -52,12 +58,15 @@ class WriterProxy:
 
     @classmethod
     def on_socket(cls, path: Path) -> WriterProxy:
-        return cls(httpx.AsyncHTTPTransport(uds=str(path)))
+        return cls(httpx.AsyncHTTPTransport(uds=str(path)), path)
 
     async def close(self) -> None:
         await self.client.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.socket is not None and scope["type"] == "http" and is_upgrade(scope):
+            await tunnel(scope, receive, send, self.socket, CLIENT_HEADER)
+            return
         headers = [
             (k, v)
             for k, v in scope["headers"]
@@ -87,7 +96,7 @@ class WriterProxy:
             )
             return
         try:
-            relayed = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
+            relayed = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_ANSWER]
             await send(
                 {"type": "http.response.start", "status": response.status_code, "headers": relayed}
             )
