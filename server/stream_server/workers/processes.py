@@ -11,6 +11,7 @@ ended, a primary's hand-over, the final checkpoint).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import gc
 import logging
@@ -118,6 +119,11 @@ def writer_host(app: StreamServerApp) -> WriterHost:
     )
 
 
+# What a relay may add to a request head: headers, and their names' and values' bytes.
+RELAY_HEADERS = 8
+RELAY_HEADER_BYTES = 1024
+
+
 def writer_server(
     settings: Any, app: StreamServerApp, count: int, log_config: dict[str, Any] | None
 ) -> WriterServer:
@@ -137,8 +143,17 @@ def writer_server(
     app.behind_workers = True
     # The public port's protocol: it hands a connection over to the replication stream
     # that a worker's tunnel asked for (``workers/tunnel.py``), which uvicorn's own
-    # protocol leaves unanswered.
-    http, limit_concurrency = http_protocol(settings)
+    # protocol leaves unanswered. Its head limits leave room for what a relay adds to a
+    # head the worker admitted (the client's address, httpx's own headers), and its
+    # connections are bounded by the open-file limit only: every worker's relayed
+    # requests share it, each worker having admitted its own up to --max-connections.
+    relayed = dataclasses.replace(
+        settings,
+        max_headers=settings.max_headers + RELAY_HEADERS,
+        max_header_bytes=settings.max_header_bytes + RELAY_HEADER_BYTES,
+        max_connections=0,
+    )
+    http, limit_concurrency = http_protocol(relayed)
     config = uvicorn_config(
         app,
         settings,
