@@ -33,6 +33,7 @@ class Catch:
 
     def __init__(self) -> None:
         self.frames: list[bytes] = []
+        self.term = 1
 
     def check_writable(self) -> None:
         pass
