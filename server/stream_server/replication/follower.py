@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks
@@ -54,6 +55,8 @@ from stream_server.replication.shipping import Shipper
 log = logging.getLogger("stream_server.replication")
 
 RECOPY = ("diverged", "too far behind: re-copy")
+T = TypeVar("T")
+
 FETCH_TIMEOUT = 15.0  # seconds: a fetch is answered within a second when the primary is alive
 
 
@@ -222,12 +225,17 @@ class Follower:
 
     async def _fetch_once(self, http: PeerClient, primary: str, term: int) -> None:
         stamp = self.freshness.stamp()  # its answer is current as of this or later
-        r = await http.get(
+        request = http.get(
             f"{primary}{wire.FETCH_PATH}",
             params=self._params(term),
             headers=self.auth(),
             on_sent=self._sent.set,
         )
+        # A paused or cut-off primary never answers: without this, a fetch to it would
+        # hold us FETCH_TIMEOUT after the Lease named another (a stream's _watch ends it).
+        r = await unless_stale(request, lambda: self._stale(primary, term), self.retry_period)
+        if r is None:
+            return
         if r.status != 200:
             await self._refused(r, primary, term)
             return
@@ -347,3 +355,18 @@ async def _messages(
             raise PeerError("the stream ended (closed by the primary, or silent too long)")
         buffer += data
     return taken
+
+
+async def unless_stale(request: Awaitable[T], stale: Callable[[], bool], period: float) -> T | None:
+    """``request``'s answer, or None (``request`` cancelled) once ``stale()`` says, looked
+    at every ``period`` seconds, that the answer is no longer wanted."""
+    task = asyncio.ensure_future(request)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=period)
+            if done:
+                return task.result()
+            if stale():
+                return None
+    finally:
+        task.cancel()
