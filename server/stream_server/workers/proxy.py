@@ -64,23 +64,21 @@ class WriterProxy:
         await self.client.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = _target(scope)
         if self.socket is not None and scope["type"] == "http" and is_upgrade(scope):
-            await tunnel(scope, receive, send, self.socket, CLIENT_HEADER)
+            # Its switch's own headers go along: the writer takes the switch (tunnel.py).
+            head = b"%s %s HTTP/1.1\r\n" % (scope["method"].encode(), target)
+            head += b"".join(b"%s: %s\r\n" % kv for kv in _forwarded(scope, frozenset()))
+            take_over = scope.get("extensions", {}).get("stream_server.upgrade")
+            try:
+                await tunnel(send, self.socket, head + b"\r\n", take_over, HOP_ANSWER)
+            except (OSError, TimeoutError, ValueError) as exc:
+                await _unavailable(send, scope, exc)
             return
-        headers = [
-            (k, v)
-            for k, v in scope["headers"]
-            if k.lower() not in HOP_BY_HOP and k.lower() != CLIENT_HEADER
-        ]
-        client = scope.get("client")
-        if client:  # the writer's app counts the request against this client's limits
-            headers.append((CLIENT_HEADER, str(client[0]).encode()))
+        headers = _forwarded(scope, HOP_BY_HOP)
         has_body = any(
             k.lower() in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"]
         )
-        target = scope.get("raw_path") or scope["path"].encode()
-        if scope.get("query_string"):
-            target += b"?" + scope["query_string"]
         request = self.client.build_request(
             scope["method"],
             target.decode("latin-1"),
@@ -90,10 +88,7 @@ class WriterProxy:
         try:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            log.warning("the writer did not answer %s %s: %s", scope["method"], scope["path"], exc)
-            await respond(
-                send, 503, text_headers([(b"retry-after", b"1")]), b"writer unavailable\n"
-            )
+            await _unavailable(send, scope, exc)
             return
         try:
             relayed = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_ANSWER]
@@ -105,6 +100,32 @@ class WriterProxy:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+
+
+def _target(scope: Scope) -> bytes:
+    target: bytes = scope.get("raw_path") or scope["path"].encode()
+    if scope.get("query_string"):
+        target += b"?" + scope["query_string"]
+    return target
+
+
+def _forwarded(scope: Scope, dropped: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
+    """The request's headers but ``dropped``, and the client's address in ours (the
+    writer's app counts the request against this client's limits)."""
+    headers = [
+        (k, v)
+        for k, v in scope["headers"]
+        if k.lower() not in dropped and k.lower() != CLIENT_HEADER
+    ]
+    client = scope.get("client")
+    if client:
+        headers.append((CLIENT_HEADER, str(client[0]).encode()))
+    return headers
+
+
+async def _unavailable(send: Send, scope: Scope, exc: Exception) -> None:
+    log.warning("the writer did not answer %s %s: %s", scope["method"], scope["path"], exc)
+    await respond(send, 503, text_headers([(b"retry-after", b"1")]), b"writer unavailable\n")
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:

@@ -8,7 +8,8 @@ hop-by-hop headers that ask for one, so the writer answered 426 and the standby 
 back to fetches, a request per acknowledgement. So a worker opens a connection of
 its own to the writer's HTTP socket, sends the request's head as it came, and when
 the writer switches protocols, switches the client's connection too
-(``http_limits.upgrade``) and splices the two, byte for byte: what one end receives
+(``http_limits.upgrade``) and splices the two, byte for byte (which headers go
+along, either way, is the relay's to say: ``proxy.py``): what one end receives
 is written to the other, and an end whose output backs up stops the other from
 reading (asyncio's flow control), so a standby that stops reading holds no more here
 than in the writer. Either end closing closes the other. An answer that is not a
@@ -22,13 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from stream_server.protocol.http import Receive, Scope, Send
+from stream_server.protocol.http import Scope, Send
 
 HEAD_END = b"\r\n\r\n"
 HEAD_MAX = 64 * 1024  # the most a writer's answer head may take (it is a few lines)
 ANSWER_TIMEOUT = 30.0  # seconds for the writer's answer head, or its whole refusal
-# Answer headers the worker's HTTP layer writes itself, or that end with the exchange.
-NOT_RELAYED = frozenset({b"connection", b"content-length", b"transfer-encoding"})
 
 
 class _End(asyncio.Protocol):
@@ -86,36 +85,38 @@ def is_upgrade(scope: Scope) -> bool:
 
 
 async def tunnel(
-    scope: Scope, receive: Receive, send: Send, writer: Path, client_header: bytes
+    send: Send,
+    writer: Path,
+    head: bytes,
+    take_over: Callable[[asyncio.Protocol, list[tuple[bytes, bytes]]], bool] | None,
+    dropped: frozenset[bytes],
 ) -> None:
-    """Pass an upgrade request to the writer's HTTP socket at ``writer``; splice the
-    connections when it switches, else relay its answer."""
-    take_over = scope.get("extensions", {}).get("stream_server.upgrade")
+    """Send a request's ``head`` to the writer's HTTP socket at ``writer``; when it
+    switches protocols, switch the client's connection too (``take_over``,
+    ``http_limits.upgrade``) and splice the two; else relay its answer, without the
+    ``dropped`` headers. OSError, TimeoutError or ValueError when the writer gave no
+    answer, or none of HTTP: nothing was sent to the client then."""
     loop = asyncio.get_running_loop()
+    transport, end = await loop.create_unix_connection(_End, str(writer))
+    spliced = False
     try:
-        transport, end = await loop.create_unix_connection(_End, str(writer))
-    except OSError:
-        await _unavailable(send)
-        return
-    try:
-        transport.write(_head(scope, client_header))
+        transport.write(head)
         async with asyncio.timeout(ANSWER_TIMEOUT):
             await _until(end, lambda: HEAD_END in end.held or len(end.held) > HEAD_MAX)
-            status, headers, length = _parse(end.held)
+            status, headers, length = _parse(end.held, dropped)
             del end.held[: end.held.index(HEAD_END) + len(HEAD_END)]
             if status == 101:
                 client = _End()
-                if take_over is not None and take_over(client, headers):
-                    end.splice(client)  # the client's connection is now ``client``'s
-                    return
-                raise ValueError("the client's connection cannot switch")
+                if take_over is None or not take_over(client, headers):
+                    raise ValueError("the client's connection cannot switch")
+                end.splice(client)  # the client's connection is now ``client``'s
+                spliced = True
+                return
             # Any other answer: its body, whole (the writer closes after a refused switch).
             await _until(end, lambda: length is not None and len(end.held) >= length)
-    except (TimeoutError, ValueError, IndexError):  # no answer, or not one of HTTP
-        transport.close()
-        await _unavailable(send)
-        return
-    transport.close()
+    finally:
+        if not spliced:
+            transport.close()
     body = bytes(end.held[:length])
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -129,26 +130,17 @@ async def _until(end: _End, done: Callable[[], bool]) -> None:
         await end.changed.wait()
 
 
-def _head(scope: Scope, client_header: bytes) -> bytes:
-    target = scope.get("raw_path") or scope["path"].encode()
-    if scope.get("query_string"):
-        target += b"?" + scope["query_string"]
-    lines = [b"%s %s HTTP/1.1" % (scope["method"].encode(), target)]
-    lines += [b"%s: %s" % (k, v) for k, v in scope["headers"] if k.lower() != client_header]
-    client = scope.get("client")
-    if client:  # the writer's app counts the request against this client, as relayed ones
-        lines.append(b"%s: %s" % (client_header, str(client[0]).encode()))
-    return b"\r\n".join(lines) + HEAD_END
-
-
-def _parse(answer: bytearray) -> tuple[int, list[tuple[bytes, bytes]], int | None]:
-    """An answer head's status, the headers to pass on, and its body's length (None:
-    until the writer closes); ValueError when there is no HTTP answer head."""
+def _parse(
+    answer: bytearray, dropped: frozenset[bytes]
+) -> tuple[int, list[tuple[bytes, bytes]], int | None]:
+    """An answer head's status, its headers but ``dropped`` and its length, and its
+    body's length (None: until the writer closes); ValueError when there is no HTTP
+    answer head."""
     head, sep, _ = bytes(answer).partition(HEAD_END)
-    if not sep:
-        raise ValueError("no complete answer head from the writer")
     status_line, *lines = head.split(b"\r\n")
-    status = int(status_line.split(b" ", 2)[1])
+    parts = status_line.split(b" ", 2)
+    if not sep or len(parts) < 2:
+        raise ValueError("no HTTP answer head from the writer")
     headers = []
     length = None
     for line in lines:
@@ -156,17 +148,6 @@ def _parse(answer: bytearray) -> tuple[int, list[tuple[bytes, bytes]], int | Non
         name, value = name.strip().lower(), value.strip()
         if name == b"content-length":
             length = int(value)
-        if name not in NOT_RELAYED:
+        elif name not in dropped:
             headers.append((name, value))
-    return status, headers, length
-
-
-async def _unavailable(send: Send) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [(b"retry-after", b"1"), (b"content-type", b"text/plain; charset=utf-8")],
-        }
-    )
-    await send({"type": "http.response.body", "body": b"writer unavailable\n"})
+    return int(parts[1]), headers, length
