@@ -18,28 +18,28 @@ from testkit import wait_for
 from testkit.cluster import Cluster
 from testkit.server_process import ServerProcess
 
+
+def leases(duration: int, renew_deadline: int) -> list[str]:
+    """A member's Lease timings (retried every 0.3 s), with a long wait for the standbys,
+    so that a loaded machine (2 cores, the whole suite on two workers) does not turn
+    slow replication into refusals."""
+    return [
+        "--lease-duration", str(duration), "--lease-renew-deadline", str(renew_deadline),
+        "--lease-retry-period", "0.3", "--replication-wait", "10",
+    ]  # fmt: skip
+
+
 # Short leases, for the tests that kill or pause a primary: a failover happens within
-# a test's patience. A long wait for the standbys, so that a loaded machine (2 cores,
-# the whole suite on two workers) does not turn slow replication into refusals.
-FAST = [
-    "--lease-duration", "3", "--lease-renew-deadline", "2", "--lease-retry-period", "0.3",
-    "--replication-wait", "10",
-]  # fmt: skip
+# a test's patience.
+FAST = leases(3, 2)
 # Leases for the tests where the primary is meant to stay: a renewal held up for 2 s
 # by that load (CI saw one) would make a primary step down in the middle of a test
 # about something else. A restarted primary takes its own Lease back at once, so
 # only a failover waits for these durations.
-STEADY = [
-    "--lease-duration", "15", "--lease-renew-deadline", "10", "--lease-retry-period", "0.3",
-    "--replication-wait", "10",
-]  # fmt: skip
-
+STEADY = leases(15, 10)
 # Leases for the tests that stop the whole set and start it again: the Lease the
 # stopped primary held is waited out in seconds, and a renewal has 4 s, twice FAST's.
-RESTARTED = [
-    "--lease-duration", "6", "--lease-renew-deadline", "4", "--lease-retry-period", "0.3",
-    "--replication-wait", "10",
-]  # fmt: skip
+RESTARTED = leases(6, 4)
 
 StartSet = Callable[..., list[ServerProcess]]
 

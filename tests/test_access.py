@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from testkit import needs
+from testkit.worker_counts import WORKER_COUNTS
 
 pytestmark = pytest.mark.processes
 
@@ -43,7 +44,7 @@ def test_server_refuses_to_start_with_a_broken_token_file(tmp_path):
 
 
 @needs.commands("openssl", install="Debian's openssl (make system-deps)")
-@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+@WORKER_COUNTS
 def test_tls(server_factory, tmp_path, workers):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
@@ -79,7 +80,7 @@ def test_tls(server_factory, tmp_path, workers):
         httpx.get(f"http://127.0.0.1:{srv.port}/v1/stream/tls", timeout=3)
 
 
-@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+@WORKER_COUNTS
 def test_stalled_body_is_cut_off_with_408(server_factory, workers):
     srv = server_factory("--body-timeout", "1", "--workers", workers).start()
     httpx.put(f"{srv.base}slow", headers=CT)
@@ -104,7 +105,7 @@ def test_oversized_or_too_many_headers_are_431(shared_server):
     assert status(b"X-Fine: v\r\n") == b"404"
 
 
-@pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
+@WORKER_COUNTS
 @pytest.mark.parametrize(("path", "served"), [(b"/v1/stream/h", b"404"), (b"/healthz", b"200")])
 def test_header_limits_are_exact(server_factory, workers, path, served):
     """At the limits a request is served, one byte or one header past them it is 431

@@ -17,6 +17,7 @@ from stream_server.fencing import FENCED_ANNOTATION, LIST_FILE, parse_annotation
 from testkit import wait_for
 from testkit.server_process import ServerProcess
 from testkit.servers import Child, env_with, http_status, stream_server_command
+from testkit.worker_counts import WORKER_COUNTS
 
 pytestmark = pytest.mark.processes
 
@@ -58,7 +59,7 @@ def test_the_annotations_file_is_read_as_the_downward_api_writes_it(tmp_path: Pa
     assert read_fence(str(path)) is True
 
 
-@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+@WORKER_COUNTS
 def test_a_server_fenced_at_run_time_keeps_its_process_and_leaves_its_storage(
     tmp_path: Path, workers: str
 ) -> None:

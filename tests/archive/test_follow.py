@@ -34,6 +34,7 @@ from testkit.archive_follow import (
 from testkit.archive_frames import upload_wal, wal_frames
 from testkit.archive_store import S3Store, object_store, server_args
 from testkit.server_process import live_gauge
+from testkit.worker_counts import WORKER_COUNTS
 
 pytestmark = pytest.mark.processes
 
@@ -42,10 +43,7 @@ PATHS = ["a", "b/c"]
 
 # The follower one process, or a writer and two workers, whose workers serve its reads
 # and relay its writes to the writer, which refuses them (workers/worker_app.py).
-WORKERS = pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
-
-
-@WORKERS
+@WORKER_COUNTS
 def test_follower_serves_the_source_and_continues_after_a_restart(
     server_factory: Any, tmp_path: Path, archive_store: S3Store, workers: str
 ) -> None:
@@ -71,7 +69,7 @@ def test_follower_serves_the_source_and_continues_after_a_restart(
     assert wal_frames(fol.data_dir / "wal")[0].lsn == first + 1
 
 
-@WORKERS
+@WORKER_COUNTS
 def test_follower_refuses_writes_and_wakes_long_polls(
     server_factory: Any, tmp_path: Path, archive_store: S3Store, workers: str
 ) -> None:

@@ -33,6 +33,7 @@ from testkit.pki import PrivateCA
 from testkit.replica_set_processes import RESTARTED, until
 from testkit.server_process import ServerProcess
 from testkit.stream_reads import read_served
+from testkit.worker_counts import WORKER_COUNTS
 
 pytestmark = pytest.mark.processes
 
@@ -81,7 +82,7 @@ def _primary_in_sync(c: httpx.Client, servers: list[ServerProcess]) -> ServerPro
     return None
 
 
-@pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
+@WORKER_COUNTS
 def test_a_set_over_https_with_a_private_ca_replicates(start_set, pki, workers):
     """Through a worker too: it splices a standby's stream to its writer after the TLS
     handshake (``workers/tunnel.py``)."""

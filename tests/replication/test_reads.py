@@ -37,14 +37,12 @@ import pytest
 
 from testkit.replicaset import ReplicaSet
 from testkit.server_process import process_state
+from testkit.worker_counts import WORKER_COUNTS
 from tests.replication.workload import LIVENESS, OCTET, create_streams, in_sync, until
 
 pytestmark = pytest.mark.processes
 
 STREAM = "reads/0"
-# Each server one process, or a writer and two workers, whose workers serve a catch-up
-# read themselves while the writer says the replica is current (workers/worker_app.py).
-WORKERS = pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
 
 
 @dataclass
@@ -131,7 +129,9 @@ PAUSED_PRIMARY = {
 }
 
 
-@WORKERS
+# Each server one process, or a writer and two workers, whose workers serve a catch-up
+# read themselves while the writer says the replica is current (workers/worker_app.py).
+@WORKER_COUNTS
 def test_standbys_refuse_reads_once_the_primary_is_paused_past_the_bound(sets, tmp_path, workers):
     bound = float(PAUSED_PRIMARY["replication_read_staleness"])
     rs = ReplicaSet.up(3, tmp_path / "rs", settings=PAUSED_PRIMARY, args=("--workers", workers))
@@ -222,7 +222,7 @@ PAUSED_STANDBY = {
 }
 
 
-@WORKERS
+@WORKER_COUNTS
 def test_a_standby_paused_past_the_bound_does_not_answer_from_its_stale_tail(
     sets, tmp_path, workers
 ):
@@ -285,7 +285,7 @@ IDLE = 2.0  # seconds of reads before the appends begin: the heartbeats alone re
 RUN = 8.0  # seconds of reads in all: four times the bound
 
 
-@WORKERS
+@WORKER_COUNTS
 def test_standbys_answer_every_read_while_the_set_is_healthy(sets, tmp_path, workers):
     bound = float(STEADY_READS["replication_read_staleness"])
     rs = ReplicaSet.up(3, tmp_path / "rs", settings=STEADY_READS, args=("--workers", workers))

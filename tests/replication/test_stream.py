@@ -21,6 +21,7 @@ import pytest
 
 from testkit.replica_set_processes import STEADY, primary_with_standbys, status, until
 from testkit.stream_reads import read_all, read_served
+from testkit.worker_counts import WORKER_COUNTS
 
 pytestmark = pytest.mark.processes
 
@@ -108,13 +109,12 @@ def query(term: int, set_id: str, after_lsn: int = 0, name: str = "probe") -> st
 
 
 UPGRADING = ("connection: upgrade", f"upgrade: {UPGRADE}")
-# A single process, and a writer behind two workers: a worker splices the stream's
-# connection to the writer's (``workers/tunnel.py``).
-WORKERS = pytest.mark.parametrize("workers", ["1", "2"], ids=["single", "2-workers"])
 OFFERED = f"{UPGRADE}, {UPGRADE_V1}"
 
 
-@WORKERS
+# A single process, and a writer behind two workers: a worker splices the stream's
+# connection to the writer's (``workers/tunnel.py``).
+@WORKER_COUNTS
 def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(
     start_set, workers: str
 ) -> None:
@@ -220,7 +220,7 @@ def test_the_primary_echoes_the_newest_stamp_and_serves_the_version_before(start
         old.close()
 
 
-@WORKERS
+@WORKER_COUNTS
 def test_a_stream_is_refused_as_a_fetch_would_be(start_set, workers: str) -> None:
     (srv,) = start_set(f"stream-refused-{workers}", "--workers", workers, count=1)
     primary = primary_with_standbys([srv], 0)
