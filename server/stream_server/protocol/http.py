@@ -129,6 +129,9 @@ def request_headers(scope: Scope) -> dict[str, str]:
     return out
 
 
+_QUERY = "stream_server.query"  # the scope's key for the parsed query
+
+
 def query_params(scope: Scope) -> dict[str, str]:
     """The query's fields, parsed once per request: a gated worker looks at them before
     the routes do (``workers/worker_app.py``), and the routes read the same dict."""
@@ -138,9 +141,6 @@ def query_params(scope: Scope) -> dict[str, str]:
         params = dict(parse_qsl(qs.decode("latin-1"), keep_blank_values=True)) if qs else {}
         scope[_QUERY] = params
     return params
-
-
-_QUERY = "stream_server.query"  # the scope's key for the parsed query
 
 
 async def read_body(  # noqa: C901 - the append path: a call more per append costs more than a branch
