@@ -9,6 +9,7 @@ the store's work crosses to the writer (``host.py`` answers). A stream here is a
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from stream_server.streams.requests import (
 from stream_server.workers.host import AppendAnswer, Snapshot
 from stream_server.workers.link import Link, decode_error
 from stream_server.workers.local_reads import LocalReads
+from stream_server.workers.shared_waits import SharedWait, WaitKey
 
 
 class WriterLost(Exception):
@@ -64,7 +66,8 @@ class LinkedStore:
         self.max_messages = max_messages  # --max-json-messages
         self.link: Link | None = None
         self.calls: dict[int, asyncio.Future[Any]] = {}
-        self.waits: set[int] = set()
+        self.waits: set[int] = set()  # the writer's waits in flight, by call
+        self.shared: dict[WaitKey, SharedWait] = {}  # the same, by what they wait for
         self.ids = itertools.count(1)
         self.stopping = False
 
@@ -167,30 +170,52 @@ class LinkedStore:
         self, s: Stream, unit: int, deadline: float, until: asyncio.Future[Any] | None = None
     ) -> bool:
         """The writer's wait at ``s``'s tail; ``until`` resolving (the reader hung up)
-        or the worker stopping cancels it there."""
+        or the worker stopping ends it. Readers of this worker at the same stream and
+        unit share one wait at the writer (``SharedWait``): a stream's fan-out costs the
+        serial writer one answer per worker, not one per reader."""
         assert isinstance(s, LinkedStream)
-        if s.tail > unit or s.meta.closed:
-            return True
-        seconds = deadline - asyncio.get_running_loop().time()
-        if self.stopping or seconds <= 0 or (until is not None and until.done()):
-            return False
-        rid, answer = self._call("wait", s.path, s.id, unit, seconds, self.read_chunk)
-        self.waits.add(rid)
+        loop = asyncio.get_running_loop()
+        while True:
+            if s.tail > unit or s.meta.closed:
+                return True
+            seconds = deadline - loop.time()
+            if self.stopping or seconds <= 0 or (until is not None and until.done()):
+                return False
+            shared = self._shared(s, unit, seconds, deadline)
+            got = await shared.join(until)
+            if got is None:  # this reader hung up
+                return False
+            woken, s.meta, s.tail, s.current, data = got
+            if data is not None:
+                s.ready = (unit, data[0], data[1])
+            if woken or shared.deadline >= deadline:
+                return bool(woken)
+            # It ended at an earlier reader's deadline: wait on for the rest of this one's.
 
-        def cancel(_: object) -> None:
-            self.cancel(rid)
+    def _shared(self, s: LinkedStream, unit: int, seconds: float, deadline: float) -> SharedWait:
+        """The wait at the writer for ``s`` at ``unit``: the one under way, or a new one."""
+        key = (s.path, s.id, unit)
+        shared = self.shared.get(key)
+        if shared is None:
+            rid, answer = self._call("wait", s.path, s.id, unit, seconds, self.read_chunk)
+            self.waits.add(rid)
+            shared = self.shared[key] = SharedWait(
+                rid, deadline, functools.partial(self._left, key)
+            )
+            answer.add_done_callback(functools.partial(self._wait_ended, key, shared))
+        return shared
 
-        if until is not None:
-            until.add_done_callback(cancel)
-        try:
-            woken, s.meta, s.tail, s.current, data = await answer
-        finally:
-            self.waits.discard(rid)
-            if until is not None:
-                until.remove_done_callback(cancel)
-        if data is not None:
-            s.ready = (unit, data[0], data[1])
-        return bool(woken)
+    def _wait_ended(self, key: WaitKey, shared: SharedWait, answer: asyncio.Future[Any]) -> None:
+        self.waits.discard(shared.rid)
+        if self.shared.get(key) is shared:
+            del self.shared[key]
+        shared.answered(answer)
+
+    def _left(self, key: WaitKey, shared: SharedWait) -> None:
+        """Its last reader left before the writer answered: the writer ends it."""
+        if self.shared.get(key) is shared:
+            del self.shared[key]
+            self.cancel(shared.rid)
 
     async def call(self, op: str, *args: Any) -> Any:
         """Any other call of the writer (``linked_limits.py``)."""
