@@ -85,15 +85,17 @@ def die_with_parent() -> None:
         _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def cpu_seconds(pid: int, *, thread: int | None = None) -> float:
+def cpu_seconds(pid: int, *, thread: int | None = None, kernel: bool = False) -> float:
     """CPU time a process has used so far, user and system (0 when it cannot be read);
-    with ``thread``, that one of its threads' alone (the main thread's id is the pid)."""
+    with ``thread``, that one of its threads' alone (the main thread's id is the pid);
+    with ``kernel``, the system part alone (its system calls, its page faults)."""
     stat = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
         fields = Path(stat).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    ticks = int(fields[12]) if kernel else int(fields[11]) + int(fields[12])  # stime, utime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def rss_bytes(pid: int, *, children: bool = False) -> int:

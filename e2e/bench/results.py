@@ -56,6 +56,7 @@ class AppendResult(Result):
     held: int | None  # what the streams' tails account for afterwards (None: not measurable)
     cpu_ms: tuple[float, ...] = ()  # CPU per append of each server process, as SequentialResult's
     cpu_ms_loop: float = 0.0  # of the first process's main thread (its event loop)
+    cpu_ms_kernel: float = 0.0  # of the first process, in the kernel (its system calls)
 
 
 @dataclass
@@ -231,6 +232,7 @@ class WorkersResult(Result):
     cpu_ms: float  # CPU per 64 x 64 append, every process of the server
     cpu_ms_writer: float  # the main process's alone: the writer's (1 worker: everything)
     cpu_ms_writer_loop: float  # of that, its event loop's (the rest: its commit thread, mostly)
+    cpu_ms_writer_kernel: float  # of that, in the kernel: its system calls, every thread
     requests_per_batch: float | None  # the writer's, during the 64 x 64 run (None: no batch)
     live_p50_ms: float
     live_p99_ms: float

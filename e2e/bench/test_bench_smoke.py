@@ -306,6 +306,7 @@ def test_workers_workload_reports_both_sides_the_model_and_the_ceilings(tmp_path
         assert res["idle_woken"] == res["idle_readers"]
         assert 0 < res["cpu_ms_writer"] <= res["cpu_ms"]
         assert 0 < res["cpu_ms_writer_loop"] <= res["cpu_ms_writer"]  # the rest: its threads'
+        assert 0 <= res["cpu_ms_writer_kernel"] <= res["cpu_ms_writer"]
         assert 1 <= res["requests_per_batch"] <= 64  # 64 connections, one request each at most
         assert res["ceiling_share_pct"] == pytest.approx(
             100 * res["appends_per_s"] / res["ceiling_appends_per_s"]
@@ -317,7 +318,7 @@ def test_workers_workload_reports_both_sides_the_model_and_the_ceilings(tmp_path
         assert 0 < m["amdahl_per_s"] <= m["bound_per_s"]
         assert f"| model, {cores} cores |" in proc.stdout
     assert "goal: Amdahl speedup on 8 cores >= 4x" in proc.stdout
-    assert "(serial: its event loop" in proc.stdout
+    assert "(serial: its event loop" in proc.stdout and "; in the kernel " in proc.stdout
     # The writer fed over links alone, its holdings checked against its acknowledgements.
     assert many["writer_alone_per_s"] > 0 and single["writer_alone_per_s"] is None
     assert many["writer_alone_per_batch"] >= 1 and single["writer_alone_per_batch"] is None

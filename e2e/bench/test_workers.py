@@ -32,6 +32,7 @@ def side(cpu_ms: float, cpu_ms_writer: float) -> WorkersResult:
         cpu_ms=cpu_ms,
         cpu_ms_writer=cpu_ms_writer,
         cpu_ms_writer_loop=cpu_ms_writer / 2,
+        cpu_ms_writer_kernel=cpu_ms_writer / 4,
         requests_per_batch=10.0,
         live_p50_ms=1.0,
         live_p99_ms=1.0,

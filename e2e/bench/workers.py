@@ -184,6 +184,7 @@ def measure(srv: WorkersServer, prof: Profile, ceiling_rate: float | None) -> Wo
         cpu_ms=sum(a.cpu_ms),
         cpu_ms_writer=a.cpu_ms[0],
         cpu_ms_writer_loop=a.cpu_ms_loop,
+        cpu_ms_writer_kernel=a.cpu_ms_kernel,
         requests_per_batch=a_per_batch,
         live_p50_ms=lv.p50_ms,
         live_p99_ms=lv.p99_ms,
@@ -242,6 +243,12 @@ def figures(prof: Profile) -> list[Figure]:
         Figure(
             "64 x 64, CPU per append, the writer's event loop",
             "cpu_ms_writer_loop",
+            "ms",
+            "reported",
+        ),
+        Figure(
+            "64 x 64, CPU per append, the writer's in the kernel",
+            "cpu_ms_writer_kernel",
             "ms",
             "reported",
         ),
@@ -304,10 +311,11 @@ def describe_model(results: dict[str, WorkersResult]) -> str:
         return ""
     points = model(many)
     s, p = many.cpu_ms_writer, many.cpu_ms - many.cpu_ms_writer
-    loop = many.cpu_ms_writer_loop
+    loop, kernel = many.cpu_ms_writer_loop, many.cpu_ms_writer_kernel
     lines = [
         f"model from {many.workers} worker(s)' CPU per append: the writer {s:.3f} ms (serial: "
-        f"its event loop {loop:.3f}, its other threads, the commit's, {s - loop:.3f}), "
+        f"its event loop {loop:.3f}, its other threads, the commit's, {s - loop:.3f}; "
+        f"in the kernel {kernel:.3f}, in Python and its libraries {s - kernel:.3f}), "
         f"the rest {p:.3f} ms (divided among the cores)",
         "| point | appends/s | speedup | writer-bound appends/s | speedup |",
         "|---|---:|---:|---:|---:|",

@@ -90,9 +90,11 @@ def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> Append
     pids = srv.pids()
     cpu_before = [cpu_seconds(p) for p in pids]
     loop_before = cpu_seconds(pids[0], thread=pids[0])
+    kernel_before = cpu_seconds(pids[0], kernel=True)
     st = wrk(srv, seconds=prof.duration, **kw)
     cpu_used = [cpu_seconds(p) - b for p, b in zip(pids, cpu_before, strict=True)]
     loop_used = cpu_seconds(pids[0], thread=pids[0]) - loop_before
+    kernel_used = cpu_seconds(pids[0], kernel=True) - kernel_before
     acked += st.ok
     held = held_now.since(acked)
     return AppendResult(
@@ -104,6 +106,7 @@ def appends(srv: Server, prof: Profile, *, streams: int, threads: int) -> Append
         held=held,
         cpu_ms=tuple(1000 * u / max(st.requests, 1) for u in cpu_used),
         cpu_ms_loop=1000 * loop_used / max(st.requests, 1),
+        cpu_ms_kernel=1000 * kernel_used / max(st.requests, 1),
     )
 
 
