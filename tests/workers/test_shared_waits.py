@@ -95,3 +95,32 @@ async def test_readers_at_other_units_or_streams_wait_apart(async_app_server):
     assert await tasks[1] is True and not tasks[0].done()
     assert (await srv.client.post(f"{srv.base}a", headers=CT, content=b"3")).status_code == 204
     assert await tasks[0] is True and at_tail.tail == 3
+
+
+async def test_sse_readers_of_one_stream_each_get_every_append(async_app_server):
+    """SSE readers wait again at each new tail: they share each wait as they go, and
+    each still sees every append, in order."""
+    srv = await async_app_server("--sse-reconnect-interval", "600", worker=True)
+    http, url = srv.client, f"{srv.base}feed"
+    text = {"Content-Type": "text/plain"}
+    assert (await http.put(url, headers=text)).status_code == 201
+    bodies = [f"<{i}>".encode() for i in range(5)]
+
+    async def follow() -> bytes:
+        seen = b""
+        async with http.stream("GET", url, params={"offset": "-1", "live": "sse"}) as r:
+            assert r.status_code == 200
+            async for chunk in r.aiter_bytes():
+                seen += chunk
+                if bodies[-1] in seen:
+                    return seen
+        return seen
+
+    readers = [asyncio.create_task(follow()) for _ in range(3)]
+    await wait_until(lambda: writer_waits(srv, "feed") == 1)
+    for body in bodies:
+        await wait_until(lambda: writer_waits(srv, "feed") == 1)  # waiting at the tail again
+        assert (await http.post(url, headers=text, content=body)).status_code == 204
+    for seen in await asyncio.gather(*readers):
+        positions = [seen.index(body) for body in bodies]
+        assert positions == sorted(positions)
