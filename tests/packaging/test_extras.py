@@ -45,8 +45,8 @@ def venv_with(tmp_path: Path, wheel: Path, extra: str) -> Path:
 
     The virtualenv gets no pip of its own: this interpreter's pip installs into it
     (``--python``), which skips the 4 s of bootstrapping one, and ``--no-compile``
-    leaves the bytecode to the first import, which halves pyspark's install. What
-    lands in site-packages is the same."""
+    leaves the bytecode to the first import, which halves pyspark's install. The
+    same distributions land in site-packages, pip's own aside."""
     env = tmp_path / f"venv-{extra or 'bare'}"
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120
