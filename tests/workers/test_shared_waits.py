@@ -29,7 +29,7 @@ async def test_five_long_polls_are_one_wait_at_the_writer_and_all_are_woken(asyn
     assert (await http.post(url, headers=CT, content=b"fan-out")).status_code == 204
     for answer in await asyncio.gather(*polls):
         assert answer.status_code == 200 and answer.content == b"fan-out"
-    assert not srv.worker.store.shared and not srv.worker.store.waits
+    assert not srv.worker.store.shared and not srv.worker.store.calls  # all answered
 
 
 async def test_readers_that_hang_up_leave_and_the_last_one_ends_the_writers_wait(
@@ -55,7 +55,7 @@ async def test_readers_that_hang_up_leave_and_the_last_one_ends_the_writers_wait
     assert await waits[2] is False
     await wait_until(lambda: writer_waits(srv, "hang") == 0, message="the writer still waits")
     assert not store.shared
-    await wait_until(lambda: not store.waits, message="the writer did not answer the cancel")
+    await wait_until(lambda: not store.calls, message="the writer did not answer the cancel")
 
 
 async def test_a_reader_that_joined_later_waits_to_its_own_deadline(async_app_server):

@@ -66,8 +66,8 @@ class LinkedStore:
         self.max_messages = max_messages  # --max-json-messages
         self.link: Link | None = None
         self.calls: dict[int, asyncio.Future[Any]] = {}
-        self.waits: set[int] = set()  # the writer's waits in flight, by call
-        self.shared: dict[WaitKey, SharedWait] = {}  # the same, by what they wait for
+        # The writer's waits in flight that readers may still join, by what they wait for.
+        self.shared: dict[WaitKey, SharedWait] = {}
         self.ids = itertools.count(1)
         self.stopping = False
 
@@ -181,7 +181,7 @@ class LinkedStore:
             seconds = deadline - loop.time()
             if self.stopping or seconds <= 0 or (until is not None and until.done()):
                 return False
-            shared = self._shared(s, unit, seconds, deadline)
+            shared = self._shared((s.path, s.id, unit), seconds, deadline)
             got = await shared.join(until)
             if got is None:  # this reader hung up
                 return False
@@ -192,30 +192,26 @@ class LinkedStore:
                 return bool(woken)
             # It ended at an earlier reader's deadline: wait on for the rest of this one's.
 
-    def _shared(self, s: LinkedStream, unit: int, seconds: float, deadline: float) -> SharedWait:
-        """The wait at the writer for ``s`` at ``unit``: the one under way, or a new one."""
-        key = (s.path, s.id, unit)
+    def _shared(self, key: WaitKey, seconds: float, deadline: float) -> SharedWait:
+        """The wait at the writer for ``key``'s stream and unit: the one under way, or a
+        new one."""
         shared = self.shared.get(key)
         if shared is None:
-            rid, answer = self._call("wait", s.path, s.id, unit, seconds, self.read_chunk)
-            self.waits.add(rid)
-            shared = self.shared[key] = SharedWait(
-                rid, deadline, functools.partial(self._left, key)
-            )
-            answer.add_done_callback(functools.partial(self._wait_ended, key, shared))
+            rid, answer = self._call("wait", *key, seconds, self.read_chunk)
+            shared = self.shared[key] = SharedWait(key, rid, deadline, self._left)
+            answer.add_done_callback(functools.partial(self._wait_ended, shared))
         return shared
 
-    def _wait_ended(self, key: WaitKey, shared: SharedWait, answer: asyncio.Future[Any]) -> None:
-        self.waits.discard(shared.rid)
-        if self.shared.get(key) is shared:
-            del self.shared[key]
+    def _wait_ended(self, shared: SharedWait, answer: asyncio.Future[Any]) -> None:
+        if self.shared.get(shared.key) is shared:
+            del self.shared[shared.key]
         shared.answered(answer)
 
-    def _left(self, key: WaitKey, shared: SharedWait) -> None:
+    def _left(self, shared: SharedWait) -> None:
         """Its last reader left before the writer answered: the writer ends it."""
-        if self.shared.get(key) is shared:
-            del self.shared[key]
-            self.cancel(shared.rid)
+        if self.shared.get(shared.key) is shared:
+            del self.shared[shared.key]
+            self._cancel(shared.rid)
 
     async def call(self, op: str, *args: Any) -> Any:
         """Any other call of the writer (``linked_limits.py``)."""
@@ -235,15 +231,15 @@ class LinkedStore:
         if self.link is not None:
             self.link.send((0, "release", rid))
 
-    def cancel(self, rid: int) -> None:
-        if rid in self.waits and self.link is not None:
+    def _cancel(self, rid: int) -> None:
+        if self.link is not None:
             self.link.send((0, "cancel", rid))
 
     def release_waiters(self) -> None:
         """End every wait as on its timeout, and later ones at once (the worker stops)."""
         self.stopping = True
-        for rid in list(self.waits):
-            self.cancel(rid)
+        for shared in self.shared.values():  # each leaves when the writer answers
+            self._cancel(shared.rid)
 
 
 if TYPE_CHECKING:  # mypy checks that a worker's store offers what the protocol layer asks

@@ -18,13 +18,16 @@ WaitKey = tuple[str, int, int]
 
 
 class SharedWait:
-    """A wait under way at the writer; ``rid`` is its call, ``deadline`` the loop time
-    it was asked to end at (its first reader's), ``on_empty`` is told when its last
-    reader leaves before the answer."""
+    """A wait under way at the writer for ``key``; ``rid`` is its call, ``deadline`` the
+    loop time it was asked to end at (its first reader's), ``on_empty`` is told when its
+    last reader leaves (a no-op once answered)."""
 
-    __slots__ = ("deadline", "on_empty", "readers", "rid")
+    __slots__ = ("deadline", "key", "on_empty", "readers", "rid")
 
-    def __init__(self, rid: int, deadline: float, on_empty: Callable[[SharedWait], None]) -> None:
+    def __init__(
+        self, key: WaitKey, rid: int, deadline: float, on_empty: Callable[[SharedWait], None]
+    ) -> None:
+        self.key = key
         self.rid = rid
         self.deadline = deadline
         self.on_empty = on_empty
@@ -52,7 +55,7 @@ class SharedWait:
 
     def answered(self, answer: asyncio.Future[Any]) -> None:
         """The writer's answer (or the link's failure), to every reader still here."""
-        exc = asyncio.CancelledError() if answer.cancelled() else answer.exception()
+        exc = answer.exception()  # no reader awaits the call itself: never cancelled
         for reader in self.readers:
             if reader.done():
                 continue
