@@ -31,6 +31,10 @@ VERSION_FILE = "FORMAT"
 # hex digits and a newline. Optional: single-node data and a new directory have none.
 SET_ID_FILE = "SET_ID"
 LMDB_DATA = "data.mdb"
+# The writer's lock (stream_server/engine/dir_lock.py): held while a process writes the
+# directory; its text names the holder. Not data: readers ignore it, as every name
+# starting with a dot.
+LOCK_FILE = ".lock"
 
 _FIRST_LINE = "durable-streams-py data format "
 _READ_KEY = "read-version"

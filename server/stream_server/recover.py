@@ -9,7 +9,8 @@ cache, so the image can hold tails that point past the bytes its segment
 files have. Recovery, the same code a server runs at start, replays the WAL
 into the segment files and LMDB and finishes with a checkpoint; afterwards
 the clone reads like a cleanly stopped server's directory. It writes, so run
-it on the writable clone (an init container), never on a live server's volume.
+it on the writable clone (an init container): on a live server's directory it refuses,
+exit status 2, as the directory's lock is held (engine/dir_lock.py).
 
     python -m stream_server.recover /data
 """
@@ -20,7 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from stream_server.engine import Engine, RecoveryReport
+from stream_server.engine import Engine, LayoutError, RecoveryReport
+from stream_server.engine.dir_lock import DataDirInUse
 
 
 def recover(data_dir: Path) -> RecoveryReport:
@@ -40,7 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         help="exit 0 even if some streams failed their checksums",
     )
     args = p.parse_args(argv)
-    report = recover(args.data_dir)
+    if not args.data_dir.is_dir():
+        print(f"{args.data_dir}: not a data directory (no such directory)", file=sys.stderr)
+        return 2
+    try:
+        report = recover(args.data_dir)
+    except (DataDirInUse, LayoutError) as exc:  # a live server's directory, or not ours
+        print(f"{args.data_dir}: {exc}", file=sys.stderr)
+        return 2
     print(
         f"{args.data_dir}: {report.streams} streams, {report.wal_frames_replayed} WAL frames "
         f"replayed, {report.truncated_bytes} unacknowledged bytes cut",

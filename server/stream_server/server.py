@@ -35,13 +35,17 @@ def serve(settings: Settings) -> int:
     if fenced_at_start(settings.fence_file):
         return serve_fenced(settings, log_config)
     from stream_format.layout import Layout
+    from stream_server.engine import dir_lock
     from stream_server.engine.data_dir import prepare
 
     try:
+        # Held for the process's life, before anything is read: one writer per data
+        # directory (engine/dir_lock.py). The kernel drops it when the process ends.
+        dir_lock.acquire(settings.data_dir)
         prepare(Layout(settings.data_dir))
         app = create_app(settings)
         app.recovery.freeze_gc = True
-    except (LayoutError, AuthConfigError) as exc:
+    except (LayoutError, AuthConfigError, dir_lock.DataDirInUse) as exc:
         log.error("%s", exc)
         return 2
     count = settings.workers or cpu_count()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ import httpx
 import pytest
 
 from stream_format.archive import ArchivedFrame, encode_history, history_name
+from stream_format.layout import LOCK_FILE
 from stream_format.meta import DB_INFO
 from stream_server.archive.catalog import parse_time
+from stream_server.engine import dir_lock
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.replica import KEY_LEFT, KEY_POSITION
 from testkit import wait_for
@@ -160,9 +163,22 @@ def test_a_restore_into_an_empty_volume_keeps_its_lost_and_found(
     code, done = restore(source, archive_store, volume)
     assert code == 0, done
     assert sorted(p.name for p in volume.iterdir()) == [
-        "FORMAT", "lost+found", "meta", "segments", "wal"
+        ".lock", "FORMAT", "lost+found", "meta", "segments", "wal"
     ]  # fmt: skip
     check_restored(volume, source.round3, source.states3)
+
+
+def test_a_restore_into_a_directory_another_process_holds_is_refused(
+    source, archive_store, tmp_path
+) -> None:
+    """As a server holds its data directory (engine/dir_lock.py): here this test's own
+    process holds it, and the restore command is another process."""
+    held = tmp_path / "held"
+    with dir_lock.holding(held):
+        code, done = restore(source, archive_store, held)
+    assert code == 2, done
+    assert f"in use by process {os.getpid()} " in done["error"], done
+    assert [p.name for p in held.iterdir()] == [LOCK_FILE]  # nothing restored into it
 
 
 def test_a_restore_to_an_lsn_stops_there(source, archive_store, tmp_path) -> None:

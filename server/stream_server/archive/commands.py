@@ -56,12 +56,16 @@ def run(args: argparse.Namespace) -> int:
     from stream_format.layout import FormatError
     from stream_server.archive.object_store import ArchiveError
     from stream_server.archive.restore import RestoreFailed
+    from stream_server.engine.dir_lock import DataDirInUse
 
     try:
         if args.command == "backup":
             doc = _backup(args.server, args.token_file)
         else:
             doc = _archive_command(args)
+    except DataDirInUse as exc:  # a live server's directory, or another restore's
+        print(json.dumps({"error": str(exc)}), flush=True)
+        return 2
     except (ArchiveError, FormatError, RestoreFailed, ValueError, OSError) as exc:
         print(json.dumps({"error": str(exc)}), flush=True)
         return 1

@@ -35,6 +35,7 @@ Lease created from it which term the source had reached.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -46,11 +47,11 @@ from typing import Any, BinaryIO
 
 from stream_format import wal as walmod
 from stream_format.archive import decode_frames_object, history_ranges
-from stream_format.layout import VERSION_FILE, Layout
+from stream_format.layout import LOCK_FILE, VERSION_FILE, Layout
 from stream_format.meta import DB_INFO
 from stream_server.archive import backup_fetch, catalog
 from stream_server.archive.object_store import ObjectStore
-from stream_server.engine import fsio
+from stream_server.engine import dir_lock, fsio
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import KEY_LEFT, KEY_POSITION, KEY_TERMS
 
@@ -58,7 +59,7 @@ log = logging.getLogger("stream_server.archive")
 
 NO_END = 2**63 - 1
 WORK = ".restoring"  # inside an existing data directory: the restore's work
-IGNORED = frozenset({"lost+found", WORK})
+IGNORED = frozenset({"lost+found", WORK, LOCK_FILE})
 WAL_NUMBER = 1
 
 
@@ -98,21 +99,17 @@ def restore(
     started = time.monotonic()
     _must_be_empty(data_dir)
     manifest = choose(catalog.manifests(store), backup_id, target)
-    # An existing (empty) directory may be a volume's mount point: the work is done
-    # inside it, on its file system, and moved into place by renames there.
-    in_place = data_dir.exists()
-    work = data_dir / WORK if in_place else data_dir.parent / f".{data_dir.name}.restoring"
-    shutil.rmtree(work, ignore_errors=True)  # a restore that stopped half-way
-    work.mkdir(parents=True)
+    # The directory's lock (made if it is missing) for the whole restore: no server
+    # may start on it half-built, nor a second restore. The work is done inside it (it
+    # may be a volume's mount point), on its file system, and moved into place there.
+    made = not data_dir.exists()
     try:
-        root = work / "data"
-        downloaded = fetch_backup(store, manifest, root)
-        reached = write_frames(store, manifest, root, target)
-        recover(root, manifest, reached)
-        _must_be_empty(data_dir)
-        _install(root, data_dir, in_place)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        with dir_lock.holding(data_dir):
+            downloaded, reached = _build(store, manifest, data_dir, target)
+    except BaseException:
+        if made:  # a refused restore leaves nothing behind, not even the directory
+            _remove_lock_only(data_dir)
+        raise
     seconds = time.monotonic() - started
     total = downloaded + reached.bytes
     return {
@@ -129,6 +126,33 @@ def restore(
     }
 
 
+def _build(
+    store: ObjectStore, manifest: dict[str, Any], data_dir: Path, target: Target
+) -> tuple[int, Reached]:
+    """The restore under ``data_dir``'s lock: the bytes downloaded, where it reached."""
+    _must_be_empty(data_dir)
+    work = data_dir / WORK
+    shutil.rmtree(work, ignore_errors=True)  # a restore that stopped half-way
+    work.mkdir()
+    try:
+        root = work / "data"
+        downloaded = fetch_backup(store, manifest, root)
+        reached = write_frames(store, manifest, root, target)
+        recover(root, manifest, reached)
+        _must_be_empty(data_dir)
+        _install(root, data_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return downloaded, reached
+
+
+def _remove_lock_only(data_dir: Path) -> None:
+    """Remove ``data_dir`` if its lock file (given back) is all it holds."""
+    with contextlib.suppress(OSError):
+        (data_dir / LOCK_FILE).unlink()
+        data_dir.rmdir()
+
+
 def _must_be_empty(data_dir: Path) -> None:
     """Absent, or empty but for a file system's ``lost+found`` (a new volume) and the
     work directory of a restore that stopped half-way."""
@@ -138,17 +162,13 @@ def _must_be_empty(data_dir: Path) -> None:
         raise RestoreFailed(f"{data_dir} is not empty: restore builds a new data directory")
 
 
-def _install(root: Path, data_dir: Path, in_place: bool) -> None:
-    """Move the checked directory into place: one rename when ``data_dir`` was absent;
-    else each part renamed into it, the version file last, so that a crash half-way
-    leaves a directory the server refuses (no version file), never one it would serve
-    with parts missing."""
-    if not in_place:
-        root.rename(data_dir)
-        fsio.fsync_dir(data_dir.parent)
-        return
+def _install(root: Path, data_dir: Path) -> None:
+    """Move the checked directory into place: each part renamed into ``data_dir``, the
+    version file last, so that a crash half-way leaves a directory the server refuses
+    (no version file), never one it would serve with parts missing. The work's own
+    lock file stays behind: ``data_dir``'s is held, and must stay the one held."""
     for part in root.iterdir():
-        if part.name != VERSION_FILE:
+        if part.name not in (VERSION_FILE, LOCK_FILE):
             part.rename(data_dir / part.name)
     fsio.fsync_dir(data_dir)
     (root / VERSION_FILE).rename(data_dir / VERSION_FILE)

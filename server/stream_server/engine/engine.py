@@ -46,7 +46,7 @@ import lmdb
 
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_server.engine import fsio, wal_keep
+from stream_server.engine import dir_lock, fsio, wal_keep
 from stream_server.engine.batch import Batch, BatchStats, Tail, build
 from stream_server.engine.checkpoints import Checkpoints
 from stream_server.engine.data_dir import prepare, retire_wal, wal_headerless
@@ -144,10 +144,33 @@ class Engine(Checkpoints, HeadDrops):
         # An object-store archive's archived lsn: WAL holding frames above it is kept
         # (wal_keep.py). None without an archive: WAL is deleted as before.
         self.archive_floor = archive_floor
+        self.locked = False  # holds the data directory's lock (open() to close())
 
     # ------------------------------------------------------------------ start
 
     def open(self) -> tuple[LoadedState, RecoveryReport]:
+        # The directory's lock before anything is read (dir_lock.py); given back by
+        # close(), or here if the open fails.
+        dir_lock.acquire(self.layout.root)
+        self.locked = True
+        try:
+            return self._open()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self.locked:
+            self.locked = False
+            dir_lock.release(self.layout.root)
+
+    def _open(self) -> tuple[LoadedState, RecoveryReport]:
         started = time.monotonic()
         found = prepare(self.layout)
         self.meta = self.segments.meta = Metadata(self.layout.meta, self.map_size)
