@@ -70,3 +70,38 @@ def test_a_follower_starts_from_the_newest_backup_then_follows(
     refused = httpx.post(f"{fol.url}/_archive/backups", timeout=30)
     assert refused.status_code == 409
     assert "replica cluster" in refused.json()["error"]
+
+
+def test_a_follower_from_a_backup_keeps_following_batch_after_batch_and_restarts(
+    server_factory: Any, tmp_path: Path, archive_store: S3Store
+) -> None:
+    """Restored from a backup, the follower records the terms of the frames it restored
+    (those it compares with the source's history before each batch): batch after batch
+    it keeps applying, also after restarts, one before it applied any frame itself."""
+    url = archive_store.new_bucket() + "/src"
+    src = server_factory(
+        *server_args(archive_store, url),
+        "--archive-timeout",
+        POLL,
+        data_dir=tmp_path / "source",
+        env=archive_store.env(),
+    ).start()
+    create(src, "a", b"restored ")
+    backup = httpx.post(f"{src.url}/_archive/backups", timeout=120)
+    assert backup.status_code == 201, backup.text
+    _archived(src)
+
+    fol = follower(server_factory, tmp_path, archive_store, url)
+    caught_up(src, fol, ["a"])
+    fol.stop()
+    fol.start()  # a restart before it applied a frame of its own
+    for i in range(3):
+        if i == 2:
+            fol.stop()
+            fol.start()
+        append(src, "a", b"batch %d " % i)
+        _archived(src)
+        caught_up(src, fol, ["a"])
+    st = httpx.get(f"{fol.url}/_archive/status", timeout=5).json()
+    assert st["failing"] is False and st["last_error"] is None, st
+    assert "must be rebuilt" not in fol.log()

@@ -13,6 +13,7 @@ from stream_server.archive.follow_plan import (
     frames_wanted,
     next_frames,
     objects_to_read,
+    restored_history,
 )
 from stream_server.archive.follow_position import Followed, promoted_history
 
@@ -44,6 +45,17 @@ def test_frames_taken_along_another_history_have_diverged() -> None:
         check_taken([(0, 1)], HISTORY, 10)  # frame 10 taken from term 0: a deposed one's
     with pytest.raises(Diverged):
         check_taken([(0, 1), (4, 10)], HISTORY, 12)
+
+
+def test_a_restore_took_its_frames_along_the_history_up_to_its_last_term() -> None:
+    assert restored_history(HISTORY, 3) == [(0, 1), (3, 10)]
+    check_taken(restored_history(HISTORY, 3), HISTORY, 15)  # then followed from 16 on
+    # A term begun at or before the last lsn restored (read after the restore): the
+    # frames restored past its start were a deposed primary's.
+    with pytest.raises(Diverged):
+        check_taken(restored_history(HISTORY, 3), HISTORY, 21)
+    with pytest.raises(Diverged):
+        check_taken(restored_history(HISTORY, 4), HISTORY, 5)  # a term it does not name
 
 
 def test_objects_chosen_hold_the_wanted_frames_only() -> None:

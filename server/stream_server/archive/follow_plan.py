@@ -55,6 +55,22 @@ def check_taken(taken: History, history: History, applied: int) -> None:
         )
 
 
+def restored_history(history: History, term: int) -> History:
+    """The terms a restore took its frames along, given ``history`` (the archive's newest,
+    read once the restore finished) and ``term`` (the term of the last frame it restored,
+    or of its backup): every entry of ``history`` up to ``term``'s own.
+
+    The restore read a history no newer than ``history``, which extends it by terms begun
+    since; so when a newer term began at or before the last lsn restored, the restored
+    frames past that point were a deposed primary's, and ``check_taken`` says so. A term
+    the history does not name (an archive rewritten under us) makes a history that
+    diverges from the first frame."""
+    terms = [t for t, _ in history]
+    if term not in terms:
+        return [(term, 1)]
+    return list(history[: terms.index(term) + 1])
+
+
 def objects_to_read(names: list[str], want: Next) -> list[str]:
     """Of ``names`` (frames objects of ``want.term``, in name order, so by first lsn),
     those that may hold frames from ``want.first`` on: the last one starting at or

@@ -107,10 +107,11 @@ def read_followed(engine: Engine) -> Followed | None:
     return followed
 
 
-def resume(engine: Engine, url: str, restored: int | None) -> Followed:
+def resume(engine: Engine, url: str, restored: tuple[int, History] | None) -> Followed:
     """Where a follower of ``url`` starts on this directory (once the engine is open):
-    where it stopped; after ``restored`` (the last lsn of the base backup just
-    restored into it); or, on an empty directory, before lsn 1. FollowRefused for a
+    where it stopped; after ``restored`` (the last lsn of the base backup just restored
+    into it, and the terms its frames were taken along); or, on an empty directory,
+    before lsn 1. FollowRefused for a
     directory holding anything else: data of its own, a promoted replica's, or
     another archive's frames (following would mix two histories)."""
     found = read_followed(engine)
@@ -127,7 +128,8 @@ def resume(engine: Engine, url: str, restored: int | None) -> Followed:
             "an archive again; start the follower on an empty data directory"
         )
     if restored is not None:
-        return Followed(url, restored)
+        lsn, history = restored
+        return Followed(url, lsn, list(history))
     if holds_data(engine):
         raise FollowRefused(
             "this data directory holds data that is not the archive's: a replica cluster's "

@@ -39,7 +39,7 @@ from stream_format.archive import (
     decode_frames_object,
     decode_history,
 )
-from stream_server.archive.follow_bootstrap import bootstrap
+from stream_server.archive.follow_bootstrap import Restored, bootstrap
 from stream_server.archive.follow_plan import (
     Diverged,
     check_taken,
@@ -90,7 +90,7 @@ class ArchiveFollower:
         store.expiry.pause()
         store.retention.pause()
         self.followed = Followed(self.url)
-        self.restored: int | None = None  # the last lsn of a base backup restored at start
+        self.restored: Restored | None = None  # a base backup restored at start
         self.history: History = []  # the newest term's, as the archive has it
         self._histories_seen = ""  # the last history object listed
         self._last_object: dict[int, str] = {}  # per term, the last frames object read
@@ -134,8 +134,15 @@ class ArchiveFollower:
 
     def opened(self) -> None:
         """On the recovery thread, once the engine is open: where following resumes
-        (``follow_position.resume``; FollowRefused stops the start)."""
-        self.followed = resume(self.engine, self.url, self.restored)
+        (``follow_position.resume``; FollowRefused stops the start). A directory just
+        restored records so at once (flushed): a restart before the first frame applied
+        here must find it the archive's, not data of its own."""
+        restored = self.restored
+        self.followed = resume(
+            self.engine, self.url, None if restored is None else (restored.lsn, restored.history)
+        )
+        if restored is not None:
+            self.engine.write_metadata([followed_entry(self.followed)], flush=True)
         self.shown = (self.followed.lsn, None)
         self.hooks.durable = (self.followed.source_term, self.followed.lsn)
         log.info("following %s from lsn %d", self.url, self.followed.lsn)
