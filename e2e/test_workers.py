@@ -145,5 +145,5 @@ def test_a_port_in_use_stops_the_start_naming_it(tmp_path):
             text=True,
             timeout=60,
         )
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a setting's refusal: --port (tests/test_start_refusals.py)
     assert f"cannot listen on 127.0.0.1 port {port}" in proc.stderr + proc.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stream_server import __version__
 from stream_server.archive import commands as archive_commands
-from stream_server.config import add_arguments, settings_from
+from stream_server.config import SettingError, add_arguments, settings_from
 
 ROTATE_SETTINGS = ("data_dir", "webhook_key_replay_window")
 
@@ -84,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     if args.command == "serve":
-        return serve(settings)
+        try:
+            return serve(settings)
+        except SettingError as exc:  # the port or the address, found when it is bound
+            print(f"{p.prog}: error: {exc}", file=sys.stderr)
+            return 2
     return rotate_command(settings.data_dir, settings.webhook_key_replay_window)
 
 

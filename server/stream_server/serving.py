@@ -22,6 +22,7 @@ import uvicorn
 from stream_server.auth import TokenAuth
 from stream_server.config import Settings
 from stream_server.fencing import FenceWatch
+from stream_server.listen import listen_socket
 from stream_server.rotation import FileWatcher, RotatingTls, Watched, token_loader
 
 log = logging.getLogger("stream_server")
@@ -110,6 +111,19 @@ class ExitStatusServer(uvicorn.Server):
     "stopped cleanly") or raised KeyboardInterrupt with a traceback. A supervisor
     would take every clean stop for a crash; ``serve`` returns the status instead.
     """
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve; a server on the public port binds it first, before the app starts: a
+        port in use or an address not this machine's raises ``CannotListen`` naming the
+        setting, where uvicorn logged it after the app's start, ran its shutdown and
+        exited 3."""
+        config = self.config
+        if sockets is None and config.uds is None and config.fd is None:
+            sock = listen_socket(config.host, config.port)
+            address = sock.getsockname()
+            log.info("listening on %s port %d", address[0], address[1])
+            sockets = [sock]
+        super().run(sockets=sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

@@ -15,6 +15,9 @@ delivery time out at once, in silence).
 from __future__ import annotations
 
 import math
+import os
+import resource
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable
@@ -33,6 +36,18 @@ LMDB_MAP_MIN = 64 * 1024
 # bytes of it: past 2**46 the map cannot even be doubled once when it fills.
 LMDB_MAP_MAX = 2**46
 INT32_MAX = 2**31 - 1  # a Lease's leaseDurationSeconds is an int32
+# Settings whose value is memory held per request or connection, bounded where a larger
+# one would let clients take the machine's memory rather than serve a real need:
+# a request body is read whole into memory before it is appended (and the CRD's
+# maxBodyBytes stops at the same 1 GiB), and a request's head is held whole while it
+# arrives, on every connection at once (1 MiB is Go's net/http default).
+MAX_BODY_BYTES = 1024**3
+MAX_HEADER_BYTES = 1024**2
+# Worker processes per CPU the process may run on. Each is a process of about 70 MiB
+# (docs/kubernetes.md, "Sizing a pod") and past one per CPU more only share the same
+# cores; a few per CPU still let a one-CPU machine run the tests' two workers. 1000
+# forked until the machine ran out of memory.
+WORKERS_PER_CPU = 4
 
 
 def whole(low: int, high: int = INT_MAX) -> Check:
@@ -202,10 +217,81 @@ def tls_loads(cert: str, key: str) -> str | None:
     return None
 
 
-# Checks that look at this machine's files, not at the value: made when the server
-# starts (``config.settings_from``), not by every ``Settings`` a test or a tool makes
-# for another machine (the operator renders paths inside a pod).
-ON_DISK: frozenset[Check] = frozenset({readable_file, ca_bundle})
+def allowed_cpus() -> int:
+    """The CPUs this process may run on (its affinity), at least one: what bounds
+    ``--workers``. A pod's CPU quota is not counted here: it limits time, not the
+    processes a machine can hold (``workers/supervisor.py`` counts it for the default)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def workers_here(value: int) -> str | None:
+    """At most ``WORKERS_PER_CPU`` worker processes per CPU this process may use."""
+    cpus = allowed_cpus()
+    most = WORKERS_PER_CPU * cpus
+    if value <= most:
+        return None
+    return (
+        f"must be at most {most} here ({WORKERS_PER_CPU} per CPU this process may use, "
+        f"{cpus}): each worker is a process of its own, about 70 MiB, and more than the "
+        "CPUs only share the same cores"
+    )
+
+
+def connections_here(value: int) -> str | None:
+    """At most the process's hard open-file limit: each connection is a descriptor, and
+    past the limit new ones fail to be accepted (EMFILE) while they wait in the backlog."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or value <= hard:
+        return None
+    return f"must be at most {hard} here, the process's open-file limit (each is a descriptor)"
+
+
+def data_directory(value: Path) -> str | None:
+    """A directory, or a name in a directory that exists (it is made at start, without
+    parents: a mistyped parent must not grow a tree somewhere unexpected)."""
+    path = Path(value)
+    if path.exists():
+        if not path.is_dir():
+            return "is not a directory"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return "is not writable by this user"
+        return None
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        return f"cannot be made: its parent {str(parent)!r} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot be made: its parent {str(parent)!r} is not writable by this user"
+    return None
+
+
+def local_address(value: str) -> str | None:
+    """A host name or address this machine can listen on: it resolves, and a socket binds
+    to it (on a port the kernel picks, so the port's own check is the listen's)."""
+    try:
+        found = socket.getaddrinfo(value, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"is not an address: {getattr(exc, 'strerror', None) or exc}"
+    problem = ""
+    for family, kind, proto, _, address in found:
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.bind((address[0], 0, *address[2:]))
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+            continue
+        return None
+    return f"is not an address of this machine: {problem}"
+
+
+# Checks that look at this machine (its files, CPUs, limits and addresses), not at the
+# value alone: made when the server starts (``config.settings_from``), not by every
+# ``Settings`` a test or a tool makes for another machine (the operator renders paths
+# inside a pod, for a node it does not run on).
+ON_DISK: frozenset[Check] = frozenset(
+    {readable_file, ca_bundle, workers_here, connections_here, data_directory, local_address}
+)
 
 
 def retention_rules(rules: Iterable[str], max_path_bytes: int) -> str | None:

@@ -39,7 +39,11 @@ FILE = checks.readable_file
 class Settings:
     # -- Network: where and how clients reach the server.
     host: str = setting(
-        "127.0.0.1", NETWORK, "interface to listen on (0.0.0.0 in a pod)", checks.not_empty
+        "127.0.0.1",
+        NETWORK,
+        "interface to listen on (0.0.0.0 in a pod)",
+        checks.not_empty,
+        checks.local_address,
     )
     port: int = setting(
         DEFAULT_PORT,
@@ -54,8 +58,10 @@ class Settings:
         "processes serving HTTP on the port (0: one per CPU the process may use, from its "
         "cgroup quota or affinity; 1: one process, no hand-off); past 1 the main process "
         "only writes (WAL, LMDB, group commit, replication) and the workers parse requests "
-        "and hand it their writes (docs/workers.md)",
+        f"and hand it their writes; at most {checks.WORKERS_PER_CPU} per CPU the process may "
+        "run on (docs/workers.md)",
         NONE_OR_MORE,
+        checks.workers_here,
     )
     tls_cert: str = setting(
         "", NETWORK, "TLS certificate file (PEM); with --tls-key, serve HTTPS", FILE
@@ -121,11 +127,17 @@ class Settings:
         0,
         LIMITS,
         "most open client connections; more are closed at once (0: derived from the open-file "
-        "limit)",
+        "limit; at most that limit)",
         NONE_OR_MORE,
+        checks.connections_here,
     )
     max_body_bytes: int = setting(
-        64 * 1024 * 1024, LIMITS, "largest request body accepted (larger: 413)", COUNT, unit="bytes"
+        64 * 1024 * 1024,
+        LIMITS,
+        "largest request body accepted (larger: 413); at most 1 GiB, as a body is held in "
+        "memory whole",
+        checks.whole(1, checks.MAX_BODY_BYTES),
+        unit="bytes",
     )
     max_read_bytes: int = setting(
         64 * 1024 * 1024,
@@ -143,7 +155,12 @@ class Settings:
         unit="bytes",
     )
     max_header_bytes: int = setting(
-        65536, LIMITS, "largest total size of request headers (larger: 431)", COUNT, unit="bytes"
+        65536,
+        LIMITS,
+        "largest total size of request headers (larger: 431); at most 1 MiB, as each "
+        "connection holds its head in memory",
+        checks.whole(1, checks.MAX_HEADER_BYTES),
+        unit="bytes",
     )
     max_headers: int = setting(100, LIMITS, "most request headers (more: 431)", COUNT)
     max_json_messages: int = setting(
@@ -198,7 +215,11 @@ class Settings:
 
     # -- Storage: the data directory and what the engine keeps in it.
     data_dir: Path = setting(  # noqa: RUF009 - a field(), as every setting()
-        Path("./data"), STORAGE, "data directory: LMDB metadata, WAL and segment files"
+        Path("./data"),
+        STORAGE,
+        "data directory: LMDB metadata, WAL and segment files (made at start if missing; its "
+        "parent must exist)",
+        checks.data_directory,
     )
     lmdb_map_size: int = setting(
         8 * 1024**3,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 from stream_server.config import checks
@@ -59,7 +60,8 @@ def _each(s: Settings, which: Callable[[checks.Check], bool]) -> None:
         for check in filter(which, d.about.checks):
             problem = check(value)
             if problem is not None:
-                raise SettingError(f"{d.flag} {problem} (env {d.env}; given {value!r})")
+                given = str(value) if isinstance(value, Path) else value
+                raise SettingError(f"{d.flag} {problem} (env {d.env}; given {given!r})")
 
 
 def _together(s: Settings) -> Iterator[str | None]:

@@ -12,20 +12,24 @@ ended, a primary's hand-over, the final checkpoint).
 from __future__ import annotations
 
 import dataclasses
-import errno
 import gc
 import logging
 import os
 import shutil
 import socket
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from stream_server.app import StreamServerApp
+from stream_server.listen import (
+    PORT_FILE,
+    RUNTIME_PREFIX,
+    listen_socket,
+    remove_stale_runtimes,
+)
 from stream_server.logs import configure
 from stream_server.rotation import FileWatcher
 from stream_server.serving import (
@@ -50,10 +54,6 @@ from stream_server.workers.supervisor import (
 from stream_server.workers.worker_app import WorkerApp
 
 log = logging.getLogger("stream_server.workers")
-
-BACKLOG = 2048  # uvicorn's default
-RUNTIME_PREFIX = "ds-writer-"
-BIND_PATIENCE = 10.0  # seconds a start waits for a port a killed writer's workers still hold
 
 
 class WriterServer(StreamServer):
@@ -128,12 +128,15 @@ def writer_server(
     settings: Any, app: StreamServerApp, count: int, log_config: dict[str, Any] | None
 ) -> WriterServer:
     """The writer's server, over ``count`` workers on the port it binds now (a port in
-    use stops the start here, once, with the address named)."""
+    use stops the start here, at once, naming --port: ``listen.CannotListen``)."""
     sock = listen_socket(settings.host, settings.port)
     remove_stale_runtimes(Path(tempfile.gettempdir()))
     # Mode 0700: only this user. Named by the writer's pid, so a later start can tell it
     # from a live writer's once a kill -9 left it behind.
     runtime = Path(tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{os.getpid()}-"))
+    # The port its workers will hold: a start after a kill -9 of this writer waits for
+    # them on it, and for nothing else (``stream_server/listen.py``).
+    (runtime / PORT_FILE).write_text(str(sock.getsockname()[1]))
     metrics = runtime / "metrics" if app.metrics is not None else None
     sockets = Sockets(link=runtime / "link.sock", http=runtime / "http.sock", metrics=metrics)
     if app.metrics is not None and metrics is not None:
@@ -167,50 +170,6 @@ def writer_server(
     supervisor = Supervisor(settings, count, sock, sockets)
     # The writer's own app checks tokens too (the subscriptions' paths are relayed to it).
     return WriterServer(config, app, supervisor, runtime, file_watcher(settings, app.auth, None))
-
-
-def remove_stale_runtimes(tmp: Path) -> None:
-    """Remove the runtime directories of writers that no longer run (killed -9: their
-    sockets and the workers' metrics files stay behind). Called before this writer
-    makes its own: one named by this pid is an earlier image of this process (one
-    restarted in place: a re-copy installed, a fence), which stopped its workers."""
-    for stale in tmp.glob(f"{RUNTIME_PREFIX}*-*"):
-        pid = stale.name[len(RUNTIME_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or (int(pid) != os.getpid() and _runs(int(pid))):
-            continue
-        shutil.rmtree(stale, ignore_errors=True)
-
-
-def _runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's
-    return True
-
-
-def listen_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # A start right after its writer's kill -9 finds the workers it left still holding
-    # the port until they notice their writer went (their link closed), a few seconds
-    # at most; anything else holding it stops the start.
-    deadline = time.monotonic() + BIND_PATIENCE
-    while True:
-        try:
-            sock.bind((host, port))
-            break
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE and time.monotonic() < deadline:
-                time.sleep(0.2)
-                continue
-            sock.close()
-            raise OSError(f"cannot listen on {host} port {port}: {exc.strerror}") from exc
-    sock.listen(BACKLOG)  # inherited by the workers only (``pass_fds``), not across an exec
-    return sock
 
 
 def serve_worker() -> int:

@@ -1,0 +1,112 @@
+"""The public port, bound by the server itself before it serves: a port in use or an
+address that is not this machine's stops the start at once, naming the setting.
+
+Uvicorn binds only after the app's start-up has begun, and then logged its error, ran
+the app's shutdown ("stopped cleanly") and exited 3; a writer of workers waited
+10 s for any port in use. Binding here, before the app starts, refuses the start
+with ``CannotListen`` (exit status 2, like every other refusal of a setting).
+
+The only wait is for what this program left behind itself: a writer killed -9 leaves
+its workers holding the port until they see their link close (a few seconds at
+most), and its runtime directory, which names the port in ``PORT_FILE``. A start on
+that port waits for them; any other holder stops the start at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from stream_server.config import SettingError
+
+BACKLOG = 2048  # uvicorn's default
+RUNTIME_PREFIX = "ds-writer-"  # a writer's runtime directory: ds-writer-<pid>-<random>
+PORT_FILE = "port"  # in a writer's runtime directory: the port its workers serve
+BIND_PATIENCE = 10.0  # seconds a start waits for a port a killed writer's workers still hold
+RETRY = 0.2  # seconds between two binds while they do
+
+
+class CannotListen(SettingError):
+    """The port or the address cannot be listened on; the message names the setting."""
+
+
+def listen_socket(host: str, port: int, tmp: Path | None = None) -> socket.socket:
+    """A listening socket on ``host``:``port``, or ``CannotListen`` naming ``--port``
+    (in use, or not allowed) or ``--host`` (not an address of this machine)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    deadline: float | None = None
+    while True:
+        try:
+            sock.bind((host, port))
+            break
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                if deadline is None and orphans_hold(port, tmp or Path(tempfile.gettempdir())):
+                    deadline = time.monotonic() + BIND_PATIENCE
+                if deadline is not None and time.monotonic() < deadline:
+                    time.sleep(RETRY)
+                    continue
+            sock.close()
+            raise cannot_listen(host, port, exc) from None
+    sock.listen(BACKLOG)  # inherited by the workers only (``pass_fds``), not across an exec
+    return sock
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> CannotListen:
+    """The refusal, naming the setting to change: the host where the address is not
+    this machine's (or not a name that resolves), else the port."""
+    what = f"cannot listen on {host} port {port}: {exc.strerror or exc}"
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return CannotListen(f"--host {host}: {what} (env DS_HOST)")
+    return CannotListen(f"--port {port}: {what} (env DS_PORT)")
+
+
+def stale_runtimes(tmp: Path) -> list[Path]:
+    """The runtime directories of writers that no longer run (killed -9: their sockets
+    and the workers' metrics files stay behind). One named by this pid is an earlier
+    image of this process (one restarted in place: a re-copy installed, a fence),
+    which stopped its workers before it did."""
+    found = []
+    for d in tmp.glob(f"{RUNTIME_PREFIX}*-*"):
+        pid = d.name[len(RUNTIME_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _runs(int(pid))):
+            found.append(d)
+    return found
+
+
+def orphans_hold(port: int, tmp: Path) -> bool:
+    """Whether a writer killed -9 served ``port``: its workers may hold it still."""
+    for d in stale_runtimes(tmp):
+        if int(d.name[len(RUNTIME_PREFIX) :].split("-", 1)[0]) == os.getpid():
+            continue  # this process's earlier image stopped its workers
+        try:
+            if int((d / PORT_FILE).read_text()) == port:
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def remove_stale_runtimes(tmp: Path) -> None:
+    """Remove the runtime directories of writers that no longer run: called once this
+    writer has its port (the directories said who might hold it) and before it makes
+    its own."""
+    for stale in stale_runtimes(tmp):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
