@@ -153,6 +153,8 @@ class StreamServerApp:
         ]
         if self.archive is not None and self.metrics is not None:
             self.metrics.registry.register(self.archive.collector)
+        if self.follower is not None and self.metrics is not None:
+            self.metrics.registry.register(self.follower.collector)
         if self.replication is not None:
             if self.metrics is not None:
                 self.metrics.registry.register(ReplicationCollector(self.replication))
@@ -565,6 +567,8 @@ class StreamServerApp:
             problems.append(f"subscriptions not started{self._subscriptions_error}")
         if self.store.failed:
             problems.append(f"storage failed closed: {self.store.failed}")
+        if self.follower is not None and (stuck := self.follower.unready()) is not None:
+            problems.append(stuck)  # a replica cluster's server that cannot apply
         if not await asyncio.to_thread(_writable, self.settings.data_dir):
             problems.append("data directory is not writable")
         body: dict[str, object] = {

@@ -10,10 +10,12 @@ frames K..N under term 1 with the history ``[[0, 1], [1, K]]``.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from stream_format import wal as walmod
@@ -80,3 +82,20 @@ def test_follower_that_applied_a_deposed_frame_stops_and_says_so(
         message=lambda: fol.log()[-2000:],
     )
     assert read(fol, "s")[:2] == (200, b"0 1 ")  # it serves what it had
+    # ... and says it is stuck: not ready (the reason in the body), failing, its lag
+    # growing (it applies nothing more), and its series tell the alert so.
+    ready = httpx.get(f"{fol.url}/readyz", timeout=5)
+    assert ready.status_code == 503, ready.text
+    assert any("must be rebuilt" in p for p in ready.json()["problems"]), ready.text
+    first = _status(fol)
+    assert first["failing"] is True and first["lag_seconds"] > 0, first
+    wait_for(lambda: _status(fol)["lag_seconds"] > first["lag_seconds"])
+    metrics = httpx.get(f"{fol.url}/metrics", timeout=5).text
+    assert "durable_streams_archive_follow_failing 1.0" in metrics, metrics
+    lag = re.search(r"^durable_streams_archive_follow_lag_seconds (\S+)$", metrics, re.M)
+    assert lag is not None and float(lag.group(1)) > 0, metrics
+
+
+def _status(srv: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = httpx.get(f"{srv.url}/_archive/status", timeout=5).json()
+    return doc

@@ -70,6 +70,7 @@ def test_the_alerts_asked_for_with_severity_and_runbook():
         "DurableStreamsArchiveFailing",
         "DurableStreamsArchiveLagging",
         "DurableStreamsLastBackupTooOld",
+        "DurableStreamsReplicaClusterStuck",
     }
     for name, rule in by_name.items():
         assert rule["labels"]["severity"] in ("critical", "warning"), name

@@ -1,9 +1,10 @@
 """Archive series for ``/metrics`` (``durable_streams_archive_*``), read from the archiver's
-progress at scrape time, as the replication series are (replication/collector.py)."""
+progress (or a replica cluster's follower's status) at scrape time, as the replication
+series are (replication/collector.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -69,3 +70,37 @@ class ArchiveCollector(Collector):
         for kind in KINDS:
             failures.add_metric([kind], p.failures[kind])
         yield failures
+
+
+class FollowerCollector(Collector):
+    """A replica cluster's server's series (``--archive-follow``): it archives nothing,
+    so the archiver's series would only say "not archiving"; these say how far it
+    follows, how far behind, and whether it is stuck (what the "replica cluster stuck"
+    alert reads)."""
+
+    def __init__(self, status: Callable[[], dict[str, object]], timeout: float) -> None:
+        self.status = status  # ArchiveFollower.status
+        self.timeout = timeout
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.status()
+
+        def gauge(name: str, doc: str, value: object) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(f"{PREFIX}_{name}", doc)
+            g.add_metric([], float(value))  # type: ignore[arg-type]
+            return g
+
+        yield gauge("following", "1: this server follows another cluster's archive", 1)
+        yield gauge(
+            "timeout_seconds",
+            "--archive-timeout: it lists the archive every half of it",
+            self.timeout,
+        )
+        yield gauge("follow_applied_lsn", "The last archived frame applied here", st["applied_lsn"])
+        yield gauge(
+            "follow_lag_seconds",
+            "Age of the oldest archived frame not applied here (from the last round caught "
+            "up while it cannot apply)",
+            st["lag_seconds"],
+        )
+        yield gauge("follow_failing", "1 while it cannot apply the archive's frames", st["failing"])

@@ -39,6 +39,7 @@ from stream_format.archive import (
     decode_frames_object,
     decode_history,
 )
+from stream_server.archive.collector import FollowerCollector
 from stream_server.archive.follow_bootstrap import Restored, bootstrap
 from stream_server.archive.follow_plan import (
     Diverged,
@@ -101,6 +102,11 @@ class ArchiveFollower:
         # (the write records it), so it is not what the status shows.
         self.shown: tuple[int, float | None] = (0, None)
         self.last_applied_at: float | None = None  # commit time (s) of the last frame applied
+        # When (wall clock, s) a round that found every listed frame applied began: it then
+        # held everything archived. A follower that cannot apply counts its lag from it.
+        self.current_at = time.time()
+        # Its /metrics series (--archive-timeout is twice the poll).
+        self.collector = FollowerCollector(self.status, poll_seconds * 2)
         self._task: asyncio.Task[None] | None = None
         self._writing: asyncio.Future[list[tuple[int, list[walmod.Entry]]]] | None = None
 
@@ -168,8 +174,9 @@ class ArchiveFollower:
                 while await self.poll():
                     pass
             except Diverged as exc:
+                # Nothing more can be applied here (a person rebuilds it); it goes on
+                # looking, so that its status and lag say so for as long as it lasts.
                 self._problem(str(exc))
-                return  # nothing more can be applied here: a person rebuilds it
             except (ArchiveError, ArchiveDamaged, ValueError) as exc:
                 self._problem(str(exc))
             except Exception as exc:
@@ -189,8 +196,10 @@ class ArchiveFollower:
     async def poll(self) -> bool:
         """Take what the archive holds after the last frame applied, object by object;
         True when frames were applied (look again at once), False when caught up."""
+        began = time.time()
         await self._read_histories()
         if not self.history:
+            self.problem, self.current_at = None, began
             return False  # nothing archived yet
         check_taken(self.followed.history, self.history, self.followed.lsn)
         want = next_frames(self.history, self.followed.lsn)
@@ -214,7 +223,7 @@ class ArchiveFollower:
                 self.shown = (done, frames[0].time_us / 1e6 if behind is None else behind)
                 await self._apply(want.term, frames, last=i == len(wanted) - 1)
                 applied = True
-        self.problem = None
+        self.problem, self.current_at = None, began
         self.shown = (self.shown[0], None)  # every frame listed is applied
         return applied or (want.last is not None and self.followed.lsn >= want.last)
 
@@ -267,17 +276,36 @@ class ArchiveFollower:
 
     # -------------------------------------------------------------- status
 
+    def lag(self) -> float:
+        """Seconds behind the archive: now minus the commit time, at the source, of the
+        oldest archived frame listed and not applied; 0 when every frame listed is
+        applied. One that cannot apply (``problem``) cannot know what it misses: its lag
+        runs from the start of the last round that found it caught up, so that it grows
+        for as long as it is stuck."""
+        _, behind = self.shown
+        now = time.time()
+        if behind is not None:
+            return max(0.0, now - behind)
+        if self.problem is not None:
+            return max(0.0, now - self.current_at)
+        return 0.0
+
+    def unready(self) -> str | None:
+        """Why ``/readyz`` must answer 503 (None: ready): a follower that cannot apply
+        serves data that only ages."""
+        why = self.problem
+        return None if why is None else f"not following the archive {self.url}: {why}"
+
     def status(self) -> dict[str, object]:
-        """For ``GET /_archive/status``: role ``following``, the lsn applied, and the
-        lag: now minus the commit time of the oldest archived frame not yet applied
-        (0 when every frame listed is applied)."""
-        applied, behind = self.shown
+        """For ``GET /_archive/status``: role ``following``, the lsn applied, the lag
+        (``lag``), and the problem that stops it."""
+        applied, _ = self.shown
         return {
             "role": "following",
             "url": self.url,
             "applied_lsn": applied,
             "source_term": self.followed.source_term,
-            "lag_seconds": 0.0 if behind is None else max(0.0, time.time() - behind),
+            "lag_seconds": self.lag(),
             "last_applied_at": self.last_applied_at,
             "failing": self.problem is not None,
             "last_error": self.problem,
