@@ -67,8 +67,8 @@ async def post(
     hs: Headers = [(STREAM_NEXT_OFFSET.raw, format_offset(result.tail).encode())]
     if result.closed:
         hs.append((STREAM_CLOSED.raw, TRUE))
-    if result.batch is not None and result.batch.term:
-        hs.append((REPLICATION_TERM.raw, str(result.batch.term).encode()))
+    if result.term:  # a duplicate's answer too: every acknowledgement of a primary
+        hs.append((REPLICATION_TERM.raw, str(result.term).encode()))
     status = 204
     if result.producer is not None:
         hs.append((PRODUCER_EPOCH.raw, str(result.producer.epoch).encode()))

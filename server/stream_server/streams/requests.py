@@ -57,6 +57,10 @@ class AppendResult:
     producer: Producer | None = None
     appended: bool = False  # new data was written (not a duplicate, not close-only)
     batch: BatchStats | None = None  # where the commit's time went
+    # The replica set's term it is acknowledged under (0: not in a set): its batch's, or
+    # for an answer that writes nothing (a duplicate, a close already made) the term the
+    # primary answers in, which a client checks its acknowledgements by all the same.
+    term: int = 0
 
 
 @dataclass(slots=True)

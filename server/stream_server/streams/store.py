@@ -437,7 +437,7 @@ class StreamStore:
         for i, (s, payloads, _, tail, _, _, _), close, producer in taken:
             self.retention.appended(s)  # whether or not the caller still waits
             closed = close or s.meta.closed
-            reply(i, AppendResult(tail, closed, False, producer, bool(payloads), stats))
+            reply(i, AppendResult(tail, closed, False, producer, bool(payloads), stats, stats.term))
 
     def _take(  # noqa: C901 - the append path: a call more per append costs more than a branch
         self, req: AppendRequest, media: str | None, parsed: list[bytes] | None
@@ -538,7 +538,11 @@ class StreamStore:
 
     def _when_settled(self, s: Stream, result: AppendResult) -> asyncio.Future[AppendResult]:
         """``result`` once every change already queued for ``s`` is durable (a duplicate's
-        original, a close already on its way), or Unavailable if that failed."""
+        original, a close already on its way), or Unavailable if that failed; with the
+        term it is answered in (docs/replication.md: every acknowledgement of a
+        primary names its term, a duplicate's too)."""
+        replica = self.engine.replica
+        result.term = replica.term if replica is not None else 0
         fut = s.inflight
         done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         if fut is None or (fut.done() and not fut.cancelled() and fut.exception() is None):

@@ -63,8 +63,9 @@ WaitAnswer = tuple[bool, StreamMeta, int, bool, tuple[int, list[bytes]] | None]
 # answer of a frame names (pickle writes it once).
 BatchFigures = tuple[int, int, float, float, float, int]
 # An append's answer as plain values (a tuple pickles faster than a dataclass): tail,
-# closed, duplicate, producer, appended, and the batch's figures.
-AppendAnswer = tuple[int, bool, bool, Producer | None, bool, BatchFigures | None]
+# closed, duplicate, producer, appended, the batch's figures, and the term it is
+# acknowledged under (a duplicate's has no batch, but a term all the same).
+AppendAnswer = tuple[int, bool, bool, Producer | None, bool, BatchFigures | None, int]
 
 
 def snapshot(store: StreamStore, s: Stream) -> Snapshot:
@@ -334,7 +335,7 @@ def batch_figures(batch: BatchStats | None) -> BatchFigures | None:
 
 
 def append_answer(r: AppendResult, figures: BatchFigures | None) -> AppendAnswer:
-    return r.tail, r.closed, r.duplicate, r.producer, r.appended, figures
+    return r.tail, r.closed, r.duplicate, r.producer, r.appended, figures, r.term
 
 
 OPS: dict[str, Callable[..., Awaitable[Any]]] = {

@@ -135,9 +135,9 @@ class LinkedStore:
             req.close,
             self._split(req),
         )[1]
-        tail, closed, duplicate, producer, appended, stats = answer
+        tail, closed, duplicate, producer, appended, stats, term = answer
         batch = None if stats is None else BatchStats(*stats)
-        return AppendResult(tail, closed, duplicate, producer, appended, batch)
+        return AppendResult(tail, closed, duplicate, producer, appended, batch, term)
 
     def _split(self, req: AppendRequest) -> list[bytes] | None:
         """A JSON body's messages, split here rather than by the serial writer; None when
