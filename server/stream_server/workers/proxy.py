@@ -44,6 +44,15 @@ HOP_ANSWER = HOP_BY_HOP - {b"upgrade"}
 CLIENT_HEADER = b"x-ds-worker-client"
 
 
+class ClientGone(Exception):
+    """The client hung up before its body was whole: raised out of the body being
+    relayed, so that the relay's connection to the writer is closed mid-body (the
+    writer's app then sees the request cut short, as a single process sees a client
+    that hangs up, and takes nothing of it) and the request ends here quietly. Ending
+    the body early instead left httpx short of the declared Content-Length, and the
+    relay logged h11's LocalProtocolError as an ASGI application's exception."""
+
+
 class WriterProxy:
     """An HTTP client of the writer's Unix socket that relays whole requests."""
 
@@ -90,6 +99,9 @@ class WriterProxy:
         except httpx.HTTPError as exc:
             await _unavailable(send, scope, exc)
             return
+        except ClientGone:  # an expected end: nobody is left to answer
+            log.debug("a client hung up while its request was relayed: %s", scope["path"])
+            return
         try:
             relayed = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_ANSWER]
             await send(
@@ -129,10 +141,11 @@ async def _unavailable(send: Send, scope: Scope, exc: Exception) -> None:
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:
+    """The client's body as it arrives; ``ClientGone`` if it hangs up before the end."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return
+            raise ClientGone
         body = message.get("body", b"")
         if body:
             yield body
