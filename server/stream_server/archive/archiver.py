@@ -63,12 +63,20 @@ class Archiver:
         *,
         published: Callable[[], int],
         history: Callable[[], History],
+        base: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``base``: the last lsn this archive is not to hold (0; after a promotion the
+        last frame the directory applied from the archive it followed, which holds
+        them: this archive begins after it, ``follow_position.promote``)."""
         self.layout = layout
         self.store = store
         self.settings = settings
         self.published = published  # the engine's published lsn
         self.history = history  # this replica's term history, oldest first
+        self.base = base
+        # A gap's message (frames no local file holds): it stays the status's last_error,
+        # through successes, until a base backup taken here covers it.
+        self._gap_error: str | None = None
         self.progress = ArchiveProgress(store.url, "required" if settings.required else "async")
         self.progress.published = published
         self.progress.archived_lsn = self._read_hint()
@@ -92,8 +100,10 @@ class Archiver:
         return self.progress.pending_bytes > self.settings.max_pending_bytes
 
     def backup_taken(self) -> None:
-        """A base backup finished here: look at the backups again in the next round."""
+        """A base backup finished here: look at the backups again in the next round. A
+        gap named before it is covered: restores start from this backup or later."""
         self._backups_seen = 0.0
+        self._gap_error = None
         self._wake.set()
 
     def notify(self) -> None:
@@ -193,6 +203,9 @@ class Archiver:
                 f"{published}: another server's archive, or an older copy of this data; "
                 "archive to a new location (or restore from this one)"
             )
+        base = self.base()
+        if lsn < base:  # a promoted directory's frames up to base are in the followed archive
+            lsn, term = base, archive_end.term_of(history, base)
         self._archived(lsn, term, reset=True)
         return _Run(WalSource(self.layout, lsn), Batch(self.settings), stop)  # from the end
 
@@ -299,12 +312,16 @@ class Archiver:
             "new base backup (was the server run without --archive-url?)"
         )
         log.error("archive to %s: %s", self.store.url, message)
-        self.progress.last_error = message
+        self.progress.last_error = self._gap_error = message
 
     def _succeeded(self) -> None:
+        """A round went through: a failure's error is cleared (the status's last_error
+        names what is wrong now, not what was); a gap's stays until a backup covers it."""
         if self.progress.failing:
             log.info("archive to %s works again", self.store.url)
         self.progress.failing = False
+        self.progress.last_error = self._gap_error
+        self.progress.last_error_kind = None
 
     def _failed(self, kind: str, exc: BaseException) -> None:
         self.progress.failures[kind] += 1

@@ -36,6 +36,7 @@ RETRY_AFTER = 5  # seconds a write refused at the pending bound is told to wait
 class ArchiveService:
     def __init__(self, settings: Settings, published: Callable[[], int]) -> None:
         self.terms: Callable[[], History] = lambda: SINGLE_NODE_HISTORY
+        self.base: Callable[[], int] = lambda: 0  # the last lsn not archived here
         self.archiver = Archiver(
             Layout(settings.data_dir),
             ObjectStore.of(settings),
@@ -47,6 +48,7 @@ class ArchiveService:
             ),
             published=published,
             history=lambda: self.terms() or SINGLE_NODE_HISTORY,
+            base=lambda: self.base(),
         )
         self.progress = self.archiver.progress
         self.gate = ArchiveGate(self.progress) if settings.archive_mode == "required" else None
@@ -75,13 +77,16 @@ class ArchiveService:
     def bind_terms(self, engine: Engine, hooks: ReplicaHooks | None) -> None:
         """Where the term history comes from: a replica set's hooks, with a new primary's
         term in it from the start (``archive_end.with_term``); a single node's term 0,
-        or after a promotion the term above its source's (``follow_position``)."""
+        or after a promotion the term above its source's (``follow_position``), whose
+        archive begins at that term's first lsn: the frames before it are in the archive
+        it followed, no gap in this one."""
         if hooks is not None:
             self.terms = lambda: with_term(
                 hooks.terms, hooks.term if hooks.writable else None, engine.lsn
             )
         else:
             self.terms = lambda: single_node_term(engine)[1]
+            self.base = lambda: single_node_term(engine)[1][-1][1] - 1
 
     def on_batch(
         self, inner: Callable[[BatchStats, int], None] | None
