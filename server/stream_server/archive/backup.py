@@ -5,7 +5,7 @@ The tar is cut into parts as it is written, so a backup needs no local disk for 
 and at most one part in memory; each part is written with ``If-None-Match: *``
 under the backup's id (``<UTC time>-<lsn>``), so a backup never replaces another's
 objects. The manifest (every part's and every file's size and CRC-32, the lsn
-range, the term) is written only once every part is there: a backup without one
+range, the term and term history it belongs to) is written only once every part is there: a backup without one
 is unfinished, and nothing lists it or restores from it. A failed backup deletes
 the parts it wrote, as far as the store lets it.
 
@@ -22,12 +22,21 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from stream_format.archive import backup_id, encode_manifest, manifest_name, part_name
+from stream_format.archive import (
+    History,
+    backup_id,
+    encode_manifest,
+    manifest_name,
+    part_name,
+)
 from stream_format.layout import DataFormat
 from stream_format.records import crc32
+from stream_server.archive.archive_end import term_of
 from stream_server.archive.catalog import rfc3339, summary
+from stream_server.archive.follow_position import single_node_term
 from stream_server.archive.object_store import ArchiveError, ObjectStore
 from stream_server.engine.engine import Engine
+from stream_server.engine.replica import ReplicaHooks
 from stream_server.engine.snapshot import Snapshot, build_into
 
 log = logging.getLogger("stream_server.archive")
@@ -105,6 +114,23 @@ class PartUploader:
             raise BackupFailed(f"{name} exists already: another backup has this id")
 
 
+def belongs_to(engine: Engine, snapshot: Snapshot) -> tuple[int, History]:
+    """The term and the term history a backup of ``snapshot`` belongs to, as the archive
+    this server writes names them (restore checks the backup is on the archive's newest
+    history by its term). A replica set's copy carries its (term, lsn) and the set's
+    history; a single node's term is the one its history gives ``start_lsn``: 0, or
+    after a promotion the new term once it wrote (``follow_position.single_node_term``),
+    never the snapshot's 0."""
+    if isinstance(engine.replica, ReplicaHooks):
+        term = snapshot.term
+        history = list(engine.replica.terms) or [(term, 1)]
+    else:
+        history = single_node_term(engine)[1]
+        term = term_of(history, snapshot.start_lsn)
+    upto = [(t, first) for t, first in history if first <= snapshot.end_lsn]
+    return term, upto or history[:1]
+
+
 def take(
     engine: Engine,
     store: ObjectStore,
@@ -127,11 +153,13 @@ def _take(
         snapshot = build_into(engine, sink)
         sink.finish()
         version = engine.layout.read_version()
+        term, history = belongs_to(engine, snapshot)
         manifest = {
             "id": sink.id,
             "data_format": DataFormat.parse(version).write if version else 0,
             "set": engine.layout.read_set_id(),
-            "term": snapshot.term,
+            "term": term,
+            "history": [list(entry) for entry in history],
             "start_lsn": snapshot.start_lsn,
             "end_lsn": snapshot.end_lsn,
             "time": rfc3339(sink.time),
@@ -152,7 +180,7 @@ def _take(
         sink.id,
         snapshot.start_lsn,
         snapshot.end_lsn,
-        snapshot.term,
+        term,
         done["bytes"],
         len(sink.parts),
     )
