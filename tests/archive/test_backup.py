@@ -74,7 +74,11 @@ def test_the_variables_give_the_archive_too(archive_store, tmp_path) -> None:
     url = archive_store.new_bucket()
     env = archive_store.env(DS_ARCHIVE_URL=url, DS_ARCHIVE_ENDPOINT=archive_store.endpoint)
     code, listed = run_command("backups", "list", env=env)
-    assert (code, listed) == (0, {"backups": [], "recoverable": None})
+    assert (code, listed) == (
+        0,
+        {"backups": [], "recoverable": None, "intervals": [], "gaps": [], "damaged": [],
+         "unrestorable": [], "unfinished": []},
+    )  # fmt: skip
     code, done = run_command("restore", "--data-dir", str(tmp_path / "d"), env=env)
     assert code == 1 and "no finished backup" in done["error"]
 

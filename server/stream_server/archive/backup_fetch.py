@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from stream_format.records import crc32
+from stream_server.archive import progress
 from stream_server.archive.object_store import ObjectStore
 
 PREFETCH = 3  # parts downloading at once (64 MiB each: at most this many in memory)
@@ -82,6 +83,7 @@ class PartsReader:
                     break
                 data = self._pending.popleft().result()
                 self.total += len(data)
+                progress.note(len(data))  # here, in the caller's thread: its meter
                 self._buf = memoryview(data)
                 self._fill()
                 continue

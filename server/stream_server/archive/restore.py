@@ -49,7 +49,7 @@ from stream_format import wal as walmod
 from stream_format.archive import decode_frames_object, history_ranges
 from stream_format.layout import LOCK_FILE, VERSION_FILE, Layout
 from stream_format.meta import DB_INFO
-from stream_server.archive import backup_fetch, catalog
+from stream_server.archive import backup_fetch, catalog, progress
 from stream_server.archive.object_store import ObjectStore
 from stream_server.engine import dir_lock, fsio
 from stream_server.engine.engine import Engine
@@ -298,7 +298,9 @@ def _copy_term(
                 f"the archive misses frames {reached.lsn + 1}..{first - 1} of term {term}: "
                 f"no object holds them before {name}"
             )
-        for frame in decode_frames_object(name, store.get(name)).frames:
+        data = store.get(name)
+        progress.note(len(data))
+        for frame in decode_frames_object(name, data).frames:
             if frame.lsn <= reached.lsn:
                 continue
             if frame.lsn > last:
