@@ -164,7 +164,10 @@ def _parts_problem(
         for part in manifest["parts"]:
             part_name, size = str(part["name"]), int(part["size"])
             if part_name not in objects:
-                return part_name, "missing: the manifest lists it, the archive holds no such object"
+                return (
+                    part_name,
+                    "missing (NoSuchKey): the manifest lists it, the archive holds none",
+                )
             if objects[part_name] != size:
                 return (
                     part_name,

@@ -88,7 +88,6 @@ def _archive_command(args: argparse.Namespace) -> dict[str, Any]:
     # Imported here: boto3 is the server extra's (the CLI says so when it is missing).
     from stream_server.archive import catalog
     from stream_server.archive.object_store import ObjectStore as Store
-
     from stream_server.archive.restore_args import BadArgument
 
     try:
