@@ -5,10 +5,13 @@ backup still equals the source."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
-from stream_format.archive import wal_name
+from stream_format.archive import backup_id as make_backup_id
+from stream_format.archive import part_name, wal_name
 from stream_server.archive.catalog import kept, manifests, term_objects
 from testkit.archive_frames import copy_objects, copy_wal, run_command, store_for, upload_wal_frames
 from testkit.archive_store import S3Store
@@ -25,16 +28,24 @@ def test_the_server_keeps_the_newest_backups_its_policy_names(
     env = archive_store.env()
     args = ["--archive-url", url, "--archive-endpoint", archive_store.endpoint]
     srv = server_factory(*args, "--backup-retention", "last=2", env=env).start()
-    kinds, ids = StreamKinds(), []
+    # A backup a server was killed while taking, two days ago: parts and no manifest.
+    stale = make_backup_id(time.time() - 2 * 86400, 1)
+    archive_store.client().put_object(
+        Bucket=url.removeprefix("s3://"), Key=part_name(stale, 1), Body=b"half a backup"
+    )
+    kinds, ids, unfinished = StreamKinds(), [], []
     with httpx.Client(timeout=10) as c:
         for _ in range(3):
             kinds.write_round(c, srv.url)
             code, done = run_command("backup", "--server", srv.url, env=env)
             assert code == 0, done
             ids.append(done["id"])
+            unfinished.append(done["retention"]["deleted_unfinished"])
     assert done["retention"]["deleted_backups"] == ids[:1]
+    assert unfinished == [[stale], [], []]  # past the grace: deleted after the first backup
     code, listed = run_command("backups", "list", *args, env=env)
     assert [b["id"] for b in listed["backups"]] == ids[1:]
+    assert listed["unfinished"] == []
 
 
 def test_pruning_deletes_what_no_kept_backup_needs_and_keeps_the_rest(
