@@ -84,10 +84,13 @@ class RecoverySpec:
 
 @dataclass(frozen=True)
 class ReplicaSpec:
-    """``spec.replica``: follow ``source``'s archive as a read-only set while enabled."""
+    """``spec.replica``: follow ``source``'s archive as a read-only set while enabled.
+    ``demotion_policy``: what becomes of a set's own volumes when it is demoted
+    (replica_cluster.py); not a default of the spec, so no existing hash changes."""
 
     enabled: bool
     source: ObjectStore | None
+    demotion_policy: str = "Refuse"  # Refuse | Rebuild
 
 
 def _secret_key(raw: Mapping[str, Any] | None) -> SecretKey | None:
@@ -157,7 +160,11 @@ def recovery(raw: Mapping[str, Any] | None) -> RecoverySpec | None:
 def replica(raw: Mapping[str, Any] | None) -> ReplicaSpec:
     """``spec.replica`` (disabled when left out)."""
     raw = raw or {}
-    return ReplicaSpec(enabled=bool(raw.get("enabled")), source=object_store(raw.get("source")))
+    return ReplicaSpec(
+        enabled=bool(raw.get("enabled")),
+        source=object_store(raw.get("source")),
+        demotion_policy=str(raw.get("demotionPolicy") or "Refuse"),
+    )
 
 
 def _refused_store(where: str, store: ObjectStore) -> str | None:

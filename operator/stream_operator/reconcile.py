@@ -32,6 +32,8 @@ from stream_operator import (
     lifecycle_actions,
     operator_metrics,
     operator_settings,
+    replica_cluster,
+    replica_cluster_actions,
     scaling,
     scaling_actions,
     server_image,
@@ -143,6 +145,7 @@ def _refused(
     and the Lease stay (lifecycle.py)."""
     return (
         refused_change(_applied_spec(sts), spec)
+        or replica_cluster.refused(replica_cluster.wanted(spec))
         or refused_certificates(spec)
         or (None if lifecycle.hibernating(ds) else scaling_actions.refused(ac, ds, spec, sts))
     )
@@ -160,15 +163,21 @@ def _reconcile(
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     sts = read(ac, "StatefulSet", namespace, name)
     refused = _refused(ac, ds, spec, sts)
+    role = replica_cluster_actions.step(ac, ds, spec, sts)
     if refused:
         events.warn(ds, reason="ChangeRefused", message=refused)
         logger.warning("refusing change: %s", refused)
-        lifecycle_actions.scale_anyway(ac, ds, sts)  # hibernation goes on all the same
+        if not role.hold_at_zero:  # a demotion's stopped writers are never woken
+            lifecycle_actions.scale_anyway(ac, ds, sts)  # hibernation goes on all the same
         analytics = analytics_jobs.wanted(ac, name, namespace, uid, spec)[1]
         return Outcome("ChangeRefused", refused), analytics
     if spec.replicated:
         _ensure_replication_secret(ac, ds)
-    objs = _rendered(ac, ds, spec, sts, rounds)
+    replica_cluster_actions.rebuild(ac, ds, role)
+    objs = _rendered(ac, ds, replica_cluster_actions.render_spec(spec, role), sts, rounds)
+    for obj in objs:
+        if obj["kind"] == "StatefulSet":
+            replica_cluster_actions.rendered(obj, role)
     for obj in objs:
         events.apply_and_tell(ac, obj, ds)
     if server_image.UPDATE_NOW in (meta.get("annotations") or {}):

@@ -25,6 +25,7 @@ from stream_operator import (
     lifecycle,
     lifecycle_actions,
     operator_metrics,
+    replica_cluster_actions,
     replica_set,
     scaling,
     scaling_actions,
@@ -80,7 +81,12 @@ def observed(
         endpoint=endpoint(name, namespace, spec),
         outcome=outcome,
         previous=dict(ds.get("status") or {}),
-        extra=[*extra, *_certificates(ac, spec, name), *archiving],
+        extra=[
+            *extra,
+            *_certificates(ac, spec, name),
+            *archiving,
+            *replica_cluster_actions.conditions(ac, ds, spec, sts, pods),
+        ],
         pods=pods,
         pvcs=instance_pvcs(ac, namespace, name) if sts is not None else [],
         lease=lease,
@@ -121,6 +127,7 @@ def write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None
     if not leadership.may_act():
         return  # the Lease was lost during this reconcile: the new leader writes it
     replica_set.tell_primary_change(ds, dict(ds.get("status") or {}), new)
+    replica_cluster_actions.tell(ds, new)
     available = new.get("imageUpdateAvailable")
     if available and available != (ds.get("status") or {}).get("imageUpdateAvailable"):
         message = server_image.update_message(meta["name"], new.get("image") or "", available)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import urllib3
 
-from stream_operator.kubectl_plugin import PluginError, backup, commands
+from stream_operator.kubectl_plugin import PluginError, backup, commands, replica
 from stream_operator.kubectl_plugin.connect import connect
 
 
@@ -30,7 +30,10 @@ def _connection_flags(parser: argparse.ArgumentParser, default: object) -> None:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl dstream",
-        description="Look after DurableStreams: status, switchover, hibernation, fencing, backups.",
+        description=(
+            "Look after DurableStreams: status, switchover, hibernation, fencing, backups, "
+            "promotion and demotion of replica clusters."
+        ),
     )
     _connection_flags(top, None)
     # In the subcommands the flags keep what was given before the subcommand, if anything.
@@ -83,6 +86,23 @@ def parser() -> argparse.ArgumentParser:
     bak.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds to wait for the outcome (3600)"
     )
+    promote = sub.add_parser(
+        "promote", parents=[shared], help="promote a replica cluster (replica.enabled: false)"
+    )
+    promote.add_argument("name", help="the replica cluster's DurableStream")
+    demote = sub.add_parser(
+        "demote", parents=[shared], help="make a writing set follow another set's archive"
+    )
+    demote.add_argument("name", help="the DurableStream to demote")
+    demote.add_argument(
+        "--to", required=True, help="the DurableStream (same namespace) whose archive to follow"
+    )
+    demote.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="demotionPolicy Rebuild: delete its volumes and restore from that archive "
+        "(default Refuse: stop and keep them)",
+    )
     return top
 
 
@@ -120,6 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     wait=args.wait,
                     timeout=args.timeout,
                     out=out,
+                )
+            if args.command == "promote":
+                return replica.promote(api, namespace, args.name, out)
+            if args.command == "demote":
+                return replica.demote(
+                    api, namespace, args.name, args.to, rebuild=args.rebuild, out=out
                 )
             if args.command == "hibernate":
                 return commands.hibernate(api, namespace, args.name, args.state == "on", out)
