@@ -2,8 +2,9 @@
 the retention that deletes old backups with the archived WAL only they needed.
 
 A backup exists once its manifest does (``backups/<id>/manifest.json`` is written
-last): parts without one are an unfinished or failed backup, never listed and never
-restored from. Everything here reads the archive alone (no server): the server's
+last): parts without one are an unfinished or failed backup, listed apart, never
+restored from, deleted by retention after a grace period (a backup still being taken
+must not lose its parts). Everything here reads the archive alone (no server): the server's
 ``GET /_archive/backups`` and the CLI's ``backups list`` print the same document.
 
 A damaged backup (a manifest that does not decode, a part missing or of the wrong
