@@ -13,9 +13,11 @@ The layers take what they need by name from a ``Settings`` (``app.py`` wires
 them), and keep no defaults of their own for it. A new concern (the object
 store archive is next) is a new ``Group`` and its fields, nothing more.
 
-Every value is checked when a ``Settings`` is made, and the files the settings
-name when the server starts (``settings_from``: a ``Settings`` made for another
-machine, as the operator's tests make one, names files that are not here), so
+Every value is checked when a ``Settings`` is made, and what the settings ask of
+this machine when the server starts (``settings_from``: the files they name, the
+data directory, the host's address, workers and connections against its CPUs and
+open-file limit; a ``Settings`` made for another machine, as the operator's tests
+make one, names files that are not here), so
 the server stops with exit status 2 before it opens its data directory or a
 socket, not later when a value is first used (``checks.py`` says where each
 bound comes from).
