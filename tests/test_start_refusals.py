@@ -152,3 +152,12 @@ def test_a_port_in_use_stops_the_start_at_once_naming_the_port(tmp_path, workers
     assert_refused(proc, f"--port {port}", "DS_PORT")
     assert "Address already in use" in proc.stderr, proc.stderr
     assert "recovery started" not in proc.stderr, proc.stderr  # refused before the app began
+
+
+def test_a_writer_of_workers_starts_with_the_largest_head_allowed(server_factory):
+    """The writer behind workers admits a little more head than its workers (what a
+    relay adds); at the bound itself that room must not be refused as a setting."""
+    srv = server_factory(
+        "--workers", "2", "--max-header-bytes", str(checks.MAX_HEADER_BYTES)
+    ).start()
+    assert srv.stop() == 0, srv.log()

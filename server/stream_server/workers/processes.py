@@ -11,7 +11,7 @@ ended, a primary's hand-over, the final checkpoint).
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import gc
 import logging
 import os
@@ -150,12 +150,12 @@ def writer_server(
     # head the worker admitted (the client's address, httpx's own headers), and its
     # connections are bounded by the open-file limit only: every worker's relayed
     # requests share it, each worker having admitted its own up to --max-connections.
-    relayed = dataclasses.replace(
-        settings,
-        max_headers=settings.max_headers + RELAY_HEADERS,
-        max_header_bytes=settings.max_header_bytes + RELAY_HEADER_BYTES,
-        max_connections=0,
-    )
+    # A copy, not ``dataclasses.replace``: that checks the values again, and the room
+    # added to a --max-header-bytes at its bound (1 MiB) would be refused.
+    relayed = copy.copy(settings)
+    relayed.max_headers = settings.max_headers + RELAY_HEADERS
+    relayed.max_header_bytes = settings.max_header_bytes + RELAY_HEADER_BYTES
+    relayed.max_connections = 0
     http, limit_concurrency = http_protocol(relayed)
     config = uvicorn_config(
         app,
