@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES, KIND_JSON
-from stream_server.engine import Engine, dir_lock
+from stream_server.engine import Engine
 from stream_server.engine.ops import CreateLog, PutStream
 
 
@@ -27,9 +27,7 @@ def crash(engine: Engine) -> None:
     engine.wal.close()
     engine.segments.close_all()
     engine.meta.close()
-    if engine.locked:  # the kernel drops a killed process's lock (engine/dir_lock.py)
-        engine.locked = False
-        dir_lock.release(engine.layout.root)
+    engine.lock.give_back()  # as the kernel drops a killed process's (engine/dir_lock.py)
 
 
 def new_stream(engine: Engine, path: str, sid: int, kind: int = KIND_BYTES, base: int = 0) -> None:

@@ -102,13 +102,13 @@ def restore(
     # The directory's lock (made if it is missing) for the whole restore: no server
     # may start on it half-built, nor a second restore. The work is done inside it (it
     # may be a volume's mount point), on its file system, and moved into place there.
-    made = not data_dir.exists()
+    made, locked = not data_dir.exists(), (data_dir / LOCK_FILE).exists()
     try:
         with dir_lock.holding(data_dir):
             downloaded, reached = _build(store, manifest, data_dir, target)
     except BaseException:
-        if made:  # a refused restore leaves nothing behind, not even the directory
-            _remove_lock_only(data_dir)
+        if not locked:  # a refused restore leaves the directory as it found it
+            _remove_lock(data_dir, made)
         raise
     seconds = time.monotonic() - started
     total = downloaded + reached.bytes
@@ -146,11 +146,13 @@ def _build(
     return downloaded, reached
 
 
-def _remove_lock_only(data_dir: Path) -> None:
-    """Remove ``data_dir`` if its lock file (given back) is all it holds."""
+def _remove_lock(data_dir: Path, made: bool) -> None:
+    """Remove the lock file the restore made (given back), and ``data_dir`` too if the
+    restore ``made`` it and the lock file was all it held."""
     with contextlib.suppress(OSError):
         (data_dir / LOCK_FILE).unlink()
-        data_dir.rmdir()
+        if made:
+            data_dir.rmdir()
 
 
 def _must_be_empty(data_dir: Path) -> None:

@@ -20,7 +20,7 @@ import time
 
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_server.engine import fsio, wal_keep
+from stream_server.engine import dir_lock, fsio, wal_keep
 from stream_server.engine.meta_writes import MetaWrites
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.segments import Segments
@@ -42,6 +42,7 @@ class Checkpoints(MetaWrites):
     _checkpoint_lock: threading.Lock
     lsn: int
     archive_floor: wal_keep.ArchiveFloor | None
+    lock: dir_lock.Held
 
     def checkpoint_due(self) -> bool:
         """Whether the WAL holds enough to checkpoint: ``checkpoint_bytes`` of it,
@@ -118,3 +119,4 @@ class Checkpoints(MetaWrites):
         if self.meta is not None:
             self.meta.close()
             self.meta = None
+        self.lock.give_back()

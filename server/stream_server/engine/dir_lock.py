@@ -89,6 +89,24 @@ def release(root: Path) -> None:
             os.close(held.fd)  # closing the last descriptor drops the flock
 
 
+class Held:
+    """One ``acquire`` of a directory's lock, given back at most once: an engine's,
+    from its open to its close (or its failed open)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.held = False
+
+    def take(self) -> None:
+        acquire(self.root)
+        self.held = True
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            release(self.root)
+
+
 @contextlib.contextmanager
 def holding(root: Path) -> Iterator[None]:
     """``root``'s lock for the length of a ``with`` block."""

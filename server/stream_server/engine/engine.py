@@ -144,31 +144,17 @@ class Engine(Checkpoints, HeadDrops):
         # An object-store archive's archived lsn: WAL holding frames above it is kept
         # (wal_keep.py). None without an archive: WAL is deleted as before.
         self.archive_floor = archive_floor
-        self.locked = False  # holds the data directory's lock (open() to close())
+        self.lock = dir_lock.Held(self.layout.root)  # the directory's, open() to close()
 
     # ------------------------------------------------------------------ start
 
     def open(self) -> tuple[LoadedState, RecoveryReport]:
-        # The directory's lock before anything is read (dir_lock.py); given back by
-        # close(), or here if the open fails.
-        dir_lock.acquire(self.layout.root)
-        self.locked = True
+        self.lock.take()  # before anything is read (dir_lock.py); close() gives it back
         try:
             return self._open()
         except BaseException:
-            self._unlock()
+            self.lock.give_back()
             raise
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._unlock()
-
-    def _unlock(self) -> None:
-        if self.locked:
-            self.locked = False
-            dir_lock.release(self.layout.root)
 
     def _open(self) -> tuple[LoadedState, RecoveryReport]:
         started = time.monotonic()
