@@ -11,10 +11,12 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from testkit import wait_for
+from testkit.archive_reads import status
 from testkit.archive_store import S3Store, server_args
 from testkit.server_process import ServerProcess
 from testkit.servers import env_with, free_port, stream_server_command
@@ -29,6 +31,28 @@ ServerFactory = Callable[..., ServerProcess]
 
 def source(make: ServerFactory, root: Path) -> ServerProcess:
     return make(data_dir=root / "source").start()
+
+
+def archiving_source(make: ServerFactory, root: Path, store: S3Store, url: str) -> ServerProcess:
+    """A source that archives to ``url`` itself, every ``--archive-timeout``."""
+    return make(
+        *server_args(store, url),
+        "--archive-timeout",
+        POLL,
+        data_dir=root / "source",
+        env=store.env(),
+    ).start()
+
+
+def archived(srv: ServerProcess) -> dict[str, Any]:
+    """Wait until ``srv``'s archive holds every frame it made durable; its status then."""
+
+    def holds_all() -> dict[str, Any] | None:
+        doc = status(srv.url)
+        return doc if doc["archived_lsn"] >= doc["durable_lsn"] > 0 else None
+
+    found: dict[str, Any] = wait_for(holds_all, timeout=60, message=lambda: str(status(srv.url)))
+    return found
 
 
 def follower(

@@ -30,7 +30,7 @@ import pytest
 
 from stream_server.archive.catalog import rfc3339
 from testkit import wait_for
-from testkit.archive_follow import POLL, append, create, follower, read
+from testkit.archive_follow import POLL, append, archived, archiving_source, create, follower, read
 from testkit.archive_frames import run_command
 from testkit.archive_reads import status
 from testkit.archive_store import S3Store, server_args
@@ -57,17 +57,6 @@ class Acked:
         self.bytes[path] += body
 
 
-def _archived(srv: ServerProcess) -> dict[str, Any]:
-    """Wait until ``srv``'s archive holds every frame it made durable."""
-
-    def holds_all() -> dict[str, Any] | None:
-        doc = status(srv.url)
-        return doc if doc["archived_lsn"] >= doc["durable_lsn"] > 0 else None
-
-    found: dict[str, Any] = wait_for(holds_all, timeout=60, message=lambda: str(status(srv.url)))
-    return found
-
-
 def _serves(srv: ServerProcess, acked: Acked) -> bool:
     return all(read(srv, p)[:2] == (200, body) for p, body in acked.bytes.items())
 
@@ -91,18 +80,12 @@ def test_disaster_recovery_drill(
     acked = Acked()
 
     # 1. The source, archiving, with a base backup.
-    src = server_factory(
-        *server_args(archive_store, source_url),
-        "--archive-timeout",
-        POLL,
-        data_dir=tmp_path / "source",
-        env=archive_store.env(),
-    ).start()
+    src = archiving_source(server_factory, tmp_path, archive_store, source_url)
     for n, path in enumerate(PATHS):  # some MiB, so that the restores' speed means something
         acked.create(src, path, bytes([65 + n]) * BIG)
     backup = httpx.post(f"{src.url}/_archive/backups", timeout=120)
     assert backup.status_code == 201, backup.text
-    _archived(src)
+    archived(src)
 
     # 2. The replica cluster, from that backup, following appends and its own restart.
     rc = follower(server_factory, tmp_path, archive_store, source_url, name="replica")
@@ -123,7 +106,7 @@ def test_disaster_recovery_drill(
     assert "must be rebuilt" not in rc.log()
 
     # 3. The source gone for good; promoted once it holds everything archived.
-    end = _archived(src)
+    end = archived(src)
     src.stop()
     wait_for(
         lambda: (
@@ -146,12 +129,12 @@ def test_disaster_recovery_drill(
     assert own.status_code == 201, own.text
     assert own.json()["term"] == 1, own.json()
     acked.append(rc, "orders", b"after its backup;")
-    _archived(rc)
+    archived(rc)
     at_time = dict(acked.bytes)
     cut = time.time()  # every frame so far was archived (read) before it
     acked.create(rc, "late", b"after the cut;")
     acked.append(rc, "orders", b"after the cut;")
-    done = _archived(rc)
+    done = archived(rc)
     assert done["last_error"] is None and done["failing"] is False, done
     rc.stop()
 

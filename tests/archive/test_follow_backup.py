@@ -11,10 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from testkit import wait_for
-from testkit.archive_follow import POLL, append, caught_up, create, follower
-from testkit.archive_store import S3Store, server_args
-from testkit.server_process import ServerProcess
+from testkit.archive_follow import append, archived, archiving_source, caught_up, create, follower
+from testkit.archive_store import S3Store
 
 pytestmark = pytest.mark.processes
 
@@ -23,27 +21,11 @@ PATHS = ["a", "b/c", "j"]
 JSON = {"content-type": "application/json"}
 
 
-def _archived(src: ServerProcess) -> None:
-    """Wait until the source's archive holds every frame it made durable."""
-
-    def holds_all() -> bool:
-        st = httpx.get(f"{src.url}/_archive/status", timeout=5).json()
-        return bool(st["archived_lsn"] >= st["durable_lsn"] > 0)
-
-    wait_for(holds_all, timeout=60, message="the source's archive to hold every frame")
-
-
 def test_a_follower_starts_from_the_newest_backup_then_follows(
     server_factory: Any, tmp_path: Path, archive_store: S3Store
 ) -> None:
     url = archive_store.new_bucket() + "/src"
-    src = server_factory(
-        *server_args(archive_store, url),
-        "--archive-timeout",
-        POLL,
-        data_dir=tmp_path / "source",
-        env=archive_store.env(),
-    ).start()
+    src = archiving_source(server_factory, tmp_path, archive_store, url)
     create(src, "a", b"before the backup ")
     create(src, "b/c", b"x" * 5000)
     create(src, "j", b'[{"n": 1}]', JSON)
@@ -52,7 +34,7 @@ def test_a_follower_starts_from_the_newest_backup_then_follows(
     backed_up = backup.json()["end_lsn"]
     append(src, "a", b"after the backup ")
     append(src, "j", b'{"n": 2}', JSON)
-    _archived(src)
+    archived(src)
 
     fol = follower(server_factory, tmp_path, archive_store, url)
     caught_up(src, fol, PATHS)
@@ -64,7 +46,7 @@ def test_a_follower_starts_from_the_newest_backup_then_follows(
     assert "following" in fol.log() and "from lsn 1\n" not in fol.log()
 
     append(src, "a", b"while following")
-    _archived(src)
+    archived(src)
     caught_up(src, fol, PATHS)
 
     refused = httpx.post(f"{fol.url}/_archive/backups", timeout=30)
@@ -79,17 +61,11 @@ def test_a_follower_from_a_backup_keeps_following_batch_after_batch_and_restarts
     (those it compares with the source's history before each batch): batch after batch
     it keeps applying, also after restarts, one before it applied any frame itself."""
     url = archive_store.new_bucket() + "/src"
-    src = server_factory(
-        *server_args(archive_store, url),
-        "--archive-timeout",
-        POLL,
-        data_dir=tmp_path / "source",
-        env=archive_store.env(),
-    ).start()
+    src = archiving_source(server_factory, tmp_path, archive_store, url)
     create(src, "a", b"restored ")
     backup = httpx.post(f"{src.url}/_archive/backups", timeout=120)
     assert backup.status_code == 201, backup.text
-    _archived(src)
+    archived(src)
 
     fol = follower(server_factory, tmp_path, archive_store, url)
     caught_up(src, fol, ["a"])
@@ -100,7 +76,7 @@ def test_a_follower_from_a_backup_keeps_following_batch_after_batch_and_restarts
             fol.stop()
             fol.start()
         append(src, "a", b"batch %d " % i)
-        _archived(src)
+        archived(src)
         caught_up(src, fol, ["a"])
     st = httpx.get(f"{fol.url}/_archive/status", timeout=5).json()
     assert st["failing"] is False and st["last_error"] is None, st
