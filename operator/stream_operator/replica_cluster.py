@@ -170,18 +170,23 @@ EVENTS: Mapping[str, tuple[bool, str]] = {
 }
 
 
-def event(previous: str | None, cond: Mapping[str, str] | None) -> tuple[bool, str, str] | None:
-    """The Event for entering ``cond``'s reason from ``previous``: (warning, reason,
-    message), or None when nothing changed (or a set simply follows from its start)."""
+def step_events(
+    previous: str | None, cond: Mapping[str, str] | None
+) -> list[tuple[bool, str, str]]:
+    """The Events for entering ``cond``'s reason from ``previous``: (warning, reason,
+    message) each; none when nothing changed (or a set simply follows from its start).
+    A demotion always says ``Demoting`` first, also when a status round saw the pods gone
+    before it saw them stopping."""
     if cond is None or cond["reason"] == previous:
-        return None
+        return []
     reason = cond["reason"]
     if reason == FOLLOWING:
-        if previous not in _DEMOTION:
-            return None
-        return False, "Demoted", f"demoted: {cond['message']}"
+        return [(False, "Demoted", f"demoted: {cond['message']}")] if previous in _DEMOTION else []
+    said = []
+    if reason in _DEMOTION and reason != DEMOTING and previous not in _DEMOTION:
+        said.append((False, "Demoting", "demoting: the pods that wrote were stopped"))
     warning, kind = EVENTS[reason]
-    return warning, kind, cond["message"]
+    return [*said, (warning, kind, cond["message"])]
 
 
 def previous_reason(status: Mapping[str, Any]) -> str | None:

@@ -25,10 +25,10 @@ from stream_operator.replica_cluster import (
     Seen,
     Step,
     decide,
-    event,
     previous_reason,
     refused,
     rolled_out,
+    step_events,
     wanted,
 )
 from stream_operator.spec import DurableStreamSpec
@@ -121,8 +121,5 @@ def tell(ds: dict[str, Any], new: dict[str, Any]) -> None:
     """An Event for each step entered: Promoting, Promoted, Demoting, DemotionRefused
     (Warning), Rebuilding, Demoted."""
     found = next((c for c in new.get("conditions") or [] if c.get("type") == CONDITION), None)
-    said = event(previous_reason(ds.get("status") or {}), found)
-    if said is None:
-        return
-    warning, reason, message = said
-    (events.warn if warning else events.info)(ds, reason=reason, message=message)
+    for warning, reason, message in step_events(previous_reason(ds.get("status") or {}), found):
+        (events.warn if warning else events.info)(ds, reason=reason, message=message)

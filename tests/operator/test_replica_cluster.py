@@ -21,9 +21,9 @@ from stream_operator.replica_cluster import (
     Seen,
     Wanted,
     decide,
-    event,
     refused,
     rolled_out,
+    step_events,
 )
 
 FOLLOW = Wanted(enabled=True, source="s3://b/events", own="s3://b/dr")
@@ -43,7 +43,7 @@ def test_a_new_replica_cluster_follows_and_says_so_without_an_event():
     assert (step.follow, step.hold_at_zero, step.delete_claims) == (True, False, False)
     assert step.condition is not None and step.condition["status"] == "True"
     assert reason(step) == FOLLOWING
-    assert event(None, step.condition) is None
+    assert step_events(None, step.condition) == []
 
 
 def test_a_set_that_never_followed_has_no_condition():
@@ -54,16 +54,16 @@ def test_a_set_that_never_followed_has_no_condition():
 def test_promotion_renders_writers_says_promoting_until_rolled_out_then_promoted():
     step = decide(WRITE, seen(recorded=FOLLOWER, previous=FOLLOWING))
     assert (step.follow, step.hold_at_zero, reason(step)) == (False, False, PROMOTING)
-    assert event(FOLLOWING, step.condition)[:2] == (False, "Promoting")
+    assert [e[:2] for e in step_events(FOLLOWING, step.condition)] == [(False, "Promoting")]
     # Right after the apply the StatefulSet records writers, not yet rolled out.
     after = decide(WRITE, seen(recorded=WRITER, rolled=False, previous=FOLLOWING))
     assert reason(after) == PROMOTING
     still = decide(WRITE, seen(recorded=WRITER, rolled=False, previous=PROMOTING))
-    assert reason(still) == PROMOTING and event(PROMOTING, still.condition) is None
+    assert reason(still) == PROMOTING and step_events(PROMOTING, still.condition) == []
     done = decide(WRITE, seen(recorded=WRITER, rolled=True, previous=PROMOTING))
     assert reason(done) == PROMOTED and done.condition["status"] == "False"
     assert "s3://b/dr" in done.condition["message"]
-    assert event(PROMOTING, done.condition)[:2] == (False, "Promoted")
+    assert [e[:2] for e in step_events(PROMOTING, done.condition)] == [(False, "Promoted")]
     # Promoted stays, also through a later rollout.
     assert reason(decide(WRITE, seen(recorded=WRITER, rolled=False, previous=PROMOTED))) == (
         PROMOTED
@@ -74,7 +74,7 @@ def test_demotion_first_stops_the_writers_with_their_template_kept():
     step = decide(FOLLOW, seen(recorded=WRITER, pods=2, claims=2))
     assert (step.follow, step.hold_at_zero, step.delete_claims) == (False, True, False)
     assert reason(step) == DEMOTING
-    assert event(None, step.condition)[:2] == (False, "Demoting")
+    assert [e[:2] for e in step_events(None, step.condition)] == [(False, "Demoting")]
 
 
 def test_demotion_refuses_the_old_volumes_by_default_and_stays_stopped():
@@ -82,7 +82,9 @@ def test_demotion_refuses_the_old_volumes_by_default_and_stays_stopped():
     assert (step.follow, step.hold_at_zero, step.delete_claims) == (False, True, False)
     assert reason(step) == DEMOTION_REFUSED
     assert "demotionPolicy: Rebuild" in step.condition["message"]
-    assert event(DEMOTING, step.condition)[:2] == (True, "DemotionRefused")
+    assert [e[:2] for e in step_events(DEMOTING, step.condition)] == [(True, "DemotionRefused")]
+    # Pods seen gone before they were seen stopping: Demoting is still said, first.
+    assert [e[1] for e in step_events(None, step.condition)] == ["Demoting", "DemotionRefused"]
 
 
 def test_demotion_with_rebuild_deletes_the_claims_then_renders_followers():
@@ -98,7 +100,7 @@ def test_demotion_with_rebuild_deletes_the_claims_then_renders_followers():
     assert reason(restoring) == REBUILDING and restoring.follow
     done = decide(want, seen(recorded=FOLLOWER, rolled=True, previous=REBUILDING))
     assert reason(done) == FOLLOWING and done.condition["status"] == "True"
-    assert event(REBUILDING, done.condition)[:2] == (False, "Demoted")
+    assert [e[:2] for e in step_events(REBUILDING, done.condition)] == [(False, "Demoted")]
 
 
 def test_a_promoted_set_must_not_archive_where_its_source_does():
