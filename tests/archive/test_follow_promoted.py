@@ -67,3 +67,23 @@ def test_a_promoted_cluster_archives_backs_up_and_restores_under_its_own_term(
     assert out["term"] == 1, out
     again = server_factory(data_dir=restored).start()
     assert {p: read(again, p)[1] for p in ("a", "z")} == expected
+
+    # A replica cluster of the promoted one (a demoted former source rebuilt from its
+    # backup, as the operator's Rebuild does): the backup carries term 1's record, and
+    # the directory restored from it follows that archive all the same, across a restart;
+    # promoted in turn, it writes under a term above its new source's.
+    second = follower(server_factory, tmp_path, archive_store, own, name="second")
+    caught_up(again, second, ["a", "z"])
+    assert status(second.url)["failing"] is False
+    second.stop()
+    second.start()
+    caught_up(again, second, ["a", "z"])
+    second.stop()
+    second.args = [*server_args(archive_store, bucket + "/third"), "--archive-timeout", "0.4"]
+    second.start()
+    append(second, "a", b"third")
+    wait_for(
+        lambda: status(second.url)["archived_term"] == 2,
+        timeout=60,
+        message=lambda: str(status(second.url)),
+    )

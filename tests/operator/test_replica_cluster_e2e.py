@@ -159,23 +159,13 @@ def test_promote_then_demote_the_former_source_with_refusal_then_rebuild(
                 timeout=120,
                 message="the new volume restored from the promoted set's backup",
             )
-            # The server refuses to follow a backup of a promoted set (the backup carries
-            # the promoted term's record: follow_position.resume); that is the server's
-            # to change (docs/kubernetes.md, Backups and recovery). Until then the
-            # operator's part ends here, and the rest is what a fixed server must show.
-            refusal = "this data directory was promoted (it has written on its own)"
-            outcome = wait_for(
-                lambda: (
-                    "follows"
-                    if reason_is(c, "events", "FollowingSource")
-                    else ("refused" if refusal in log.read_text(errors="replace") else None)
-                ),
+            # The restored directory follows the promoted set's archive, although the
+            # backup carries that set's promoted term (follow_position.resume).
+            wait_for(
+                lambda: reason_is(c, "events", "FollowingSource"),
                 timeout=180,
-                message=lambda: f"events following, or refused: {status_of(c, 'events')}",
+                message=lambda: f"events following its new source: {status_of(c, 'events')}",
             )
-            if outcome == "refused":
-                assert reason_is(c, "events", "Rebuilding")
-                pytest.xfail("the server refuses to follow a promoted set's base backup")
             following = condition(c, "events", "ReplicaCluster")
             assert following["status"] == "True" and own + "/dr" in following["message"]
             c.wait_for_event(NS, "events", "Demoted")

@@ -122,14 +122,17 @@ def resume(engine: Engine, url: str, restored: tuple[int, History] | None) -> Fo
                 "another archive, start on an empty data directory"
             )
         return found
+    if restored is not None:
+        # Just restored from the archive it follows: that archive's history wins, also
+        # over the term record a promoted set's backup carries (a demoted set rebuilt
+        # from its new primary's backup); ``forget_promotion`` drops that record.
+        lsn, history = restored
+        return Followed(url, lsn, list(history))
     if _get(engine, KEY_TERM) is not None:
         raise FollowRefused(
             "this data directory was promoted (it has written on its own): it cannot follow "
             "an archive again; start the follower on an empty data directory"
         )
-    if restored is not None:
-        lsn, history = restored
-        return Followed(url, lsn, list(history))
     if holds_data(engine):
         raise FollowRefused(
             "this data directory holds data that is not the archive's: a replica cluster's "
@@ -141,6 +144,13 @@ def resume(engine: Engine, url: str, restored: tuple[int, History] | None) -> Fo
 def followed_entry(followed: Followed) -> walmod.Entry:
     """The LMDB change recording ``followed``: added to the applied frames' own."""
     return (walmod.PUT, DB_INFO, KEY_FOLLOWED, followed.to_json())
+
+
+def forget_promotion() -> walmod.Entry:
+    """The LMDB change dropping a promoted set's term record, written with the follow
+    record of a directory restored from that set's backup: it follows now, and a later
+    promotion takes a term above its new source's (``promoted_history``)."""
+    return (walmod.DELETE, DB_INFO, KEY_TERM)
 
 
 def single_node_term(engine: Engine) -> tuple[int, History]:

@@ -51,6 +51,7 @@ from stream_server.archive.follow_plan import (
 from stream_server.archive.follow_position import (
     Followed,
     followed_entry,
+    forget_promotion,
     resume,
 )
 from stream_server.archive.object_store import ArchiveError, ObjectStore
@@ -148,7 +149,9 @@ class ArchiveFollower:
             self.engine, self.url, None if restored is None else (restored.lsn, restored.history)
         )
         if restored is not None:
-            self.engine.write_metadata([followed_entry(self.followed)], flush=True)
+            self.engine.write_metadata(
+                [followed_entry(self.followed), forget_promotion()], flush=True
+            )
         self.shown = (self.followed.lsn, None)
         self.hooks.durable = (self.followed.source_term, self.followed.lsn)
         log.info("following %s from lsn %d", self.url, self.followed.lsn)
