@@ -298,8 +298,9 @@ def test_a_restore_waits_for_its_secret_and_is_retried_until_a_backup_exists(
             failed = wait_for(failed_restore, timeout=60, message="the restore failing")
             assert failed["lastState"]["terminated"]["exitCode"] != 0
             assert kubelet.url_of("restored-0") is None
-            wait_for(
+            wait_for(  # a status round after the failure: generous on a loaded machine
                 lambda: "restore" in condition(c, "restored", "Ready").get("message", ""),
+                timeout=60,
                 message=lambda: f"the status saying why: {status_of(c, 'restored')}",
             )
 
