@@ -13,9 +13,8 @@ processes, a real object store, the commands of the docs.
 
 The drill's timings (the follower's lag while following, the time to promote, the
 restores' speed) are printed: ``pytest -s`` shows them (docs/replica-clusters.md has
-a run's). A source failover is not part of the drill: a replica set as the source needs
-the emulated API server of tests/replication/; the follower's side of it (a new term's
-history and frames) is tested in test_follow_terms.py.
+a run's). The same follower through a failover at a replicated source is
+test_dr_failover.py's.
 """
 
 from __future__ import annotations
