@@ -57,6 +57,30 @@ class Pods:
             yield kubelet
 
 
+@contextmanager
+def operated_with_pods() -> Iterator[tuple[Cluster, Pods]]:
+    """An emulated API server with the operator running on it, its pods played by
+    ``Pods`` (reached at their own URLs), and the bucket's credentials Secret."""
+    from stream_operator import replica_set  # after testkit.operator's settings
+    from testkit.cluster import cluster
+    from testkit.operator import running_operator
+
+    pods = Pods()
+    with cluster() as c:
+        replica_set.use_pod_urls(pods.pod_url)
+        try:
+            with running_operator(c):
+                credentials_secret(c)
+                yield c, pods
+        finally:
+            replica_set.use_pod_urls(None)
+
+
+def backed_up_spec(seaweed: SeaweedFS, destination: str) -> dict[str, Any]:
+    """A DurableStream's spec that archives to ``destination`` (0.5 s archive timeout)."""
+    return {"backup": {"objectStore": object_store(seaweed, destination), "archiveTimeout": 0.5}}
+
+
 def credentials_secret(c: Cluster, name: str = CREDENTIALS) -> None:
     """The store's keys as a user writes them (``stringData``)."""
     c.create(

@@ -16,7 +16,7 @@ import pytest
 
 from stream_operator import KIND
 from testkit import wait_for
-from testkit.cluster import Cluster, cluster
+from testkit.cluster import Cluster
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operated_archive import (
@@ -24,16 +24,18 @@ from testkit.operated_archive import (
     Pods,
     append,
     archived_all,
+    backed_up_spec,
     condition,
     create,
     credentials_secret,
     object_store,
+    operated_with_pods,
     peer_token,
     ready_url,
     status_of,
     take_backup,
 )
-from testkit.operator import operated_api_server, running_operator
+from testkit.operator import operated_api_server
 from testkit.seaweedfs import SeaweedFS
 from testkit.stream_reads import read_all, read_served
 
@@ -50,21 +52,8 @@ REPLICA_SET: dict[str, Any] = {
 
 @pytest.fixture
 def kube() -> Iterator[tuple[Cluster, Pods]]:
-    from stream_operator import replica_set  # after testkit.operator's settings
-
-    pods = Pods()
-    with cluster() as c:
-        replica_set.use_pod_urls(pods.pod_url)
-        try:
-            with running_operator(c):
-                credentials_secret(c)
-                yield c, pods
-        finally:
-            replica_set.use_pod_urls(None)
-
-
-def backed_up_spec(seaweed: SeaweedFS, destination: str) -> dict[str, Any]:
-    return {"backup": {"objectStore": object_store(seaweed, destination), "archiveTimeout": 0.5}}
+    with operated_with_pods() as both:
+        yield both
 
 
 def write_before(url: str) -> None:

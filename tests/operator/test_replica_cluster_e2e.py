@@ -20,22 +20,22 @@ import pytest
 
 from stream_operator import KIND
 from testkit import wait_for
-from testkit.cluster import Cluster, cluster
+from testkit.cluster import Cluster
 from testkit.kubectl_plugin import kubeconfig, plugin
 from testkit.operated_archive import (
     NS,
     Pods,
     append,
     archived_all,
+    backed_up_spec,
     condition,
     create,
-    credentials_secret,
     object_store,
+    operated_with_pods,
     ready_url,
     status_of,
     take_backup,
 )
-from testkit.operator import running_operator
 from testkit.seaweedfs import SeaweedFS
 from testkit.stream_reads import read_all, read_served
 
@@ -44,21 +44,8 @@ pytestmark = pytest.mark.processes
 
 @pytest.fixture
 def kube() -> Iterator[tuple[Cluster, Pods]]:
-    from stream_operator import replica_set  # after testkit.operator's settings
-
-    pods = Pods()
-    with cluster() as c:
-        replica_set.use_pod_urls(pods.pod_url)
-        try:
-            with running_operator(c):
-                credentials_secret(c)
-                yield c, pods
-        finally:
-            replica_set.use_pod_urls(None)
-
-
-def spec(seaweed: SeaweedFS, destination: str) -> dict[str, Any]:
-    return {"backup": {"objectStore": object_store(seaweed, destination), "archiveTimeout": 0.5}}
+    with operated_with_pods() as both:
+        yield both
 
 
 def served(url: str | None, path: str) -> bytes | None:
@@ -91,7 +78,7 @@ def test_promote_then_demote_the_former_source_with_refusal_then_rebuild(
     config = kubeconfig(tmp_path / "kubeconfig", c.url, NS)
     bucket, own = seaweed.new_bucket(), seaweed.new_bucket()
     source_store = bucket + "/events"
-    with pods.run(c, "events", spec(seaweed, source_store), tmp_path) as source:
+    with pods.run(c, "events", backed_up_spec(seaweed, source_store), tmp_path) as source:
         url = ready_url(c, source, "events")
         create(url, "a", b"on the source ")
         assert take_backup(c, "events", "first")["phase"] == "completed"
@@ -99,7 +86,7 @@ def test_promote_then_demote_the_former_source_with_refusal_then_rebuild(
         archived_all(url)
         assert condition(c, "events", "ReplicaCluster") == {}  # never followed
 
-        dr_spec = spec(seaweed, own + "/dr")
+        dr_spec = backed_up_spec(seaweed, own + "/dr")
         dr_spec["replica"] = {"enabled": True, "source": object_store(seaweed, source_store)}
         with pods.run(c, "dr", dr_spec, tmp_path) as replica:
             follower = ready_url(c, replica, "dr")
