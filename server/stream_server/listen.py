@@ -68,23 +68,23 @@ def cannot_listen(host: str, port: int, exc: OSError) -> CannotListen:
     return CannotListen(f"--port {port}: {what} (env DS_PORT)")
 
 
-def stale_runtimes(tmp: Path) -> list[Path]:
+def stale_runtimes(tmp: Path) -> list[tuple[int, Path]]:
     """The runtime directories of writers that no longer run (killed -9: their sockets
-    and the workers' metrics files stay behind). One named by this pid is an earlier
-    image of this process (one restarted in place: a re-copy installed, a fence),
-    which stopped its workers before it did."""
+    and the workers' metrics files stay behind), with the writer's pid. One named by
+    this pid is an earlier image of this process (one restarted in place: a re-copy
+    installed, a fence), which stopped its workers before it did."""
     found = []
     for d in tmp.glob(f"{RUNTIME_PREFIX}*-*"):
         pid = d.name[len(RUNTIME_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and (int(pid) == os.getpid() or not _runs(int(pid))):
-            found.append(d)
+            found.append((int(pid), d))
     return found
 
 
 def orphans_hold(port: int, tmp: Path) -> bool:
     """Whether a writer killed -9 served ``port``: its workers may hold it still."""
-    for d in stale_runtimes(tmp):
-        if int(d.name[len(RUNTIME_PREFIX) :].split("-", 1)[0]) == os.getpid():
+    for pid, d in stale_runtimes(tmp):
+        if pid == os.getpid():
             continue  # this process's earlier image stopped its workers
         try:
             if int((d / PORT_FILE).read_text()) == port:
@@ -98,7 +98,7 @@ def remove_stale_runtimes(tmp: Path) -> None:
     """Remove the runtime directories of writers that no longer run: called once this
     writer has its port (the directories said who might hold it) and before it makes
     its own."""
-    for stale in stale_runtimes(tmp):
+    for _, stale in stale_runtimes(tmp):
         shutil.rmtree(stale, ignore_errors=True)
 
 
