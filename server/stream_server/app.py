@@ -61,6 +61,9 @@ log = logging.getLogger("stream_server")
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE", "PATCH"})
 # A stream request while the start's recovery runs.
 RECOVERING = Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], b"recovery not finished\n")
+# A stream request once the store has stopped: the server is shutting down, or a
+# standby installs a re-copy and execs itself again (replication/recopy.py).
+STOPPED = Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], b"not serving: stopping\n")
 
 
 class StreamServerApp:
@@ -221,10 +224,8 @@ class StreamServerApp:
             )
             return
         if scope["type"] == "http" and scope["path"].startswith(self.base):
-            if not self.recovery.finished:
-                await respond(
-                    send, RECOVERING.status, text_headers(RECOVERING.headers), RECOVERING.body
-                )
+            if (closed := self._not_serving()) is not None:
+                await respond(send, closed.status, text_headers(closed.headers), closed.body)
             elif (
                 self.refuses_writes
                 and scope["method"] in WRITE_METHODS
@@ -280,10 +281,19 @@ class StreamServerApp:
     async def store_refusal(self, write: bool) -> Refusal | None:
         """What the writer answers a worker's store call with instead (``workers/``):
         what this app would answer the request itself."""
-        if not self.recovery.finished:
-            return RECOVERING
+        if (closed := self._not_serving()) is not None:
+            return closed
         if write and self.refuses_writes:
             return await self.write_refusal()
+        return None
+
+    def _not_serving(self) -> Refusal | None:
+        """Before recovery has finished, and once the store has stopped (a request that
+        reached it then would find its threads gone), a stream request gets a 503."""
+        if not self.recovery.finished:
+            return RECOVERING
+        if not self.store.ready:
+            return STOPPED
         return None
 
     def _opened(self) -> Callable[[], None] | None:
