@@ -221,3 +221,53 @@ async def test_a_peer_following_a_newer_term_deposes_the_primary_at_once(api, le
     await a.deposed(a.state.term + 1, "http://b:4437")
     assert (a.state.role, a.state.term, a.state.primary_url) == ("standby", 2, "http://b:4437")
     assert a.demoted == [1]  # type: ignore[attr-defined]
+
+
+async def below_the_quorum(shipper: Shipper, now: float) -> None:
+    """The in-sync watch's rounds over one renew deadline below the quorum."""
+    await shipper._give_up_without_quorum(now)
+    await shipper._give_up_without_quorum(now + shipper.renew_deadline)
+
+
+async def test_a_primary_back_after_another_held_the_lease_gives_it_up_again(api, lease) -> None:
+    """Cut from its standbys but not the API: it gives the Lease up, b takes it and gives
+    it up too (its standby was re-copying), a takes it back and must hand it round
+    again, not hold it for as long as the cut lasts (a fault run stalled so)."""
+    clock = Clock()
+    a, b = replica(api, lease, "a", clock), replica(api, lease, "b", clock)
+    await a.step()
+    await a.change_in_sync([], ["b"])
+    await b.step()
+    shipper = Shipper(a, ReplicaHooks(), quorum=2, preferred=False, wait=5.0, renew_deadline=10.0)
+    shipper.became_primary(a.state.term)
+    await below_the_quorum(shipper, 0.0)
+    assert not a.is_primary
+    await b.step()
+    assert (b.state.role, b.state.term) == ("primary", 2)
+    await b.give_up("its standby is re-copying")
+    clock.now += DURATION
+    await a.step()
+    assert (a.state.role, a.state.term) == ("primary", 3)
+    shipper.became_primary(a.state.term)
+    await below_the_quorum(shipper, 100.0)
+    assert not a.is_primary
+    assert (await a.client.get()).holder == ""  # type: ignore[union-attr]
+
+
+async def test_a_primary_nobody_relieved_keeps_the_lease_the_second_time(api, lease) -> None:
+    """The standbys are down, not cut off: nobody took the Lease, so the primary that
+    took it back waits for them as primary instead of handing it round."""
+    clock = Clock()
+    a = replica(api, lease, "a", clock)
+    await a.step()
+    await a.change_in_sync([], ["b"])
+    shipper = Shipper(a, ReplicaHooks(), quorum=2, preferred=False, wait=5.0, renew_deadline=10.0)
+    shipper.became_primary(a.state.term)
+    await below_the_quorum(shipper, 0.0)
+    assert not a.is_primary
+    clock.now += DURATION
+    await a.step()
+    assert (a.state.role, a.state.term) == ("primary", 2)
+    shipper.became_primary(a.state.term)
+    await below_the_quorum(shipper, 100.0)
+    assert a.is_primary

@@ -125,6 +125,7 @@ class Shipper:
         self._joining: set[str] = set()  # join written, not yet confirmed: waited for
         self._short_since: float | None = None  # our clock since too few were in sync
         self._gave_up = False  # gave the Lease up in this spell below the quorum
+        self._gave_up_in = 0  # the term we gave the Lease up in
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._term = 0
@@ -156,6 +157,12 @@ class Shipper:
         self.caught_up_at.clear()
         self._asked.clear()
         self._short_since = None
+        if term > self._gave_up_in + 1:
+            # Another replica held the Lease since we gave it up, so the others are
+            # alive: if they cannot reach us either, hand it round again. (A primary
+            # cut from its standbys retook it while one re-copied and the other
+            # waited out its own give-up, and held it for as long as the cut lasted.)
+            self._gave_up = False
         # Everything we hold counts as committed from here (it includes every write
         # acknowledged so far): a standby joins the in-sync set only once it holds
         # all of it, so no acknowledged write can be missing on a later candidate.
@@ -431,7 +438,8 @@ class Shipper:
     async def _give_up_without_quorum(self, now: float) -> None:
         """Once per spell below the quorum: if nobody else took the Lease (the
         standbys are down, not cut off), this replica takes it back after a lease
-        duration and waits for them as primary instead of handing it round."""
+        duration and waits for them as primary instead of handing it round. If
+        another did take it, the spell begins again when this one is back."""
         state = self.roles.state
         if self.preferred or 1 + len(state.in_sync) >= self.quorum:
             self._short_since = None
@@ -443,7 +451,7 @@ class Shipper:
             self._short_since = now
         elif now - self._short_since >= self.renew_deadline:
             self._short_since = None
-            self._gave_up = True
+            self._gave_up, self._gave_up_in = True, self._term
             await self.roles.give_up(
                 f"{1 + len(state.in_sync)} of the {self.quorum} replicas required in sync "
                 f"for {self.renew_deadline:.1f}s, while {state.eligible} may take over"
