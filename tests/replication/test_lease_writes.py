@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from stream_server.engine.replica import ReplicaHooks
+from stream_server.replication.freshness import Freshness
 from stream_server.replication.lease import (
     LeaseClient,
     LeaseConflict,
     LeaseRecord,
     LeaseUnavailable,
 )
+from stream_server.replication.read_fence import ReadFence
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.shipping import Shipper
 from testkit import wait_until
@@ -271,3 +274,31 @@ async def test_a_primary_nobody_relieved_keeps_the_lease_the_second_time(api, le
     shipper.became_primary(a.state.term)
     await below_the_quorum(shipper, 100.0)
     assert a.is_primary
+
+
+async def test_a_primary_that_took_over_an_unconfirmed_tail_serves_reads_once_a_quorum_holds_it(
+    api, lease
+) -> None:
+    """Frames past the last commit point it heard of, while another replica is eligible:
+    its readers wait (503) until this term has a quorum in sync, for until then a
+    primary elected after it without them would roll them back."""
+    a = replica(api, lease, "a", Clock())
+    await a.step()
+    await a.change_in_sync([], ["b"])
+    shipper = Shipper(a, ReplicaHooks(), quorum=2, preferred=False, wait=5.0, renew_deadline=10.0)
+    settings = SimpleNamespace(replication_read_staleness=5.0, replica_url="http://a:4437")
+    fence = ReadFence(settings, a, Freshness(5.0), lambda: True, lambda: shipper.settled)
+    shipper.became_primary(a.state.term, unsettled=True)
+    refusal = fence.read_refusal()
+    assert refusal is not None and refusal[0] == 503
+    assert b"no quorum has confirmed" in refusal[2]
+    assert fence.fresh_for() == 0
+    await a.change_in_sync(["b"])  # b joined: it holds everything a held
+    assert fence.read_refusal() is None and fence.fresh_for() > 0
+    await a.change_in_sync([], ["b"])  # settled for the rest of the term
+    assert fence.read_refusal() is None
+    shipper.became_primary(a.state.term + 1)  # nothing unconfirmed taken over
+    assert fence.read_refusal() is None
+    preferred = Shipper(a, ReplicaHooks(), quorum=2, preferred=True, wait=5.0, renew_deadline=10.0)
+    preferred.became_primary(a.state.term, unsettled=True)  # acknowledges alone anyway
+    assert preferred.settled

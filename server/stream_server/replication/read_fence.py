@@ -3,8 +3,10 @@
 
 A replica answers reads only while it knows it is current within
 ``replication_read_staleness``: the primary while it may acknowledge (renewed
-within the renew deadline, so that no other primary can exist), a standby
-until its last stamp the primary answered plus the bound (``freshness.py``).
+within the renew deadline, so that no other primary can exist) and once what
+it took over with is settled (``Shipper.settled``: no later election can roll
+it back), a standby until its last stamp the primary answered plus the bound
+(``freshness.py``).
 Past that every stream read gets 503 with ``Retry-After: 1``,
 ``Stream-Primary`` when known, and a JSON error saying why; a live read
 waiting at the tail is woken the moment freshness runs out (``stale``).
@@ -35,18 +37,22 @@ class ReadFence:
         roles: RoleLoop,
         freshness: Freshness,
         primary: Callable[[], bool],
+        settled: Callable[[], bool] = lambda: True,
     ) -> None:
         self.settings = settings
         self.roles = roles
         self.freshness = freshness
         self.primary = primary  # this replica is in primary mode
+        # The primary's frames cannot be rolled back by a later election (``Shipper.settled``).
+        self.settled = settled
         self._stale: asyncio.Future[None] | None = None  # ``stale``: live reads wait on it
 
     def fresh_for(self) -> float:
         """Seconds this replica's reads stay current within the bound (0: stale): the
-        primary's while it may acknowledge, else what the standby's stamps show."""
+        primary's while it may acknowledge and all it holds is settled, else what the
+        standby's stamps show."""
         if self.primary():
-            return self.roles.acknowledge_for
+            return self.roles.acknowledge_for if self.settled() else 0.0
         return self.freshness.fresh_for()
 
     def stale(self) -> asyncio.Future[None]:
@@ -74,7 +80,12 @@ class ReadFence:
         if self.fresh_for() > 0:
             return None
         bound = self.settings.replication_read_staleness
-        if self.primary():
+        if self.primary() and not self.settled():
+            why = (
+                "this primary took over holding writes that no quorum has confirmed; reads "
+                "are refused until a standby in sync holds them too (a moment after a failover)"
+            )
+        elif self.primary():
             why = (
                 f"this primary could not renew its Lease within {self.roles.config.renew_deadline:g}"
                 f" s and may have been replaced; reads are refused past the {bound:g} s "

@@ -101,7 +101,11 @@ class RoleSwitch:
         term = self.roles.state.term
         self.hooks.term = term
         await self._stamp_base(term)
-        self.shipper.became_primary(term)
+        # Past the last commit point we know of (heard as a standby, or ours as an earlier
+        # primary), what we hold may be rolled back if an eligible replica is elected.
+        known = max(self.follower.commit, self.shipper.committed)
+        unsettled = bool(self.roles.state.eligible) and self.store.engine.lsn > known
+        self.shipper.became_primary(term, unsettled=unsettled)
         self.hooks.writable = True
         self.primary = True
         self.failovers += 1

@@ -137,7 +137,13 @@ class Replication:
         self.mirror = Mirror(self.streams, lambda: store.engine.lsn)
         self.freshness = Freshness(settings.replication_read_staleness)
         # The protocol layer's read gate (``read_fence.py``).
-        self.read_fence = ReadFence(settings, self.roles, self.freshness, lambda: self.primary_mode)
+        self.read_fence = ReadFence(
+            settings,
+            self.roles,
+            self.freshness,
+            lambda: self.primary_mode,
+            lambda: self.shipper.settled,
+        )
         self.peer_token = (
             PeerToken(settings.replication_token_file) if settings.replication_token_file else None
         )

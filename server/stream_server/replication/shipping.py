@@ -126,6 +126,7 @@ class Shipper:
         self._short_since: float | None = None  # our clock since too few were in sync
         self._gave_up = False  # gave the Lease up in this spell below the quorum
         self._gave_up_in = 0  # the term we gave the Lease up in
+        self._settled = True  # ``settled``, latched once true in a term
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._term = 0
@@ -149,9 +150,12 @@ class Shipper:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def became_primary(self, term: int) -> None:
-        """A new term: every follower's position is learnt again from its fetches."""
+    def became_primary(self, term: int, *, unsettled: bool = False) -> None:
+        """A new term: every follower's position is learnt again from its fetches.
+        ``unsettled``: we hold frames past the last commit point we heard of while
+        another replica could still be elected without them (``settled``)."""
         self._term = term
+        self._settled = self.preferred or not unsettled
         self.acked.clear()
         self.seen.clear()
         self.caught_up_at.clear()
@@ -217,6 +221,19 @@ class Shipper:
             point = self.committed
         self.committed = max(self.committed, point)
         return self.committed
+
+    @property
+    def settled(self) -> bool:
+        """Whether every frame we hold is one no later election can roll back: always,
+        unless we took over holding frames past the last commit point we heard of
+        while others were eligible (they may lack them); then from the moment this
+        term first has a quorum in sync (a standby joins only once it holds all we
+        held). Until then a reader here could see a write that a primary elected
+        after us, without it, never had: Raft commits an entry of its own term
+        first for this reason. Our readers wait for it (``read_fence.py``)."""
+        if not self._settled and 1 + len(self.roles.state.in_sync) >= self.quorum:
+            self._settled = True
+        return self._settled
 
     @property
     def vouching(self) -> bool:
