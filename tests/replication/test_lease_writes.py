@@ -302,3 +302,41 @@ async def test_a_primary_that_took_over_an_unconfirmed_tail_serves_reads_once_a_
     preferred = Shipper(a, ReplicaHooks(), quorum=2, preferred=True, wait=5.0, renew_deadline=10.0)
     preferred.became_primary(a.state.term, unsettled=True)  # acknowledges alone anyway
     assert preferred.settled
+
+
+async def test_what_a_primary_knows_is_confirmed_is_not_what_it_took_over(api, lease) -> None:
+    """A primary's commit point starts at all it holds; what it may call settled next
+    time (``confirmed``) is only what a quorum confirmed, so a second take-over of
+    the same unconfirmed tail is as unsettled as the first."""
+    a = replica(api, lease, "a", Clock())
+    await a.step()
+    await a.change_in_sync(["b"])
+    shipper = Shipper(a, ReplicaHooks(), quorum=2, preferred=False, wait=5.0, renew_deadline=10.0)
+    shipper.became_primary(a.state.term)
+    for lsn in (1, 2, 3, 4, 5):
+        shipper.add(a.state.term, lsn, b"frame")
+    shipper.note("b", a.state.term, 3)
+    assert shipper.commit_point() == 3 and shipper.confirmed == 3
+    await a.change_in_sync([], ["b"])
+    shipper.became_primary(a.state.term + 1, unsettled=True)
+    assert shipper.commit_point() == 5  # its own history from here
+    assert shipper.confirmed == 3  # but only 3 was ever confirmed
+
+
+async def test_a_new_primary_a_standby_fetches_from_keeps_the_lease(api, lease) -> None:
+    """Below the quorum, but a standby is in touch (catching up after a re-copy): not cut
+    off, so it does not hand the Lease round while that standby chases it."""
+    a = replica(api, lease, "a", Clock())
+    await a.step()
+    await a.change_in_sync([], ["b"])
+    shipper = Shipper(a, ReplicaHooks(), quorum=2, preferred=False, wait=5.0, renew_deadline=10.0)
+    shipper.became_primary(a.state.term)
+    shipper.add(a.state.term, 1, b"frame")
+    shipper.note("b", a.state.term, 0)  # fetching, one frame behind
+    now = shipper.seen["b"]
+    for t in (0.0, 4.0, 8.0, 12.0):  # it fetches every 4 s, past the renew deadline
+        shipper.seen["b"] = now + t
+        await shipper._give_up_without_quorum(now + t)
+    assert a.is_primary
+    await below_the_quorum(shipper, now + 100.0)  # silent since: cut off after all
+    assert not a.is_primary

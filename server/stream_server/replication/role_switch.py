@@ -103,7 +103,7 @@ class RoleSwitch:
         await self._stamp_base(term)
         # Past the last commit point we know of (heard as a standby, or ours as an earlier
         # primary), what we hold may be rolled back if an eligible replica is elected.
-        known = max(self.follower.commit, self.shipper.committed)
+        known = max(self.follower.commit, self.shipper.confirmed)
         unsettled = bool(self.roles.state.eligible) and self.store.engine.lsn > known
         self.shipper.became_primary(term, unsettled=unsettled)
         self.hooks.writable = True

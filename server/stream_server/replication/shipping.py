@@ -127,6 +127,10 @@ class Shipper:
         self._gave_up = False  # gave the Lease up in this spell below the quorum
         self._gave_up_in = 0  # the term we gave the Lease up in
         self._settled = True  # ``settled``, latched once true in a term
+        self._took_over_at = 0  # our lsn when we last became primary
+        # The highest lsn no election can roll back, as far as we know: a commit point
+        # of ours while settled (a primary's ``committed`` starts at all it holds).
+        self.confirmed = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._term = 0
@@ -155,7 +159,10 @@ class Shipper:
         ``unsettled``: we hold frames past the last commit point we heard of while
         another replica could still be elected without them (``settled``)."""
         self._term = term
+        self._took_over_at = self.lsn
         self._settled = self.preferred or not unsettled
+        if self._settled:
+            self.confirmed = max(self.confirmed, self.lsn)
         self.acked.clear()
         self.seen.clear()
         self.caught_up_at.clear()
@@ -220,6 +227,8 @@ class Shipper:
         else:
             point = self.committed
         self.committed = max(self.committed, point)
+        if self.settled:
+            self.confirmed = max(self.confirmed, self.committed)
         return self.committed
 
     @property
@@ -233,6 +242,7 @@ class Shipper:
         first for this reason. Our readers wait for it (``read_fence.py``)."""
         if not self._settled and 1 + len(self.roles.state.in_sync) >= self.quorum:
             self._settled = True
+            self.confirmed = max(self.confirmed, self._took_over_at)
         return self._settled
 
     @property
@@ -463,6 +473,12 @@ class Shipper:
             self._gave_up = False
             return
         if self._gave_up or not state.eligible:
+            return
+        if any(now - seen <= self.silent_after for seen in self.seen.values()):
+            # A standby fetches from us and is catching up (after a re-copy, say): we
+            # are not cut off from it. A new primary that gave up then would hand the
+            # Lease to one that is, and back, while the standby chases both.
+            self._short_since = None
             return
         if self._short_since is None:
             self._short_since = now
