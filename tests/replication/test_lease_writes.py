@@ -340,3 +340,23 @@ async def test_a_new_primary_a_standby_fetches_from_keeps_the_lease(api, lease) 
     assert a.is_primary
     await below_the_quorum(shipper, now + 100.0)  # silent since: cut off after all
     assert not a.is_primary
+
+
+async def test_a_give_up_whose_write_was_lost_is_written_again(api, lease) -> None:
+    """The give-up's CAS lost (a 409 or no answer): the next round writes it again, for a
+    standby that reported less than the old primary holds would wait a lease duration
+    more than it, and the old primary, cut off, would take the Lease back first."""
+    clock = Clock()
+    a, b = replica(api, lease, "a", clock), replica(api, lease, "b", clock)
+    await a.step()
+    await a.change_in_sync([], ["b"])
+    await b.step()
+    losing(a).lose = "late"
+    await a.give_up("cut off from its standbys")
+    assert not a.is_primary
+    assert (await a.client.get()).holder == "a"  # type: ignore[union-attr]
+    clock.now += 1.0
+    await a.step()
+    assert (await a.client.get()).holder == ""  # type: ignore[union-attr]
+    await b.step()
+    assert (b.state.role, b.state.term) == ("primary", 2)

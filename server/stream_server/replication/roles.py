@@ -149,8 +149,13 @@ class RoleLoop(LeaseWrites):
             await self._take_handed_over(record, now)
         elif self._gave_up_at is not None and now - self._gave_up_at < self.config.lease_duration:
             # We gave the Lease up for want of a quorum (``give_up``): the others
-            # go first for a lease duration (if our CAS was lost, it runs out).
-            if not mine:
+            # go first for a lease duration. If our CAS was lost or refused, write it
+            # again: waiting for the Lease to run out would not do, for another
+            # replica that reported less than we hold waits a lease duration more,
+            # and we would take it back first.
+            if mine:
+                await self._vacate(record, {*record.eligible, self.config.name})
+            else:
                 await self._follow(record)
         elif (mine and self._eligible(record) and not self._behind(record)) or (
             self._expired(record, now) and self._eligible(record)
