@@ -161,14 +161,23 @@ class Follower:
     async def _stream(self, primary: str, term: int) -> None:
         """Follow ``primary`` over one stream (``sender.py``) until it ends, the
         term or the primary changes, or we stop following."""
-        r = await open_stream(
-            f"{primary}{wire.STREAM_PATH}",
-            self._params(term),
-            self.auth(),
-            wire.UPGRADE,
-            within=FETCH_TIMEOUT,
-            tls=self.tls,
+        # Given up once the Lease names another primary or term: a primary cut off from
+        # us (its packets dropped) would otherwise hold us for FETCH_TIMEOUT, while a
+        # new primary waits for us to join it, and may give the Lease up for want of us.
+        r = await unless_stale(
+            open_stream(
+                f"{primary}{wire.STREAM_PATH}",
+                self._params(term),
+                self.auth(),
+                wire.UPGRADE,
+                within=FETCH_TIMEOUT,
+                tls=self.tls,
+            ),
+            lambda: self._stale(primary, term),
+            self.retry_period,
         )
+        if r is None:
+            return
         if isinstance(r, PeerResponse):
             if r.status in (404, 426):
                 # A primary of a version before streams (404) or before the stream's
