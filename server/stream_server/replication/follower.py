@@ -45,6 +45,7 @@ from stream_server.replication.peer_http import (
     PeerClient,
     PeerError,
     PeerResponse,
+    PeerStream,
     TlsContext,
     open_stream,
     system_tls,
@@ -161,31 +162,8 @@ class Follower:
     async def _stream(self, primary: str, term: int) -> None:
         """Follow ``primary`` over one stream (``sender.py``) until it ends, the
         term or the primary changes, or we stop following."""
-        # Given up once the Lease names another primary or term: a primary cut off from
-        # us (its packets dropped) would otherwise hold us for FETCH_TIMEOUT, while a
-        # new primary waits for us to join it, and may give the Lease up for want of us.
-        r = await unless_stale(
-            open_stream(
-                f"{primary}{wire.STREAM_PATH}",
-                self._params(term),
-                self.auth(),
-                wire.UPGRADE,
-                within=FETCH_TIMEOUT,
-                tls=self.tls,
-            ),
-            lambda: self._stale(primary, term),
-            self.retry_period,
-        )
+        r = await self._open(primary, term)
         if r is None:
-            return
-        if isinstance(r, PeerResponse):
-            if r.status in (404, 426):
-                # A primary of a version before streams (404) or before the stream's
-                # echo (426, naming only pyds-replication/1): a rolling update.
-                log.info("the primary at %s has no streams of our version: fetching", primary)
-                self.fetch_only = (primary, term)  # a later term asks again
-            else:
-                await self._refused(r, primary, term)
             return
         loop = asyncio.get_running_loop()
         self.fetched_at = loop.time()
@@ -217,6 +195,34 @@ class Follower:
             if self._watching is not None:
                 self._watching.cancel()
             r.writer.close()
+
+    async def _open(self, primary: str, term: int) -> PeerStream | None:
+        """The stream from ``primary``; None when it refused (handled here), and once the
+        Lease names another primary or term: a primary cut off from us (its packets
+        dropped) would otherwise hold us for FETCH_TIMEOUT, while a new primary waits
+        for us to join it, and may give the Lease up for want of us."""
+        r = await unless_stale(
+            open_stream(
+                f"{primary}{wire.STREAM_PATH}",
+                self._params(term),
+                self.auth(),
+                wire.UPGRADE,
+                within=FETCH_TIMEOUT,
+                tls=self.tls,
+            ),
+            lambda: self._stale(primary, term),
+            self.retry_period,
+        )
+        if not isinstance(r, PeerResponse):
+            return r
+        if r.status in (404, 426):
+            # A primary of a version before streams (404) or before the stream's
+            # echo (426, naming only pyds-replication/1): a rolling update.
+            log.info("the primary at %s has no streams of our version: fetching", primary)
+            self.fetch_only = (primary, term)  # a later term asks again
+        else:
+            await self._refused(r, primary, term)
+        return None
 
     def _stale(self, primary: str, term: int) -> bool:
         """Whether a stream from ``primary`` in ``term`` is no longer ours to follow."""
