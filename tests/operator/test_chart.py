@@ -235,6 +235,22 @@ def test_the_chart_can_be_a_dependency(helm):
     assert image == "registry.example/durable-streams-operator:0.1.0"
 
 
+def test_the_chart_declares_the_kubernetes_its_cel_rules_need(helm):
+    """Issue 42: the CRD's CEL rules call quantity() (Kubernetes 1.29): an older cluster
+    refuses the CRD on install, so the chart says so before anything is applied."""
+    assert "quantity(" in (CHART / "files" / "crds" / "durablestreams.yaml").read_text()
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"] == ">=1.29.0-0"
+
+    def render(version: str) -> subprocess.CompletedProcess[str]:
+        args = [helm, "template", "rel", str(CHART), "--kube-version", version]
+        return subprocess.run(args, capture_output=True, text=True)
+
+    old = render("1.28.9")
+    assert old.returncode != 0 and "kubeVersion" in old.stderr, old.stderr
+    for version in ("1.29.0", "v1.29.3-eks-1234567", "1.33.1"):  # managed clusters' suffixes
+        assert render(version).returncode == 0, version
+
+
 def _operator_pod(helm: str, *sets: str) -> dict:
     docs = template(helm, *sets)
     validate([d for d in docs if d["kind"] == "Deployment"])
