@@ -284,6 +284,7 @@ def pod_security_context() -> dict[str, Any]:
         "runAsUser": SPARK_UID,
         "runAsGroup": SPARK_UID,
         "fsGroup": SPARK_UID,
+        "fsGroupChangePolicy": "OnRootMismatch",  # no walk of every file at each start
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 

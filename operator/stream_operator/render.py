@@ -410,6 +410,9 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
             "runAsUser": 10001,
             "runAsGroup": 10001,
             "fsGroup": 10001,
+            # The kubelet chowns the volume's files to fsGroup only when its root is not
+            # already the group's (the default, Always, walks every file at each start).
+            "fsGroupChangePolicy": "OnRootMismatch",
             "runAsNonRoot": True,
             "seccompProfile": {"type": "RuntimeDefault"},
         },

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from stream_operator import GROUP
+from stream_operator import GROUP, spark_manifests
+from stream_operator import analytics as spark
 from stream_operator.render import (
     CONFIG_HASH,
     config_hash,
@@ -300,3 +305,35 @@ def test_the_config_hash_is_what_the_dict_spec_operator_computed(spec, pinned):
     """The hash is taken over the defaulted spec as the operator before the typed spec
     took it: an operator upgrade that changed it would restart every server once."""
     assert config_hash(spec) == pinned
+
+
+def _pod_security_contexts(obj: Any) -> Iterator[dict[str, Any]]:
+    """Every pod-level security context in ``obj`` (a pod spec's ``securityContext`` with
+    ``fsGroup``, a Spark role's ``podSecurityContext``)."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in ("securityContext", "podSecurityContext") and "fsGroup" in value:
+                yield value
+            else:
+                yield from _pod_security_contexts(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            yield from _pod_security_contexts(item)
+
+
+def test_a_pod_with_an_fs_group_is_not_chowned_through_at_each_start():
+    """Issue 42: fsGroup alone (fsGroupChangePolicy Always) makes the kubelet chown every
+    file of the volume at each pod start; with many streams, minutes of it."""
+    spec = {**spark_manifests.EXAMPLE_SPEC, "replicas": 3}
+    rendered: list[Any] = [
+        desired_objects("ev", "ns", UID, spec),
+        spark.render_scheduled_applications("ev", "ns", UID, spec),
+        spark.render_pod_template("ev", 0, spec, "stats"),
+    ]
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "manifests" / "spark").glob("*.yaml")):
+        rendered.append(list(yaml.safe_load_all(path.read_text())))
+    contexts = list(_pod_security_contexts(rendered))
+    assert len(contexts) >= 8  # the servers', and the Spark drivers' and executors'
+    for context in contexts:
+        assert context["fsGroupChangePolicy"] == "OnRootMismatch", context
