@@ -40,7 +40,10 @@ adds them, the way kube-apiserver does them:
   ``allowVolumeExpansion: true`` (or a PVC without a class) is refused with
   403, as the PersistentVolumeClaimResize admission plugin refuses it;
 - the pod proxy (``pods/NAME:PORT/proxy/PATH``, ``testkit.pod_proxy``) to where the
-  test says each pod listens (``pod_network``).
+  test says each pod listens (``pod_network``);
+- authentication, when a test asks for it (``tokens``): a request whose bearer token
+  is not one of them is refused with 401 before anything else, as kube-apiserver
+  refuses an expired service-account token (``unauthorized`` counts them).
 
 Every request is recorded (``ApiServer.requests``: the RBAC verb, group,
 resource and object name it needs, and its User-Agent) so that a test can check that the
@@ -205,6 +208,17 @@ def _selected(request: rendering.Request, obj: dict[str, Any]) -> bool:
 # (``...spec.v2@v1.0+protobuf``, which Go's mime parser refuses as a response type).
 OPENAPI_V2_PROTOBUF = "application/octet-stream"
 
+# kube-apiserver's answer to a request whose credentials it does not accept.
+UNAUTHORIZED = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": "Unauthorized",
+    "reason": "Unauthorized",
+    "code": 401,
+}
+
 # How many of its own past requests kmock keeps (ApiServer._forget_old_requests).
 KMOCK_HISTORY = 100
 
@@ -221,6 +235,9 @@ class ApiServer(kmock.KubernetesEmulator):
         self.requests: list[Call] = []  # every resource request, in order
         # Where each pod listens, for the pod proxy (testkit.pod_proxy); None: nowhere.
         self.pod_network: pod_proxy.PodNetwork | None = None
+        # The bearer tokens let in; None: every request, with or without one.
+        self.tokens: set[str] | None = None
+        self.unauthorized = 0  # requests refused for their token
         # Objects created with only dangling owner references, by request: collected
         # once the create is answered (the real garbage collector is asynchronous too).
         self._orphans: dict[int, tuple[Any, str]] = {}
@@ -234,7 +251,13 @@ class ApiServer(kmock.KubernetesEmulator):
         """Read a protobuf body (Helm's release Secrets) as its JSON form; else 415.
         ``/openapi/v2`` is an empty document: no schema published, which client-side
         validation (helm's, kubectl's) reads as nothing to check; the server-side
-        validation of custom resources against their CRD stays."""
+        validation of custom resources against their CRD stays. With ``tokens`` set, a
+        request without one of them is 401, as an expired or unknown token is."""
+        if self.tokens is not None:
+            kind, _, token = raw_request.headers.get("Authorization", "").partition(" ")
+            if kind.lower() != "bearer" or token.strip() not in self.tokens:
+                self.unauthorized += 1
+                return aiohttp.web.json_response(UNAUTHORIZED, status=401)
         if raw_request.path == "/openapi/v2":
             return aiohttp.web.Response(body=b"", content_type=OPENAPI_V2_PROTOBUF)
         if raw_request.content_type == kube_protobuf.CONTENT_TYPE:

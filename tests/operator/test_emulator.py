@@ -311,3 +311,21 @@ def test_protobuf_secrets_are_read_as_helm_writes_its_releases(kube: Cluster):
     pod = b"k8s\x00" + _pb(1, _pb(1, b"v1") + _pb(2, b"Pod")) + _pb(2, b"")
     answer = kube.http.post("/api/v1/namespaces/default/pods", content=pod, headers=headers)
     assert answer.status_code == 415
+
+
+def test_with_tokens_set_only_those_bearer_tokens_are_let_in(kube: Cluster):
+    """What the service-account token tests (tests/replication/test_kube_auth.py) rely
+    on: an expired (here: unknown) token is 401 before anything is read or written."""
+    path = kube.path("ConfigMap", NS, "guarded")
+    kube.api.tokens = {"current"}
+    try:
+        refused = kube.api.unauthorized
+        assert kube.http.get(path).status_code == 401
+        old = kube.http.get(path, headers={"Authorization": "Bearer rotated-away"})
+        assert old.status_code == 401 and old.json()["reason"] == "Unauthorized"
+        ok = kube.http.get(path, headers={"Authorization": "Bearer current"})
+        assert ok.status_code == 404  # let in: there is no such ConfigMap
+        assert kube.api.unauthorized == refused + 2
+    finally:
+        kube.api.tokens = None
+    assert kube.http.get(path).status_code == 404
