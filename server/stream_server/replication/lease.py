@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from stream_server.replication import kube_auth
 
 PREFIX = "streams.pyds.dev/"
 TERM = PREFIX + "term"
@@ -40,6 +40,7 @@ ELIGIBLE = PREFIX + "eligible"
 # The replica set's id (identity.py): its members' data directories hold the same one.
 SET_ID = PREFIX + "set-id"
 
+# The kubelet's mount of the pod's token and CA (read through kube_auth, as they rotate).
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT = 5.0  # seconds for one API call: well inside a renew deadline
 WATCH_SECONDS = 300  # a watch's length; the API server ends it, and it is opened again
@@ -171,21 +172,18 @@ def micro_time(when: datetime | None = None) -> str:
 def api_client(api: str = "") -> tuple[str, httpx.AsyncClient]:
     """The API server's base URL and a client for it: ``api`` as given, or in a cluster
     the pod's service account, as client-go's InClusterConfig (the Lease's client and
-    the pod marker's, ``pod_labels.py``, each have their own)."""
+    the pod marker's, ``pod_labels.py``, each have their own). The token and the CA are
+    re-read when the kubelet rotates them, and once more on a 401 (``kube_auth``)."""
     headers = {"User-Agent": "durable-streams-server/replication"}
-    verify: ssl.SSLContext | bool = True
     if api:
-        base = api.rstrip("/")
-    else:
-        host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host:
-            raise LeaseUnavailable("no --kube-api and not in a cluster")
-        base = f"https://{host}:{port}"
-        token = (SERVICE_ACCOUNT / "token").read_text().strip()
-        headers["Authorization"] = f"Bearer {token}"
-        verify = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
-    return base, httpx.AsyncClient(headers=headers, verify=verify, timeout=TIMEOUT)
+        return api.rstrip("/"), httpx.AsyncClient(headers=headers, timeout=TIMEOUT)
+    base = kube_auth.in_cluster_url()
+    if not base:
+        raise LeaseUnavailable("no --kube-api and not in a cluster")
+    auth = kube_auth.ServiceAccountAuth(SERVICE_ACCOUNT)
+    return base, httpx.AsyncClient(
+        headers=headers, auth=auth, verify=auth.ssl_context, timeout=TIMEOUT
+    )
 
 
 class LeaseClient:
