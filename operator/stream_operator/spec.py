@@ -292,7 +292,13 @@ def with_defaults(spec: SpecInput) -> DurableStreamSpec:
     """
     if isinstance(spec, DurableStreamSpec):
         return spec
-    raw = _merge(copy.deepcopy(DEFAULTS), copy.deepcopy(dict(spec or {})))
+    given = copy.deepcopy(dict(spec or {}))
+    raw = _merge(copy.deepcopy(DEFAULTS), given)
+    if given.get("resources") is not None:
+        # Given resources replace the defaults whole, as the CRD's default does (it applies
+        # only to a spec without them): merged, limits.memory 128Mi kept the default
+        # request of 256Mi, a pod the API server refuses (request above limit).
+        raw["resources"] = given["resources"]
     if not raw.get("image"):
         raw["image"] = operator_image()
     if not raw.get("imagePullSecrets"):

@@ -295,7 +295,12 @@ def test_retention_the_crd_refuses_is_refused_by_the_operator_too():
                 "image": "ds:1",
                 "replicas": 5,
                 "replication": {"minInSync": 2, "readStalenessSeconds": 9},
-                "resources": {"limits": {"cpu": "2"}},
+                # Whole: given resources replace the defaults (issue 42), so a spec that
+                # gave only limits.cpu now hashes (and renders) differently: one roll.
+                "resources": {
+                    "requests": {"cpu": "250m", "memory": "256Mi"},
+                    "limits": {"cpu": "2", "memory": "1Gi"},
+                },
             },
             "8727eba4be8c44ad",
         ),
@@ -337,3 +342,37 @@ def test_a_pod_with_an_fs_group_is_not_chowned_through_at_each_start():
     assert len(contexts) >= 8  # the servers', and the Spark drivers' and executors'
     for context in contexts:
         assert context["fsGroupChangePolicy"] == "OnRootMismatch", context
+
+
+def _requests_within_limits(resources: dict[str, Any]) -> bool:
+    """What the API server checks of a container: no request above its limit."""
+    limits = resources.get("limits") or {}
+    return all(
+        quantity_bytes(str(value)) <= quantity_bytes(str(limits[res]))
+        for res, value in (resources.get("requests") or {}).items()
+        if res in limits and res != "cpu"
+    )
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"limits": {"memory": "128Mi"}},
+        {"requests": {"cpu": "100m"}},
+        {"requests": {"memory": "64Mi"}, "limits": {"memory": "128Mi", "cpu": "1"}},
+        {},
+    ],
+)
+def test_given_resources_replace_the_defaults_whole(given: dict[str, Any]):
+    """Issue 42: merged over the defaults, ``limits.memory: 128Mi`` kept the default
+    request of 256Mi, and the API server refused the pod (a request above its limit)."""
+    container = render_statefulset("ev", "ns", UID, {"resources": given})["spec"]["template"][
+        "spec"
+    ]["containers"][0]
+    assert container["resources"] == given
+    assert _requests_within_limits(container["resources"])
+    default = render_statefulset("ev", "ns", UID, {})["spec"]["template"]["spec"]["containers"][0]
+    assert default["resources"] == {
+        "requests": {"cpu": "250m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
