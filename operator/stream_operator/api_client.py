@@ -1,15 +1,28 @@
-"""The operator's Kubernetes API client: every request times out, and writes are refused
-once this process may not act (``leadership.may_act``).
+"""The operator's Kubernetes API client: every request times out, writes are refused
+once this process may not act (``leadership.may_act``), and in a pod the service-account
+token is re-read as the kubelet rotates it.
+
+The kubernetes client's own in-cluster hook (``load_incluster_config``) survives into
+every client made from the default configuration (a deep copy keeps the function), but
+re-reads the token only once a minute, whatever happened, and a 401 is the caller's
+failure. Here the token is re-read when its file changed (a ``stat`` per request), and a
+401 makes it be read again and the request sent once more, as the server's Lease client
+does (``stream_server.replication.kube_auth``). The CA file is read again by urllib3 for
+each new connection. kopf's own connection (its ``login_via_client`` login) is not this
+client: on a 401 kopf logs in again, which reads the files again, and retries.
 
 Glue: the kubernetes client's objects are untyped, so ``Any`` stays at this boundary.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import kopf
 from kubernetes import client, config
+from kubernetes.config import incluster_config
 
 from stream_operator import leadership, operator_settings
 
@@ -20,14 +33,40 @@ def api() -> client.ApiClient:
     """In-cluster credentials in a pod, else the kubeconfig (set once, shared)."""
     global _api
     if _api is None:
+        token: ServiceAccountToken | None = None
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
+            token = ServiceAccountToken(Path(incluster_config.SERVICE_TOKEN_FILENAME))
         except config.ConfigException:
             config.load_kube_config()  # type: ignore[no-untyped-call]
         _api = new_api_client()
+        if token is not None:
+            _api.configuration.refresh_api_key_hook = token
         # Which replica wrote what shows in the API server's audit log.
         _api.user_agent = f"durable-streams-operator ({leadership.identity()})"
     return _api
+
+
+class ServiceAccountToken:
+    """The configuration's ``refresh_api_key_hook`` in a pod: the token read again when
+    its file changed (the kubelet swaps in a new file: new inode, mtime or size), or when
+    ``force``d after a 401. One per process: a copied configuration shares it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._token = ""
+
+    def __call__(self, configuration: client.Configuration, *, force: bool = False) -> None:
+        st = os.stat(self.path)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if force or stamp != self._stamp:
+            self._token = self.path.read_text().strip()
+            self._stamp = stamp
+        configuration.api_key["BearerToken"] = f"Bearer {self._token}"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ServiceAccountToken:
+        return self  # the configuration is deep-copied per client: the file is one
 
 
 class _Timed(client.ApiClient):
@@ -43,6 +82,17 @@ class _Timed(client.ApiClient):
     def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("_request_timeout") is None and len(args) < 4:
             kwargs["_request_timeout"] = operator_settings.current().api_timeout
+        response = super().call_api(method, url, *args, **kwargs)
+        token = self.configuration.refresh_api_key_hook
+        if response.status != 401 or not isinstance(token, ServiceAccountToken):
+            return response
+        # A 401 is refused before anything is done: the token may have been swapped just
+        # after it was read; read it again and send the request once more.
+        response.read()  # type: ignore[no-untyped-call]
+        token(self.configuration, force=True)
+        headers = args[0] if args else kwargs.get("header_params")
+        if isinstance(headers, dict):
+            headers["authorization"] = self.configuration.get_api_key_with_prefix("BearerToken")
         return super().call_api(method, url, *args, **kwargs)
 
 

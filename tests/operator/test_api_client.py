@@ -9,17 +9,20 @@ and the write check sat in a ``request`` method the client no longer calls.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import kopf
 import pytest
 from kubernetes import client
+from kubernetes.config import incluster_config
 from silent_peer import Silent
 
 from stream_operator import GROUP, PLURAL, VERSION, leadership
 from stream_operator.apply import read
-from testkit.cluster import cluster
+from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 
 NS = "default"
@@ -92,3 +95,70 @@ def test_no_write_while_the_lease_is_not_held():
             leadership.install(None)
         names = [o["metadata"]["name"] for o in c.list("DurableStream", NS)]
         assert names == ["y"]
+
+
+# -- issue 42: the service-account token, as the kubelet rotates it --------------------------
+
+
+@pytest.fixture
+def in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cluster, Path]]:
+    """``api()`` as in a pod: the kubernetes client's own in-cluster loading, from a
+    service-account directory in ``tmp_path``, against the emulated API server, which
+    lets in only the token ``first``. (The emulator speaks plain HTTP: the loaded
+    https URL is pointed at it, nothing else of the loading is changed.)"""
+    from stream_operator import api_client
+
+    token = tmp_path / "token"
+    token.write_text("first")  # no newline: the kubelet writes none
+    (tmp_path / "ca.crt").write_text("not read over plain HTTP\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    monkeypatch.setattr(client.Configuration, "_default", None)
+    monkeypatch.setattr(api_client, "_api", None)
+    with cluster() as c:
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", c.url.rsplit(":", 1)[1])
+        load = incluster_config.InClusterConfigLoader._load_config
+
+        def load_config(self: incluster_config.InClusterConfigLoader) -> None:
+            load(self)  # type: ignore[no-untyped-call]
+            self.host = c.url  # kept: the client's refresh hook sets it again each time
+
+        monkeypatch.setattr(incluster_config.InClusterConfigLoader, "_load_config", load_config)
+        c.api.tokens = {"first"}
+        yield c, token
+
+
+def test_the_operator_sends_the_rotated_token_from_its_next_request(
+    in_a_pod: tuple[Cluster, Path],
+):
+    """The kubernetes client re-reads the token once a minute: a minute of 401s after
+    the old one expired (and of every handler's and the election's calls failing)."""
+    from stream_operator import api_client
+
+    c, token = in_a_pod
+    ac = api_client.api()
+    assert read(ac, "StatefulSet", NS, "x") is None
+    staged = token.with_name(".token.new")
+    staged.write_text("second")
+    staged.replace(token)  # as the kubelet swaps the projected volume's files
+    c.api.tokens = {"second"}  # and the first has expired
+    assert read(ac, "StatefulSet", NS, "x") is None
+    assert c.api.unauthorized == 0
+
+
+def test_a_401_makes_the_operator_read_the_token_again_and_send_once_more(
+    in_a_pod: tuple[Cluster, Path],
+):
+    from stream_operator import api_client
+
+    c, token = in_a_pod
+    ac = api_client.api()
+    assert read(ac, "StatefulSet", NS, "x") is None
+    before = token.stat()  # a change its stat does not show: only the 401 tells
+    with token.open("r+") as f:
+        f.write("fresh")
+    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))
+    c.api.tokens = {"fresh"}
+    assert read(ac, "StatefulSet", NS, "x") is None
+    assert c.api.unauthorized == 1
