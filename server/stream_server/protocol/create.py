@@ -103,5 +103,8 @@ def _absolute_url(scope: Scope, h: dict[str, str], path: bytes) -> str:
     host = h.get(HOST.key)
     if host is None:
         server = scope.get("server") or ("localhost", None)
-        host = server[0] if server[1] is None else f"{server[0]}:{server[1]}"
+        # The socket's own address (a request without Host): in brackets when it is an
+        # IPv6 one, as the server's on a dual-stack or IPv6-only bind is.
+        name = f"[{server[0]}]" if ":" in server[0] else server[0]
+        host = name if server[1] is None else f"{name}:{server[1]}"
     return f"{scope.get('scheme', 'http')}://{host}{path.decode('latin-1')}"

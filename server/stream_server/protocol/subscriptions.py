@@ -328,7 +328,8 @@ def _origin(scope: Scope, h: dict[str, str]) -> str:
     host = h.get(HOST.key, "")
     if not host or not set(host) <= HOST_CHARS:
         server = scope.get("server") or ("127.0.0.1", 80)
-        host = f"{server[0]}:{server[1]}"
+        name = f"[{server[0]}]" if ":" in server[0] else server[0]  # an IPv6 address
+        host = f"{name}:{server[1]}"
     return f"{scheme}://{host}"
 
 
