@@ -41,6 +41,10 @@ adds them, the way kube-apiserver does them:
   403, as the PersistentVolumeClaimResize admission plugin refuses it;
 - the pod proxy (``pods/NAME:PORT/proxy/PATH``, ``testkit.pod_proxy``) to where the
   test says each pod listens (``pod_network``);
+- the OwnerReferencesPermissionEnforcement admission plugin's checks (``testkit.owner_refs``):
+  a write that makes an owner reference block its owner's deletion is recorded as also
+  asking ``update`` on the owner's ``finalizers``, and an update that changes owner
+  references as also asking ``delete`` on the object;
 - authentication, when a test asks for it (``tokens``): a request whose bearer token
   is not one of them is refused with 401 before anything else, as kube-apiserver
   refuses an expired service-account token (``unauthorized`` counts them).
@@ -49,8 +53,8 @@ Every request is recorded (``ApiServer.requests``: the RBAC verb, group,
 resource and object name it needs, and its User-Agent) so that a test can check that the
 operator's role grants each one the operator made.
 
-What it still does not do: CEL rules, defaulting from the schema, admission,
-and any controller (no pods appear; tests play the controllers).
+What it still does not do: CEL rules, defaulting from the schema, the other
+admission plugins, and any controller (no pods appear; tests play the controllers).
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ import kmock
 from kmock._internal import dicts, enums, rendering
 from kubernetes.utils import parse_quantity
 
-from testkit import disruption, kube_protobuf, pod_proxy
+from testkit import disruption, kube_protobuf, owner_refs, pod_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
@@ -443,6 +447,7 @@ class ApiServer(kmock.KubernetesEmulator):
         if _is_pvc(request.resource):
             self._default_storage_class(obj)
         self._validate(request.resource, obj)
+        self._owner_reference_checks(request, None, obj)
         meta.update(
             uid=str(uuid.uuid4()),
             creationTimestamp=_now(),
@@ -499,6 +504,7 @@ class ApiServer(kmock.KubernetesEmulator):
         if _is_pvc(request.resource):
             self._admit_resize(old, new)
         self._validate(request.resource, new)
+        self._owner_reference_checks(request, old, new)
         if _body(new) != _body(old):
             new["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
             if _is_crd(request.resource):
@@ -508,6 +514,24 @@ class ApiServer(kmock.KubernetesEmulator):
         await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             await self._remove(key)
+
+    def _owner_reference_checks(
+        self, request: rendering.Request, old: dict[str, Any] | None, new: dict[str, Any]
+    ) -> None:
+        """OwnerReferencesPermissionEnforcement (testkit.owner_refs): what it authorizes
+        besides the request, recorded as the requests RBAC must allow."""
+        if not owner_refs.changed(old, new):
+            return
+        agent = request.headers.get("User-Agent") or ""
+        namespace = new["metadata"].get("namespace")
+        if old is not None:
+            group, plural = request.resource.group or "", request.resource.plural
+            name = new["metadata"].get("name")
+            self.requests.append(Call("delete", group, plural, agent, namespace, name))
+        for ref in owner_refs.newly_blocking(old, new):
+            group, plural = owner_refs.owner_resource(ref, KINDS)
+            finalizers = f"{plural}/finalizers"
+            self.requests.append(Call("update", group, finalizers, agent, namespace, ref["name"]))
 
     # -- storage admission ---------------------------------------------------------------
 
