@@ -30,6 +30,7 @@ from stream_operator import (
     leadership,
     lifecycle,
     lifecycle_actions,
+    names,
     operator_metrics,
     operator_settings,
     replica_cluster,
@@ -161,6 +162,10 @@ def _reconcile(
     """Apply the spec; returns what became of it and the Analytics condition."""
     meta = ds["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    invalid = names.refused(name)
+    if invalid:  # a cluster that did not run the CRD's rules: nothing can be rendered
+        events.warn(ds, reason=names.INVALID, message=invalid)
+        return Outcome(names.INVALID, invalid), []
     sts = read(ac, "StatefulSet", namespace, name)
     refused = _refused(ac, ds, spec, sts)
     role = replica_cluster_actions.step(ac, ds, spec, sts)

@@ -45,7 +45,8 @@ class Outcome:
     """What a reconcile did with the spec: applied whole (reason Applied), or why not.
 
     Reasons: ChangeRefused (the operator will not do it), ExpansionNotAllowed (the
-    StorageClass cannot grow the volumes), ApplyFailed (the API server refused).
+    StorageClass cannot grow the volumes), ApplyFailed (the API server refused),
+    InvalidName (the name cannot be rendered: names.py).
     """
 
     reason: str = APPLIED
