@@ -20,7 +20,8 @@ adds them, the way kube-apiserver does them:
   CRD created through the API becomes a served resource, Established (the
   condition ``helm install`` waits for); an updated CRD serves its new schema
   from then on (what ``helm upgrade`` of a CRD template relies on);
-- what helm needs besides: core discovery naming its group version ``v1``,
+- what helm needs besides: ``/version`` saying 1.31 (the chart's ``kubeVersion``),
+  core discovery naming its group version ``v1``,
   request bodies in Kubernetes' protobuf encoding for Secrets and ConfigMaps
   (``testkit.kube_protobuf``: helm's release records), and an ``/openapi/v2``
   document (empty: no schema is published for client-side validation);
@@ -250,6 +251,16 @@ class ApiServer(kmock.KubernetesEmulator):
         for res, info in list(self.resources.items()):
             if "status" in info.subresources:
                 self._status_subresource.add(res)
+
+    async def _serve_server_version(self, request: rendering.Request) -> rendering.Payload:
+        """``/version``: a Kubernetes that runs the CRD's CEL rules (``quantity()``, 1.29),
+        which the chart's ``kubeVersion`` asks of ``helm install`` (kmock says 1.26)."""
+        return {
+            **await super()._serve_server_version(request),
+            "major": "1",
+            "minor": "31",
+            "gitVersion": "v1.31.9",
+        }
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         """Read a protobuf body (Helm's release Secrets) as its JSON form; else 415.
