@@ -22,6 +22,7 @@ from stream_operator import (
     archive_status,
     events,
     leadership,
+    lease_owner,
     lifecycle,
     lifecycle_actions,
     operator_metrics,
@@ -99,9 +100,10 @@ def _replica_set_step(
     ac: client.ApiClient, ds: dict[str, Any], sts: dict[str, Any], pods: list[dict[str, Any]]
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], Step | None]:
     """The pods labelled with their roles from the Lease, and the rolling update's step
-    (none while a lifecycle annotation holds it); the Lease and pods as they are after."""
+    (none while a lifecycle annotation holds it); the Lease and pods as they are after.
+    The Lease gets its owner reference to the DurableStream here (``lease_owner``)."""
     namespace, name = ds["metadata"]["namespace"], ds["metadata"]["name"]
-    lease = read_lease(ac, namespace, lease_name(name))
+    lease = lease_owner.adopt_lease(ac, ds, read_lease(ac, namespace, lease_name(name)))
     pods = replica_set.label_roles(ac, namespace, pods, lease)
     step = None if lifecycle.holds_rollout(ds, pods) else replica_set.roll(ac, ds, sts, pods, lease)
     if step is not None and step.switchover is not None:

@@ -225,6 +225,10 @@ def test_rbac_grants_exactly_what_the_operator_uses(watched: tuple[str, ...], se
     assert rbac.unused(calls, in_a) == []
     # Its own use of one of them: the in-sync condition set from the Lease (a backstop).
     assert ("patch", "pods/status") in {(c.verb, c.resource) for c in calls}
+    # The Lease's rights are the leader election's too (test_leader_election.py): the
+    # owner reference added to a replica set's Lease (lease_owner.py) asks these.
+    made = {(c.verb, c.resource, c.name) for c in calls}
+    assert {("patch", "leases", "events-leader"), ("delete", "leases", "events-leader")} <= made
     if watched:
         per_ns = {
             ns: {(g.verb, g.group, g.resource) for g in granted if g.namespace == ns}

@@ -13,6 +13,7 @@ change in the same CAS as the holder (docs/replication.md).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -39,6 +40,13 @@ TERM_BEGAN = PREFIX + "term-began"
 ELIGIBLE = PREFIX + "eligible"
 # The replica set's id (identity.py): its members' data directories hold the same one.
 SET_ID = PREFIX + "set-id"
+# Metadata the replicas never write but carry through every replace as they read it:
+# the operator's owner reference to the DurableStream (the garbage collector deletes the
+# Lease with it), labels, finalizers, and annotations outside PREFIX. A replace that
+# changed the owner references would drop what the operator set, and the
+# OwnerReferencesPermissionEnforcement admission plugin would ask ``delete`` on the
+# Lease of it, which the servers' Role does not grant.
+KEPT = ("ownerReferences", "labels", "finalizers")
 
 # The kubelet's mount of the pod's token and CA (read through kube_auth, as they rotate).
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -89,12 +97,17 @@ class LeaseRecord:
     began: str = ""  # TERM_BEGAN
     set_id: str = ""  # SET_ID; empty in a Lease written before set ids
     version: str = ""
+    # KEPT and the annotations outside PREFIX, as read: written back unchanged.
+    kept: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> LeaseRecord:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         notes = meta.get("annotations") or {}
+        kept = {k: meta[k] for k in KEPT if meta.get(k)}
+        if foreign := {k: v for k, v in notes.items() if not k.startswith(PREFIX)}:
+            kept["annotations"] = foreign
         positions = {
             str(k): (int(v[0]), int(v[1]))
             for k, v in _json(notes.get(POSITIONS), {}).items()
@@ -114,13 +127,16 @@ class LeaseRecord:
             began=notes.get(TERM_BEGAN) or "",
             set_id=notes.get(SET_ID) or "",
             version=str(meta.get("resourceVersion") or ""),
+            kept=kept,
         )
 
     def to_object(self, namespace: str, name: str) -> dict[str, Any]:
         meta: dict[str, Any] = {
+            **copy.deepcopy(self.kept),
             "name": name,
             "namespace": namespace,
             "annotations": {
+                **(self.kept.get("annotations") or {}),
                 TERM: str(self.term),
                 PRIMARY_URL: self.primary_url,
                 IN_SYNC: json.dumps(self.in_sync),

@@ -87,6 +87,7 @@ class LeaseWrites(RoleBase):
             began="election",
             set_id=await self._set_id(record),
             version=record.version,
+            kept=record.kept,  # the operator's owner reference and the like, as read
         )
         try:
             written = await self.client.replace(new)
