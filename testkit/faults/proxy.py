@@ -7,12 +7,15 @@ connection of its own, reads the answer whole, and then, as the test says:
 
 - passes the answer on (``pass``, the default);
 - **loses it** (``lose_answer``): a request matching a rule (method, a part of
-  the path, a predicate on the JSON body) is forwarded and its answer read, so
-  the write *happened*, then the client connection is closed without a byte of
-  the answer: the client sees the connection cut, as when a network drops the
-  reply of a write kube-apiserver committed. The rule then switches the proxy
+  the path, a predicate on the JSON body) is forwarded and its answer read; if
+  that answer is a success (2xx), so that the write *happened*, the client
+  connection is closed without a byte of the answer: the client sees the
+  connection cut, as when a network drops the reply of a write kube-apiserver
+  committed. The rule then switches the proxy
   to the mode it names (``then``), e.g. ``blackhole`` for "and from here on
-  the API cannot be reached";
+  the API cannot be reached". A matching request refused upstream (a 409 for a
+  compare-and-swap that lost) gets its answer and the rule stays armed: a fault
+  test whose premise is "the write landed" must not fire on one that did not;
 - **refuses** (``cut("refuse")``): every request's connection is closed at once,
   unforwarded (the API unreachable and saying so quickly);
 - **blackholes** (``cut("blackhole")``): requests are read and never forwarded
@@ -162,7 +165,13 @@ class ApiProxy:
                 up[1].write(head + body)
                 await up[1].drain()
                 answer = await _read_answer(up[0])
-                rule = next((r for r in self.rules if r.matches(method, path, body)), None)
+                # Only a write that happened: a 409 (a compare-and-swap that lost to a
+                # renewal) passes on, and the rule waits for the retry that lands.
+                rule = (
+                    next((r for r in self.rules if r.matches(method, path, body)), None)
+                    if _succeeded(answer)
+                    else None
+                )
                 if rule is not None:
                     rule.times -= 1
                     now = time.monotonic()
@@ -182,6 +191,12 @@ class ApiProxy:
             writer.close()
             if up is not None:
                 up[1].close()
+
+
+def _succeeded(answer: bytes) -> bool:
+    """Whether an HTTP answer's status line says 2xx."""
+    parts = answer.split(b" ", 2)
+    return len(parts) > 1 and parts[1][:1] == b"2"
 
 
 async def _forever(reader: asyncio.StreamReader) -> None:

@@ -25,12 +25,20 @@ pytestmark = pytest.mark.processes
 
 @pytest.fixture
 def upstream() -> Iterator[tuple[str, list[bytes]]]:
-    """An HTTP server that records every PUT body and answers it 200."""
+    """An HTTP server that records every PUT body and answers it 200 (409, unrecorded,
+    for a body with ``"stale": true``: a compare-and-swap that lost)."""
     writes: list[bytes] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_PUT(self) -> None:
-            writes.append(self.rfile.read(int(self.headers["Content-Length"])))
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if json.loads(body).get("stale"):
+                self.send_response(409)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+                return
+            writes.append(body)
             self.send_response(200)
             self.send_header("Content-Length", "2")
             self.end_headers()
@@ -61,6 +69,20 @@ def test_the_proxy_loses_the_answer_of_a_write_that_happened_then_cuts(upstream)
         proxy.heal()
         assert client.put(f"{proxy.url}/leases/x", json={"n": 5}).status_code == 200
         assert [json.loads(w)["n"] for w in writes] == [1, 2, 5]  # 3 and 4 never arrived
+
+
+def test_a_refused_write_passes_its_answer_on_and_the_rule_waits_for_one_that_lands(upstream):
+    """The rule's premise is "the write happened": a 409 (the write lost a compare-and-
+    swap) reaches the client, and the retry that lands is the one whose answer is lost
+    (a lost-answer fault test once fired on a refused join, whose premise then failed)."""
+    url, writes = upstream
+    with ApiProxy(url) as proxy, httpx.Client(timeout=1) as client:
+        rule = proxy.lose_answer("PUT", "/leases/", lambda body: body["n"] == 1)
+        assert client.put(f"{proxy.url}/leases/x", json={"n": 1, "stale": True}).status_code == 409
+        assert not rule.fired.is_set()
+        with pytest.raises(httpx.RemoteProtocolError):
+            client.put(f"{proxy.url}/leases/x", json={"n": 1})
+        assert rule.fired.is_set() and [json.loads(w)["n"] for w in writes] == [1]
 
 
 def test_a_slow_clock_really_runs_slow():
