@@ -35,7 +35,14 @@ from stream_server.protocol.headers import (
     parse_expires_at,
     parse_ttl,
 )
-from stream_server.protocol.http import Headers, Receive, Scope, Send, respond
+from stream_server.protocol.http import (
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    respond,
+    socket_authority,
+)
 from stream_server.streams.errors import BadRequest
 from stream_server.streams.requests import CreateRequest, ForkRequest
 
@@ -102,9 +109,5 @@ def _fork_request(ctx: Context, h: dict[str, str]) -> ForkRequest | None:
 def _absolute_url(scope: Scope, h: dict[str, str], path: bytes) -> str:
     host = h.get(HOST.key)
     if host is None:
-        server = scope.get("server") or ("localhost", None)
-        # The socket's own address (a request without Host): in brackets when it is an
-        # IPv6 one, as the server's on a dual-stack or IPv6-only bind is.
-        name = f"[{server[0]}]" if ":" in server[0] else server[0]
-        host = name if server[1] is None else f"{name}:{server[1]}"
+        host = socket_authority(scope, ("localhost", None))
     return f"{scope.get('scheme', 'http')}://{host}{path.decode('latin-1')}"

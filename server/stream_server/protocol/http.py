@@ -132,6 +132,14 @@ def request_headers(scope: Scope) -> dict[str, str]:
 _QUERY = "stream_server.query"  # the scope's key for the parsed query
 
 
+def socket_authority(scope: Scope, default: tuple[str, int | None]) -> str:
+    """``host[:port]`` of the socket a request came in on, for a URL when the request
+    names no Host: an IPv6 address in brackets (a dual-stack or IPv6-only bind)."""
+    host, port = scope.get("server") or default
+    name = f"[{host}]" if ":" in host else host
+    return name if port is None else f"{name}:{port}"
+
+
 def query_params(scope: Scope) -> dict[str, str]:
     """The query's fields, parsed once per request: a gated worker looks at them before
     the routes do (``workers/worker_app.py``), and the routes read the same dict."""

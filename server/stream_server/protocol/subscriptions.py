@@ -42,6 +42,7 @@ from stream_server.protocol.http import (
     Send,
     read_body,
     respond,
+    socket_authority,
 )
 from stream_server.protocol.refusals import error_response
 from stream_server.streams.errors import StreamError
@@ -327,9 +328,7 @@ def _origin(scope: Scope, h: dict[str, str]) -> str:
     scheme = scope.get("scheme", "http")
     host = h.get(HOST.key, "")
     if not host or not set(host) <= HOST_CHARS:
-        server = scope.get("server") or ("127.0.0.1", 80)
-        name = f"[{server[0]}]" if ":" in server[0] else server[0]  # an IPv6 address
-        host = f"{name}:{server[1]}"
+        host = socket_authority(scope, ("127.0.0.1", 80))
     return f"{scheme}://{host}"
 
 
