@@ -72,51 +72,47 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
             await server.close()
 
 
+@pytest.fixture
+async def client(cluster: InCluster) -> AsyncIterator[LeaseClient]:
+    """A Lease client made in the cluster's pod environment, closed after the test."""
+    made = LeaseClient(f"{NS}/ds-leader")
+    yield made
+    await made.close()
+
+
 async def test_the_lease_client_sends_the_rotated_token_from_its_next_request(
-    cluster: InCluster,
+    cluster: InCluster, client: LeaseClient
 ) -> None:
-    client = LeaseClient(f"{NS}/ds-leader")
-    try:
-        assert await client.get() is None  # let in (no Lease yet)
-        cluster.rotate("second")  # the first one has expired
-        assert await client.get() is None
-        # The new token went with the request itself: no 401 was needed to find it.
-        assert cluster.api.unauthorized == 0
-    finally:
-        await client.close()
+    assert await client.get() is None  # let in (no Lease yet)
+    cluster.rotate("second")  # the first one has expired
+    assert await client.get() is None
+    # The new token went with the request itself: no 401 was needed to find it.
+    assert cluster.api.unauthorized == 0
 
 
 async def test_a_401_makes_the_token_be_read_again_and_the_request_sent_once_more(
-    cluster: InCluster,
+    cluster: InCluster, client: LeaseClient
 ) -> None:
-    client = LeaseClient(f"{NS}/ds-leader")
-    try:
-        assert await client.get() is None
-        # A change the file's stat does not show (same inode, size and mtime): only the
-        # API server's 401 says the token is no longer the one to send.
-        token = cluster.account / "token"
-        before = token.stat()
-        with token.open("r+") as f:
-            f.write("fresh\n")
-        os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))
-        cluster.api.tokens = {"fresh"}
-        assert await client.get() is None
-        assert cluster.api.unauthorized == 1  # one 401, then the retry was let in
-    finally:
-        await client.close()
+    assert await client.get() is None
+    # A change the file's stat does not show (same inode, size and mtime): only the
+    # API server's 401 says the token is no longer the one to send.
+    token = cluster.account / "token"
+    before = token.stat()
+    with token.open("r+") as f:
+        f.write("fresh\n")
+    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))
+    cluster.api.tokens = {"fresh"}
+    assert await client.get() is None
+    assert cluster.api.unauthorized == 1  # one 401, then the retry was let in
 
 
 async def test_a_token_that_stays_refused_is_reported_after_one_retry(
-    cluster: InCluster,
+    cluster: InCluster, client: LeaseClient
 ) -> None:
-    client = LeaseClient(f"{NS}/ds-leader")
-    try:
-        cluster.api.tokens = {"not-ours"}
-        with pytest.raises(LeaseUnavailable, match="401"):
-            await client.get()
-        assert cluster.api.unauthorized == 2  # the request and its one retry, no loop
-    finally:
-        await client.close()
+    cluster.api.tokens = {"not-ours"}
+    with pytest.raises(LeaseUnavailable, match="401"):
+        await client.get()
+    assert cluster.api.unauthorized == 2  # the request and its one retry, no loop
 
 
 async def test_the_pod_client_follows_the_rotation_too(cluster: InCluster) -> None:
