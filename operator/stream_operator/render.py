@@ -15,6 +15,7 @@ from typing import Any
 from stream_operator import GROUP, KIND, VERSION, archive_render, disruptions
 from stream_operator.certificates import certificate_name, render_certificate, with_certificate
 from stream_operator.monitoring import podmonitor_settings, render_podmonitor
+from stream_operator.server_settings import settings_env
 from stream_operator.spec import (
     MAX_REPLICAS,
     DurableStreamSpec,
@@ -243,6 +244,8 @@ def server_env(spec: SpecInput) -> dict[str, str]:
         env["DS_RETENTION"] = ";".join(retention_policy(r) for r in srv.retention)
     if srv.workers is not None or not cpu_limited(spec):
         env["DS_WORKERS"] = str(1 if srv.workers is None else srv.workers)
+    # Every other setting, by its flag name (refused_change has checked the names).
+    env |= settings_env(srv.settings)
     return env
 
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import archive_spec
+from stream_operator import archive_spec, server_settings
 from stream_operator.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec, SecretKey
 
 # The server image for a spec that names none: the operator's own setting, which the
@@ -138,6 +138,8 @@ class ServerSpec:
     # spec.server.workers: the server's processes (DS_WORKERS; 0: one per CPU it may use).
     # None: the pod's CPU limit decides (render.workers_env; docs/kubernetes.md).
     workers: int | None
+    # spec.server.settings: any other server setting by its flag name (server_settings.py).
+    settings: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -396,6 +398,7 @@ def _server(raw: Mapping[str, Any]) -> ServerSpec:
             for entry in raw.get("retention") or ()
         ),
         workers=None if raw.get("workers") is None else int(raw["workers"]),
+        settings=dict(raw.get("settings") or {}),
     )
 
 
@@ -484,6 +487,7 @@ def refused_change(old: Mapping[str, Any] | None, new: SpecInput) -> str | None:
     spec = with_defaults(new)
     invalid = (
         refused_workers(spec)
+        or server_settings.refused_settings(spec.server.settings)
         or refused_retention(spec)
         or refused_replication(spec)
         or archive_spec.refused_archive(spec.backup, spec.recovery, spec.replica)

@@ -553,3 +553,23 @@ def test_crd_retention_schema_refuses_what_the_server_would():
     ):
         with pytest.raises(jsonschema.ValidationError):
             validate_cr(_server_cr({"retention": [bad]}))
+
+
+def test_crd_server_settings_take_the_free_settings_by_flag_name():
+    """Issue 42: spec.server.settings takes any value YAML gives (the operator checks it
+    against the server's declaration) under the names the operator leaves free, which the
+    CEL rule lists: kept equal to stream_operator.server_settings.FREE."""
+    from stream_operator.server_settings import FREE
+    from testkit.crd_cel import evaluate
+
+    settings = crd_schema()["properties"]["spec"]["properties"]["server"]["properties"]["settings"]
+    (rule,) = settings["x-kubernetes-validations"]
+    listed = rule["rule"].split("[", 1)[1].rsplit("]", 1)[0]
+    assert sorted(n.strip(" '") for n in listed.split(",")) == sorted(FREE)
+    given = {"max-streams": 1000, "keep-alive-timeout": 7.5, "metrics": False}
+    validate_cr(_server_cr({"settings": given}))
+    assert evaluate(rule, given).passed
+    for refused in ({"data-dir": "/x"}, {"long-poll-timeout": 5}, {"max-stream": 1}):
+        outcome = evaluate(rule, refused)
+        assert not outcome.passed and not outcome.error
+        assert "server.settings" in outcome.message

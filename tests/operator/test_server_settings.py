@@ -71,3 +71,12 @@ def test_an_allow_list_entry_past_the_schema_stops_the_server_with_its_name(serv
     with pytest.raises(RuntimeError, match="exited with 2"):
         srv.start()
     assert "10.0.0.1/8" in srv.log()
+
+
+def test_a_server_runs_with_the_settings_map_in_force(server_factory):
+    """spec.server.settings reaches the server by its variables: its limit holds."""
+    spec = {"server": {"settings": {"max-streams": 1, "metrics": False}}}
+    srv = server_factory(env=pod_env(spec)).start()
+    assert httpx.put(f"{srv.base}first").status_code == 201
+    assert httpx.put(f"{srv.base}second").status_code == 503
+    assert httpx.get(f"{srv.url}/metrics").status_code == 404
