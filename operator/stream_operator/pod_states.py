@@ -5,8 +5,11 @@ A container that keeps exiting waits in ``CrashLoopBackOff`` with the last
 run's exit code and termination message in ``lastState.terminated`` (the end
 of its log, under ``terminationMessagePolicy: FallbackToLogsOnError``); one
 the kernel killed for memory has the reason ``OOMKilled``; an image that
-cannot be pulled waits in ``ImagePullBackOff``. Pure functions over pods as
-the API lists them.
+cannot be pulled waits in ``ImagePullBackOff``. A pod no node takes has no
+container states at all: the scheduler writes its reason on the pod's
+``PodScheduled`` condition (status False, reason ``Unschedulable`` with "0/3 nodes
+are available: ..."; ``SchedulingGated`` while a gate holds it). Pure functions
+over pods as the API lists them.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ STUCK_WAITING = frozenset(
     }
 )
 OOM_KILLED = "OOMKilled"
+# PodScheduled=False reasons the scheduler writes (k8s.io/api core/v1 PodReasonUnschedulable,
+# PodReasonSchedulingGated): the pod waits for a node, and the message says what is missing.
+NOT_SCHEDULED = frozenset({"Unschedulable", "SchedulingGated"})
 SERVER_CONTAINER = "server"
 MESSAGE_LIMIT = 300
 
@@ -86,10 +92,26 @@ def _init_trouble(name: str | None, status: dict[str, Any]) -> PodTrouble | None
     return None
 
 
+def _unscheduled(name: str | None, status: dict[str, Any]) -> PodTrouble | None:
+    """A pod the scheduler could not place, with the scheduler's own words (which nodes
+    it tried and what each lacked), pointing at the spec fields that decide placement."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") != "PodScheduled" or cond.get("status") != "False":
+            continue
+        reason = str(cond.get("reason") or "")
+        if reason in NOT_SCHEDULED:
+            said = str(cond.get("message") or reason)[:MESSAGE_LIMIT]
+            where = "spec.scheduling, spec.resources.requests and spec.storage"
+            return PodTrouble(reason, f"pod {name} is not scheduled: {said} (see {where})")
+    return None
+
+
 def pod_trouble(pods: Sequence[dict[str, Any]]) -> PodTrouble | None:
     """The first server pod (by name) that is not ready for a reason that will not pass."""
     for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name") or ""):
         name = (pod.get("metadata") or {}).get("name")
+        if trouble := _unscheduled(name, pod.get("status") or {}):
+            return trouble
         if trouble := _init_trouble(name, pod.get("status") or {}):
             return trouble
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:

@@ -313,3 +313,109 @@ def test_a_failing_restore_init_container_says_why():
         "pod ev-0: the restore init container exited with code 1 (3 restarts): "
         "the archive holds no finished backup to restore from"
     )
+
+
+# A pod no node takes, as kube-scheduler writes it (pkg/scheduler/schedule_one.go,
+# handleSchedulingFailure: PodScheduled=False, reason v1.PodReasonUnschedulable, the
+# framework's FitError message); phase Pending and no container states yet.
+UNSCHEDULABLE = (
+    "0/3 nodes are available: 1 node(s) had untolerated taint "
+    "{node-role.kubernetes.io/control-plane: }, 2 Insufficient memory. preemption: 0/3 "
+    "nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption "
+    "victims found for incoming pod."
+)
+
+
+def pending_pod(name: str, reason: str = "Unschedulable", message: str = UNSCHEDULABLE) -> dict:
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "phase": "Pending",
+            "qosClass": "Burstable",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": "2026-11-29T14:00:00Z",
+                }
+            ],
+        },
+    }
+
+
+def test_an_unschedulable_pod_says_what_the_scheduler_said():
+    """Issue 42: a Pending pod read as ReplicasNotReady; now the scheduler's reason and
+    message, and the spec fields that decide where a pod goes."""
+    s = status_of(
+        spec={"replicas": 3},
+        generation=1,
+        statefulset=sts(replicas=3, ready=2, updated=3),
+        endpoint="e",
+        pods=[server_pod("ev-0", ready=True), server_pod("ev-1", ready=True), pending_pod("ev-2")],
+    )
+    assert conds(s)["Ready"] == ("False", "Unschedulable")
+    assert conds(s)["Degraded"] == ("True", "Unschedulable")
+    message = next(c for c in s["conditions"] if c["type"] == "Ready")["message"]
+    assert message.startswith("pod ev-2 is not scheduled: 0/3 nodes are available: 1 node(s)")
+    assert "2 Insufficient memory" in message and "spec.scheduling" in message
+    # Once bound (PodScheduled True), waiting for its containers is nothing to report.
+    bound = pending_pod("ev-2")
+    bound["status"]["conditions"][0] |= {"status": "True", "reason": None, "message": None}
+    s = status_of(
+        spec={"replicas": 3},
+        generation=1,
+        statefulset=sts(replicas=3, ready=2, updated=3),
+        endpoint="e",
+        pods=[server_pod("ev-0", ready=True), server_pod("ev-1", ready=True), bound],
+    )
+    assert conds(s)["Ready"] == ("False", "ReplicasNotReady")
+
+
+def test_a_gated_pod_and_an_unbound_volume_are_named():
+    gated = pending_pod(
+        "ev-0", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"
+    )
+    volume = pending_pod(
+        "ev-0",
+        message="0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+    )
+    for pod, reason, said in (
+        (gated, "SchedulingGated", "scheduling gates"),
+        (volume, "Unschedulable", "unbound immediate PersistentVolumeClaims"),
+    ):
+        s = status_of(
+            spec={"replicas": 1},
+            generation=1,
+            statefulset=sts(replicas=1, ready=0, updated=1),
+            endpoint="e",
+            pods=[pod],
+        )
+        assert conds(s)["Ready"] == ("False", reason) and s["phase"] == "Degraded"
+        assert said in next(c for c in s["conditions"] if c["type"] == "Ready")["message"]
+
+
+def test_image_pull_and_config_errors_carry_the_kubelets_message():
+    """The waiting reasons and messages as the kubelet writes them
+    (pkg/kubelet/images: ErrImagePull with the runtime's error; kuberuntime:
+    CreateContainerConfigError naming the missing Secret key)."""
+    cases = {
+        "ErrImagePull": "rpc error: code = NotFound desc = failed to pull and unpack image "
+        '"docker.io/library/durable-streams-server:9.9": not found',
+        "CreateContainerConfigError": "couldn't find key secret-key in Secret default/s3",
+    }
+    for reason, message in cases.items():
+        pod = server_pod("ev-0", state={"waiting": {"reason": reason, "message": message}})
+        s = status_of(
+            spec={"replicas": 1},
+            generation=1,
+            statefulset=sts(replicas=1, ready=0, updated=1),
+            endpoint="e",
+            pods=[pod],
+        )
+        assert conds(s)["Ready"] == ("False", reason)
+        said = next(c for c in s["conditions"] if c["type"] == "Ready")["message"]
+        assert said == f"pod ev-0: {message}"
