@@ -16,7 +16,9 @@ adds them, the way kube-apiserver does them:
   creates the object when it is missing); an update (PUT) replaces the object;
   a write that names a ``resourceVersion`` other than the stored one is
   refused with 409 Conflict (compare-and-swap, what leader election needs);
-- custom resources validated against their CRD's OpenAPI schema (422), and a
+- custom resources as their CRD's structural schema has them (``testkit.crd_schema``):
+  unknown fields pruned, defaults set (on write, and on read of objects stored under
+  an older CRD), OpenAPI and CEL rules checked (422 in kube-apiserver's words); a
   CRD created through the API becomes a served resource, Established (the
   condition ``helm install`` waits for); an updated CRD serves its new schema
   from then on (what ``helm upgrade`` of a CRD template relies on);
@@ -54,8 +56,8 @@ Every request is recorded (``ApiServer.requests``: the RBAC verb, group,
 resource and object name it needs, and its User-Agent) so that a test can check that the
 operator's role grants each one the operator made.
 
-What it still does not do: CEL rules, defaulting from the schema, the other
-admission plugins, and any controller (no pods appear; tests play the controllers).
+What it still does not do: the other admission plugins (CRD conversion webhooks
+among them), and any controller (no pods appear; tests play the controllers).
 """
 
 from __future__ import annotations
@@ -72,12 +74,11 @@ from typing import Any, NamedTuple
 import aiohttp.web
 import jsonpatch
 import jsonpointer
-import jsonschema
 import kmock
 from kmock._internal import dicts, enums, rendering
 from kubernetes.utils import parse_quantity
 
-from testkit import disruption, kube_protobuf, owner_refs, pod_proxy
+from testkit import crd_schema, disruption, kube_protobuf, owner_refs, pod_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
@@ -311,7 +312,13 @@ class ApiServer(kmock.KubernetesEmulator):
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
             self._schemas.pop(res, None)
             if schema:
-                self._schemas[res] = openapi_as_jsonschema(schema)
+                self._schemas[res] = schema
+                # Stored objects as reads now return them (pruned, defaulted): kube-apiserver
+                # does so on every read and leaves etcd as it is; here they are written back,
+                # with no new resourceVersion and no event, as no write happened.
+                for key, entry in list(self._objects.items()):
+                    if key[0] == res and not entry.deleted:
+                        self._store(key, crd_schema.on_read(schema, entry.raw))
 
     def _establish(self, crd: dict[str, Any]) -> None:
         """What kube-apiserver's apiextensions controllers do with a written CRD: serve it
@@ -342,15 +349,22 @@ class ApiServer(kmock.KubernetesEmulator):
         self._rv += 1
         return str(self._rv)
 
-    def _validate(self, resource: Any, obj: dict[str, Any]) -> None:
+    def _validate(
+        self, resource: Any, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
+        """A custom resource's create (``old`` None) or update as its CRD's schema has it:
+        ``obj`` pruned and defaulted in place, or 422 (testkit.crd_schema)."""
         schema = self._schemas.get(resource)
         if schema is None:
             return
         try:
-            jsonschema.validate(obj, schema)
-        except jsonschema.ValidationError as exc:
-            where = ".".join(str(p) for p in exc.absolute_path) or "<root>"
-            raise kmock.KubernetesError(422, "Invalid", f"{where}: {exc.message}") from None
+            crd_schema.admit(schema, obj, old)
+        except crd_schema.Invalid as exc:
+            kind, name = self.resources[resource].kind, (obj.get("metadata") or {}).get("name")
+            details = {"name": name, "group": resource.group, "kind": kind}
+            details["causes"] = exc.causes()  # type: ignore[assignment]
+            message = exc.message(f"{kind}.{resource.group}", str(name))
+            raise kmock.KubernetesError(422, "Invalid", message, details) from None
 
     # -- writes --------------------------------------------------------------------------
 
@@ -514,7 +528,7 @@ class ApiServer(kmock.KubernetesEmulator):
             return  # a no-op write: no new version, no event
         if _is_pvc(request.resource):
             self._admit_resize(old, new)
-        self._validate(request.resource, new)
+        self._validate(request.resource, new, old)
         self._owner_reference_checks(request, old, new)
         if _body(new) != _body(old):
             new["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
@@ -863,19 +877,5 @@ def _patched(old: dict[str, Any], data: Any, content_type: str) -> dict[str, Any
         raise kmock.KubernetesError(422, "Invalid", str(exc)) from None
 
 
-def openapi_as_jsonschema(schema: Any) -> Any:
-    """An OpenAPI v3 schema as plain JSON Schema (drop the x-kubernetes-* extensions)."""
-    if isinstance(schema, dict):
-        out = {
-            k: openapi_as_jsonschema(v)
-            for k, v in schema.items()
-            if not k.startswith("x-kubernetes-")
-        }
-        if schema.get("x-kubernetes-preserve-unknown-fields") or schema.get(
-            "x-kubernetes-int-or-string"
-        ):
-            out.pop("type", None)
-        return out
-    if isinstance(schema, list):
-        return [openapi_as_jsonschema(v) for v in schema]
-    return schema
+# Tests validate rendered objects against other CRDs' schemas with it.
+openapi_as_jsonschema = crd_schema.openapi_as_jsonschema
