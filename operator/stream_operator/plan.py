@@ -11,34 +11,119 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.utils import parse_quantity
+
+# The lists of named items, by the field that names an item (their patchMergeKey in the
+# built-in types): the API server and admission webhooks add items to them (a sidecar,
+# its volume, an injected variable), never rename ours, so ours are found by that key.
+LIST_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "env": "name",
+    "imagePullSecrets": "name",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "readinessGates": "conditionType",
+}
+# A container's ports are named by containerPort, a Service's by port.
+PORT_KEYS = ("containerPort", "port")
+# Maps of quantities (a container's requests and limits, a claim's storage request) and
+# the one quantity field: the API server stores a quantity in its canonical form
+# ("1024Mi" as "1Gi", cpu 2 as "2"), so they are compared by value.
+QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "overhead"})
+
+
+def _quantity_equal(want: Any, have: Any) -> bool:
+    try:
+        return bool(parse_quantity(want) == parse_quantity(have))
+    except (ValueError, TypeError):
+        return False
+
+
+def _item_key(field: str, items: list[Any]) -> str | None:
+    """The field that names each item of list ``field`` (None: compared item by item)."""
+    if not items or not all(isinstance(i, dict) for i in items):
+        return None
+    if field in LIST_KEYS:
+        key: str | None = LIST_KEYS[field]
+    elif field == "ports":
+        key = next((k for k in PORT_KEYS if all(k in i for i in items)), None)
+    else:
+        return None
+    return key if key is not None and all(key in i for i in items) else None
+
+
+def _keyed_drift(desired: list[Any], live: list[Any], key: str, path: str) -> list[str]:
+    """Each rendered item must be there (found by ``key``) and hold what we render, in our
+    order; items someone else added are theirs."""
+    out: list[str] = []
+    found = {i.get(key): n for n, i in enumerate(live) if isinstance(i, dict)}
+    positions = []
+    for want in desired:
+        sub = f"{path}[{key}={want[key]}]"
+        if want[key] not in found:
+            out.append(sub)
+            continue
+        positions.append(found[want[key]])
+        out += drifted_fields(want, live[found[want[key]]], sub)
+    if positions != sorted(positions):
+        out.append(path)
+    return out
+
 
 def drifted_fields(desired: Any, live: Any, path: str = "") -> list[str]:
     """The paths where ``live`` no longer holds what ``desired`` renders.
 
-    A field the API server (or another controller) added is not drift: only a
-    rendered field that is missing or different is. Lists must match item by
-    item, each item compared the same way (the server adds defaults inside
-    container and port entries, never whole entries).
+    Compared the way the API server stores an object, so that what it (or an admission
+    webhook, or another controller) did to it is not mistaken for drift, which would be
+    corrected on every resync, forever, fighting them:
+
+    - a field we do not render is not ours: defaults the server fills in, labels and
+      annotations others add;
+    - a field we render empty (None, ``{}``, ``[]``, ``""``) may be omitted by the server;
+    - quantities are compared by value (``1024Mi`` is ``1Gi``);
+    - lists of named items (containers, volumes, env, ports, volumeMounts ...) are
+      matched by name: ours must be there as rendered, extra items are someone else's;
+      other lists must match item by item.
+
+    A rendered field that is missing or holds another value is drift.
     """
+    field = path.rsplit(".", 1)[-1]
     if isinstance(desired, dict):
-        if not isinstance(live, dict):
-            return [path or "."]
-        out: list[str] = []
-        for key, value in desired.items():
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in live:
-                out.append(sub)
-            else:
-                out += drifted_fields(value, live[key], sub)
-        return out
+        return _dict_drift(desired, live, field in QUANTITY_MAPS, path)
     if isinstance(desired, list):
-        if not isinstance(live, list) or len(live) != len(desired):
+        if not isinstance(live, list):
+            return [path or "."]
+        key = _item_key(field, desired)
+        if key is not None:
+            return _keyed_drift(desired, live, key, path)
+        if len(live) != len(desired):
             return [path or "."]
         out = []
         for i, (want, have) in enumerate(zip(desired, live, strict=True)):
             out += drifted_fields(want, have, f"{path}[{i}]")
         return out
+    if desired is None:
+        return []
     return [] if desired == live else [path or "."]
+
+
+def _dict_drift(desired: dict[Any, Any], live: Any, quantities: bool, path: str) -> list[str]:
+    if not isinstance(live, dict):
+        return [path or "."]
+    out: list[str] = []
+    for key, value in desired.items():
+        sub = f"{path}.{key}" if path else str(key)
+        if key not in live:
+            if value not in (None, {}, [], ""):
+                out.append(sub)
+        elif quantities or key == "sizeLimit":
+            if value != live[key] and not _quantity_equal(value, live[key]):
+                out.append(sub)
+        else:
+            out += drifted_fields(value, live[key], sub)
+    return out
 
 
 def pvc_request(pvc: Mapping[str, Any]) -> str | None:
