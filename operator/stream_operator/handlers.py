@@ -5,7 +5,8 @@ per object on a small pool of worker threads (``periodic``) over the DurableStre
 event handler keeps track of: a status round (``status_round``) every
 ``DS_OPERATOR_STATUS_INTERVAL`` seconds, a whole reconcile every
 ``DS_OPERATOR_RESYNC_INTERVAL`` (``operator_settings``); and a delete
-handler, only for ``pvcRetention: Delete``, that deletes the claims.
+handler, only for ``pvcRetention: Delete``, that deletes the claims once the pods are
+gone, and the Lease before them (``lifecycle_deletion``).
 
 Not kopf timers: kopf puts its finalizer on every object that has a timer, and a
 finalizer nobody removes (the operator uninstalled) makes ``kubectl delete`` hang. So an
@@ -37,7 +38,7 @@ from stream_operator import (
     server_image,
 )
 from stream_operator.api_client import api
-from stream_operator.apply import delete_pvcs
+from stream_operator.lifecycle_deletion import finish
 from stream_operator.periodic import Periodic
 from stream_operator.reconcile import converge as _converge
 from stream_operator.spec import with_defaults
@@ -179,10 +180,13 @@ def _deletes_pvcs(spec: kopf.Spec, **_: Any) -> bool:
 # nothing to do at deletion (owned objects go by garbage collection).
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=_deletes_pvcs)
 def cleanup(name: str, namespace: str | None, logger: Logger, **_: Any) -> None:
-    """Owned objects go by garbage collection; the PVCs go here (pvcRetention: Delete)."""
+    """The pods, then the Lease, then the PVCs (pvcRetention: Delete; lifecycle_deletion):
+    the rest goes by garbage collection once the finalizer is removed."""
     if not leadership.may_act():
         raise kopf.TemporaryError("this operator does not hold the lease", delay=10)
-    deleted = delete_pvcs(api(), _namespaced(namespace), name)
+    waiting, deleted = finish(api(), _namespaced(namespace), name)
+    if waiting:
+        raise kopf.TemporaryError(waiting, delay=2)
     logger.info("deleted PVCs %s", deleted)
 
 
