@@ -67,6 +67,26 @@ def test_a_newer_visible_answer_supersedes_older_ones_still_waiting() -> None:
     assert f.current_at == 96 * S  # the older one was dropped, not taken late
 
 
+def test_readers_that_see_past_every_commit_point_heard_are_current_only_once_one_covers_it():
+    """``hold``: a standby that starts (or steps down) showing its readers up to lsn 30,
+    which no commit point it heard covers, is stale until an answer's commit point
+    does, however fresh the answers' stamps."""
+    clock = Clock(100 * S)
+    f = Freshness(5.0, clock)
+    f.heard(99 * S, commit=10, visible=10)
+    assert f.fresh_for() > 0
+    f.hold(30)  # current no longer, from now on
+    assert f.fresh_for() == 0 and f.holding
+    f.heard(99 * S + 1, commit=20, visible=30)  # fresh, but "21..30" may be rolled back
+    assert f.fresh_for() == 0 and f.holding and f.commit == 20
+    f.visible(30)
+    assert f.fresh_for() == 0
+    f.heard(99 * S + 2, commit=30, visible=30)  # confirmed
+    assert not f.holding and f.fresh_for() == pytest.approx(4.0)
+    f.hold(25)  # a lower mark changes nothing it was waiting for
+    assert f.unconfirmed == 30 and not f.holding
+
+
 class FakeClient:
     async def close(self) -> None:
         pass
@@ -112,7 +132,11 @@ class FakeShipper:
     def lsn(self) -> int:
         return self.ring[-1][1] if self.ring else 0
 
-    def commit_point(self) -> int:
+    @property
+    def echoing(self) -> bool:
+        return self.vouching  # settled: nothing unconfirmed taken over
+
+    def announced(self) -> int:
         return self.committed
 
     def refusal(self, term: int, after_term: int, after_lsn: int) -> None:

@@ -360,3 +360,26 @@ async def test_a_give_up_whose_write_was_lost_is_written_again(api, lease) -> No
     assert (await a.client.get()).holder == ""  # type: ignore[union-attr]
     await b.step()
     assert (b.state.role, b.state.term) == ("primary", 2)
+
+
+async def test_an_unsettled_primary_tells_standbys_only_what_it_knew_was_committed(
+    api, lease
+) -> None:
+    """Until its term has a quorum in sync, a primary that took over a tail past the last
+    commit point it knew announces no more than that point, and its answers make no
+    standby's reads current: a standby would publish, and a re-copied one trust, a
+    commit point covering writes a later election can roll back."""
+    a = replica(api, lease, "a", Clock())
+    await a.step()
+    await a.change_in_sync([], ["b"])
+    shipper = Shipper(a, ReplicaHooks(), quorum=2, preferred=False, wait=5.0, renew_deadline=10.0)
+    for lsn in (1, 2, 3, 4, 5):
+        shipper.add(a.state.term, lsn, b"frame")
+    shipper.became_primary(a.state.term, unsettled=True, known=3)
+    assert shipper.commit_point() == 5  # every acknowledged write is at or below it
+    assert shipper.announced() == 3  # but only 3 is known to survive any election
+    assert shipper.vouching and not shipper.echoing
+    await a.change_in_sync(["b"])  # b joined: it holds everything a held
+    assert shipper.announced() == 5 and shipper.echoing
+    shipper.became_primary(a.state.term + 1, known=0)  # settled from the start
+    assert shipper.settled and shipper.announced() == 5

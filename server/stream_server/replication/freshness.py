@@ -24,6 +24,17 @@ A message delivered late (a standby or a network paused, the bytes
 buffered) carries an old stamp and renews nothing past it. The argument
 assumes only that the two clocks run at rates that differ by less than
 ``lease_duration / lease_renew_deadline``, as the Lease itself does.
+
+What readers here see must itself be confirmed: a standby that starts
+(after a restart, or a re-copy, which restarts it) shows everything its
+data directory holds, and a replica that steps down shows what it took over
+or wrote as primary; either may run past the last commit point it heard, a
+tail a later election can still roll back. ``hold`` marks that point: no
+answer makes the standby current until its commit point covers it (the
+primary confirmed the tail; one that lacks it says ``diverged`` instead, and
+this replica is re-copied). The commit point a standby heard is therefore not
+kept on disk: a restarted standby hears it again from its primary, within a
+heartbeat when that primary holds what it does.
 """
 
 from __future__ import annotations
@@ -50,6 +61,22 @@ class Freshness:
         # Our clock (ns) as of which every acknowledged write is visible here; 0: none yet.
         self.current_at = 0
         self._pending: deque[tuple[int, int]] = deque()  # (stamp, commit point) not visible yet
+        # Readers here may see up to this lsn without a commit point covering it (``hold``).
+        self.unconfirmed = 0
+        self.commit = 0  # the highest commit point heard with an echo
+
+    def hold(self, lsn: int) -> None:
+        """Readers here see up to ``lsn``, which may run past every commit point heard
+        (this replica starts as a standby, or steps down to one): not current from
+        now until an answer's commit point covers ``lsn`` (module doc)."""
+        self.unconfirmed = max(self.unconfirmed, lsn)
+        self.current_at = 0
+        self._pending.clear()
+
+    @property
+    def holding(self) -> bool:
+        """Whether readers here may see frames no commit point heard covers yet."""
+        return self.commit < self.unconfirmed
 
     def stamp(self) -> int:
         """The stamp to send now (an acknowledgement's, a fetch's)."""
@@ -60,6 +87,9 @@ class Freshness:
         with commit point ``commit``; readers here see everything up to ``visible``."""
         if stamp <= self.current_at:
             return
+        self.commit = max(self.commit, commit)
+        if commit < self.unconfirmed:
+            return  # readers here may see what this commit point does not cover (``hold``)
         if commit <= visible:
             # Supersedes every older stamp still waiting, whatever its commit point.
             self.current_at = stamp

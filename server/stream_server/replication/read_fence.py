@@ -6,7 +6,9 @@ A replica answers reads only while it knows it is current within
 within the renew deadline, so that no other primary can exist) and once what
 it took over with is settled (``Shipper.settled``: no later election can roll
 it back), a standby until its last stamp the primary answered plus the bound
-(``freshness.py``).
+(``freshness.py``), and never while its readers may see frames past every
+commit point it heard (after a restart, a re-copy or a step-down:
+``Freshness.hold``).
 Past that every stream read gets 503 with ``Retry-After: 1``,
 ``Stream-Primary`` when known, and a JSON error saying why; a live read
 waiting at the tail is woken the moment freshness runs out (``stale``).
@@ -90,6 +92,13 @@ class ReadFence:
                 f"this primary could not renew its Lease within {self.roles.config.renew_deadline:g}"
                 f" s and may have been replaced; reads are refused past the {bound:g} s "
                 "staleness bound until it renews or follows the new primary"
+            )
+        elif self.freshness.holding:
+            why = (
+                f"this replica holds writes up to lsn {self.freshness.unconfirmed} that no "
+                f"commit point it heard covers (commit point {self.freshness.commit}: it "
+                "restarted, was re-copied or stepped down); reads are refused until its "
+                "primary confirms them"
             )
         elif (age := self.freshness.age()) is None:
             why = (

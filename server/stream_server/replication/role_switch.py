@@ -105,7 +105,7 @@ class RoleSwitch:
         # primary), what we hold may be rolled back if an eligible replica is elected.
         known = max(self.follower.commit, self.shipper.confirmed)
         unsettled = bool(self.roles.state.eligible) and self.store.engine.lsn > known
-        self.shipper.became_primary(term, unsettled=unsettled)
+        self.shipper.became_primary(term, unsettled=unsettled, known=known)
         self.hooks.writable = True
         self.primary = True
         self.failovers += 1
@@ -153,6 +153,10 @@ class RoleSwitch:
         await self.store.pipeline.drained()
         self.streams.rollback()  # queued changes of ours will never be published
         self._stage_unpublished()
+        # Readers here see all this replica held when it started, or what it published
+        # as primary (a tail it took over included): no read is current until a commit
+        # point covers it (``Freshness.hold``), or the primary says we diverged.
+        self.follower.freshness.hold(self.store.pipeline.published)
         self.follower.following = True
         log.info("standby of %s (term %d)", self.roles.state.primary_url, self.roles.state.term)
 

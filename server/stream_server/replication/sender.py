@@ -25,8 +25,11 @@ keeps one connection per standby open in both directions:
 The echo is the newest stamp received on this stream before the message was
 built, and 0 unless this replica's commit point covers every acknowledged
 write (``Shipper.vouching``: primary of the Lease's term, renewed within the
-renew deadline): with it the standby knows how current its reads are
-(``freshness.py``), and a deposed primary renews no one's freshness.
+renew deadline) and no election can roll back what it covers
+(``Shipper.settled``): with it the standby knows how current its reads are
+(``freshness.py``), and a deposed or unsettled primary renews no one's
+freshness. The commit point sent is ``Shipper.announced``: a primary not yet
+settled tells no standby that its unconfirmed tail is committed.
 A standby of the version before the echo asks for ``pyds-replication/1``
 (a rolling update) and gets the same stream without stamps or echoes
 (``MESSAGE_V1``, ``ACK_V1``).
@@ -126,7 +129,7 @@ class Sender(asyncio.Protocol):
             return
         shipper = self.shipper
         ring = shipper.ring
-        commit = shipper.commit_point()
+        commit = shipper.announced()
         head = self._head()
         unacked = ring.bytes_after(self.acked_lsn) - ring.bytes_after(self.sent_lsn)
         parts: list[bytes] = []
@@ -147,7 +150,7 @@ class Sender(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return None
-        commit = self.shipper.commit_point()
+        commit = self.shipper.announced()
         if commit <= self.sent_commit:
             return None
         wait = self._last_sent + COMMIT_LINGER - time.monotonic()
@@ -161,7 +164,7 @@ class Sender(asyncio.Protocol):
         as of now: the newest stamp received, while this replica may acknowledge."""
         if self.version < 2:
             return MESSAGE_V1.pack
-        echo = self.stamp if self.shipper.vouching else 0
+        echo = self.stamp if self.shipper.echoing else 0
         pack = MESSAGE.pack
         return lambda t, lsn, commit, n: pack(t, lsn, commit, echo, n)
 
@@ -177,7 +180,7 @@ class Sender(asyncio.Protocol):
         echoed by the next message, keeps its reads fresh (``freshness.py``)."""
         idle = time.monotonic() - self._last_sent
         if idle >= self.heartbeat and self.transport is not None:
-            commit = self.shipper.commit_point()
+            commit = self.shipper.announced()
             self._send(self._head()(0, 0, commit, 0), commit)
             idle = 0.0
         self._beat = asyncio.get_running_loop().call_later(self.heartbeat - idle, self._on_beat)

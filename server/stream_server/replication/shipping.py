@@ -128,6 +128,7 @@ class Shipper:
         self._gave_up_in = 0  # the term we gave the Lease up in
         self._settled = True  # ``settled``, latched once true in a term
         self._took_over_at = 0  # our lsn when we last became primary
+        self._known = 0  # the last commit point we knew of then (``announced``)
         # The highest lsn no election can roll back, as far as we know: a commit point
         # of ours while settled (a primary's ``committed`` starts at all it holds).
         self.confirmed = 0
@@ -154,12 +155,13 @@ class Shipper:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def became_primary(self, term: int, *, unsettled: bool = False) -> None:
+    def became_primary(self, term: int, *, unsettled: bool = False, known: int = 0) -> None:
         """A new term: every follower's position is learnt again from its fetches.
-        ``unsettled``: we hold frames past the last commit point we heard of while
-        another replica could still be elected without them (``settled``)."""
+        ``unsettled``: we hold frames past ``known``, the last commit point we heard of,
+        while another replica could still be elected without them (``settled``)."""
         self._term = term
         self._took_over_at = self.lsn
+        self._known = known
         self._settled = self.preferred or not unsettled
         if self._settled:
             self.confirmed = max(self.confirmed, self.lsn)
@@ -244,6 +246,23 @@ class Shipper:
             self._settled = True
             self.confirmed = max(self.confirmed, self._took_over_at)
         return self._settled
+
+    def announced(self) -> int:
+        """The commit point our standbys are told: ours once settled; until then no more
+        than the last one we knew of when we took over. Past it we hold a tail that a
+        later election may roll back, and a standby publishes to its readers what the
+        commit point covers, a re-copied or restarted one holds its reads until it
+        covers all it holds (``freshness.py``), and one promoted later counts on it."""
+        point = self.commit_point()
+        return point if self.settled else min(point, self._known)
+
+    @property
+    def echoing(self) -> bool:
+        """Whether our answers may make a standby's reads current (``freshness.py``): we
+        vouch for our commit point and it is settled. Until then the writes a primary
+        before us acknowledged may lie past what we announce (``announced``), so a
+        standby's readers could miss them; ours are refused meanwhile too."""
+        return self.vouching and self.settled
 
     @property
     def vouching(self) -> bool:
@@ -383,9 +402,9 @@ class Shipper:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(1.0, self.silent_after / 2)
         while self.lsn <= after_lsn and self.roles.is_primary and not self.stopping:
-            if self.commit_point() > known_commit:  # news, but no frames: linger a little
+            if (announced := self.announced()) > known_commit:  # news, but no frames: linger
                 deadline = min(deadline, loop.time() + COMMIT_LINGER)
-                known_commit = self.committed
+                known_commit = announced
             left = deadline - loop.time()
             if left <= 0:
                 break
@@ -405,7 +424,7 @@ class Shipper:
         self.shipped += len(frames)
         headers = {
             wire.TERM: str(state.term),
-            wire.COMMIT: str(self.commit_point()),
+            wire.COMMIT: str(self.announced()),
             wire.LSN: str(self.lsn),
             "content-type": "application/octet-stream",
             "cache-control": "no-store",

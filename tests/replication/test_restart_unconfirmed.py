@@ -1,0 +1,141 @@
+"""A standby that starts holding frames past the last commit point it heard serves none
+of them until its primary confirms them (docs/replication.md, "Reads").
+
+Recovery loads everything the data directory holds, and the commit point a standby
+heard before a restart (or a re-copy, which restarts it) is not kept: its readers see
+a tail that a later election may still roll back. The real app on a real data
+directory (a standby's engine that applied three frames of a term-2 primary), its real
+role loop on the emulated API server, its real follower, and a primary played by the
+test over the replication stream's bytes, which decides what commit point it announces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from stream_server.app import StreamServerApp
+from stream_server.config import Settings
+from stream_server.engine.replica import apply_frames
+from stream_server.replication import wire
+from testkit.cluster import Cluster
+from testkit.replica_engines import primary_frames, standby
+from tests.replication.test_freshness import call, recovered
+
+TERM = 2  # the term of the played primary's frames (``primary_frames``)
+WAIT = 60.0  # seconds: a liveness bound, never reached when the code is right
+
+
+class PlayedPrimary:
+    """The primary's end of one replication stream: the 101, then whatever commit points
+    the test sends; every acknowledgement the standby sends is queued."""
+
+    def __init__(self) -> None:
+        self.acks: asyncio.Queue[tuple[int, int, int, int]] = asyncio.Queue()
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(f"GET {wire.STREAM_PATH}?".encode()), head
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\n"
+            + f"upgrade: {wire.UPGRADE}\r\n{wire.TERM}: {TERM}\r\n\r\n".encode()
+        )
+        self.writer = writer
+        while True:
+            try:
+                raw = await reader.readexactly(wire.ACK.size)
+            except asyncio.IncompleteReadError:
+                return
+            await self.acks.put(wire.ACK.unpack(raw))
+
+    async def ack(self) -> tuple[int, int, int, int]:
+        return await asyncio.wait_for(self.acks.get(), WAIT)
+
+    async def announce(self, commit: int, echo: int) -> tuple[int, int, int, int]:
+        """The commit point alone, echoing ``echo``; the standby's answer, sent once it
+        has taken the message in."""
+        assert self.writer is not None
+        self.writer.write(wire.message(0, 0, commit, echo))
+        return await self.ack()
+
+
+def lease_object(name: str, primary_url: str) -> dict[str, object]:
+    """The Lease as the played primary ``p`` holds it in ``TERM``, with nobody in sync:
+    the standby under test is never eligible, and only follows."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "annotations": {
+                "streams.pyds.dev/term": str(TERM),
+                "streams.pyds.dev/primary-url": primary_url,
+                "streams.pyds.dev/in-sync": "[]",
+            },
+        },
+        "spec": {"holderIdentity": "p", "leaseDurationSeconds": 15},
+    }
+
+
+@pytest.fixture
+async def restarted(
+    api: Cluster, lease: str, tmp_path: Path
+) -> AsyncIterator[tuple[StreamServerApp, PlayedPrimary]]:
+    """A standby's data directory holding stream ``a`` = "hello world" up to lsn 3 (the
+    create, "hello ", "world"), started as a replica set's member whose primary is
+    the test's."""
+    data = tmp_path / "data"
+    e, hooks = standby(data)
+    apply_frames(e, hooks, primary_frames(tmp_path / "primary"))
+    e.close()
+    primary = PlayedPrimary()
+    server = await asyncio.start_server(primary.serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    api.create(lease_object(lease.partition("/")[2], url)).raise_for_status()
+    app = await recovered(
+        Settings(
+            data_dir=data,
+            replication_lease=lease,
+            replica_name="r1",
+            replica_url="http://127.0.0.1:1",
+            kube_api=api.url,
+            lease_retry_period=0.2,
+        )
+    )
+    assert app.replication is not None
+    app.replication.start(ready=app.recovery.recovered)
+    try:
+        yield app, primary
+    finally:
+        await app.replication.stop()
+        await app.recovery.stop()
+        server.close()
+
+
+async def test_a_restarted_standby_serves_nothing_past_the_commit_point_it_heard(restarted):
+    """Before it stopped, the standby had heard commit point 2: "world" (lsn 3) was never
+    confirmed. The primary, current and vouching, says so again; the standby must not
+    answer a read that shows "world" until a commit point covers it."""
+    app, primary = restarted
+    first = await primary.ack()  # the stream opened: its position, and a stamp
+    assert first[:2] == (TERM, 3)
+    stamp = (await primary.announce(2, echo=first[3]))[3]
+    status, headers, body = await call(app, "GET", "/v1/stream/a", "offset=-1")
+    assert status == 503, body
+    assert headers[b"retry-after"] == b"1"
+    assert headers[b"stream-primary"].decode().startswith("http://127.0.0.1:")
+    error = json.loads(body)["error"]
+    assert error["code"] == "STALE_REPLICA"
+    assert "holds writes up to lsn 3 that no commit point it heard covers" in error["message"]
+    assert app.replication.status()["fresh_for"] == 0
+    # The primary confirms the tail: current, and the whole stream is served.
+    await primary.announce(3, echo=stamp)
+    status, headers, body = await call(app, "GET", "/v1/stream/a", "offset=-1")
+    assert status == 200 and body == b"hello world"
+    assert headers[b"stream-up-to-date"] == b"true"
