@@ -36,7 +36,8 @@ QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "overhead"})
 
 def _quantity_equal(want: Any, have: Any) -> bool:
     try:
-        return bool(parse_quantity(want) == parse_quantity(have))
+        same = parse_quantity(want) == parse_quantity(have)  # type: ignore[no-untyped-call]
+        return bool(same)
     except (ValueError, TypeError):
         return False
 
