@@ -44,6 +44,9 @@ class OperatorSettings:
     metrics_port: int = 8081  # /metrics and /healthz; 0 turns them off
     leader_election: bool = True
     unpinned_server_image: str = "roll"  # server_image: roll or hold
+    # The server pods run as the image's UID 10001; false where the platform assigns one
+    # (OpenShift's restricted SCC): pod_template.pod_security_context.
+    server_fixed_uid: bool = True
     # Labels on every PodMonitor (JSON object of strings).
     monitor_labels: Mapping[str, str] = field(default_factory=dict)
 
@@ -117,6 +120,7 @@ PARSED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DS_OPERATOR_METRICS_PORT": ("metrics_port", _port),
     "DS_OPERATOR_LEADER_ELECTION": ("leader_election", _boolean),
     "DS_OPERATOR_UNPINNED_SERVER_IMAGE": ("unpinned_server_image", _policy),
+    "DS_OPERATOR_SERVER_FIXED_UID": ("server_fixed_uid", _boolean),
     "DS_OPERATOR_SERVICEMONITOR_LABELS": ("monitor_labels", _labels),  # the older name
     "DS_OPERATOR_PODMONITOR_LABELS": ("monitor_labels", _labels),
 }

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stream_operator import GROUP, KIND, VERSION, archive_render, disruptions
+from stream_operator import GROUP, KIND, VERSION, archive_render, disruptions, pod_template
 from stream_operator.certificates import certificate_name, render_certificate, with_certificate
 from stream_operator.monitoring import podmonitor_settings, render_podmonitor
 from stream_operator.server_settings import settings_env
@@ -390,12 +390,7 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": s.resources,
         "volumeMounts": mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": pod_template.container_security_context(s.template),
     }
     pvc_spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
@@ -403,22 +398,12 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
     }
     if s.storage.storage_class_name:
         pvc_spec["storageClassName"] = s.storage.storage_class_name
-    sched = s.scheduling
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
         # SIGTERM, then in-flight batches finish and a final checkpoint runs.
         "terminationGracePeriodSeconds": s.lifecycle.termination_grace_period_seconds,
-        "securityContext": {
-            "runAsUser": 10001,
-            "runAsGroup": 10001,
-            "fsGroup": 10001,
-            # The kubelet chowns the volume's files to fsGroup only when its root is not
-            # already the group's (the default, Always, walks every file at each start).
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "runAsNonRoot": True,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_template.pod_security_context(s.template),
         "enableServiceLinks": False,
     }
     if s.image_pull_secrets:
@@ -433,17 +418,12 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
         pod_spec["readinessGates"] = [{"conditionType": IN_SYNC}]
     else:
         # A single server never calls the API: no token of the namespace's default
-        # ServiceAccount in the pod (issue 25; this rolled single servers once).
+        # ServiceAccount in the pod (issue 25; this rolled single servers once). Given
+        # template.serviceAccount (IRSA, workload identity) it runs as its own account.
         pod_spec["automountServiceAccountToken"] = False
-    for key in (
-        "nodeSelector",
-        "affinity",
-        "tolerations",
-        "topologySpreadConstraints",
-        "priorityClassName",
-    ):
-        if sched.get(key):
-            pod_spec[key] = sched[key]
+        if pod_template.wants_service_account(s.template):
+            pod_spec["serviceAccountName"] = service_account_name(name)
+    pod_spec |= pod_template.placement(s.scheduling, selector(name), s.replicated)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -463,8 +443,10 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
             },
             "template": {
                 "metadata": {
-                    "labels": labels(name),
-                    "annotations": {CONFIG_HASH: config_hash(s)},
+                    "labels": pod_template.pod_labels(s.template, labels(name)),
+                    "annotations": pod_template.pod_annotations(
+                        s.template, {CONFIG_HASH: config_hash(s)}
+                    ),
                 },
                 "spec": pod_spec,
             },
@@ -533,10 +515,15 @@ def render_replicas_service(name: str, namespace: str, uid: str, spec: SpecInput
 
 
 def render_service_account(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
+    meta = _meta(service_account_name(name), namespace, uid, instance=name, owner=name)
+    given = pod_template.service_account_metadata(with_defaults(spec).template)
+    meta["labels"] = {**given.get("labels", {}), **meta["labels"]}
+    if "annotations" in given:
+        meta["annotations"] = given["annotations"]  # IRSA's role-arn, GKE's gcp-service-account
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _meta(service_account_name(name), namespace, uid, instance=name, owner=name),
+        "metadata": meta,
         # The token is mounted: the servers read and write their Lease with it.
         "automountServiceAccountToken": True,
     }
@@ -646,10 +633,12 @@ def desired_objects(
     ):
         # Before the pods that mount its Secret.
         objs.append(cert)
+    if s.replicated or pod_template.wants_service_account(s.template):
+        # Before the StatefulSet: its pods start with their account.
+        objs.append(render_service_account(name, namespace, uid, s))
     if s.replicated:
-        # Before the StatefulSet: its pods start with their account and can see peers.
+        # Before the StatefulSet: its pods can see their peers.
         objs += [
-            render_service_account(name, namespace, uid, s),
             render_role(name, namespace, uid, s),
             render_role_binding(name, namespace, uid, s),
         ]

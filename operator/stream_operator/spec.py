@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import archive_spec, server_settings
+from stream_operator import archive_spec, pod_template, server_settings
 from stream_operator.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec, SecretKey
 
 # The server image for a spec that names none: the operator's own setting, which the
@@ -218,8 +218,8 @@ class DurableStreamSpec:
     ``raw`` is the same spec as a defaulted dict: the config hash is taken over it (so a
     hash is what it always was, and the pods do not roll on an operator upgrade), and the
     parts that are Kubernetes structures passed through as given (``resources``,
-    ``scheduling``, ``imagePullSecrets``, ``analytics``) are views into it. Nothing may
-    change it: a changed spec is made with ``changed``.
+    ``scheduling``, ``template``, ``imagePullSecrets``, ``analytics``) are views into it.
+    Nothing may change it: a changed spec is made with ``changed``.
     """
 
     raw: Mapping[str, Any]
@@ -232,6 +232,7 @@ class DurableStreamSpec:
     resources: Mapping[str, Any]
     server: ServerSpec
     scheduling: Mapping[str, Any]
+    template: Mapping[str, Any]  # spec.template: pod and ServiceAccount (pod_template.py)
     replication: ReplicationSpec
     service: ServiceSpec
     metrics: MetricsSpec
@@ -317,6 +318,7 @@ def with_defaults(spec: SpecInput) -> DurableStreamSpec:
         resources=raw["resources"],
         server=_server(raw["server"]),
         scheduling=raw["scheduling"],
+        template=raw.get("template") or {},
         replication=_replication(raw["replication"]),
         service=ServiceSpec(type=str(raw["service"]["type"]), port=int(raw["service"]["port"])),
         metrics=_metrics(raw["metrics"]),
@@ -488,6 +490,7 @@ def refused_change(old: Mapping[str, Any] | None, new: SpecInput) -> str | None:
     invalid = (
         refused_workers(spec)
         or server_settings.refused_settings(spec.server.settings)
+        or pod_template.refused_template(spec.template)
         or refused_retention(spec)
         or refused_replication(spec)
         or archive_spec.refused_archive(spec.backup, spec.recovery, spec.replica)

@@ -573,3 +573,25 @@ def test_crd_server_settings_take_the_free_settings_by_flag_name():
         outcome = evaluate(rule, refused)
         assert not outcome.passed and not outcome.error
         assert "server.settings" in outcome.message
+
+
+def test_crd_template_takes_pod_and_service_account_metadata_and_security_contexts():
+    """Issue 42: spec.template (Strimzi's shape) as the API server checks it."""
+    irsa = {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/archive"}
+    template = {
+        "pod": {
+            "metadata": {"labels": {"team": "a"}, "annotations": {"x/y": "z"}},
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        },
+        "serverContainer": {"securityContext": {"readOnlyRootFilesystem": True}},
+        "serviceAccount": {"metadata": {"annotations": irsa}},
+    }
+    cr = {**_server_cr({}), "spec": {"template": template}}
+    validate_cr(cr)
+    for bad in (
+        {"pod": {"metadata": {"labels": {"team": 1}}}},
+        {"serviceAccount": {"metadata": {"annotations": ["a"]}}},
+        {"serverContainer": "restricted"},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_cr({**cr, "spec": {"template": bad}})
