@@ -595,3 +595,50 @@ def test_crd_template_takes_pod_and_service_account_metadata_and_security_contex
     ):
         with pytest.raises(jsonschema.ValidationError):
             validate_cr({**cr, "spec": {"template": bad}})
+
+
+def test_the_operators_pod_takes_placement_metadata_and_security_contexts(helm):
+    """Issue 42: what a platform team sets on the operator's own pod, rendered by helm
+    and checked by Kubernetes' schema; given security contexts replace the chart's."""
+    sets = (
+        "operator.priorityClassName=system-cluster-critical",
+        "operator.podLabels.team=platform",
+        "operator.podLabels.app\\.kubernetes\\.io/name=not-the-selector",
+        "operator.podAnnotations.example\\.com/owner=platform",
+        "operator.tolerations[0].key=dedicated",
+        "operator.tolerations[0].operator=Exists",
+        "operator.topologySpreadConstraints[0].maxSkew=1",
+        "operator.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+        "operator.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+        "operator.securityContext.allowPrivilegeEscalation=false",
+    )
+    docs = template(helm, *sets)
+    validate([d for d in docs if d["kind"] != "CustomResourceDefinition"])
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"]["team"] == "platform"
+    # The selector's labels win: another value would orphan the pod from its Deployment.
+    assert pod["metadata"]["labels"] == {
+        **deployment["spec"]["selector"]["matchLabels"],
+        "team": "platform",
+    }
+    assert pod["metadata"]["annotations"] == {"example.com/owner": "platform"}
+    spec = pod["spec"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert spec["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    assert spec["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert spec["securityContext"]["runAsUser"] == 10001
+    assert _env(_operator_pod(helm))["DS_OPERATOR_SERVER_FIXED_UID"] == "true"
+
+
+def test_on_openshift_no_pod_asks_for_a_uid(helm):
+    """fixedUID=false: the restricted SCC assigns the UID; a fixed 10001 outside the
+    namespace's range is refused at admission. The operator leaves it out of the servers'
+    pods too (DS_OPERATOR_SERVER_FIXED_UID; tests/operator/test_pod_template.py)."""
+    pod = _operator_pod(helm, "fixedUID=false")
+    assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(pod["securityContext"])
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert _env(pod)["DS_OPERATOR_SERVER_FIXED_UID"] == "false"
+    given = _operator_pod(helm, "operator.podSecurityContext.runAsNonRoot=true")
+    assert given["securityContext"] == {"runAsNonRoot": True}
