@@ -34,7 +34,8 @@ FILES = {
 EXAMPLE = {
     "apiVersion": "streams.pyds.dev/v1alpha1",
     "kind": "DurableStream",
-    "metadata": {"name": "events", "namespace": "default"},
+    # In the operator's own namespace: the only one it watches by default (namespaced RBAC).
+    "metadata": {"name": "events", "namespace": NAMESPACE},
     "spec": {
         "image": "durable-streams-server:0.1.0",
         "replicas": 1,
@@ -45,27 +46,32 @@ EXAMPLE = {
 }
 
 
-def render() -> dict[str, str]:
+def _template(*sets: str) -> list[dict]:
     helm = ensure() / "helm"
-    out = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "durable-streams",
-            str(CHART),
-            "--namespace",
-            NAMESPACE,
-            "--set",
-            "alerts.enabled=true",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(out) if d]
+    args = [str(helm), "template", "durable-streams", str(CHART), "--namespace", NAMESPACE]
+    for s in ("alerts.enabled=true", *sets):
+        args += ["--set", s]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+# The operator over every namespace (operator.clusterWide): its RBAC and Deployment, in
+# place of rbac.yaml and operator.yaml (the default watches the operator's namespace).
+CLUSTER_WIDE = {
+    "cluster-wide/rbac.yaml": FILES["rbac.yaml"],
+    "cluster-wide/operator.yaml": FILES["operator.yaml"],
+}
+
+
+def render() -> dict[str, str]:
+    docs = _template()
     files: dict[str, str] = {}
     for fname, kinds in FILES.items():
         chosen = [d for d in docs if d["kind"] in kinds]
+        files[fname] = HEADER + yaml.safe_dump_all(chosen, sort_keys=False)
+    wide = _template("operator.clusterWide=true")
+    for fname, kinds in CLUSTER_WIDE.items():
+        chosen = [d for d in wide if d["kind"] in kinds]
         files[fname] = HEADER + yaml.safe_dump_all(chosen, sort_keys=False)
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     files["namespace.yaml"] = HEADER + yaml.safe_dump(ns, sort_keys=False)

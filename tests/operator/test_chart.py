@@ -430,8 +430,10 @@ def test_operator_metrics_leader_election_and_monitoring_labels(helm):
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "create", "update"],
-        }
+            "resourceNames": ["rel-durable-streams"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     ]
     # Without leader election: no Lease Role, and never two pods at once.
     docs = template(helm, "operator.leaderElection.enabled=false")

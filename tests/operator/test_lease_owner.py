@@ -14,11 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from stream_operator import KIND, events, lease_owner, reconcile, status_round
@@ -28,10 +26,10 @@ from testkit import rbac
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.leases import KEEPS, replica_lease
+from testkit.operator_rbac import cluster_wide_rbac
 from testkit.pod_objects import statefulset_status
 
 NS = "default"
-RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
 
 
 @pytest.fixture
@@ -163,7 +161,7 @@ def test_other_owners_are_kept_and_a_race_or_a_missing_lease_waits(kube: Cluster
 def test_the_installed_rbac_grants_the_adoption(kube: Cluster):
     """The patch and the admission plugin's checks on it (``delete`` on the Lease for a
     change of owner references, ``update`` on the DurableStream's finalizers for a
-    reference that blocks its deletion) are granted by manifests/rbac.yaml."""
+    reference that blocks its deletion) are granted by the chart's cluster-wide RBAC."""
     ac = api_client(kube)
     ds = kube.create(durable_stream("events", {"replicas": 3})).json()
     lease = kube.create(replica_lease("events", NS, "events-0")).json()
@@ -177,9 +175,7 @@ def test_the_installed_rbac_grants_the_adoption(kube: Cluster):
         ("delete", "leases"),
         ("update", "durablestreams/finalizers"),
     }
-    granted = rbac.grants(
-        yaml.safe_load_all(RBAC.read_text()), "durable-streams", "durable-streams"
-    )
+    granted = rbac.grants(cluster_wide_rbac(), "durable-streams", "durable-streams")
     assert rbac.denied(calls, granted) == []
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from stream_operator import KIND
 from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED, RECONCILE
@@ -21,13 +20,11 @@ from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.kubelet import Kubelet
 from testkit.operator import running_operator
+from testkit.operator_rbac import cluster_wide_rbac
 
 pytestmark = pytest.mark.processes
 
 NS = "default"
-
-
-RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
 
 
 @pytest.fixture
@@ -36,9 +33,7 @@ def kube() -> Iterator[Cluster]:
         with running_operator(c):
             yield c
         # What the lifecycle needs (pods annotated, a StatefulSet scaled) is granted.
-        granted = rbac.grants(
-            yaml.safe_load_all(RBAC.read_text()), "durable-streams", "durable-streams"
-        )
+        granted = rbac.grants(cluster_wide_rbac(), "durable-streams", "durable-streams")
         calls = [call for call in c.api.requests if not call.agent.startswith("python-httpx/")]
         assert not rbac.denied(calls, granted)
 

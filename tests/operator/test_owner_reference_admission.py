@@ -12,19 +12,17 @@ emulator's part, and the installed RBAC against what the operator renders.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from stream_operator.render import desired_objects, owner_reference
 from testkit import rbac
 from testkit.cluster import Cluster, cluster
 from testkit.kube import Call, durable_stream
+from testkit.operator_rbac import cluster_wide_rbac
 
 NS = "default"
-RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
 FINALIZERS = ("update", "streams.pyds.dev", "durablestreams/finalizers")
 
 
@@ -80,7 +78,7 @@ def test_the_emulator_records_the_plugins_checks(kube: Cluster):
 
 def test_the_installed_rbac_lets_the_operator_block_its_owners_deletion(kube: Cluster):
     """What the operator renders for a replica set (every built-in kind it makes), created
-    in the emulator: each create's admission checks are granted by manifests/rbac.yaml
+    in the emulator: each create's admission checks are granted by the chart's cluster-wide RBAC
     (the chart's RBAC; tests/operator/test_rbac.py runs the operator under the chart's)."""
     owner = kube.create(durable_stream("rendered", {"replicas": 3})).json()
     objs = desired_objects("rendered", NS, owner["metadata"]["uid"], {"replicas": 3})
@@ -89,9 +87,7 @@ def test_the_installed_rbac_lets_the_operator_block_its_owners_deletion(kube: Cl
         kube.create(obj).raise_for_status()
     checks = [call for call in kube.api.requests[start:] if call.resource.endswith("/finalizers")]
     assert len(checks) == len(objs)
-    granted = rbac.grants(
-        yaml.safe_load_all(RBAC.read_text()), "durable-streams", "durable-streams"
-    )
+    granted = rbac.grants(cluster_wide_rbac(), "durable-streams", "durable-streams")
     assert rbac.denied(checks, granted) == []
     # And the grant is that one check, not more: no other verb on the finalizers.
     on_finalizers = {(g.verb, g.resource) for g in granted if g.resource.endswith("/finalizers")}

@@ -175,7 +175,7 @@ def everything_the_operator_does(c: Cluster, namespace: str) -> None:
 
 @pytest.mark.parametrize(
     ("watched", "sets"),
-    [((), ()), (("a", "b"), ("operator.watchNamespaces={a,b}",))],
+    [((), ("operator.clusterWide=true",)), (("a", "b"), ("operator.watchNamespaces={a,b}",))],
     ids=["cluster-wide", "namespaced"],
 )
 def test_rbac_grants_exactly_what_the_operator_uses(watched: tuple[str, ...], sets: tuple):
@@ -246,6 +246,56 @@ def test_rbac_grants_exactly_what_the_operator_uses(watched: tuple[str, ...], se
         assert untouched
     else:
         assert {g.namespace for g in granted} == {None, RELEASE_NS}
+
+
+NAMESPACED = {"secrets", "leases", "roles", "rolebindings", "pods", "serviceaccounts"}
+
+
+def test_the_default_rbac_is_namespaced_to_the_release():
+    """Issue 42: by default nothing outside the release's namespace (kube-system's Secrets
+    and Leases, Roles anywhere) and only CRDs and StorageClasses read cluster-wide."""
+    granted = rbac.grants(chart_rbac(), ACCOUNT, RELEASE_NS)
+    assert {g.namespace for g in granted} == {None, RELEASE_NS}
+    assert {(g.verb, g.resource) for g in granted if g.namespace is None} == {
+        ("get", "customresourcedefinitions"),
+        ("get", "storageclasses"),
+    }
+    assert {g.resource for g in granted if g.namespace == RELEASE_NS} >= NAMESPACED
+    # The operator's own Lease is read and renewed by name (create cannot be named).
+    own = {(g.verb, g.name) for g in granted if g.resource == "leases" and g.name}
+    assert own == {("get", "rel-durable-streams"), ("update", "rel-durable-streams")}
+    deployment = chart_docs()
+    assert "--namespace=ops" in deployment[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [(), ("operator.clusterWide=true",), ("operator.watchNamespaces={a,b}",)],
+    ids=["default", "cluster-wide", "namespaced"],
+)
+def test_no_rbac_mode_can_escalate(sets: tuple[str, ...]):
+    """Kubernetes lets the operator write the servers' Role only with rights it holds:
+    bind, escalate or impersonate would lift that limit."""
+    rules = [r for d in chart_rbac(*sets) if "rules" in d for r in d["rules"]]
+    verbs = {v for r in rules for v in r["verbs"]}
+    assert not verbs & {"bind", "escalate", "impersonate", "*"}
+
+
+def test_cluster_wide_and_listed_namespaces_are_refused():
+    args = [str(ensure() / "helm"), "template", "rel", str(CHART), "--namespace", RELEASE_NS]
+    args += ["--set", "operator.clusterWide=true", "--set", "operator.watchNamespaces={a}"]
+    proc = subprocess.run(args, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "operator.clusterWide and operator.watchNamespaces" in proc.stderr
+
+
+def chart_docs(*sets: str) -> list[dict[str, Any]]:
+    """The Deployment(s) the chart renders with ``sets``."""
+    args = [str(ensure() / "helm"), "template", "rel", str(CHART), "--namespace", RELEASE_NS]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"]
 
 
 def finalizers(c: Cluster, name: str) -> list[str]:
