@@ -1,0 +1,77 @@
+"""spec.template and spec.server.settings through the real operator and an emulated API
+server (testkit.kube): the ServiceAccount a single server gets for IRSA, its annotations
+followed and the account pruned when the template goes; a refused setting said in the
+status and nothing applied."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from stream_operator import KIND
+from testkit import wait_for
+from testkit.cluster import Cluster, cluster
+from testkit.kube import durable_stream
+from testkit.operator import running_operator
+from testkit.operator_rbac import assert_role_grants_what_the_operator_did
+
+pytestmark = pytest.mark.processes
+
+NS = "default"
+ROLE = "eks.amazonaws.com/role-arn"
+
+
+@pytest.fixture
+def kube() -> Iterator[Cluster]:
+    with cluster() as c:
+        with running_operator(c):
+            yield c
+        assert_role_grants_what_the_operator_did(c)
+
+
+def _template(arn: str) -> dict:
+    return {"serviceAccount": {"metadata": {"annotations": {ROLE: arn}}}}
+
+
+def test_a_single_servers_account_follows_the_template_and_goes_with_it(kube: Cluster):
+    first = "arn:aws:iam::111122223333:role/one"
+    kube.create(durable_stream("events", {"template": _template(first)})).raise_for_status()
+    account = wait_for(
+        lambda: kube.get("ServiceAccount", NS, "events"), message="the pods' ServiceAccount"
+    )
+    assert account["metadata"]["annotations"][ROLE] == first
+    sts = wait_for(lambda: kube.get("StatefulSet", NS, "events"), message="StatefulSet")
+    assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "events"
+    second = "arn:aws:iam::111122223333:role/two"
+    kube.patch(KIND, NS, "events", {"spec": {"template": _template(second)}})
+    wait_for(
+        lambda: kube.get("ServiceAccount", NS, "events")["metadata"]["annotations"][ROLE] == second,
+        message="the new role on the account",
+    )
+    kube.patch(KIND, NS, "events", {"spec": {"template": None}})
+    wait_for(
+        lambda: kube.get("ServiceAccount", NS, "events") is None,
+        message="the account pruned with the template",
+    )
+    pod = kube.get("StatefulSet", NS, "events")["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in pod
+
+
+def test_a_refused_setting_is_said_and_nothing_is_applied(kube: Cluster):
+    kube.create(durable_stream("events", {"server": {"settings": {"max-streams": 10}}}))
+    cm = wait_for(lambda: kube.get("ConfigMap", NS, "events-config"), message="ConfigMap")
+    assert cm["data"]["DS_MAX_STREAMS"] == "10"
+    # The CRD's rule refuses an owned name at the API; a value out of range only the
+    # operator can check against the server's declaration.
+    kube.patch(KIND, NS, "events", {"spec": {"server": {"settings": {"max-streams": -5}}}})
+
+    def accepted() -> dict:
+        obj = kube.get(KIND, NS, "events") or {}
+        conds = (obj.get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "Accepted"), {})
+
+    cond = wait_for(lambda: accepted().get("status") == "False" and accepted(), message="refused")
+    assert cond["reason"] == "ChangeRefused"
+    assert "server.settings.max-streams must be 0 to" in cond["message"]
+    assert kube.get("ConfigMap", NS, "events-config")["data"]["DS_MAX_STREAMS"] == "10"
