@@ -12,19 +12,16 @@ test over the replication stream's bytes, which decides what commit point it ann
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from stream_server.app import StreamServerApp
-from stream_server.config import Settings
 from stream_server.engine.replica import apply_frames
 from stream_server.replication import wire
+from testkit.asgi import InProcessServer, in_process
 from testkit.cluster import Cluster
 from testkit.replica_engines import primary_frames, standby
-from tests.replication.test_freshness import call, recovered
 
 TERM = 2  # the term of the played primary's frames (``primary_frames``)
 WAIT = 60.0  # seconds: a liveness bound, never reached when the code is right
@@ -86,10 +83,10 @@ def lease_object(name: str, primary_url: str) -> dict[str, object]:
 @pytest.fixture
 async def restarted(
     api: Cluster, lease: str, tmp_path: Path
-) -> AsyncIterator[tuple[StreamServerApp, PlayedPrimary]]:
+) -> AsyncIterator[tuple[InProcessServer, PlayedPrimary]]:
     """A standby's data directory holding stream ``a`` = "hello world" up to lsn 3 (the
-    create, "hello ", "world"), started as a replica set's member whose primary is
-    the test's."""
+    create, "hello ", "world"), started (as uvicorn starts the app) as a replica set's
+    member whose primary is the test's."""
     data = tmp_path / "data"
     e, hooks = standby(data)
     apply_frames(e, hooks, primary_frames(tmp_path / "primary"))
@@ -98,23 +95,17 @@ async def restarted(
     server = await asyncio.start_server(primary.serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     api.create(lease_object(lease.partition("/")[2], url)).raise_for_status()
-    app = await recovered(
-        Settings(
-            data_dir=data,
-            replication_lease=lease,
-            replica_name="r1",
-            replica_url="http://127.0.0.1:1",
-            kube_api=api.url,
-            lease_retry_period=0.2,
-        )
-    )
-    assert app.replication is not None
-    app.replication.start(ready=app.recovery.recovered)
+    flags = [
+        "--replication-lease", lease,
+        "--replica-name", "r1",
+        "--replica-url", "http://127.0.0.1:1",
+        "--kube-api", api.url,
+        "--lease-retry-period", "0.2",
+    ]  # fmt: skip
     try:
-        yield app, primary
+        async with in_process(data, *flags) as app:
+            yield app, primary
     finally:
-        await app.replication.stop()
-        await app.recovery.stop()
         server.close()
 
 
@@ -122,20 +113,20 @@ async def test_a_restarted_standby_serves_nothing_past_the_commit_point_it_heard
     """Before it stopped, the standby had heard commit point 2: "world" (lsn 3) was never
     confirmed. The primary, current and vouching, says so again; the standby must not
     answer a read that shows "world" until a commit point covers it."""
-    app, primary = restarted
+    server, primary = restarted
     first = await primary.ack()  # the stream opened: its position, and a stamp
     assert first[:2] == (TERM, 3)
     stamp = (await primary.announce(2, echo=first[3]))[3]
-    status, headers, body = await call(app, "GET", "/v1/stream/a", "offset=-1")
-    assert status == 503, body
-    assert headers[b"retry-after"] == b"1"
-    assert headers[b"stream-primary"].decode().startswith("http://127.0.0.1:")
-    error = json.loads(body)["error"]
+    r = await server.client.get("/v1/stream/a", params={"offset": "-1"})
+    assert r.status_code == 503, r.text
+    assert r.headers["retry-after"] == "1"
+    assert r.headers["stream-primary"].startswith("http://127.0.0.1:")
+    error = r.json()["error"]
     assert error["code"] == "STALE_REPLICA"
     assert "holds writes up to lsn 3 that no commit point it heard covers" in error["message"]
-    assert app.replication.status()["fresh_for"] == 0
+    assert server.app.replication.status()["fresh_for"] == 0
     # The primary confirms the tail: current, and the whole stream is served.
     await primary.announce(3, echo=stamp)
-    status, headers, body = await call(app, "GET", "/v1/stream/a", "offset=-1")
-    assert status == 200 and body == b"hello world"
-    assert headers[b"stream-up-to-date"] == b"true"
+    r = await server.client.get("/v1/stream/a", params={"offset": "-1"})
+    assert r.status_code == 200 and r.content == b"hello world"
+    assert r.headers["stream-up-to-date"] == "true"
