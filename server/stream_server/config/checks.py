@@ -268,7 +268,11 @@ def data_directory(value: Path) -> str | None:
 
 def local_address(value: str) -> str | None:
     """A host name or address this machine can listen on: it resolves, and a socket binds
-    to it (on a port the kernel picks, so the port's own check is the listen's)."""
+    to it (on a port the kernel picks, so the port's own check is the listen's). ``::``
+    is every interface, IPv6 and IPv4, and IPv4's alone on a machine without IPv6
+    (``listen.py``): always one of this machine's."""
+    if value == "::":
+        return None
     try:
         found = socket.getaddrinfo(value, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:
