@@ -12,7 +12,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stream_operator import GROUP, KIND, VERSION, archive_render, disruptions, pod_template
+from stream_operator import (
+    GROUP,
+    KIND,
+    VERSION,
+    archive_render,
+    disruptions,
+    pod_template,
+    webhook_ca,
+)
 from stream_operator.certificates import certificate_name, render_certificate, with_certificate
 from stream_operator.monitoring import podmonitor_settings, render_podmonitor
 from stream_operator.server_settings import settings_env
@@ -245,7 +253,7 @@ def server_env(spec: SpecInput) -> dict[str, str]:
     if srv.workers is not None or not cpu_limited(spec):
         env["DS_WORKERS"] = str(1 if srv.workers is None else srv.workers)
     # Every other setting, by its flag name (refused_change has checked the names).
-    env |= settings_env(srv.settings)
+    env |= settings_env(srv.settings) | webhook_ca.env(srv)
     return env
 
 
@@ -368,6 +376,8 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
         volumes.append({"name": "replication", "secret": secret})
         mounts.append({"name": "replication", "mountPath": REPLICATION_TOKEN_DIR, "readOnly": True})
     archive_volumes, archive_mounts = archive_render.server_volumes(s)
+    ca_volumes, ca_mounts = webhook_ca.mount(srv)
+    archive_volumes, archive_mounts = archive_volumes + ca_volumes, archive_mounts + ca_mounts
     volumes += archive_volumes
     mounts += archive_mounts
     container = {

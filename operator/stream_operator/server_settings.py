@@ -113,6 +113,7 @@ SPEC_FIELDS: dict[str, str] = {
     "rate-burst": "server.rateLimit.burst",
     "public-url": "server.subscriptions.publicURL",
     "webhook-allow": "server.subscriptions.webhookAllow",
+    "webhook-ca-file": "server.subscriptions.webhookCA",
     "retention": "server.retention",
     "auth-tokens-file": "server.authTokensSecret",
     "tls-cert": "server.tlsSecretName or certificates.issuerRef",
@@ -150,7 +151,6 @@ OWNED: dict[str, str] = {
     "replication-bootstrap": "pod 0 starts a new set",
     "replication-cert-file": "a file in the pod: no spec field mounts one yet",
     "replication-key-file": "a file in the pod: no spec field mounts one yet",
-    "webhook-ca-file": "a file in the pod: no spec field mounts one yet",
 }
 
 

@@ -140,6 +140,7 @@ class ServerSpec:
     workers: int | None
     # spec.server.settings: any other server setting by its flag name (server_settings.py).
     settings: Mapping[str, Any]
+    webhook_ca: SecretKey | None  # spec.server.subscriptions.webhookCA (webhook_ca.py)
 
 
 @dataclass(frozen=True)
@@ -401,6 +402,11 @@ def _server(raw: Mapping[str, Any]) -> ServerSpec:
         ),
         workers=None if raw.get("workers") is None else int(raw["workers"]),
         settings=dict(raw.get("settings") or {}),
+        webhook_ca=(
+            None
+            if not (ca := subscriptions.get("webhookCA"))
+            else SecretKey(name=str(ca["name"]), key=str(ca["key"]))
+        ),
     )
 
 

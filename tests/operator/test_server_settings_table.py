@@ -54,9 +54,10 @@ def test_every_declared_setting_is_reachable_exactly_once():
         f"not in the operator's table: {sorted(set(DECLARED) - free - spec - owned)}; "
         f"in it but not declared: {sorted(free | spec | owned - set(DECLARED))}"
     )
-    # Reachable from the spec: all but the files no spec field mounts yet.
+    # Reachable from the spec: all but the peers' client certificate and key (mutual TLS
+    # between replicas), files no spec field mounts yet.
     unreachable = {k for k, why in OWNED.items() if "no spec field" in why}
-    assert len(DECLARED) - len(unreachable) >= 72
+    assert unreachable == {"replication-cert-file", "replication-key-file"}
 
 
 @pytest.mark.parametrize("flag", sorted(FREE))
@@ -103,3 +104,52 @@ def test_settings_change_the_config_hash():
     from stream_operator.render import config_hash
 
     assert config_hash({}) != config_hash({"server": {"settings": {"max-streams": 10}}})
+
+
+def test_the_webhook_ca_is_a_secrets_key_mounted_for_the_server():
+    """--webhook-ca-file, reachable through server.subscriptions.webhookCA: a receiver
+    with a private CA's certificate (cert-manager's) failed every TLS handshake."""
+    from stream_operator.render import render_statefulset
+
+    spec = {"server": {"subscriptions": {"webhookCA": {"name": "hooks-ca", "key": "ca.pem"}}}}
+    data = render_configmap("events", "default", "uid", spec)["data"]
+    assert data[DECLARED["webhook-ca-file"].env] == "/etc/durable-streams/webhook-ca/ca.crt"
+    pod = render_statefulset("events", "default", "uid", spec)["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "webhook-ca")
+    assert volume["secret"] == {
+        "secretName": "hooks-ca",
+        "items": [{"key": "ca.pem", "path": "ca.crt"}],
+    }
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "webhook-ca")
+    assert mount == {
+        "name": "webhook-ca",
+        "mountPath": "/etc/durable-streams/webhook-ca",
+        "readOnly": True,
+    }
+    assert "DS_WEBHOOK_CA_FILE" not in render_configmap("events", "default", "uid", {})["data"]
+
+
+def test_the_crd_takes_the_webhook_ca_as_a_secrets_key():
+    from pathlib import Path
+
+    import jsonschema
+    import yaml
+
+    from testkit.kube import openapi_as_jsonschema
+
+    crd = (
+        Path(__file__).resolve().parents[2]
+        / "charts/durable-streams/files/crds/durablestreams.yaml"
+    )
+    schema = openapi_as_jsonschema(
+        yaml.safe_load(crd.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    )
+
+    def cr(ca: Any) -> dict[str, Any]:
+        spec = {"server": {"subscriptions": {"webhookCA": ca}}}
+        return {"apiVersion": "streams.pyds.dev/v1alpha1", "kind": "DurableStream", "spec": spec}
+
+    jsonschema.validate(cr({"name": "hooks-ca", "key": "ca.crt"}), schema)
+    for bad in ({"name": "hooks-ca"}, {"name": "", "key": "ca.crt"}, "hooks-ca"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(cr(bad), schema)
