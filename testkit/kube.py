@@ -79,7 +79,16 @@ import kmock
 from kmock._internal import dicts, enums, rendering
 from kubernetes.utils import parse_quantity
 
-from testkit import crd_schema, disruption, kube_protobuf, owner_refs, pod_logs, pod_proxy
+from testkit import (
+    canonical,
+    crd_schema,
+    disruption,
+    kube_protobuf,
+    managed_fields,
+    owner_refs,
+    pod_logs,
+    pod_proxy,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "charts" / "durable-streams" / "files" / "crds" / "durablestreams.yaml"
@@ -115,6 +124,10 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "Secret": ("", "v1", "secrets"),
     "ScheduledSparkApplication": ("sparkoperator.k8s.io", "v1beta2", "scheduledsparkapplications"),
 }
+# (group, plural) -> kind, for the built-in kinds stored the way kube-apiserver stores them.
+_CORE_GROUPS = ("", "apps", "policy", "coordination.k8s.io", "rbac.authorization.k8s.io")
+BUILT_IN = {(g, p): kind for kind, (g, _, p) in KINDS.items() if g in _CORE_GROUPS}
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 def durable_stream(
@@ -186,6 +199,19 @@ def _pvc_request(obj: dict[str, Any]) -> int | None:
     return None if raw is None else int(parse_quantity(raw))
 
 
+def _apply_manager(request: rendering.Request) -> str:
+    """The applier's field manager: an apply without one is refused, as kube-apiserver does."""
+    manager = request.params.get("fieldManager")
+    if not manager:
+        message = "PatchOptions.meta.k8s.io is invalid: fieldManager: Required value"
+        raise kmock.KubernetesError(422, "Invalid", message)
+    return str(manager)
+
+
+def _agent(request: rendering.Request) -> str:
+    return str(request.headers.get("User-Agent") or "")
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -251,6 +277,9 @@ class ApiServer(kmock.KubernetesEmulator):
         # once the create is answered (the real garbage collector is asynchronous too).
         self._orphans: dict[int, tuple[Any, str]] = {}
         self._collecting: set[asyncio.Task[None]] = set()
+        # A mutating admission webhook (testkit.mutating_webhook), when a test sets one.
+        self.webhook: canonical.Webhook | None = None
+        self._cluster_ips = 0
         self.resources.load_bundled()
         for res, info in list(self.resources.items()):
             if "status" in info.subresources:
@@ -481,6 +510,7 @@ class ApiServer(kmock.KubernetesEmulator):
             obj.pop("status", None)
         if _is_pvc(request.resource):
             self._default_storage_class(obj)
+        self._settle(request.resource, obj)
         self._validate(request.resource, obj)
         self._owner_reference_checks(request, None, obj)
         meta.update(
@@ -488,6 +518,7 @@ class ApiServer(kmock.KubernetesEmulator):
             creationTimestamp=_now(),
             resourceVersion=self._next_rv(),
             generation=1,
+            managedFields=self._created_fields(request, obj),
         )
         if _is_crd(request.resource):
             self._establish(obj)
@@ -506,6 +537,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 # Server-side apply creates what is missing, and RBAC then asks for the
                 # create verb as well as patch (kube-apiserver's PatchResource).
                 self._record(request, "create")
+                _apply_manager(request)
                 await self._create(request)
                 return
             raise kmock.KubernetesObjectNotFoundError()
@@ -520,7 +552,10 @@ class ApiServer(kmock.KubernetesEmulator):
             )
         old = copy.deepcopy(self._objects[key].raw)
         _check_precondition(old, request.data)
-        if request.method == enums.method.PUT:
+        applying = ctype == APPLY_PATCH and request.subresource is None
+        if applying:
+            new = self._applied(request, old)
+        elif request.method == enums.method.PUT:
             new = _replaced(old, request.data)
         else:
             new = _patched(old, request.data, ctype)
@@ -534,6 +569,11 @@ class ApiServer(kmock.KubernetesEmulator):
             if field in old["metadata"]:
                 new.setdefault("metadata", {})[field] = old["metadata"][field]
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if not applying:
+            self._settle(request.resource, new)
+            manager = managed_fields.manager_of(request.params, _agent(request))
+            fields = managed_fields.updated(old, new, manager, _now(), request.subresource)
+            new["metadata"]["managedFields"] = fields
         if new == old:
             return  # a no-op write: no new version, no event
         if _is_pvc(request.resource):
@@ -549,6 +589,54 @@ class ApiServer(kmock.KubernetesEmulator):
         await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             await self._remove(key)
+
+    # -- what is stored (testkit.canonical, testkit.managed_fields) -------------------------
+
+    def _settle(self, resource: Any, obj: dict[str, Any]) -> None:
+        """A built-in object as kube-apiserver stores it: defaults, canonical quantities,
+        the mutating webhook (custom resources are stored as sent)."""
+        kind = (
+            None
+            if resource in self._custom
+            else BUILT_IN.get((resource.group or "", resource.plural))
+        )
+        if kind is None:
+            return
+        try:
+            canonical.settle(kind, obj, self.webhook, self._next_cluster_ip)
+        except canonical.BadQuantity as exc:
+            raise kmock.KubernetesError(400, "BadRequest", str(exc)) from None
+
+    def _next_cluster_ip(self) -> str:
+        self._cluster_ips += 1
+        return f"10.96.{self._cluster_ips // 250}.{self._cluster_ips % 250 + 1}"
+
+    def _created_fields(self, request: rendering.Request, obj: dict[str, Any]) -> list[Any]:
+        """The managedFields of a new object: its applier's (what it sent) or its creator's."""
+        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
+        manager = managed_fields.manager_of(request.params, _agent(request))
+        if ctype != APPLY_PATCH:
+            return managed_fields.updated(None, obj, manager, _now())
+        return managed_fields.applied(
+            {}, request.data or {}, manager, force=True, now=_now(), settle=lambda _: None
+        )["metadata"]["managedFields"]
+
+    def _applied(self, request: rendering.Request, old: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply (testkit.managed_fields): 409 for another manager's fields
+        unless forced, 422 without a field manager, as kube-apiserver answers."""
+        try:
+            return managed_fields.applied(
+                old,
+                request.data if isinstance(request.data, dict) else {},
+                _apply_manager(request),
+                force=request.params.get("force") == "true",
+                now=_now(),
+                settle=lambda obj: self._settle(request.resource, obj),
+            )
+        except managed_fields.Conflicts as exc:
+            details = {"name": request.name, "kind": request.resource.plural}
+            details["causes"] = exc.causes()  # type: ignore[assignment]
+            raise kmock.KubernetesError(409, "Conflict", str(exc), details) from None
 
     def _owner_reference_checks(
         self, request: rendering.Request, old: dict[str, Any] | None, new: dict[str, Any]
@@ -870,17 +958,6 @@ def _patched(old: dict[str, Any], data: Any, content_type: str) -> dict[str, Any
             return jsonpatch.apply_patch(old, data or [], in_place=False)
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
             raise kmock.KubernetesError(422, "Invalid", f"the JSON patch failed: {exc}") from None
-    if content_type == "application/apply-patch+yaml":
-        # Server-side apply with one field manager: its top-level fields win whole.
-        new = {**old, **{k: v for k, v in (data or {}).items() if k != "metadata"}}
-        meta = dict(old.get("metadata") or {})
-        for key, value in ((data or {}).get("metadata") or {}).items():
-            if isinstance(value, dict):
-                meta[key] = {**(meta.get(key) or {}), **value}
-            else:
-                meta[key] = value
-        new["metadata"] = meta
-        return new
     try:
         return dict(dicts.merge_patch_dict(old, data or {}))
     except ValueError as exc:
