@@ -242,6 +242,7 @@ def _rendered(
             if keep_set:
                 obj["spec"]["replicas"] = 1
             lifecycle.hibernated(ds, obj)
+            lifecycle.restarted(ds, obj)
     return objs
 
 
