@@ -38,6 +38,10 @@ RECONCILE = f"{GROUP}/reconcile"
 HIBERNATION = f"{GROUP}/hibernation"
 FENCED_INSTANCES = f"{GROUP}/fenced-instances"
 POD_FENCED = f"{GROUP}/fenced"  # on a pod: what its server's fence file holds
+# ``kubectl rollout restart``'s pod template annotation, set on the DurableStream (``kubectl
+# dstream restart``, as ``kubectl cnpg restart`` sets it on a Cluster) and copied into the
+# StatefulSet's template: a new revision, which the operator rolls as any other.
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 
 PAUSED_MESSAGE = (
     f"{RECONCILE}=paused: the operator applies, prunes, rolls, labels and switches over "
@@ -107,6 +111,28 @@ def hibernated(ds: Mapping[str, Any], statefulset: dict[str, Any]) -> dict[str, 
     return statefulset
 
 
+def restarted(ds: Mapping[str, Any], statefulset: dict[str, Any]) -> dict[str, Any]:
+    """The rendered StatefulSet with the DurableStream's ``RESTARTED_AT`` in its pod
+    template. Rendered, not patched on the live StatefulSet: an apply would take a hand
+    edit out again, and a replica set's pods are replaced by the operator's own rolling
+    update (standbys first, the primary last after a switchover: ``rollout``), which a
+    ``kubectl rollout restart`` of its OnDelete StatefulSet would not start at all."""
+    when = _annotations(ds).get(RESTARTED_AT)
+    if when:
+        template = statefulset["spec"]["template"].setdefault("metadata", {})
+        template.setdefault("annotations", {})[RESTARTED_AT] = when
+    return statefulset
+
+
+def restart_pending(ds: Mapping[str, Any], sts: Mapping[str, Any] | None) -> bool:
+    """Whether the DurableStream asks for a restart its StatefulSet's template lacks."""
+    when = _annotations(ds).get(RESTARTED_AT)
+    if not when or sts is None:
+        return False
+    template = ((sts.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    return (template.get("annotations") or {}).get(RESTARTED_AT) != when
+
+
 def replicas_anyway(ds: Mapping[str, Any], sts: Mapping[str, Any] | None) -> int | None:
     """The replicas a StatefulSet must have although the spec was refused (and so nothing
     applied): 0 to hibernate, ``spec.replicas`` to wake; None when it has them already."""
@@ -121,13 +147,16 @@ def replicas_anyway(ds: Mapping[str, Any], sts: Mapping[str, Any] | None) -> int
 
 def wants_converge(ds: Mapping[str, Any], sts: Mapping[str, Any] | None) -> bool:
     """Whether a status round must converge instead (the annotations asked for what only
-    an apply does): a resume, or a StatefulSet not yet at hibernation's replicas."""
+    an apply does): a resume, a StatefulSet not yet at hibernation's replicas, or a
+    restart asked for (``RESTARTED_AT``) that its template does not carry yet."""
     if paused(ds):
         return False
     if _condition(ds.get("status") or {}, "ReconcilePaused").get("status") == "True":
         return True
     if sts is None:
         return False
+    if restart_pending(ds, sts):
+        return True
     replicas = int((sts.get("spec") or {}).get("replicas") or 0)
     if hibernating(ds):
         return replicas != 0

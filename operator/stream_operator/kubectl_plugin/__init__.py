@@ -5,12 +5,14 @@ kubectl runs any ``kubectl-<name>`` on the PATH for ``kubectl <name>``; pip inst
 this package's console script ``kubectl-dstream``. The plugin reads what the operator
 and the servers wrote (the DurableStream's status and Events, the Lease, the pods) and
 asks for changes only by annotating the DurableStream, as a user with ``kubectl
-annotate`` would: the operator carries them out. It talks to the API server only
+annotate`` would: the operator carries them out. One exception: ``restart --pod``
+deletes that pod, as ``kubectl delete pod`` would. It talks to the API server only
 (through the official client), never to the operator.
 
 Modules: ``cli`` (arguments, exit statuses), ``connect`` (kubeconfig, context,
 namespace), ``report`` (the status report, pure), ``fencing`` (the fenced-instances
-list, pure), ``commands`` (the API reads and writes of each subcommand).
+list, pure), ``commands`` (the API reads and writes of each subcommand), ``restart``,
+``logs`` and ``bundle`` (``report``'s support bundle).
 """
 
 from stream_operator import GROUP

@@ -10,10 +10,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import urllib3
 
-from stream_operator.kubectl_plugin import PluginError, backup, commands, replica
+from stream_operator.kubectl_plugin import (
+    PluginError,
+    backup,
+    bundle,
+    commands,
+    logs,
+    replica,
+    restart,
+)
 from stream_operator.kubectl_plugin.connect import connect
 
 
@@ -31,8 +40,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl dstream",
         description=(
-            "Look after DurableStreams: status, switchover, hibernation, fencing, backups, "
-            "promotion and demotion of replica clusters."
+            "Look after DurableStreams: status, switchover, restarts, logs, support bundles, "
+            "hibernation, fencing, backups, promotion and demotion of replica clusters."
         ),
     )
     _connection_flags(top, None)
@@ -64,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=60.0, help="seconds to wait for the outcome (60)"
     )
 
+    _restart_logs_report(sub, shared)
     hib = sub.add_parser(
         "hibernate", parents=[shared], help="scale to zero keeping the data (on), or wake (off)"
     )
@@ -104,6 +114,57 @@ def parser() -> argparse.ArgumentParser:
         "(default Refuse: stop and keep them)",
     )
     return top
+
+
+def _restart_logs_report(sub: Any, shared: argparse.ArgumentParser) -> None:
+    again = sub.add_parser(
+        "restart",
+        parents=[shared],
+        help="restart every pod, the primary last after a switchover (or --pod one pod now)",
+    )
+    again.add_argument("name", help="the DurableStream")
+    again.add_argument("--pod", help="only this pod (N or NAME-N): its pod is deleted")
+    again.add_argument(
+        "--force", action="store_true", help="with --pod: delete the primary's pod too"
+    )
+    log = sub.add_parser("logs", parents=[shared], help="the servers' logs, prefixed by pod")
+    log.add_argument("name", help="the DurableStream")
+    log.add_argument("--pod", help="only this pod (N or NAME-N)")
+    log.add_argument("-f", "--follow", action="store_true", help="stream the logs")
+    log.add_argument("--since", help="only lines newer than this (30s, 5m, 1h)")
+    log.add_argument(
+        "-p", "--previous", action="store_true", help="the run before the last restart"
+    )
+    rep = sub.add_parser(
+        "report", parents=[shared], help="a support bundle (zip): objects, events, logs, views"
+    )
+    rep.add_argument("name", help="the DurableStream")
+    rep.add_argument(
+        "-o", "--output", help="FILE.zip, or a directory for it (default: NAME-report-TIME.zip)"
+    )
+
+
+def _restart_logs_report_run(
+    api: Any, namespace: str, args: argparse.Namespace, out: Any
+) -> int | None:
+    """restart, logs and report (None: another command)."""
+    if args.command == "restart":
+        return restart.restart(api, namespace, args.name, pod=args.pod, force=args.force, out=out)
+    if args.command == "logs":
+        return logs.logs(
+            api,
+            namespace,
+            args.name,
+            pod=args.pod,
+            follow=args.follow,
+            since=args.since,
+            previous=args.previous,
+            out=out,
+            err=sys.stderr,
+        )
+    if args.command == "report":
+        return bundle.report(api, namespace, args.name, output=args.output, out=out)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return replica.demote(
                     api, namespace, args.name, args.to, rebuild=args.rebuild, out=out
                 )
+            done = _restart_logs_report_run(api, namespace, args, out)
+            if done is not None:
+                return done
             if args.command == "hibernate":
                 return commands.hibernate(api, namespace, args.name, args.state == "on", out)
             return commands.fence(
