@@ -30,6 +30,7 @@ from stream_operator.spec import (
     LifecycleSpec,
     RetentionRule,
     SpecInput,
+    hashed,
     with_defaults,
 )
 
@@ -298,13 +299,15 @@ def config_hash(spec: SpecInput) -> str:
     """Changes whenever the pods must restart: server settings, image, resources, mounts;
     for a replica set also its replication settings and in-sync count (a scale that moves
     the majority restarts the pods; one that does not leaves the set size the running pods
-    report one behind, which they only report). One replica hashes as it always did."""
+    report one behind, which they only report). One replica hashes as it always did; a
+    default the CRD gained later, holding its default, is left out (``spec.hashed``)."""
     s = with_defaults(spec)
+    raw = hashed(s)
     relevant = {
-        k: s.raw[k] for k in ("image", "imagePullPolicy", "server", "resources", "scheduling")
+        k: raw[k] for k in ("image", "imagePullPolicy", "server", "resources", "scheduling")
     }
     if s.replicated:
-        relevant |= {"replication": s.raw["replication"], "minInSync": s.min_in_sync}
+        relevant |= {"replication": raw["replication"], "minInSync": s.min_in_sync}
     relevant |= archive_render.config_fields(s)  # nothing without an archive
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 

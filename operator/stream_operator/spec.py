@@ -8,11 +8,20 @@ object's spec once and hands the typed spec to rendering, status, rollout and sc
 which read attributes, never ``.get`` with a default of their own. A parsed spec passed
 to ``with_defaults`` again is returned as it is.
 
-The CRD schema carries the same defaults and ranges (and CEL rules for the immutable
-fields), so a cluster validates before the operator sees anything; the ``refused_*``
-functions are the operator's own check, for clusters and paths where the schema did not
-run. tests/operator/test_settings_defaults.py checks the defaults for every setting
-rendered into the server's environment against the server's own (``Settings``).
+The defaults live in the CRD schema (``default:``): the API server sets them in every
+object it stores and in every object it returns, one stored under an older CRD
+included, so ``kubectl get -o yaml`` shows what applies. ``with_defaults`` applies the
+same ones (the schema's and this module's are checked equal by
+tests/operator/test_crd_schema.py) for specs the schema did not default: read from an
+annotation, written under an older CRD, given by tests and the kubectl plugin. The
+schema's ranges and CEL rules validate before the operator sees anything; the
+``refused_*`` functions are the operator's own check, for clusters and paths where the
+schema did not run. tests/operator/test_settings_defaults.py checks the defaults for
+every setting rendered into the server's environment against the server's own.
+
+A default added to the CRD later goes in ``LATER_DEFAULTS``, never in ``DEFAULTS``:
+the config hash (``hashed``) leaves such a field out while it holds its default, so the
+upgrade that adds it (the API server then returns it in every object) rolls no pod.
 """
 
 from __future__ import annotations
@@ -90,6 +99,22 @@ AUTH_TOKENS_KEY = "tokens.json"
 RATE_BURST = 100
 ISSUER_KIND = "Issuer"
 CERT_MANAGER_GROUP = "cert-manager.io"
+# The same by path, set where the parent object exists, as the API server sets them: the
+# CRD has had them from the start, so every stored object has them and the hash covers them.
+NESTED_DEFAULTS: dict[tuple[str, ...], Any] = {
+    ("server", "authTokensSecret", "key"): AUTH_TOKENS_KEY,
+    ("server", "rateLimit", "burst"): RATE_BURST,
+    ("certificates", "issuerRef", "kind"): ISSUER_KIND,
+    ("certificates", "issuerRef", "group"): CERT_MANAGER_GROUP,
+    ("analytics", "enabled"): False,
+}
+# Defaults the CRD gained after config hashes were first taken (none yet), by path, set
+# where the parent exists. Each is left out of the hash while it holds its default
+# (``hashed``): the CRD upgrade that adds one makes the API server return it in every
+# stored object, and the hash must stay what the operator before it computed. A renderer
+# must likewise render such a setting only when it differs from the default (which is
+# the server's own: test_settings_defaults.py), or the pod template changes anyway.
+LATER_DEFAULTS: dict[tuple[str, ...], Any] = {}
 
 
 @dataclass(frozen=True)
@@ -298,6 +323,10 @@ def with_defaults(spec: SpecInput) -> DurableStreamSpec:
         return spec
     given = copy.deepcopy(dict(spec or {}))
     raw = _merge(copy.deepcopy(DEFAULTS), given)
+    for path, value in (NESTED_DEFAULTS | LATER_DEFAULTS).items():
+        parent = _parent(raw, path)
+        if parent is not None and parent.get(path[-1]) is None:
+            parent[path[-1]] = copy.deepcopy(value)
     if given.get("resources") is not None:
         # Given resources replace the defaults whole, as the CRD's default does (it applies
         # only to a spec without them): merged, limits.memory 128Mi kept the default
@@ -340,6 +369,26 @@ def operator_image() -> str:
 def spec_of(body: Mapping[str, Any]) -> DurableStreamSpec:
     """A DurableStream's spec (``body``: the object as the API returns it), parsed."""
     return with_defaults(body.get("spec"))
+
+
+def hashed(spec: SpecInput) -> dict[str, Any]:
+    """The defaulted spec as the config hash sees it: a ``LATER_DEFAULTS`` field holding
+    its default left out, as it was before the CRD had it (a copy)."""
+    raw = copy.deepcopy(dict(with_defaults(spec).raw))
+    for path, value in LATER_DEFAULTS.items():
+        parent = _parent(raw, path)
+        if parent is not None and path[-1] in parent and parent[path[-1]] == value:
+            del parent[path[-1]]
+    return raw
+
+
+def _parent(raw: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    """The object holding ``path``'s last field, or None where an object on the way is
+    missing (a default applies only where its parent exists)."""
+    node: Any = raw
+    for part in path[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
