@@ -15,7 +15,7 @@ import httpx
 import kmock
 import yaml
 
-from testkit import wait_for
+from testkit import crd_schema, wait_for
 from testkit.kube import (
     BACKUP_CRD_FILE,
     CERTIFICATE_CRD_SCHEMA,
@@ -190,6 +190,16 @@ class Cluster:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 self.create(doc).raise_for_status()
+
+    def serve_crd_without_rules(self, path: Path = CRD_FILE) -> None:
+        """Replace the CRD with itself without CEL rules (``crd_schema.without_rules``):
+        a cluster where the operator's own refusals are all there is."""
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                doc = crd_schema.without_rules(doc)
+                name = doc["metadata"]["name"]
+                body = {"spec": doc["spec"]}
+                self.patch("CustomResourceDefinition", None, name, body).raise_for_status()
 
 
 @contextmanager

@@ -145,6 +145,6 @@ def _message(rule: dict[str, Any], self: Any, old: Any, transition: bool) -> str
             text = _run(str(expression), self, old, transition)
         except CELEvalError:
             text = None
-        if isinstance(text, celtypes.StringType) and text.strip() and "\n" not in text:
+        if isinstance(text, str) and text.strip() and "\n" not in text:
             return str(text)
     return str(rule.get("message") or f"failed rule: {rule['rule']}")

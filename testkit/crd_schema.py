@@ -333,3 +333,18 @@ def admit(
     if errors:
         raise Invalid(errors)
     return obj
+
+
+def without_rules(crd: dict[str, Any]) -> dict[str, Any]:
+    """``crd`` without its CEL rules, as a cluster has it that never ran them (the CRD
+    of an older chart, or a Kubernetes before 1.25): for a test of what the operator
+    refuses itself, which the rules would have refused first."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k != "x-kubernetes-validations"}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    return strip(copy.deepcopy(crd))  # type: ignore[no-any-return]

@@ -22,6 +22,7 @@ from kubernetes import client
 from stream_operator import KIND, events, names, reconcile
 from stream_operator.periodic import Periodic
 from stream_operator.render import desired_objects
+from testkit import crd_schema
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 
@@ -63,13 +64,26 @@ def test_the_operator_refuses_what_cannot_be_rendered(name: str, why: str | None
 
 
 def test_the_crd_refuses_the_same_names():
-    """The CRD's root rules are the operator's limits (a root rule may read metadata.name;
-    no CEL evaluator runs here, so the rules are compared with the code that checks)."""
+    """The CRD's root rules are the operator's limits (a root rule may read metadata.name),
+    written by the code that checks."""
     schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert schema["x-kubernetes-validations"] == names.crd_rules()
     rule = names.crd_rules()[1]["rule"]
     pattern = rule.split("matches('", 1)[1].rsplit("')", 1)[0]
     assert pattern == names.PATTERN and pattern == DNS_1035.pattern
+
+
+@pytest.mark.parametrize(
+    "name", [LONGEST, "events", "e", "a" * (names.MAX_LENGTH + 1), "events.eu", "1events", "Ev"]
+)
+def test_the_crds_rules_evaluated_refuse_what_the_operator_refuses(name: str):
+    """The root rules run (CEL, as kube-apiserver runs them: testkit.crd_schema) on a
+    DurableStream of each name: refused exactly where ``names.refused`` refuses, with the
+    rule's message at the root (``<nil>`` in the API server's words)."""
+    schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    errors = crd_schema.validate(schema, durable_stream(name, {}))
+    assert all(e.field == "<nil>" and e.detail.startswith("metadata.name: ") for e in errors)
+    assert bool(errors) == (names.refused(name) is not None), (name, errors)
 
 
 @pytest.fixture
@@ -84,6 +98,8 @@ def test_a_name_the_crd_did_not_check_renders_nothing_and_is_reported(
 ):
     warnings: list[dict[str, Any]] = []
     monkeypatch.setattr(events, "warn", lambda body, **kw: warnings.append(kw))
+    assert kube.create(durable_stream(name, {"replicas": 3})).status_code == 422  # the rules
+    kube.serve_crd_without_rules()  # a cluster whose CRD predates them
     kube.create(durable_stream(name, {"replicas": 3})).raise_for_status()
     ac = client.ApiClient(client.Configuration(host=kube.url))
     reconcile.converge(ac, name, "default", logging.getLogger("test"), Periodic(lambda *_: None))
