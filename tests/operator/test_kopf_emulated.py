@@ -230,6 +230,10 @@ def test_storage_growth_expands_every_pvc(kube: Cluster):
 )
 def test_a_change_that_cannot_be_carried_out_is_refused_whole(kube: Cluster, change, reason_part):
     before = _ready(kube, "events", {"storage": {"size": "2Gi"}, "image": "img:1"})
+    # The CRD's transition rules refuse it first (422); the operator's own refusal is for
+    # a cluster whose CRD has none.
+    assert kube.patch(KIND, NS, "events", {"spec": change}).status_code == 422
+    kube.serve_crd_without_rules()
     # The refused change comes with a harmless one: neither is applied (never half-applied).
     kube.patch(KIND, NS, "events", {"spec": {**change, "image": "img:2"}})
     wait_for(
@@ -279,9 +283,12 @@ def test_subscriptions_and_retention_reach_the_servers_and_bad_ones_do_not(kube:
     # A malformed size: the API server refuses it (the schema's pattern), nothing changes.
     bad = {"spec": {"server": {"retention": [{"prefix": "logs/", "maxBytes": "10G"}]}}}
     assert kube.patch(KIND, NS, "events", bad).status_code == 422
-    # An entry without a rule (the CEL rule, which the emulator does not run): the
-    # operator refuses it and the servers keep their policy.
-    kube.patch(KIND, NS, "events", {"spec": {"server": {"retention": [{"prefix": "logs/"}]}}})
+    # An entry without a rule: the CRD's CEL rule refuses it (422); on a cluster whose CRD
+    # has no rules, the operator refuses it and the servers keep their policy.
+    no_rule = {"spec": {"server": {"retention": [{"prefix": "logs/"}]}}}
+    assert kube.patch(KIND, NS, "events", no_rule).status_code == 422
+    kube.serve_crd_without_rules()
+    kube.patch(KIND, NS, "events", no_rule)
     wait_for(
         lambda: condition(kube, "events", "Accepted").get("reason") == "ChangeRefused",
         message="Accepted=False, ChangeRefused",
@@ -475,7 +482,11 @@ def test_drift_is_corrected(kube: Cluster):
         ),
         message="the client Service recreated",
     )
-    assert back["spec"] == service["spec"]
+    # As rendered; the API server allocates the new Service another cluster IP.
+    allocated = ("clusterIP", "clusterIPs")
+    assert {k: v for k, v in back["spec"].items() if k not in allocated} == {
+        k: v for k, v in service["spec"].items() if k not in allocated
+    }
     kube.patch("StatefulSet", NS, "events", {"spec": {"replicas": 0}}).raise_for_status()
     wait_for(
         lambda: kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 2,
