@@ -25,6 +25,7 @@ from stream_operator.render import replication_secret_name
 from stream_operator.replica_roles import LeaseView, pod_name, pod_ready
 from stream_operator.spec import DurableStreamSpec
 from stream_operator.switchover_call import TOKEN_KEY
+from stream_operator.token_rotation import sent_token
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ def access(
     spec = with_certificate(name, spec)
     token = None
     if spec.replicated:
-        token = read_secret_value(ac, namespace, replication_secret_name(name), TOKEN_KEY)
+        token = sent_token(
+            read_secret_value(ac, namespace, replication_secret_name(name), TOKEN_KEY)
+        )
     verify: bool | str = True
     if spec.server.tls_secret_name:
         verify = read_secret_value(ac, namespace, spec.server.tls_secret_name, "ca.crt") or True

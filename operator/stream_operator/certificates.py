@@ -42,12 +42,24 @@ def certificate_secret(name: str, spec: SpecInput) -> str | None:
     return certificates.secret_name or certificate_name(name)
 
 
-def with_certificate(name: str, spec: SpecInput) -> DurableStreamSpec:
-    """The spec as the server sees it: with an issuer named, ``server.tlsSecretName`` is
-    the Certificate's Secret, so that every place that serves or checks TLS (the pods'
-    mount, probes, peer URLs, the endpoint, the PodMonitor's CA) follows it unchanged."""
+def builtin_secret(name: str, spec: SpecInput) -> str | None:
+    """The Secret the operator's own CA signs into (builtin_ca.py), for a replica set given
+    no certificate (None: one is given, a single server, or ``certificates.builtIn: false``):
+    replication and the peer token never cross the pod network in clear text."""
     parsed = with_defaults(spec)
-    secret = certificate_secret(name, parsed)
+    given = parsed.certificates.issuer_ref is not None or parsed.server.tls_secret_name
+    if given or not parsed.replicated or not parsed.certificates.built_in:
+        return None
+    return certificate_name(name)
+
+
+def with_certificate(name: str, spec: SpecInput) -> DurableStreamSpec:
+    """The spec as the server sees it: with an issuer named, or the built-in CA's
+    certificate, ``server.tlsSecretName`` is that Secret, so that every place that serves
+    or checks TLS (the pods' mount, probes, peer URLs, the endpoint, the PodMonitor's CA)
+    follows it unchanged."""
+    parsed = with_defaults(spec)
+    secret = certificate_secret(name, parsed) or builtin_secret(name, parsed)
     if secret is None:
         return parsed
     return parsed.changed(server={**parsed.raw["server"], "tlsSecretName": secret})

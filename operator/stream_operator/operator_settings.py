@@ -49,6 +49,8 @@ class OperatorSettings:
     server_fixed_uid: bool = True
     # Labels on every PodMonitor (JSON object of strings).
     monitor_labels: Mapping[str, str] = field(default_factory=dict)
+    # A replica set's peer token is rotated this often (seconds; token_rotation.py).
+    peer_token_rotation: float = 30 * 86400.0
 
 
 def _float(raw: str, what: str) -> float:
@@ -123,6 +125,7 @@ PARSED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DS_OPERATOR_SERVER_FIXED_UID": ("server_fixed_uid", _boolean),
     "DS_OPERATOR_SERVICEMONITOR_LABELS": ("monitor_labels", _labels),  # the older name
     "DS_OPERATOR_PODMONITOR_LABELS": ("monitor_labels", _labels),
+    "DS_OPERATOR_PEER_TOKEN_ROTATION": ("peer_token_rotation", _seconds),
 }
 # Read where they are used, as text any value of which is valid.
 TEXT = (

@@ -26,6 +26,7 @@ from stream_operator import (
     GROUP,
     KIND,
     analytics_jobs,
+    builtin_tls,
     events,
     leadership,
     lifecycle,
@@ -39,6 +40,7 @@ from stream_operator import (
     scaling_actions,
     server_image,
     status_round,
+    token_rotation,
 )
 from stream_operator.apply import (
     RENDERED_KINDS,
@@ -178,6 +180,8 @@ def _reconcile(
         return Outcome("ChangeRefused", refused), analytics
     if spec.replicated:
         _ensure_replication_secret(ac, ds)
+        builtin_tls.ensure(ac, ds, spec)  # before the pods that mount its Secrets
+        token_rotation.rotate(ac, ds)
     replica_cluster_actions.rebuild(ac, ds, role)
     objs = _rendered(ac, ds, replica_cluster_actions.render_spec(spec, role), sts, rounds)
     for obj in objs:

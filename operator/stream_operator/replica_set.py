@@ -38,6 +38,7 @@ from stream_operator.rollout import (
 )
 from stream_operator.spec import DurableStreamSpec, spec_of
 from stream_operator.switchover_call import TOKEN_KEY, request_switchover
+from stream_operator.token_rotation import sent_token
 
 # (name, namespace, pod, spec) -> the origin a replica set's pod answers at: its DNS name
 # through the headless Service in a cluster; tests point it at a real local server.
@@ -156,7 +157,7 @@ def _switch_over(
     name, namespace = meta["name"], meta["namespace"]
     spec = with_certificate(name, spec_of(ds))
     source, target = step.switchover
-    token = read_secret_value(ac, namespace, replication_secret_name(name), TOKEN_KEY)
+    token = sent_token(read_secret_value(ac, namespace, replication_secret_name(name), TOKEN_KEY))
     if token is None:
         return failed_switchover(
             step, f"Secret {replication_secret_name(name)} has no token", retry

@@ -235,6 +235,9 @@ class CertificatesSpec:
     secret_name: str | None
     duration: str | None
     renew_before: str | None
+    # Neither issuer nor server.tlsSecretName: a replica set's servers serve a certificate
+    # from the operator's own CA (builtin_ca.py) unless this is false.
+    built_in: bool = True
 
 
 @dataclass(frozen=True)
@@ -514,6 +517,7 @@ def _certificates(raw: Mapping[str, Any]) -> CertificatesSpec:
         secret_name=_optional_str(raw.get("secretName")),
         duration=_optional_str(raw.get("duration")),
         renew_before=_optional_str(raw.get("renewBefore")),
+        built_in=raw.get("builtIn") is not False,
     )
 
 

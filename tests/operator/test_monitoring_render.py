@@ -40,7 +40,8 @@ from testkit.kube import (
 )
 
 UID = "uid-1"
-THREE = {"replicas": 3}
+# Without the built-in CA: plain HTTP unless a certificate is asked for (builtin_ca.py).
+THREE = {"replicas": 3, "certificates": {"builtIn": False}}
 ISSUER = {"certificates": {"issuerRef": {"name": "private-ca", "kind": "ClusterIssuer"}}}
 
 

@@ -13,10 +13,13 @@ The file is read again when it changes, as the client token file is
 (``rotation.signature``: a Secret volume swaps a symlink), checked at most
 once a ``RECHECK`` seconds when a request needs it, so there is no watcher
 task. A file that no longer loads (emptied, removed) keeps the secret in use
-and is logged; the next change is tried again. Rotating the secret therefore
-needs every replica to have the new file before the first one uses it: the
-operator never rotates it (SWITCHOVER-CONTRACT), and by hand a rotation is a
-restart of the set.
+and is logged; the next change is tried again.
+
+The file may hold several tokens, one a line: the first is the one sent, every one is
+accepted. That is how the operator rotates the secret with no replica refusing
+another while the kubelet updates each pod's copy at its own moment
+(stream_operator/token_rotation.py): ``old`` + ``new`` (new accepted), then
+``new`` + ``old`` (new sent), then ``new`` alone.
 """
 
 from __future__ import annotations
@@ -53,15 +56,21 @@ class PeerToken:
         self.path = path
         self._secret = Reloaded("the peer token file", (path,), lambda: read_secret(path), RECHECK)
 
+    def accepted(self) -> list[str]:
+        """Every token the file holds, the one sent first."""
+        return [line.strip() for line in self._secret.get().splitlines() if line.strip()]
+
     def secret(self) -> str:
-        return self._secret.get()
+        return self.accepted()[0]
 
     def allows(self, authorization: str | None) -> bool:
-        """Whether a request's ``Authorization`` header carries the secret."""
+        """Whether a request's ``Authorization`` header carries one of the tokens."""
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer":
             return False
-        return hmac.compare_digest(given.strip().encode(), self.secret().encode())
+        # Every one compared (no early exit): the time taken says nothing of which matched.
+        matches = [hmac.compare_digest(given.strip().encode(), t.encode()) for t in self.accepted()]
+        return any(matches)
 
     def headers(self) -> dict[str, str]:
         """What this replica sends on its own requests to a peer."""
