@@ -12,10 +12,25 @@ adds them, the way kube-apiserver does them:
   any other patch leaves the status alone;
 - merge patch, strategic merge patch on built-in kinds (lists such as a pod's
   conditions merge by their key; 415 on custom resources), JSON patch (a failed
-  ``test`` op is 422, as kopf expects) and server-side apply (the applier's top-level fields replace the live ones; it
-  creates the object when it is missing); an update (PUT) replaces the object;
+  ``test`` op is 422, as kopf expects) and server-side apply (``testkit.managed_fields``:
+  the applied maps merge into the live object, lists replaced whole, a field the
+  applier stops sending removed unless another manager owns it; it creates the object
+  when it is missing; 422 without ``fieldManager``); an update (PUT) replaces the object;
   a write that names a ``resourceVersion`` other than the stored one is
   refused with 409 Conflict (compare-and-swap, what leader election needs);
+- ``metadata.managedFields``: an entry per manager and operation (Apply, or Update named
+  by ``fieldManager`` or the User-Agent), ``fieldsV1`` naming its fields (every list one
+  field); an apply that is not forced and would change another manager's field is 409
+  Conflict with a ``FieldManagerConflict`` cause per field, a forced one takes them over;
+- built-in objects stored as kube-apiserver stores them (``testkit.canonical``): every
+  quantity canonical (``1024Mi`` read back as ``1Gi``, ``cpu: 2`` as ``"2"``; a malformed
+  one is 400), and the defaults the operator's kinds get (StatefulSets, pod templates,
+  Pods, Services with an allocated ClusterIP, PVCs; ConfigMaps and PDBs have none);
+  an apply is compared with the live object after that, so sending ``1024Mi`` where
+  ``1Gi`` is stored writes nothing;
+- a mutating admission webhook, when a test sets one (``webhook``,
+  ``testkit.mutating_webhook``: a sidecar injector for Pods and StatefulSet templates),
+  called on every create and update of a built-in object, its result defaulted again;
 - custom resources as their CRD's structural schema has them (``testkit.crd_schema``):
   unknown fields pruned, defaults set (on write, and on read of objects stored under
   an older CRD), OpenAPI and CEL rules checked (422 in kube-apiserver's words); a
@@ -58,7 +73,9 @@ resource and object name it needs, and its User-Agent) so that a test can check 
 operator's role grants each one the operator made.
 
 What it still does not do: the other admission plugins (CRD conversion webhooks
-among them), and any controller (no pods appear; tests play the controllers).
+among them), validating webhooks, the associative lists of server-side apply (containers
+by name: here a list is one field), the defaults of kinds the operator does not write,
+and any controller (no pods appear; tests play the controllers).
 """
 
 from __future__ import annotations

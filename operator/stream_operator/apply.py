@@ -1,7 +1,9 @@
 """Idempotent apply: create what is missing, patch what differs, leave the rest alone.
 
 An object is written only when the live one no longer holds what the
-operator renders (``plan.drifted_fields``), so resuming after an operator
+operator renders (``plan.drifted_fields``, which compares as the API server
+stores: canonical quantities, defaults and injected sidecars are not drift),
+so resuming after an operator
 restart, or a periodic resync, touches nothing that is already as it should
 be, and a hand edit of a rendered field is put back. Each applied object
 carries a hash of what was rendered, which tells a new rendering (patched)
