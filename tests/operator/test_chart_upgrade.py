@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testkit import crd_schema
 from testkit.cluster import Cluster, cluster
 from testkit.kube import CRD_FILE, durable_stream
 
@@ -142,8 +143,16 @@ def test_helm_upgrade_from_the_chart_with_crds_dir_upgrades_the_crd_and_keeps_it
     assert c.create(bad).status_code == 422
     good = durable_stream("good", {"primaryUpdateStrategy": "supervised"}, namespace=NS)
     assert c.create(good).status_code == 201
-    # The release's DurableStream and the user's: the same objects, the same specs.
-    assert {n: identity(c.get("DurableStream", NS, n)) for n in ("events", "mine")} == before
+    # The release's DurableStream and the user's: the same objects, the same specs but for
+    # the new CRD's defaults, which reads now return (primaryUpdateStrategy) though
+    # nothing was written (the same resourceVersion).
+    schema = new["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    after = {n: identity(c.get("DurableStream", NS, n)) for n in ("events", "mine")}
+    assert after == {
+        n: (uid, crd_schema.on_read(schema, {"spec": spec})["spec"])
+        for n, (uid, spec) in before.items()
+    }
+    assert after["mine"][1]["primaryUpdateStrategy"] == "unsupervised"
     assert c.get("DurableStream", NS, "mine")["metadata"]["resourceVersion"] == mine_version
     # helm uninstall: the operator goes, the CRD and every DurableStream stay.
     out = helm("uninstall", "ds").stdout
