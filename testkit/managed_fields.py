@@ -192,9 +192,9 @@ def updated(
         for e, have in _owned(entries)
     ]
     mine = (manager, UPDATE, subresource)
-    current = next((h for e, h in owned if _key(e) == mine), set())
+    current = next((h for e, h in _present(owned, new) if _key(e) == mine), set())
     template = _template(manager, UPDATE, str(new.get("apiVersion", "")), subresource)
-    return _entries(owned, mine, current | changed, template, now)
+    return _entries(_present(owned, new), mine, current | changed, template, now)
 
 
 def _merge(live: Any, applied: Any) -> Any:
@@ -238,9 +238,11 @@ def applied(
     others = [(e, h) for e, h in owned if _key(e) != mine]
     new = _merge(live, config)
     new["metadata"] = _merge(live.get("metadata") or {}, config["metadata"])
-    still_owned = {q for _, h in others for q in h}
+    # A field it applied before and sends no more goes, unless someone else owns it
+    # (or it is now part of, or holds, a field it sends).
+    kept = {q for _, h in others for q in h} | sent
     for path in before - sent:
-        if not any(_overlaps(path, q) for q in still_owned):
+        if not any(_overlaps(path, q) for q in kept):
             _remove(new, path)
     settle(new)
     changing = {p for p in sent if value_at(live, p) != value_at(new, p)}
@@ -262,8 +264,16 @@ def applied(
         for e, h in owned
     ]
     template = _template(manager, APPLY, api_version, None)
-    new["metadata"]["managedFields"] = _entries(owned, mine, sent, template, now)
+    new["metadata"]["managedFields"] = _entries(_present(owned, new), mine, sent, template, now)
     return new
+
+
+def _present(
+    owned: list[tuple[dict[str, Any], set[Path]]], obj: dict[str, Any]
+) -> list[tuple[dict[str, Any], set[Path]]]:
+    """Ownership of fields the object no longer has is dropped (a field set to null by a
+    merge patch is nobody's any more)."""
+    return [(e, {p for p in have if value_at(obj, p) is not _MISSING}) for e, have in owned]
 
 
 def _key(entry: dict[str, Any]) -> tuple[str, str, str | None]:

@@ -347,6 +347,18 @@ def test_a_field_the_applier_stops_sending_is_removed_unless_another_owns_it(kub
     assert again["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
 
 
+def test_a_field_removed_by_another_writer_is_nobodys(kube: Cluster):
+    """A field deleted from the object (a merge patch's null) leaves every manager's set:
+    another applier may then set it without a conflict."""
+    apply(kube, config("released", {"a": "1", "b": "2"}), "op").raise_for_status()
+    kube.patch("ConfigMap", NS, "released", {"data": {"b": None}}).raise_for_status()
+    assert entries(kube, "ConfigMap", "released")["op", "Apply"]["fieldsV1"] == {
+        "f:data": {"f:a": {}}
+    }
+    assert apply(kube, config("released", {"b": "3"}), "other").status_code == 200
+    assert kube.get("ConfigMap", NS, "released")["data"] == {"a": "1", "b": "3"}
+
+
 def test_an_apply_needs_a_field_manager(kube: Cluster):
     """kube-apiserver: "fieldManager: Required value: is required for apply patch"."""
     assert apply(kube, config("unmanaged", {"a": "1"}), None).status_code == 422
