@@ -1,5 +1,6 @@
 """A standby that starts holding frames past the last commit point it heard serves none
-of them until its primary confirms them (docs/replication.md, "Reads").
+of them until its primary confirms them, nor a frame it received since, in a stream it
+loads from LMDB meanwhile (docs/replication.md, "Reads").
 
 Recovery loads everything the data directory holds, and the commit point a standby
 heard before a restart (or a re-copy, which restarts it) is not kept: its readers see
@@ -17,8 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from stream_format.meta import StreamMeta
+from stream_format.records import KIND_BYTES
+from stream_server.engine import Engine
+from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import apply_frames
 from stream_server.replication import wire
+from testkit import wait_until
 from testkit.asgi import InProcessServer, in_process
 from testkit.cluster import Cluster
 from testkit.replica_engines import primary_frames, standby
@@ -31,9 +37,10 @@ class PlayedPrimary:
     """The primary's end of one replication stream: the 101, then whatever commit points
     the test sends; every acknowledgement the standby sends is queued."""
 
-    def __init__(self) -> None:
+    def __init__(self, fourth: bytes) -> None:
         self.acks: asyncio.Queue[tuple[int, int, int, int]] = asyncio.Queue()
         self.writer: asyncio.StreamWriter | None = None
+        self.fourth = fourth  # the frame at lsn 4: "!!" appended, which the standby lacks
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -53,12 +60,24 @@ class PlayedPrimary:
     async def ack(self) -> tuple[int, int, int, int]:
         return await asyncio.wait_for(self.acks.get(), WAIT)
 
-    async def announce(self, commit: int, echo: int) -> tuple[int, int, int, int]:
-        """The commit point alone, echoing ``echo``; the standby's answer, sent once it
-        has taken the message in."""
+    async def announce(
+        self, commit: int, echo: int, frame: bytes = b""
+    ) -> tuple[int, int, int, int]:
+        """The commit point (with the frame at lsn 4, if given), echoing ``echo``; the
+        standby's answer, sent once it has taken the message in."""
         assert self.writer is not None
-        self.writer.write(wire.message(0, 0, commit, echo))
+        self.writer.write(
+            wire.message(TERM if frame else 0, 4 if frame else 0, commit, echo, frame)
+        )
         return await self.ack()
+
+
+def four_batches(e: Engine) -> None:
+    """A stream created, "hello ", "world", then "!!": frames at lsn 1 to 4."""
+    meta = StreamMeta(id=1, content_type="application/octet-stream", created_at=0.0)
+    e.commit([CreateLog(1, 0), PutStream("a", meta)])
+    for data in (b"hello ", b"world", b"!!"):
+        e.commit([Append(1, KIND_BYTES, [data])])
 
 
 def lease_object(name: str, primary_url: str) -> dict[str, object]:
@@ -88,10 +107,11 @@ async def restarted(
     create, "hello ", "world"), started (as uvicorn starts the app) as a replica set's
     member whose primary is the test's."""
     data = tmp_path / "data"
+    frames = primary_frames(tmp_path / "primary", four_batches)
     e, hooks = standby(data)
-    apply_frames(e, hooks, primary_frames(tmp_path / "primary"))
+    apply_frames(e, hooks, frames[:3])
     e.close()
-    primary = PlayedPrimary()
+    primary = PlayedPrimary(frames[3])
     server = await asyncio.start_server(primary.serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     api.create(lease_object(lease.partition("/")[2], url)).raise_for_status()
@@ -130,3 +150,31 @@ async def test_a_restarted_standby_serves_nothing_past_the_commit_point_it_heard
     r = await server.client.get("/v1/stream/a", params={"offset": "-1"})
     assert r.status_code == 200 and r.content == b"hello world"
     assert r.headers["stream-up-to-date"] == "true"
+
+
+async def test_a_stream_first_read_after_a_restart_shows_nothing_past_the_commit_point(
+    restarted,
+):
+    """Current again (commit point 3 covers all it held), the standby receives "!!" (lsn
+    4) with commit point 3 still: applied to LMDB, not to be seen. No stream is loaded
+    after a start: the first read loads "a" from LMDB, where lsn 4 already is."""
+    server, primary = restarted
+    stamp = (await primary.ack())[3]
+    stamp = (await primary.announce(3, echo=stamp))[3]
+    await primary.announce(3, echo=stamp, frame=primary.fourth)
+    app = server.app
+    mirror = app.replication.mirror
+
+    def staged() -> bool:  # LMDB holds lsn 4, the stream layer has it staged
+        return any(lsn == 4 for lsn, _ in mirror.staged)
+
+    await wait_until(staged, within=WAIT, message="frame 4 applied and staged")
+    assert app.store.engine.tails[1].unit == len(b"hello world!!")
+    assert "a" not in app.store.table.by_path
+    r = await server.client.get("/v1/stream/a", params={"offset": "-1"})
+    assert r.status_code == 200 and r.content == b"hello world", r.content
+    stamp = (await primary.announce(3, echo=stamp))[3]
+    await primary.announce(4, echo=stamp)  # confirmed
+    r = await server.client.get("/v1/stream/a", params={"offset": "-1"})
+    assert r.status_code == 200 and r.content == b"hello world!!"
+    assert not mirror.held

@@ -46,7 +46,7 @@ import json
 import logging
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from stream_format import wal as walmod
@@ -61,6 +61,7 @@ from stream_server.engine.data_dir import remove_set_id
 from stream_server.engine.engine import Engine
 from stream_server.engine.errors import StorageError
 from stream_server.engine.frames import AppendedFrames
+from stream_server.engine.prior_tails import Prior, prior_tails
 
 log = logging.getLogger("stream_server.engine")
 
@@ -326,10 +327,12 @@ Applied = tuple[int, Position, list[walmod.Entry]]  # lsn, position, metadata ch
 @dataclass(slots=True)
 class Written:
     """Frames of one fetch answer durable in the WAL, their metadata not yet in LMDB
-    (``write_frames``; ``commit_frames`` finishes them)."""
+    (``write_frames``; ``commit_frames`` finishes them, and keeps in ``prior`` the
+    tails each frame replaced: ``engine/prior_tails.py``)."""
 
     appended: AppendedFrames
     positions: list[Position]
+    prior: list[Prior] = field(default_factory=list)
 
 
 def frame_changes(frame: bytes) -> tuple[int, list[walmod.Entry]]:
@@ -369,8 +372,9 @@ def commit_frames(engine: Engine, written: Written) -> list[Applied]:
     its own). Returns, per frame, its lsn, the position it carries and its metadata
     changes (for the stream layer). A failure fails the engine closed; the frames
     stay durable in the WAL, which a restart replays."""
-    engine.commit_frames(written.appended)
     frames = written.appended.frames
+    written.prior = prior_tails(engine, frames)
+    engine.commit_frames(written.appended)
     return [
         (lsn, position, changes)
         for (lsn, changes), position in zip(frames, written.positions, strict=True)

@@ -348,9 +348,11 @@ class Follower:
         Holds ``applying`` (taken by ``_fetch_once``) until done."""
         try:
             applied = await job.committed
-            for (t, frame), (lsn, _, changes) in zip(frames, applied, strict=True):
+            written = job.written.result()
+            prior = written.prior if written is not None else []
+            for i, ((t, frame), (lsn, _, changes)) in enumerate(zip(frames, applied, strict=True)):
                 self.shipper.add(t, lsn, frame)
-                self.mirror.stage(lsn, changes)
+                self.mirror.stage(lsn, changes, prior[i] if i < len(prior) else None)
             self._publish()
         except Exception as exc:  # the engine failed closed: the next answer is refused
             self.problem = f"applying frames failed: {exc!r}"

@@ -7,6 +7,14 @@ commit point the primary announced: a reader on a standby never sees a write
 that could still be rolled back. Producer state travels in the same frames,
 so a producer that retries on a promoted standby gets the duplicate answer.
 
+A stream the stream layer does not hold loaded (none are after a start, and the
+hot set drops idle ones) is loaded from LMDB when first asked for, where a frame
+past the commit point already is: for every stream such a frame changed, the tail
+its readers may see is kept (``held``: the tail before the first such frame, then
+each published frame's) until the commit point covers them all, and a load takes
+that one (``ReplicatedStreams.held``); None keeps a stream a staged frame created
+out of sight.
+
 Streams are found by id through an index kept across publishes (a standby
 applies a frame per batch of the primary, and rebuilding an index of every
 stream each time would cost in proportion to the streams held); an entry
@@ -35,6 +43,7 @@ from stream_format.meta import (
     stream_path,
 )
 from stream_format.records import Producer
+from stream_server.engine.prior_tails import Prior
 from stream_server.engine.replica import frame_changes
 from stream_server.streams.model import Stream
 from stream_server.streams.replicated import ReplicatedStreams
@@ -48,6 +57,10 @@ class Mirror:
         self.lsn = lsn
         self.staged: deque[tuple[int, list[wal.Entry]]] = deque()  # (lsn, changes) not visible yet
         self.published = 0  # the last lsn readers here may see
+        # Stream id -> the tail its readers may see while staged frames changed it (module
+        # doc), shared with the stream layer's loads; and the last such frame's lsn.
+        self.held = streams.held
+        self._held_until: dict[int, int] = {}
         # Weak: the stream table decides which streams stay loaded (its hot set); one it
         # dropped needs nothing from a frame, LMDB has it when it is loaded again.
         self._by_id: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
@@ -60,8 +73,14 @@ class Mirror:
             DB_INFO: self._info_change,
         }
 
-    def stage(self, lsn: int, changes: list[wal.Entry]) -> None:
+    def stage(self, lsn: int, changes: list[wal.Entry], prior: Prior | None = None) -> None:
+        """A frame applied here, visible once a commit point covers it; ``prior``: the
+        tails it replaced (``engine.prior_tails``), which its streams' loads show until
+        then."""
         self.staged.append((lsn, changes))
+        for sid, unit in (prior or {}).items():
+            self.held.setdefault(sid, unit)
+            self._held_until[sid] = lsn
 
     def stage_frames(
         self, published: int, lsn: int, frames: Iterable[tuple[int, int, bytes]]
@@ -82,9 +101,22 @@ class Mirror:
         self._rebuilt = False
         while self.staged and self.staged[0][0] <= upto:
             lsn, changes = self.staged.popleft()
-            self._refresh(changes)
+            self._refresh(lsn, changes)
             self.published = lsn
         self.published = max(self.published, min(upto, self.lsn()))
+
+    def _release(self, lsn: int, entry: wal.Entry) -> None:
+        """A published frame's tail change: the tail a load shows moves to it, and is
+        LMDB's again once no staged frame changed the stream past it."""
+        sid = key_stream_id(entry[2])
+        until = self._held_until.get(sid)
+        if until is None:
+            return
+        if until <= lsn:
+            del self._held_until[sid]
+            self.held.pop(sid, None)
+        else:
+            self.held[sid] = decode_tail(entry[3]).unit if entry[0] == wal.PUT else None
 
     def _stream(self, sid: int) -> Stream | None:
         """The stream with id ``sid`` in the table, if any, through the index."""
@@ -98,11 +130,13 @@ class Mirror:
         self._rebuilt = True
         return self._by_id.get(sid)
 
-    def _refresh(self, changes: list[wal.Entry]) -> None:
+    def _refresh(self, lsn: int, changes: list[wal.Entry]) -> None:
         """Apply one frame's changes to the stream layer, keeping the index current,
         then wake the readers of every stream it touched."""
         touched: set[Stream] = set()
         for entry in changes:
+            if entry[1] == DB_TAILS and self._held_until:
+                self._release(lsn, entry)
             apply = self._apply.get(entry[1])
             if apply is not None:
                 apply(entry, touched)

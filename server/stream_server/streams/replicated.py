@@ -27,6 +27,14 @@ class ReplicatedStreams:
         self._store = store
 
     @property
+    def held(self) -> dict[int, int | None]:
+        """Stream id -> the tail its readers may see, for streams whose tail in the engine
+        is ahead of it (a standby's frames past the commit point; None: a stream such a
+        frame created, not to be seen). A stream loaded meanwhile takes this tail
+        (``StreamStore.held``); the mirror keeps it (``replication/mirror.py``)."""
+        return self._store.held
+
+    @property
     def by_path(self) -> Mapping[str, Stream]:
         """Every stream loaded so far, by path (read only: change them through the
         methods). One not loaded needs nothing from a frame: it is loaded from LMDB,
@@ -42,8 +50,7 @@ class ReplicatedStreams:
         table.hidden.discard(path)  # published now
         s = table.get(path)
         if s is None or s.id != meta.id:
-            tail = self._store.engine.tails.get(meta.id)
-            s = Stream(path, meta, tail.unit if tail else meta.fork_offset, committed=True)
+            s = Stream(path, meta, self._store.loaded_tail(meta), committed=True)
             table.add(s)
         s.meta = meta
         self._store.expiry.track(s)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stream_format.meta import StreamMeta
 from stream_format.records import Producer
 from stream_server.engine import (
     BatchStats,
@@ -119,6 +120,9 @@ class StreamStore:
             self._load, self.engine.stored_stream_count, self.limits.hot_streams
         )
         self.next_id = 1
+        # A standby's streams whose engine tail is ahead of what readers may see there:
+        # the tail a load takes instead (None: not visible yet). Empty on a single node.
+        self.held: dict[int, int | None] = {}
         self.ready = False
         self.recovery: RecoveryReport | None = None
         # How long ``start`` took after the engine's recovery, making a ``Stream`` per
@@ -176,11 +180,21 @@ class StreamStore:
         if found is None:
             return None
         meta, producers = found
-        tail = self.engine.tails.get(meta.id)
-        s = Stream(path, meta, tail.unit if tail else meta.fork_offset, committed=True)
+        if meta.id in self.held and self.held[meta.id] is None:
+            return None  # a standby's frame past the commit point made it: not yet
+        s = Stream(path, meta, self.loaded_tail(meta), committed=True)
         for pid, (epoch, seq) in producers.items():
             s.producers[pid] = Producer(pid, epoch, seq)
         return s
+
+    def loaded_tail(self, meta: StreamMeta) -> int:
+        """The tail unit a stream loaded now starts with: the engine's, or on a standby the
+        one its readers may see while frames past the commit point moved it (``held``)."""
+        unit = self.held.get(meta.id)
+        if unit is not None:
+            return unit
+        tail = self.engine.tails.get(meta.id)
+        return tail.unit if tail else meta.fork_offset
 
     def _open(self, opened: Callable[[], None] | None) -> tuple[LoadedState, RecoveryReport]:
         found = self.engine.open()
