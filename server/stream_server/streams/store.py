@@ -190,9 +190,9 @@ class StreamStore:
     def loaded_tail(self, meta: StreamMeta) -> int:
         """The tail unit a stream loaded now starts with: the engine's, or on a standby the
         one its readers may see while frames past the commit point moved it (``held``)."""
-        unit = self.held.get(meta.id)
-        if unit is not None:
-            return unit
+        if meta.id in self.held:  # None: made by a frame being published, tail to come
+            unit = self.held[meta.id]
+            return unit if unit is not None else meta.fork_offset
         tail = self.engine.tails.get(meta.id)
         return tail.unit if tail else meta.fork_offset
 
