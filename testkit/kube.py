@@ -132,6 +132,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "ServiceAccount": ("", "v1", "serviceaccounts"),
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
     "CustomResourceDefinition": ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
     "DurableStream": ("streams.pyds.dev", "v1alpha1", "durablestreams"),
     "DurableStreamBackup": ("streams.pyds.dev", "v1alpha1", "durablestreambackups"),
@@ -587,7 +588,9 @@ class ApiServer(kmock.KubernetesEmulator):
                 new.setdefault("metadata", {})[field] = old["metadata"][field]
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if not applying:
-            self._settle(request.resource, new)
+            # A status write is not admitted by the webhook: it registers for the main
+            # resource (``pods``), not its subresources (``pods/status``).
+            self._settle(request.resource, new, admit=request.subresource is None)
             manager = managed_fields.manager_of(request.params, _agent(request))
             fields = managed_fields.updated(old, new, manager, _now(), request.subresource)
             new["metadata"]["managedFields"] = fields
@@ -609,9 +612,10 @@ class ApiServer(kmock.KubernetesEmulator):
 
     # -- what is stored (testkit.canonical, testkit.managed_fields) -------------------------
 
-    def _settle(self, resource: Any, obj: dict[str, Any]) -> None:
+    def _settle(self, resource: Any, obj: dict[str, Any], admit: bool = True) -> None:
         """A built-in object as kube-apiserver stores it: defaults, canonical quantities,
-        the mutating webhook (custom resources are stored as sent)."""
+        and, unless ``admit`` is off, the mutating webhook (custom resources have their
+        CRD's pruning and defaults instead, in ``_validate``)."""
         kind = (
             None
             if resource in self._custom
@@ -620,7 +624,8 @@ class ApiServer(kmock.KubernetesEmulator):
         if kind is None:
             return
         try:
-            canonical.settle(kind, obj, self.webhook, self._next_cluster_ip)
+            webhook = self.webhook if admit else None
+            canonical.settle(kind, obj, webhook, self._next_cluster_ip)
         except canonical.BadQuantity as exc:
             raise kmock.KubernetesError(400, "BadRequest", str(exc)) from None
 

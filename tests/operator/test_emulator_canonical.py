@@ -413,6 +413,11 @@ def test_the_injector_adds_its_sidecar_to_pods_and_pod_templates(
     stored = kube.get("Pod", NS, "injected-0")
     assert [c["name"] for c in stored["spec"]["containers"]] == ["server", PROXY]
     assert stored["metadata"]["labels"]["security.istio.io/tlsMode"] == "istio"
+    # Registered for pods, not pods/status: the kubelet's status writes pass it by.
+    calls = len(injector.seen)
+    status = {"status": {"phase": "Running"}}
+    kube.patch("Pod", NS, "injected-0", status, status=True).raise_for_status()
+    assert len(injector.seen) == calls
     kube.create(config("not-injected", {"a": "1"})).raise_for_status()
     assert "labels" not in kube.get("ConfigMap", NS, "not-injected")["metadata"]
     assert ("StatefulSet", "injected") in injector.seen
