@@ -279,6 +279,18 @@ def test_a_default_the_crd_gains_changes_no_pod_template(path: tuple[str, ...]):
     assert template_of(read) == template_of(stored)
 
 
+def test_every_later_default_is_the_crds():
+    """A default the CRD gained later is known to the operator with the CRD's value, or
+    its hash would leave out a value the API server never fills in (and the other way
+    round: a CRD default missing here, where it belongs, changes every hash at once;
+    test_render.py's pinned hashes catch that)."""
+    crd = {p: subschema(SCHEMA["properties"]["spec"], p)["default"] for p in SPEC_DEFAULTS}
+    for path, value in spec.LATER_DEFAULTS.items():
+        assert crd.get(path) == value, path
+    for path in set(spec.LATER_DEFAULTS) & set(spec.NESTED_DEFAULTS):
+        pytest.fail(f"{path} is both a nested default the hash covers and a later one")
+
+
 def test_a_crd_upgrade_with_a_new_default_rolls_no_pod(
     kube: Cluster, monkeypatch: pytest.MonkeyPatch
 ):

@@ -170,9 +170,11 @@ def test_the_crds_default_is_the_operators(variable: str):
 
 
 def test_the_defaults_inside_optional_objects_are_the_crds():
-    """Applied by the parse where the object is given (``spec.with_defaults``); the CRD
-    holds them too, for ``kubectl get -o yaml`` to show what applies."""
+    """The CRD's, which the API server sets where the object is given; the parse sets
+    the same into the spec it hashes (``spec.NESTED_DEFAULTS``), so a spec stored with or
+    without them rolls no pod (test_crd_schema.py)."""
     crd = crd_defaults()
+    assert spec.NESTED_DEFAULTS == {p: crd[p] for p in spec.NESTED_DEFAULTS}
     assert crd[("server", "authTokensSecret", "key")] == spec.AUTH_TOKENS_KEY
     assert crd[("server", "rateLimit", "burst")] == spec.RATE_BURST
     assert crd[("certificates", "issuerRef", "kind")] == spec.ISSUER_KIND
