@@ -26,7 +26,7 @@ HEADER = "# Generated from charts/durable-streams by scripts/gen_manifests.py; d
 
 FILES = {
     "rbac.yaml": {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"},
-    "operator.yaml": {"Deployment", "Service"},
+    "operator.yaml": {"Deployment", "Service", "NetworkPolicy"},
     "dashboard.yaml": {"ConfigMap"},
     "alerts.yaml": {"PrometheusRule"},
 }

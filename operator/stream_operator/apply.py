@@ -39,6 +39,7 @@ _TYPED = {
     "ServiceAccount": (client.CoreV1Api, "service_account"),
     "Role": (client.RbacAuthorizationV1Api, "role"),
     "RoleBinding": (client.RbacAuthorizationV1Api, "role_binding"),
+    "NetworkPolicy": (client.NetworkingV1Api, "network_policy"),
     # Read or deleted, never rendered: the servers' Lease, a Secret's key, a pod to roll.
     "Lease": (client.CoordinationV1Api, "lease"),
     "Secret": (client.CoreV1Api, "secret"),
@@ -264,6 +265,7 @@ def crd_exists(api_client: client.ApiClient, kind: str) -> bool:
 # What the operator renders for a DurableStream, and so may have to delete again.
 RENDERED_KINDS = (
     "ConfigMap",
+    "NetworkPolicy",
     "Service",
     "PodDisruptionBudget",
     "StatefulSet",

@@ -51,6 +51,8 @@ class OperatorSettings:
     monitor_labels: Mapping[str, str] = field(default_factory=dict)
     # A replica set's peer token is rotated this often (seconds; token_rotation.py).
     peer_token_rotation: float = 30 * 86400.0
+    # A NetworkPolicy per DurableStream unless its spec.networkPolicy.enabled says no.
+    network_policies: bool = True
 
 
 def _float(raw: str, what: str) -> float:
@@ -126,6 +128,7 @@ PARSED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DS_OPERATOR_SERVICEMONITOR_LABELS": ("monitor_labels", _labels),  # the older name
     "DS_OPERATOR_PODMONITOR_LABELS": ("monitor_labels", _labels),
     "DS_OPERATOR_PEER_TOKEN_ROTATION": ("peer_token_rotation", _seconds),
+    "DS_OPERATOR_NETWORK_POLICIES": ("network_policies", _boolean),
 }
 # Read where they are used, as text any value of which is valid.
 TEXT = (

@@ -18,6 +18,7 @@ from stream_operator import (
     VERSION,
     archive_render,
     disruptions,
+    network_policy,
     pod_template,
     webhook_ca,
 )
@@ -668,4 +669,15 @@ def desired_objects(
     if podmonitor_crd and podmonitor_settings(s).enabled:
         meta = _meta(name, namespace, uid)
         objs.append(render_podmonitor(name, namespace, meta, s, selector(name), monitor_labels))
+    policy = network_policy.render_network_policy(
+        name,
+        namespace,
+        _meta(name, namespace, uid),
+        s,
+        selector(name),
+        CONTAINER_PORT,
+        network_policy.operator_namespace(),
+    )
+    if policy is not None:
+        objs.append(policy)
     return objs

@@ -154,8 +154,10 @@ def everything_the_operator_does(c: Cluster, namespace: str) -> None:
         "certificates": None,
         "analytics": {"enabled": False},
         "backup": None,
+        "networkPolicy": {"enabled": False},
     }
     c.patch(KIND, namespace, "events", {"spec": off}).raise_for_status()
+    wait_for(lambda: c.get("NetworkPolicy", namespace, "events") is None, message="pruned")
     wait_for(lambda: c.get("PodMonitor", namespace, "events") is None, message="pruned")
     wait_for(lambda: c.get("Certificate", namespace, "events-tls") is None, message="pruned")
     wait_for(lambda: not c.list("ScheduledSparkApplication", namespace), message="unscheduled")
