@@ -27,6 +27,7 @@ Pure functions of the Secrets' decoded data and the time; builtin_tls.py writes 
 from __future__ import annotations
 
 import datetime
+import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -105,6 +106,14 @@ def make_ca(common_name: str, now: datetime.datetime) -> tuple[str, str]:
     return _pem(cert), _pem_key(key)
 
 
+def _san(name: str) -> x509.GeneralName:
+    """A DNS name, or an IP address SAN for an address (tests reach servers by one)."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def issue(
     ca_cert_pem: str, ca_key_pem: str, dns_names: Sequence[str], now: datetime.datetime
 ) -> tuple[str, str]:
@@ -124,9 +133,7 @@ def issue(
         .not_valid_before(now - BACKDATE)
         .not_valid_after(min(now + CERT_LIFE, ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False
-        )
+        .add_extension(x509.SubjectAlternativeName([_san(n) for n in dns_names]), critical=False)
         .add_extension(
             x509.ExtendedKeyUsage(
                 [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
@@ -175,7 +182,8 @@ def _names(cert: x509.Certificate) -> list[str]:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:
         return []
-    return list(san.value.get_values_for_type(x509.DNSName))
+    addresses = [str(a) for a in san.value.get_values_for_type(x509.IPAddress)]
+    return list(san.value.get_values_for_type(x509.DNSName)) + addresses
 
 
 def _stamp(now: datetime.datetime) -> str:
