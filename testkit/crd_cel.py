@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import decimal
 import functools
+import json
 import re
 import typing
 from typing import Any, NamedTuple
@@ -120,7 +121,16 @@ def uses_old_self(rule: dict[str, Any]) -> bool:
 
 def evaluate(rule: dict[str, Any], self: Any, old: Any = None) -> Outcome:
     """One ``x-kubernetes-validations`` entry against ``self`` (and ``oldSelf``: the
-    stored value, for a transition rule on an update)."""
+    stored value, for a transition rule on an update). A rule's outcome depends on
+    nothing else, and celpy interprets slowly (tens of milliseconds for the chart's
+    rules on each write), so outcomes are kept by rule and values."""
+    key = json.dumps([rule, self, old if uses_old_self(rule) else None], sort_keys=True)
+    return _evaluate(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _evaluate(key: str) -> Outcome:
+    rule, self, old = json.loads(key)
     transition = uses_old_self(rule)
     try:
         result = _run(str(rule["rule"]), self, old, transition)

@@ -152,13 +152,26 @@ def _unchanged(old: Any, new: Any, path: list[Any]) -> bool:
     return found_old and found_new and before == after
 
 
+# The JSON Schema validator of each schema in use, by identity (the schema kept with it,
+# so that its id is not reused): converting the chart's schema on every write was slow.
+_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    kept = _VALIDATORS.get(id(schema))
+    if kept is None or kept[0] is not schema:
+        kept = (schema, jsonschema.Draft4Validator(openapi_as_jsonschema(schema)))
+        _VALIDATORS[id(schema)] = kept
+    return kept[1]
+
+
 def validate(
     schema: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None = None
 ) -> list[FieldError]:
     """Every field error of ``obj`` (OpenAPI, list keys, then the CEL rules)."""
     errors: list[FieldError] = []
     blocking = False
-    validator = jsonschema.Draft4Validator(openapi_as_jsonschema(schema))
+    validator = _validator(schema)
     for exc in validator.iter_errors(obj):
         blocking = blocking or exc.validator == "type"
         if not _unchanged(old, obj, list(exc.absolute_path)):
