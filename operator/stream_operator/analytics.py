@@ -49,7 +49,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stream_operator import GROUP, VERSION
+from stream_operator import GROUP, VERSION, operator_settings
 from stream_operator.spec import SpecInput
 from stream_operator.spec import with_defaults as parse_spec
 
@@ -278,12 +278,14 @@ def labels(name: str, replica: int, job: str) -> dict[str, str]:
 
 
 def pod_security_context() -> dict[str, Any]:
-    """Pod level: what the PodSecurity ``restricted`` profile asks (non-root, seccomp)."""
+    """Pod level: what the PodSecurity ``restricted`` profile asks (non-root, seccomp);
+    the image's UID unless the platform assigns one (the operator's setting
+    ``DS_OPERATOR_SERVER_FIXED_UID``, false on OpenShift: pod_template.py)."""
+    fixed = operator_settings.current().server_fixed_uid
+    uid = {"runAsUser": SPARK_UID, "runAsGroup": SPARK_UID, "fsGroup": SPARK_UID}
     return {
         "runAsNonRoot": True,
-        "runAsUser": SPARK_UID,
-        "runAsGroup": SPARK_UID,
-        "fsGroup": SPARK_UID,
+        **(uid if fixed else {}),
         "fsGroupChangePolicy": "OnRootMismatch",  # no walk of every file at each start
         "seccompProfile": {"type": "RuntimeDefault"},
     }

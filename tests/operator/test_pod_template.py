@@ -171,3 +171,20 @@ def test_where_the_platform_assigns_the_uid_the_default_names_none(settings):
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
     with pytest.raises(operator_settings.SettingError, match="FIXED_UID"):
         operator_settings.load({"DS_OPERATOR_SERVER_FIXED_UID": "maybe"})
+
+
+def test_the_analytics_pods_leave_the_uid_to_the_platform_too(settings):
+    """spec.analytics' Spark driver and executors run in the same namespace, under the
+    same SCC: a fixed UID there is refused as the servers' was."""
+    from stream_operator import analytics, spark_manifests
+
+    spec = {**spark_manifests.EXAMPLE_SPEC, "replicas": 3}
+    fixed = analytics.render_pod_template("ev", 0, spec, "stats")["spec"]["securityContext"]
+    assert fixed["runAsUser"] == analytics.SPARK_UID
+    operator_settings.load({"DS_OPERATOR_SERVER_FIXED_UID": "false"})
+    for context in (
+        analytics.render_pod_template("ev", 0, spec, "stats")["spec"]["securityContext"],
+        analytics.pod_security_context(),
+    ):
+        assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(context)
+        assert context["runAsNonRoot"] is True
