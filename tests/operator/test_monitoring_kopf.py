@@ -116,7 +116,9 @@ def test_an_issuer_gets_a_certificate_for_every_name_and_the_pods_serve_it(kube:
     assert (missing["status"], missing["reason"]) == ("False", "CertManagerMissing")
     sts = kube.get("StatefulSet", NS, "events")
     volumes = sts["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "tls", "secret": {"secretName": "events-tls"}} in volumes
+    # 420 (0644): the API server's default mode for a secret volume.
+    tls = {"name": "tls", "secret": {"secretName": "events-tls", "defaultMode": 420}}
+    assert tls in volumes
     # cert-manager installed: the next resync makes the Certificate.
     kube.install_certificate_crd()
     cert = wait_for(lambda: kube.get("Certificate", NS, "events-tls"), message="Certificate")
