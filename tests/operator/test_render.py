@@ -55,6 +55,7 @@ def test_objects_and_owner_references():
         "Service",
         "PodDisruptionBudget",
         "StatefulSet",
+        "NetworkPolicy",  # on by default (spec.networkPolicy.enabled)
     ]
     for o in objs:
         ref = o["metadata"]["ownerReferences"][0]
