@@ -145,10 +145,13 @@ def test_a_replica_set_gets_its_rights_its_services_and_a_status_that_follows_th
 
 
 def test_a_scale_down_below_the_in_sync_count_is_refused_with_the_reason(kube: Cluster):
-    """The emulated API server runs no CEL rules: the operator's own check refuses."""
+    """The CRD's rule refuses it (422); on a cluster whose CRD has no CEL rules, the
+    operator's own check refuses."""
     running_replica_set(kube, {"replicas": 3, "replication": {"minInSync": 3}})
     write_lease(kube, "events-0", 1, ["events-1", "events-2"])
     wait_for(lambda: status_of(kube).get("phase") == "Ready", message="Ready")
+    assert kube.patch(KIND, NS, "events", {"spec": {"replicas": 2}}).status_code == 422
+    kube.serve_crd_without_rules()
     kube.patch(KIND, NS, "events", {"spec": {"replicas": 2}}).raise_for_status()
     wait_for(lambda: condition(kube, "Accepted").get("status") == "False", message="refused")
     accepted = condition(kube, "Accepted")
