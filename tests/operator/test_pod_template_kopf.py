@@ -15,6 +15,7 @@ from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.operator import running_operator
 from testkit.operator_rbac import assert_role_grants_what_the_operator_did
+from testkit.pod_objects import pod_object, statefulset_status
 
 pytestmark = pytest.mark.processes
 
@@ -75,3 +76,31 @@ def test_a_refused_setting_is_said_and_nothing_is_applied(kube: Cluster):
     assert cond["reason"] == "ChangeRefused"
     assert "server.settings.max-streams must be 0 to" in cond["message"]
     assert kube.get("ConfigMap", NS, "events-config")["data"]["DS_MAX_STREAMS"] == "10"
+
+
+def test_a_pod_no_node_takes_is_named_with_the_schedulers_words(kube: Cluster):
+    """Issue 42: a Pending pod read as ReplicasNotReady; through the status round it is
+    named with the PodScheduled condition kube-scheduler writes."""
+    kube.create(durable_stream("events", {"replicas": 1})).raise_for_status()
+    sts = wait_for(lambda: kube.get("StatefulSet", NS, "events"), message="StatefulSet")
+    kube.create(pod_object(sts, 0)).raise_for_status()
+    said = "0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available."
+    scheduled = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": said,
+        "lastProbeTime": None,
+        "lastTransitionTime": "2026-11-29T14:00:00Z",
+    }
+    pending = {"phase": "Pending", "qosClass": "Burstable", "conditions": [scheduled]}
+    kube.patch("Pod", NS, "events-0", {"status": pending}, status=True).raise_for_status()
+    status = statefulset_status(sts, 1, 0, 1, "events-1", "events-1")
+    kube.patch("StatefulSet", NS, "events", {"status": status}, status=True).raise_for_status()
+
+    def ready() -> dict:
+        conds = ((kube.get(KIND, NS, "events") or {}).get("status") or {}).get("conditions")
+        return next((c for c in conds or [] if c["type"] == "Ready"), {})
+
+    cond = wait_for(lambda: ready().get("reason") == "Unschedulable" and ready(), message="named")
+    assert cond["message"].startswith(f"pod events-0 is not scheduled: {said}")
