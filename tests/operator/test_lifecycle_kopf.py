@@ -161,11 +161,12 @@ def test_a_fenced_server_leaves_its_services_and_comes_back_when_unfenced(
 
 
 def test_hibernation_goes_through_a_refused_spec(kube: Cluster):
-    """A refused change (a smaller volume: the CRD's CEL rule, which the emulator does not
-    run) leaves the servers as they are, but hibernating and waking change no data and are
-    carried out all the same."""
+    """A refused change (a smaller volume, on a cluster whose CRD has no CEL rules: the
+    operator refuses it) leaves the servers as they are, but hibernating and waking
+    change no data and are carried out all the same."""
     kube.create(durable_stream("events", {"storage": {"size": "2Gi"}})).raise_for_status()
     wait_for(lambda: kube.get("StatefulSet", NS, "events"), message="StatefulSet")
+    kube.serve_crd_without_rules()
     kube.patch(KIND, NS, "events", {"spec": {"storage": {"size": "1Gi"}}}).raise_for_status()
     wait_for(lambda: condition(kube, "events", "Accepted").get("reason") == "ChangeRefused")
     annotate(kube, "events", HIBERNATION, "on")

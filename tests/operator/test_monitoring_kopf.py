@@ -151,6 +151,8 @@ def test_an_issuer_gets_a_certificate_for_every_name_and_the_pods_serve_it(kube:
 def test_an_issuer_and_a_named_secret_are_refused_together(kube: Cluster):
     kube.install_certificate_crd()
     both = {"server": {"tlsSecretName": "mine"}, "certificates": {"issuerRef": {"name": "ca"}}}
+    assert kube.create(durable_stream("events", both)).status_code == 422  # the CRD's rule
+    kube.serve_crd_without_rules()  # a cluster whose CRD has none: the operator refuses
     kube.create(durable_stream("events", both)).raise_for_status()
     accepted = wait_for(
         lambda: (cond := conditions(kube, "events").get("Accepted")) and cond,
