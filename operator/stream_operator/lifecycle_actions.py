@@ -6,6 +6,7 @@ refuses writes once this operator lost its Lease).
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,15 +94,30 @@ def fence_pods(
 
 def _write_list(ac: client.ApiClient, ds: dict[str, Any], fenced: frozenset[str]) -> None:
     """The ConfigMap ``<name>-fence`` holding ``fenced`` (made the first time a pod is
-    fenced, kept, emptied, once there; one read a round)."""
+    fenced, kept, emptied, once there), read by a status round only when the list
+    changed (``_fence_lists``)."""
     meta = ds["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     body = render_fence_configmap(name, namespace, meta["uid"], sorted(fenced))
-    live = read(ac, "ConfigMap", namespace, fence_configmap_name(name))
-    if live is None and not fenced:
+    want = body["data"][FENCE_LIST_KEY]
+    key = (namespace, name, meta["uid"])
+    if STATUS_ROUND.get() and _fence_lists.get(key) == want:
         return
-    if (live or {}).get("data", {}).get(FENCE_LIST_KEY) != body["data"][FENCE_LIST_KEY]:
+    live = read(ac, "ConfigMap", namespace, fence_configmap_name(name))
+    # None made and none fenced: nothing to write (remembered as the empty list).
+    if (live is not None or fenced) and (live or {}).get("data", {}).get(FENCE_LIST_KEY) != want:
         apply(ac, body)
+    _fence_lists[key] = want
+
+
+# The fence list each DurableStream's ConfigMap was last seen or written to hold: a
+# status round reads the ConfigMap only when the list changed, a whole reconcile (every
+# resync interval) always, so a hand edit or a deletion is put right within one, as a
+# reconcile puts right a rendered object. Read every status round of every DurableStream,
+# it was one request in eight of the operator's steady load (docs/kubernetes.md, API load).
+_fence_lists: dict[tuple[str, str, str], str] = {}
+# True while a status round (``status_round.refresh``) runs: it may trust _fence_lists.
+STATUS_ROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("status_round", default=False)
 
 
 def _annotated(pod: dict[str, Any], changes: dict[str, bool]) -> dict[str, Any]:

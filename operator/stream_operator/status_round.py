@@ -28,6 +28,7 @@ from stream_operator import (
     operator_metrics,
     replica_cluster_actions,
     replica_set,
+    round_reads,
     scaling,
     scaling_actions,
     server_image,
@@ -139,9 +140,20 @@ def write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None
 
 
 def refresh(ac: client.ApiClient, name: str, namespace: str, rounds: Periodic) -> bool:
-    """One status round; True when the object must converge instead."""
+    """One status round; True when the object must converge instead. Its claims are
+    listed once (``round_reads``), its fence ConfigMap read only when the fence list
+    changed (``lifecycle_actions``)."""
     if not leadership.may_act():
         return False
+    ac = round_reads.for_round(ac)
+    trusted = lifecycle_actions.STATUS_ROUND.set(True)
+    try:
+        return _refresh(ac, name, namespace, rounds)
+    finally:
+        lifecycle_actions.STATUS_ROUND.reset(trusted)
+
+
+def _refresh(ac: client.ApiClient, name: str, namespace: str, rounds: Periodic) -> bool:
     with object_lock(namespace, name):
         ds = read(ac, KIND, namespace, name)
         if ds is None or ds["metadata"].get("deletionTimestamp"):

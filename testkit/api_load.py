@@ -1,0 +1,142 @@
+"""The operator's API requests in a steady state, counted per round: what each periodic
+round (a status round every ``DS_OPERATOR_STATUS_INTERVAL``, a whole reconcile every
+``DS_OPERATOR_RESYNC_INTERVAL``) asks of the API server for N DurableStreams that have
+converged (e2e/api_load_figures.py prints them, tests/operator/test_api_load.py checks
+them).
+
+The rounds are the operator's own functions (``status_round.refresh``,
+``reconcile.converge``) called as its workers call them, against the emulated API
+server, which records every request (``ApiServer.requests``); the test plays the
+StatefulSet controller and the kubelet (every pod made and Ready, the StatefulSet's
+status as its controller reports it) and, for a replica set, the servers' Lease. Rounds
+are counted, not timed: requests per minute are a round's requests times the rounds a
+minute holds at the operator's default intervals. The CPU figure is the thread time the
+operator's calls took (the emulator runs in another thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from kubernetes import client
+
+from stream_operator import events, operator_settings, reconcile, status_round
+from stream_operator.periodic import Periodic
+from testkit.cluster import Cluster
+from testkit.kube import durable_stream
+from testkit.leases import replica_lease
+from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
+
+NS = "load"
+OPERATOR_AGENT = "OpenAPI-Generator"  # the handlers' client (the plugin's is kubectl-dstream)
+Tally = Counter[tuple[str, str]]  # (verb, resource) -> requests
+
+
+@dataclass
+class Figures:
+    count: int
+    replicas: int
+    status_round: Tally  # one status round of every DurableStream
+    resync: Tally  # one whole reconcile of every DurableStream
+    status_cpu: float  # seconds of the operator's thread, one status round of all
+    resync_cpu: float
+
+    def per_minute(self) -> Tally:
+        tuning = operator_settings.OperatorSettings()
+        out: Tally = Counter()
+        for key, n in self.status_round.items():
+            out[key] += round(n * 60 / tuning.status_interval)
+        for key, n in self.resync.items():
+            out[key] += round(n * 60 / tuning.resync_interval)
+        return out
+
+    def cpu_per_minute(self) -> float:
+        tuning = operator_settings.OperatorSettings()
+        return (
+            self.status_cpu * 60 / tuning.status_interval
+            + self.resync_cpu * 60 / tuning.resync_interval
+        )
+
+
+def _tally(c: Cluster, start: int) -> Tally:
+    return Counter(
+        (call.verb, call.resource)
+        for call in c.api.requests[start:]
+        if call.agent.startswith(OPERATOR_AGENT)
+    )
+
+
+def converged(c: Cluster, count: int, replicas: int) -> list[str]:
+    """``count`` DurableStreams of ``replicas`` each, made, rendered and running."""
+    for kind in ("info", "warn"):  # Events go through kopf's queue: no kopf here
+        setattr(events, kind, lambda *_, **__: None)
+    ac = api_client(c)
+    names = [f"s{i:03d}" for i in range(count)]
+    log = logging.getLogger("api_load")
+    for name in names:
+        c.create(durable_stream(name, {"replicas": replicas}, NS)).raise_for_status()
+        reconcile.converge(ac, name, NS, log, Periodic(lambda *_: None))
+        sts = c.get("StatefulSet", NS, name)
+        assert sts is not None, name
+        claim_volumes(c, sts)
+        container = sts["spec"]["template"]["spec"]["containers"][0]
+        rev = f"{name}-{sts['metadata']['generation']}"
+        for i in range(replicas):
+            c.create(pod_object(sts, i, rev)).raise_for_status()
+            status = pod_status(container, ready=True, restarts=0)
+            c.patch("Pod", NS, f"{name}-{i}", {"status": status}, status=True).raise_for_status()
+        status = statefulset_status(sts, replicas, replicas, replicas, rev, rev)
+        c.patch("StatefulSet", NS, name, {"status": status}, status=True).raise_for_status()
+        if replicas > 1:
+            standbys = [f"{name}-{i}" for i in range(1, replicas)]
+            c.create(replica_lease(name, NS, f"{name}-0", 1, standbys)).raise_for_status()
+    return names
+
+
+def api_client(c: Cluster) -> client.ApiClient:
+    return client.ApiClient(client.Configuration(host=c.url))
+
+
+def one_round(c: Cluster, names: list[str], *, resync: bool) -> tuple[Tally, float]:
+    """One round of every DurableStream, as the workers run it: its requests and CPU."""
+    ac = api_client(c)
+    rounds = Periodic(lambda *_: None)
+    log = logging.getLogger("api_load")
+    start = len(c.api.requests)
+    cpu = time.thread_time()
+    for name in names:
+        if resync or status_round.refresh(ac, name, NS, rounds):
+            reconcile.converge(ac, name, NS, log, rounds)
+    return _tally(c, start), time.thread_time() - cpu
+
+
+def measure(c: Cluster, count: int, replicas: int, settle: int = 2) -> Figures:
+    """The figures once ``settle`` rounds of each kind have run (the first rounds after a
+    create write the status, the Lease's owner reference, the role labels)."""
+    names = converged(c, count, replicas)
+    for _ in range(settle):
+        one_round(c, names, resync=True)
+        one_round(c, names, resync=False)
+    resync, resync_cpu = one_round(c, names, resync=True)
+    status, status_cpu = one_round(c, names, resync=False)
+    return Figures(count, replicas, status, resync, status_cpu, resync_cpu)
+
+
+def table(figures: Figures) -> str:
+    """The requests a minute by verb and resource, and the CPU, as the docs print them."""
+    minute = figures.per_minute()
+    lines = [
+        f"{figures.count} DurableStreams x {figures.replicas} replica(s): "
+        f"{sum(minute.values())} requests/min, "
+        f"CPU {figures.cpu_per_minute():.1f} s/min of the operator's thread",
+        f"  {'VERB':<7} {'RESOURCE':<28} {'STATUS ROUND':>12} {'RESYNC':>7} {'PER MIN':>8}",
+    ]
+    for verb, resource in sorted(minute, key=lambda k: -minute[k]):
+        lines.append(
+            f"  {verb:<7} {resource:<28} {figures.status_round[(verb, resource)]:>12} "
+            f"{figures.resync[(verb, resource)]:>7} {minute[(verb, resource)]:>8}"
+        )
+    return "\n".join(lines)
