@@ -140,7 +140,9 @@ def render_network_policy(
     dns = [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]  # fmt: skip
     egress: list[dict[str, Any]] = [
-        {"to": dns, "ports": _ports(53, "UDP", "TCP")},
+        # One rule a protocol: the operator's drift check keys a rule's ports by number.
+        {"to": dns, "ports": _ports(53, "UDP")},
+        {"to": dns, "ports": _ports(53, "TCP")},
         {"to": peers, "ports": _ports(port)},
     ]
     if spec.replicated:

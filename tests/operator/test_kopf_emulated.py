@@ -123,7 +123,8 @@ def test_create_renders_every_object_with_owner_references(kube: Cluster):
     wait_for(lambda: status_of(kube, "events").get("phase") == "Ready", message="Ready")
     st = status_of(kube, "events")
     assert st["readyReplicas"] == 2
-    assert st["endpoint"] == "http://events.default.svc:4437/v1/stream/"
+    # A replica set serves TLS from the built-in CA by default (builtin_ca.py).
+    assert st["endpoint"] == "https://events.default.svc:4437/v1/stream/"
     assert st["observedGeneration"] == 1
     kube.wait_for_event(NS, "events", "Created")  # posted after the objects (kopf's queue)
 
@@ -357,6 +358,7 @@ def test_operator_restart_touches_nothing_that_is_already_right():
             ("Role", "events"),
             ("RoleBinding", "events"),
             ("Service", "events-replicas"),
+            ("NetworkPolicy", "events"),
         ]
         versions = {k: kube.get(*k[:1], NS, k[1])["metadata"]["resourceVersion"] for k in owned}
         ds_version = kube.get(KIND, NS, "events")["metadata"]["resourceVersion"]
@@ -374,15 +376,16 @@ def test_operator_restart_touches_nothing_that_is_already_right():
                 for e in kube.list("Event", NS)
                 if e["reason"] == "Created" and e["involvedObject"]["name"] == "events"
             ]
-            # From the first run only: a replica set's 9 objects and its peer token Secret.
-            assert len(created) == 10
+            # From the first run only: a replica set's 10 objects (its NetworkPolicy too)
+            # and its peer token Secret.
+            assert len(created) == 11
             # Resyncs ran, and found nothing to correct: no write, no event.
             rewritten = [
                 e
                 for e in kube.list("Event", NS)
                 if e["reason"] in ("Patched", "DriftCorrected", "Deleted")
             ]
-            assert rewritten == []
+            assert rewritten == [], [e["message"] for e in rewritten]
             # And it is still watching: a change made now is carried out.
             kube.patch(KIND, NS, "events", {"spec": {"replicas": 3}})
             wait_for(
@@ -653,7 +656,9 @@ def test_new_replicas_get_the_spec_size_and_ready_waits_for_every_volume(kube: C
 def test_a_server_that_refuses_its_data_format_is_named_in_the_status(kube: Cluster, tmp_path):
     """Issue 15, findings 7 and 8: an older image on a volume a newer server wrote exits at
     start; the status says why (the server's own words), not "Progressing" for ever."""
-    _ready(kube, "events", {"replicas": 2, "image": "durable-streams-py:0.2.0"})
+    # Plain HTTP: the env below is the pod's with only the token file put here.
+    plain = {"certificates": {"builtIn": False}}
+    _ready(kube, "events", {"replicas": 2, "image": "durable-streams-py:0.2.0", **plain})
     kube.patch(KIND, NS, "events", {"spec": {"image": "durable-streams-py:0.1.0"}})
     sts = wait_for(
         lambda: (

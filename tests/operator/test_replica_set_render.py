@@ -67,6 +67,7 @@ def test_one_replica_renders_no_trace_of_replication_and_mounts_no_token():
         ("Service", "ev"),
         ("PodDisruptionBudget", "ev"),
         ("StatefulSet", "ev"),
+        ("NetworkPolicy", "ev"),  # every DurableStream's, on by default (issue 42)
     ]
     assert not any(k.startswith(("DS_REPLICA", "DS_LEASE", "DS_MIN")) for k in env_of(one))
     # The fence file alone (every pod has it: docs/kubernetes.md, Fencing).
@@ -201,6 +202,7 @@ def test_the_pods_rights_are_their_lease_and_their_pods_by_name_and_nothing_clus
         ("Service", "ev-replicas"),
         ("PodDisruptionBudget", "ev"),
         ("StatefulSet", "ev"),
+        ("NetworkPolicy", "ev"),
     ]
     rules = render_role("ev", "ns", UID, THREE)["rules"]
     by_name = [r for r in rules if r.get("resourceNames")]
