@@ -12,6 +12,7 @@ from stream_operator.lifecycle import (
     HIBERNATION,
     POD_FENCED,
     RECONCILE,
+    RESTARTED_AT,
     fence_changes,
     fenced_instances,
     hibernated,
@@ -19,6 +20,7 @@ from stream_operator.lifecycle import (
     lifecycle_status,
     paused,
     paused_status,
+    restarted,
     wants_converge,
 )
 from stream_server.fencing import parse_annotations
@@ -73,6 +75,22 @@ def test_hibernation_renders_no_replicas_and_a_round_converges_until_it_is_so():
     assert not wants_converge(ds({RECONCILE: "paused", HIBERNATION: "on"}), sts(3, 3))
     was = paused_status({"phase": "Ready", "conditions": []})
     assert wants_converge(ds(status=was), sts(3, 3))
+
+
+def test_a_restart_asked_on_the_durable_stream_goes_into_the_pod_template():
+    """kubectl dstream restart: the template carries the DurableStream's restartedAt (a
+    new revision the operator rolls), and a status round converges until it does."""
+    asked = ds({RESTARTED_AT: "2026-11-29T15:00:00Z"})
+    rendered = restarted(asked, {"spec": {"replicas": 3, "template": {"metadata": {}}}})
+    assert rendered["spec"]["template"]["metadata"]["annotations"] == {
+        RESTARTED_AT: "2026-11-29T15:00:00Z"
+    }
+    plain = restarted(ds(), {"spec": {"replicas": 3, "template": {"metadata": {}}}})
+    assert plain["spec"]["template"]["metadata"] == {}
+    live = {**sts(3, 3), "spec": {"replicas": 3, "template": {"metadata": {}}}}
+    assert wants_converge(asked, live) and not wants_converge(ds(), live)
+    assert not wants_converge(asked, rendered)
+    assert not wants_converge(ds({RECONCILE: "paused", RESTARTED_AT: "x"}), live)
 
 
 def test_a_paused_status_is_the_last_one_with_its_condition():
