@@ -47,6 +47,9 @@ REPLICA_SET: dict[str, Any] = {
     "replicas": 3,
     "replication": {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 4, "retryPeriodSeconds": 1},
     "lifecycle": {"terminationGracePeriodSeconds": 10, "readinessPeriodSeconds": 1},
+    # Plain HTTP: the kubelet stand-in reaches pods at 127.0.0.1, which the built-in CA's
+    # certificate does not name (TLS over it: tests/replication/test_builtin_ca_set.py).
+    "certificates": {"builtIn": False},
 }
 
 
