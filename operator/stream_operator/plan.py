@@ -7,11 +7,11 @@ read, call these, and carry out the answer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
-
-from kubernetes.utils import parse_quantity
 
 # The lists of named items, by the field that names an item (their patchMergeKey in the
 # built-in types): the API server and admission webhooks add items to them (a sidecar,
@@ -34,11 +34,32 @@ PORT_KEYS = ("containerPort", "port")
 QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "overhead"})
 
 
+# A quantity's suffixes (apimachinery's resource.Quantity): binary, decimal SI, or an
+# exponent. Parsed here exactly, not with the kubernetes client (decisions stay pure).
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))")
+
+
+def quantity_value(value: Any) -> Fraction:
+    """The exact value of a quantity (``"1Gi"``, ``"500m"``, ``2``, ``"1e3"``)."""
+    found = _QUANTITY.fullmatch(str(value))
+    if found is None or isinstance(value, bool):
+        raise ValueError(f"not a quantity: {value!r}")
+    number, exponent, suffix = found.groups()
+    if exponent:
+        return Fraction(number) * Fraction(10) ** int(exponent[1:])
+    if suffix in _BINARY:
+        return Fraction(number) * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return Fraction(number) * Fraction(10) ** _DECIMAL[suffix]
+    raise ValueError(f"not a quantity: {value!r}")
+
+
 def _quantity_equal(want: Any, have: Any) -> bool:
     try:
-        same = parse_quantity(want) == parse_quantity(have)  # type: ignore[no-untyped-call]
-        return bool(same)
-    except (ValueError, TypeError):
+        return quantity_value(want) == quantity_value(have)
+    except ValueError:
         return False
 
 
@@ -59,15 +80,21 @@ def _keyed_drift(desired: list[Any], live: list[Any], key: str, path: str) -> li
     """Each rendered item must be there (found by ``key``) and hold what we render, in our
     order; items someone else added are theirs."""
     out: list[str] = []
-    found = {i.get(key): n for n, i in enumerate(live) if isinstance(i, dict)}
+
+    def ident(item: dict[str, Any]) -> tuple[Any, Any]:
+        # A port is its number and protocol (TCP when left out, the API server's default):
+        # one rule may hold 53/UDP and 53/TCP.
+        return item.get(key), item.get("protocol", "TCP") if key in PORT_KEYS else None
+
+    found = {ident(i): n for n, i in enumerate(live) if isinstance(i, dict)}
     positions = []
     for want in desired:
         sub = f"{path}[{key}={want[key]}]"
-        if want[key] not in found:
+        if ident(want) not in found:
             out.append(sub)
             continue
-        positions.append(found[want[key]])
-        out += drifted_fields(want, live[found[want[key]]], sub)
+        positions.append(found[ident(want)])
+        out += drifted_fields(want, live[found[ident(want)]], sub)
     if positions != sorted(positions):
         out.append(path)
     return out

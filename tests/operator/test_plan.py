@@ -246,3 +246,18 @@ def test_short_claims_count_request_and_capacity_of_the_serving_ordinals():
         "data-ev-2": "1Gi",
     }
     assert short_claims(pvcs[:1], "5Gi", 3, quantity_bytes) == {}
+
+
+def test_a_port_is_its_number_and_protocol():
+    """53/UDP and 53/TCP in one rule are two ports, not one read twice (a NetworkPolicy's
+    DNS egress drifted at every resync when ports were keyed by number alone)."""
+    desired = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    assert drifted_fields(desired, {"ports": list(reversed(desired["ports"]))}) == ["ports"]
+    assert drifted_fields(desired, {"ports": [dict(p) for p in desired["ports"]]}) == []
+    assert (
+        drifted_fields({"ports": [{"port": 80}]}, {"ports": [{"port": 80, "protocol": "TCP"}]})
+        == []
+    )
+    assert drifted_fields(desired, {"ports": [{"port": 53, "protocol": "TCP"}]}) == [
+        "ports[port=53]"
+    ]
