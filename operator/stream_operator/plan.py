@@ -7,11 +7,11 @@ read, call these, and carry out the answer.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
+
+from stream_operator import quantities
 
 # The lists of named items, by the field that names an item (their patchMergeKey in the
 # built-in types): the API server and admission webhooks add items to them (a sidecar,
@@ -32,35 +32,6 @@ PORT_KEYS = ("containerPort", "port")
 # the one quantity field: the API server stores a quantity in its canonical form
 # ("1024Mi" as "1Gi", cpu 2 as "2"), so they are compared by value.
 QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "overhead"})
-
-
-# A quantity's suffixes (apimachinery's resource.Quantity): binary, decimal SI, or an
-# exponent. Parsed here exactly, not with the kubernetes client (decisions stay pure).
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))")
-
-
-def quantity_value(value: Any) -> Fraction:
-    """The exact value of a quantity (``"1Gi"``, ``"500m"``, ``2``, ``"1e3"``)."""
-    found = _QUANTITY.fullmatch(str(value))
-    if found is None or isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
-    number, exponent, suffix = found.groups()
-    if exponent:
-        return Fraction(number) * Fraction(10) ** int(exponent[1:])
-    if suffix in _BINARY:
-        return Fraction(number) * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return Fraction(number) * Fraction(10) ** _DECIMAL[suffix]
-    raise ValueError(f"not a quantity: {value!r}")
-
-
-def _quantity_equal(want: Any, have: Any) -> bool:
-    try:
-        return quantity_value(want) == quantity_value(have)
-    except ValueError:
-        return False
 
 
 def _item_key(field: str, items: list[Any]) -> str | None:
@@ -137,7 +108,7 @@ def drifted_fields(desired: Any, live: Any, path: str = "") -> list[str]:
     return [] if desired == live else [path or "."]
 
 
-def _dict_drift(desired: dict[Any, Any], live: Any, quantities: bool, path: str) -> list[str]:
+def _dict_drift(desired: dict[Any, Any], live: Any, by_value: bool, path: str) -> list[str]:
     if not isinstance(live, dict):
         return [path or "."]
     out: list[str] = []
@@ -146,8 +117,8 @@ def _dict_drift(desired: dict[Any, Any], live: Any, quantities: bool, path: str)
         if key not in live:
             if value not in (None, {}, [], ""):
                 out.append(sub)
-        elif quantities or key == "sizeLimit":
-            if value != live[key] and not _quantity_equal(value, live[key]):
+        elif by_value or key == "sizeLimit":
+            if value != live[key] and not quantities.equal(value, live[key]):
                 out.append(sub)
         else:
             out += drifted_fields(value, live[key], sub)

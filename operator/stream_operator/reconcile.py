@@ -34,6 +34,7 @@ from stream_operator import (
     names,
     operator_metrics,
     operator_settings,
+    quantities,
     replica_cluster,
     replica_cluster_actions,
     scaling,
@@ -67,7 +68,7 @@ from stream_operator.render import (
     render_replication_secret,
     replication_secret_name,
 )
-from stream_operator.spec import DurableStreamSpec, quantity_bytes, refused_change, spec_of
+from stream_operator.spec import DurableStreamSpec, refused_change, spec_of
 from stream_operator.status import Outcome
 from stream_operator.switchover_call import TOKEN_KEY, new_token
 
@@ -285,7 +286,9 @@ def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[st
 def _grow_volumes(ac: client.ApiClient, ds: dict[str, Any], size: str) -> Outcome:
     """Ask for ``size`` on the smaller PVCs whose StorageClass allows growth; say if any cannot."""
     meta = ds["metadata"]
-    smaller = smaller_pvcs(instance_pvcs(ac, meta["namespace"], meta["name"]), size, quantity_bytes)
+    smaller = smaller_pvcs(
+        instance_pvcs(ac, meta["namespace"], meta["name"]), size, quantities.as_bytes
+    )
     if not smaller:
         return Outcome()
     names = {(p.get("spec") or {}).get("storageClassName") or "" for p in smaller} - {""}

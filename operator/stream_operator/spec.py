@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import archive_spec, pod_template, server_settings
+from stream_operator import archive_spec, pod_template, quantities, server_settings
 from stream_operator.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec, SecretKey
 
 # The server image for a spec that names none: the operator's own setting, which the
@@ -296,25 +295,6 @@ class DurableStreamSpec:
 SpecInput = DurableStreamSpec | Mapping[str, Any] | None
 
 
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTPE]i?|[kmgtpe]|)$")
-_FACTORS = {
-    "": 1,
-    "k": 10**3,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
 def with_defaults(spec: SpecInput) -> DurableStreamSpec:
     """The spec parsed once, with every default filled in: the typed view every renderer,
     status and rollout step reads. A spec already parsed is returned as it is.
@@ -535,13 +515,6 @@ def min_in_sync(spec: SpecInput) -> int:
     return with_defaults(spec).min_in_sync
 
 
-def quantity_bytes(value: str) -> int:
-    m = _QUANTITY.match(str(value).strip())
-    if m is None:
-        raise ValueError(f"not a storage quantity: {value!r}")
-    return int(float(m.group(1)) * _FACTORS[m.group(2)])
-
-
 def refused_change(old: Mapping[str, Any] | None, new: SpecInput) -> str | None:
     """Why the operator will not carry out ``old -> new``, or None if it can. ``old``: the
     spec last applied, as the StatefulSet's annotation holds it (its storage)."""
@@ -561,7 +534,7 @@ def refused_change(old: Mapping[str, Any] | None, new: SpecInput) -> str | None:
     o, n = with_defaults(old).storage, spec.storage
     if o.storage_class_name != n.storage_class_name:
         return "storage.storageClassName cannot change: volumes cannot move between classes"
-    if quantity_bytes(n.size) < quantity_bytes(o.size):
+    if quantities.as_bytes(n.size) < quantities.as_bytes(o.size):
         return f"storage.size cannot shrink ({o.size} -> {n.size}): volumes can only grow"
     return None
 

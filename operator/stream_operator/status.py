@@ -25,12 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stream_operator import quantities
 from stream_operator.disruptions import drain_condition
 from stream_operator.plan import short_claims
 from stream_operator.pod_states import PodTrouble, pod_trouble
 from stream_operator.replica_roles import failing_over, lease_view, replica_states
 from stream_operator.rollout import Step
-from stream_operator.spec import DurableStreamSpec, SpecInput, quantity_bytes, with_defaults
+from stream_operator.spec import DurableStreamSpec, SpecInput, with_defaults
 
 
 def _now() -> str:
@@ -117,7 +118,7 @@ def compute_status(
     s = with_defaults(spec)
     previous = previous or {}
     accepted, observed = _accepted(outcome, generation, previous)
-    short = short_claims(pvcs, s.storage.size, s.replicas, quantity_bytes)
+    short = short_claims(pvcs, s.storage.size, s.replicas, quantities.as_bytes)
     if statefulset is None:
         ready, phase = 0, "Pending"
         conditions = [

@@ -12,7 +12,7 @@ from stream_operator.plan import (
     smaller_pvcs,
     stale_objects,
 )
-from stream_operator.spec import quantity_bytes
+from stream_operator.quantities import as_bytes as quantity_bytes
 
 
 def test_drift_is_a_rendered_field_missing_or_changed():

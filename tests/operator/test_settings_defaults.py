@@ -174,7 +174,7 @@ def test_the_defaults_inside_optional_objects_are_the_crds():
     the same into the spec it hashes (``spec.NESTED_DEFAULTS``), so a spec stored with or
     without them rolls no pod (test_crd_schema.py)."""
     crd = crd_defaults()
-    assert spec.NESTED_DEFAULTS == {p: crd[p] for p in spec.NESTED_DEFAULTS}
+    assert {p: crd[p] for p in spec.NESTED_DEFAULTS} == spec.NESTED_DEFAULTS
     assert crd[("server", "authTokensSecret", "key")] == spec.AUTH_TOKENS_KEY
     assert crd[("server", "rateLimit", "burst")] == spec.RATE_BURST
     assert crd[("certificates", "issuerRef", "kind")] == spec.ISSUER_KIND
