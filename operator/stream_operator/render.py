@@ -228,7 +228,7 @@ def server_env(spec: SpecInput) -> dict[str, str]:
     """The server's settings, as the DS_* variables it reads (see stream_server.config)."""
     srv = with_defaults(spec).server
     env = {
-        "DS_HOST": "0.0.0.0",
+        "DS_HOST": "::",  # both families (listen.py; 0.0.0.0 where the node has no IPv6)
         "DS_PORT": str(CONTAINER_PORT),
         "DS_DATA_DIR": DATA_DIR,
         "DS_LONG_POLL_TIMEOUT": str(srv.long_poll_timeout_seconds),

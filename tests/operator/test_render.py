@@ -103,7 +103,7 @@ def test_statefulset_runs_the_server_as_configured():
     # A replica set also mounts its peer token (tests/operator/test_replica_set_render.py).
     assert {v["name"] for v in pod["volumes"]} == {"tmp", "podinfo", "auth", "tls", "replication"}
     env = server_env(spec)
-    assert env["DS_HOST"] == "0.0.0.0" and env["DS_DATA_DIR"] == "/data"
+    assert env["DS_HOST"] == "::" and env["DS_DATA_DIR"] == "/data"
     assert env["DS_LONG_POLL_TIMEOUT"] == "12"
     assert env["DS_AUTH_TOKENS_FILE"].endswith("tokens.json")
     assert env["DS_TLS_CERT"].endswith("tls.crt")

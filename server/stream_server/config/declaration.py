@@ -41,7 +41,7 @@ class Settings:
     host: str = setting(
         "127.0.0.1",
         NETWORK,
-        "interface to listen on (0.0.0.0 in a pod)",
+        "interface to listen on (:: in a pod: IPv6 and IPv4 on one socket, 0.0.0.0 where IPv6 is off)",
         checks.not_empty,
         checks.local_address,
     )
