@@ -98,7 +98,7 @@ def test_every_variable_the_operator_renders_is_a_real_server_setting():
     # And the server accepts every value the operator renders (the files it names are
     # in the pod, not here: their checks at start are not made).
     s = Settings(**values_from(argparse.Namespace(), env))
-    assert s.host == "0.0.0.0" and s.rate_limit == 5 and s.log_format == "json"
+    assert s.host == "::" and s.rate_limit == 5 and s.log_format == "json"
     assert s.webhook_allow == ["receiver.ns.svc", "*.ns.svc", "10.244.0.0/16"]
     assert s.public_url == "http://events.ns.svc:4437"
     assert s.retention == ["logs/:max-bytes=10GiB,max-age=7d", ":max-bytes=512KiB"]
