@@ -28,6 +28,17 @@ def status_of(**kw):
     return compute_status(**kw)
 
 
+def one_pod_status(pod):
+    """A single server whose one pod is not ready: the status says why, from the pod."""
+    return status_of(
+        spec={"replicas": 1},
+        generation=1,
+        statefulset=sts(replicas=1, ready=0, updated=1),
+        endpoint="e",
+        pods=[pod],
+    )
+
+
 def sts(replicas=3, ready=3, updated=3, generation=2, observed=2, cur="r1", upd="r1"):
     return {
         "metadata": {"generation": generation},
@@ -244,13 +255,7 @@ def test_oom_and_image_pull_are_named_and_a_recovered_pod_is_not():
     oom = server_pod(
         "ev-0", restarts=2, last={"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
     )
-    s = status_of(
-        spec={"replicas": 1},
-        generation=1,
-        statefulset=sts(replicas=1, ready=0, updated=1),
-        endpoint="e",
-        pods=[oom],
-    )
+    s = one_pod_status(oom)
     assert conds(s)["Ready"] == ("False", "OOMKilled") and s["phase"] == "Degraded"
     pull = server_pod(
         "ev-0",
@@ -258,13 +263,7 @@ def test_oom_and_image_pull_are_named_and_a_recovered_pod_is_not():
             "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x:9"'}
         },
     )
-    s = status_of(
-        spec={"replicas": 1},
-        generation=1,
-        statefulset=sts(replicas=1, ready=0, updated=1),
-        endpoint="e",
-        pods=[pull],
-    )
+    s = one_pod_status(pull)
     assert conds(s)["Ready"] == ("False", "ImagePullBackOff")
     assert (
         'pulling image "x:9"' in next(c for c in s["conditions"] if c["type"] == "Ready")["message"]
@@ -301,13 +300,7 @@ def test_a_failing_restore_init_container_says_why():
             },
         }
     ]
-    s = status_of(
-        spec={"replicas": 1},
-        generation=1,
-        statefulset=sts(replicas=1, ready=0, updated=1),
-        endpoint="e",
-        pods=[pod],
-    )
+    s = one_pod_status(pod)
     assert conds(s)["Ready"] == ("False", "Init:CrashLoopBackOff") and s["phase"] == "Degraded"
     assert next(c for c in s["conditions"] if c["type"] == "Ready")["message"] == (
         "pod ev-0: the restore init container exited with code 1 (3 restarts): "
@@ -387,13 +380,7 @@ def test_a_gated_pod_and_an_unbound_volume_are_named():
         (gated, "SchedulingGated", "scheduling gates"),
         (volume, "Unschedulable", "unbound immediate PersistentVolumeClaims"),
     ):
-        s = status_of(
-            spec={"replicas": 1},
-            generation=1,
-            statefulset=sts(replicas=1, ready=0, updated=1),
-            endpoint="e",
-            pods=[pod],
-        )
+        s = one_pod_status(pod)
         assert conds(s)["Ready"] == ("False", reason) and s["phase"] == "Degraded"
         assert said in next(c for c in s["conditions"] if c["type"] == "Ready")["message"]
 
@@ -409,13 +396,7 @@ def test_image_pull_and_config_errors_carry_the_kubelets_message():
     }
     for reason, message in cases.items():
         pod = server_pod("ev-0", state={"waiting": {"reason": reason, "message": message}})
-        s = status_of(
-            spec={"replicas": 1},
-            generation=1,
-            statefulset=sts(replicas=1, ready=0, updated=1),
-            endpoint="e",
-            pods=[pod],
-        )
+        s = one_pod_status(pod)
         assert conds(s)["Ready"] == ("False", reason)
         said = next(c for c in s["conditions"] if c["type"] == "Ready")["message"]
         assert said == f"pod ev-0: {message}"
