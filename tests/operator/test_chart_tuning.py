@@ -19,6 +19,7 @@ TUNING = {
     "resyncIntervalSeconds": "DS_OPERATOR_RESYNC_INTERVAL",
     "periodicWorkers": "DS_OPERATOR_PERIODIC_WORKERS",
     "stallSeconds": "DS_OPERATOR_STALL_SECONDS",
+    "peerTokenRotationSeconds": "DS_OPERATOR_PEER_TOKEN_ROTATION",
 }
 
 
@@ -47,6 +48,7 @@ def test_each_value_reaches_the_operator(helm: str):
         "resyncIntervalSeconds": "30",
         "periodicWorkers": "8",
         "stallSeconds": "120",
+        "peerTokenRotationSeconds": "86400",
     }
     env = operator_env(helm, *(f"operator.tuning.{k}={v}" for k, v in values.items()))
     assert {TUNING[k]: env[TUNING[k]] for k in values} == {TUNING[k]: v for k, v in values.items()}
@@ -58,6 +60,7 @@ def test_each_value_reaches_the_operator(helm: str):
         resync_interval=30.0,
         periodic_workers=8,
         stall_seconds=120.0,
+        peer_token_rotation=86400.0,
     )
     assert s == want
 
