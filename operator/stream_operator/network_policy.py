@@ -1,9 +1,11 @@
 """A NetworkPolicy per DurableStream (issue 42): its pods take only the traffic they
 serve and reach only what they call.
 
-Ingress, on the server's port only:
-- clients: ``spec.networkPolicy.clients`` (NetworkPolicyPeers; default every pod of the
-  DurableStream's own namespace);
+Ingress, on the server's port only. By default from anywhere, as Strimzi's listeners
+without ``networkPolicyPeers``: application teams reach a stream server from their own
+namespaces (and through ingress controllers), and an operator upgrade that brings the
+policy must not cut them off. Once ``spec.networkPolicy.clients`` (NetworkPolicyPeers)
+names who may connect, the port takes only them and what the set itself needs:
 - the replica set's peers (the same pod selector), for fetch, snapshot and switchover;
 - the operator's pod (its namespace, ``POD_NAMESPACE``, and its name label): status,
   switchover and backup calls;
@@ -13,7 +15,10 @@ Kubelet probes come from the node, which Kubernetes' NetworkPolicy semantics alw
 in (NetworkPolicy "does not apply to traffic from the node the pod runs on"), so none is needed.
 
 Egress:
-- DNS (port 53, UDP and TCP) to kube-system's kube-dns pods;
+- DNS: port 53, UDP and TCP, to any address (cluster DNS is kube-system's kube-dns on
+  most clusters, openshift-dns on OpenShift, a node-local cache's link-local address
+  elsewhere: no one selector finds them all, and a peer's name that does not resolve
+  stops replication);
 - the API server (a replica set's servers keep their Lease): ports 443 and 6443 to
   ``spec.networkPolicy.apiServerCIDRs`` (default every address). The ``kubernetes``
   Service's endpoints are the control plane's host addresses, which no pod or namespace
@@ -130,19 +135,12 @@ def render_network_policy(
         {"matchLabels": {NAMESPACE_LABEL: operator_ns}} if operator_ns else {}
     )
     peers = [{"podSelector": {"matchLabels": pods}}]
-    sources = [
-        *(raw.get("clients") or [{"podSelector": {}}]),
-        *peers,
-        operator,
-        *(raw.get("metricsFrom") or PROMETHEUS),
-    ]
-    ingress = [{"from": sources, "ports": _ports(port)}]
-    dns = [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
-            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]  # fmt: skip
+    ingress: list[dict[str, Any]] = [{"ports": _ports(port)}]  # from anywhere (module doc)
+    if clients := raw.get("clients"):
+        sources = [*clients, *peers, operator, *(raw.get("metricsFrom") or PROMETHEUS)]
+        ingress = [{"from": sources, "ports": _ports(port)}]
     egress: list[dict[str, Any]] = [
-        # One rule a protocol: the operator's drift check keys a rule's ports by number.
-        {"to": dns, "ports": _ports(53, "UDP")},
-        {"to": dns, "ports": _ports(53, "TCP")},
+        {"ports": _ports(53, "UDP", "TCP")},  # DNS, wherever the cluster serves it
         {"to": peers, "ports": _ports(port)},
     ]
     if spec.replicated:

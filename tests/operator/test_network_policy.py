@@ -24,17 +24,25 @@ def ports(rule: dict[str, Any]) -> set[tuple[str, int]]:
     return {(p["protocol"], p["port"]) for p in rule.get("ports") or []}
 
 
-def test_a_replica_set_takes_clients_peers_operator_and_scrapes_on_its_port_only(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("POD_NAMESPACE", "ops")
+def test_a_replica_set_takes_anyone_on_its_port_only_by_default() -> None:
+    """Clients in other namespaces (and ingress controllers) keep reaching the server
+    when an operator upgrade brings the policy; only the port is narrowed."""
     spec = policy({"replicas": 3})
     assert spec["podSelector"] == {"matchLabels": selector("ev")}
     assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"ports": [{"protocol": "TCP", "port": CONTAINER_PORT}]}]
+
+
+def test_named_clients_narrow_it_to_them_peers_the_operator_and_scrapes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
+    team = {"namespaceSelector": {"matchLabels": {"team": "a"}}}
+    spec = policy({"replicas": 3, "networkPolicy": {"clients": [team]}})
     (rule,) = spec["ingress"]
     assert ports(rule) == {("TCP", CONTAINER_PORT)}
     sources = rule["from"]
-    assert {"podSelector": {}} in sources  # clients: this namespace, by default
+    assert team in sources
     assert {"podSelector": {"matchLabels": selector("ev")}} in sources  # peers
     operator = {
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "durable-streams-operator"}},
@@ -43,11 +51,14 @@ def test_a_replica_set_takes_clients_peers_operator_and_scrapes_on_its_port_only
     assert operator in sources
     assert any("prometheus" in str(s) for s in sources)
     out = spec["egress"]
-    assert {("UDP", 53)} in [ports(r) for r in out] and {("TCP", 53)} in [ports(r) for r in out]
+    dns = next(r for r in out if ("UDP", 53) in ports(r))
+    assert ports(dns) == {("UDP", 53), ("TCP", 53)} and "to" not in dns  # any resolver
     api = next(r for r in out if ("TCP", 6443) in ports(r))
     assert ports(api) == {("TCP", 443), ("TCP", 6443)}
     assert {"ipBlock": {"cidr": "0.0.0.0/0"}} in api["to"]
-    peers = next(r for r in out if r["to"] == [{"podSelector": {"matchLabels": selector("ev")}}])
+    peers = next(
+        r for r in out if r.get("to") == [{"podSelector": {"matchLabels": selector("ev")}}]
+    )
     assert ports(peers) == {("TCP", CONTAINER_PORT)}
 
 
@@ -69,7 +80,7 @@ def test_object_stores_webhooks_and_chosen_clients() -> None:
     got = policy(spec)
     sources = got["ingress"][0]["from"]
     assert {"namespaceSelector": {"matchLabels": {"team": "a"}}} in sources
-    assert {"podSelector": {}} not in sources
+    assert len(got["ingress"]) == 1 and {"podSelector": {}} not in sources
     out = got["egress"]
     assert any(("TCP", 9000) in ports(r) for r in out)  # the object store's port
     assert {"to": [{"ipBlock": {"cidr": "10.1.0.0/16"}}]} in out
