@@ -15,11 +15,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import builtin_ca, events
-from stream_operator.apply import read
-from stream_operator.certificates import builtin_secret, dns_names
+from stream_operator import GROUP, PLURAL, VERSION, builtin_ca, events
+from stream_operator.apply import MERGE_PATCH, read
+from stream_operator.certificates import builtin_secret, dns_names, plain_http_kept
 from stream_operator.render import labels, owner_reference
-from stream_operator.spec import SpecInput, with_defaults
+from stream_operator.spec import PLAIN_HTTP, DurableStreamSpec, SpecInput, with_defaults
 
 
 def ca_secret_name(name: str) -> str:
@@ -66,6 +66,34 @@ def _write(ac: client.ApiClient, body: Any, old: dict[str, Any] | None) -> bool:
         if exc.status in (409, 404):  # someone else wrote first: the next round sees it
             return False
         raise
+    return True
+
+
+def keep_plain_http(
+    ac: client.ApiClient, ds: dict[str, Any], spec: DurableStreamSpec, sts: dict[str, Any] | None
+) -> bool:
+    """Mark a replica set that serves plain HTTP to keep it (``plain_http_kept``), once,
+    with an Event saying how to switch; True when ``ds`` (updated in place) was marked."""
+    if not plain_http_kept(ds["metadata"]["name"], spec, sts):
+        return False
+    meta = ds["metadata"]
+    client.CustomObjectsApi(ac).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        meta["namespace"],
+        PLURAL,
+        meta["name"],
+        {"metadata": {"annotations": {PLAIN_HTTP: "true"}}},
+        _content_type=MERGE_PATCH,
+    )
+    meta.setdefault("annotations", {})[PLAIN_HTTP] = "true"
+    events.info(
+        ds,
+        reason="PlainHttpKept",
+        message="this set serves plain HTTP, as it did before the operator's own CA became "
+        "the default; it keeps it so its clients' http:// URLs keep working. Set "
+        "spec.certificates.builtIn: true to serve TLS (clients then use https://)",
+    )
     return True
 
 

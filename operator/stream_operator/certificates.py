@@ -20,6 +20,7 @@ from stream_operator.spec import (
     DurableStreamSpec,
     IssuerRef,
     SpecInput,
+    spec_of,
     with_defaults,
 )
 from stream_operator.status import condition
@@ -53,6 +54,20 @@ def builtin_secret(name: str, spec: SpecInput) -> str | None:
     return certificate_name(name)
 
 
+def plain_http_kept(name: str, spec: DurableStreamSpec, statefulset: dict[str, Any] | None) -> bool:
+    """Whether a replica set gets the built-in CA's TLS only by default while its live
+    StatefulSet serves plain HTTP: a set an earlier operator made (or a single server
+    being scaled up). Switching it would move every client's URL to https at once, on an
+    operator upgrade nobody tied to the clients, so it keeps plain HTTP until
+    ``certificates.builtIn: true`` asks (``spec.PLAIN_HTTP``)."""
+    if statefulset is None or builtin_secret(name, spec) is None:
+        return False
+    if "builtIn" in (spec.raw.get("certificates") or {}):
+        return False  # chosen in the spec
+    pod = ((statefulset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return "tls" not in [v.get("name") for v in pod.get("volumes") or []]  # render.py mounts it
+
+
 def with_certificate(name: str, spec: SpecInput) -> DurableStreamSpec:
     """The spec as the server sees it: with an issuer named, or the built-in CA's
     certificate, ``server.tlsSecretName`` is that Secret, so that every place that serves
@@ -63,6 +78,12 @@ def with_certificate(name: str, spec: SpecInput) -> DurableStreamSpec:
     if secret is None:
         return parsed
     return parsed.changed(server={**parsed.raw["server"], "tlsSecretName": secret})
+
+
+def serves_tls(ds: dict[str, Any]) -> bool:
+    """Whether a DurableStream's servers serve TLS (a Secret named, cert-manager's or the
+    built-in CA's): how a pod is reached through the API server's proxy."""
+    return bool(with_certificate(ds["metadata"]["name"], spec_of(ds)).server.tls_secret_name)
 
 
 def refused_certificates(spec: SpecInput) -> str | None:

@@ -170,6 +170,8 @@ def _reconcile(
         events.warn(ds, reason=names.INVALID, message=invalid)
         return Outcome(names.INVALID, invalid), []
     sts = read(ac, "StatefulSet", namespace, name)
+    if builtin_tls.keep_plain_http(ac, ds, spec, sts):
+        spec = spec_of(ds)
     refused = _refused(ac, ds, spec, sts)
     role = replica_cluster_actions.step(ac, ds, spec, sts)
     if refused:

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import archive_spec, pod_template, quantities, server_settings
+from stream_operator import GROUP, archive_spec, pod_template, quantities, server_settings
 from stream_operator.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec, SecretKey
 
 # The server image for a spec that names none: the operator's own setting, which the
@@ -349,9 +349,22 @@ def operator_image() -> str:
     return os.environ.get(SERVER_IMAGE_ENV) or DEFAULT_IMAGE
 
 
+# On a DurableStream: its replica set served plain HTTP before the operator made the
+# built-in CA the default, and keeps doing so until ``certificates.builtIn`` says
+# otherwise (builtin_tls.keep_plain_http): its clients' http:// URLs keep working.
+PLAIN_HTTP = f"{GROUP}/plain-http"
+
+
 def spec_of(body: Mapping[str, Any]) -> DurableStreamSpec:
-    """A DurableStream's spec (``body``: the object as the API returns it), parsed."""
-    return with_defaults(body.get("spec"))
+    """A DurableStream's spec (``body``: the object as the API returns it), parsed, with
+    ``certificates.builtIn: false`` where the object keeps plain HTTP (``PLAIN_HTTP``)
+    and its spec does not choose."""
+    raw = body.get("spec")
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    certs = dict((raw or {}).get("certificates") or {})
+    if annotations.get(PLAIN_HTTP) == "true" and "builtIn" not in certs:
+        raw = {**(raw or {}), "certificates": {**certs, "builtIn": False}}
+    return with_defaults(raw)
 
 
 def hashed(spec: SpecInput) -> dict[str, Any]:

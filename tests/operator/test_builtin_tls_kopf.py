@@ -88,3 +88,36 @@ def test_a_single_server_or_an_opt_out_gets_no_ca(kube: Cluster):
     assert not [s for s in kube.list("Secret", NS) if s["metadata"]["name"].endswith("-ca")]
     for name in ("events", "plain"):
         assert "DS_TLS_CERT" not in kube.get("ConfigMap", NS, f"{name}-config")["data"]
+
+
+def test_a_set_that_served_plain_http_keeps_it_until_the_spec_asks_for_tls(kube: Cluster):
+    """An operator upgrade that brings the built-in CA must not move a running set's
+    clients from http:// to https:// behind their backs: the set (made here as an older
+    operator made it, plain) is marked to keep plain HTTP, with an Event saying how to
+    switch; ``certificates.builtIn: true`` then switches it."""
+    plain = {"replicas": 3, "certificates": {"builtIn": False}}
+    kube.create(durable_stream("events", plain)).raise_for_status()
+    wait_for(lambda: kube.get("StatefulSet", NS, "events"), message="the StatefulSet")
+    # The older operator's object: no builtIn field at all (a merge patch's null removes it).
+    gone = {"spec": {"certificates": {"builtIn": None}}}
+    kube.patch(KIND, NS, "events", gone).raise_for_status()
+    wait_for(
+        lambda: (
+            (kube.get(KIND, NS, "events")["metadata"].get("annotations") or {}).get(
+                "streams.pyds.dev/plain-http"
+            )
+            == "true"
+        ),
+        message="the set marked to keep plain HTTP",
+    )
+    reasons = [e.get("reason") for e in kube.list("Event", NS)]
+    assert "PlainHttpKept" in reasons
+    assert kube.get("Secret", NS, "events-tls") is None
+    assert "DS_TLS_CERT" not in kube.get("ConfigMap", NS, "events-config")["data"]
+    # Asked for: TLS from the built-in CA.
+    kube.patch(KIND, NS, "events", {"spec": {"certificates": {"builtIn": True}}}).raise_for_status()
+    wait_for(
+        lambda: "DS_TLS_CERT" in kube.get("ConfigMap", NS, "events-config")["data"],
+        message="TLS once the spec asks",
+    )
+    assert kube.get("Secret", NS, "events-tls") is not None

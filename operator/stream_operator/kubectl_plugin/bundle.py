@@ -32,6 +32,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import KIND
+from stream_operator.certificates import serves_tls
 from stream_operator.kubectl_plugin import PluginError
 from stream_operator.kubectl_plugin.commands import (
     TIMEOUT,
@@ -42,7 +43,6 @@ from stream_operator.kubectl_plugin.commands import (
 )
 from stream_operator.kubectl_plugin.logs import read_log
 from stream_operator.render import CONTAINER_PORT, lease_name
-from stream_operator.spec import spec_of
 
 # The chart's labels on the operator's Deployment (charts/durable-streams, ds.labels).
 OPERATOR_SELECTOR = "app.kubernetes.io/name=durable-streams-operator"
@@ -177,7 +177,7 @@ def collect(api: client.ApiClient, namespace: str, name: str) -> tuple[Bundle, d
             )
         ),
     )
-    scheme = "https:" if spec_of(ds).server.tls_secret_name else ""
+    scheme = "https:" if serves_tls(ds) else ""
     pods = _pods(api, namespace, name)
     for pod in pods:
         one = pod["metadata"]["name"]

@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, KIND, PLURAL, VERSION
+from stream_operator.certificates import serves_tls
 from stream_operator.kubectl_plugin import (
     FENCED,
     HIBERNATION,
@@ -129,7 +130,7 @@ def _live(
 ) -> dict[str, dict[str, Any]]:
     """Each running pod's ``GET /replication``, through the API server's pod proxy
     (``pods/proxy``): ``https:`` when the servers serve TLS."""
-    scheme = "https:" if spec_of(ds).server.tls_secret_name else ""
+    scheme = "https:" if serves_tls(ds) else ""
     answers: dict[str, dict[str, Any]] = {}
     core = client.CoreV1Api(api)
     for pod in pods:
