@@ -43,7 +43,12 @@ adds them, the way kube-apiserver does them:
   (``testkit.kube_protobuf``: helm's release records), and an ``/openapi/v2``
   document (empty: no schema is published for client-side validation);
 - lists honour equality label selectors and return the real resourceVersion;
-  watches resume from a resourceVersion instead of replaying everything;
+  watches resume from a resourceVersion instead of replaying everything, from a bounded
+  window of events (``testkit.watch_cache``, ``watches``): one older than the window is
+  answered with a 410 ``Expired`` ERROR event, ``BOOKMARK`` events come when asked for,
+  and a test may compact the window or end every watch;
+- API Priority and Fairness's refusal, when a test asks for it (``flow.throttle(n)``,
+  ``testkit.flow_control``): 429 ``TooManyRequests`` with ``Retry-After: 1``;
 - deletion waits for finalizers, then garbage-collects the objects that name
   the deleted one as their owner (background propagation); an object created
   after its owners went (a controller that read its owner just before) is
@@ -100,11 +105,13 @@ from testkit import (
     canonical,
     crd_schema,
     disruption,
+    flow_control,
     kube_protobuf,
     managed_fields,
     owner_refs,
     pod_logs,
     pod_proxy,
+    watch_cache,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -298,6 +305,10 @@ class ApiServer(kmock.KubernetesEmulator):
         # A mutating admission webhook (testkit.mutating_webhook), when a test sets one.
         self.webhook: canonical.Webhook | None = None
         self._cluster_ips = 0
+        # The watch cache's window and bookmarks, and API Priority and Fairness's 429s.
+        self.watches = watch_cache.WatchCache(lambda: self._rv)
+        self._buses = self.watches.buses
+        self.flow = flow_control.FlowControl()
         self.resources.load_bundled()
         for res, info in list(self.resources.items()):
             if "status" in info.subresources:
@@ -324,6 +335,9 @@ class ApiServer(kmock.KubernetesEmulator):
             if kind.lower() != "bearer" or token.strip() not in self.tokens:
                 self.unauthorized += 1
                 return aiohttp.web.json_response(UNAUTHORIZED, status=401)
+        refused = self.flow.admit(raw_request.headers.get("User-Agent") or "")
+        if refused is not None:
+            return refused
         if raw_request.path == "/openapi/v2":
             return aiohttp.web.Response(body=b"", content_type=OPENAPI_V2_PROTOBUF)
         if raw_request.content_type == kube_protobuf.CONTENT_TYPE:
@@ -871,6 +885,10 @@ class ApiServer(kmock.KubernetesEmulator):
             since = int(request.params.get("resourceVersion") or 0)
         except ValueError:
             since = 0
+        expired = self.watches.too_old(request.resource, request.params.get("resourceVersion"))
+        if expired is not None:
+            yield expired
+            return
         async with self._lock:
             replay = [
                 {"type": "ADDED", "object": obj}
@@ -879,8 +897,12 @@ class ApiServer(kmock.KubernetesEmulator):
             ]
         for event in replay:
             yield event
-        async for event in self._buses[request.resource]:
-            if _selected(request, event.get("object") or {}):
+        res = request.resource
+        bookmarks = request.params.get("allowWatchBookmarks") == "true"
+        kind = self.resources[res].kind if res in self.resources else ""
+        api_version = f"{res.group}/{res.version}" if res.group else str(res.version)
+        async for event in self.watches.follow(res, api_version, kind, bookmarks):
+            if event["type"] == "BOOKMARK" or _selected(request, event.get("object") or {}):
                 yield event
 
 

@@ -11,12 +11,17 @@ does (``stream_server.replication.kube_auth``). The CA file is read again by url
 each new connection. kopf's own connection (its ``login_via_client`` login) is not this
 client: on a 401 kopf logs in again, which reads the files again, and retries.
 
+A 429 with ``Retry-After`` (API Priority and Fairness refused the request before doing
+anything) is waited out and the request sent once more, as client-go does; without this
+the handler failed and kopf retried the whole reconcile only after its backoff (a minute).
+
 Glue: the kubernetes client's objects are untyped, so ``Any`` stays at this boundary.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,10 @@ from kubernetes.config import incluster_config
 from stream_operator import leadership, operator_settings
 
 _api: client.ApiClient | None = None
+
+# The longest Retry-After waited out: a longer wait fails the request (the handler's
+# retry comes later anyway), rather than holding a worker.
+MAX_RETRY_AFTER = 10.0
 
 
 def api() -> client.ApiClient:
@@ -83,6 +92,11 @@ class _Timed(client.ApiClient):
         if kwargs.get("_request_timeout") is None and len(args) < 4:
             kwargs["_request_timeout"] = operator_settings.current().api_timeout
         response = super().call_api(method, url, *args, **kwargs)
+        wait = retry_after(response.status, response.headers)
+        if wait is not None:
+            response.read()  # type: ignore[no-untyped-call]
+            time.sleep(wait)
+            response = super().call_api(method, url, *args, **kwargs)
         token = self.configuration.refresh_api_key_hook
         if response.status != 401 or not isinstance(token, ServiceAccountToken):
             return response
@@ -94,6 +108,19 @@ class _Timed(client.ApiClient):
         if isinstance(headers, dict):
             headers["authorization"] = self.configuration.get_api_key_with_prefix("BearerToken")
         return super().call_api(method, url, *args, **kwargs)
+
+
+def retry_after(status: int, headers: Any) -> float | None:
+    """How long to wait before sending a refused request once more: a 429's
+    ``Retry-After`` in whole seconds (what kube-apiserver sends, and all client-go reads),
+    at most ``MAX_RETRY_AFTER``; None: not to send it again (another status, no or an
+    unreadable header, a wait too long)."""
+    if status != 429 or headers is None:
+        return None
+    value = str(headers.get("Retry-After") or "").strip()
+    if not value.isdigit() or int(value) > MAX_RETRY_AFTER:
+        return None
+    return float(value)
 
 
 class _LeaderOnlyWrites(_Timed):
