@@ -12,8 +12,10 @@ each new connection. kopf's own connection (its ``login_via_client`` login) is n
 client: on a 401 kopf logs in again, which reads the files again, and retries.
 
 A 429 with ``Retry-After`` (API Priority and Fairness refused the request before doing
-anything) is waited out and the request sent once more, as client-go does; without this
-the handler failed and kopf retried the whole reconcile only after its backoff (a minute).
+anything) is waited out and the request sent once more, as client-go does for any verb.
+urllib3's default ``Retry`` already does so for the idempotent methods (GET, PUT, DELETE:
+three times) but not for POST and PATCH, every apply among them: the handler failed and
+kopf retried the whole reconcile only after its backoff (a minute).
 
 Glue: the kubernetes client's objects are untyped, so ``Any`` stays at this boundary.
 """
@@ -28,6 +30,7 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 from kubernetes.config import incluster_config
+from urllib3.util.retry import Retry
 
 from stream_operator import leadership, operator_settings
 
@@ -93,7 +96,7 @@ class _Timed(client.ApiClient):
             kwargs["_request_timeout"] = operator_settings.current().api_timeout
         response = super().call_api(method, url, *args, **kwargs)
         wait = retry_after(response.status, response.headers)
-        if wait is not None:
+        if wait is not None and method.upper() not in Retry.DEFAULT_ALLOWED_METHODS:
             response.read()  # type: ignore[no-untyped-call]
             time.sleep(wait)
             response = super().call_api(method, url, *args, **kwargs)

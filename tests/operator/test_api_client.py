@@ -162,3 +162,72 @@ def test_a_401_makes_the_operator_read_the_token_again_and_send_once_more(
     c.api.tokens = {"fresh"}
     assert read(ac, "StatefulSet", NS, "x") is None
     assert c.api.unauthorized == 1
+
+
+# -- issue 42: API Priority and Fairness's 429, as client-go answers it ---------------------
+
+AGENT = "durable-streams-operator (test)"
+
+
+def test_a_429_is_waited_out_and_a_write_sent_once_more():
+    """APF refuses before anything is done, so sending a write again is safe. urllib3
+    waits out Retry-After for GET, PUT and DELETE (three times), not for POST and PATCH:
+    before, the handler failed with the 429 and kopf retried it a minute later."""
+    from stream_operator import api_client
+
+    with cluster() as c:
+        ac = api_client.new_api_client(client.Configuration(host=c.url), leader_only=False)
+        ac.user_agent = AGENT
+        c.api.flow.throttle(1, agent=AGENT)
+        client.CustomObjectsApi(ac).create_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, durable_stream("y", {})
+        )
+        c.api.flow.throttle(1, agent=AGENT)
+        client.CustomObjectsApi(ac).patch_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, "y", {"metadata": {"labels": {"a": "b"}}}
+        )
+        c.api.flow.throttle(1, agent=AGENT)
+        assert read(ac, "StatefulSet", NS, "x") is None  # urllib3's own retry
+        assert c.api.flow.throttled == [AGENT] * 3
+        creates = [r for r in c.api.requests if (r.verb, r.resource) == ("create", PLURAL)]
+        assert len(creates) == 1, "the refused create never reached the API server"
+        [obj] = c.list("DurableStream", NS)
+        assert obj["metadata"]["labels"] == {"a": "b"}
+
+
+def test_a_second_429_is_the_callers_failure():
+    """One more attempt, not a loop: a write refused again fails, and the handler's own
+    retry (kopf's backoff) takes it from there."""
+    from kubernetes.client.exceptions import ApiException
+
+    from stream_operator import api_client
+
+    with cluster() as c:
+        ac = api_client.new_api_client(client.Configuration(host=c.url), leader_only=False)
+        ac.user_agent = AGENT
+        c.api.flow.throttle(2, agent=AGENT)
+        with pytest.raises(ApiException) as refused:
+            client.CustomObjectsApi(ac).create_namespaced_custom_object(
+                GROUP, VERSION, NS, PLURAL, durable_stream("y", {})
+            )
+        assert refused.value.status == 429
+        assert c.api.flow.throttled == [AGENT, AGENT]
+        assert c.list("DurableStream", NS) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "wait"),
+    [
+        (429, {"Retry-After": "1"}, 1.0),
+        (429, {"Retry-After": "0"}, 0.0),
+        (429, {}, None),  # nothing said: the caller's failure, as client-go has it
+        (429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, None),  # client-go: seconds only
+        (429, {"Retry-After": "3600"}, None),  # longer than a worker should be held
+        (503, {"Retry-After": "1"}, None),
+        (200, {"Retry-After": "1"}, None),
+    ],
+)
+def test_retry_after(status: int, headers: dict[str, str], wait: float | None):
+    from stream_operator import api_client
+
+    assert api_client.retry_after(status, headers) == wait

@@ -152,7 +152,11 @@ def test_a_watch_that_asks_for_bookmarks_is_sent_the_current_resource_version(ku
         events = (json.loads(line) for line in asked.iter_lines() if line.strip())
         assert next(events) == {
             "type": "BOOKMARK",
-            "object": {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": start}},
+            "object": {
+                "kind": "ConfigMap",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": start},
+            },
         }
         # A write of another kind: nothing for this watch, but a newer point to resume from.
         kube.create({**configmap("s"), "kind": "Secret"}).raise_for_status()
