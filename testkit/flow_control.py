@@ -12,11 +12,27 @@ stands in for the user (the test's own client, kopf's, the operator's are told a
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Collection
 
 import aiohttp.web
 
 RETRY_AFTER_SECONDS = 1
+
+
+@dataclasses.dataclass
+class _Flow:
+    agent: str
+    methods: frozenset[str]
+    left: int
+
+    def matches(self, agent: str, method: str) -> bool:
+        return (
+            self.left > 0
+            and agent.startswith(self.agent)
+            and (not self.methods or method.upper() in self.methods)
+        )
+
 
 TOO_MANY_REQUESTS = {
     "kind": "Status",
@@ -34,22 +50,23 @@ class FlowControl:
     """How many of the next requests to refuse, by flow, and which were."""
 
     def __init__(self) -> None:
-        self._to_refuse: list[list[Any]] = []  # [User-Agent prefix, requests left]
+        self._flows: list[_Flow] = []
         self.throttled: list[str] = []  # the User-Agent of each request refused
 
-    def throttle(self, n: int, agent: str = "") -> None:
+    def throttle(self, n: int, agent: str = "", methods: Collection[str] = ()) -> None:
         """Refuse the next ``n`` requests (watches included) whose User-Agent starts with
-        ``agent`` ("": of any client) with 429."""
+        ``agent`` ("": of any client) and, if ``methods`` names HTTP methods, that use one
+        of them (a FlowSchema's rules match verbs too), with 429."""
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"throttle: a number of requests, not {n!r}")
-        self._to_refuse.append([agent, n])
+        self._flows.append(_Flow(agent, frozenset(m.upper() for m in methods), n))
 
-    def admit(self, agent: str) -> aiohttp.web.Response | None:
-        """None to serve a request from ``agent``, or kube-apiserver's 429 answer to it."""
-        flow = next((f for f in self._to_refuse if f[1] > 0 and agent.startswith(f[0])), None)
+    def admit(self, agent: str, method: str) -> aiohttp.web.Response | None:
+        """None to serve a request, or kube-apiserver's 429 answer to it."""
+        flow = next((f for f in self._flows if f.matches(agent, method)), None)
         if flow is None:
             return None
-        flow[1] -= 1
+        flow.left -= 1
         self.throttled.append(agent)
         return aiohttp.web.json_response(
             TOO_MANY_REQUESTS,

@@ -335,7 +335,7 @@ class ApiServer(kmock.KubernetesEmulator):
             if kind.lower() != "bearer" or token.strip() not in self.tokens:
                 self.unauthorized += 1
                 return aiohttp.web.json_response(UNAUTHORIZED, status=401)
-        refused = self.flow.admit(raw_request.headers.get("User-Agent") or "")
+        refused = self.flow.admit(raw_request.headers.get("User-Agent") or "", raw_request.method)
         if refused is not None:
             return refused
         if raw_request.path == "/openapi/v2":

@@ -14,8 +14,8 @@ client: on a 401 kopf logs in again, which reads the files again, and retries.
 A 429 with ``Retry-After`` (API Priority and Fairness refused the request before doing
 anything) is waited out and the request sent once more, as client-go does for any verb.
 urllib3's default ``Retry`` already does so for the idempotent methods (GET, PUT, DELETE:
-three times) but not for POST and PATCH, every apply among them: the handler failed and
-kopf retried the whole reconcile only after its backoff (a minute).
+three times) but not for POST and PATCH, every apply among them: the reconcile failed
+(an ``ApplyFailed`` Warning and status) and was done again only 10 s later.
 
 Glue: the kubernetes client's objects are untyped, so ``Any`` stays at this boundary.
 """

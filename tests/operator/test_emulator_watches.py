@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
@@ -199,6 +198,11 @@ def test_a_throttled_request_is_429_with_retry_after(kube: Cluster):
     kopf = {"User-Agent": "kopf/1.45.2"}
     assert kube.http.get(kube.path("ConfigMap", NS), headers=kopf).status_code == 429
     assert kube.http.get(kube.path("ConfigMap", NS), headers=kopf).status_code == 200
+    # A flow of writes: reads of the same client go on.
+    kube.api.flow.throttle(1, methods=["post"])
+    assert kube.http.get(kube.path("ConfigMap", NS)).status_code == 200
+    assert kube.create(configmap("a")).status_code == 429
+    assert kube.create(configmap("a")).status_code == 201
     with pytest.raises(ValueError, match="a number of requests"):
         kube.api.flow.throttle(-1)
 
@@ -236,16 +240,18 @@ def test_the_operator_lists_again_after_410_and_still_reconciles(kube: Cluster):
 
 @pytest.mark.slow
 def test_a_stream_created_in_a_burst_of_429s_converges(kube: Cluster):
-    """kopf waits out Retry-After itself; the operator's client does so once per request
-    (api_client), so a handler refused once is not retried after kopf's minute."""
+    """kopf waits out Retry-After itself. The operator's client does so once per request
+    (api_client): before, its first apply (a PATCH, which urllib3 does not send again)
+    failed the reconcile, an ``ApplyFailed`` Warning, and a retry 10 s later."""
     with running_operator(kube):
         wait_for(lambda: kopf_calls(kube, "watch"), message="kopf watching DurableStreams")
         kube.api.flow.throttle(3, agent="kopf/")
-        kube.api.flow.throttle(1, agent="OpenAPI-Generator/")  # the operator's client
+        kube.api.flow.throttle(1, agent="OpenAPI-Generator/", methods=["PATCH"])  # the operator
         kube.create(durable_stream("burst", {})).raise_for_status()
         wait_for(lambda: kube.get("StatefulSet", NS, "burst"), message="the StatefulSet")
-        obj = wait_for(lambda: kube.get(KIND, NS, "burst"))
-        assert obj is not None
+        # kopf posts the operator's Events in order: the StatefulSet's after any failure.
+        kube.wait_for_event(NS, "burst", "Created", "StatefulSet")
+        assert kube.events(NS, "burst", "ApplyFailed") == []
     refused = kube.api.flow.throttled
     assert sum(a.startswith("kopf/") for a in refused) == 3
     assert sum(a.startswith("OpenAPI-Generator/") for a in refused) == 1
