@@ -900,8 +900,7 @@ class ApiServer(kmock.KubernetesEmulator):
         res = request.resource
         bookmarks = request.params.get("allowWatchBookmarks") == "true"
         kind = self.resources[res].kind if res in self.resources else ""
-        api_version = f"{res.group}/{res.version}" if res.group else str(res.version)
-        async for event in self.watches.follow(res, api_version, kind, bookmarks):
+        async for event in self.watches.follow(res, kind, bookmarks):
             if event["type"] == "BOOKMARK" or _selected(request, event.get("object") or {}):
                 yield event
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from kmock._internal import aiobus
 
-# Large enough that no test so far writes past it (kube-apiserver's default is 100
-# events per resource, grown with the write rate; it is 'large' for tests by default).
+# Large enough that no test so far writes past it. kube-apiserver sizes its window to
+# the write rate, between 100 and 102400 events per resource.
 DEFAULT_WINDOW = 100_000
 
 
@@ -112,13 +112,14 @@ class WatchCache:
         self._loop.call_soon_threadsafe(start)
 
     async def follow(
-        self, resource: Any, api_version: str, kind: str, bookmarks: bool
+        self, resource: Any, kind: str, bookmarks: bool
     ) -> AsyncIterator[dict[str, Any]]:
         """The bus's events for one watch, and its bookmarks when asked and enabled;
         ends when ``end_all`` is called."""
         self._loop = asyncio.get_running_loop()
         bus = self.buses[resource]
         interval = self.bookmark_interval if bookmarks else None
+        api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
         marker = await bus.mark()
         start = bus.streamed_count
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -129,7 +130,7 @@ class WatchCache:
                 async for item in bus.stream(since=marker):
                     pumped[0] += 1
                     queue.put_nowait(item)
-            except WatchEnded as exc:
+            except Exception as exc:  # WatchEnded, or the bus failing: the watch ends
                 queue.put_nowait(exc)
 
         task = asyncio.get_running_loop().create_task(pump())
@@ -145,6 +146,8 @@ class WatchCache:
                     continue
                 if isinstance(item, WatchEnded):
                     return
+                if isinstance(item, Exception):
+                    raise item
                 yield item
         finally:
             task.cancel()
