@@ -895,12 +895,13 @@ class ApiServer(kmock.KubernetesEmulator):
                 for obj in self._matching(request)
                 if int(obj["metadata"]["resourceVersion"]) > since
             ]
+            position = await self.watches.mark(request.resource)
         for event in replay:
             yield event
         res = request.resource
         bookmarks = request.params.get("allowWatchBookmarks") == "true"
         kind = self.resources[res].kind if res in self.resources else ""
-        async for event in self.watches.follow(res, kind, bookmarks):
+        async for event in self.watches.follow(position, kind, bookmarks):
             if event["type"] == "BOOKMARK" or _selected(request, event.get("object") or {}):
                 yield event
 

@@ -13,7 +13,8 @@ the current resourceVersion, so that it resumes from a recent one
 event buses (``Buses``) and its watch handler; tests turn the knobs: ``window`` (events
 kept per resource), ``compact()`` (forget every event now, as etcd's compaction makes the
 cache start over), ``end_all()`` (close every open watch, as an API server restart or
-its ``--min-request-timeout`` does), ``bookmark_interval`` (seconds; None: no bookmarks,
+its ``--min-request-timeout`` does; ``open`` counts the watches to end),
+``bookmark_interval`` (seconds; None: no bookmarks,
 the default here, so that nothing changes for a test that did not ask; the real server
 sends one about every minute).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -49,6 +51,7 @@ class WatchCache:
         self._compacted = 0
         self.buses = Buses(self)
         self.expired = 0  # watches answered 410
+        self.open: collections.Counter[Any] = collections.Counter()  # watches, by resource
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's, once it watched
         self._ending: set[asyncio.Task[None]] = set()
 
@@ -111,17 +114,25 @@ class WatchCache:
 
         self._loop.call_soon_threadsafe(start)
 
-    async def follow(
-        self, resource: Any, kind: str, bookmarks: bool
-    ) -> AsyncIterator[dict[str, Any]]:
-        """The bus's events for one watch, and its bookmarks when asked and enabled;
-        ends when ``end_all`` is called."""
+    async def mark(self, resource: Any) -> Position:
+        """Where a watch starts reading ``resource``'s events. Taken under the server's
+        lock with the snapshot the watch replays first: a write falls before both or
+        after both, so none is lost between them and none comes twice."""
         self._loop = asyncio.get_running_loop()
         bus = self.buses[resource]
+        marker = await bus.mark()
+        self.open[resource] += 1
+        return Position(resource, marker, bus.streamed_count)
+
+    async def follow(
+        self, position: Position, kind: str, bookmarks: bool
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The events after ``position`` for one watch, and its bookmarks when asked and
+        enabled; ends when ``end_all`` is called."""
+        resource, marker = position.resource, position.marker
+        bus = marker.bus
         interval = self.bookmark_interval if bookmarks else None
         api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
-        marker = await bus.mark()
-        start = bus.streamed_count
         queue: asyncio.Queue[Any] = asyncio.Queue()
         pumped = [0]
 
@@ -141,7 +152,7 @@ class WatchCache:
                 except TimeoutError:
                     # Only when every event put so far reached this watch: a bookmark
                     # promises that nothing at or before its resourceVersion is to come.
-                    if queue.empty() and start + pumped[0] == bus.streamed_count:
+                    if queue.empty() and position.start + pumped[0] == bus.streamed_count:
                         yield bookmark(api_version, kind, self._current_rv())
                     continue
                 if isinstance(item, WatchEnded):
@@ -151,7 +162,17 @@ class WatchCache:
                 yield item
         finally:
             task.cancel()
+            self.open[resource] -= 1
             await bus.unmark(marker)
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """A watch's place in its resource's events (``WatchCache.mark``)."""
+
+    resource: Any
+    marker: aiobus.BusMark[Any]
+    start: int  # how many events the bus had been given at the mark
 
 
 def bookmark(api_version: str, kind: str, rv: int) -> dict[str, Any]:

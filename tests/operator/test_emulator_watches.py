@@ -55,6 +55,11 @@ def current_rv(c: Cluster) -> str:
     return str(r.json()["metadata"]["resourceVersion"])
 
 
+def watching(c: Cluster, plural: str) -> int:
+    """The watches of ``plural`` reading its events now (their replay is done)."""
+    return sum(n for res, n in c.api.watches.open.items() if res.plural == plural)
+
+
 def watch(c: Cluster, count: int, **params: str) -> list[dict[str, Any]]:
     """The first ``count`` events of a ConfigMap watch (fewer if the server ends it)."""
     events: list[dict[str, Any]] = []
@@ -129,6 +134,7 @@ def test_a_watch_the_server_ends_ends_for_the_client(kube: Cluster):
     ) as r:
         lines = r.iter_lines()
         assert json.loads(next(line for line in lines if line.strip()))["type"] == "ADDED"
+        wait_for(lambda: watching(kube, "configmaps"), message="the watch following events")
         kube.api.watches.end_all()
         assert [line for line in lines if line.strip()] == []  # the stream ended
 
@@ -148,6 +154,7 @@ def test_a_watch_that_asks_for_bookmarks_is_sent_the_current_resource_version(ku
             params={"watch": "true", "resourceVersion": start},
         ) as plain,
     ):
+        wait_for(lambda: watching(kube, "configmaps") == 2, message="both watches following")
         events = (json.loads(line) for line in asked.iter_lines() if line.strip())
         assert next(events) == {
             "type": "BOOKMARK",
@@ -222,7 +229,7 @@ def kopf_calls(c: Cluster, verb: str) -> int:
 @pytest.mark.slow
 def test_the_operator_lists_again_after_410_and_still_reconciles(kube: Cluster):
     with running_operator(kube):
-        wait_for(lambda: kopf_calls(kube, "watch"), message="kopf watching DurableStreams")
+        wait_for(lambda: watching(kube, "durablestreams"), message="kopf watching DurableStreams")
         lists, watches = kopf_calls(kube, "list"), kopf_calls(kube, "watch")
         # A write kopf's DurableStream watch does not see, then the window forgets it:
         # kopf's resourceVersion is now older than any the server resumes from.
@@ -244,7 +251,7 @@ def test_a_stream_created_in_a_burst_of_429s_converges(kube: Cluster):
     (api_client): before, its first apply (a PATCH, which urllib3 does not send again)
     failed the reconcile, an ``ApplyFailed`` Warning, and a retry 10 s later."""
     with running_operator(kube):
-        wait_for(lambda: kopf_calls(kube, "watch"), message="kopf watching DurableStreams")
+        wait_for(lambda: watching(kube, "durablestreams"), message="kopf watching DurableStreams")
         kube.api.flow.throttle(3, agent="kopf/")
         kube.api.flow.throttle(1, agent="OpenAPI-Generator/", methods=["PATCH"])  # the operator
         kube.create(durable_stream("burst", {})).raise_for_status()
