@@ -79,7 +79,7 @@ class WatchCache:
         try:
             asked = int(since)
         except ValueError:
-            return None  # kmock's own parsing has served such watches from now
+            return None  # served as the emulator always has: every object replayed
         oldest = self.oldest(resource)
         if asked >= oldest:
             return None
