@@ -24,7 +24,7 @@ from testkit.kube import durable_stream, storage_class
 from testkit.kubelet import Kubelet
 from testkit.leases import replica_lease
 from testkit.operator import running_operator
-from testkit.operator_rbac import assert_role_grants_what_the_operator_did
+from testkit.operator_rbac import operated_cluster
 from testkit.pod_objects import (
     claim_volumes,
     container_env,
@@ -93,10 +93,8 @@ def reconciles(c: Cluster) -> int:
 
 @pytest.fixture
 def kube() -> Iterator[Cluster]:
-    with cluster() as c:
-        with running_operator(c):
-            yield c
-        assert_role_grants_what_the_operator_did(c)
+    with operated_cluster() as c:
+        yield c
 
 
 def test_create_renders_every_object_with_owner_references(kube: Cluster):

@@ -17,11 +17,10 @@ import pytest
 
 from stream_operator import KIND
 from testkit import wait_for
-from testkit.cluster import Cluster, cluster
+from testkit.cluster import Cluster
 from testkit.kube import durable_stream
 from testkit.leases import replica_lease
-from testkit.operator import running_operator
-from testkit.operator_rbac import assert_role_grants_what_the_operator_did
+from testkit.operator_rbac import operated_cluster
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
 from testkit.servicemonitors import older_servicemonitor
 
@@ -32,10 +31,8 @@ NS = "default"
 
 @pytest.fixture
 def kube() -> Iterator[Cluster]:
-    with cluster() as c:
-        with running_operator(c):
-            yield c
-        assert_role_grants_what_the_operator_did(c)
+    with operated_cluster() as c:
+        yield c
 
 
 def conditions(c: Cluster, name: str) -> dict[str, dict[str, Any]]:

@@ -11,10 +11,9 @@ import pytest
 
 from stream_operator import KIND
 from testkit import wait_for
-from testkit.cluster import Cluster, cluster
+from testkit.cluster import Cluster
 from testkit.kube import durable_stream
-from testkit.operator import running_operator
-from testkit.operator_rbac import assert_role_grants_what_the_operator_did
+from testkit.operator_rbac import operated_cluster
 from testkit.pod_objects import pod_object, statefulset_status
 
 pytestmark = pytest.mark.processes
@@ -25,10 +24,8 @@ ROLE = "eks.amazonaws.com/role-arn"
 
 @pytest.fixture
 def kube() -> Iterator[Cluster]:
-    with cluster() as c:
-        with running_operator(c):
-            yield c
-        assert_role_grants_what_the_operator_did(c)
+    with operated_cluster() as c:
+        yield c
 
 
 def _template(arn: str) -> dict:
