@@ -61,6 +61,9 @@ def spec(replicas: int, durability: str) -> dict[str, Any]:
         },
         "server": {"logFormat": "plain", "longPollTimeoutSeconds": 2},
         "lifecycle": {"terminationGracePeriodSeconds": 10, "readinessPeriodSeconds": 1},
+        # Plain HTTP: the kubelet stand-in reaches pods at 127.0.0.1, which the built-in
+        # CA's certificate does not name (TLS over it: tests/replication/test_builtin_ca_set.py).
+        "certificates": {"builtIn": False},
     }
 
 

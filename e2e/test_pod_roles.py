@@ -45,6 +45,9 @@ GATE = "streams.pyds.dev/in-sync"
 SPEC: dict[str, Any] = {
     "replicas": 3,
     "replication": {"leaseDurationSeconds": 6, "renewDeadlineSeconds": 4, "retryPeriodSeconds": 1},
+    # Plain HTTP: the kubelet stand-in reaches pods at 127.0.0.1, which the built-in CA's
+    # certificate does not name (TLS over it: tests/replication/test_builtin_ca_set.py).
+    "certificates": {"builtIn": False},
     "server": {"logFormat": "plain", "longPollTimeoutSeconds": 2},
     "lifecycle": {
         "terminationGracePeriodSeconds": 10,

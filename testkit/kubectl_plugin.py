@@ -8,8 +8,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
+
+from stream_operator import KIND
+from testkit import wait_for
+from testkit.cluster import Cluster
+from testkit.kube import durable_stream
+from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "team-a"  # the kubeconfig context's namespace: no -n needed
@@ -59,3 +66,44 @@ def plugin(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+NS = "team-a"  # the test kubeconfig's namespace: no -n needed
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def status_of(c: Cluster) -> dict[str, Any]:
+    return (c.get(KIND, NS, "events") or {}).get("status") or {}
+
+
+def set_pod(c: Cluster, sts: dict[str, Any], pod: str, *, ready: bool, restarts: int) -> None:
+    """The kubelet's report of a pod's readiness and its container's restarts."""
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    status = pod_status(container, ready=ready, restarts=restarts)
+    c.patch("Pod", NS, pod, {"status": status}, status=True).raise_for_status()
+
+
+def running_replica_set(c: Cluster, replicas: int = 3) -> dict[str, Any]:
+    """The DurableStream, then what the StatefulSet controller and the kubelet would do."""
+    # Plain HTTP: the tests' stand-ins for the servers serve no TLS.
+    spec = {"replicas": replicas, "certificates": {"builtIn": False}}
+    c.create(durable_stream("events", spec, NS)).raise_for_status()
+    sts = wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
+    claim_volumes(c, sts)
+    for i in range(replicas):
+        c.create(pod_object(sts, i)).raise_for_status()
+        set_pod(c, sts, f"events-{i}", ready=True, restarts=0)
+    rev = f"events-{sts['metadata']['generation']}"
+    status = statefulset_status(sts, replicas, replicas, replicas, rev, rev)
+    c.patch("StatefulSet", NS, "events", {"status": status}, status=True).raise_for_status()
+    return sts
+
+
+def documented_role() -> dict[str, Any]:
+    """The ClusterRole docs/kubernetes.md gives a user of the plugin, as it is printed."""
+    doc = (ROOT / "docs" / "kubernetes.md").read_text()
+    section = doc.split("## The kubectl plugin", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    role = yaml.safe_load("\n".join(line.removeprefix("  ") for line in block.splitlines()))
+    assert role["kind"] == "ClusterRole"
+    return role

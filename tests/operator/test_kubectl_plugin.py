@@ -20,18 +20,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from primary_stand_in import StandIn, primary_stand_in
 
 from stream_operator import KIND
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
-from testkit.kubectl_plugin import environment, kubeconfig, plugin
+from testkit.kubectl_plugin import (
+    documented_role,
+    environment,
+    kubeconfig,
+    plugin,
+    running_replica_set,
+    set_pod,
+    status_of,
+)
 from testkit.kubelet import Kubelet
 from testkit.leases import write_replica_lease
 from testkit.operator import running_operator
-from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
+from testkit.pod_objects import statefulset_status
 
 pytestmark = pytest.mark.processes
 
@@ -46,37 +53,12 @@ def annotations(c: Cluster, name: str = "events") -> dict[str, str]:
     return ((c.get(KIND, NS, name) or {}).get("metadata") or {}).get("annotations") or {}
 
 
-def status_of(c: Cluster) -> dict[str, Any]:
-    return (c.get(KIND, NS, "events") or {}).get("status") or {}
-
-
 def events(c: Cluster, reason: str) -> list[str]:
     return [
         e["message"]
         for e in c.list("Event", NS)
         if e["involvedObject"]["name"] == "events" and e["reason"] == reason
     ]
-
-
-def set_pod(c: Cluster, sts: dict[str, Any], pod: str, *, ready: bool, restarts: int) -> None:
-    """The kubelet's report of a pod's readiness and its container's restarts."""
-    container = sts["spec"]["template"]["spec"]["containers"][0]
-    status = pod_status(container, ready=ready, restarts=restarts)
-    c.patch("Pod", NS, pod, {"status": status}, status=True).raise_for_status()
-
-
-def running_replica_set(c: Cluster, replicas: int = 3) -> dict[str, Any]:
-    """The DurableStream, then what the StatefulSet controller and the kubelet would do."""
-    c.create(durable_stream("events", {"replicas": replicas}, NS)).raise_for_status()
-    sts = wait_for(lambda: c.get("StatefulSet", NS, "events"), message="the StatefulSet")
-    claim_volumes(c, sts)
-    for i in range(replicas):
-        c.create(pod_object(sts, i)).raise_for_status()
-        set_pod(c, sts, f"events-{i}", ready=True, restarts=0)
-    rev = f"events-{sts['metadata']['generation']}"
-    status = statefulset_status(sts, replicas, replicas, replicas, rev, rev)
-    c.patch("StatefulSet", NS, "events", {"status": status}, status=True).raise_for_status()
-    return sts
 
 
 def write_positions(c: Cluster, positions: dict[str, list[int]]) -> None:
@@ -313,16 +295,6 @@ def test_errors_are_plain_and_exit_with_status_one(kube: tuple[Cluster, Path]):
     )
     written = annotations(c, "single")
     assert not {HIBERNATION, FENCED, "streams.pyds.dev/switchover-to"} & set(written)
-
-
-def documented_role() -> dict[str, Any]:
-    """The ClusterRole docs/kubernetes.md gives a user of the plugin, as it is printed."""
-    doc = (ROOT / "docs" / "kubernetes.md").read_text()
-    section = doc.split("## The kubectl plugin", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
-    role = yaml.safe_load("\n".join(line.removeprefix("  ") for line in block.splitlines()))
-    assert role["kind"] == "ClusterRole"
-    return role
 
 
 # Short leases, so the servers elect at once (the e2e replica-set test's timings).

@@ -2,7 +2,7 @@
 (the console entry in a process of its own) against the emulated API server, with the
 real operator running.
 
-The test plays the StatefulSet controller and the kubelet (``test_kubectl_plugin``'s
+The test plays the StatefulSet controller and the kubelet (``testkit.kubectl_plugin``'s
 ``running_replica_set``), the servers' Lease, what each container wrote (the emulator's
 ``pods/log``, ``testkit.pod_logs``) and each server's own answers behind the pod proxy.
 """
@@ -20,12 +20,18 @@ from typing import Any
 
 import pytest
 import yaml
-from test_kubectl_plugin import ROOT, documented_role, running_replica_set, status_of
 
 from stream_operator import KIND
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster
-from testkit.kubectl_plugin import kubeconfig, plugin
+from testkit.kubectl_plugin import (
+    ROOT,
+    documented_role,
+    kubeconfig,
+    plugin,
+    running_replica_set,
+    status_of,
+)
 from testkit.leases import write_replica_lease
 from testkit.operator import running_operator
 from testkit.pod_logs import LogBook
