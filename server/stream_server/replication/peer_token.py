@@ -49,16 +49,21 @@ def read_secret(path: str) -> str:
     return secret
 
 
+def _tokens(path: str) -> tuple[str, ...]:
+    """The file's tokens, one a line (``read_secret`` refuses an empty file)."""
+    return tuple(line.strip() for line in read_secret(path).splitlines() if line.strip())
+
+
 class PeerToken:
     """The secret from one file, and the check of a request's ``Authorization``."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._secret = Reloaded("the peer token file", (path,), lambda: read_secret(path), RECHECK)
+        self._tokens = Reloaded("the peer token file", (path,), lambda: _tokens(path), RECHECK)
 
-    def accepted(self) -> list[str]:
-        """Every token the file holds, the one sent first."""
-        return [line.strip() for line in self._secret.get().splitlines() if line.strip()]
+    def accepted(self) -> tuple[str, ...]:
+        """Every token the file holds, the one sent first (split once a load)."""
+        return self._tokens.get()
 
     def secret(self) -> str:
         return self.accepted()[0]
