@@ -7,7 +7,7 @@ namespaces (and through ingress controllers), and an operator upgrade that bring
 policy must not cut them off. Once ``spec.networkPolicy.clients`` (NetworkPolicyPeers)
 names who may connect, the port takes only them and what the set itself needs:
 - the replica set's peers (the same pod selector), for fetch, snapshot and switchover;
-- the operator's pod (its namespace, ``POD_NAMESPACE``, and its name label): status,
+- the operator's pod (its namespace, ``OperatorSettings.namespace``, and its name label): status,
   switchover and backup calls;
 - metrics scrapers: ``spec.networkPolicy.metricsFrom`` (default pods named
   ``prometheus`` in any namespace, as the Prometheus Operator labels them).
@@ -39,7 +39,6 @@ DurableStream. Pure functions: no API calls.
 from __future__ import annotations
 
 import ipaddress
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,11 +67,6 @@ def enabled(spec: DurableStreamSpec) -> bool:
     if isinstance(own, bool):
         return own
     return operator_settings.current().network_policies
-
-
-def operator_namespace() -> str | None:
-    """The operator's namespace (the downward API's POD_NAMESPACE; None outside a pod)."""
-    return os.environ.get("POD_NAMESPACE") or None
 
 
 def _ports(port: int, *protocols: str) -> list[dict[str, Any]]:

@@ -53,6 +53,9 @@ class OperatorSettings:
     peer_token_rotation: float = 30 * 86400.0
     # A NetworkPolicy per DurableStream unless its spec.networkPolicy.enabled says no.
     network_policies: bool = True
+    # The operator's own namespace (the downward API's POD_NAMESPACE; empty outside a
+    # pod): the DurableStreams' NetworkPolicies let its pod in from there.
+    namespace: str = ""
 
 
 def _float(raw: str, what: str) -> float:
@@ -129,6 +132,7 @@ PARSED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DS_OPERATOR_PODMONITOR_LABELS": ("monitor_labels", _labels),
     "DS_OPERATOR_PEER_TOKEN_ROTATION": ("peer_token_rotation", _seconds),
     "DS_OPERATOR_NETWORK_POLICIES": ("network_policies", _boolean),
+    "POD_NAMESPACE": ("namespace", str),
 }
 # Read where they are used, as text any value of which is valid.
 TEXT = (

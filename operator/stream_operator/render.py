@@ -19,6 +19,7 @@ from stream_operator import (
     archive_render,
     disruptions,
     network_policy,
+    operator_settings,
     pod_template,
     webhook_ca,
 )
@@ -676,7 +677,7 @@ def desired_objects(
         s,
         selector(name),
         CONTAINER_PORT,
-        network_policy.operator_namespace(),
+        operator_settings.current().namespace or None,
     )
     if policy is not None:
         objs.append(policy)

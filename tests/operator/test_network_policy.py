@@ -33,12 +33,13 @@ def test_a_replica_set_takes_anyone_on_its_port_only_by_default() -> None:
     assert spec["ingress"] == [{"ports": [{"protocol": "TCP", "port": CONTAINER_PORT}]}]
 
 
-def test_named_clients_narrow_it_to_them_peers_the_operator_and_scrapes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("POD_NAMESPACE", "ops")
+def test_named_clients_narrow_it_to_them_peers_the_operator_and_scrapes() -> None:
     team = {"namespaceSelector": {"matchLabels": {"team": "a"}}}
-    spec = policy({"replicas": 3, "networkPolicy": {"clients": [team]}})
+    try:
+        operator_settings.load({"POD_NAMESPACE": "ops"})  # the operator's own namespace
+        spec = policy({"replicas": 3, "networkPolicy": {"clients": [team]}})
+    finally:
+        operator_settings.load({})
     (rule,) = spec["ingress"]
     assert ports(rule) == {("TCP", CONTAINER_PORT)}
     sources = rule["from"]
