@@ -63,7 +63,11 @@ def test_hold_keeps_each_server_on_its_image_until_its_spec_changes_or_its_owner
                     message=f"{name}: the update named as available",
                 )
                 assert image(c, name) == "ds:1"  # held: no rolling restart
-                told = events(c, name, "ServerImageUpdateAvailable")
+                # Events go out through kopf's queue, after the status write: wait for it.
+                told = wait_for(
+                    lambda n=name: events(c, n, "ServerImageUpdateAvailable"),
+                    message=f"{name}: the ServerImageUpdateAvailable event",
+                )
                 assert len(told) == 1 and told[0].endswith(
                     f"kubectl annotate dstream {name} {UPDATE_NOW}=now"
                 )
