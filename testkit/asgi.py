@@ -28,10 +28,6 @@ those tests keep a process (the ``processes`` marker, ``testkit.tiers``).
 
 The fixtures ``app_server`` (sync) and ``async_app_server`` (async) make
 one server per call on ``tmp_path`` and stop them all when the test ends.
-
-It is over 400 lines because the transport, the lifespan and the two ways to
-drive them share one request's life (its disconnect, its streaming, the app's
-start and stop); split, each part would reach into the others' state.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ appends and in the same batches: after each crash state those values and the
 streams' tails together must be the state after a prefix of the submitted
 operations that holds every acknowledged one (``KeyedValueHistory``).
 
-The three tests are one module, over 400 lines, because they share one
+The three tests are one module because they share one
 workload's expectations and their checker (``Expected``, ``required``,
 ``check_state``): a state is checked the same way whichever workload left it.
 

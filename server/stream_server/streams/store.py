@@ -1,10 +1,10 @@
 """The stream store: the one place that coordinates every operation on streams.
 
 The create and append checks stay together here, each one synchronous
-check-and-reserve step that reads as a whole: that is why this module is over 400
-lines, while each rule it applies lives in a module of its own (below). All validation runs on the
-event loop against each stream's pending state (``pending.py``), so a request
-is checked and its effect reserved in one step, with no locks; the effect
+check-and-reserve step that reads as a whole, while each rule it applies lives
+in a module of its own (below). All validation runs on the event loop against
+each stream's pending state (``pending.py``), so a request is checked and its
+effect reserved in one step, with no locks; the effect
 becomes visible to readers only when its batch is durable, through the commit
 action each operation hands to the pipeline. A failed batch rolls every
 pending change back in one place.
