@@ -36,7 +36,7 @@ from typing import TypeVar
 
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.replication import wire
+from stream_server.replication import rules, wire
 from stream_server.replication.applier import Applier, Job, Sent
 from stream_server.replication.freshness import Freshness
 from stream_server.replication.mirror import Mirror
@@ -90,6 +90,7 @@ class Follower:
         self.applying = asyncio.Lock()  # held while frames are being written
         self.highest_term = 0
         self.commit = 0  # the primary's last announced commit point
+        self.received: rules.Position = (0, 0)  # the last frame received (maybe not durable)
         self.problem: str | None = None
         self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
         self._watching: asyncio.TimerHandle | None = None  # a stream's watchdog (_watch)
@@ -147,8 +148,12 @@ class Follower:
         finally:
             await http.aclose()
 
+    def _acknowledged(self) -> rules.Position:
+        """The position our next acknowledgement names (``rules.acknowledged``)."""
+        return rules.acknowledged(self.hooks.durable, max(self.received, self.hooks.durable))
+
     def _params(self, term: int) -> dict[str, str | int]:
-        after_term, after_lsn = self.hooks.durable
+        after_term, after_lsn = self._acknowledged()
         return {
             "name": self.roles.config.name,
             "term": term,
@@ -173,7 +178,7 @@ class Follower:
                 await self._news()
                 return
             # A stamp at once: the primary's first message echoes it.
-            r.writer.write(wire.ack(*self.hooks.durable, self.commit, self.freshness.stamp()))
+            r.writer.write(wire.ack(*self._acknowledged(), self.commit, self.freshness.stamp()))
             buffer = bytearray(r.early)
             while True:
                 try:
@@ -186,7 +191,7 @@ class Follower:
                 self.problem = None
                 job = await self._apply(self._in_order(frames), commit)
                 self.freshness.heard(echo, commit, self.mirror.published)
-                r.writer.write(wire.ack(*self.hooks.durable, self.commit, self.freshness.stamp()))
+                r.writer.write(wire.ack(*self._acknowledged(), self.commit, self.freshness.stamp()))
                 if job is not None:
                     job.sent.set()
                 if self._stale(primary, term):
@@ -340,6 +345,7 @@ class Follower:
             if lsn != expect:
                 raise ValueError(f"frame {lsn} does not follow our lsn {expect - 1}")
             kept.append((t, frame))
+            self.received = (t, lsn)
             expect += 1
         return kept
 

@@ -55,7 +55,7 @@ from typing import Protocol
 
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
-from stream_server.replication import boottime, wire
+from stream_server.replication import boottime, rules, wire
 from stream_server.replication.frame_ring import RING_BYTES, FrameRing
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.signal import Signal
@@ -222,10 +222,8 @@ class Shipper:
         if 1 + len(in_sync) >= self.quorum or self.preferred:
             # Every member, confirmed or joining: a join whose write is in flight or
             # unknown may already be in the Lease, making that standby electable.
-            point = self.lsn
-            for group in (in_sync, self._joining):
-                for name in group:
-                    point = min(point, self._acked_lsn(name))
+            members = [self._acked_lsn(n) for group in (in_sync, self._joining) for n in group]
+            point = rules.commit_point(self.lsn, members)
         else:
             point = self.committed
         self.committed = max(self.committed, point)
