@@ -13,7 +13,7 @@ Shares are inclusive (a function counts every sample where it is on the
 stack) and relative to the samples of the chosen threads, optionally only
 those whose stack passes through a frame matching ``--within`` (for example
 ``_long_poll`` for the wake-up path). The figures in docs/performance.md
-that cite a profile come from this script.
+and docs/performance-journal.md that cite a profile come from this script.
 """
 
 from __future__ import annotations

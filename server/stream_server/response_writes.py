@@ -7,7 +7,7 @@ segments for a response the app sent in one step. The client wakes for the
 head, then again for the body. A replicated write waits for three responses
 in series (two fetch answers to standbys, then the writer's own), so each
 costs it a system call and a wake-up more than it needs
-(docs/performance.md, "The write path's round trip").
+(docs/performance-journal.md, "The write path's round trip").
 
 ``HeadWithBody`` stands in for the transport of one request's cycle: it
 keeps the first write (the head) until the next one and sends both together;
