@@ -27,7 +27,7 @@ does not decide linearizability in general (Knossos does that, at a cost
 exponential in concurrency); these checks are the ones the durability
 promise makes, and each is cheap and exact.
 
-The fault tests (issue 24) add two promises about deposed, paused and
+The fault tests (``tests/replication/test_faults_*.py``) add two promises about deposed, paused and
 partitioned replicas, checked when the history holds what they need:
 
 - **no stale read claimed fresh**: a read whose last answer said

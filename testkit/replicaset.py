@@ -1,7 +1,7 @@
 """A replica set on one machine: the emulated Kubernetes API and N stream servers.
 
 This is how a user tries failover on a laptop and how the replication tests
-run (issue 13, "A replica set on one machine")::
+run (docs/replication.md, "Trying it on a laptop")::
 
     python -m testkit.replicaset up --replicas 3 --state-file rs.json
     python -m testkit.replicaset restart ds-0 --state-file rs.json

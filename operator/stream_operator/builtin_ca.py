@@ -1,4 +1,4 @@
-"""The operator's own CA per DurableStream, when no certificate is given (issue 42).
+"""The operator's own CA per DurableStream, when no certificate is given.
 
 Without ``certificates.issuerRef`` and ``server.tlsSecretName`` a replica set still
 serves TLS: replication traffic and the peer token would otherwise cross the pod

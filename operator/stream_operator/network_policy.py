@@ -1,4 +1,4 @@
-"""A NetworkPolicy per DurableStream (issue 42): its pods take only the traffic they
+"""A NetworkPolicy per DurableStream: its pods take only the traffic they
 serve and reach only what they call.
 
 Ingress, on the server's port only. By default from anywhere, as Strimzi's listeners

@@ -432,9 +432,10 @@ def render_statefulset(name: str, namespace: str, uid: str, spec: SpecInput) -> 
         pod_spec["serviceAccountName"] = service_account_name(name)
         pod_spec["readinessGates"] = [{"conditionType": IN_SYNC}]
     else:
-        # A single server never calls the API: no token of the namespace's default
-        # ServiceAccount in the pod (issue 25; this rolled single servers once). Given
-        # template.serviceAccount (IRSA, workload identity) it runs as its own account.
+        # A single server never calls the API, so its pod holds no token of the
+        # namespace's default ServiceAccount: a token it does not need would only serve
+        # whoever broke into the pod. Given template.serviceAccount (IRSA, workload
+        # identity) it runs as its own account.
         pod_spec["automountServiceAccountToken"] = False
         if pod_template.wants_service_account(s.template):
             pod_spec["serviceAccountName"] = service_account_name(name)

@@ -1,4 +1,4 @@
-"""The replica set's peer token, rotated (issue 42): every
+"""The replica set's peer token, rotated so that a copy that got out stops working: every
 ``DS_OPERATOR_PEER_TOKEN_ROTATION`` seconds (30 days by default) and at once when the
 DurableStream's ``streams.pyds.dev/rotate-peer-token`` annotation takes a new value.
 

@@ -1,5 +1,5 @@
-"""Fault injection for replica sets of real server processes, in the spirit of Jepsen
-(issue 24). One idea per module:
+"""Fault injection for replica sets of real server processes, in the spirit of Jepsen,
+for the fault tests (``tests/replication/test_faults_*.py``). One idea per module:
 
 - ``processes``: pauses longer than the lease (SIGSTOP/SIGCONT), kill -9 of any subset;
 - ``net``: partitions: each server in a network namespace of its own on a bridge,

@@ -9,7 +9,7 @@ state at once and wakes the stream's live readers.
 The two halves meet through ``Reserved``, a plain tuple rather than a closure:
 the writer of ``--workers N`` runs both for every append of the pod, and a
 closure over seven names costs it nine objects for the collector to track
-(issue 28: the writer's cost per append is the serial part).
+(the writer's cost per append is the serial part of ``--workers N``: docs/workers.md).
 """
 
 from __future__ import annotations
