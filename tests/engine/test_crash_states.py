@@ -45,7 +45,7 @@ import pytest
 
 from stream_format import wal
 from stream_server.engine import Engine
-from stream_server.engine.meta_writes import MetaWrites
+from stream_server.engine.meta_writes import MetaWriter
 from stream_server.engine.pipeline import CommitPipeline
 from stream_server.streams.clock import ManualClock
 from stream_server.streams.store import (
@@ -258,13 +258,13 @@ def test_every_explored_crash_state_recovers_what_was_acknowledged(
     deferred = []
     if deferring == "whenever-it-may":
         monkeypatch.setattr(CommitPipeline, "_more", lambda self: True)
-        real_defer = MetaWrites._defer
+        real_defer = MetaWriter.defer
 
-        def counted(self: MetaWrites, changes: list) -> None:
+        def counted(self: MetaWriter, changes: list) -> None:
             deferred.append(len(changes))
             real_defer(self, changes)
 
-        monkeypatch.setattr(MetaWrites, "_defer", counted)
+        monkeypatch.setattr(MetaWriter, "defer", counted)
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     rec = Recording(data_dir)

@@ -154,7 +154,7 @@ def test_an_engine_failed_closed_applies_no_frames(tmp_path: Path) -> None:
         if stage == "fsync":
             raise OSError("disk gone (test)")
 
-    standby.fault_hook = fail
+    standby.faults.fault_hook = fail
     with pytest.raises(StorageFailed):  # the flush of our own batch fails: closed
         standby.commit([CreateLog(9, 0)])
     with pytest.raises(StorageFailed):

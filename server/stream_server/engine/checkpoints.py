@@ -2,8 +2,8 @@
 
 A batch is durable once its WAL frame is flushed; its segment writes and LMDB
 commit are in the page cache only. A checkpoint (when the WAL has grown past
-``checkpoint_bytes`` or ``checkpoint_frames``, or holds a frame older than
-``checkpoint_seconds``, and at a clean shutdown) commits the tails that wait
+a size or a number of frames, or holds a frame older than an age: ``Triggers``;
+and at a clean shutdown) commits the tails that wait
 for an LMDB transaction (``meta_writes.py``), then flushes the segment files
 written since the last one and LMDB's meta page on another thread, then
 deletes the WAL files that covered them: recovery replays only what came
@@ -17,106 +17,121 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 from stream_format import wal as walmod
 from stream_format.layout import Layout
-from stream_server.engine import dir_lock, fsio, wal_keep
-from stream_server.engine.meta_writes import MetaWrites
-from stream_server.engine.metadata import Metadata
+from stream_server.engine import fsio, wal_keep
+from stream_server.engine.fail_closed import FailClosed
+from stream_server.engine.meta_writes import MetaWriter
 from stream_server.engine.segments import Segments
 from stream_server.engine.wal_writer import WalWriter
 
+CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
+CHECKPOINT_FRAMES = 10_000  # or frames in it (each replayed by a recovery)
+CHECKPOINT_SECONDS = float("inf")  # or its oldest frame's age (the server sets one)
 
-class Checkpoints(MetaWrites):
-    """Mixed into ``Engine``: its checkpoints and its clean close."""
 
-    layout: Layout
-    segments: Segments
-    meta: Metadata | None
-    wal: WalWriter | None
-    _dirty: set[int]  # streams written since the last checkpoint
-    checkpoint_bytes: int
-    checkpoint_frames: int
-    checkpoint_seconds: float
-    _checkpoint_thread: threading.Thread | None
-    _checkpoint_lock: threading.Lock
-    lsn: int
-    archive_floor: wal_keep.ArchiveFloor | None
-    lock: dir_lock.Held
+@dataclass(frozen=True, slots=True)
+class Triggers:
+    """When the WAL holds enough to checkpoint: ``size`` bytes of it, ``frames`` frames
+    (recovery replays each: a WAL of small frames under the size bound made a kill -9's
+    restart at 1M streams take 102 s, the benchmark's ``many`` workload), or a frame
+    older than ``seconds``."""
 
-    def checkpoint_due(self) -> bool:
-        """Whether the WAL holds enough to checkpoint: ``checkpoint_bytes`` of it,
-        ``checkpoint_frames`` frames (recovery replays each: a WAL of small frames
-        under the size bound made a kill -9's restart at 1M streams take 102 s, the
-        benchmark's ``many`` workload), or a frame older than ``checkpoint_seconds``."""
-        wal = self.wal
-        assert wal is not None
+    size: int = CHECKPOINT_BYTES
+    frames: int = CHECKPOINT_FRAMES
+    seconds: float = CHECKPOINT_SECONDS
+
+    def due(self, wal: WalWriter, lsn: int) -> bool:
+        """Whether ``wal``, whose last frame is ``lsn``, holds enough."""
         if not wal.first_lsn:
             return False
         return (
-            wal.size >= self.checkpoint_bytes
-            or self.lsn - wal.first_lsn + 1 >= self.checkpoint_frames
-            or time.monotonic() - wal.first_at >= self.checkpoint_seconds
+            wal.size >= self.size
+            or lsn - wal.first_lsn + 1 >= self.frames
+            or time.monotonic() - wal.first_at >= self.seconds
         )
 
-    def checkpoint_if_due(self) -> None:
-        """``start_checkpoint`` when due, from the thread that writes batches while no
-        batch is written (``CommitPipeline``'s timer: the age comes due with no batch)."""
-        if not self.failed and self.wal is not None and self.checkpoint_due():
-            self.start_checkpoint()
 
-    def start_checkpoint(self) -> None:
-        """Rotate the WAL and flush, on another thread, what the old files cover."""
-        if self._checkpoint_thread is not None and self._checkpoint_thread.is_alive():
-            return
-        if not self._commit_deferred():  # the old files may go only once LMDB holds them
-            return
-        assert self.wal is not None
-        old_wal = self.wal
-        self.wal = old_wal.rotate()
-        dirty, self._dirty = self._dirty, set()
-        self._checkpoint_thread = threading.Thread(
-            target=self._checkpoint,
-            args=(dirty, old_wal.number, 1, self.lsn),
+class Checkpointer:
+    """The engine's checkpoints over an open data directory: which streams' files were
+    written since the last one, and the thread that flushes them. The WAL file being
+    written stays the engine's; ``start`` hands it the next one."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        segments: Segments,
+        writer: MetaWriter,
+        faults: FailClosed,
+        triggers: Triggers,
+        archive_floor: wal_keep.ArchiveFloor | None = None,
+    ) -> None:
+        self.layout = layout
+        self.segments = segments
+        self.writer = writer  # its LMDB environment is the one a checkpoint flushes
+        self.faults = faults
+        self.triggers = triggers
+        # An object-store archive's archived lsn: old WAL files holding a frame above
+        # it go to the archive's spool instead of away (wal_keep.py).
+        self.archive_floor = archive_floor
+        self.dirty: set[int] = set()  # streams whose files were written since the last one
+        self.thread: threading.Thread | None = None  # the running checkpoint's
+        self._lock = threading.Lock()  # one flush at a time (the last one at close)
+
+    def start(self, wal: WalWriter, lsn: int) -> WalWriter:
+        """Rotate ``wal`` (whose last frame is ``lsn``) and flush, on another thread,
+        what its files cover; returns the WAL to write next (``wal`` itself when no
+        checkpoint starts: one runs already, or the tails that wait failed to commit)."""
+        if self.thread is not None and self.thread.is_alive():
+            return wal
+        if not self.writer.commit_deferred(lsn):  # old files go only once LMDB holds them
+            return wal
+        new = wal.rotate()
+        dirty, self.dirty = self.dirty, set()
+        self.thread = threading.Thread(
+            target=self._flush,
+            args=(dirty, wal.number, 1, lsn),
             name="checkpoint",
             daemon=True,
         )
-        self._checkpoint_thread.start()
+        self.thread.start()
+        return new
 
-    def _checkpoint(
-        self, dirty: set[int], upto_number: int, workers: int = 1, last_lsn: int = 0
-    ) -> None:
-        """``last_lsn``: the last frame of the files up to ``upto_number``."""
-        with self._checkpoint_lock:
+    def start_if_due(self, wal: WalWriter, lsn: int) -> WalWriter:
+        """``start`` when ``triggers`` say so and the engine has not failed."""
+        if self.faults.failed or not self.triggers.due(wal, lsn):
+            return wal
+        return self.start(wal, lsn)
+
+    def finish(self, wal: WalWriter, lsn: int) -> None:
+        """At a clean stop: wait for a running checkpoint, close ``wal`` and run a last
+        one on every flush worker, leaving an empty WAL for a fast start (none when the
+        engine failed closed: recovery replays the WAL then)."""
+        if self.thread is not None:
+            self.thread.join()
+        if self.faults.failed or not self.writer.commit_deferred(lsn):
+            wal.close()
+            return
+        number = wal.number
+        wal.close()
+        dirty, self.dirty = self.dirty, set()
+        self._flush(dirty, number, fsio.FLUSH_WORKERS, lsn)
+
+    def _flush(self, dirty: set[int], upto_number: int, workers: int, last_lsn: int) -> None:
+        """Flush the files of ``dirty`` and LMDB's meta page, then retire the WAL files
+        up to ``upto_number`` (whose last frame is ``last_lsn``)."""
+        with self._lock:
             try:
                 paths = [self.segments.path(sid) for sid in dirty]  # made once: 1M costs seconds
                 fsio.fdatasync_paths(paths, workers)
                 for sub in {p.parent for p in paths}:
                     if sub.exists():
                         fsio.fsync_dir(sub)
-                assert self.meta is not None
-                self.meta.sync()
+                self.writer.meta.sync()
                 old = [p for p in walmod.wal_files(self.layout.wal) if int(p.stem) <= upto_number]
                 floor = self.archive_floor
                 wal_keep.retire(self.layout, old, floor is not None and floor() < last_lsn)
             except OSError as exc:
-                self._fail(f"checkpoint flush failed: {exc}")
-
-    def close(self) -> None:
-        """Clean shutdown: a final checkpoint leaves an empty WAL for a fast start."""
-        if self._checkpoint_thread is not None:
-            self._checkpoint_thread.join()
-        if self.wal is not None:
-            if not self.failed and self._commit_deferred():
-                number = self.wal.number
-                self.wal.close()
-                dirty, self._dirty = self._dirty, set()
-                self._checkpoint(dirty, number, fsio.FLUSH_WORKERS, self.lsn)
-            else:
-                self.wal.close()
-            self.wal = None
-        self.segments.close_all()
-        if self.meta is not None:
-            self.meta.close()
-            self.meta = None
-        self.lock.give_back()
+                self.faults.fail(f"checkpoint flush failed: {exc}")

@@ -26,12 +26,14 @@ same steps: ``append_frames`` (segments, the WAL, the flush), then
 a standby's engine is in the state its primary's is after the same frames,
 and there is one publish path. The pure parts of that are ``frames.py``.
 
-The engine is one object with one state (the LMDB environment, the WAL, the
-tails); the parts that only use that state are mixed in from modules of
-their own: reads (``log_reads.py``), retention's drops (``head_drops.py``),
-checkpoints (``checkpoints.py``), LMDB writes (``meta_writes.py``) and the
-fail-closed state (``fail_closed.py``). Recovery, segments, batch building and the frames'
-pure steps are modules of their own too.
+The engine holds what a batch changes (the lsn, the WAL file written, the
+published tails) and owns a part per concern, each an object with its own
+state that a test can build alone: the fail-closed state (``FailClosed``), the
+reads of the committed log (``LogReads``, which a worker builds too), retention's
+drops (``HeadDrops``), and, once LMDB is open, its writes (``MetaWriter``) and the
+checkpoints (``Checkpointer``). Its public face (the reads, ``failed``,
+``meta_lsn``, ``write_metadata``, ...) forwards to them. Recovery, segments, batch
+building and the frames' pure steps are modules of their own.
 """
 
 from __future__ import annotations
@@ -48,13 +50,16 @@ from stream_format import wal as walmod
 from stream_format.layout import Layout
 from stream_server.engine import dir_lock, fsio, wal_keep
 from stream_server.engine.batch import Batch, BatchStats, Tail, build
-from stream_server.engine.checkpoints import Checkpoints
-from stream_server.engine.data_dir import prepare, retire_wal, wal_headerless
-from stream_server.engine.errors import (
-    StorageFailed,
-    from_lmdb_error,
-    from_os_error,
+from stream_server.engine.checkpoints import (
+    CHECKPOINT_BYTES,
+    CHECKPOINT_FRAMES,
+    CHECKPOINT_SECONDS,
+    Checkpointer,
+    Triggers,
 )
+from stream_server.engine.data_dir import prepare, retire_wal, wal_headerless
+from stream_server.engine.errors import from_lmdb_error, from_os_error
+from stream_server.engine.fail_closed import FailClosed
 from stream_server.engine.frames import (
     AppendedFrames,
     ReplicaRole,
@@ -63,6 +68,8 @@ from stream_server.engine.frames import (
     tail_effects,
 )
 from stream_server.engine.head_drops import HeadDrops
+from stream_server.engine.log_reads import LogReads
+from stream_server.engine.meta_writes import MetaWriter
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.ops import Op
 from stream_server.engine.recovery import (
@@ -75,6 +82,7 @@ from stream_server.engine.segments import INLINE_MAX, Segments, inline_changes
 from stream_server.engine.wal_writer import WalWriter
 
 __all__ = [
+    "CHECKPOINT_BYTES",
     "AppendedFrames",
     "BatchStats",
     "Engine",
@@ -87,12 +95,8 @@ __all__ = [
 
 log = logging.getLogger("stream_server.engine")
 
-CHECKPOINT_BYTES = 64 * 1024 * 1024  # WAL size that triggers a checkpoint
-CHECKPOINT_FRAMES = 10_000  # or frames in it (each replayed by a recovery)
-CHECKPOINT_SECONDS = float("inf")  # or its oldest frame's age (the server sets one)
 
-
-class Engine(Checkpoints, HeadDrops):
+class Engine:
     def __init__(
         self,
         data_dir: Path,
@@ -111,40 +115,70 @@ class Engine(Checkpoints, HeadDrops):
         # in a file, for tests of the files themselves.
         self.segments = Segments(self.layout, inline_max)
         self.map_size = map_size
-        self.checkpoint_bytes = checkpoint_bytes
-        self.checkpoint_frames = checkpoint_frames
-        self.checkpoint_seconds = checkpoint_seconds
-        self.meta: Metadata | None = None
-        self.wal: WalWriter | None = None
-        self.tails: dict[int, Tail] = {}
-        self.damaged: dict[int, str] = {}
-        self.failed: str | None = None
+        self.triggers = Triggers(checkpoint_bytes, checkpoint_frames, checkpoint_seconds)
+        self.meta: Metadata | None = None  # LMDB, open() to close()
+        self.wal: WalWriter | None = None  # the WAL file frames go to, open() to close()
+        self.tails: dict[int, Tail] = {}  # as published (``_publish``)
         self.progress = RecoveryProgress()  # of the recovery that open() runs
         self.lsn = 0
-        self.meta_lsn = 0
-        self._deferred: dict[bytes, walmod.Entry] = {}
-        self._deferred_frames = 0
         # The lsn of the last frame whose commit finished (LMDB included): a frame at
         # or below it is never taken back, so the archive may copy it.
         self.published_lsn = 0
-        self._dirty: set[int] = set()
-        # Retention: bytes given back by punching so far (a metric), and how far each
-        # stream's file is punched already (so a drop punches only what is new).
-        self.reclaimed_bytes = 0
-        self.punch_failures = 0
-        self._punched: dict[int, int] = {}
-        self._checkpoint_thread: threading.Thread | None = None
-        self._checkpoint_lock = threading.Lock()
-        # Fault hook: called with a stage name ("segments", "fsync", "wal", "commit")
-        # so fault tests can stop the process between the steps of a batch, or
-        # make the flush fail (see stream_server.faults).
-        self.fault_hook = fault_hook
+        # Why the engine failed closed, and the fault hook: called with a stage name
+        # ("segments", "fsync", "wal", "commit") so fault tests can stop the process
+        # between the steps of a batch, or make the flush fail (stream_server.faults).
+        self.faults = FailClosed(fault_hook)
+        self.reads = LogReads(self.segments, self.tails)
+        self.drops = HeadDrops(self.reads, self.faults.hook)
+        self.writer: MetaWriter | None = None  # open() to close(), as LMDB
+        self.checkpoints: Checkpointer | None = None  # open() to close()
+        # The reads, as the engine's own methods (the stream layer's, retention's).
+        self.keyed_values = self.reads.keyed_values
+        self.stored_stream = self.reads.stored_stream
+        self.stored_paths = self.reads.stored_paths
+        self.stored_stream_count = self.reads.stored_stream_count
+        self.record_end = self.reads.record_end
+        self.read = self.reads.read
+        self.retention_point = self.drops.retention_point
+        self.first_record_time = self.drops.first_record_time
         # A replica set's hooks (engine/replica.py); None in single-node mode.
         self.replica: ReplicaRole | None = replica
         # An object-store archive's archived lsn: WAL holding frames above it is kept
         # (wal_keep.py). None without an archive: WAL is deleted as before.
         self.archive_floor = archive_floor
         self.lock = dir_lock.Held(self.layout.root)  # the directory's, open() to close()
+
+    # ------------------------------------------------- the parts' state, as it was named
+
+    @property
+    def failed(self) -> str | None:
+        """Why the engine failed closed; None while it has not."""
+        return self.faults.failed
+
+    def _fail(self, reason: str) -> None:
+        self.faults.fail(reason)
+
+    @property
+    def meta_lsn(self) -> int:
+        """The last frame whose changes LMDB holds all of (``meta_writes.py``)."""
+        return 0 if self.writer is None else self.writer.meta_lsn
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        return self.drops.reclaimed_bytes
+
+    @property
+    def checkpoint_frames(self) -> int:
+        return self.triggers.frames
+
+    @property
+    def checkpoint_seconds(self) -> float:
+        return self.triggers.seconds
+
+    @property
+    def _checkpoint_thread(self) -> threading.Thread | None:
+        """The checkpoint running on its thread, if any (tests wait for it)."""
+        return None if self.checkpoints is None else self.checkpoints.thread
 
     # ------------------------------------------------------------------ start
 
@@ -160,24 +194,30 @@ class Engine(Checkpoints, HeadDrops):
         started = time.monotonic()
         found = prepare(self.layout)
         self.meta = self.segments.meta = Metadata(self.layout.meta, self.map_size)
+        self.writer = writer = MetaWriter(self.meta, self.faults)
         recovery = Recovery(
             self.layout,
             self.meta,
             self.segments,
-            self.write_metadata,
+            writer.write,
             headerless_wal=wal_headerless(found),
             progress=self.progress,
             replayed=self.replica.replayed if self.replica is not None else None,
         )
         state, report = recovery.run()
-        self.tails, self.damaged, self.lsn = state.tails, recovery.damaged, recovery.lsn
+        self.tails = self.reads.tails = state.tails  # one dict: the reads see what is published
+        self.reads.damaged = recovery.damaged
+        self.lsn = recovery.lsn
         keep = None
         if self.archive_floor is not None:
             if self.replica is None:  # a replica set's position carries its lsn
                 self.lsn = max(self.lsn, wal_keep.stored_lsn(self.meta))
             keep = self.archive_floor() < recovery.lsn
-        self.published_lsn = self.meta_lsn = self.lsn
+        self.published_lsn = writer.meta_lsn = self.lsn
         self.wal = WalWriter(self.layout.wal, retire_wal(self.layout, found, keep))
+        self.checkpoints = Checkpointer(
+            self.layout, self.segments, writer, self.faults, self.triggers, self.archive_floor
+        )
         report.seconds = time.monotonic() - started
         return state, report
 
@@ -187,12 +227,13 @@ class Engine(Checkpoints, HeadDrops):
         """Make a batch durable. Runs on the writer thread only. ``more``: whether
         another batch waits behind this one, whose LMDB transaction may then take this
         one's tails (``meta_writes.py``)."""
-        self._refuse_when_failed()
+        self.faults.refuse_when_failed()
         if self.replica is not None:
             self.replica.check_writable()
-        assert self.meta is not None and self.wal is not None
+        writer = self.writer
+        assert writer is not None and self.wal is not None
         t0 = time.perf_counter()
-        self._resolve_drops(ops)
+        self.drops.resolve(ops)
         batch = build(ops, self.tails, time.time_ns() // 1000)
         self.segments.place(batch.writes, batch.changes)
         stats = batch.stats
@@ -202,7 +243,7 @@ class Engine(Checkpoints, HeadDrops):
         wal_size = self.wal.size
         try:
             self._write_segments(batch.writes, undo)
-            self._hook("segments")
+            self.faults.hook("segments")
             t1 = time.perf_counter()
             stats.write_seconds = t1 - t0
             frame = self._append_frame(batch, wal_size)
@@ -219,13 +260,13 @@ class Engine(Checkpoints, HeadDrops):
             stats.term = self.replica.term
         # 3. metadata: the same changes the frame carries, or, tails only with a batch
         # behind it, kept for that batch's transaction.
-        if self._deferrable(batch, more):
-            self._hook("wal")  # the same point between the flush and LMDB
-            self._defer(batch.changes)
+        if writer.deferrable(batch, more):
+            self.faults.hook("wal")  # the same point between the flush and LMDB
+            writer.defer(batch.changes)
         else:
-            self._commit_batch_meta(batch.changes, wal_size, undo)
-            self.meta_lsn = self.lsn
-        self._hook("commit")
+            self._commit_batch_meta(writer, batch.changes, wal_size, undo)
+            writer.meta_lsn = self.lsn
+        self.faults.hook("commit")
         stats.commit_seconds = time.perf_counter() - t2
         # 4. publish.
         self._publish(batch.tails, batch.writes, batch.dropped, batch.heads, batch.changes)
@@ -265,40 +306,45 @@ class Engine(Checkpoints, HeadDrops):
         after a failed flush is unknown, so no retry can be trusted)."""
         assert self.wal is not None
         try:
-            self._hook("fsync")
+            self.faults.hook("fsync")
             self.wal.sync()
         except OSError as exc:
-            self._fail(f"WAL fdatasync failed: {exc}")
-            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+            self.faults.fail(f"WAL fdatasync failed: {exc}")
+            raise self.faults.error() from exc
 
     def _commit_batch_meta(
-        self, changes: list[walmod.Entry], wal_size: int, undo: list[tuple[int, int]]
+        self,
+        writer: MetaWriter,
+        changes: list[walmod.Entry],
+        wal_size: int,
+        undo: list[tuple[int, int]],
     ) -> None:
         """LMDB's commit of a batch whose frame is flushed. A failed commit takes the
         frame back (a single node) or fails the engine closed (a replica set, which
         shipped it already; or any failure that is not LMDB's)."""
         assert self.wal is not None
+        faults = self.faults
         try:
-            self._hook("wal")
-            self.write_metadata(changes)
+            faults.hook("wal")
+            writer.write(changes)
         except BaseException as exc:
             if not isinstance(exc, lmdb.Error):
                 # Unknown state between a durable frame and its commit: stop writing.
-                self._fail(f"batch failed after its WAL flush: {exc!r}")
+                faults.fail(f"batch failed after its WAL flush: {exc!r}")
                 raise
             if self.replica is not None:
                 # Shipped already: the standbys may hold it, so it stays history and
                 # this replica fails closed (it gives up the Lease) instead.
-                self._fail(f"metadata commit failed after the frame was shipped: {exc!r}")
-                raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+                faults.fail(f"metadata commit failed after the frame was shipped: {exc!r}")
+                raise faults.error() from exc
             # The frame is durable but unacknowledged; take it back so that a
             # restart does not replay what we are about to report as failed.
             try:
                 self._undo_wal(wal_size)
                 self.wal.sync()
             except OSError as exc2:
-                self._fail(f"metadata commit failed and the WAL could not be rolled back: {exc2}")
-                raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+                faults.fail(f"metadata commit failed and the WAL could not be rolled back: {exc2}")
+                raise faults.error() from exc
             self.lsn -= 1
             self._undo_segments(undo)
             raise from_lmdb_error("metadata commit failed", exc) from exc
@@ -321,22 +367,26 @@ class Engine(Checkpoints, HeadDrops):
         if put or gone:
             self.segments.inline |= put
             self.segments.inline -= gone
+        checkpoints = self.checkpoints
+        assert checkpoints is not None and self.wal is not None
         self.tails.update(tails)
         self.published_lsn = self.lsn
-        self._dirty.update(written)
+        dirty = checkpoints.dirty
+        dirty.update(written)
         for sid in dropped:
             self.tails.pop(sid, None)
-            self._dirty.discard(sid)
-            self._punched.pop(sid, None)
+            dirty.discard(sid)
+            self.drops.forget(sid)
             self.segments.close(sid)
             fsio.unlink(self.segments.path(sid))
         # The new retained starts are durable (the WAL frame): only now may the bytes
         # below them go. A crash before or during the punch leaves the new start and
         # some blocks still allocated; recovery punches again.
         for sid, start_pos in heads.items():
-            self._punch(sid, start_pos)
-        if self.checkpoint_due():
-            self.start_checkpoint()
+            if self.drops.punch(sid, start_pos):
+                dirty.add(sid)
+        if self.triggers.due(self.wal, self.lsn):
+            self.wal = checkpoints.start(self.wal, self.lsn)
 
     # ------------------------------------------------ frames from a primary
 
@@ -352,7 +402,7 @@ class Engine(Checkpoints, HeadDrops):
         replays the WAL) is the only safe retry. Runs on one thread while nothing else
         writes (a standby refuses batches of its own), and after the previous
         ``commit_frames`` has returned."""
-        self._refuse_when_failed()
+        self.faults.refuse_when_failed()
         assert self.wal is not None
         decoded, writes = split_frames(frames)
         if not decoded:
@@ -365,8 +415,8 @@ class Engine(Checkpoints, HeadDrops):
             self.wal.append(b"".join(frames))  # the frames as they came, one write
             self.wal.sync()
         except Exception as exc:
-            self._fail(f"applying frames from the primary failed: {exc!r}")
-            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
+            self.faults.fail(f"applying frames from the primary failed: {exc!r}")
+            raise self.faults.error() from exc
         self.lsn = decoded[-1][0]
         return AppendedFrames(decoded, written)
 
@@ -376,12 +426,14 @@ class Engine(Checkpoints, HeadDrops):
         from the frames' ``tails`` changes. A failure fails the engine closed; the
         frames stay durable in the WAL, which a restart replays."""
         changes = [e for _, frame_changes in appended.frames for e in frame_changes]
+        writer = self.writer
+        assert writer is not None
         try:
-            self.write_metadata(changes)
+            writer.write(changes)
         except Exception as exc:
-            self._fail(f"applying frames from the primary failed: {exc!r}")
-            raise StorageFailed(f"storage failed closed: {self.failed}") from exc
-        self.meta_lsn = self.lsn
+            self.faults.fail(f"applying frames from the primary failed: {exc!r}")
+            raise self.faults.error() from exc
+        writer.meta_lsn = self.lsn
         effects = tail_effects(appended.frames, self.tails)
         self._publish(effects.tails, appended.streams, effects.dropped, effects.heads, changes)
 
@@ -395,3 +447,28 @@ class Engine(Checkpoints, HeadDrops):
     def _undo_wal(self, size: int) -> None:
         assert self.wal is not None
         self.wal.truncate_to(size)
+
+    # ------------------------------------------------ LMDB, checkpoints, close
+
+    def write_metadata(self, entries: list[walmod.Entry], *, flush: bool = False) -> None:
+        """One LMDB transaction outside a batch (``MetaWriter.write``), for state no
+        frame carries, only while nothing else writes."""
+        assert self.writer is not None, "the engine is not open"
+        self.writer.write(entries, flush=flush)
+
+    def checkpoint_if_due(self) -> None:
+        """A checkpoint when due, from the thread that writes batches while no batch is
+        written (``CommitPipeline``'s timer: the age comes due with no batch)."""
+        if self.checkpoints is not None and self.wal is not None:
+            self.wal = self.checkpoints.start_if_due(self.wal, self.lsn)
+
+    def close(self) -> None:
+        """Clean shutdown: a final checkpoint leaves an empty WAL for a fast start."""
+        if self.checkpoints is not None and self.wal is not None:
+            self.checkpoints.finish(self.wal, self.lsn)
+        self.wal = None
+        self.segments.close_all()
+        if self.meta is not None:
+            self.meta.close()
+            self.meta = None
+        self.lock.give_back()

@@ -5,9 +5,9 @@ policies; the engine answers how far each may drop: ``retention_point`` walks
 record headers from the index entry at or below a file position (never the
 payloads), ``first_record_time`` reads the oldest retained record's commit
 time. A drop (``ops.DropHead``) then commits like any batch, and names the
-index entries below its new start (``_resolve_drops``) so that the same batch
+index entries below its new start (``resolve``) so that the same batch
 deletes them; the blocks below it are given back once it is durable (the
-engine's publish step calls ``_punch``).
+engine's publish step calls ``punch``).
 """
 
 from __future__ import annotations
@@ -30,34 +30,42 @@ from stream_server.engine.ops import DropHead, Op
 log = logging.getLogger("stream_server.engine")
 
 
-class HeadDrops(LogReads):
-    """Mixed into ``Engine``: the reads a drop needs, its index entries, and the blocks
-    it gives back."""
+class HeadDrops:
+    """The reads a drop needs (through the engine's ``LogReads``: its tails, its damaged
+    streams, its segments), its index entries, and the blocks it gives back."""
 
-    reclaimed_bytes: int
-    punch_failures: int
-    _punched: dict[int, int]
-    _dirty: set[int]
-    _hook: Callable[[str], None]
+    def __init__(self, reads: LogReads, hook: Callable[[str], None]) -> None:
+        self.reads = reads
+        self.hook = hook  # the fault hook's "punch" stage (``FailClosed.hook``)
+        self.reclaimed_bytes = 0  # given back by punching so far (a metric)
+        self.punch_failures = 0
+        self._punched: dict[int, int] = {}  # stream id -> how far its file is punched
 
-    def _punch(self, sid: int, start_pos: int) -> None:
-        """Give back the blocks below a durable retained start. A file system that
-        cannot punch keeps them (counted, logged once): nothing is lost but space."""
-        if sid in self.segments.inline:
-            return  # a few hundred bytes in LMDB: nothing to give back
-        self._hook("punch")
+    def punch(self, sid: int, start_pos: int) -> bool:
+        """Give back the blocks below a durable retained start; True when some went (the
+        file's holes then need the next checkpoint's flush). A file system that cannot
+        punch keeps them (counted, logged once): nothing is lost but space."""
+        segments = self.reads.segments
+        if sid in segments.inline:
+            return False  # a few hundred bytes in LMDB: nothing to give back
+        self.hook("punch")
         done = self._punched.get(sid, 0)
         try:
-            upto, punched = self.segments.punch_below(sid, start_pos, done)
+            upto, punched = segments.punch_below(sid, start_pos, done)
         except OSError as exc:
             self.punch_failures += 1
             if self.punch_failures == 1:
                 log.warning("retention cannot give disk space back here: %s", exc)
-            return
-        if upto > done:
-            self.reclaimed_bytes += punched
-            self._punched[sid] = upto
-            self._dirty.add(sid)
+            return False
+        if upto <= done:
+            return False
+        self.reclaimed_bytes += punched
+        self._punched[sid] = upto
+        return True
+
+    def forget(self, sid: int) -> None:
+        """A dropped stream's file is gone: nothing of it is punched any more."""
+        self._punched.pop(sid, None)
 
     def retention_point(  # noqa: C901 - the bounds of a retention cut, each beside the others
         self, sid: int, *, min_pos: int, cutoff_us: int | None, max_unit: int
@@ -71,16 +79,17 @@ class HeadDrops(LogReads):
         below ``min_pos``, so the cost is the records dropped plus one granule.
         Runs on any thread; it looks at the committed log, which only grows.
         """
-        tail = self.tails.get(sid)
-        if tail is None or sid in self.damaged:
+        reads = self.reads
+        tail = reads.tails.get(sid)
+        if tail is None or sid in reads.damaged:
             return None
         file_len, tail_unit = tail.file_len, tail.unit
-        pos, unit = self._index_floor(sid, None, max_pos=max(min_pos, tail.start_pos))
+        pos, unit = reads.index_floor(sid, None, max_pos=max(min_pos, tail.start_pos))
         if pos < tail.start_pos:
             pos, unit = tail.start_pos, tail.start
         max_unit = min(max_unit, tail_unit)
         unpack = RECORD_HEADER.unpack_from
-        log = self.segments.open_log(sid)
+        log = reads.segments.open_log(sid)
         try:
             while pos < file_len and unit < max_unit:
                 buf = log.pread(min(256 * 1024, file_len - pos), pos)
@@ -111,11 +120,11 @@ class HeadDrops(LogReads):
     def first_record_time(self, sid: int) -> tuple[int, int] | None:
         """(file position, commit time in µs) of the first retained record, or None when
         the stream holds none. One small read; runs on any thread."""
-        tail = self.tails.get(sid)
-        if tail is None or tail.start >= tail.unit or sid in self.damaged:
+        tail = self.reads.tails.get(sid)
+        if tail is None or tail.start >= tail.unit or sid in self.reads.damaged:
             return None
         pos = tail.start_pos
-        head = self.segments.read(sid, pos, RECORD_HEADER_SIZE)
+        head = self.reads.segments.read(sid, pos, RECORD_HEADER_SIZE)
         if len(head) < RECORD_HEADER_SIZE:
             return None
         return pos, RECORD_HEADER.unpack(head)[6]
@@ -124,17 +133,17 @@ class HeadDrops(LogReads):
     def _point(tail: Tail, unit: int, pos: int) -> tuple[int, int] | None:
         return (unit, pos) if unit > tail.start else None
 
-    def _resolve_drops(self, ops: list[Op]) -> None:
+    def resolve(self, ops: list[Op]) -> None:
         """Name the index entries each retention drop makes useless (those below its
         new start), so that they are deleted in the same batch."""
         drops = [op for op in ops if isinstance(op, DropHead)]
         if not drops:
             return
-        assert self.meta is not None
-        with self.meta.env.begin() as txn:
-            cur = txn.cursor(db=self.meta.dbs[DB_INDEX])
+        meta = self.reads.meta
+        with meta.env.begin() as txn:
+            cur = txn.cursor(db=meta.dbs[DB_INDEX])
             for op in drops:
-                tail = self.tails.get(op.stream_id)
+                tail = self.reads.tails.get(op.stream_id)
                 if tail is None or op.unit <= tail.start:
                     continue
                 stop = index_key(op.stream_id, op.unit)

@@ -8,6 +8,11 @@ what they look at (the committed part of each file, LMDB in a read
 transaction) only grows. A record that fails its checksum marks its stream
 damaged (``DamagedStream``); one below a retained start that a drop moved
 meanwhile is not damage (``HeadDropped``).
+
+``LogReads`` is an object of its own so that the two processes that read a data
+directory read it by the same code: the engine, over the tails it publishes, and a
+worker (``workers/local_reads.py``), over the tails the writer told it and LMDB
+opened for reading only.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from stream_format.meta import (
     DB_PRODUCERS,
     DB_RECORDS,
     DB_STREAMS,
+    DB_TAILS,
     PRODUCER,
     StreamMeta,
+    decode_tail,
     id_key,
     key_in_space,
     key_producer,
@@ -49,17 +56,44 @@ HINT_REACH = 4096  # units a read hint may be behind the start and still be used
 
 
 class LogReads:
-    """Mixed into ``Engine``: its reads, over the tails it publishes."""
+    """Reads of the logs in ``segments`` (and of LMDB, once ``segments.meta`` is open)
+    up to ``tails``, which the owner keeps current: the engine publishes into the same
+    dict, a worker puts in what the writer told it.
 
-    segments: Segments
-    meta: Metadata | None
-    tails: dict[int, Tail]
-    damaged: dict[int, str]  # stream id -> why its log cannot be read
+    ``starts_in_lmdb``: a read that finds no record where one should be also checks
+    the stream's retained start in LMDB as it is now, for a reader whose ``tails``
+    may be older than a drop (a worker's): a drop that overtook the read is then
+    ``HeadDropped``, not damage."""
+
+    def __init__(
+        self,
+        segments: Segments,
+        tails: dict[int, Tail] | None = None,
+        *,
+        starts_in_lmdb: bool = False,
+    ) -> None:
+        self.segments = segments
+        self.tails: dict[int, Tail] = {} if tails is None else tails
+        self.damaged: dict[int, str] = {}  # stream id -> why its log cannot be read
+        self.starts_in_lmdb = starts_in_lmdb
+
+    @property
+    def meta(self) -> Metadata:
+        """LMDB, as the segments read it (inline logs): one environment for both."""
+        meta = self.segments.meta
+        assert meta is not None, "LMDB is not open yet"
+        return meta
+
+    def forget_damage(self) -> None:
+        """Forget every stream found damaged, and every file header checked: a reader
+        whose view may be older than a drop (a worker's) must not remember damage that
+        was a drop overtaking it; the next read checks again."""
+        self.damaged.clear()
+        self.segments.checked.clear()
 
     def keyed_values(self, space: str) -> dict[str, bytes]:
         """Every committed keyed value of ``space`` (``ops.PutKeyedValue``), by key, from one
         LMDB read transaction. Runs on any thread."""
-        assert self.meta is not None
         prefix = space_prefix(space)
         out: dict[str, bytes] = {}
         with self.meta.env.begin() as txn:
@@ -75,7 +109,6 @@ class LogReads:
         """The committed configuration of the stream at ``path`` and its producers'
         (epoch, seq) by id, from one LMDB read transaction; None when there is none.
         The stream layer loads a stream this way the first time it is asked for."""
-        assert self.meta is not None
         dbs = self.meta.dbs
         with self.meta.env.begin() as txn:
             raw = txn.get(stream_key(path), db=dbs[DB_STREAMS])
@@ -95,7 +128,6 @@ class LogReads:
     def stored_paths(self, prefix: str = "", batch: int = 4096) -> Iterator[str]:
         """The paths of every committed stream under ``prefix``, in order, read in short
         transactions of ``batch`` keys (a path deleted meanwhile may still be named)."""
-        assert self.meta is not None
         db = self.meta.dbs[DB_STREAMS]
         lo = stream_key(prefix)
         after: bytes | None = None  # the last key of the previous transaction
@@ -120,16 +152,16 @@ class LogReads:
     def stored_stream_count(self) -> int:
         """How many streams LMDB holds (soft-deleted ones included): one page read; 0
         before the engine is open (probes and metrics ask while recovery runs)."""
-        if self.meta is None:
+        meta = self.segments.meta
+        if meta is None:
             return 0
-        with self.meta.env.begin() as txn:
-            return int(txn.stat(self.meta.dbs[DB_STREAMS])["entries"])
+        with meta.env.begin() as txn:
+            return int(txn.stat(meta.dbs[DB_STREAMS])["entries"])
 
-    def _index_floor(
+    def index_floor(
         self, sid: int, unit: int | None, *, max_pos: int | None = None
     ) -> tuple[int, int]:
         """The last indexed (file position, unit) at or before ``unit`` (or ``max_pos``)."""
-        assert self.meta is not None
         tail = self.tails.get(sid)
         with self.meta.env.begin() as txn:
             return index.floor(
@@ -143,15 +175,21 @@ class LogReads:
             )
 
     def _below_start(self, sid: int, pos: int) -> None:
-        """HeadDropped if ``pos`` is below the retained start: a drop overtook this read
-        (it found the bytes as they were punched), which is not damage."""
+        """HeadDropped if ``pos`` is below the retained start (in ``tails``, and with
+        ``starts_in_lmdb`` in LMDB as it is now): a drop overtook this read (it found
+        the bytes as they were punched), which is not damage."""
         tail = self.tails.get(sid)
         if tail is not None and pos < tail.start_pos:
             raise HeadDropped(tail.start)
+        if self.starts_in_lmdb:
+            with self.meta.env.begin() as txn:
+                raw = txn.get(id_key(sid), db=self.meta.dbs[DB_TAILS])
+            if raw is not None and pos < (now := decode_tail(raw)).start_pos:
+                raise HeadDropped(now.start)
 
     def record_end(self, sid: int, unit: int) -> int:
         """The unit just past the record that covers ``unit``."""
-        pos, _ = self._index_floor(sid, unit)
+        pos, _ = self.index_floor(sid, unit)
         log = self.segments.open_log(sid)
         try:
             chunk = 1 << 20
@@ -192,7 +230,7 @@ class LogReads:
             and 0 <= start - hint[0] <= HINT_REACH
         ):
             return hint[1]  # continuing where the last read stopped: no index lookup
-        return self._index_floor(sid, start)[0]
+        return self.index_floor(sid, start)[0]
 
     def read(  # noqa: C901 - the read path: an inline loop per record, no object per record
         self,

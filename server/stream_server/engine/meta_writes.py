@@ -15,7 +15,7 @@ What stays true:
 
 - Durability: every deferred frame is in the WAL, recovery replays every frame
   since the last checkpoint, and a checkpoint commits what waits before it
-  rotates the WAL (``Checkpoints.start_checkpoint``), as a clean stop does.
+  rotates the WAL (``Checkpointer.start``), as a clean stop does.
 - The writer's own reads: they go by the tails it publishes, in memory.
 - Readers of LMDB: one read transaction is still a consistent cut, at most
   ``MAX_DEFERRED`` batches old while the load lasts, and the newest once it
@@ -48,23 +48,31 @@ log = logging.getLogger("stream_server.engine")
 MAX_DEFERRED = 16
 
 
-class MetaWrites(FailClosed):
-    """Mixed into ``Engine``: its LMDB transactions, and the tails waiting for one."""
+class MetaWriter:
+    """The engine's LMDB transactions over an open environment, and the tails waiting
+    for one. Built by ``Engine.open`` once LMDB is open; runs on the writer thread (and
+    on the thread that opens or closes the engine, while nothing else writes)."""
 
-    meta: Metadata | None
-    lsn: int
-    # The last frame whose changes LMDB holds all of (a copy's position on a node that
-    # keeps no lsn in LMDB); set where a batch's or frames' commit finishes.
-    meta_lsn: int
-    _deferred: dict[bytes, walmod.Entry]  # tails key -> its newest put, waiting
-    _deferred_frames: int
+    def __init__(self, meta: Metadata, faults: FailClosed) -> None:
+        self.meta = meta
+        self.faults = faults
+        # The last frame whose changes LMDB holds all of (a copy's position on a node
+        # that keeps no lsn in LMDB): the engine sets it where a batch's or frames'
+        # commit finishes, and recovery's end.
+        self.meta_lsn = 0
+        self._deferred: dict[bytes, walmod.Entry] = {}  # tails key -> its newest put
+        self._deferred_frames = 0  # batches whose tails wait
 
-    def write_metadata(self, entries: list[walmod.Entry], *, flush: bool = False) -> None:
+    @property
+    def waiting(self) -> int:
+        """How many batches' tails wait for a transaction."""
+        return self._deferred_frames
+
+    def write(self, entries: list[walmod.Entry], *, flush: bool = False) -> None:
         """One LMDB transaction (the map grown when full), with the tails that wait put
         first. Outside a batch, for state no frame carries (a replica position a set's
         base or a leave writes), only while nothing else writes. ``flush``: durable,
         meta page included, on return."""
-        assert self.meta is not None
         waiting = self._deferred
         if waiting:
             entries = [*waiting.values(), *entries]
@@ -82,7 +90,7 @@ class MetaWrites(FailClosed):
         if flush:
             self.meta.sync()
 
-    def _deferrable(self, batch: Batch, more: Callable[[], bool] | None) -> bool:
+    def deferrable(self, batch: Batch, more: Callable[[], bool] | None) -> bool:
         """Whether ``batch`` may leave its changes for a later transaction: tails only,
         no retained start moved, no stream dropped, fewer than ``MAX_DEFERRED`` waiting
         already, and (asked last: it is another thread's state) a batch behind it."""
@@ -93,21 +101,23 @@ class MetaWrites(FailClosed):
                 return False
         return more()
 
-    def _defer(self, changes: list[walmod.Entry]) -> None:
+    def defer(self, changes: list[walmod.Entry]) -> None:
+        """Keep a batch's tails (the newest per stream) for the next transaction."""
         waiting = self._deferred
         for entry in changes:
             waiting[entry[2]] = entry
         self._deferred_frames += 1
 
-    def _commit_deferred(self) -> bool:
-        """Commit what waits (before a checkpoint or a clean stop lets WAL files go);
-        False when that failed, which fails the engine closed: the WAL keeps it all."""
+    def commit_deferred(self, lsn: int) -> bool:
+        """Commit what waits (before a checkpoint or a clean stop lets WAL files go), LMDB
+        then holding every frame up to ``lsn``; False when that failed, which fails the
+        engine closed: the WAL keeps it all."""
         if not self._deferred:
             return True
         try:
-            self.write_metadata([])
+            self.write([])
         except Exception as exc:
-            self._fail(f"committing the tails that waited failed: {exc!r}")
+            self.faults.fail(f"committing the tails that waited failed: {exc!r}")
             return False
-        self.meta_lsn = self.lsn
+        self.meta_lsn = lsn
         return True

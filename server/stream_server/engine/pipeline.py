@@ -106,12 +106,12 @@ class CommitPipeline:
         self._thread = threading.Thread(target=self._run, name="writer", daemon=True)
         self._thread.start()
         # Not in a replica set: a standby applies frames on a thread of its own.
-        if self.engine.replica is None and math.isfinite(self.engine.checkpoint_seconds):
+        if self.engine.replica is None and math.isfinite(self.engine.triggers.seconds):
             self._look_later()
 
     def _look_later(self) -> None:
         assert self._loop is not None
-        delay = self.engine.checkpoint_seconds * CHECKPOINT_LOOKS
+        delay = self.engine.triggers.seconds * CHECKPOINT_LOOKS
         self._checkpoint_timer = self._loop.call_later(delay, self._look)
 
     def _look(self) -> None:

@@ -3,9 +3,9 @@
 The writer says what a stream is when a worker opens it (``host.snapshot``): its
 committed tail, and the pieces of log a read covers (its own and its fork sources',
 each with the engine's tail and whether the log is inline in LMDB). The worker then
-reads those pieces as the engine would (``LogReads``: positional reads of the
-segment files and LMDB's inline values in a read transaction, checksums checked),
-never past that committed tail: what lies below it is durable and is never
+reads those pieces by the engine's own reader (``engine.log_reads.LogReads``:
+positional reads of the segment files and LMDB's inline values in a read
+transaction, checksums checked), never past that committed tail: what lies below it is durable and is never
 rewritten, which is what makes the read safe from another process, as the Spark
 reader's is.
 """
@@ -16,7 +16,6 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from stream_format.layout import Layout
-from stream_format.meta import DB_TAILS, decode_tail, id_key
 from stream_server.engine.batch import Tail
 from stream_server.engine.errors import HeadDropped
 from stream_server.engine.log_reads import LogReads
@@ -30,61 +29,46 @@ from stream_server.workers.host import Piece
 THREADS = 4  # positional reads in flight at once, as the writer's own reader pool
 
 
-class ReadOnlyLog(LogReads):
-    """The engine's read methods over the data directory, opened for reading only."""
+class ReadOnlyLog:
+    """The engine's reader (``LogReads``) over the data directory, with LMDB opened for
+    reading only, fed the tails the writer names."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self.meta: Metadata | None = None
         self.segments = Segments(layout)
-        self.tails: dict[int, Tail] = {}
-        self.damaged: dict[int, str] = {}
+        # The tails the writer named may be older than a drop that overtook a read:
+        # the reader then asks LMDB for the retained start as it is now.
+        self.reads = LogReads(self.segments, starts_in_lmdb=True)
         self.owned = True  # the environment is this object's to close
 
-    def opened(self) -> ReadOnlyLog:
-        """Open LMDB on first use: the writer creates it during its start's recovery,
-        and a worker reads nothing before the writer has answered an ``open``."""
-        if self.meta is None:
-            self.meta = self.segments.meta = Metadata.read_only(self.layout.meta)
-        return self
+    def opened(self) -> LogReads:
+        """The reader, LMDB opened on first use: the writer creates it during its start's
+        recovery, and a worker reads nothing before the writer has answered an ``open``."""
+        if self.segments.meta is None:
+            self.segments.meta = Metadata.read_only(self.layout.meta)
+        return self.reads
 
     def share(self, meta: Metadata) -> None:
         """Read through an environment this process has open already: LMDB allows one per
         path and process (the in-process test kit runs a worker beside its writer)."""
-        self.meta = self.segments.meta = meta
+        self.segments.meta = meta
         self.owned = False
-
-    def _below_start(self, sid: int, pos: int) -> None:
-        """HeadDropped if ``pos`` is below the stream's retained start as LMDB has it now:
-        the tail the writer named may be older than a drop that overtook this read."""
-        super()._below_start(sid, pos)
-        assert self.meta is not None
-        with self.meta.env.begin() as txn:
-            raw = txn.get(id_key(sid), db=self.meta.dbs[DB_TAILS])
-        if raw is not None:
-            now = decode_tail(raw)
-            if pos < now.start_pos:
-                raise HeadDropped(now.start)
-
-    def forget_damage(self) -> None:
-        """A worker never remembers a stream as damaged: its view may be older than a
-        drop, and the writer, which reads every log itself, is the one that knows."""
-        self.damaged.clear()
-        self.segments.checked.clear()
 
     def take(self, piece: Piece) -> None:
         """What the writer said of one piece's stream, for the read that follows."""
         sid, _, _, _, tail, inline = piece
         if tail is not None:
-            self.tails[sid] = Tail(tail.file_len, tail.unit, tail.base, tail.start, tail.start_pos)
+            self.reads.tails[sid] = Tail(
+                tail.file_len, tail.unit, tail.base, tail.start, tail.start_pos
+            )
         if inline:
             self.segments.inline.add(sid)
         else:
             self.segments.inline.discard(sid)
 
     def close(self) -> None:
-        if self.meta is not None and self.owned:
-            self.meta.env.close()
+        if self.segments.meta is not None and self.owned:
+            self.segments.meta.env.close()
 
 
 class LocalReads:
@@ -109,13 +93,13 @@ class LocalReads:
             raise OffsetGone(first)
         if start >= tail:
             return ReadResult([], start, start, tail, closed)
-        log = self.log.opened()
+        reads = self.log.opened()
         loop = asyncio.get_running_loop()
 
         async def read_one(piece: Piece, cur: int, hi: int, budget: int) -> Got:
-            log.take(piece)
+            self.log.take(piece)
             got, nxt, _ = await loop.run_in_executor(
-                self.pool, log.read, piece[0], piece[1], cur, hi, budget, None
+                self.pool, reads.read, piece[0], piece[1], cur, hi, budget, None
             )
             return got, nxt
 
@@ -127,7 +111,9 @@ class LocalReads:
         except HeadDropped as exc:
             raise OffsetGone(exc.start) from None
         except Damaged:
-            log.forget_damage()
+            # A worker never remembers a stream as damaged: its view may be older than
+            # a drop, and the writer, which reads every log itself, is the one that knows.
+            reads.forget_damage()
             raise
         return ReadResult(payloads, start, cur, tail, closed and cur >= tail)
 
