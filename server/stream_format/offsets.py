@@ -14,7 +14,6 @@ START = -1
 NOW = -2
 
 _TOKEN = re.compile(r"\A(\d{16})_(\d{16})\Z")
-MAX_UNIT = 10**16 - 1
 
 
 class OffsetError(ValueError):

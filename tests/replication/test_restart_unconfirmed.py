@@ -22,7 +22,7 @@ from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append, CreateLog, PutStream
-from stream_server.engine.replica import apply_frames
+from stream_server.engine.replica import commit_frames, write_frames
 from stream_server.replication import wire
 from testkit import wait_until
 from testkit.asgi import InProcessServer, in_process
@@ -109,7 +109,9 @@ async def restarted(
     data = tmp_path / "data"
     frames = primary_frames(tmp_path / "primary", four_batches)
     e, hooks = standby(data)
-    apply_frames(e, hooks, frames[:3])
+    written = write_frames(e, hooks, frames[:3])
+    assert written is not None
+    commit_frames(e, written)
     e.close()
     primary = PlayedPrimary(frames[3])
     server = await asyncio.start_server(primary.serve, "127.0.0.1", 0)

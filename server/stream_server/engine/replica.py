@@ -22,18 +22,18 @@ only; the engine knows it as a ``ReplicaRole`` (engine.py) and never imports it.
   fails, ``Engine.commit`` fails the replica closed instead of undoing the
   frame (a single node undoes it), and the replica gives up the Lease.
 - While ``writable`` is False (a standby) ``Engine.commit`` refuses every
-  batch: only ``apply_frames`` writes, so a standby never makes history of its
-  own (an expiry sweep on a standby fails instead of diverging).
-- ``apply_frames`` writes frames received from the primary through the
-  engine's public frame path (``Engine.append_frames``, ``Engine.commit_frames``):
-  segment files, the WAL (the frame as it came, same lsn), fdatasync, LMDB,
-  then the same publish step as a batch of the primary's own; the frames of
-  one fetch answer as one group (one write per stream, one WAL write and
-  flush, one LMDB transaction). It is two halves: ``write_frames`` makes the
-  frames durable (the WAL flushed: the standby's durable position moves, and
-  it may tell the primary), ``commit_frames`` writes LMDB and the tails, so
-  that a standby's acknowledgement need not wait for its LMDB commit. This
-  module adds only what a replica set keeps beside the frames: the positions.
+  batch: only frames from the primary are written, so a standby never makes
+  history of its own (an expiry sweep on a standby fails instead of diverging).
+- Frames received from the primary go through the engine's public frame path
+  (``Engine.append_frames``, ``Engine.commit_frames``): segment files, the WAL
+  (the frame as it came, same lsn), fdatasync, LMDB, then the same publish step
+  as a batch of the primary's own; the frames of one fetch answer as one group
+  (one write per stream, one WAL write and flush, one LMDB transaction). It is
+  two halves: ``write_frames`` makes the frames durable (the WAL flushed: the
+  standby's durable position moves, and it may tell the primary),
+  ``commit_frames`` writes LMDB and the tails, so that a standby's
+  acknowledgement need not wait for its LMDB commit. This module adds only
+  what a replica set keeps beside the frames: the positions.
 
 None of this exists in single-node mode: ``Engine.replica`` is None there. A
 single-node start on a set member's directory makes it leave the set first
@@ -379,13 +379,6 @@ def commit_frames(engine: Engine, written: Written) -> list[Applied]:
         (lsn, position, changes)
         for (lsn, changes), position in zip(frames, written.positions, strict=True)
     ]
-
-
-def apply_frames(engine: Engine, hooks: ReplicaHooks, frames: list[bytes]) -> list[Applied]:
-    """Write frames received from the primary through the whole commit path, as one
-    group: ``write_frames`` then ``commit_frames``."""
-    written = write_frames(engine, hooks, frames)
-    return [] if written is None else commit_frames(engine, written)
 
 
 def _term_in(raw: object, field: str) -> int:

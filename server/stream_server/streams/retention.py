@@ -195,7 +195,6 @@ class Retention:
         self._interval = interval
         self._commit = commit
         self.clock = clock  # seconds since the epoch; records carry commit times (µs)
-        self.sweeps = 0  # completed sweeps (tests wait on it)
         self._matched: dict[str, Policy | None] = {}
         # stream id -> (retained start position, commit time of the record there, µs):
         # the oldest retained record, read again only when the start moves.
@@ -248,7 +247,6 @@ class Retention:
         self._governed = governed
         if not todo:
             await self._note_oldest()
-            self.sweeps += 1
             return 0
         loop = asyncio.get_running_loop()
         points = await loop.run_in_executor(None, self._points, todo)
@@ -259,7 +257,6 @@ class Retention:
         if ops:
             await self._commit(ops, 0, lambda: None)
         await self._note_oldest()
-        self.sweeps += 1
         return len(ops)
 
     def _managed(self) -> list[tuple[str, Stream]]:
