@@ -1,0 +1,72 @@
+"""The simulated network: every message between two nodes (members, clients and the
+Kubernetes API, ``"api"``) is delayed, and may be dropped or overtaken.
+
+Delays are drawn from the run's random generator: mostly a few milliseconds, now
+and then a tenth of a second or more, so a later message often arrives first
+(reordering, as retransmits and separate connections give). A pair of nodes can
+be cut for a while (a partition, one-way cuts included) and a fraction of all
+messages lost at any moment. A request is one message there and one back:
+either can be lost, so an answer that never came says nothing about whether
+the request arrived, the case the Lease's read-back exists for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+
+Reply = Callable[[object], None]
+
+
+class Network:
+    def __init__(self, rng: random.Random, loop: asyncio.AbstractEventLoop) -> None:
+        self.rng = rng
+        self.loop = loop
+        self.loss = 0.0  # the fraction of messages dropped now
+        self._cut: dict[tuple[str, str], float] = {}  # (from, to) -> cut until (virtual s)
+        self.sent = 0
+        self.dropped = 0
+
+    def cut(self, a: str, b: str, until: float, *, both: bool = True) -> None:
+        """Drop every message from ``a`` to ``b`` (and back, with ``both``) until ``until``."""
+        self._cut[(a, b)] = max(self._cut.get((a, b), 0.0), until)
+        if both:
+            self._cut[(b, a)] = max(self._cut.get((b, a), 0.0), until)
+
+    def heal(self) -> None:
+        self._cut.clear()
+        self.loss = 0.0
+
+    def delay(self) -> float:
+        if self.rng.random() < 0.05:
+            return self.rng.uniform(0.05, 0.4)  # a slow path: overtaken by later messages
+        return self.rng.uniform(0.0005, 0.008)
+
+    def send(self, src: str, dst: str, deliver: Callable[[], None]) -> None:
+        """Deliver (call ``deliver``) after a delay, unless the message is lost."""
+        self.sent += 1
+        lost = self.rng.random() < self.loss
+        delay = self.delay()
+        if lost or self._cut.get((src, dst), 0.0) > self.loop.time():
+            self.dropped += 1
+            return
+        self.loop.call_later(delay, deliver)
+
+    def request(
+        self, src: str, dst: str, arrive: Callable[[Reply], None]
+    ) -> asyncio.Future[object]:
+        """A request from ``src``: ``arrive(reply)`` runs at ``dst`` when it gets there, and
+        whatever it replies travels back. The future resolves with the reply; it never
+        resolves when either way was lost (the caller times out)."""
+        answer: asyncio.Future[object] = self.loop.create_future()
+
+        def resolve(value: object) -> None:
+            if not answer.done():
+                answer.set_result(value)
+
+        def reply(value: object) -> None:
+            self.send(dst, src, lambda: resolve(value))
+
+        self.send(src, dst, lambda: arrive(reply))
+        return answer

@@ -1,0 +1,211 @@
+"""One member of the simulated replica set: the server's own role loop (``RoleLoop``,
+with its Lease writes), shipper (``Shipper``), read freshness (``Freshness``),
+read fence and write fence, on simulated storage, over the simulated network.
+
+What is the simulation's own is the glue the real ``service.py`` and
+``role_switch.py`` hold (primary or standby mode as the role loop's state
+changes, with the same steps in the same order), the fetch loop of a standby
+(``standby.py``), and how a write or a read reaches the member. A crash cancels
+every task of the member at once and drops what its storage had not flushed;
+a restart builds every object anew from what the storage kept, as a process
+start does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from stream_server.replication.freshness import Freshness
+from stream_server.replication.read_fence import ReadFence
+from stream_server.replication.roles import RoleConfig, RoleLoop
+from stream_server.replication.shipping import Shipper
+from stream_server.replication.write_fence import WriteFence
+from testkit.history import message
+from testkit.simulate.lease import SimLeaseClient
+from testkit.simulate.standby import Standby
+from testkit.simulate.storage import Hooks, Storage
+
+if TYPE_CHECKING:
+    from testkit.simulate.world import World
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The replication settings, scaled down from the defaults (15 s Lease, 10 s renew
+    deadline, 2 s retry period, 5 s wait and staleness bound) in the same proportions."""
+
+    lease_duration: float = 3.0
+    renew_deadline: float = 2.0
+    retry_period: float = 0.5
+    replication_wait: float = 1.2
+    replication_read_staleness: float = 1.2
+    replication_durability: str = "required"
+    size: int = 3
+    replica_url: str = ""
+
+    @property
+    def quorum(self) -> int:
+        return self.size // 2 + 1
+
+
+class _NoSwitchover:
+    """The write fence asks whether a switchover holds writes: none is simulated."""
+
+    switching = False
+
+
+def url(name: str) -> str:
+    return f"sim://{name}"
+
+
+class Member:
+    def __init__(self, name: str, world: World) -> None:
+        self.name = name
+        self.world = world
+        self.settings = Settings(replica_url=url(name))
+        self.storage = Storage()
+        self.up = False
+        self.incarnation = 0
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.primary = False  # primary mode (``RoleSwitch.primary``)
+        self.term = 0  # the term this member writes under (``ReplicaHooks.term``)
+        self.published = 0  # the last lsn readers here may see
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """A process start on what the storage holds (``service.py``'s wiring)."""
+        s, w = self.settings, self.world
+        self.incarnation += 1
+        self.up = True
+        self.roles = RoleLoop(
+            SimLeaseClient(w.lease, w.net, self.name),  # type: ignore[arg-type]
+            RoleConfig(
+                self.name, url(self.name), s.lease_duration, s.renew_deadline, s.retry_period
+            ),
+            position=lambda: self.storage.durable,
+            clock=w.loop.time,
+            reported=lambda: self.shipper.positions(),
+            term_floor=lambda: self.storage.term_floor,
+        )
+        self.shipper = Shipper(
+            self.roles,
+            Hooks(self.storage),  # type: ignore[arg-type]
+            quorum=s.quorum,
+            preferred=False,
+            wait=s.replication_wait,
+            renew_deadline=s.renew_deadline,
+            ring_bytes=1 << 40,
+        )
+        for frame in self.storage.frames[: self.storage.flushed]:
+            self.shipper.add(*frame)  # recovery hands the WAL's frames to the shipper
+        self.freshness = Freshness(s.replication_read_staleness, clock=w.loop.now_ns)
+        self.read_fence = ReadFence(
+            s, self.roles, self.freshness, lambda: self.primary, lambda: self.shipper.settled
+        )
+        self.writes = WriteFence(s, self.roles, s.quorum, self, _NoSwitchover())  # type: ignore[arg-type]
+        self.primary, self.term = False, 0
+        self.published = self.storage.lsn  # a store shows all it recovered
+        self.writer = asyncio.Lock()
+        self.standby = Standby(self)
+        self.roles.start()
+        self.shipper.start()
+        self.spawn(self._switch())
+        self.spawn(self.standby.run())
+
+    def stop(self, *, crash: bool) -> None:
+        """Every task ends now; a crash also loses what was not flushed."""
+        if not self.up:
+            return
+        self.up = False
+        roles, shipper = self.roles, self.shipper
+        for task in [*self.tasks, roles._task, roles._watchdog, roles._watcher, shipper._task]:
+            if task is not None:
+                task.cancel()
+        for task in list(shipper._tasks):
+            task.cancel()
+        self.tasks = []
+        if crash:
+            self.storage.crash()
+        self.world.trace(f"{'crash' if crash else 'stop'} {self.name} at {self.storage.durable}")
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """A task of this incarnation: cancelled by its crash."""
+        task = self.world.loop.create_task(self.world.guard(coro))
+        self.tasks = [t for t in self.tasks if not t.done()]
+        self.tasks.append(task)
+        return task
+
+    # -------------------------------------------------- primary or standby
+
+    async def _switch(self) -> None:
+        """``RoleSwitch.run``: standby first, then the mode the role loop's state names."""
+        self._to_standby()
+        while True:
+            changed = self.roles.state.changed
+            if self.roles.is_primary and not self.primary:
+                await self._to_primary()
+            elif not self.roles.is_primary and self.primary:
+                self._to_standby()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), self.settings.retry_period)
+
+    async def _to_primary(self) -> None:
+        """``RoleSwitch._to_primary``, step for step."""
+        self.standby.following = False
+        async with self.standby.applying:
+            pass
+        self.published = self.storage.lsn
+        self.term = term = self.roles.state.term
+        known = max(self.standby.commit, self.shipper.confirmed)
+        unsettled = bool(self.roles.state.eligible) and self.storage.lsn > known
+        self.shipper.became_primary(term, unsettled=unsettled, known=known)
+        self.primary = True
+        self.world.seen_primary(self.name, term, self.storage.lsn)
+
+    def _to_standby(self) -> None:
+        """``RoleSwitch._to_standby``: readers see what was published, held until a
+        commit point covers it."""
+        self.primary = False
+        self.shipper.close_streams()
+        self.freshness.hold(self.published)
+        self.standby.following = True
+
+    # ------------------------------------------------------ client requests
+
+    async def write(self, token: str) -> tuple[str, int | None]:
+        """An append: the write fence, the batch made durable and shipped, then the
+        ack gate (``Shipper.wait``) within the replication wait. ("fail": refused
+        before anything was written; "info": written, not acknowledged.)"""
+        if await self.writes.refusal() is not None:
+            return "fail", None
+        async with self.writer:
+            if not (self.primary and self.roles.may_acknowledge):
+                return "fail", None  # the engine is not writable: nothing written
+            term, lsn, frame = self.term, len(self.storage.frames) + 1, message(token)
+            self.storage.write([(term, lsn, frame)])
+            await self.storage.flush(self.world.flush_delay())
+            self.shipper.add(term, lsn, frame)  # ``ReplicaHooks.on_frame``, once durable
+        try:
+            passed = await asyncio.wait_for(
+                self.shipper.wait(lsn, lambda _: None), self.settings.replication_wait
+            )
+        except TimeoutError:
+            return "info", None
+        if not passed:
+            return "info", None
+        self.published = max(self.published, lsn)
+        return "ok", self.term
+
+    def read(self) -> bytes | None:
+        """A catch-up read of the whole stream if the read fence lets it be answered as up
+        to date, else None (a 503)."""
+        if self.primary:  # batches are published once the gate passed them
+            self.published = max(self.published, min(self.shipper.committed, self.storage.lsn))
+        if self.read_fence.fresh_for() <= 0:
+            return None
+        return self.storage.content(self.published)

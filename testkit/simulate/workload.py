@@ -1,0 +1,172 @@
+"""What happens to the simulated replica set: clients that append and read, and the
+faults (crashes and restarts, partitions, lost messages) thrown at it.
+
+Clients are Jepsen's processes: one operation at a time, each recorded in the
+history when invoked and when its answer came (virtual times), ``info`` when
+none came. A writer sends to the member it last heard was primary (a refusal
+names it), else to any. Faults come at random intervals while the run's fault
+phase lasts; then every cut heals, every member is started, and the set has
+a quiet spell to converge before the oracle judges the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from testkit.history import Outcome
+from testkit.simulate.lease import API
+from testkit.simulate.world import NAMES, World
+
+CLIENT_TIMEOUT = 4.0  # seconds: past the write fence's wait, a flush and two slow messages
+CLIENTS = 3
+READ_RATIO = 0.3
+# Each fault and how often it comes, relative to the others.
+FAULTS = {
+    "crash": 3,  # any member, restarted 0.05 to 4 s later
+    "crash-primary": 2,
+    "cut-peer": 2,  # two members, both ways or one
+    "cut-api": 1,  # a member from the Kubernetes API
+    "cut-api-primary": 2,  # the primary's Lease calls lost while it acknowledges
+    "isolate": 1,  # a member from everyone
+    "loss": 1,  # 5 to 30 % of all messages for a while
+}
+
+
+class Client:
+    def __init__(self, world: World, name: str) -> None:
+        self.world = world
+        self.name = name
+        self.primary = ""  # where this client last heard the primary is
+        self.counter = itertools.count()
+
+    async def run(self, until: float) -> None:
+        rng = self.world.rng
+        while self.world.loop.time() < until:
+            await asyncio.sleep(rng.uniform(0.005, 0.08))
+            if rng.random() < READ_RATIO:
+                await self._read(rng.choice(NAMES))
+            else:
+                await self._append(self.primary or rng.choice(NAMES))
+
+    async def _ask(self, server: str, serve: object) -> object:
+        try:
+            return await asyncio.wait_for(
+                self.world.request(self.name, server, serve),  # type: ignore[arg-type]
+                CLIENT_TIMEOUT,
+            )
+        except TimeoutError:
+            return None
+
+    async def _append(self, server: str) -> None:
+        w = self.world
+        token = f"{self.name}.{next(self.counter)}"
+        op = w.history.invoke(self.name, "append", "s", token=token, server=server)
+        op.invoked = w.loop.time()
+
+        async def serve(member: object) -> object:
+            outcome = await member.write(token)  # type: ignore[attr-defined]
+            return outcome, member.roles.state.primary_url  # type: ignore[attr-defined]
+
+        answer = await self._ask(server, serve)
+        outcome: Outcome = "info"
+        if isinstance(answer, tuple):
+            (outcome, op.term), hint = answer
+            self.primary = hint.removeprefix("sim://") if hint else ""
+        else:
+            self.primary = ""
+        w.history.complete(op, outcome, detail=f"term {op.term}")
+        op.completed = w.loop.time()
+        w.trace(f"{self.name} append {token} at {server}: {outcome} term {op.term}")
+
+    async def _read(self, server: str) -> None:
+        w = self.world
+        op = w.history.invoke(self.name, "read", "s", server=server)
+        op.invoked = sent = w.loop.time()
+
+        async def serve(member: object) -> object:
+            return member.read()  # type: ignore[attr-defined]
+
+        value = await self._ask(server, serve)
+        if isinstance(value, bytes):
+            op.fresh_at = sent  # answered up to date: as of when the request was sent
+            w.history.complete(op, "ok", value=value)
+        else:
+            w.history.complete(op, "fail", detail="503 or no answer")
+        op.completed = w.loop.time()
+        w.trace(f"{self.name} read at {server}: {len(value) if isinstance(value, bytes) else '-'}")
+
+
+class Faults:
+    """Random faults for a while (module doc); ``mean_gap`` seconds between two."""
+
+    def __init__(self, world: World, mean_gap: float = 1.0) -> None:
+        self.world = world
+        self.mean_gap = mean_gap
+
+    async def run(self, until: float) -> None:
+        w, rng = self.world, self.world.rng
+        while True:
+            await asyncio.sleep(rng.expovariate(1 / self.mean_gap))
+            now = w.loop.time()
+            if now >= until:
+                return
+            kind = rng.choices(list(FAULTS), list(FAULTS.values()))[0]
+            w.trace(f"fault {kind}")
+            getattr(self, kind.replace("-", "_"))(now)
+
+    def _down_for(self) -> float:
+        return self.world.rng.uniform(0.05, 4.0)
+
+    def _restart(self, name: str) -> None:
+        member = self.world.members[name]
+        if not member.up:
+            member.start()
+            self.world.trace(f"restart {name} at {member.storage.durable}")
+
+    def crash(self, now: float) -> None:
+        self._crash(self.world.rng.choice(NAMES))
+
+    def crash_primary(self, now: float) -> None:
+        primaries = [n for n in NAMES if self.world.members[n].primary]
+        self._crash(primaries[0] if primaries else self.world.rng.choice(NAMES))
+
+    def _crash(self, name: str) -> None:
+        member = self.world.members[name]
+        if member.up:
+            member.stop(crash=True)
+            self.world.loop.call_later(self._down_for(), self._restart, name)
+
+    def cut_peer(self, now: float) -> None:
+        a, b = self.world.rng.sample(NAMES, 2)
+        self.world.net.cut(a, b, now + self._down_for(), both=self.world.rng.random() < 0.7)
+
+    def cut_api(self, now: float) -> None:
+        name = self.world.rng.choice(NAMES)
+        self.world.net.cut(name, API, now + self._down_for(), both=self.world.rng.random() < 0.7)
+
+    def cut_api_primary(self, now: float) -> None:
+        """The primary's Lease writes lost (its answers too, mostly): its renewals and
+        in-sync changes fail or hang while it still acknowledges."""
+        primaries = [n for n in NAMES if self.world.members[n].primary]
+        name = primaries[0] if primaries else self.world.rng.choice(NAMES)
+        self.world.net.cut(name, API, now + self._down_for(), both=self.world.rng.random() < 0.5)
+
+    def isolate(self, now: float) -> None:
+        name = self.world.rng.choice(NAMES)
+        until = now + self._down_for()
+        for other in (*NAMES, API):
+            if other != name:
+                self.world.net.cut(name, other, until)
+
+    def loss(self, now: float) -> None:
+        net = self.world.net
+        net.loss = self.world.rng.uniform(0.05, 0.3)
+        self.world.loop.call_later(self._down_for(), setattr, net, "loss", 0.0)
+
+    def heal(self) -> None:
+        """Every cut healed and every member started: the run's quiet spell begins."""
+        self.world.net.heal()
+        for name in NAMES:
+            self._restart(name)
+        self.world.trace("healed")

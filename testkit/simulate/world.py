@@ -1,0 +1,126 @@
+"""One simulated run's world: the clock, the random generator, the network, the
+Lease, the members, the clients' history and the trace.
+
+Every random choice comes from one ``random.Random(seed)`` drawn in the order the
+single-threaded loop runs, so a seed replays exactly; the trace (the events
+that matter, with their virtual times) and its digest show that it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import traceback
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from testkit.history import History, Seen
+from testkit.simulate.clock import VirtualLoop
+from testkit.simulate.lease import LeaseServer
+from testkit.simulate.links import Network, Reply
+from testkit.simulate.members import Member
+
+FETCH_TIMEOUT = 3.0  # seconds a standby's fetch waits (the follower's 15 s, scaled)
+NAMES = ("ds-0", "ds-1", "ds-2")
+
+
+class World:
+    def __init__(self, seed: int, loop: VirtualLoop) -> None:
+        self.seed = seed
+        self.loop = loop
+        self.rng = random.Random(seed)
+        self.net = Network(self.rng, loop)
+        self.lease = LeaseServer()
+        self.history = History()
+        self.events: list[str] = []
+        self.errors: list[str] = []  # exceptions the simulation's own tasks raised
+        self.members = {name: Member(name, self) for name in NAMES}
+
+    def trace(self, event: str) -> None:
+        self.events.append(f"{self.loop.time():.6f} {event}")
+
+    def digest(self) -> str:
+        return hashlib.sha256("\n".join(self.events).encode()).hexdigest()[:16]
+
+    def flush_delay(self) -> float:
+        return self.rng.uniform(0.0005, 0.02)
+
+    async def guard(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """A task's coroutine; what it raises (a bug of the simulation or of the code
+        under test, not a fault it injected) is a violation of the run."""
+        try:
+            return await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.errors.append(traceback.format_exc(limit=6))
+            return None
+
+    def seen_primary(self, name: str, term: int, lsn: int) -> None:
+        """A member took up primary mode: the history's monitor sees it at once."""
+        now = self.loop.time()
+        self.history.seen.append(Seen(name, now, now, "primary", term))
+        self.trace(f"primary {name} term {term} lsn {lsn}")
+
+    # ------------------------------------------------------------ requests
+
+    def request(
+        self, src: str, dst: str, serve: Callable[[Member], Coroutine[Any, Any, object]]
+    ) -> asyncio.Future[object]:
+        """A request to the member ``dst``, served by a task of its incarnation (a crash
+        cancels it: no answer)."""
+        target = self.members[dst]
+
+        def arrive(reply: Reply) -> None:
+            if target.up:
+                target.spawn(_answer(serve(target), reply))
+
+        return self.net.request(src, dst, arrive)
+
+    async def fetch(
+        self, member: Member, primary: str, params: tuple[int, int, int, int], stamp: int
+    ) -> tuple[int, dict[str, str], bytes, int]:
+        """A standby's request for the frames after its position, which acknowledges that
+        position: answered by the primary's shipper (``Shipper.fetch``), with the echo
+        of ``stamp`` as a stream's message carries it (``sender.py``): only while the
+        primary is ``echoing``. (A fetch answer renews a standby's freshness whenever
+        the primary is ``vouching``, settled or not; the stream, the mode every
+        current version uses, is what is simulated.)"""
+        name = member.name
+
+        async def serve(target: Member) -> object:
+            a = await target.shipper.fetch(name, *params)
+            echo = stamp if target.shipper.echoing else 0
+            return a.status, a.headers, a.body, echo
+
+        answer = await asyncio.wait_for(
+            self.request(name, primary.removeprefix("sim://"), serve), FETCH_TIMEOUT
+        )
+        assert isinstance(answer, tuple)
+        return answer
+
+    async def recopy(self, member: Member, primary: str) -> None:
+        """The standby copies the primary's data directory and starts again on it."""
+
+        async def serve(target: Member) -> object:
+            return list(target.storage.frames[: target.storage.flushed])
+
+        try:
+            frames = await asyncio.wait_for(
+                self.request(member.name, primary.removeprefix("sim://"), serve), FETCH_TIMEOUT
+            )
+        except TimeoutError:
+            return
+        assert isinstance(frames, list)
+        self.trace(f"recopy {member.name} from {primary}: {len(frames)} frames")
+        self.loop.call_soon(self._restart_on, member, frames)
+
+    def _restart_on(self, member: Member, frames: list[tuple[int, int, bytes]]) -> None:
+        member.stop(crash=False)
+        member.storage.replace(frames)
+        member.start()
+
+
+async def _answer(work: Coroutine[Any, Any, object], reply: Reply) -> None:
+    reply(await work)
