@@ -30,10 +30,6 @@ LIMIT = 70
 
 # "path::Qualified.name": why it reads best whole.
 LONG_BECAUSE: dict[str, str] = {
-    "server/stream_server/app.py::StreamServerApp.__init__": (
-        "the one place that wires store, recovery, replication, subscriptions, metrics and "
-        "rotation together, in the order their references run (being replaced by node/ Parts)"
-    ),
     "server/stream_server/metrics.py::Metrics.__init__": (
         "the server's metrics declared one after the other, each a name, a help text and "
         "its labels: a table written as code"

@@ -299,7 +299,8 @@ def test_every_setting_is_declared_once_with_its_group_help_and_checks():
 def test_the_protocol_and_subscriptions_take_every_value_from_the_settings():
     from dataclasses import fields
 
-    from stream_server.app import protocol_settings, subscription_settings
+    from stream_server.node.streams import protocol_settings
+    from stream_server.node.subscriptions import subscription_settings
     from stream_server.protocol.context import ProtocolSettings
 
     # Values that differ from every default: none may be lost on the way.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from stream_server.node.part import Part
 from stream_server.protocol import http as http_helpers
 from stream_server.replication.write_fence import Refusal
 
@@ -17,6 +18,15 @@ STANDBY = Refusal(
     [(b"retry-after", b"1"), (b"stream-primary", b"http://primary:4437/v1/stream/")],
     b"this replica is a standby; write to the primary at http://primary:4437/v1/stream/\n",
 )
+
+
+class Standby(Part):
+    """A Part of the writer's that refuses every write, as a standby's topology does."""
+
+    refuses_writes = True
+
+    def write_refusal(self) -> Refusal:
+        return STANDBY
 
 
 async def gated_worker(async_app_server, monkeypatch):
@@ -50,16 +60,15 @@ async def test_writes_taken_at_once_are_served_by_the_worker_the_rest_by_the_wri
 
     # The writer now refuses writes, as a standby does: the worker relays the write
     # and the client gets the writer's own refusal, headers and body.
-    srv.app.local_write_refusal = lambda: STANDBY
-    srv.app.refuses_writes = True
+    refusers = srv.app.refusers
+    srv.app.refusers, srv.app.refuses_writes = [Standby()], True
     refused = await http.post(url, headers=CT, content=b"cd")
     assert refused.status_code == 503
     assert refused.headers["stream-primary"] == "http://primary:4437/v1/stream/"
     assert refused.headers["retry-after"] == "1"
     assert refused.content == STANDBY.body
     assert relayed == [("POST", "/v1/stream/gated", b"")]
-    srv.app.local_write_refusal = None
-    srv.app.refuses_writes = False
+    srv.app.refusers, srv.app.refuses_writes = refusers, False
     assert (await http.post(url, headers=CT, content=b"ef")).status_code == 204
     assert relayed == [("POST", "/v1/stream/gated", b"")]  # served by the worker again
     assert srv.app.store.get("gated").tail == 4  # ab and ef: the refused write changed nothing

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stream_format.layout import Layout
-from stream_server.app import WRITE_METHODS, protocol_settings
-from stream_server.auth import TokenAuth
 from stream_server.config import Settings
+from stream_server.node.streams import WRITE_METHODS, protocol_settings, token_auth
+from stream_server.node.topology import Topology
 from stream_server.protocol.context import raw_path
 from stream_server.protocol.handlers import READS, Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, query_params
@@ -45,11 +45,7 @@ class WorkerApp:
         self.link_path = link
         self.local = LocalReads(Layout(settings.data_dir))
         self.store = LinkedStore(self._writer_lost, self.local, settings.max_json_messages)
-        self.auth = (
-            TokenAuth.from_file(Path(settings.auth_tokens_file))
-            if settings.auth_tokens_file
-            else None
-        )
+        self.auth = token_auth(settings)
         # The pod's limits are the writer's: one limiter, one set of live readers' slots.
         limiter = LinkedLimiter(self.store) if settings.rate_limit > 0 else None
         # Multiprocess metrics (the writer set their directory in our environment).
@@ -67,8 +63,9 @@ class WorkerApp:
         self.proxy = proxy
         self.base = settings.base_path
         self.base_raw = settings.base_path.encode()
-        # A replica set's member: the writer's gates decide what is served here (``_here``).
-        self.gated = bool(settings.replication_lease or settings.archive_follow)
+        # A replica set's member, a replica cluster's server: the writer's gates decide
+        # what is served here (``_here``).
+        self.gated = Topology.of(settings).gated
         self.on_fatal: Callable[[], None] | None = None  # the server stops (serving.py)
 
     def _writer_lost(self) -> None:

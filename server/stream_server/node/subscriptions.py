@@ -1,0 +1,99 @@
+"""Subscriptions (docs/subscriptions.md) as a Part: woken by the store's events, started
+once recovery has finished (they read the recovered keyed values), delivering only
+while primary on a replica set's member, stopped before the store closes so that no
+delivery is in flight then.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from stream_server.config import Settings
+from stream_server.node.context import Node, ServicePart
+from stream_server.replication.service import PrimaryWork
+from stream_server.streams.model import Stream
+from stream_server.streams.options import StoreEvents
+from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
+
+log = logging.getLogger("stream_server")
+
+
+class SubscriptionsPart(ServicePart):
+    @classmethod
+    def build(cls, node: Node) -> SubscriptionsPart:
+        return cls(node)
+
+    def __init__(self, node: Node) -> None:
+        self.subscriptions = Subscriptions(
+            node.store,
+            subscription_settings(node.settings),
+            node.metrics,
+            primary_only=node.kind.primary_only,
+        )
+        self.error = ""
+        manager = self.subscriptions.manager
+        if node.metrics is not None:
+            node.metrics.bind_subscriptions(
+                pending_streams=manager.pending_stream_count, failing=manager.failing_count
+            )
+
+    def listener(self) -> StoreEvents:
+        """The manager's hooks, each logged and skipped if it fails (``node/store.py``)."""
+
+        def tell(name: str, *args: Any) -> None:
+            try:
+                getattr(self.subscriptions.manager, name)(*args)
+            except Exception:
+                log.exception("subscription hook %s failed", name)
+
+        def created(stream: Stream) -> None:
+            tell("stream_created", stream)
+
+        def appended(stream: Stream) -> None:
+            tell("stream_appended", stream)
+
+        def deleted(path: str, reason: str) -> None:
+            tell("stream_deleted", path, reason)
+
+        return StoreEvents(on_created=created, on_appended=appended, on_deleted=deleted)
+
+    async def start(self) -> None:
+        """Appends committed between the end of recovery and this start are not lost:
+        the manager computes pending work from tails and links, at start, every
+        stream created after a subscription that matches it."""
+        try:
+            await self.subscriptions.start()
+        except Exception as exc:
+            self.error = f": {exc}"
+            log.exception("subscriptions failed to start; the __ds paths answer 503")
+
+    def not_started(self) -> str | None:
+        if self.subscriptions.started:
+            return None
+        return f"subscriptions not started{self.error}"
+
+    def primary_work(self) -> PrimaryWork:
+        """Deliveries, wakes and lease expiries only on the primary: a standby would
+        send duplicates and write keyed values it may not (docs/replication.md)."""
+        s = self.subscriptions
+        return PrimaryWork("subscriptions", s.resume, s.pause)
+
+    async def stop(self) -> None:
+        await self.subscriptions.stop()
+
+
+def subscription_settings(s: Settings) -> SubscriptionSettings:
+    """What the subscriptions read, from the settings' one home."""
+    return SubscriptionSettings(
+        data_dir=s.data_dir,
+        base_path=s.base_path,
+        public_url=s.public_url,
+        max_path_bytes=s.max_path_bytes,
+        max_subscriptions=s.max_subscriptions,
+        webhook_allow=tuple(s.webhook_allow),
+        webhook_timeout=s.webhook_timeout,
+        webhook_ca_file=s.webhook_ca_file,
+        webhook_key_replay_window=s.webhook_key_replay_window,
+        webhook_key_rotation_interval=s.webhook_key_rotation_interval,
+    )

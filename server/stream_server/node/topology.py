@@ -1,0 +1,183 @@
+"""What a node is in its cluster: one ``Topology`` subclass per mode.
+
+The mode decides how the store is built (a replica set's engine hooks and ack
+gate, a follower's read-only hooks), which reads and writes are let through, what
+runs once the engine is open, and when the primary-only work runs. Those are the
+questions whose answers used to be branches on the mode all through the app; here
+each mode answers them once. The Parts a mode brings (its endpoints, its status)
+come from ``parts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import ClassVar
+
+from stream_server.archive.follow_position import promote
+from stream_server.archive.follower import ArchiveFollower
+from stream_server.config import Settings
+from stream_server.engine.replica import ReplicaHooks
+from stream_server.node.follower import FollowerPart
+from stream_server.node.part import Part
+from stream_server.node.replication import ReplicationPart
+from stream_server.node.store import StoreFactory
+from stream_server.protocol.context import ReadGate
+from stream_server.replication.identity import leave
+from stream_server.replication.service import PrimaryWork, Replication
+from stream_server.replication.write_fence import Refusal
+from stream_server.streams.store import StreamStore
+
+Ready = Callable[[], Awaitable[bool]]
+
+
+class Topology:
+    """A single node's answers; the other modes override what differs."""
+
+    # Primary-only work (deliveries, archiving) waits to be told it is primary.
+    primary_only: ClassVar[bool] = False
+    # Its gates may refuse or hold a request: a worker relays those to the writer.
+    gated: ClassVar[bool] = False
+    # It archives its own WAL (a follower's archive is its source's).
+    archives: ClassVar[bool] = True
+    refuses_writes = False
+    read_gate: ReadGate | None = None
+    # Who may call the admin and peer endpoints; None: anyone (a single node's rule).
+    peer_allowed: Callable[[str | None], bool] | None = None
+    # The term history of its WAL, where a replica set keeps it.
+    term_hooks: ReplicaHooks | None = None
+    # The mode's own objects, for what reaches into them (the workers' writer, tests).
+    replication: Replication | None = None
+    follower: ArchiveFollower | None = None
+
+    def __init__(self, settings: Settings, build: StoreFactory) -> None:
+        self.settings = settings
+        self.store: StreamStore = build()
+
+    @staticmethod
+    def of(settings: Settings) -> type[Topology]:
+        """The mode the settings ask for."""
+        if settings.replication_lease:
+            return ReplicaSetMember
+        if settings.archive_follow:
+            return ArchiveFollowerNode
+        return Topology
+
+    def parts(self, recovered: Callable[[], bool]) -> Sequence[Part]:
+        """The Parts this mode brings (``recovered``: whether recovery has finished)."""
+        return ()
+
+    async def write_refusal(self) -> Refusal | None:
+        return None
+
+    def writes_open(self) -> bool:
+        """Whether a write is taken at once, without asking ``write_refusal``."""
+        return True
+
+    def opened(self) -> Callable[[], None] | None:
+        """What runs once the engine is open, before anything is written: a single node
+        on a set member's directory leaves the set, and on a directory that followed an
+        archive it is promoted (``archive/follow_position.py``) first, since that may
+        refuse the start."""
+        engine, url = self.store.engine, self.settings.archive_url
+
+        def single_node() -> None:
+            promote(engine, url)
+            leave(engine)
+
+        return single_node
+
+    async def before_open(self) -> None:
+        """Before recovery opens the engine."""
+
+    def start(self, recovered: Ready, primary_work: list[PrimaryWork]) -> None:
+        """Once the lifespan starts; a single node's primary work runs from the Parts'
+        own start."""
+
+    async def stop(self) -> None:
+        """First at shutdown, before the Parts stop."""
+
+    async def hand_over(self) -> None:
+        """When the server begins to stop, while it still listens."""
+
+
+class ReplicaSetMember(Topology):
+    """A replica set's member (docs/replication.md): the set's hooks and ack gate, its
+    write fence and read gate, and the primary work run only while primary."""
+
+    primary_only = True
+    gated = True
+    replication: Replication
+
+    def __init__(self, settings: Settings, build: StoreFactory) -> None:
+        self.settings = settings
+        self.replication = r = Replication(settings, build)
+        self.store = r.store
+        self.read_gate = r.read_fence
+        self.peer_allowed = r.peer_allowed
+        self.term_hooks = r.hooks
+        self.refuses_writes = True
+
+    def parts(self, recovered: Callable[[], bool]) -> Sequence[Part]:
+        return [ReplicationPart(self.replication, recovered)]
+
+    async def write_refusal(self) -> Refusal | None:
+        return await self.replication.writes.refusal()
+
+    def writes_open(self) -> bool:
+        return self.replication.writes.open
+
+    def opened(self) -> Callable[[], None] | None:
+        return None
+
+    def start(self, recovered: Ready, primary_work: list[PrimaryWork]) -> None:
+        """Only once recovered: its durable position is known, and it can serve."""
+        self.replication.start(ready=recovered, primary_work=primary_work)
+
+    async def stop(self) -> None:
+        await self.replication.stop()
+
+    async def hand_over(self) -> None:
+        """A primary that begins to stop hands the Lease to a standby first
+        (``Replication.hand_over_before_stopping``)."""
+        await self.replication.hand_over_before_stopping()
+
+
+class ArchiveFollowerNode(Topology):
+    """A replica cluster's server (--archive-follow, docs/replica-clusters.md): it applies
+    another cluster's archive on a standby's engine hooks and refuses every write."""
+
+    primary_only = True
+    gated = True
+    archives = False
+    refuses_writes = True
+    follower: ArchiveFollower
+
+    def __init__(self, settings: Settings, build: StoreFactory) -> None:
+        self.settings = settings
+        hooks = ReplicaHooks()
+        self.store = build(hooks)
+        self.follower = ArchiveFollower.from_settings(settings, self.store, hooks)
+
+    def parts(self, recovered: Callable[[], bool]) -> Sequence[Part]:
+        return [FollowerPart(self.follower)]
+
+    async def write_refusal(self) -> Refusal | None:
+        return self.follower.refusal()
+
+    def writes_open(self) -> bool:
+        return False
+
+    def opened(self) -> Callable[[], None] | None:
+        """It finds where it resumes."""
+        return self.follower.opened
+
+    async def before_open(self) -> None:
+        """An empty directory gets the newest base backup, off the loop."""
+        await asyncio.to_thread(self.follower.bootstrap)
+
+    def start(self, recovered: Ready, primary_work: list[PrimaryWork]) -> None:
+        self.follower.start(ready=recovered)
+
+    async def stop(self) -> None:
+        await self.follower.stop()
