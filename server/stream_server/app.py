@@ -31,9 +31,10 @@ from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
 from stream_server.config import Settings
 from stream_server.metrics import Metrics
 from stream_server.node.archive import ArchivePart
+from stream_server.node.backups import BackupsPart
 from stream_server.node.context import ServicePart
+from stream_server.node.metrics import MetricsPart
 from stream_server.node.part import Part
-from stream_server.node.parts import BackupsPart, MetricsPart
 from stream_server.node.store import Listeners, StoreFactory
 from stream_server.node.streams import WRITE_METHODS, protocol_settings, token_auth
 from stream_server.node.subscriptions import SubscriptionsPart

@@ -15,77 +15,41 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
 from typing import Any
 
 from stream_server.config import Settings
-from stream_server.engine import Engine, StorageError
-from stream_server.engine.batch import BatchStats
+from stream_server.engine import Engine
 from stream_server.engine.replica import AckGate, ReplicaHooks
 from stream_server.faults import hook_from_env
 from stream_server.node.part import Part
-from stream_server.streams.model import Stream
 from stream_server.streams.options import StoreEvents, StoreLimits
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StreamStore
+
+EVENTS = [f.name for f in fields(StoreEvents)]
 
 
 class Listeners:
     """The store's ``StoreEvents``, each calling the Parts' hooks in their order."""
 
     def __init__(self) -> None:
-        self._batch: tuple[Callable[[BatchStats, int], None], ...] = ()
-        self._created: tuple[Callable[[Stream], None], ...] = ()
-        self._appended: tuple[Callable[[Stream], None], ...] = ()
-        self._deleted: tuple[Callable[[str, str], None], ...] = ()
-        self._producer: tuple[Callable[[str], None], ...] = ()
-        self._failure: tuple[Callable[[StorageError], None], ...] = ()
+        self.hooks: dict[str, tuple[Callable[..., None], ...]] = dict.fromkeys(EVENTS, ())
 
     def bind(self, parts: Iterable[Part]) -> None:
         events = [e for part in parts if (e := part.listener()) is not None]
-
-        def hooks(name: str) -> tuple[Any, ...]:
-            return tuple(h for e in events if (h := getattr(e, name)) is not None)
-
-        self._batch = hooks("on_batch")
-        self._created = hooks("on_created")
-        self._appended = hooks("on_appended")
-        self._deleted = hooks("on_deleted")
-        self._producer = hooks("on_producer")
-        self._failure = hooks("on_failure")
+        for name in EVENTS:
+            self.hooks[name] = tuple(h for e in events if (h := getattr(e, name)) is not None)
 
     def events(self) -> StoreEvents:
-        return StoreEvents(
-            on_batch=self.on_batch,
-            on_created=self.on_created,
-            on_appended=self.on_appended,
-            on_deleted=self.on_deleted,
-            on_producer=self.on_producer,
-            on_failure=self.on_failure,
-        )
+        def fan_out(name: str) -> Callable[..., None]:
+            def call(*args: Any) -> None:
+                for hook in self.hooks[name]:
+                    hook(*args)
 
-    def on_batch(self, stats: BatchStats, requests: int) -> None:
-        for hook in self._batch:
-            hook(stats, requests)
+            return call
 
-    def on_created(self, stream: Stream) -> None:
-        for hook in self._created:
-            hook(stream)
-
-    def on_appended(self, stream: Stream) -> None:
-        for hook in self._appended:
-            hook(stream)
-
-    def on_deleted(self, path: str, reason: str) -> None:
-        for hook in self._deleted:
-            hook(path, reason)
-
-    def on_producer(self, event: str) -> None:
-        for hook in self._producer:
-            hook(event)
-
-    def on_failure(self, error: StorageError) -> None:
-        for hook in self._failure:
-            hook(error)
+        return StoreEvents(**{name: fan_out(name) for name in EVENTS})
 
 
 class StoreFactory:

@@ -15,18 +15,17 @@ import asyncio
 import logging
 import socket
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from stream_format.archive import ArchiveDamaged
 from stream_server.archive import backup, catalog
 from stream_server.archive.object_store import ArchiveError, ObjectStore
-from stream_server.config import Settings
-from stream_server.engine.engine import Engine
+from stream_server.node.archive import ArchivePart
+from stream_server.node.context import Node, ServicePart
 from stream_server.replication.peer_token import CHALLENGE, REFUSED, PeerToken
 
 log = logging.getLogger("stream_server.archive")
@@ -34,30 +33,30 @@ log = logging.getLogger("stream_server.archive")
 PATH = "/_archive/backups"
 
 
-class BackupsEndpoint:
-    def __init__(
-        self,
-        settings: Settings,
-        engine: Engine,
-        *,
-        ready: Callable[[], bool],
-        allowed: Callable[[str | None], bool] | None = None,
-        taken: Callable[[], None] | None = None,
-    ) -> None:
-        """``taken``: told after each backup taken here (the archiver's metric of the
-        newest backup)."""
-        self.settings = settings
-        self.taken = taken
-        self.engine = engine
-        self.ready = ready
+class BackupsPart(ServicePart):
+    """On every server: without an archive it says there is none, on a replica
+    cluster's server that its source takes them."""
+
+    @classmethod
+    def build(cls, node: Node) -> BackupsPart:
+        return cls(node)
+
+    def __init__(self, node: Node) -> None:
+        self.settings = settings = node.settings
+        self.engine = node.store.engine
+        self.recovery = node.recovery
+        archive = node.part(ArchivePart)
+        # Told after each backup taken here (the archiver's metric of the newest backup).
+        self.taken = archive.backup_taken if archive is not None else None
+        allowed = node.topology.peer_allowed
         if allowed is None and settings.replication_token_file:
             allowed = PeerToken(settings.replication_token_file).allows
         self.allowed = allowed
-        self.node = settings.replica_name or socket.gethostname()
+        self.name = settings.replica_name or socket.gethostname()  # in the manifest
         self._store: ObjectStore | None = None
         self._running = threading.Lock()
 
-    def routes(self) -> list[Route]:
+    def routes(self) -> list[BaseRoute]:
         return [
             Route(PATH, self.take, methods=["POST"]),
             Route(PATH, self.list, methods=["GET"]),
@@ -84,7 +83,7 @@ class BackupsEndpoint:
                 {"error": "a replica cluster takes no backups: its source's primary does"},
                 status_code=409,
             )
-        if not self.ready():
+        if not self.recovery.finished:
             return JSONResponse({"error": "recovery not finished"}, status_code=503)
         if not self._running.acquire(blocking=False):
             return JSONResponse({"error": "a backup is running"}, status_code=409)
@@ -95,7 +94,7 @@ class BackupsEndpoint:
 
     def _take(self) -> Response:
         try:
-            manifest = backup.take(self.engine, self.store(), node=self.node)
+            manifest = backup.take(self.engine, self.store(), node=self.name)
         except (ArchiveError, ArchiveDamaged) as exc:
             log.error("base backup failed: %s", exc)
             return JSONResponse({"error": f"base backup failed: {exc}"}, status_code=503)

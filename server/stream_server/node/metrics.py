@@ -1,7 +1,5 @@
-"""The small service Parts: base backups and ``/metrics``.
-
-Each binds what it reads of the running node at its build, and answers None where
-it does not apply (no metrics without ``--metrics``).
+"""``/metrics`` as a Part: the series the store's events and state feed, bound to the
+running node at its build; None without ``--metrics``.
 """
 
 from __future__ import annotations
@@ -13,35 +11,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from stream_server.archive.backups_endpoint import BackupsEndpoint
 from stream_server.engine import StorageError
 from stream_server.metrics import Metrics
-from stream_server.node.archive import ArchivePart
 from stream_server.node.context import Node, ServicePart
 from stream_server.streams.model import Stream
 from stream_server.streams.options import StoreEvents
-
-
-class BackupsPart(ServicePart):
-    """``/_archive/backups`` (docs/backup.md), on every server: without an archive it
-    says there is none, on a replica cluster's server that its source takes them."""
-
-    @classmethod
-    def build(cls, node: Node) -> BackupsPart:
-        return cls(node)
-
-    def __init__(self, node: Node) -> None:
-        archive = node.part(ArchivePart)
-        self.endpoint = BackupsEndpoint(
-            node.settings,
-            node.store.engine,
-            ready=lambda: node.recovery.finished,
-            allowed=node.topology.peer_allowed,
-            taken=archive.backup_taken if archive is not None else None,
-        )
-
-    def routes(self) -> list[BaseRoute]:
-        return list(self.endpoint.routes())
 
 
 class MetricsPart(ServicePart):
