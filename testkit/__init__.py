@@ -32,10 +32,15 @@ class _Deadline:
 def wait_for(
     what: Callable[[], T | None],
     *,
-    timeout: float = 20.0,
+    timeout: float = 60.0,
     message: str | Callable[[], str] = "",
 ) -> T:
     """Poll ``what`` until it returns something truthy (and return that), or fail the test.
+
+    The default deadline is generous (60 s): it only bounds how long a broken test takes
+    to fail, and the suite's two workers share two cores with everything they start,
+    where an operator's round or a server's answer that takes a second alone can take
+    twenty (20 s, the old default, was seen run out in the kopf tests under load).
 
     ``message`` may be a callable so that the failure can describe the state at the moment
     of giving up (a replica set's statuses, say) rather than when the wait began."""
@@ -49,7 +54,7 @@ def wait_for(
 async def wait_until(
     what: Callable[[], T | None],
     *,
-    within: float = 20.0,
+    within: float = 60.0,
     message: str | Callable[[], str] = "",
 ) -> T:
     """``wait_for`` on the event loop: for state another task sets, where the code under

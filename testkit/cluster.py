@@ -27,6 +27,13 @@ from testkit.kube import (
     storage_class,
 )
 
+# How long ``wait_for_event`` waits by default. An Event is the last link of a chain: kopf
+# sees a change, a round (reading real servers in the e2e tests) writes the status, and
+# only then does kopf's queue post the Event, one object's Events one after another. On a
+# loaded machine (the suite on two workers, two cores) that chain took longer than
+# ``wait_for``'s 20 s; an unloaded run needs a second or two.
+EVENT_PATIENCE = 90.0
+
 
 class Cluster:
     """A running ``ApiServer`` on a real port (in its own thread) and a REST client for it."""
@@ -72,12 +79,19 @@ class Cluster:
         ]
 
     def wait_for_event(
-        self, namespace: str, name: str, reason: str, containing: str = ""
+        self,
+        namespace: str,
+        name: str,
+        reason: str,
+        containing: str = "",
+        *,
+        timeout: float = EVENT_PATIENCE,
     ) -> list[dict[str, Any]]:
         """Wait until an Event about ``name`` with ``reason`` (and ``containing`` in its
         message) is posted; return those Events."""
         return wait_for(
             lambda: [e for e in self.events(namespace, name, reason) if containing in e["message"]],
+            timeout=timeout,
             message=lambda: (
                 f"an Event {reason} on {name} saying {containing!r}; there are: "
                 f"{[(e['reason'], e['message']) for e in self.list('Event', namespace)]}"

@@ -103,6 +103,14 @@ def test_promote_then_demote_the_former_source_with_refusal_then_rebuild(
             done = plugin(config, "promote", "dr")
             assert done.returncode == 0, done.stderr
             assert (c.get(KIND, NS, "dr") or {})["spec"]["replica"]["enabled"] is False
+            # The status first (a round reading the real servers writes it), then its
+            # Event, which kopf's queue posts after it: under load, the two together
+            # took longer than a single 20 s wait allowed.
+            wait_for(
+                lambda: reason_is(c, "dr", "Promoting") or reason_is(c, "dr", "Promoted"),
+                timeout=120,
+                message=lambda: f"dr ReplicaCluster Promoting: {status_of(c, 'dr')}",
+            )
             c.wait_for_event(NS, "dr", "Promoting", containing=own + "/dr")
 
             def takes_a_write() -> str | None:
