@@ -148,6 +148,12 @@ class RoleSwitch:
     async def _to_standby(self) -> None:
         self.primary = False
         self.shipper.close_streams()  # each standby asks again and hears the new term
+        # The batches at the ack gate look again now, not at their next wake-up: this
+        # replica may no longer acknowledge, so they leave the gate and the pipeline
+        # drains. Were the Lease taken back meanwhile (the next round may run at once),
+        # they would wait for a commit point that only ``became_primary`` can move,
+        # which runs after the drain, and the role switch would never finish.
+        self.shipper.changed.notify()
         await self.stop_primary_work()  # before anything is rolled back or followed
         self.hooks.writable = False
         await self.store.pipeline.drained()
