@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
 from stream_format import wal as walmod
 from stream_format.layout import Layout
@@ -32,16 +31,24 @@ CHECKPOINT_FRAMES = 10_000  # or frames in it (each replayed by a recovery)
 CHECKPOINT_SECONDS = float("inf")  # or its oldest frame's age (the server sets one)
 
 
-@dataclass(frozen=True, slots=True)
 class Triggers:
     """When the WAL holds enough to checkpoint: ``size`` bytes of it, ``frames`` frames
     (recovery replays each: a WAL of small frames under the size bound made a kill -9's
     restart at 1M streams take 102 s, the benchmark's ``many`` workload), or a frame
-    older than ``seconds``."""
+    older than ``seconds``. A plain class rather than a dataclass, whose generated
+    methods are compiled at every start."""
 
-    size: int = CHECKPOINT_BYTES
-    frames: int = CHECKPOINT_FRAMES
-    seconds: float = CHECKPOINT_SECONDS
+    __slots__ = ("frames", "seconds", "size")
+
+    def __init__(
+        self,
+        size: int = CHECKPOINT_BYTES,
+        frames: int = CHECKPOINT_FRAMES,
+        seconds: float = CHECKPOINT_SECONDS,
+    ) -> None:
+        self.size = size
+        self.frames = frames
+        self.seconds = seconds
 
     def due(self, wal: WalWriter, lsn: int) -> bool:
         """Whether ``wal``, whose last frame is ``lsn``, holds enough."""

@@ -156,6 +156,7 @@ class Engine:
         return self.faults.failed
 
     def _fail(self, reason: str) -> None:
+        """Fail closed (``FailClosed.fail``): the replication tests' way to stop writes."""
         self.faults.fail(reason)
 
     @property
