@@ -55,7 +55,7 @@ class ArchivePart(ServicePart):
         return cls(node)
 
     def __init__(self, node: Node) -> None:
-        self.node = node
+        super().__init__(node)
         s = node.settings
         self.terms: Callable[[], History] = lambda: SINGLE_NODE_HISTORY
         self.base: Callable[[], int] = lambda: 0  # the last lsn not archived here

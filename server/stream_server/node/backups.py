@@ -37,10 +37,6 @@ class BackupsPart(ServicePart):
     """On every server: without an archive it says there is none, on a replica
     cluster's server that its source takes them."""
 
-    @classmethod
-    def build(cls, node: Node) -> BackupsPart:
-        return cls(node)
-
     def __init__(self, node: Node) -> None:
         self.settings = settings = node.settings
         self.engine = node.store.engine

@@ -50,6 +50,9 @@ class ServicePart(Part):
 
     shapes_store: ClassVar[bool] = False
 
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
     @classmethod
     def build(cls, node: Node) -> Part | None:
-        raise NotImplementedError
+        return cls(node)

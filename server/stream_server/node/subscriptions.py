@@ -7,12 +7,12 @@ delivery is in flight then.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from stream_server.config import Settings
 from stream_server.node.context import Node, ServicePart
 from stream_server.replication.service import PrimaryWork
-from stream_server.streams.model import Stream
 from stream_server.streams.options import StoreEvents
 from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
 
@@ -20,10 +20,6 @@ log = logging.getLogger("stream_server")
 
 
 class SubscriptionsPart(ServicePart):
-    @classmethod
-    def build(cls, node: Node) -> SubscriptionsPart:
-        return cls(node)
-
     def __init__(self, node: Node) -> None:
         self.subscriptions = Subscriptions(
             node.store,
@@ -47,16 +43,11 @@ class SubscriptionsPart(ServicePart):
             except Exception:
                 log.exception("subscription hook %s failed", name)
 
-        def created(stream: Stream) -> None:
-            tell("stream_created", stream)
-
-        def appended(stream: Stream) -> None:
-            tell("stream_appended", stream)
-
-        def deleted(path: str, reason: str) -> None:
-            tell("stream_deleted", path, reason)
-
-        return StoreEvents(on_created=created, on_appended=appended, on_deleted=deleted)
+        return StoreEvents(
+            on_created=partial(tell, "stream_created"),
+            on_appended=partial(tell, "stream_appended"),
+            on_deleted=partial(tell, "stream_deleted"),
+        )
 
     async def start(self) -> None:
         """Appends committed between the end of recovery and this start are not lost:

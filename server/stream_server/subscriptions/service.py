@@ -88,10 +88,6 @@ class Subscriptions:
         """Whether control requests are answered (delivering, or a standby's reads)."""
         return self.loop is not None or (self.primary_only and self.keys is not None)
 
-    @property
-    def delivering(self) -> bool:
-        return self.loop is not None
-
     async def start(self) -> None:
         """Open the key ring, then deliver, unless only a primary may (``resume``)."""
         async with self._switch:
