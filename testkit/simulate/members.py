@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,26 @@ def url(name: str) -> str:
     return f"sim://{name}"
 
 
+# The member whose code is running: every task is created in its creator's context, so
+# each task the server's code starts (the role loop's, the shipper's joins, a wait_for's)
+# belongs to the member that started it, and its crash cancels it (``owned_task``).
+_OWNER: contextvars.ContextVar[Member | None] = contextvars.ContextVar("member", default=None)
+
+
+def owned_task(
+    loop: asyncio.AbstractEventLoop,
+    coro: Coroutine[Any, Any, Any],
+    context: contextvars.Context | None = None,
+) -> asyncio.Task[Any]:
+    """The loop's task factory: a task, recorded with the member that created it."""
+    task = asyncio.Task(coro, loop=loop, context=context)
+    owner = _OWNER.get() if context is None else context.get(_OWNER)
+    if owner is not None:
+        owner.tasks = [t for t in owner.tasks if not t.done()]
+        owner.tasks.append(task)
+    return task
+
+
 class Member:
     def __init__(self, name: str, world: World) -> None:
         self.name = name
@@ -83,7 +104,7 @@ class Member:
         self.incarnation += 1
         self.up = True
         self.roles = RoleLoop(
-            SimLeaseClient(w.lease, w.net, self.name),  # type: ignore[arg-type]
+            SimLeaseClient(w.lease, w.net, self.name, w.reorder),  # type: ignore[arg-type]
             RoleConfig(
                 self.name, url(self.name), s.lease_duration, s.renew_deadline, s.retry_period
             ),
@@ -111,9 +132,12 @@ class Member:
         self.primary, self.term = False, 0
         self.published = self.storage.lsn  # a store shows all it recovered
         self.writer = asyncio.Lock()
+        self.gated: list[asyncio.Task[bool]] = []  # batches at the ack gate
         self.standby = Standby(self)
-        self.roles.start()
-        self.shipper.start()
+        self._context = contextvars.copy_context()
+        self._context.run(_OWNER.set, self)
+        self._context.run(self.roles.start)
+        self._context.run(self.shipper.start)
         self.spawn(self._switch())
         self.spawn(self.standby.run())
 
@@ -122,35 +146,29 @@ class Member:
         if not self.up:
             return
         self.up = False
-        roles, shipper = self.roles, self.shipper
-        for task in [*self.tasks, roles._task, roles._watchdog, roles._watcher, shipper._task]:
-            if task is not None:
-                task.cancel()
-        for task in list(shipper._tasks):
+        tasks, self.tasks = self.tasks, []
+        for task in tasks:
             task.cancel()
-        self.tasks = []
         if crash:
             self.storage.crash()
         self.world.trace(f"{'crash' if crash else 'stop'} {self.name} at {self.storage.durable}")
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """A task of this incarnation: cancelled by its crash."""
-        task = self.world.loop.create_task(self.world.guard(coro))
-        self.tasks = [t for t in self.tasks if not t.done()]
-        self.tasks.append(task)
-        return task
+        """A task of this incarnation, whoever asks (a request arriving runs in its
+        sender's context): cancelled by its crash, as every task it starts."""
+        return self.world.loop.create_task(self.world.guard(coro), context=self._context)
 
     # -------------------------------------------------- primary or standby
 
     async def _switch(self) -> None:
         """``RoleSwitch.run``: standby first, then the mode the role loop's state names."""
-        self._to_standby()
+        await self._to_standby()
         while True:
             changed = self.roles.state.changed
             if self.roles.is_primary and not self.primary:
                 await self._to_primary()
             elif not self.roles.is_primary and self.primary:
-                self._to_standby()
+                await self._to_standby()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self.settings.retry_period)
 
@@ -167,11 +185,16 @@ class Member:
         self.primary = True
         self.world.seen_primary(self.name, term, self.storage.lsn)
 
-    def _to_standby(self) -> None:
-        """``RoleSwitch._to_standby``: readers see what was published, held until a
+    async def _to_standby(self) -> None:
+        """``RoleSwitch._to_standby``: no new batch, the gated ones drained (the
+        pipeline's ``drained``), then readers see what was published, held until a
         commit point covers it."""
         self.primary = False
         self.shipper.close_streams()
+        self.shipper.changed.notify()  # the gated batches look again (role_switch.py)
+        async with self.writer:  # the batch being written, if any, is at the gate
+            while self.gated:
+                await asyncio.wait(list(self.gated))
         self.freshness.hold(self.published)
         self.standby.following = True
 
@@ -190,16 +213,27 @@ class Member:
             self.storage.write([(term, lsn, frame)])
             await self.storage.flush(self.world.flush_delay())
             self.shipper.add(term, lsn, frame)  # ``ReplicaHooks.on_frame``, once durable
+        gate = self.spawn(self._gate(lsn))
+        self.gated.append(gate)
         try:
-            passed = await asyncio.wait_for(
-                self.shipper.wait(lsn, lambda _: None), self.settings.replication_wait
-            )
+            passed = await asyncio.wait_for(asyncio.shield(gate), self.settings.replication_wait)
         except TimeoutError:
-            return "info", None
+            return "info", None  # the pipeline's ``_overdue``: the batch stays gated
         if not passed:
             return "info", None
-        self.published = max(self.published, lsn)
+        self.world.acknowledged(self, lsn)
         return "ok", self.term
+
+    async def _gate(self, lsn: int) -> bool:
+        """The batch at the ack gate (``Shipper.wait``) until the commit point reaches it
+        (then it is published) or this member may no longer acknowledge."""
+        try:
+            passed = await self.shipper.wait(lsn, lambda _: None)
+        finally:
+            self.gated = [g for g in self.gated if not g.done() and g is not asyncio.current_task()]
+        if passed:
+            self.published = max(self.published, lsn)
+        return passed
 
     def read(self) -> bytes | None:
         """A catch-up read of the whole stream if the read fence lets it be answered as up

@@ -6,8 +6,9 @@ on: no acknowledged write lost, none twice, nothing refused yet present, each
 client's writes in its order, no read of data later rolled back, no read said
 up to date that missed a write acknowledged more than the staleness bound
 before it, no acknowledgement from a deposed primary. The simulation sees
-more than a test against processes can, and checks it too: one holder per
-term in every Lease write, one member acknowledging writes per term, the logs
+more than a test against processes can, and checks it too: at every
+acknowledgement, every replica the Lease makes electable holds the write
+durably (``World.acknowledged``); one holder per term in every Lease write, one member acknowledging writes per term, the logs
 agreeing wherever two hold a frame of the same term and lsn, and a primary at
 the end (the set recovers once the faults stop).
 """
@@ -30,6 +31,7 @@ def final_stream(world: World) -> bytes | None:
 
 def violations(world: World, bound: float) -> list[str]:
     found = [f"internal error: {e.strip().splitlines()[-1]}" for e in world.errors]
+    found += [f"electable without an acknowledged write: {b}" for b in world.broken[:1]]
     final = final_stream(world)
     if final is None:
         found.append("no primary after the faults healed")

@@ -31,9 +31,13 @@ class Result:
     seed: int
     mutant: str | None
     violations: list[str] = field(default_factory=list)
-    digest: str = ""
-    events: int = 0
+    digest: str = ""  # of the trace: equal for two runs of one seed
+    trace: list[str] = field(default_factory=list, repr=False)
     acknowledged: int = 0
+
+    @property
+    def events(self) -> int:
+        return len(self.trace)
 
 
 @contextlib.contextmanager
@@ -63,10 +67,11 @@ async def _scenario(world: World) -> None:
     await asyncio.gather(*tasks)
 
 
-def run_seed(seed: int, mutant: str | None = None) -> Result:
-    """Play ``seed`` (with ``mutant``'s broken rule, if named) and judge it."""
+def run_seed(seed: int, mutant: str | None = None, *, reorder: bool = False) -> Result:
+    """Play ``seed`` (with ``mutant``'s broken rule, if named) and judge it; ``reorder``:
+    a member's Lease answers may overtake each other (lease.py says what that finds)."""
     loop = VirtualLoop()
-    world = World(seed, loop)
+    world = World(seed, loop, reorder=reorder)
     with mutants.applied(mutant), _virtual(loop):
         try:
             loop.run_until_complete(_scenario(world))
@@ -74,7 +79,7 @@ def run_seed(seed: int, mutant: str | None = None) -> Result:
         finally:
             _end(loop)
     acked = sum(1 for op in world.history.ops if op.kind == "append" and op.outcome == "ok")
-    return Result(seed, mutant, found, world.digest(), len(world.events), acked)
+    return Result(seed, mutant, found, world.digest(), world.events, acked)
 
 
 def _end(loop: VirtualLoop) -> None:

@@ -19,22 +19,25 @@ from testkit.history import History, Seen
 from testkit.simulate.clock import VirtualLoop
 from testkit.simulate.lease import LeaseServer
 from testkit.simulate.links import Network, Reply
-from testkit.simulate.members import Member
+from testkit.simulate.members import Member, owned_task
 
 FETCH_TIMEOUT = 3.0  # seconds a standby's fetch waits (the follower's 15 s, scaled)
 NAMES = ("ds-0", "ds-1", "ds-2")
 
 
 class World:
-    def __init__(self, seed: int, loop: VirtualLoop) -> None:
+    def __init__(self, seed: int, loop: VirtualLoop, *, reorder: bool = False) -> None:
         self.seed = seed
+        self.reorder = reorder  # Lease answers may overtake each other (lease.py)
         self.loop = loop
+        loop.set_task_factory(owned_task)
         self.rng = random.Random(seed)
         self.net = Network(self.rng, loop)
-        self.lease = LeaseServer()
+        self.lease = LeaseServer(self.trace)
         self.history = History()
         self.events: list[str] = []
         self.errors: list[str] = []  # exceptions the simulation's own tasks raised
+        self.broken: list[str] = []  # invariants seen broken while the run went on
         self.members = {name: Member(name, self) for name in NAMES}
 
     def trace(self, event: str) -> None:
@@ -44,6 +47,9 @@ class World:
         return hashlib.sha256("\n".join(self.events).encode()).hexdigest()[:16]
 
     def flush_delay(self) -> float:
+        """An fdatasync's time: mostly milliseconds, now and then a stall."""
+        if self.rng.random() < 0.05:
+            return self.rng.uniform(0.05, 0.3)
         return self.rng.uniform(0.0005, 0.02)
 
     async def guard(self, coro: Coroutine[Any, Any, Any]) -> Any:
@@ -62,6 +68,22 @@ class World:
         now = self.loop.time()
         self.history.seen.append(Seen(name, now, now, "primary", term))
         self.trace(f"primary {name} term {term} lsn {lsn}")
+
+    def acknowledged(self, member: Member, lsn: int) -> None:
+        """``member`` acknowledges its frame ``lsn``: the design's promise (shipping.py) is
+        that every replica the Lease makes electable, in the in-sync set or eligible,
+        holds it durably at this moment, so that no election can lose it. Checked
+        against the Lease as the API server holds it and the members' disks."""
+        record, frame = self.lease.record, member.storage.frames[lsn - 1]
+        if record is None or len(self.broken) >= 10:
+            return
+        for name in sorted({*record.in_sync, *record.eligible} - {member.name}):
+            disk = self.members[name].storage
+            if disk.flushed < lsn or disk.frames[lsn - 1] != frame:
+                self.broken.append(
+                    f"{member.name} acknowledged lsn {lsn} (term {frame[0]}) while {name}, "
+                    f"electable (Lease v{record.version}), held only {disk.durable} durably"
+                )
 
     # ------------------------------------------------------------ requests
 
