@@ -26,6 +26,13 @@ from testkit.kube_serve import api_server_process
 os.environ.setdefault("DS_OPERATOR_STATUS_INTERVAL", "1")
 os.environ.setdefault("DS_OPERATOR_RESYNC_INTERVAL", "1")
 
+# Generous: kopf's start (its first lists) and its stop (the periodic workers finish the
+# round under way, up to 30 s: handlers.stop_periodic) take seconds on a loaded machine:
+# 17-21 s to start (the first, with its imports) and 21 s to stop were measured at a load
+# of 7-15 on 2 cores, past the 15 s and 20 s allowed before (the thread then left running).
+START_PATIENCE = 60.0
+STOP_PATIENCE = 60.0
+
 _server_url: list[str] = [""]
 _login_registered = False
 
@@ -80,12 +87,16 @@ def running_operator(cluster: Cluster, namespaces: Sequence[str] = ()) -> Iterat
     thread = threading.Thread(target=run, daemon=True, name="kopf")
     thread.start()
     try:
-        if not ready.wait(15):
+        if not ready.wait(START_PATIENCE):
             raise RuntimeError(f"the operator did not start: {failure}")
         yield
     finally:
         stop.set()
-        thread.join(20)
+        thread.join(STOP_PATIENCE)
+    if thread.is_alive():
+        # Left running, it would share the handlers' module state (the periodic workers)
+        # with the next test's operator: its late cleanup could stop the new one's rounds.
+        raise RuntimeError(f"the operator did not stop within {STOP_PATIENCE} s")
     if failure:
         raise failure[0]
 
