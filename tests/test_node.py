@@ -11,7 +11,7 @@ import pytest
 from stream_server.app import StreamServerApp
 from stream_server.config import Settings
 from stream_server.node.archive import ArchivePart
-from stream_server.node.topology import ArchiveFollowerNode, ReplicaSetMember, Topology
+from stream_server.node.topology import ArchiveFollowerNode, ReplicaSetMember, SingleNode
 
 ARCHIVE = {"archive_url": "s3://bucket/prefix", "archive_endpoint": "http://127.0.0.1:1"}
 SET = {
@@ -47,9 +47,9 @@ def routes(app: StreamServerApp) -> set[tuple[str, str]]:
 @pytest.mark.parametrize(
     ("extra", "kind", "expected", "ahead"),
     [
-        ({}, Topology, ALWAYS, set()),
-        ({"metrics": False}, Topology, ALWAYS - {("/metrics", "GET")}, set()),
-        (ARCHIVE, Topology, ALWAYS, set()),
+        ({}, SingleNode, ALWAYS, set()),
+        ({"metrics": False}, SingleNode, ALWAYS - {("/metrics", "GET")}, set()),
+        (ARCHIVE, SingleNode, ALWAYS, set()),
         (
             SET,
             ReplicaSetMember,

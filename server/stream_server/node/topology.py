@@ -32,7 +32,7 @@ Ready = Callable[[], Awaitable[bool]]
 
 
 class Topology:
-    """A single node's answers; the other modes override what differs."""
+    """What every mode answers unless it says otherwise; a mode is one subclass."""
 
     # Primary-only work (deliveries, archiving) waits to be told it is primary.
     primary_only: ClassVar[bool] = False
@@ -61,7 +61,7 @@ class Topology:
             return ReplicaSetMember
         if settings.archive_follow:
             return ArchiveFollowerNode
-        return Topology
+        return SingleNode
 
     def parts(self, recovered: Callable[[], bool]) -> Sequence[Part]:
         """The Parts this mode brings (``recovered``: whether recovery has finished)."""
@@ -75,6 +75,28 @@ class Topology:
         return True
 
     def opened(self) -> Callable[[], None] | None:
+        """What runs once the engine is open, before anything is written."""
+        return None
+
+    async def before_open(self) -> None:
+        """Before recovery opens the engine."""
+
+    def start(self, recovered: Ready, primary_work: list[PrimaryWork]) -> None:
+        """Once the lifespan starts: run ``primary_work`` while primary, where the mode
+        has primaries; else the Parts' own start runs it."""
+
+    async def stop(self) -> None:
+        """First at shutdown, before the Parts stop."""
+
+    async def hand_over(self) -> None:
+        """When the server begins to stop, while it still listens."""
+
+
+class SingleNode(Topology):
+    """One server on its own: it archives under its own term, and runs every Part's
+    work from the Parts' own start."""
+
+    def opened(self) -> Callable[[], None] | None:
         """What runs once the engine is open, before anything is written: a single node
         on a set member's directory leaves the set, and on a directory that followed an
         archive it is promoted (``archive/follow_position.py``) first, since that may
@@ -86,19 +108,6 @@ class Topology:
             leave(engine)
 
         return single_node
-
-    async def before_open(self) -> None:
-        """Before recovery opens the engine."""
-
-    def start(self, recovered: Ready, primary_work: list[PrimaryWork]) -> None:
-        """Once the lifespan starts; a single node's primary work runs from the Parts'
-        own start."""
-
-    async def stop(self) -> None:
-        """First at shutdown, before the Parts stop."""
-
-    async def hand_over(self) -> None:
-        """When the server begins to stop, while it still listens."""
 
 
 class ReplicaSetMember(Topology):
@@ -126,9 +135,6 @@ class ReplicaSetMember(Topology):
 
     def writes_open(self) -> bool:
         return self.replication.writes.open
-
-    def opened(self) -> Callable[[], None] | None:
-        return None
 
     def start(self, recovered: Ready, primary_work: list[PrimaryWork]) -> None:
         """Only once recovered: its durable position is known, and it can serve."""
