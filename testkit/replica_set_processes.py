@@ -40,6 +40,11 @@ STEADY = leases(15, 10)
 # Leases for the tests that stop the whole set and start it again: the Lease the
 # stopped primary held is waited out in seconds, and a renewal has 4 s, twice FAST's.
 RESTARTED = leases(6, 4)
+# Leases for a test that writes through a primary, then kills it and waits for the next:
+# a renewal has 4 s (with FAST's 2 s, a renewal late on a loaded machine made the primary
+# step down in the middle of the writes, and at a load of 14 the set changed hands for
+# minutes), and the killed primary's Lease is waited out in 6 s.
+FAILOVER = leases(6, 4)
 
 StartSet = Callable[..., list[ServerProcess]]
 
