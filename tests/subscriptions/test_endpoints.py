@@ -287,6 +287,12 @@ def test_webhook_end_to_end_with_callback_acks_and_fencing(api: Api, receiver: R
         (None, {**wake}, 401, "TOKEN_INVALID"),
         ("forged." + token.split(".")[1], {**wake}, 401, "TOKEN_INVALID"),
         (token[:-2] + "AA", {**wake}, 401, "TOKEN_INVALID"),
+        (
+            token[:-5] + ("B" if token[-5] == "A" else "A") + token[-4:],
+            {**wake},
+            401,
+            "TOKEN_INVALID",
+        ),
         (token, {"wake_id": "w_other", "generation": 1}, 409, "FENCED"),
         (token, {"wake_id": b["wake_id"], "generation": 2}, 409, "FENCED"),
         (token, {"generation": 1}, 400, "INVALID_REQUEST"),
