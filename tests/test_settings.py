@@ -296,11 +296,40 @@ def test_every_setting_is_declared_once_with_its_group_help_and_checks():
             assert d.about.checks, f"{d.name}: a number without a range"
 
 
-def test_the_protocol_and_subscriptions_take_every_value_from_the_settings():
+def _group_classes() -> list[type]:
+    from stream_server.declared import groups
+
+    return [c for c in vars(groups).values() if dataclasses.is_dataclass(c)]
+
+
+def test_every_group_is_part_of_the_settings_and_restated_nowhere():
+    """A part receives its group itself: no class of the server copies its fields (a
+    copy is how a setting's default or check came to differ from its declaration)."""
+    import ast
+
+    for group in _group_classes():
+        assert issubclass(Settings, group), group
+    names = {g.__name__: {f.name for f in dataclasses.fields(g)} for g in _group_classes()}
+    server = ROOT / "server" / "stream_server"
+    for path in server.rglob("*.py"):
+        if path.parent.name in ("declared", "config"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            mine = {
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            }
+            for group, fields in names.items():
+                assert len(mine & fields) < 2, f"{path}: {node.name} restates {group}"
+
+
+def test_the_protocol_takes_every_value_from_the_settings():
     from dataclasses import fields
 
     from stream_server.node.streams import protocol_settings
-    from stream_server.node.subscriptions import subscription_settings
     from stream_server.protocol.context import ProtocolSettings
 
     # Values that differ from every default: none may be lost on the way.
@@ -316,15 +345,9 @@ def test_the_protocol_and_subscriptions_take_every_value_from_the_settings():
         max_live_readers_per_client=14,
         body_timeout=15.0,
         min_body_rate=16,
-        public_url="http://a.example",
-        max_subscriptions=17,
-        webhook_allow=["10.0.0.0/8"],
-        webhook_timeout=18.0,
-        webhook_key_replay_window=19.0,
-        webhook_key_rotation_interval=20.0,
     )
     settings_names = {f.name for f in fields(Settings)}
-    for derived in (protocol_settings(s), subscription_settings(s)):
+    for derived in (protocol_settings(s),):
         for f in fields(derived):
             if f.name in settings_names:
                 mine, theirs = getattr(derived, f.name), getattr(s, f.name)

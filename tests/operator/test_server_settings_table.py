@@ -17,9 +17,9 @@ from stream_operator.render import render_configmap
 from stream_operator.server_settings import FREE, OWNED, SPEC_FIELDS, refused_settings
 from stream_operator.spec import refused_change
 from stream_server.config import checks
-from stream_server.config.about import Described
 from stream_server.config.declaration import described
 from stream_server.config.flags import SettingError, parse_value
+from stream_server.declared.about import Described
 
 DECLARED = {d.flag.removeprefix("--"): d for d in described()}
 # Checks that look at the machine the server runs on (CPUs, open-file limit): the pod's,

@@ -46,7 +46,7 @@ from stream_format.archive import (
 from stream_format.archive import HEADER_SIZE as OBJECT_HEADER_SIZE
 from stream_server.archive import coverage
 from stream_server.archive.object_store import ArchiveMissing, ObjectStore
-from stream_server.config.checks import parse_backup_retention
+from stream_server.declared.checks import parse_backup_retention
 
 log = logging.getLogger("stream_server.archive")
 

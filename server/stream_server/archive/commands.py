@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stream_server.config import add_arguments, settings_from
-from stream_server.config.checks import parse_backup_retention
+from stream_server.declared.checks import parse_backup_retention
 
 if TYPE_CHECKING:
     from stream_server.archive.object_store import ObjectStore

@@ -9,9 +9,9 @@ variable), ``serve --help`` and the README's table (``python -m stream_server
 settings --markdown``; a test keeps the README equal to it). The operator's
 defaults and the CRD are checked against these defaults by a test too.
 
-The layers take what they need by name from a ``Settings`` (``app.py`` wires
-them), and keep no defaults of their own for it. A new concern (the object
-store archive is next) is a new ``Group`` and its fields, nothing more.
+A part receives its group of settings as it is (``declared/groups.py``: the layers
+may import it, as it imports nothing of ours); ``Settings`` inherits every group and
+declares the settings not yet in one, which the node passes on by name.
 
 Every value is checked when a ``Settings`` is made, and what the settings ask of
 this machine when the server starts (``settings_from``: the files they name, the
@@ -22,12 +22,11 @@ the server stops with exit status 2 before it opens its data directory or a
 socket, not later when a value is first used (``checks.py`` says where each
 bound comes from).
 
-The package: ``about.py`` (what a setting is), ``declaration.py`` (every
-setting), ``checks.py`` and ``validation.py`` (what values may be),
-``flags.py`` (flags and variables), ``table.py`` (the README's table).
+The package: ``declaration.py`` (``Settings``), ``validation.py`` (the checks
+across settings or layers), ``flags.py`` (flags and variables), ``table.py`` (the
+README's table); ``declared/`` holds what a setting is, its checks and the groups.
 """
 
-from stream_server.config.about import About, Described, Group
 from stream_server.config.declaration import DEFAULT_PORT, Settings, described
 from stream_server.config.flags import (
     NOT_SETTINGS,
@@ -39,6 +38,8 @@ from stream_server.config.flags import (
     values_from,
 )
 from stream_server.config.validation import SettingError, check_on_disk, validate
+from stream_server.declared import checks
+from stream_server.declared.about import About, Described, Group
 
 __all__ = [
     "DEFAULT_PORT",
@@ -51,6 +52,7 @@ __all__ = [
     "add_arguments",
     "check_environment",
     "check_on_disk",
+    "checks",
     "described",
     "env_names",
     "parse_value",

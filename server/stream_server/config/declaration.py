@@ -1,11 +1,11 @@
 """Every server setting, declared once: default, group, help, unit and checks.
 
-``Settings`` is what the layers are built from (``app.py`` wires them by name;
-they keep no defaults of their own). A new concern (the object-store archive
-is next) is a new ``Group`` and its fields here, nothing more.
+``Settings`` is what the node is built from; it inherits the groups a part receives
+whole (``declared/groups.py``, which the layers may import), and the other settings
+are wired by name (``node/``). A new concern is a new ``Group`` and its fields.
 
 It is over 400 lines because it is that one table: a field per setting, with its
-help text; the rules behind the fields live in ``checks`` and ``validation``.
+help text; the rules behind the fields live in ``declared/checks`` and ``validation``.
 """
 
 from __future__ import annotations
@@ -14,29 +14,34 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from stream_server.config import checks
-from stream_server.config.about import Described, Group, describe, setting, setting_list
 from stream_server.config.validation import validate
+from stream_server.declared import checks
+from stream_server.declared.about import Described, Group, describe, setting, setting_list
+from stream_server.declared.groups import (
+    COUNT,
+    FILE,
+    NONE_OR_MORE,
+    SECONDS,
+    SECONDS_OR_ZERO,
+    SubscriptionSettings,
+)
 
 DEFAULT_PORT = 4437  # the protocol's registered port
 
 NETWORK, LIMITS, STORAGE = Group.NETWORK, Group.LIMITS, Group.STORAGE
-OBSERVE, SUBS, RETAIN, REPL, ARCHIVE = (
+OBSERVE, RETAIN, REPL, ARCHIVE = (
     Group.LOGS_AND_METRICS,
-    Group.SUBSCRIPTIONS,
     Group.RETENTION,
     Group.REPLICATION,
     Group.ARCHIVE,
 )
-COUNT = checks.whole(1)
-NONE_OR_MORE = checks.whole(0)
-SECONDS = checks.seconds()
-SECONDS_OR_ZERO = checks.seconds(positive=False)
-FILE = checks.readable_file
 
 
 @dataclass
-class Settings:
+class Settings(SubscriptionSettings):
+    """Every setting: the groups a part receives whole (``declared/groups.py``), then
+    the ones not yet in a group of their own."""
+
     # -- Network: where and how clients reach the server.
     host: str = setting(
         "127.0.0.1",
@@ -269,51 +274,6 @@ class Settings:
         unit="s",
     )
     metrics: bool = setting(True, OBSERVE, "serve Prometheus metrics on /metrics (true/false)")
-
-    # -- Subscriptions: webhooks that wake consumers when streams change.
-    public_url: str = setting(
-        "",
-        SUBS,
-        "the server's URL as webhook receivers reach it, e.g. https://streams.example (callback "
-        "and JWKS URLs; empty: the scheme and Host of the request that created the subscription)",
-        checks.http_url,
-    )
-    max_subscriptions: int = setting(
-        10_000, SUBS, "most subscriptions the server holds (more: 503)", COUNT
-    )
-    webhook_allow: list[str] = setting_list(  # noqa: RUF009 - a field(default_factory=list)
-        SUBS,
-        "CIDR or host name (*.suffix for a domain) that webhooks may target although private, e.g."
-        " 10.0.0.0/8 or receiver.ns.svc; repeat the flag; listed hosts may also use http://",
-    )
-    webhook_timeout: float = setting(
-        10.0,
-        SUBS,
-        "seconds one webhook delivery may take in all (DNS, connect, response)",
-        SECONDS,
-        unit="s",
-    )
-    webhook_ca_file: str = setting(
-        "",
-        SUBS,
-        "PEM bundle of CAs to trust for https:// webhooks (empty: the public CAs)",
-        checks.ca_bundle,
-    )
-    webhook_key_replay_window: float = setting(
-        24 * 3600.0,
-        SUBS,
-        "seconds a rotated-out webhook signing key stays in the JWKS",
-        SECONDS_OR_ZERO,
-        unit="s",
-    )
-    webhook_key_rotation_interval: float = setting(
-        0.0,
-        SUBS,
-        "seconds after which the server makes a new webhook signing key (0: only by "
-        "`durable-streams-server rotate-webhook-key`)",
-        SECONDS_OR_ZERO,
-        unit="s",
-    )
 
     # -- Retention: bounded disk for streams that run forever (docs/retention.md).
     retention: list[str] = setting_list(  # noqa: RUF009 - a field(default_factory=list)

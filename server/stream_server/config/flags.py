@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stream_server.config.about import Described, Group
 from stream_server.config.declaration import Settings, described
 from stream_server.config.validation import SettingError, check_on_disk
+from stream_server.declared.about import Described, Group
 
 
 def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] = ()) -> None:

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
-from stream_server.config import checks
-from stream_server.config.about import Described, describe
+from stream_server.declared import checks
+from stream_server.declared.about import Described, describe
 
 if TYPE_CHECKING:
     from stream_server.replication.settings import ReplicationSettings
@@ -71,7 +71,7 @@ def _together(s: Settings) -> Iterator[str | None]:
     from stream_server.subscriptions.urls import WebhookAllowList
 
     yield checks.tls_pair(s.tls_cert, s.tls_key)
-    yield checks.retention_rules(s.retention, s.max_path_bytes)
+    yield _retention_rules(s.retention, s.max_path_bytes)
     yield _refusal(lambda: WebhookAllowList.from_settings(s.webhook_allow), "webhook-allow: ")
     yield _refusal(lambda: check_settings(cast("ReplicationSettings", s)))
     yield checks.archive_follow(s.archive_follow, s.archive_url, s.replication_lease)
@@ -101,3 +101,40 @@ def name_settings(message: str, settings: Iterable[Described]) -> str:
         message = "--" + message
     envs = ", ".join(dict.fromkeys(known[w].env for w in words))
     return f"{message} (env {envs})"
+
+
+def _retention_rules(rules: Iterable[str], max_path_bytes: int) -> str | None:
+    """ValueError-free words for the first rule that can never take effect: its prefix
+    names no stream a request can create, or its size or age overflows."""
+    from stream_server.streams.retention import parse_policies  # a layer: imported late
+
+    try:
+        policies = parse_policies(rules)
+    except ValueError as exc:
+        return str(exc)
+    for p in policies:
+        problem = _never_matches(p.prefix, max_path_bytes)
+        if problem is not None:
+            return f"retention prefix {p.prefix!r} can never match: {problem}"
+        if p.max_bytes is not None and p.max_bytes > checks.INT_MAX:
+            return f"retention {p.prefix!r}: max-bytes must be at most {checks.INT_MAX}"
+        if p.max_age is not None and p.max_age > checks.MAX_SECONDS:
+            return f"retention {p.prefix!r}: max-age must be at most {checks.MAX_SECONDS:g} seconds"
+    return None
+
+
+def _never_matches(prefix: str, max_path_bytes: int) -> str | None:
+    """Why no stream path (protocol/paths.py) can start with ``prefix``, or None."""
+    from stream_server.protocol.paths import RESERVED_SEGMENT
+
+    # Only whole segments (followed by "/") are known: "lo" may still match "logs".
+    whole_segments = prefix.split("/")[:-1]
+    if any(s in ("", ".", "..") for s in whole_segments):
+        return "stream paths have no empty, '.' or '..' segment"
+    if whole_segments and whole_segments[0] == RESERVED_SEGMENT:
+        return f"{RESERVED_SEGMENT}/ is reserved"
+    if any(c < " " or c in "\x7f\\" for c in prefix):
+        return "stream paths hold no control characters or backslashes"
+    if len(prefix.encode()) > max_path_bytes:
+        return "it is longer than --max-path-bytes"
+    return None

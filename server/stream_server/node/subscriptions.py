@@ -10,11 +10,10 @@ import logging
 from functools import partial
 from typing import Any
 
-from stream_server.config import Settings
 from stream_server.node.context import Node, ServicePart
 from stream_server.replication.service import PrimaryWork
 from stream_server.streams.options import StoreEvents
-from stream_server.subscriptions.service import Subscriptions, SubscriptionSettings
+from stream_server.subscriptions.service import Subscriptions
 
 log = logging.getLogger("stream_server")
 
@@ -23,8 +22,11 @@ class SubscriptionsPart(ServicePart):
     def __init__(self, node: Node) -> None:
         self.subscriptions = Subscriptions(
             node.store,
-            subscription_settings(node.settings),
+            node.settings,
             node.metrics,
+            data_dir=node.settings.data_dir,
+            base_path=node.settings.base_path,
+            max_path_bytes=node.settings.max_path_bytes,
             primary_only=node.kind.primary_only,
         )
         self.error = ""
@@ -72,19 +74,3 @@ class SubscriptionsPart(ServicePart):
 
     async def stop(self) -> None:
         await self.subscriptions.stop()
-
-
-def subscription_settings(s: Settings) -> SubscriptionSettings:
-    """What the subscriptions read, from the settings' one home."""
-    return SubscriptionSettings(
-        data_dir=s.data_dir,
-        base_path=s.base_path,
-        public_url=s.public_url,
-        max_path_bytes=s.max_path_bytes,
-        max_subscriptions=s.max_subscriptions,
-        webhook_allow=tuple(s.webhook_allow),
-        webhook_timeout=s.webhook_timeout,
-        webhook_ca_file=s.webhook_ca_file,
-        webhook_key_replay_window=s.webhook_key_replay_window,
-        webhook_key_rotation_interval=s.webhook_key_rotation_interval,
-    )

@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from dataclasses import dataclass
 from pathlib import Path
 
+from stream_server.declared.groups import SubscriptionSettings
 from stream_server.metrics import Metrics
 from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.interface import SubscriptionStore
@@ -36,23 +36,6 @@ from stream_server.subscriptions.webhook_sender import WebhookSender
 log = logging.getLogger("stream_server.subscriptions")
 
 
-@dataclass
-class SubscriptionSettings:
-    """What subscriptions read of the server's settings: no defaults here, the one
-    home of each is ``config/declaration.py`` (``app.subscription_settings`` copies them)."""
-
-    data_dir: Path
-    base_path: str
-    public_url: str
-    max_path_bytes: int
-    max_subscriptions: int
-    webhook_allow: tuple[str, ...]
-    webhook_timeout: float
-    webhook_ca_file: str
-    webhook_key_replay_window: float
-    webhook_key_rotation_interval: float
-
-
 class Subscriptions:
     def __init__(
         self,
@@ -60,16 +43,24 @@ class Subscriptions:
         settings: SubscriptionSettings,
         metrics: Metrics | None,
         *,
+        data_dir: Path,
+        base_path: str,
+        max_path_bytes: int,
         clock: Clock = WALL_CLOCK,
         primary_only: bool = False,
     ) -> None:
+        """``settings``: the subscriptions' group; the data directory (the key ring's),
+        the base path (of callback and JWKS URLs) and the path limit are the node's."""
         self.settings = settings
+        self.data_dir = data_dir
+        self.base_path = base_path
+        self.max_path_bytes = max_path_bytes
         self.store = store
         self.clock = clock  # leases, retries, tombstones and key ages
         self.allow = WebhookAllowList.from_settings(settings.webhook_allow)
         self.manager = SubscriptionManager(
             store,
-            max_path_bytes=settings.max_path_bytes,
+            max_path_bytes=max_path_bytes,
             max_subscriptions=settings.max_subscriptions,
             metrics=metrics,
             clock=clock,
@@ -100,7 +91,7 @@ class Subscriptions:
             s = self.settings
             self.keys = await asyncio.to_thread(
                 WebhookKeys.load_or_create,
-                s.data_dir / KEYRING_DIR,
+                self.data_dir / KEYRING_DIR,
                 replay_window=s.webhook_key_replay_window,
                 clock=self.clock,
             )
@@ -160,7 +151,7 @@ class Subscriptions:
         if self._view is None or self._view[0] != version:
             view = SubscriptionManager(
                 self.store,
-                max_path_bytes=self.settings.max_path_bytes,
+                max_path_bytes=self.max_path_bytes,
                 max_subscriptions=self.settings.max_subscriptions,
                 clock=self.clock,
             )
@@ -174,7 +165,7 @@ class Subscriptions:
         return self.public_url or request_origin
 
     def url(self, origin: str, rest: str) -> str:
-        return f"{self.origin(origin)}{self.settings.base_path}__ds/{rest}"
+        return f"{self.origin(origin)}{self.base_path}__ds/{rest}"
 
     def callback_url(self, sub: Subscription) -> str:
         return self.url(sub.origin, f"subscriptions/{sub.id}/callback")

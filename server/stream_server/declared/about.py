@@ -1,8 +1,8 @@
 """What a setting is, apart from its value: its group, help, unit and checks.
 
-Kept apart from the declaration (``declaration.py``) so that the validation
-and the flags can read any settings class's fields without importing it: the
-declaration calls the validation, which must not call back.
+Kept apart from the declaration (``config/declaration.py``, ``groups.py``) so that
+the validation and the flags can read any settings class's fields without importing
+it: the declaration calls the validation, which must not call back.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import Field, dataclass, field, fields
 from enum import Enum
 from typing import Any, TypeVar
 
-from stream_server.config import checks
+from stream_server.declared import checks
 
 T = TypeVar("T")
 
@@ -75,9 +75,12 @@ class Described:
 
 
 def describe(settings: Any) -> Iterator[Described]:
-    """Every setting of a settings class (or instance), in declaration order."""
-    for f in fields(settings):
-        yield Described(f.name, _default(f), f.metadata["about"])
+    """Every setting of a settings class (or instance), by ``Group`` and in declaration
+    order within one: a group class (``groups.py``) a class inherits from comes first
+    among its fields, and --help and the README show the groups in ``Group``'s order."""
+    order = list(Group)
+    found = [Described(f.name, _default(f), f.metadata["about"]) for f in fields(settings)]
+    return iter(sorted(found, key=lambda d: order.index(d.about.group)))
 
 
 def _default(f: Field[Any]) -> Any:

@@ -2,7 +2,7 @@
 that look at several settings together.
 
 A check returns None for a good value, else what is wrong in words that follow
-the setting's flag ("must be 0 to 65535"); ``config.py`` names the setting
+the setting's flag ("must be 0 to 65535"); ``config/validation.py`` names the setting
 (flag and variable) around them, so that every refusal at start says which
 setting to change. The bounds are where the parts below stop working: a port
 is 16 bits (the socket layer keeps the low 16 bits of a larger number, so
@@ -20,7 +20,7 @@ import resource
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -296,40 +296,3 @@ def local_address(value: str) -> str | None:
 ON_DISK: frozenset[Check] = frozenset(
     {readable_file, ca_bundle, workers_here, connections_here, data_directory, local_address}
 )
-
-
-def retention_rules(rules: Iterable[str], max_path_bytes: int) -> str | None:
-    """ValueError-free words for the first rule that can never take effect: its prefix
-    names no stream a request can create, or its size or age overflows."""
-    from stream_server.streams.retention import parse_policies
-
-    try:
-        policies = parse_policies(rules)
-    except ValueError as exc:
-        return str(exc)
-    for p in policies:
-        problem = _never_matches(p.prefix, max_path_bytes)
-        if problem is not None:
-            return f"retention prefix {p.prefix!r} can never match: {problem}"
-        if p.max_bytes is not None and p.max_bytes > INT_MAX:
-            return f"retention {p.prefix!r}: max-bytes must be at most {INT_MAX}"
-        if p.max_age is not None and p.max_age > MAX_SECONDS:
-            return f"retention {p.prefix!r}: max-age must be at most {MAX_SECONDS:g} seconds"
-    return None
-
-
-def _never_matches(prefix: str, max_path_bytes: int) -> str | None:
-    """Why no stream path (protocol/paths.py) can start with ``prefix``, or None."""
-    from stream_server.protocol.paths import RESERVED_SEGMENT
-
-    # Only whole segments (followed by "/") are known: "lo" may still match "logs".
-    whole_segments = prefix.split("/")[:-1]
-    if any(s in ("", ".", "..") for s in whole_segments):
-        return "stream paths have no empty, '.' or '..' segment"
-    if whole_segments and whole_segments[0] == RESERVED_SEGMENT:
-        return f"{RESERVED_SEGMENT}/ is reserved"
-    if any(c < " " or c in "\x7f\\" for c in prefix):
-        return "stream paths hold no control characters or backslashes"
-    if len(prefix.encode()) > max_path_bytes:
-        return "it is longer than --max-path-bytes"
-    return None
