@@ -23,22 +23,18 @@ from stream_server.declared.groups import (
     NONE_OR_MORE,
     SECONDS,
     SECONDS_OR_ZERO,
+    ReplicationSettings,
     SubscriptionSettings,
 )
 
 DEFAULT_PORT = 4437  # the protocol's registered port
 
-NETWORK, LIMITS, STORAGE = Group.NETWORK, Group.LIMITS, Group.STORAGE
-OBSERVE, RETAIN, REPL, ARCHIVE = (
-    Group.LOGS_AND_METRICS,
-    Group.RETENTION,
-    Group.REPLICATION,
-    Group.ARCHIVE,
-)
+NETWORK, LIMITS, OBSERVE = Group.NETWORK, Group.LIMITS, Group.LOGS_AND_METRICS
+RETAIN, ARCHIVE = Group.RETENTION, Group.ARCHIVE
 
 
 @dataclass
-class Settings(SubscriptionSettings):
+class Settings(SubscriptionSettings, ReplicationSettings):
     """Every setting: the groups a part receives whole (``declared/groups.py``), then
     the ones not yet in a group of their own."""
 
@@ -218,44 +214,6 @@ class Settings(SubscriptionSettings):
         unit="s",
     )
 
-    # -- Storage: the data directory and what the engine keeps in it.
-    data_dir: Path = setting(  # noqa: RUF009 - a field(), as every setting()
-        Path("./data"),
-        STORAGE,
-        "data directory: LMDB metadata, WAL and segment files (made at start if missing; its "
-        "parent must exist)",
-        checks.data_directory,
-    )
-    lmdb_map_size: int = setting(
-        8 * 1024**3,
-        STORAGE,
-        "initial LMDB map size in bytes (doubled when full)",
-        checks.whole(checks.LMDB_MAP_MIN, checks.LMDB_MAP_MAX),
-        unit="bytes",
-    )
-    checkpoint_frames: int = setting(
-        10_000,
-        STORAGE,
-        "WAL frames (batches) after which a checkpoint starts, as one does past 64 MiB of WAL: "
-        "recovery after a kill -9 replays at most about this many",
-        COUNT,
-    )
-    checkpoint_interval: float = setting(
-        60.0,
-        STORAGE,
-        "seconds after which a WAL frame is checkpointed, with or without writes since",
-        SECONDS,
-        unit="s",
-    )
-    fence_file: str = setting(
-        "",
-        STORAGE,
-        "file of the pod's annotations (a downward API volume): while it holds "
-        'streams.pyds.dev/fenced="true" the server is fenced: process up, storage closed and '
-        "untouched, /readyz and every request 503 (a missing file: not fenced; empty: never "
-        "fenced)",
-    )
-
     # -- Logs and metrics.
     log_level: str = setting(
         "info",
@@ -283,118 +241,6 @@ class Settings(SubscriptionSettings):
         "max-age=DURATION (30s, 15m, 12h, 7d), e.g. 'logs/:max-bytes=10GiB,max-age=7d'; repeat the"
         " flag",
         separator=";",
-    )
-
-    # -- Replication: a replica set of one primary and standbys (docs/replication.md).
-    replication_lease: str = setting(
-        "",
-        REPL,
-        "NAMESPACE/NAME of the coordination.k8s.io/v1 Lease that elects the primary of a replica "
-        "set (empty: single-node mode, no peers)",
-    )
-    replica_name: str = setting(
-        "", REPL, "this replica's identity in the Lease (empty: the host name)"
-    )
-    replica_url: str = setting(
-        "",
-        REPL,
-        "origin that peers and clients reach this server at, e.g. http://ds-0.ds:4437 (required "
-        "with --replication-lease)",
-        checks.http_url,
-    )
-    replication_pod: str = setting(
-        "",
-        REPL,
-        "this replica's Pod (its namespace is the Lease's), which it labels with its role; as "
-        "primary it also labels the set's other pods and sets their in-sync readiness-gate "
-        "condition; must equal --replica-name (empty: label no pod)",
-    )
-    kube_api: str = setting(
-        "",
-        REPL,
-        "Kubernetes API URL for the Lease (empty: the in-cluster service account)",
-        checks.http_url,
-    )
-    replication_set_size: int = setting(
-        1, REPL, "N, the number of replicas in the set (1 to 5)", checks.whole(1, 5)
-    )
-    min_in_sync: int = setting(
-        0,
-        REPL,
-        "replicas, the primary included, that must hold a batch before it is acknowledged (0: a "
-        "majority of the set)",
-        checks.whole(0, 5),
-    )
-    replication_durability: str = setting(
-        "required",
-        REPL,
-        "required (too few in sync: 503) or preferred (acknowledge on the primary alone then, "
-        "shown as degraded)",
-        checks.one_of("required", "preferred"),
-    )
-    lease_duration: float = setting(
-        15.0,
-        REPL,
-        "seconds a Lease holder stays primary without renewing",
-        checks.seconds(high=checks.INT32_MAX),
-        unit="s",
-    )
-    lease_renew_deadline: float = setting(
-        10.0,
-        REPL,
-        "seconds after the last renewal at which a primary stops acknowledging (less than "
-        "--lease-duration)",
-        SECONDS,
-        unit="s",
-    )
-    lease_retry_period: float = setting(
-        2.0, REPL, "seconds between two attempts to renew or acquire the Lease", SECONDS, unit="s"
-    )
-    replication_wait: float = setting(
-        5.0,
-        REPL,
-        "seconds a write waits for enough in-sync replicas before 503",
-        SECONDS_OR_ZERO,
-        unit="s",
-    )
-    replication_read_staleness: float = setting(
-        5.0,
-        REPL,
-        "seconds a replica's reads may lag the primary's acknowledged writes: a replica that "
-        "cannot show it is current within this refuses reads with 503 (more than twice the "
-        "commit-point heartbeat)",
-        SECONDS,
-        unit="s",
-    )
-    replication_token_file: str = setting(
-        "",
-        REPL,
-        "file holding the replica set's shared secret: fetch, snapshot and switchover then require"
-        " it as a bearer token (empty: no peer authentication)",
-        FILE,
-    )
-    replication_ca_file: str = setting(
-        "",
-        REPL,
-        "PEM bundle of CAs that peers' certificates (https replica URLs) are checked against, "
-        "instead of the system's CAs (empty: the system's CAs)",
-        FILE,
-    )
-    replication_cert_file: str = setting(
-        "",
-        REPL,
-        "client certificate (PEM) this replica presents to its peers, for mutual TLS; with "
-        "--replication-key-file (empty: none)",
-        FILE,
-    )
-    replication_key_file: str = setting(
-        "", REPL, "private key (PEM, unencrypted) of --replication-cert-file", FILE
-    )
-    replication_bootstrap: str = setting(
-        "",
-        REPL,
-        "the replica name that may start a new replica set from empty storage (a replica holding "
-        "data may always; empty: any replica may), e.g. ds-0",
     )
 
     # -- Archive: the WAL and base backups in an S3-compatible object store (docs/backup.md).

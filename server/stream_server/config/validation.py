@@ -9,13 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
 from stream_server.declared import checks
 from stream_server.declared.about import Described, describe
-
-if TYPE_CHECKING:
-    from stream_server.replication.settings import ReplicationSettings
+from stream_server.declared.groups import ReplicationSettings
 
 
 class Settings(Protocol):
@@ -73,7 +71,7 @@ def _together(s: Settings) -> Iterator[str | None]:
     yield checks.tls_pair(s.tls_cert, s.tls_key)
     yield _retention_rules(s.retention, s.max_path_bytes)
     yield _refusal(lambda: WebhookAllowList.from_settings(s.webhook_allow), "webhook-allow: ")
-    yield _refusal(lambda: check_settings(cast("ReplicationSettings", s)))
+    yield _refusal(lambda: check_settings(cast(ReplicationSettings, s)))
     yield checks.archive_follow(s.archive_follow, s.archive_url, s.replication_lease)
 
 

@@ -9,37 +9,14 @@ from __future__ import annotations
 
 import re
 import socket
-from pathlib import Path
-from typing import Protocol
 
+from stream_server.declared.groups import ReplicationSettings
 from stream_server.replication import peer_tls
 from stream_server.replication.peer_token import read_secret
 
-DURABILITIES = ("required", "preferred")
-MAX_SET_SIZE = 5
+__all__ = ["ReplicationSettings", "check_settings", "heartbeat", "quorum", "replica_name"]
+
 HEARTBEAT_MAX = 1.0  # seconds (``heartbeat``)
-
-
-class ReplicationSettings(Protocol):
-    data_dir: Path  # whose set id the replica checks before its engine opens
-    replication_lease: str
-    replica_name: str
-    replica_url: str
-    replication_pod: str
-    kube_api: str
-    replication_set_size: int
-    min_in_sync: int
-    replication_durability: str
-    lease_duration: float
-    lease_renew_deadline: float
-    lease_retry_period: float
-    replication_wait: float
-    replication_token_file: str
-    replication_ca_file: str
-    replication_cert_file: str
-    replication_key_file: str
-    replication_bootstrap: str
-    replication_read_staleness: float
 
 
 def check_settings(s: ReplicationSettings) -> None:
@@ -51,20 +28,10 @@ def check_settings(s: ReplicationSettings) -> None:
 
 
 def _check_any_mode(s: ReplicationSettings) -> None:
-    """What would be wrong with or without a Lease: ranges, and the files named."""
-    if s.replication_durability not in DURABILITIES:
-        raise ValueError("replication-durability must be 'required' or 'preferred'")
-    if not 1 <= s.replication_set_size <= MAX_SET_SIZE:
-        raise ValueError(f"replication-set-size must be 1 to {MAX_SET_SIZE}")
-    if not 0 <= s.min_in_sync <= s.replication_set_size:
+    """What would be wrong with or without a Lease beyond each value's own range (its
+    declaration's checks, run first): settings together, and the files named."""
+    if not s.min_in_sync <= s.replication_set_size:
         raise ValueError("min-in-sync must be 0 (a majority) to replication-set-size")
-    for name in ("lease_duration", "lease_renew_deadline", "lease_retry_period"):
-        if getattr(s, name) <= 0:
-            raise ValueError(f"{name.replace('_', '-')} must be positive")
-    if s.replication_wait < 0:
-        raise ValueError("replication-wait must not be negative")
-    if s.replication_read_staleness <= 0:
-        raise ValueError("replication-read-staleness must be positive")
     if s.replication_token_file:
         read_secret(s.replication_token_file)  # a missing or empty file fails here, at start
     peer_tls.check(s)  # so do the peers' CA bundle, client certificate and key
