@@ -278,10 +278,14 @@ class Shipper:
 
     async def wait(self, lsn: int, late: Callable[[StorageError], None]) -> bool:
         """Until the commit point reaches ``lsn`` (True) or this replica may no longer
-        acknowledge (False). The pipeline times each batch's waiters out on its own
-        (``overdue``), so a batch queued behind a held one gets its answer in time."""
+        acknowledge in the term it took up (False: deposed, or the Lease taken back
+        under a newer term that ``became_primary`` has not taken up yet: the commit
+        point of the old one can then never reach the batch, and the role switch
+        waits for the batch to leave). The pipeline times each batch's waiters out
+        on its own (``overdue``), so a batch queued behind a held one gets its
+        answer in time."""
         while True:
-            if self.stopping or not self.roles.may_acknowledge:
+            if self.stopping or not self.vouching:
                 late(NotReplicated("not acknowledged: this replica is no longer the primary"))
                 return False
             if self.commit_point() >= lsn:
