@@ -1,14 +1,27 @@
 """Running ``kubectl dstream`` as a user runs it, against the emulated API server: a
-kubeconfig as kubectl writes one, and the plugin's console entry in a process of its
-own (tests/operator/test_kubectl_plugin.py, test_kubectl_backup.py)."""
+kubeconfig as kubectl writes one, and the plugin's console entry (``cli.main``, what
+``python -m stream_operator.kubectl_plugin`` calls) with ``KUBECONFIG`` naming it
+(tests/operator/test_kubectl_plugin.py, test_kubectl_backup.py, ...).
+
+``plugin`` calls the entry in the test's process, its output captured; ``plugin_process``
+runs it in a process of its own. A process costs its imports each time (the kubernetes
+package alone 2-5 s on this machine, 45 calls in the suite), and the plugin keeps no
+state between calls: it builds its client from the kubeconfig it is given, never from
+kubernetes' global configuration. The entry as installed (kubectl finding
+``kubectl-dstream`` on the path) has a test of its own.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 
@@ -57,7 +70,30 @@ def environment(config: Path) -> dict[str, str]:
     return {**os.environ, "KUBECONFIG": str(config), "PYTHONPATH": tree}
 
 
+_one_at_a_time = threading.Lock()  # the environment and sys.stdout are the process's
+
+
 def plugin(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl dstream ARGS`` in this process: the entry's exit status, what it wrote
+    to stdout and to stderr (argparse's usage errors exit, with status 2, as they would)."""
+    from stream_operator.kubectl_plugin.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        _one_at_a_time,
+        mock.patch.dict(os.environ, {"KUBECONFIG": str(config)}),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    argv = ["kubectl-dstream", *args]
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def plugin_process(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``kubectl dstream ARGS``: the plugin's console entry in a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "stream_operator.kubectl_plugin", *args],

@@ -1,5 +1,6 @@
 """``kubectl dstream backup`` and the archive lines of ``kubectl dstream status``: the
-plugin in a process of its own, the real operator taking the backup, the servers'
+plugin's console entry (in the test's process: ``testkit.kubectl_plugin.plugin``), the
+real operator taking the backup, the servers'
 archive endpoints played by testkit.archive_stand_in."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Issue 25: ``kubectl dstream``, the plugin, run as a user runs it: the real console entry
-in a process of its own (``python -m stream_operator.kubectl_plugin``, and once through
-kubectl's own plugin lookup), with a kubeconfig pointing at the emulated API server.
+(``cli.main``, in the test's process: ``testkit.kubectl_plugin.plugin``; once in a
+process of its own through kubectl's own plugin lookup), with a kubeconfig pointing at
+the emulated API server.
 
 The DurableStream, its pods, its Lease and its Events are written as the real operator
 and the servers write them (the operator runs; the test plays the StatefulSet

@@ -1,6 +1,6 @@
 """Issue 42: ``kubectl dstream restart``, ``logs`` and ``report``, run as a user runs them
-(the console entry in a process of its own) against the emulated API server, with the
-real operator running.
+(the console entry, in the test's process: ``testkit.kubectl_plugin.plugin``) against
+the emulated API server, with the real operator running.
 
 The test plays the StatefulSet controller and the kubelet (``testkit.kubectl_plugin``'s
 ``running_replica_set``), the servers' Lease, what each container wrote (the emulator's

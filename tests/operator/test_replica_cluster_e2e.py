@@ -21,7 +21,7 @@ import pytest
 from stream_operator import KIND
 from testkit import wait_for
 from testkit.cluster import Cluster
-from testkit.kubectl_plugin import kubeconfig, plugin
+from testkit.kubectl_plugin import kubeconfig, plugin_process
 from testkit.operated_archive import (
     NS,
     Pods,
@@ -100,7 +100,7 @@ def test_promote_then_demote_the_former_source_with_refusal_then_rebuild(
             )
 
             # Promotion: one spec change, made by the plugin.
-            done = plugin(config, "promote", "dr")
+            done = plugin_process(config, "promote", "dr")
             assert done.returncode == 0, done.stderr
             assert (c.get(KIND, NS, "dr") or {})["spec"]["replica"]["enabled"] is False
             # The status first (a round reading the real servers writes it), then its
@@ -133,7 +133,7 @@ def test_promote_then_demote_the_former_source_with_refusal_then_rebuild(
 
             # Demotion of the former source: it stops writing, and its volume (its own
             # history) is refused by default.
-            done = plugin(config, "demote", "events", "--to", "dr")
+            done = plugin_process(config, "demote", "events", "--to", "dr")
             assert done.returncode == 0, done.stderr
             refused = wait_reason(c, "events", "DemotionRefused")
             assert refused["status"] == "False" and "demotionPolicy: Rebuild" in refused["message"]
