@@ -41,7 +41,8 @@ from stream_format.archive import (
 from stream_format.meta import DB_INLINE
 from stream_format.records import FILE_HEADER_SIZE, CorruptRecord, iter_records
 from stream_server.archive import archive_end
-from stream_server.archive.object_store import ObjectStore, StoreSettings
+from stream_server.archive.object_store import ObjectStore
+from stream_server.declared.groups import ArchiveSettings
 from testkit.archive_store import S3Store
 from testkit.servers import env_with
 
@@ -51,7 +52,7 @@ def store_for(seaweed: S3Store, url: str, monkeypatch: pytest.MonkeyPatch) -> Ob
     for key, value in seaweed.env().items():
         if key.startswith("AWS_"):
             monkeypatch.setenv(key, value)
-    return ObjectStore(StoreSettings(url, seaweed.endpoint))
+    return ObjectStore(ArchiveSettings(archive_url=url, archive_endpoint=seaweed.endpoint))
 
 
 def copy_wal(data_dir: Path, dest: Path) -> Path:

@@ -70,10 +70,11 @@ def make_store(name: str | None = None) -> S3Store:
 def object_store(store: S3Store, url: str) -> ObjectStore:
     """An ``ObjectStore`` on ``url`` in ``store``, with its credentials (read by boto3
     from the environment when the client is made, as the server reads them)."""
-    from stream_server.archive.object_store import ObjectStore, StoreSettings
+    from stream_server.archive.object_store import ObjectStore
+    from stream_server.declared.groups import ArchiveSettings
 
     with mock.patch.dict(os.environ, store.env()):
-        return ObjectStore(StoreSettings(url=url, endpoint=store.endpoint))
+        return ObjectStore(ArchiveSettings(archive_url=url, archive_endpoint=store.endpoint))
 
 
 def server_args(store: S3Store, url: str) -> list[str]:

@@ -6,9 +6,9 @@ import time
 
 from stream_format.archive import ArchivedFrame
 from stream_format.wal import encode_frame
-from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.uploads import Batch
 from stream_server.archive.wal_source import Read
+from stream_server.declared.groups import ArchiveSettings
 
 HISTORY = [(1, 1), (2, 6)]  # term 2 began at lsn 6
 
@@ -19,7 +19,12 @@ def reads(lsns: list[int], age: float = 0.0) -> list[Read]:
 
 
 def batch(object_bytes: int = 1 << 20, timeout: float = 60.0, required: bool = False) -> Batch:
-    return Batch(ArchiverSettings(timeout, object_bytes, 1 << 30, required))
+    mode = "required" if required else "async"
+    return Batch(
+        ArchiveSettings(
+            archive_timeout=timeout, archive_object_bytes=object_bytes, archive_mode=mode
+        )
+    )
 
 
 def lsns(group: tuple[int, list[Read]] | None) -> tuple[int, list[int]] | None:

@@ -11,9 +11,9 @@ import pytest
 from stream_format.records import KIND_BYTES
 from stream_server.archive import archive_end
 from stream_server.archive.archiver import Archiver
-from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.object_store import ObjectStore
 from stream_server.archive.wal_source import WalSource
+from stream_server.declared.groups import ArchiveSettings
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append
 from stream_server.engine.wal_keep import spooled_files
@@ -24,8 +24,8 @@ from testkit.engines import crash, new_stream, settled
 pytestmark = pytest.mark.processes
 
 HISTORY = [(0, 1)]
-SETTINGS = ArchiverSettings(
-    timeout=0.2, object_bytes=1 << 20, max_pending_bytes=1 << 30, required=False
+SETTINGS = ArchiveSettings(
+    archive_timeout=0.2, archive_object_bytes=1 << 20, archive_max_pending_bytes=1 << 30
 )
 
 

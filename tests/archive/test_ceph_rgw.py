@@ -20,8 +20,8 @@ from stream_server.archive.object_store import (
     ArchiveDenied,
     ArchiveMissing,
     ObjectStore,
-    StoreSettings,
 )
+from stream_server.declared.groups import ArchiveSettings
 from testkit.archive_store import S3Store, object_store
 
 pytestmark = pytest.mark.processes
@@ -60,7 +60,9 @@ def test_wrong_credentials_are_denied(archive_store: S3Store) -> None:
     url = archive_store.new_bucket()
     env = archive_store.env(AWS_SECRET_ACCESS_KEY="not-the-secret")
     with mock.patch.dict(os.environ, env):
-        wrong = ObjectStore(StoreSettings(url=url, endpoint=archive_store.endpoint))
+        wrong = ObjectStore(
+            ArchiveSettings(archive_url=url, archive_endpoint=archive_store.endpoint)
+        )
     with pytest.raises(ArchiveDenied):
         wrong.put_new("wal/x", b"x")
 

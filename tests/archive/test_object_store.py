@@ -12,8 +12,8 @@ from stream_server.archive.object_store import (
     ArchiveMissing,
     ArchiveUnavailable,
     ObjectStore,
-    StoreSettings,
 )
+from stream_server.declared.groups import ArchiveSettings
 from testkit.archive_store import S3Store
 
 pytestmark = pytest.mark.processes
@@ -25,7 +25,10 @@ def store(archive_store: S3Store, monkeypatch: pytest.MonkeyPatch) -> ObjectStor
         if key.startswith("AWS_"):
             monkeypatch.setenv(key, value)
     return ObjectStore(
-        StoreSettings(archive_store.new_bucket() + "/some/prefix", archive_store.endpoint)
+        ArchiveSettings(
+            archive_url=archive_store.new_bucket() + "/some/prefix",
+            archive_endpoint=archive_store.endpoint,
+        )
     )
 
 
@@ -79,13 +82,20 @@ def test_wrong_credentials_are_denied_without_showing_them(
         if key.startswith("AWS_"):
             monkeypatch.setenv(key, value)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-at-all")
-    store = ObjectStore(StoreSettings(archive_store.new_bucket(), archive_store.endpoint))
+    store = ObjectStore(
+        ArchiveSettings(
+            archive_url=archive_store.new_bucket(), archive_endpoint=archive_store.endpoint
+        )
+    )
     with pytest.raises(ArchiveDenied) as caught:
         store.put_new("x", b"1")
     assert "not-the-secret-at-all" not in str(caught.value)
 
 
 def test_a_store_that_does_not_answer_is_unavailable(store: ObjectStore) -> None:
-    gone = ObjectStore(StoreSettings(store.url, "http://127.0.0.1:9", connect_timeout=1))
+    gone = ObjectStore(
+        ArchiveSettings(archive_url=store.url, archive_endpoint="http://127.0.0.1:9"),
+        connect_timeout=1,
+    )
     with pytest.raises(ArchiveUnavailable, match="reading wal/a"):
         gone.get("wal/a")

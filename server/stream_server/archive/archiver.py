@@ -34,17 +34,19 @@ from dataclasses import dataclass, field
 from stream_format.archive import ArchiveDamaged, History
 from stream_format.layout import Layout
 from stream_server.archive import archive_end, catalog
-from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.object_store import ArchiveDenied, ArchiveError, ObjectStore
 from stream_server.archive.progress import ArchiveProgress
 from stream_server.archive.uploads import Batch
 from stream_server.archive.wal_source import WalSource
+from stream_server.declared.groups import ArchiveSettings
 from stream_server.engine import fsio
 from stream_server.engine.wal_keep import spool_dir
 
 log = logging.getLogger("stream_server.archive")
 
 FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 30.0
+DENIED_RETRY = 30.0  # seconds between attempts while the store refuses us
 # Async mode: at most one round per this many seconds however many batches wake it
 # (a round lists and reads the WAL; a commit time in an object is this late at most).
 MIN_ROUND = 0.05
@@ -59,7 +61,7 @@ class Archiver:
         self,
         layout: Layout,
         store: ObjectStore,
-        settings: ArchiverSettings,
+        settings: ArchiveSettings,
         *,
         published: Callable[[], int],
         history: Callable[[], History],
@@ -77,7 +79,7 @@ class Archiver:
         # A gap's message (frames no local file holds): it stays the status's last_error,
         # through successes, until a base backup taken here covers it.
         self._gap_error: str | None = None
-        self.progress = ArchiveProgress(store.url, "required" if settings.required else "async")
+        self.progress = ArchiveProgress(store.url, settings.archive_mode)
         self.progress.published = published
         self.progress.archived_lsn = self._read_hint()
         # Told (on the archiver's thread) each time the archived lsn moves: the ack gate.
@@ -97,7 +99,7 @@ class Archiver:
 
     def behind(self) -> bool:
         """Beyond the pending bound: new writes are refused until the archive catches up."""
-        return self.progress.pending_bytes > self.settings.max_pending_bytes
+        return self.progress.pending_bytes > self.settings.archive_max_pending_bytes
 
     def backup_taken(self) -> None:
         """A base backup finished here: look at the backups again in the next round. A
@@ -158,24 +160,24 @@ class Archiver:
                 backoff = FIRST_BACKOFF
                 if self._draining.is_set() and self.progress.lag_frames == 0:
                     return
-                if not self.settings.required:
+                if self.settings.archive_mode != "required":
                     stop.wait(MIN_ROUND)
                 self._wake.wait(pause)
                 self._wake.clear()
                 continue
             except ArchiveDenied as exc:
                 self._failed("denied", exc)
-                pause = self.settings.denied_retry
+                pause = DENIED_RETRY
             except ArchiveDamaged as exc:
                 self._failed("damaged", exc)
-                pause = self.settings.denied_retry
+                pause = DENIED_RETRY
             except (ArchiveError, OSError) as exc:
                 self._failed("unavailable", exc)
-                pause, backoff = backoff, min(backoff * 2, self.settings.max_backoff)
+                pause, backoff = backoff, min(backoff * 2, MAX_BACKOFF)
             except Exception as exc:  # a bug must not end the archive silently
                 log.exception("archiver failed")
                 self._failed("unavailable", exc)
-                pause, backoff = backoff, min(backoff * 2, self.settings.max_backoff)
+                pause, backoff = backoff, min(backoff * 2, MAX_BACKOFF)
             # The lag still grows: the pending bound must see it (before the archive's
             # end is known, every local WAL byte counts).
             with contextlib.suppress(OSError):
@@ -216,7 +218,7 @@ class Archiver:
         """One round on the primary; the seconds until the next is due."""
         published = self.published()
         batch = run.batch
-        room = self.settings.object_bytes - batch.size
+        room = self.settings.archive_object_bytes - batch.size
         history = self.history()
         if room > 0:
             reads = run.source.read(published, room)
@@ -250,8 +252,8 @@ class Archiver:
         lsn, term = archive_end.archived_end(self.store, self.history())
         self._archived(min(lsn, self.published()), term)
         run.source.after = max(run.source.after, self.progress.archived_lsn)
-        run.source.read(self.progress.archived_lsn, self.settings.object_bytes)
-        return max(self.settings.timeout / 2, 0.1)
+        run.source.read(self.progress.archived_lsn, self.settings.archive_object_bytes)
+        return max(self.settings.archive_timeout / 2, 0.1)
 
     # ------------------------------------------------------------ bookkeeping
 

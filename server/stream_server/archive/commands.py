@@ -96,7 +96,7 @@ def _archive_command(args: argparse.Namespace) -> dict[str, Any]:
         raise BadArgument(str(exc)) from None
     if not settings.archive_url:
         raise ValueError("--archive-url (or DS_ARCHIVE_URL) is required")
-    store = Store.of(settings)
+    store = Store(settings)
     if args.command == "restore":
         return _restore(args, store, settings.data_dir)
     if args.backups_command == "list":

@@ -117,7 +117,7 @@ class ArchiveFollower:
     ) -> ArchiveFollower:
         mirror = Mirror(ReplicatedStreams(store), lambda: store.engine.lsn)
         return ArchiveFollower(
-            ObjectStore.of(settings),
+            ObjectStore(settings),
             store,
             hooks,
             mirror,

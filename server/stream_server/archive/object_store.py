@@ -16,14 +16,14 @@ shared credentials file); they never reach a log line or an error message.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
 from stream_format.archive import ArchiveLocation
+from stream_server.declared.groups import ArchiveSettings
 
 DELETE_BATCH = 1000  # keys per DeleteObjects request, the S3 limit
 
@@ -58,53 +58,23 @@ class ArchiveMissing(ArchiveError):
     """No object of that name."""
 
 
-class ArchiveSettings(Protocol):
-    """The server settings that say where the archive is (``config.Settings``)."""
-
-    archive_url: str
-    archive_endpoint: str
-    archive_region: str
-    archive_ca_bundle: str
-
-
-@dataclass(frozen=True)
-class StoreSettings:
-    """What reaching the store takes, beside the credentials (read by boto3 itself)."""
-
-    url: str  # s3://BUCKET/PREFIX
-    endpoint: str = ""  # empty: AWS S3
-    region: str = ""  # empty: AWS_REGION, else us-east-1
-    ca_bundle: str = ""  # empty: the system's CAs
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-
-
 class ObjectStore:
     """One archive location's objects. Thread-safe (boto3 clients are)."""
 
-    @staticmethod
-    def of(settings: ArchiveSettings) -> ObjectStore:
-        """The store the server's ``--archive-*`` settings name."""
-        return ObjectStore(
-            StoreSettings(
-                url=settings.archive_url,
-                endpoint=settings.archive_endpoint,
-                region=settings.archive_region,
-                ca_bundle=settings.archive_ca_bundle,
-            )
-        )
-
-    def __init__(self, settings: StoreSettings) -> None:
-        self.location = ArchiveLocation.parse(settings.url)
+    def __init__(
+        self, settings: ArchiveSettings, *, connect_timeout: float = 5.0, read_timeout: float = 30.0
+    ) -> None:
+        """The store the ``--archive-*`` settings name; the credentials are boto3's to find."""
+        self.location = ArchiveLocation.parse(settings.archive_url)
         session = boto3.session.Session()
         self._client: Any = session.client(
             "s3",
-            endpoint_url=settings.endpoint or None,
-            region_name=settings.region or session.region_name or "us-east-1",
-            verify=settings.ca_bundle or None,
+            endpoint_url=settings.archive_endpoint or None,
+            region_name=settings.archive_region or session.region_name or "us-east-1",
+            verify=settings.archive_ca_bundle or None,
             config=botocore.config.Config(
-                connect_timeout=settings.connect_timeout,
-                read_timeout=settings.read_timeout,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
                 # Retries are the caller's (it backs off and counts them); one quick
                 # retry here covers a dropped keep-alive connection.
                 retries={"max_attempts": 2, "mode": "standard"},

@@ -10,20 +10,17 @@ another term (or after a gap) follow it, when its oldest frame is
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from stream_format.archive import History
 from stream_server.archive.archive_end import term_of
 from stream_server.archive.wal_source import Read
-
-if TYPE_CHECKING:
-    from stream_server.archive.archiver_settings import ArchiverSettings
+from stream_server.declared.groups import ArchiveSettings
 
 IDLE_POLL = 1.0  # seconds between looks at the WAL with nothing pending (woken per batch)
 
 
 class Batch:
-    def __init__(self, settings: ArchiverSettings) -> None:
+    def __init__(self, settings: ArchiveSettings) -> None:
         self.settings = settings
         self.reads: list[Read] = []
         self.terms: list[int] = []  # each read's term
@@ -57,7 +54,7 @@ class Batch:
         for i, r in enumerate(self.reads):
             if out and (
                 self._breaks_at(self.reads[i - 1], self.terms[i - 1], r, self.terms[i])
-                or size >= self.settings.object_bytes
+                or size >= self.settings.archive_object_bytes
             ):
                 break
             out.append(r)
@@ -72,9 +69,9 @@ class Batch:
         if (
             self.breaks
             or hurry
-            or self.settings.required
-            or self.size >= self.settings.object_bytes
-            or time.time() - self.reads[0].frame.time_us / 1e6 >= self.settings.timeout
+            or self.settings.archive_mode == "required"
+            or self.size >= self.settings.archive_object_bytes
+            or time.time() - self.reads[0].frame.time_us / 1e6 >= self.settings.archive_timeout
         ):
             return self.group()
         return None
@@ -106,4 +103,4 @@ class Batch:
         oldest = self.oldest()
         if oldest is None:
             return IDLE_POLL
-        return max(self.settings.timeout - (time.time() - oldest), 0.01)
+        return max(self.settings.archive_timeout - (time.time() - oldest), 0.01)

@@ -16,7 +16,7 @@ NONE_OR_MORE = checks.whole(0)
 SECONDS = checks.seconds()
 SECONDS_OR_ZERO = checks.seconds(positive=False)
 FILE = checks.readable_file
-STORAGE, REPL = Group.STORAGE, Group.REPLICATION
+STORAGE, REPL, ARCHIVE = Group.STORAGE, Group.REPLICATION, Group.ARCHIVE
 
 
 @dataclass
@@ -224,4 +224,79 @@ class ReplicationSettings(StorageSettings):
         REPL,
         "the replica name that may start a new replica set from empty storage (a replica holding "
         "data may always; empty: any replica may), e.g. ds-0",
+    )
+
+
+@dataclass
+class ArchiveSettings:
+    """The WAL and base backups in an S3-compatible object store (docs/backup.md)."""
+
+    archive_url: str = setting(
+        "",
+        ARCHIVE,
+        "s3://BUCKET/PREFIX the primary archives every WAL frame to and base backups go to "
+        "(empty: no archive); credentials and region as the AWS SDKs read them "
+        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, a shared credentials file)",
+        checks.s3_url,
+    )
+    archive_endpoint: str = setting(
+        "",
+        ARCHIVE,
+        "URL of an S3-compatible object store, e.g. http://seaweedfs:8333 (empty: AWS S3)",
+        checks.http_url,
+    )
+    archive_region: str = setting(
+        "", ARCHIVE, "the object store's region (empty: AWS_REGION, else us-east-1)"
+    )
+    archive_ca_bundle: str = setting(
+        "",
+        ARCHIVE,
+        "PEM bundle of CAs the object store's certificate is checked against (empty: the "
+        "system's CAs)",
+        FILE,
+    )
+    archive_timeout: float = setting(
+        10.0,
+        ARCHIVE,
+        "seconds after which a frame waiting for the archive is uploaded whatever the batch's "
+        "size: the recovery point objective of a restore from the archive",
+        SECONDS,
+        unit="s",
+    )
+    archive_mode: str = setting(
+        "async",
+        ARCHIVE,
+        "async (acknowledge once durable here and on the standbys; the archive follows within "
+        "--archive-timeout) or required (acknowledge only once the archive holds the write too)",
+        checks.one_of("async", "required"),
+    )
+    archive_object_bytes: int = setting(
+        16 * 1024 * 1024,
+        ARCHIVE,
+        "bytes of WAL frames gathered into one archive object before it is uploaded",
+        checks.whole(4096, 5 * 1024**3),
+        unit="bytes",
+    )
+    archive_max_pending_bytes: int = setting(
+        1024**3,
+        ARCHIVE,
+        "bytes of WAL kept on local disk for an archive that lags; beyond them new writes get "
+        "503 with Retry-After until the archive catches up (nothing leaves the archive unseen)",
+        checks.whole(1024 * 1024),
+        unit="bytes",
+    )
+    backup_retention: str = setting(
+        "",
+        ARCHIVE,
+        "base backups kept after each backup: a duration (7d, 12h: backups younger than it, "
+        "and always the newest) or last=N; older ones go, with the archived WAL no kept backup "
+        "needs (empty: keep all)",
+        checks.backup_retention,
+    )
+    archive_follow: bool = setting(
+        False,
+        ARCHIVE,
+        "follow the archive at --archive-url read-only (a replica cluster): restore its newest "
+        "base backup into an empty data directory, apply its frames as they appear, serve "
+        "reads and refuse writes; archives nothing (true/false)",
     )

@@ -25,7 +25,6 @@ from stream_format.layout import Layout
 from stream_server.archive.ack_gate import ArchiveGate, BothGates
 from stream_server.archive.archive_end import with_term
 from stream_server.archive.archiver import Archiver
-from stream_server.archive.archiver_settings import ArchiverSettings
 from stream_server.archive.collector import ArchiveCollector
 from stream_server.archive.follow_position import single_node_term
 from stream_server.archive.object_store import ObjectStore
@@ -61,13 +60,8 @@ class ArchivePart(ServicePart):
         self.base: Callable[[], int] = lambda: 0  # the last lsn not archived here
         self.archiver = Archiver(
             Layout(s.data_dir),
-            ObjectStore.of(s),
-            ArchiverSettings(
-                timeout=s.archive_timeout,
-                object_bytes=s.archive_object_bytes,
-                max_pending_bytes=s.archive_max_pending_bytes,
-                required=s.archive_mode == "required",
-            ),
+            ObjectStore(s),
+            s,
             published=lambda: node.store.engine.published_lsn,
             history=lambda: self.terms() or SINGLE_NODE_HISTORY,
             base=lambda: self.base(),
@@ -117,7 +111,7 @@ class ArchivePart(ServicePart):
         p = self.progress
         body = (
             f"archive behind: {p.pending_bytes} bytes of WAL wait for the archive "
-            f"(bound {self.archiver.settings.max_pending_bytes}); "
+            f"(bound {self.archiver.settings.archive_max_pending_bytes}); "
             f"last error: {p.last_error or 'none'}\n"
         )
         return Refusal(503, [(b"retry-after", str(RETRY_AFTER).encode())], body.encode())

@@ -60,7 +60,7 @@ class BackupsPart(ServicePart):
 
     def store(self) -> ObjectStore:
         if self._store is None:
-            self._store = ObjectStore.of(self.settings)
+            self._store = ObjectStore(self.settings)
         return self._store
 
     def _refused(self, request: Request) -> Response | None:
