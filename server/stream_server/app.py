@@ -36,7 +36,7 @@ from stream_server.node.context import ServicePart
 from stream_server.node.metrics import MetricsPart
 from stream_server.node.part import Part
 from stream_server.node.store import Listeners, StoreFactory
-from stream_server.node.streams import WRITE_METHODS, protocol_settings, token_auth
+from stream_server.node.streams import WRITE_METHODS, token_auth
 from stream_server.node.subscriptions import SubscriptionsPart
 from stream_server.node.topology import Topology
 from stream_server.protocol.handlers import Context, StreamRoutes
@@ -101,7 +101,7 @@ class StreamServerApp:
         self.streams = StreamRoutes(
             Context(
                 self.store,
-                protocol_settings(settings),
+                settings,
                 self.metrics,
                 auth=self.auth,
                 limiter=self.limiter,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Protocol
 
 from stream_format.offsets import OffsetError, parse_offset
 from stream_server.auth import TokenAuth
+from stream_server.declared.network import ProtocolSettings
 from stream_server.protocol.headers import CONTENT_LENGTH, CONTENT_TYPE
 from stream_server.protocol.http import Headers, Receive, Scope, read_body
 from stream_server.protocol.live import ReaderSlots
@@ -33,6 +33,7 @@ CACHE_NONE = b"no-store"
 # are streamed in chunks of this size (JSON responses stop at it).
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 TRUE = b"true"
+MAX_SEGMENT_BYTES = 255  # longest path segment: a fixed limit of the protocol, not a setting
 
 
 class ReadGate(Protocol):
@@ -72,25 +73,6 @@ class Slots(Protocol):
         ...
 
 
-@dataclass
-class ProtocolSettings:
-    """The settings the handlers read. No defaults: each value comes from the server's
-    ``Settings`` (``config/declaration.py``, their one home), passed by name in ``app.py``."""
-
-    base_path: str
-    long_poll_timeout: float
-    sse_reconnect_interval: float
-    max_body_bytes: int
-    max_read_bytes: int
-    max_path_bytes: int
-    slow_append_seconds: float
-    max_live_readers: int
-    max_live_readers_per_client: int  # 0: a tenth of max_live_readers
-    body_timeout: float
-    min_body_rate: int  # bytes/s a body must average after body_timeout (0: off)
-    max_segment_bytes: int = 255  # a fixed limit of the protocol layer, not a setting
-
-
 class Context:
     """The server's side of every request; the derived values are computed once, here."""
 
@@ -124,7 +106,7 @@ class Context:
             raw,
             self.base,
             max_bytes=self.settings.max_path_bytes,
-            max_segment=self.settings.max_segment_bytes,
+            max_segment=MAX_SEGMENT_BYTES,
         )
 
     def source_path(self, value: str) -> str:

@@ -18,8 +18,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from stream_server.declared.network import ProtocolSettings
 from stream_server.protocol import admission, append, create, reads, subscriptions
-from stream_server.protocol.context import Context, ProtocolSettings, raw_path
+from stream_server.protocol.context import Context, raw_path
 from stream_server.protocol.headers import ALLOW
 from stream_server.protocol.http import (
     PREFLIGHT,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stream_format.layout import Layout
 from stream_server.config import Settings
-from stream_server.node.streams import WRITE_METHODS, protocol_settings, token_auth
+from stream_server.node.streams import WRITE_METHODS, token_auth
 from stream_server.node.topology import Topology
 from stream_server.protocol.context import raw_path
 from stream_server.protocol.handlers import READS, Context, StreamRoutes
@@ -52,7 +52,7 @@ class WorkerApp:
         self.metrics = RequestMetrics(None) if settings.metrics else None
         context = Context(
             self.store,
-            protocol_settings(settings),
+            settings,
             self.metrics,
             auth=self.auth,
             limiter=limiter,
