@@ -8,12 +8,13 @@ import gc
 
 from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES
+from stream_server.declared.network import LimitsSettings
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks, commit_frames, write_frames
 from stream_server.replication.mirror import Mirror
 from stream_server.streams.replicated import ReplicatedStreams
-from stream_server.streams.store import StoreLimits, StreamStore
+from stream_server.streams.store import StreamStore
 from testkit.replica_engines import primary_frames
 
 STREAMS = 40
@@ -30,7 +31,9 @@ def forty_streams(e: Engine) -> None:
 async def test_frames_for_many_streams_leave_a_bounded_hot_set_that_reads_right(tmp_path):
     frames = primary_frames(tmp_path / "primary", forty_streams)
     engine = Engine(tmp_path / "standby")
-    store = StreamStore(tmp_path / "standby", engine=engine, limits=StoreLimits(hot_streams=HOT))
+    store = StreamStore(
+        tmp_path / "standby", engine=engine, settings=LimitsSettings(hot_streams=HOT)
+    )
     await store.start()
     hooks = ReplicaHooks()
     hooks.load(engine)

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from stream_format.meta import StreamMeta
+from stream_server.declared.network import LimitsSettings
 from stream_server.engine.recovery import has_expiry
 from stream_server.streams.clock import ManualClock
 from stream_server.streams.errors import Gone, NotFound, ProducerFenced
@@ -19,7 +20,6 @@ from stream_server.streams.store import (
     CreateRequest,
     ForkRequest,
     Producer,
-    StoreLimits,
     StreamStore,
 )
 
@@ -27,7 +27,7 @@ BIN = "application/octet-stream"
 
 
 async def reopened(data: Path, clock: ManualClock | None = None) -> StreamStore:
-    store = StreamStore(data, limits=StoreLimits(max_streams=12), clock=clock or ManualClock())
+    store = StreamStore(data, settings=LimitsSettings(max_streams=12), clock=clock or ManualClock())
     await store.start()
     return store
 
@@ -125,13 +125,13 @@ async def test_a_create_that_never_passed_the_gate_is_hidden_until_replication_p
 
 
 async def test_past_the_hot_bound_idle_streams_go_and_come_back_as_committed(tmp_path):
-    store = StreamStore(tmp_path, limits=StoreLimits(hot_streams=16))
+    store = StreamStore(tmp_path, settings=LimitsSettings(hot_streams=16))
     await store.start()
     for i in range(40):
         await store.create(CreateRequest(f"s/{i}", BIN, b"%d;" % i))
     await store.stop()
 
-    store = StreamStore(tmp_path, limits=StoreLimits(hot_streams=16))
+    store = StreamStore(tmp_path, settings=LimitsSettings(hot_streams=16))
     await store.start()
     held = store.get("s/0")  # a request still using it: it must stay the one object
     for i in range(1, 40):

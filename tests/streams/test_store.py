@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stream_server.declared.network import LimitsSettings
 from stream_server.engine import StorageError
 from stream_server.streams.clock import ManualClock
 from stream_server.streams.errors import (
@@ -208,9 +209,8 @@ async def test_a_failed_batch_changes_nothing(store, monkeypatch):
 
 
 async def test_default_and_inherited_ttls_do_not_break_idempotent_creates(tmp_path):
-    from stream_server.streams.store import StoreLimits
 
-    store = StreamStore(tmp_path / "data", limits=StoreLimits(default_ttl=3600))
+    store = StreamStore(tmp_path / "data", settings=LimitsSettings(default_ttl=3600))
     await store.start()
     try:
         first = await store.create(CreateRequest("d", BIN))

@@ -70,15 +70,8 @@ class StoreFactory:
             gate = part.ack_gate(gate)
         return StreamStore(
             s.data_dir,
-            limits=StoreLimits(
-                default_ttl=s.default_ttl or None,
-                max_streams=s.max_streams or None,
-                hot_streams=s.hot_streams,
-                max_producers_per_stream=s.max_producers_per_stream,
-                max_fork_depth=s.max_fork_depth,
-                max_json_messages=s.max_json_messages,
-                retention=parse_policies(s.retention),
-            ),
+            limits=StoreLimits(retention=parse_policies(s.retention)),
+            settings=s,
             events=self.events,
             engine=Engine(
                 s.data_dir,

@@ -1,4 +1,5 @@
-"""How a store is set up: its limits, and the hooks through which metrics watch it."""
+"""How a store is set up, beside its settings: its threads, sweeps and retention, and
+the hooks through which metrics watch it."""
 
 from __future__ import annotations
 
@@ -25,14 +26,9 @@ class StoreEvents:
 
 @dataclass
 class StoreLimits:
+    """What a store is told beside its group of settings (``LimitsSettings``): none is
+    a setting itself (the retention rules are, parsed here)."""
+
     read_threads: int = 4
-    default_ttl: int | None = None
     sweep_interval: float = 1.0
-    max_streams: int | None = None
-    # Loaded streams kept in memory; past it the least recently used idle ones are
-    # dropped and loaded again from LMDB when next asked for (``pending.StreamTable``).
-    hot_streams: int = 4096
-    max_producers_per_stream: int = 1000
-    max_fork_depth: int = 64
-    max_json_messages: int = 100_000
     retention: tuple[Policy, ...] = ()  # by path prefix (streams/retention.py)

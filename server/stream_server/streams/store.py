@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from stream_format.meta import StreamMeta
 from stream_format.records import Producer
+from stream_server.declared.network import LimitsSettings
 from stream_server.engine import (
     BatchStats,
     Engine,
@@ -103,6 +104,7 @@ class StreamStore:
         data_dir: Path,
         *,
         limits: StoreLimits | None = None,
+        settings: LimitsSettings | None = None,
         events: StoreEvents | None = None,
         engine: Engine | None = None,
         clock: Clock = WALL_CLOCK,
@@ -110,14 +112,16 @@ class StreamStore:
     ) -> None:
         """``engine``: one built by the caller (its map size, fault hook, a replica set's
         hooks); ``gate``: what each batch waits for before its writers hear of it (a
-        replica set's shipper, ``CommitPipeline``), none on a single node."""
+        replica set's shipper, ``CommitPipeline``), none on a single node; ``settings``:
+        the limits' group, of which the store reads the streams' counts, sizes and TTL."""
         self.engine = engine or Engine(data_dir)
         # What "now" is for every time-based rule (TTL, Expires-At, retention ages).
         self.clock = clock
         self.limits = limits or StoreLimits()
+        self.settings = settings or LimitsSettings()
         self.events = events or StoreEvents()
         self.table = StreamTable(
-            self._load, self.engine.stored_stream_count, self.limits.hot_streams
+            self._load, self.engine.stored_stream_count, self.settings.hot_streams
         )
         self.next_id = 1
         # A standby's streams whose engine tail is ahead of what readers may see there:
@@ -132,7 +136,7 @@ class StreamStore:
             self.engine, on_failure=self._on_failure, on_batch=self.events.on_batch, gate=gate
         )
         self.reader = Reader(self.engine, self.table, self.limits.read_threads)
-        self.json = JsonSplitter(self.limits.max_json_messages)
+        self.json = JsonSplitter(self.settings.max_json_messages)
         self.live = LiveReaders()
         self.expiry = Expiry(
             self.table,
@@ -290,7 +294,7 @@ class StreamStore:
             existing = self.table.get(req.path)
         if existing is not None:
             return await self._recreate(existing, req)
-        if self.limits.max_streams is not None and self.table.count() >= self.limits.max_streams:
+        if self.settings.max_streams and self.table.count() >= self.settings.max_streams:
             raise Unavailable("stream limit reached")
 
         source: Stream | None = None
@@ -300,7 +304,7 @@ class StreamStore:
             source = fork_source(
                 self.table,
                 req.fork,
-                max_depth=self.limits.max_fork_depth,
+                max_depth=self.settings.max_fork_depth,
                 expire=self.expiry.expire,
                 now=now,
             )
@@ -312,7 +316,9 @@ class StreamStore:
                 content_type = source.meta.content_type
             elif media_type(content_type) != media_type(source.meta.content_type):
                 raise Conflict("content type differs from the source stream's")
-        life = lifetime(req, source.meta if source is not None else None, self.limits.default_ttl)
+        life = lifetime(
+            req, source.meta if source is not None else None, self.settings.default_ttl or None
+        )
         content_type = content_type or DEFAULT_CONTENT_TYPE
         is_json = media_type(content_type) == JSON_TYPE
         payloads = self._payloads(req.body, is_json, allow_empty_array=True, parsed=parsed)
@@ -401,7 +407,7 @@ class StreamStore:
         ops: list[Op] = []
         taken: list[Taken] = []
         size = 0
-        max_producers = self.limits.max_producers_per_stream
+        max_producers = self.settings.max_producers_per_stream
         for i, (req, media, parsed) in enumerate(items):
             try:
                 s, settled, payloads = self._take(req, media, parsed)
