@@ -22,12 +22,19 @@ the server stops with exit status 2 before it opens its data directory or a
 socket, not later when a value is first used (``checks.py`` says where each
 bound comes from).
 
-The package: ``declaration.py`` (``Settings``), ``validation.py`` (the checks
-across settings or layers), ``flags.py`` (flags and variables), ``table.py`` (the
+The package: ``declaration.py`` (``Settings`` and the checks across settings or
+layers), ``flags.py`` (flags and variables), ``table.py`` (the
 README's table); ``declared/`` holds what a setting is, its checks and the groups.
 """
 
-from stream_server.config.declaration import DEFAULT_PORT, Settings, described
+from stream_server.config.declaration import (
+    DEFAULT_PORT,
+    SettingError,
+    Settings,
+    check_on_disk,
+    described,
+    validate,
+)
 from stream_server.config.flags import (
     NOT_SETTINGS,
     add_arguments,
@@ -37,7 +44,6 @@ from stream_server.config.flags import (
     settings_from,
     values_from,
 )
-from stream_server.config.validation import SettingError, check_on_disk, validate
 from stream_server.declared import checks
 from stream_server.declared.about import About, Described, Group
 

@@ -9,8 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stream_server.config.declaration import Settings, described
-from stream_server.config.validation import SettingError, check_on_disk
+from stream_server.config.declaration import SettingError, Settings, check_on_disk, described
 from stream_server.declared.about import Described, Group
 
 

@@ -1,8 +1,8 @@
 """What a setting is, apart from its value: its group, help, unit and checks.
 
-Kept apart from the declaration (``config/declaration.py``, ``groups.py``) so that
-the validation and the flags can read any settings class's fields without importing
-it: the declaration calls the validation, which must not call back.
+``setting()`` makes a field of a group class (``groups.py``, ``network.py``);
+``describe`` reads the fields of any of them, or of the whole ``Settings``, for the
+flags, the variables, the checks and the README's table.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 that look at several settings together.
 
 A check returns None for a good value, else what is wrong in words that follow
-the setting's flag ("must be 0 to 65535"); ``config/validation.py`` names the setting
+the setting's flag ("must be 0 to 65535"); ``config/declaration.py`` names the setting
 (flag and variable) around them, so that every refusal at start says which
 setting to change. The bounds are where the parts below stop working: a port
 is 16 bits (the socket layer keeps the low 16 bits of a larger number, so
