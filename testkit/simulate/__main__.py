@@ -27,9 +27,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first", action="store_true", help="stop at the first failing seed")
     parser.add_argument("--trace", action="store_true", help="print each seed's trace")
     parser.add_argument(
-        "--reorder-lease-answers",
+        "--in-order-lease-answers",
         action="store_true",
-        help="let a member's Lease answers overtake each other (finds an open bug)",
+        help="a member's Lease answers come in the order of its requests (one connection)",
     )
     parser.add_argument("--list-mutants", action="store_true", help="list the mutants")
     args = parser.parse_args(argv)
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     failing = violations = runs = 0
     for seed in range(args.seed, args.seed + args.seeds):
-        result = run_seed(seed, args.mutant, reorder=args.reorder_lease_answers)
+        result = run_seed(seed, args.mutant, reorder=not args.in_order_lease_answers)
         runs += 1
         if args.trace:
             print("\n".join(result.trace), f"digest {result.digest}", sep="\n")

@@ -29,9 +29,9 @@ def _ack_before_flush(durable: rules.Position, received: rules.Position) -> rule
     return max(durable, received)
 
 
-async def _settle_unread(self: LeaseWrites, new: LeaseRecord) -> LeaseRecord | None:
+async def _settle_unread(self: LeaseWrites, new: LeaseRecord) -> tuple[LeaseRecord, int] | None:
     """A Lease write whose answer was lost is taken as written, never read back."""
-    return new
+    return new, self._sending()
 
 
 def _fresh_past_bound(self: Freshness) -> float:

@@ -26,7 +26,7 @@ NAMES = ("ds-0", "ds-1", "ds-2")
 
 
 class World:
-    def __init__(self, seed: int, loop: VirtualLoop, *, reorder: bool = False) -> None:
+    def __init__(self, seed: int, loop: VirtualLoop, *, reorder: bool = True) -> None:
         self.seed = seed
         self.reorder = reorder  # Lease answers may overtake each other (lease.py)
         self.loop = loop

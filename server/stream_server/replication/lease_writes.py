@@ -31,6 +31,29 @@ log = logging.getLogger("stream_server.replication")
 class LeaseWrites(RoleBase):
     """The Lease writes of a ``RoleLoop``."""
 
+    # Answers to this replica's Lease writes may come back out of order (the API
+    # client holds several connections): a renewal's answer that arrives after a newer
+    # in-sync change's would put the older in-sync set back, and the primary would stop
+    # waiting for a standby the Lease makes electable. Each write that can set the
+    # primary's sets is numbered when sent, and only a later-sent one's answer replaces
+    # them: a CAS that succeeds was sent after the version it replaced was known, so
+    # among our successful writes the order sent is the order written.
+    _sets_sent = 0
+    _sets_taken = 0
+
+    def _sending(self) -> int:
+        self._sets_sent += 1
+        return self._sets_sent
+
+    def _take_sets(self, written: LeaseRecord, sent: int) -> None:
+        """The in-sync and eligible sets of ``written``, unless a later write's answer
+        (or the read a settle made after it) is already in."""
+        if sent < self._sets_taken:
+            return
+        self._sets_taken = sent
+        self.state.in_sync = list(written.in_sync)
+        self.state.eligible = list(written.eligible)
+
     async def _create(self, now: float) -> None:
         set_id = await self._creating()
         if set_id is None:
@@ -187,12 +210,12 @@ class LeaseWrites(RoleBase):
         self._gave_up_at = None
         s = self.state
         s.role, s.term, s.primary_url = "primary", written.term, written.primary_url
-        s.holder, s.in_sync = written.holder, list(written.in_sync)
-        s.eligible = list(written.eligible)
+        s.holder = written.holder
+        self._take_sets(written, self._sending())  # a new term: no earlier answer counts
         self._changed()
 
     async def _renew(self, record: LeaseRecord, now: float) -> None:
-        sent = self.clock()
+        sent, number = self.clock(), self._sending()
         try:
             written = await self._write_renewal(record)
         except LeaseConflict as exc:
@@ -209,7 +232,7 @@ class LeaseWrites(RoleBase):
                 log.warning("could not renew the Lease: %s", exc)
                 await self._check_deadline()
                 return
-            sent = self.clock()
+            sent, number = self.clock(), self._sending()
             try:
                 written = await self._write_renewal(fresh)
             except (LeaseConflict, LeaseUnavailable) as again:
@@ -223,9 +246,8 @@ class LeaseWrites(RoleBase):
             await self._check_deadline()
             return
         self._observe(written, self.clock())
-        self._renewed_at = sent
-        self.state.in_sync = list(written.in_sync)
-        self.state.eligible = list(written.eligible)
+        self._renewed_at = max(self._renewed_at, sent)
+        self._take_sets(written, number)
 
     async def _release(self, record: LeaseRecord, reason: str) -> None:
         """Give the Lease up at once (an empty holder, the term kept), so that an in-sync
@@ -299,6 +321,7 @@ class LeaseWrites(RoleBase):
             in_sync=sorted(names),
             eligible=sorted(record.eligible if eligible is None else eligible),
         )
+        number = self._sending()
         try:
             written = await self.client.replace(new)
         except LeaseConflict as exc:
@@ -314,18 +337,18 @@ class LeaseWrites(RoleBase):
             settled = await self._settle(new)
             if settled is None:
                 return False
-            written = settled
+            written, number = settled
         self._observe(written, self.clock())
-        self.state.in_sync = list(written.in_sync)
-        self.state.eligible = list(written.eligible)
+        self._take_sets(written, number)
         self._changed()
         return True
 
-    async def _settle(self, new: LeaseRecord) -> LeaseRecord | None:
+    async def _settle(self, new: LeaseRecord) -> tuple[LeaseRecord, int] | None:
         """Whether ``new``, written with an answer that never came, is in the Lease:
         the record if it is, None if it is not and never will be.
 
-        Read back until it is known. Our change is there: written. The version it
+        Read back until it is known. Our change is there: written (with the number
+        of the read that found it, for ``_take_sets``). The version it
         was written against is still there: the write may yet arrive, so renew at
         that version first (a CAS: the late write can then only fail), and it was
         not written. Any other version: not written, for a CAS against an older
@@ -334,6 +357,7 @@ class LeaseWrites(RoleBase):
         primary, which is safe whatever the Lease says.
         """
         while self.may_acknowledge:
+            number = self._sending()
             try:
                 record = await self.client.get()
             except LeaseUnavailable as exc:
@@ -356,7 +380,7 @@ class LeaseWrites(RoleBase):
                 self._renewed_at = sent
                 return None
             if (record.in_sync, record.eligible) == (new.in_sync, new.eligible):
-                return record
+                return record, number
             return None
         return None
 
