@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 EXTRAS ?= server,operator,spark,dev
 
-.PHONY: serve test test-fast test-long lint deps system-deps images bench clean
+.PHONY: serve test test-fast test-long simulate lint deps system-deps images bench clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -42,6 +42,15 @@ test: deps
 test-fast: $(VENV)/.all
 	$(PY) -m pytest -m "not processes and not slow" -n $(TEST_WORKERS) --dist loadfile -q
 
+## The replica set simulated on virtual time (testkit/simulate): SEEDS healthy seeds, then
+## each mutant (a rule broken on purpose) must be caught. `make test` runs a few of each
+## through tests/simulation; `make test-long` runs 5000 seeds.
+SEEDS ?= 200
+simulate: $(VENV)/.all
+	$(PY) -m testkit.simulate --seeds $(SEEDS)
+	for m in $$($(PY) -m testkit.simulate --list-mutants | cut -d: -f1); do \
+		$(PY) -m testkit.simulate --seeds 200 --mutant $$m --first || exit 1; done
+
 ## The long fault and fuzz profile: 50 kill -9 rounds per crash test, 5000 fuzz requests,
 ## every crash state of the explorer's workloads with 12 random mixes per crash point,
 ## 10 primaries of a replica set killed one after the other under load, and each replica-set
@@ -55,6 +64,7 @@ test-long: deps
 		tests/engine/test_crash_states.py tests/replication/test_failover.py \
 		tests/replication/test_faults_*.py
 	ARCHIVE_STORE=ceph $(PYTEST) tests/archive
+	$(PY) -m testkit.simulate --seeds 5000 --seed 1000
 test-long: LONG_DEPS := 1
 
 ## Everything the tests and the benchmark need; the only place anything is installed.
