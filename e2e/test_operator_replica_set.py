@@ -196,7 +196,10 @@ def test_writers_through_the_primary_service_lose_nothing_on_kill_and_roll(
             # status interval; the Event names the failover either way.
             until(
                 lambda: failover_events(kube, after_kill["term"]),
-                lambda: f"a failover Event for term {after_kill['term']}: {seen}",
+                lambda: (
+                    f"a failover Event for term {after_kill['term']}: {seen}; the Events: "
+                    f"{[(e['reason'], e['message']) for e in kube.list('Event', NS)]}"
+                ),
             )
 
             # (b) a new image: every pod restarts on it, the writers go on.

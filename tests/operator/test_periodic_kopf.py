@@ -158,7 +158,10 @@ def test_healthz_fails_while_a_round_is_stuck_and_answers_again_after(
                 if e["involvedObject"]["name"] == "slow" and e["reason"] == "SwitchoverFailed"
             ],
             timeout=PATIENCE,
-            message="the failed switchover's Event",
+            message=lambda: (
+                "the failed switchover's Event; the Events: "
+                f"{[(e['reason'], e['message']) for e in c.list('Event', NS)]}"
+            ),
         )
         assert "no answer from" in failed[0], json.dumps(failed)
     finally:

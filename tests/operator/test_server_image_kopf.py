@@ -38,6 +38,10 @@ def events(c: Cluster, name: str, reason: str) -> list[str]:
     ]
 
 
+def every_event(c: Cluster, name: str) -> list[dict[str, Any]]:
+    return [e for e in c.list("Event", NS) if e["involvedObject"]["name"] == name]
+
+
 def upgrade_the_operator(c: Cluster, monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
     """Three DurableStreams made by an operator whose server image is ds:1 (one pins
     its own), then that operator replaced by one whose server image is ds:2."""
@@ -66,7 +70,10 @@ def test_hold_keeps_each_server_on_its_image_until_its_spec_changes_or_its_owner
                 # Events go out through kopf's queue, after the status write: wait for it.
                 told = wait_for(
                     lambda n=name: events(c, n, "ServerImageUpdateAvailable"),
-                    message=f"{name}: the ServerImageUpdateAvailable event",
+                    message=lambda n=name: (
+                        f"{n}: the ServerImageUpdateAvailable Event; its Events: "
+                        f"{[(e['reason'], e['message']) for e in every_event(c, n)]}"
+                    ),
                 )
                 assert len(told) == 1 and told[0].endswith(
                     f"kubectl annotate dstream {name} {UPDATE_NOW}=now"
