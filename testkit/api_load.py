@@ -71,7 +71,7 @@ def _tally(c: Cluster, start: int) -> Tally:
 
 def converged(c: Cluster, count: int, replicas: int) -> list[str]:
     """``count`` DurableStreams of ``replicas`` each, made, rendered and running."""
-    for kind in ("info", "warn"):  # Events go through kopf's queue: no kopf here
+    for kind in ("info", "warn"):  # Events are not the load measured here
         setattr(events, kind, lambda *_, **__: None)
     ac = api_client(c)
     names = [f"s{i:03d}" for i in range(count)]

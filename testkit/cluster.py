@@ -29,7 +29,7 @@ from testkit.kube import (
 
 # How long ``wait_for_event`` waits by default. An Event is the last link of a chain: kopf
 # sees a change, a round (reading real servers in the e2e tests) writes the status, and
-# only then does kopf's queue post the Event, one object's Events one after another. On a
+# only then is the Event created. On a
 # loaded machine (the suite on two workers, two cores) that chain took longer than
 # ``wait_for``'s 20 s; an unloaded run needs a second or two.
 EVENT_PATIENCE = 90.0
@@ -70,8 +70,9 @@ class Cluster:
     def events(self, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
         """The Events about object ``name`` with ``reason``, in the order they were made.
 
-        kopf posts Events from a queue, after the change they report: a test that has
-        seen the change must still wait for its Event (``wait_for_event``)."""
+        The operator may create an Event just after the change it reports (a reconcile
+        tells what it applied once it is applied): a test that has seen the change
+        still waits for its Event (``wait_for_event``)."""
         return [
             e
             for e in self.list("Event", namespace)

@@ -1,30 +1,74 @@
-"""Kubernetes Events on a DurableStream, posted through kopf's queue, and the apply that
-tells in one what it changed.
+"""Kubernetes Events on a DurableStream, and the apply that tells in one what it changed.
 
-kopf types the object an Event is about as its ``Body`` view; the operator holds the
-object as the API returned it (a dict), which kopf takes as it is at runtime. The cast
-is made here once, as kopf's ``bodies`` module suggests for untyped bodies.
+An Event is created through the operator's own API client, at once and in the thread
+that has something to say, not through kopf's queue: most Events come from the status
+rounds, which run in the operator's own worker threads (``periodic.py``), and a queued
+Event reaches the API after the status it explains, or, as seen in long test runs
+where several operators ran one after another in one process, never. Said first, it is
+there by the time anyone reads the status. Events are auxiliary: a failure to create
+one is logged, never raised.
 """
 
 from __future__ import annotations
 
+import datetime
+import logging
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
-import kopf
 from kubernetes import client
 
+from stream_operator.api_client import api
 from stream_operator.apply import apply
+
+log = logging.getLogger("stream_operator.events")
+
+COMPONENT = "durable-streams-operator"
+MAX_MESSAGE = 1024  # the API server refuses longer ones
 
 
 def info(body: Mapping[str, Any], *, reason: str, message: str) -> None:
     """A Normal Event on ``body`` (the object as read)."""
-    kopf.info(cast(kopf.Body, body), reason=reason, message=message)
+    post(body, "Normal", reason, message)
 
 
 def warn(body: Mapping[str, Any], *, reason: str, message: str) -> None:
     """A Warning Event on ``body`` (the object as read)."""
-    kopf.warn(cast(kopf.Body, body), reason=reason, message=message)
+    post(body, "Warning", reason, message)
+
+
+def post(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    meta = body["metadata"]
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 5] + " ..."
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    event: Any = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": body.get("apiVersion"),
+            "kind": body.get("kind"),
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": COMPONENT,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        client.CoreV1Api(api()).create_namespaced_event(
+            meta["namespace"], event, _preload_content=False
+        )
+    except Exception as exc:  # auxiliary: the work it reports goes on
+        log.warning("could not post the Event %s on %s: %s", reason, meta["name"], exc)
 
 
 def apply_and_tell(ac: client.ApiClient, obj: dict[str, Any], body: dict[str, Any]) -> None:

@@ -38,7 +38,7 @@ log = logging.getLogger("stream_operator.periodic")
 @dataclass
 class _Entry:
     # Each object's work runs in the context of its last kopf event, as its handlers
-    # do: the Events a reconcile posts (kopf.info, kopf.warn) need kopf's queue there.
+    # do, so whatever kopf keeps in context variables (its settings) is the same in both.
     context: contextvars.Context
     due: float  # when its next round may start
     converged: float  # when it was last reconciled whole

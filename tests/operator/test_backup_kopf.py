@@ -106,7 +106,7 @@ def test_a_backup_runs_on_an_in_sync_standby_with_the_peer_token(kube):
     assert (done["beginLSN"], done["endLSN"]) == (10, 15)
     assert done["startedAt"] and done["stoppedAt"]
     assert stand_in.posts() == [("events-2", f"Bearer {stand_in.token}")]
-    c.wait_for_event(NS, "first", "Completed")  # posted after the status (kopf's queue)
+    c.wait_for_event(NS, "first", "Completed")  # created after the status
     wait_for(lambda: ds_status(c).get("lastSuccessfulBackup") == done["stoppedAt"], message="ds")
     assert ds_status(c)["firstRecoverabilityPoint"] == stand_in.backups[0]["time"]
     # target: primary goes to the Lease holder.

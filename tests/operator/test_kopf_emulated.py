@@ -124,7 +124,7 @@ def test_create_renders_every_object_with_owner_references(kube: Cluster):
     # A replica set serves TLS from the built-in CA by default (builtin_ca.py).
     assert st["endpoint"] == "https://events.default.svc:4437/v1/stream/"
     assert st["observedGeneration"] == 1
-    kube.wait_for_event(NS, "events", "Created")  # posted after the objects (kopf's queue)
+    kube.wait_for_event(NS, "events", "Created")  # created after the objects
 
 
 def healthy_lease(name: str, replicas: int) -> dict[str, Any]:

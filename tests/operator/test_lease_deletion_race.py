@@ -44,7 +44,7 @@ PODS = [f"events-{i}" for i in range(3)]
 
 @pytest.fixture
 def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    for kind in ("info", "warn"):  # Events go through kopf, which is not running here
+    for kind in ("info", "warn"):  # the Events are not what these tests check
         monkeypatch.setattr(events, kind, lambda *_, **__: None)
     with cluster() as c:
         ac = client.ApiClient(client.Configuration(host=c.url))

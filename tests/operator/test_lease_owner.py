@@ -34,7 +34,7 @@ NS = "default"
 
 @pytest.fixture
 def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    for kind in ("info", "warn"):  # Events go through kopf, which is not running here
+    for kind in ("info", "warn"):  # the Events are not what these tests check
         monkeypatch.setattr(events, kind, lambda *_, **__: None)
     with cluster() as c:
         yield c

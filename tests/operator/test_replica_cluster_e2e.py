@@ -104,8 +104,8 @@ def test_promote_then_demote_the_former_source_with_refusal_then_rebuild(
             assert done.returncode == 0, done.stderr
             assert (c.get(KIND, NS, "dr") or {})["spec"]["replica"]["enabled"] is False
             # The status first (a round reading the real servers writes it), then its
-            # Event, which kopf's queue posts after it: under load, the two together
-            # took longer than a single 20 s wait allowed.
+            # Event: under load, the two together took longer than a single 20 s wait
+            # allowed.
             wait_for(
                 lambda: reason_is(c, "dr", "Promoting") or reason_is(c, "dr", "Promoted"),
                 timeout=120,

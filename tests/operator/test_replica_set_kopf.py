@@ -159,7 +159,7 @@ def test_a_scale_down_below_the_in_sync_count_is_refused_with_the_reason(kube: C
     assert "minInSync (3) is more than replicas (2)" in accepted["message"]
     assert kube.get("StatefulSet", NS, "events")["spec"]["replicas"] == 3
     assert condition(kube, "Ready")["status"] == "False"
-    kube.wait_for_event(NS, "events", "ChangeRefused")  # posted from kopf's queue
+    kube.wait_for_event(NS, "events", "ChangeRefused")  # created by the refusing handler
 
 
 def test_one_replica_gets_no_pod_rights_and_no_role_labels(kube: Cluster):

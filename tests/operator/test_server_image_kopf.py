@@ -67,7 +67,7 @@ def test_hold_keeps_each_server_on_its_image_until_its_spec_changes_or_its_owner
                     message=f"{name}: the update named as available",
                 )
                 assert image(c, name) == "ds:1"  # held: no rolling restart
-                # Events go out through kopf's queue, after the status write: wait for it.
+                # Its Event comes with the status round that wrote it: wait for it.
                 told = wait_for(
                     lambda n=name: events(c, n, "ServerImageUpdateAvailable"),
                     message=lambda n=name: (
