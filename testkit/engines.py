@@ -7,10 +7,12 @@ crash a standby's engine (tests/replication/).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES, KIND_JSON
 from stream_server.engine import Engine
-from stream_server.engine.ops import CreateLog, PutStream
+from stream_server.engine.ops import Append, CreateLog, PutStream
 
 
 def settled(engine: Engine) -> None:
@@ -39,6 +41,20 @@ def new_stream(engine: Engine, path: str, sid: int, kind: int = KIND_BYTES, base
             PutStream(path, StreamMeta(id=sid, content_type=ct, created_at=0.0, fork_offset=base)),
         ]
     )
+
+
+def file_and_inline(root: Path, record: int, json: list[bytes]) -> Engine:
+    """An open engine over ``root``: stream 1 (bytes, in a file) with four records of
+    ``record`` bytes (``a``, ``b``, ...), one commit each; stream 2 (JSON, inline) with
+    ``json``. The shape the engine's parts are tested over alone."""
+    e = Engine(root, inline_max=1024)
+    e.open()
+    new_stream(e, "a", 1)
+    for n in range(4):
+        e.commit([Append(1, KIND_BYTES, [bytes([ord("a") + n]) * record])])
+    new_stream(e, "j", 2, KIND_JSON)
+    e.commit([Append(2, KIND_JSON, json)])
+    return e
 
 
 def read_all(

@@ -9,14 +9,13 @@ from pathlib import Path
 
 from stream_format.layout import Layout
 from stream_format.meta import index_key
-from stream_format.records import FILE_HEADER_SIZE, KIND_BYTES, KIND_JSON, RECORD_HEADER_SIZE
-from stream_server.engine import Engine
+from stream_format.records import FILE_HEADER_SIZE, RECORD_HEADER_SIZE
 from stream_server.engine.head_drops import HeadDrops
 from stream_server.engine.log_reads import LogReads
 from stream_server.engine.metadata import Metadata
-from stream_server.engine.ops import Append, DropHead
+from stream_server.engine.ops import DropHead
 from stream_server.engine.segments import Segments
-from testkit.engines import new_stream
+from testkit.engines import file_and_inline
 
 RECORD = 10_000  # bytes per record: a few file system blocks each
 
@@ -29,13 +28,7 @@ def at(k: int) -> int:
 def drops_over(root: Path) -> tuple[HeadDrops, list[str]]:
     """Stream 1 (a file): four records of ``RECORD`` bytes; stream 2: inline. The drops
     part over a reader of it, and the stages its hook heard."""
-    e = Engine(root, inline_max=1024)
-    e.open()
-    new_stream(e, "a", 1)
-    for n in range(4):
-        e.commit([Append(1, KIND_BYTES, [bytes([ord("a") + n]) * RECORD])])
-    new_stream(e, "j", 2, KIND_JSON)
-    e.commit([Append(2, KIND_JSON, [b"1"])])
+    e = file_and_inline(root, RECORD, [b"1"])
     tails = dict(e.tails)
     e.close()
     segments = Segments(Layout(root))

@@ -13,14 +13,13 @@ import pytest
 from stream_format.layout import Layout
 from stream_format.meta import StreamMeta
 from stream_format.records import FILE_HEADER_SIZE, KIND_BYTES, KIND_JSON
-from stream_server.engine import Engine
 from stream_server.engine.batch import Tail
 from stream_server.engine.errors import DamagedStream, HeadDropped
 from stream_server.engine.log_reads import LogReads
 from stream_server.engine.metadata import Metadata
-from stream_server.engine.ops import Append, DropHead, PutKeyedValue
+from stream_server.engine.ops import DropHead, PutKeyedValue
 from stream_server.engine.segments import Segments
-from testkit.engines import new_stream
+from testkit.engines import file_and_inline
 
 RECORD = 10_000  # bytes per record: a few file system blocks each
 
@@ -29,13 +28,7 @@ def written(root: Path, *, drop: bool = False) -> dict[int, Tail]:
     """Stream 1 (bytes, in a file): four records; with ``drop`` its head dropped to the
     third (the bytes below it punched). Stream 2 (JSON, inline). Returns the tails as
     they were before any drop."""
-    e = Engine(root, inline_max=1024)
-    e.open()
-    new_stream(e, "a", 1)
-    for n in range(4):
-        e.commit([Append(1, KIND_BYTES, [bytes([ord("a") + n]) * RECORD])])
-    new_stream(e, "j", 2, KIND_JSON)
-    e.commit([Append(2, KIND_JSON, [b'{"n":1}', b'{"n":2}'])])
+    e = file_and_inline(root, RECORD, [b'{"n":1}', b'{"n":2}'])
     e.commit([PutKeyedValue("space", "k", b"v")])
     before = {sid: dataclasses.replace(t) for sid, t in e.tails.items()}
     if drop:
