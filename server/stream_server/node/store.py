@@ -31,25 +31,44 @@ EVENTS = [f.name for f in fields(StoreEvents)]
 
 
 class Listeners:
-    """The store's ``StoreEvents``, each calling the Parts' hooks in their order."""
+    """The store's ``StoreEvents``: one object, given to the store before the Parts are
+    known and filled in by ``bind`` once they are. An event no Part listens to stays
+    None (the store then does nothing for it) and one that a single Part hears calls
+    that Part's hook straight: the append path pays for no fan-out it does not need.
+    The batch hook is the exception: the pipeline keeps it from the start, so it
+    stays a call that goes through the bound hooks."""
 
     def __init__(self) -> None:
-        self.hooks: dict[str, tuple[Callable[..., None], ...]] = dict.fromkeys(EVENTS, ())
+        self._batch: tuple[Callable[..., None], ...] = ()
+        self._events = StoreEvents(on_batch=self._on_batch)
+
+    def _on_batch(self, *args: Any) -> None:
+        for hook in self._batch:
+            hook(*args)
 
     def bind(self, parts: Iterable[Part]) -> None:
         events = [e for part in parts if (e := part.listener()) is not None]
         for name in EVENTS:
-            self.hooks[name] = tuple(h for e in events if (h := getattr(e, name)) is not None)
+            hooks = tuple(h for e in events if (h := getattr(e, name)) is not None)
+            if name == "on_batch":
+                self._batch = hooks
+            else:
+                setattr(self._events, name, _one_call(hooks))
 
     def events(self) -> StoreEvents:
-        def fan_out(name: str) -> Callable[..., None]:
-            def call(*args: Any) -> None:
-                for hook in self.hooks[name]:
-                    hook(*args)
+        return self._events
 
-            return call
 
-        return StoreEvents(**{name: fan_out(name) for name in EVENTS})
+def _one_call(hooks: tuple[Callable[..., None], ...]) -> Callable[..., None] | None:
+    """None for no hook, the hook itself for one, else a call of each in order."""
+    if len(hooks) <= 1:
+        return hooks[0] if hooks else None
+
+    def call(*args: Any) -> None:
+        for hook in hooks:
+            hook(*args)
+
+    return call
 
 
 class StoreFactory:
