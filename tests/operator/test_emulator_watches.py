@@ -31,6 +31,7 @@ from testkit.kube import durable_stream
 from testkit.operator import running_operator
 
 NS = "default"
+LAST_HANDLED = "streams.pyds.dev/last-handled-configuration"  # kopf's, as handlers.configure sets
 
 
 @pytest.fixture
@@ -217,6 +218,11 @@ def test_a_throttled_request_is_429_with_retry_after(kube: Cluster):
 # -- the operator copes ----------------------------------------------------------------------
 
 
+def annotations(c: Cluster, name: str) -> dict[str, str]:
+    ds = c.get("DurableStream", NS, name) or {}
+    return ds.get("metadata", {}).get("annotations") or {}
+
+
 def kopf_calls(c: Cluster, verb: str) -> int:
     """kopf's own list or watch requests of DurableStreams so far."""
     return sum(
@@ -256,9 +262,20 @@ def test_a_stream_created_in_a_burst_of_429s_converges(kube: Cluster):
         kube.api.flow.throttle(1, agent="OpenAPI-Generator/", methods=["PATCH"])  # the operator
         kube.create(durable_stream("burst", {})).raise_for_status()
         wait_for(lambda: kube.get("StatefulSet", NS, "burst"), message="the StatefulSet")
-        # kopf posts the operator's Events in order: the StatefulSet's after any failure.
+        # The operator creates its Events at once, in order: the StatefulSet's after any
+        # failure of its apply.
         kube.wait_for_event(NS, "burst", "Created", "StatefulSet")
         assert kube.events(NS, "burst", "ApplyFailed") == []
+        # kopf's own writes (its record of the handled spec) are retried after each 429,
+        # on its own time: wait until all three were refused and the record is there.
+        wait_for(
+            lambda: sum(a.startswith("kopf/") for a in kube.api.flow.throttled) == 3,
+            message=lambda: f"three of kopf's requests refused: {kube.api.flow.throttled}",
+        )
+        wait_for(
+            lambda: LAST_HANDLED in annotations(kube, "burst"),
+            message="kopf's record of the handled spec on burst",
+        )
     refused = kube.api.flow.throttled
     assert sum(a.startswith("kopf/") for a in refused) == 3
     assert sum(a.startswith("OpenAPI-Generator/") for a in refused) == 1
