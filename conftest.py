@@ -20,6 +20,7 @@ from testkit.server_process import ServerProcess
 # testkit.asgi's fixtures start the server in-process (app_server, async_app_server).
 # testkit.archive_store: `archive_store`, a real S3-compatible store per module (SeaweedFS, or
 # Ceph RGW with ARCHIVE_STORE=ceph), and `seaweed` (testkit.seaweedfs).
+# testkit.module_leaks fails a test that leaves a product function replaced.
 # The servers tests start are one process unless a test asks for workers (``--workers N``
 # or its own DS_WORKERS): the default, one per CPU, would make what a test runs depend on
 # the machine. The default itself: e2e/test_workers.py.
@@ -31,6 +32,7 @@ pytest_plugins = [
     "testkit.asgi",
     "testkit.seaweedfs",
     "testkit.archive_store",
+    "testkit.module_leaks",
 ]
 
 

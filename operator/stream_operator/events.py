@@ -3,10 +3,9 @@
 An Event is created through the operator's own API client, at once and in the thread
 that has something to say, not through kopf's queue: most Events come from the status
 rounds, which run in the operator's own worker threads (``periodic.py``), and a queued
-Event reaches the API after the status it explains, or, as seen in long test runs
-where several operators ran one after another in one process, never. Said first, it is
-there by the time anyone reads the status. Events are auxiliary: a failure to create
-one is logged, never raised.
+Event reached the API after the status it explains. Said first, it is there by the time
+anyone reads the status. Events are auxiliary: a failure to create one is logged, never
+raised.
 """
 
 from __future__ import annotations
@@ -64,9 +63,13 @@ def post(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None
         "count": 1,
     }
     try:
-        client.CoreV1Api(api()).create_namespaced_event(
+        response = client.CoreV1Api(api()).create_namespaced_event(
             meta["namespace"], event, _preload_content=False
         )
+        # Not decoded (nothing in it is needed), but read to its end and given back, or
+        # the connection stays out of the pool until the response is collected.
+        response.drain_conn()
+        response.release_conn()
     except Exception as exc:  # auxiliary: the work it reports goes on
         log.warning("could not post the Event %s on %s: %s", reason, meta["name"], exc)
 

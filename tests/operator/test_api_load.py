@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.api_load import Tally, converged, one_round
+from testkit.api_load import Tally, converged, one_round, without_events
 from testkit.cluster import Cluster, cluster
 
 pytestmark = pytest.mark.slow  # whole reconciles of several objects: make test-fast skips it
@@ -24,7 +24,7 @@ COUNT = 3
 
 @pytest.fixture
 def kube() -> Iterator[Cluster]:
-    with cluster() as c:
+    with cluster() as c, without_events():
         yield c
 
 
