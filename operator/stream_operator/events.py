@@ -63,7 +63,7 @@ def post(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None
         "count": 1,
     }
     try:
-        response = client.CoreV1Api(api()).create_namespaced_event(
+        response: Any = client.CoreV1Api(api()).create_namespaced_event(
             meta["namespace"], event, _preload_content=False
         )
         # Not decoded (nothing in it is needed), but read to its end and given back, or
