@@ -72,13 +72,18 @@ class _Election(leaderelection.LeaderElection):
         with self._owner.renewing:
             if self._owner.stopping.is_set():
                 return False  # a stopping leader renews nothing; its release stays released
+            # A renewal counts from before it was sent, not from its answer: a process
+            # frozen (SIGSTOP, a stalled node) between the write and its answer would
+            # otherwise, thawed, count a renewal made long ago as made now, and act for a
+            # whole deadline on a Lease another process has taken since.
+            sent = time.monotonic()
             try:
                 held = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
             except Exception as exc:  # connection errors: retry, as for a conflict
                 logger.warning("lease %s: %s", self._owner.name, exc)
                 return False
         if held:
-            self._owner.renewed(time.monotonic())
+            self._owner.renewed(sent)
         return held
 
 
@@ -109,8 +114,10 @@ class Leadership:
         self._guard = threading.Lock()
 
     def renewed(self, at: float) -> None:
+        """A renewal sent at ``at`` (monotonic) succeeded; renewals only move forward."""
         with self._guard:
-            self._last_renewal = at
+            if self._last_renewal is None or at > self._last_renewal:
+                self._last_renewal = at
 
     def held(self) -> bool:
         """Whether this process may act: it renewed the Lease less than a deadline ago."""

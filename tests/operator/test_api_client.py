@@ -97,6 +97,35 @@ def test_no_write_while_the_lease_is_not_held():
         assert names == ["y"]
 
 
+@pytest.mark.parametrize("answered_after", [0.5, 5.0])
+def test_a_renewal_counts_from_when_it_was_sent(monkeypatch: pytest.MonkeyPatch, answered_after):
+    """A process frozen between its renewal and the answer (SIGSTOP, a stalled node) must
+    not, thawed, act as if it had just renewed: another operator may have taken the Lease
+    in between. The renewal counts from when it was sent; with a renew deadline of 2 s,
+    one answered 5 s later leaves the process unable to write."""
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    clock = [1000.0]
+    monkeypatch.setattr(leadership.time, "monotonic", lambda: clock[0])
+
+    def renewal_answered_late(self: object) -> bool:
+        clock[0] += answered_after
+        return True
+
+    monkeypatch.setattr(
+        leaderelection.LeaderElection, "try_acquire_or_renew", renewal_answered_late
+    )
+    timings = leadership.Timings(lease_duration=3, renew_deadline=2, retry_period=1)
+    owner = leadership.Leadership(client.ApiClient(), "lease", NS, "op-a", timings)
+    config = electionconfig.Config(
+        LeaseLock("lease", NS, "op-a"), 3, 2, 1, owner.elected.set, lambda: None
+    )
+    assert leadership._Election(config, owner).try_acquire_or_renew()
+    owner.elected.set()
+    assert owner.held() is (answered_after < timings.renew_deadline)
+
+
 # -- issue 42: the service-account token, as the kubelet rotates it --------------------------
 
 
