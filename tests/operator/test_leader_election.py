@@ -218,7 +218,8 @@ def test_a_second_operator_waits_and_takes_over_only_when_the_first_is_gone(two)
     seen = len(c.api.requests)
     a.proc.send_signal(signal.SIGCONT)
     assert a.proc.wait(30) == 1
-    assert a.writes(c.api.requests[seen:]) == []
+    wrote = a.writes(c.api.requests[seen:])
+    assert wrote == [], f"op-a wrote after it was thawed: {wrote}"
     assert holder(c) == "op-b"
 
     # A leader stopped by SIGTERM gives the Lease up at once (not after it runs out).
