@@ -81,7 +81,7 @@ LINGER_SECONDS = 2.0
 # SO_LINGER on with a zero timeout: close() resets the connection.
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 # Upgrades the app may take a connection over for (``replication/sender.py``).
-UPGRADES = (b"pyds-replication/2", b"pyds-replication/1")
+UPGRADES = (b"pyds-replication/2",)
 # Refused connections are logged at most this often, with a count.
 CAP_LOG_INTERVAL = 5.0
 

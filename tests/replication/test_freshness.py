@@ -1,6 +1,6 @@
 """Reads answered only while current (docs/replication.md, "Reads"), in process: the
-freshness arithmetic, a deposed primary's, the stream's version 2 (stamps echoed,
-none while the primary may not acknowledge, version 1 still served), and the read
+freshness arithmetic, a deposed primary's, the stream's echo (stamps echoed, none
+while the primary may not acknowledge), and the read
 gate of the real app object as uvicorn calls it: 503 with its headers for every
 read of a replica that cannot show it is current, and live reads that end rather
 than say up to date once it falls behind."""
@@ -22,7 +22,7 @@ from stream_server.replication.frame_ring import FrameRing
 from stream_server.replication.freshness import Freshness
 from stream_server.replication.roles import RoleConfig, RoleLoop
 from stream_server.replication.sender import Sender
-from stream_server.replication.wire import ACK, ACK_V1, MESSAGE, MESSAGE_V1
+from stream_server.replication.wire import ACK, MESSAGE
 
 S = 1_000_000_000  # ns
 
@@ -203,23 +203,6 @@ async def test_the_stream_echoes_the_newest_stamp_while_the_primary_may_acknowle
         shipper.ring.append((3, 3, b"frame-three"))
         sender.push()
         assert await parse(transport.take()) == ([(3, 3, b"frame-three")], 3, 0)
-    finally:
-        sender.connection_lost(None)
-
-
-async def test_a_standby_of_the_version_before_gets_messages_without_echo() -> None:
-    shipper = FakeShipper()
-    shipper.ring.append((3, 1, b"frame-one"))
-    shipper.committed = 1
-    sender = Sender(shipper, "old", 0, 0, heartbeat=60.0, version=1)  # type: ignore[arg-type]
-    transport = Transport()
-    sender.connection_made(transport)  # type: ignore[arg-type]
-    try:
-        raw = transport.take()
-        assert MESSAGE_V1.unpack_from(raw) == (3, 1, 1, len(b"frame-one"))
-        assert raw[MESSAGE_V1.size :] == b"frame-one"
-        sender.data_received(ACK_V1.pack(3, 1, 1))
-        assert shipper.noted[-1] == ("old", 3, 1) and sender.stamp == 0
     finally:
         sender.connection_lost(None)
 

@@ -1,9 +1,8 @@
 """A standby's stream (``replication/sender.py``), spoken byte by byte against a real
 primary: the upgrade and its refusals, frames pushed as they become durable, a
 write acknowledged only once the stream acknowledged its frame, the commit point
-sent alone when no frame carries it, the standby's clock stamps echoed back (and
-the version before the echo still served); and a standby that finds no streams
-of its version (a primary of an earlier version, here behind a proxy that
+sent alone when no frame carries it, the standby's clock stamps echoed back;
+and a standby that finds no streams of its version (a primary of an earlier version, here behind a proxy that
 answers 404, or 426 as a primary before the echo does) follows by fetches
 instead."""
 
@@ -30,20 +29,16 @@ TEXT = {"content-type": "text/plain"}
 MESSAGE = struct.Struct("<QQQQI")
 ACK = struct.Struct("<QQQQ")  # durable term, lsn, commit point known, the standby's stamp
 UPGRADE = "pyds-replication/2"
-MESSAGE_V1 = struct.Struct("<QQQI")  # the version before the echo
-ACK_V1 = struct.Struct("<QQQ")
-UPGRADE_V1 = "pyds-replication/1"
 
 
 class Peer:
     """A raw connection to a server, speaking as a standby would."""
 
-    def __init__(self, url: str, version: int = 2) -> None:
+    def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         self.sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
         self.buf = b""
-        self.version = version
-        self.echo = 0  # the last message's echo (version 2)
+        self.echo = 0  # the last message's echo
 
     def request(self, target: str, *headers: str) -> tuple[int, dict[str, str], bytes]:
         """Send a GET; read its head, and its body when it has one."""
@@ -65,22 +60,17 @@ class Peer:
     def message(self) -> tuple[int, int, int, bytes]:
         """The next message the primary pushes: (term, lsn, commit, frame); its echo
         is kept in ``echo``."""
-        head = MESSAGE if self.version == 2 else MESSAGE_V1
-        while len(self.buf) < head.size:
+        while len(self.buf) < MESSAGE.size:
             self.buf += self._recv()
-        term, lsn, commit, *echo, n = head.unpack_from(self.buf)
-        while len(self.buf) < head.size + n:
+        term, lsn, commit, self.echo, n = MESSAGE.unpack_from(self.buf)
+        while len(self.buf) < MESSAGE.size + n:
             self.buf += self._recv()
-        frame = self.buf[head.size : head.size + n]
-        self.buf = self.buf[head.size + n :]
-        self.echo = echo[0] if echo else 0
+        frame = self.buf[MESSAGE.size : MESSAGE.size + n]
+        self.buf = self.buf[MESSAGE.size + n :]
         return term, lsn, commit, frame
 
     def ack(self, term: int, lsn: int, commit: int, stamp: int = 0) -> None:
-        if self.version == 2:
-            self.sock.sendall(ACK.pack(term, lsn, commit, stamp))
-        else:
-            self.sock.sendall(ACK_V1.pack(term, lsn, commit))
+        self.sock.sendall(ACK.pack(term, lsn, commit, stamp))
 
     def closed(self) -> bool:
         """Whether the server ended the connection (nothing more, then EOF)."""
@@ -109,7 +99,7 @@ def query(term: int, set_id: str, after_lsn: int = 0, name: str = "probe") -> st
 
 
 UPGRADING = ("connection: upgrade", f"upgrade: {UPGRADE}")
-OFFERED = f"{UPGRADE}, {UPGRADE_V1}"
+OFFERED = UPGRADE
 
 
 # A single process, and a writer behind two workers: a worker splices the stream's
@@ -180,10 +170,9 @@ def test_the_stream_pushes_frames_and_a_write_waits_for_its_acknowledgement(
     assert read_all(f"{primary.base}s") == b"one;two;"
 
 
-def test_the_primary_echoes_the_newest_stamp_and_serves_the_version_before(start_set) -> None:
+def test_the_primary_echoes_the_newest_stamp(start_set) -> None:
     """Every message echoes the newest stamp the standby sent on its stream (0 before
-    any): the heartbeat after an acknowledgement carries its stamp. A standby of the
-    version before the echo (pyds-replication/1) is served the same stream without."""
+    any): the heartbeat after an acknowledgement carries its stamp."""
     (srv,) = start_set("stream-echo", count=1)
     primary = primary_with_standbys([srv], 0)
     assert httpx.put(f"{primary.base}s", headers=TEXT).status_code == 201
@@ -193,7 +182,7 @@ def test_the_primary_echoes_the_newest_stamp_and_serves_the_version_before(start
     try:
         code, fields, _ = peer.request(query(term, set_id), *UPGRADING)
         assert code == 101 and fields["upgrade"] == UPGRADE
-        t, got, _, _ = peer.message()
+        peer.message()
         assert peer.echo == 0  # nothing to echo yet
         for stamp in (111, 222):
             peer.ack(term, lsn, lsn, stamp)
@@ -204,20 +193,6 @@ def test_the_primary_echoes_the_newest_stamp_and_serves_the_version_before(start
             )
     finally:
         peer.close()
-    old = Peer(primary.url, version=1)
-    try:
-        code, fields, _ = old.request(
-            query(term, set_id, name="old"), "connection: upgrade", f"upgrade: {UPGRADE_V1}"
-        )
-        assert code == 101 and fields["upgrade"] == UPGRADE_V1
-        got = 0
-        while got < lsn:  # its frames, in order, in the version 1 layout
-            t, n, _, frame = old.message()
-            if n:
-                assert (t, n) == (term, got + 1) and frame
-                got = n
-    finally:
-        old.close()
 
 
 @WORKER_COUNTS
@@ -231,17 +206,17 @@ def test_a_stream_is_refused_as_a_fetch_would_be(start_set, workers: str) -> Non
     def error(b: bytes) -> str:
         return json.loads(b)["error"]
 
+    def offered(fields: dict[str, str], body: bytes) -> bool:
+        return fields["upgrade"] == OFFERED
+
     cases = [
-        # No upgrade asked, an unknown one, or asked without "connection: upgrade": 426,
-        # naming both versions.
-        ((), term, set_id, 426, lambda f, b: f["upgrade"] == OFFERED),
-        ((f"upgrade: {UPGRADE}",), term, set_id, 426, lambda f, b: f["upgrade"] == OFFERED),
-        (
-            ("connection: upgrade", "upgrade: pyds-replication/3"),
-            term,
-            set_id,
-            426,
-            lambda f, b: True,
+        # No upgrade asked, an unknown one (the version before the echo, or one after
+        # ours), or asked without "connection: upgrade": 426, naming the one offered.
+        ((), term, set_id, 426, offered),
+        ((f"upgrade: {UPGRADE}",), term, set_id, 426, offered),
+        *(
+            (("connection: upgrade", f"upgrade: {other}"), term, set_id, 426, offered)
+            for other in ("pyds-replication/1", "pyds-replication/3")
         ),
         # Another term: the fetch's 409, and the connection ends (it cannot carry on).
         (UPGRADING, term + 5, set_id, 409, lambda f, b: error(b) == "wrong term"),

@@ -1,5 +1,5 @@
 """The replication wire format (``replication/wire.py``): what one end encodes the other
-decodes, whole or arriving in pieces, in both stream versions. In-process, no peers."""
+decodes, whole or arriving in pieces. In-process, no peers."""
 
 from __future__ import annotations
 
@@ -49,32 +49,19 @@ def test_stream_messages_are_taken_whole_as_they_arrive() -> None:
     assert wire.take_messages(bytearray(sent[: wire.MESSAGE.size - 1])) is None
 
 
-def test_version_1_messages_have_no_echo() -> None:
-    one = wire.message_v1(3, 7, 5, b"abc")
-    assert len(one) == wire.MESSAGE_V1.size + 3
-    assert wire.MESSAGE_V1.unpack_from(one) == (3, 7, 5, 3)
-
-
-@pytest.mark.parametrize("version", [1, 2])
-def test_the_newest_whole_acknowledgement_is_taken(version: int) -> None:
-    def ack(term: int, lsn: int, commit: int, stamp: int) -> bytes:
-        if version == 1:
-            return wire.ACK_V1.pack(term, lsn, commit)
-        return wire.ack(term, lsn, commit, stamp)
-
-    buffer = bytearray(ack(3, 7, 5, 100) + ack(3, 9, 6, 130))
-    partial = ack(3, 10, 6, 140)
+def test_the_newest_whole_acknowledgement_is_taken() -> None:
+    buffer = bytearray(wire.ack(3, 7, 5, 100) + wire.ack(3, 9, 6, 130))
+    partial = wire.ack(3, 10, 6, 140)
     buffer += partial[:5]
-    stamp = 130 if version == 2 else 0
-    assert wire.take_acks(buffer, version) == (3, 9, 6, stamp)
+    assert wire.take_acks(buffer) == (3, 9, 6, 130)
     assert bytes(buffer) == partial[:5]  # the piece of the next one stays
-    assert wire.take_acks(buffer, version) is None
+    assert wire.take_acks(buffer) is None
     buffer += partial[5:]
-    assert wire.take_acks(buffer, version) == (3, 10, 6, 140 if version == 2 else 0)
+    assert wire.take_acks(buffer) == (3, 10, 6, 140)
 
 
-def test_every_stream_version_names_an_upgrade_offered() -> None:
-    assert wire.VERSIONS == {wire.UPGRADE: 2, wire.UPGRADE_V1: 1}
+def test_the_one_stream_version_offered_is_the_one_asked_for() -> None:
+    assert wire.VERSIONS == {wire.UPGRADE: 2}
 
 
 def test_the_http_server_takes_over_exactly_the_streams_upgrades() -> None:

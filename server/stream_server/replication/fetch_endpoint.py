@@ -18,8 +18,8 @@ A stream request (``sender.py``) has the same parameters and checks, and a
 fetch's 409 when the standby cannot follow; otherwise the connection is
 taken from the HTTP server (``scope["extensions"]["stream_server.upgrade"]``,
 ``http_limits.py``) once the ``101`` is written. One that does not ask to
-upgrade to ``pyds-replication/2`` (or ``/1``, a standby of the version before
-the read freshness echo) gets 426 Upgrade Required, naming both.
+upgrade to a version this primary speaks (``wire.VERSIONS``) gets 426 Upgrade
+Required, naming them.
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from stream_server.replication.wire import (
     NUMBERS,
     STREAM_PATH,
     TERM,
-    UPGRADE,
-    UPGRADE_V1,
     VERSIONS,
 )
 
@@ -48,7 +46,7 @@ if TYPE_CHECKING:
 PATH = FETCH_PATH
 PATHS = (FETCH_PATH, STREAM_PATH)
 UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()
-OFFERED = f"{UPGRADE}, {UPGRADE_V1}".encode()
+OFFERED = ", ".join(VERSIONS).encode()
 UNAUTHORIZED_HEADERS = [
     (b"content-type", b"application/json"),
     (b"www-authenticate", CHALLENGE.encode()),
@@ -87,12 +85,11 @@ async def serve(
     if scope["path"] == STREAM_PATH:
         asked = upgrade.decode("latin-1").strip().lower()
         take_over = scope.get("extensions", {}).get("stream_server.upgrade")
-        version = VERSIONS.get(asked)
-        if take_over is None or version is None:
+        if take_over is None or asked not in VERSIONS:
             await _upgrade_required(send)
             return
         stream = replication.stream(
-            name, term, after_term, after_lsn, committed, url=url, set_id=set_id, version=version
+            name, term, after_term, after_lsn, committed, url=url, set_id=set_id
         )
         if not isinstance(stream, FetchAnswer):
             headers = [(b"upgrade", asked.encode()), (TERM.encode(), b"%d" % stream.term)]

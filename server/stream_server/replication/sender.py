@@ -30,9 +30,6 @@ renew deadline) and no election can roll back what it covers
 (``freshness.py``), and a deposed or unsettled primary renews no one's
 freshness. The commit point sent is ``Shipper.announced``: a primary not yet
 settled tells no standby that its unconfirmed tail is committed.
-A standby of the version before the echo asks for ``pyds-replication/1``
-(a rolling update) and gets the same stream without stamps or echoes
-(``MESSAGE_V1``, ``ACK_V1``).
 
 Frames are pushed from the moment they are added to the ring, with no task
 and no wake-up in between. Sending stops while more than ``MAX_ANSWER``
@@ -51,7 +48,7 @@ from collections.abc import Callable
 from typing import cast
 
 from stream_server.replication.shipping import COMMIT_LINGER, MAX_ANSWER, Shipper
-from stream_server.replication.wire import MESSAGE, MESSAGE_V1, take_acks
+from stream_server.replication.wire import MESSAGE, take_acks
 
 
 class Sender(asyncio.Protocol):
@@ -64,10 +61,8 @@ class Sender(asyncio.Protocol):
         after_lsn: int,
         known_commit: int,
         heartbeat: float,
-        version: int = 2,
     ) -> None:
         self.shipper = shipper
-        self.version = version
         self.stamp = 0  # the newest stamp the standby sent on this stream (0: none yet)
         self.name = name
         self.term = shipper.roles.state.term
@@ -103,7 +98,7 @@ class Sender(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._input += data
-        acked = take_acks(self._input, self.version)
+        acked = take_acks(self._input)
         if acked is None:
             return
         after_term, after_lsn, known, stamp = acked
@@ -162,8 +157,6 @@ class Sender(asyncio.Protocol):
     def _head(self) -> Callable[[int, int, int, int], bytes]:
         """Packs a message's head (term, lsn, commit point, frame length) with the echo
         as of now: the newest stamp received, while this replica may acknowledge."""
-        if self.version < 2:
-            return MESSAGE_V1.pack
         echo = self.stamp if self.shipper.echoing else 0
         pack = MESSAGE.pack
         return lambda t, lsn, commit, n: pack(t, lsn, commit, echo, n)

@@ -339,19 +339,15 @@ class Replication:
         committed: int,
         url: str = "",
         set_id: str = "",
-        version: int = 2,
     ) -> FetchAnswer | Sender:
-        """A standby's stream (``sender.py``, of that wire ``version``), or why it cannot
-        follow us (a fetch's 409)."""
+        """A standby's stream (``sender.py``), or why it cannot follow us (a 409)."""
         refused = self._admit(name, url, set_id, (after_term, after_lsn)) or self.shipper.refusal(
             term, after_term, after_lsn
         )
         if refused is not None:
             return refused
         self.shipper.note(name, after_term, after_lsn)
-        return Sender(
-            self.shipper, name, after_lsn, committed, heartbeat(self.settings), version=version
-        )
+        return Sender(self.shipper, name, after_lsn, committed, heartbeat(self.settings))
 
     # ---------------------------------------------------------- peers, switchover
 

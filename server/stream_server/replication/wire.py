@@ -17,8 +17,9 @@ Two ways to follow, both over HTTP/1.1:
   pushes messages (``MESSAGE``: frame term, lsn (0: no frame), commit point,
   echo, frame length, then the frame) and the standby answers each with its
   durable position (``ACK``: term, lsn, commit point it knows, its clock's
-  stamp). Version 1 (``UPGRADE_V1``, the version before the read freshness
-  echo) has neither echo nor stamp.
+  stamp). A primary that does not speak the version asked answers 426, its
+  ``Upgrade`` header naming the versions it does (``VERSIONS``): how the next
+  change of these layouts is bridged (docs/compatibility.md).
 
 The frames themselves are the format package's (``stream_format.wal``).
 """
@@ -34,8 +35,7 @@ STREAM_PATH = "/replication/stream"
 NUMBERS = ("term", "after_term", "after_lsn", "committed")
 
 UPGRADE = "pyds-replication/2"
-UPGRADE_V1 = "pyds-replication/1"  # what a standby of the version before asks for
-VERSIONS = {UPGRADE: 2, UPGRADE_V1: 1}
+VERSIONS = {UPGRADE: 2}  # the stream versions a primary serves, by their Upgrade token
 
 # Answer headers (lower case, as both ends compare them).
 TERM = "replication-term"  # the primary's term (fetch answers and a stream's 101)
@@ -48,8 +48,6 @@ MESSAGE = struct.Struct("<QQQQI")
 # Standby to primary: the term and lsn of its durable position, the commit point it
 # knows, its clock (ns).
 ACK = struct.Struct("<QQQQ")
-MESSAGE_V1 = struct.Struct("<QQQI")  # version 1: no echo
-ACK_V1 = struct.Struct("<QQQ")  # version 1: no stamp
 
 Shipped = tuple[int, int, bytes]  # a frame as shipped: term, lsn, the frame
 
@@ -82,11 +80,6 @@ def message(term: int, lsn: int, commit: int, echo: int, frame: bytes = b"") -> 
     return MESSAGE.pack(term, lsn, commit, echo, len(frame)) + frame
 
 
-def message_v1(term: int, lsn: int, commit: int, frame: bytes = b"") -> bytes:
-    """One stream message of version 1 (no echo)."""
-    return MESSAGE_V1.pack(term, lsn, commit, len(frame)) + frame
-
-
 def ack(term: int, lsn: int, commit: int, stamp: int) -> bytes:
     """A standby's acknowledgement: its durable position, the commit point it knows,
     and its clock's stamp (echoed back by the primary's next message)."""
@@ -117,15 +110,14 @@ def take_messages(buffer: bytearray) -> tuple[list[Shipped], int, int] | None:
     return frames, commit, echo
 
 
-def take_acks(buffer: bytearray, version: int) -> tuple[int, int, int, int] | None:
+def take_acks(buffer: bytearray) -> tuple[int, int, int, int] | None:
     """The newest whole acknowledgement in ``buffer`` (positions and stamps only grow:
-    the last says all the earlier ones do), every whole one removed; its stamp is 0
-    in version 1. None while none is whole."""
-    layout = ACK if version >= 2 else ACK_V1
-    size = layout.size
+    the last says all the earlier ones do), every whole one removed. None while none
+    is whole."""
+    size = ACK.size
     whole = len(buffer) - len(buffer) % size
     if not whole:
         return None
-    after_term, after_lsn, known, *stamp = layout.unpack_from(buffer, whole - size)
+    after_term, after_lsn, known, stamp = ACK.unpack_from(buffer, whole - size)
     del buffer[:whole]
-    return after_term, after_lsn, known, stamp[0] if stamp else 0
+    return after_term, after_lsn, known, stamp
