@@ -19,7 +19,7 @@ and log file, all in sessions of their own so that they outlive the command
 
 ``token_file`` holds the set's peer token (``--replication-token-file``, a
 fresh random secret per ``up``): every server gets it, so the peer endpoints
-(fetch, snapshot, switchover) are authenticated in every test that uses the
+(stream, snapshot, switchover) are authenticated in every test that uses the
 set, and ``switchover`` sends it.
 
 ``url`` is an origin (streams live under ``/v1/stream/``); ``command`` and

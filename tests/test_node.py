@@ -54,7 +54,7 @@ def routes(app: StreamServerApp) -> set[tuple[str, str]]:
             SET,
             ReplicaSetMember,
             ALWAYS | REPLICATION,
-            {"/replication/fetch", "/replication/stream"},
+            {"/replication/stream"},
         ),
         ({**ARCHIVE, "archive_follow": True}, ArchiveFollowerNode, ALWAYS, set()),
     ],

@@ -3,7 +3,7 @@ and FoundationDB's simulation testing.
 
 The server's own primary, standby and Lease logic (``RoleLoop`` and its Lease
 writes with their read-back, ``Shipper``'s commit point, in-sync set and
-fetch answers, ``Freshness`` and the read and write fences, the follower's
+refusals, ``Freshness`` and the read and write fences, the follower's
 decisions, ``replication/rules.py``) runs on an asyncio loop in virtual time
 (``clock.py``), against an in-memory Lease (``lease.py``), over lossy,
 reordering links (``links.py``), with members that crash and restart with

@@ -4,7 +4,7 @@ read fence and write fence, on simulated storage, over the simulated network.
 
 What is the simulation's own is the glue the real ``service.py`` and
 ``role_switch.py`` hold (primary or standby mode as the role loop's state
-changes, with the same steps in the same order), the fetch loop of a standby
+changes, with the same steps in the same order), the follow loop of a standby
 (``standby.py``), and how a write or a read reaches the member. A crash cancels
 every task of the member at once and drops what its storage had not flushed;
 a restart builds every object anew from what the storage kept, as a process

@@ -5,8 +5,8 @@ answer follow our position, whether an answer's term may be applied, whether
 the primary we follow is still ours to follow, how long to wait for news) are
 borrowed from the class, and what a standby acknowledges is
 ``rules.acknowledged``. What differs is the transport (one request over the
-simulated network, ``World.fetch``, whose answer echoes the request's stamp as
-a stream's message does) and the writer: the frames are written,
+simulated network, ``World.stream_round``: a stream's next messages as the
+answer to its acknowledgement, echoing its stamp as a stream's message does) and the writer: the frames are written,
 and the acknowledgement waits for their flush only while ``rules.acknowledged``
 says the flushed position is what may be acknowledged (always, unless a
 mutant says otherwise).
@@ -18,8 +18,9 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
-from stream_server.replication import rules, wire
+from stream_server.replication import rules
 from stream_server.replication.follower import RECOPY, Follower, unless_stale
+from stream_server.replication.shipping import Refusal
 from testkit.simulate.storage import Storage
 
 if TYPE_CHECKING:
@@ -64,30 +65,30 @@ class Standby:
                 await self._news()
                 continue
             try:
-                await self._fetch_once(state.primary_url, state.term)
+                await self._round(state.primary_url, state.term)
             except (TimeoutError, ValueError) as exc:
                 self.problem = f"following {state.primary_url} failed: {exc!r}"
                 await asyncio.sleep(self.retry_period)
 
-    async def _fetch_once(self, primary: str, term: int) -> None:
+    async def _round(self, primary: str, term: int) -> None:
         m = self.member
         stamp = m.freshness.stamp()  # the answer echoes it: current as of this or later
         after_term, after_lsn = rules.acknowledged(m.storage.durable, m.storage.written)
-        request = m.world.fetch(m, primary, (term, after_term, after_lsn, self.commit), stamp)
+        params = (term, after_term, after_lsn, self.commit)
+        request = m.world.stream_round(m, primary, params, stamp)
         r = await unless_stale(request, lambda: self._stale(primary, term), self.retry_period)
         if r is None:
             return
-        status, headers, body, echo = r
-        if status != 200:
-            await self._refused(status, body, primary, term)
+        if isinstance(r, Refusal):
+            await self._refused(r.status, r.body, primary, term)
             return
-        if not self._answer_term(int(headers[wire.TERM]), term):
+        answer_term, shipped, commit, echo = r
+        if not self._answer_term(answer_term, term):
             await self._news()
             return
         self.problem = None
         first = len(m.storage.frames) + 1
-        frames = self._in_order(list(wire.fetched_frames(body)))
-        commit = int(headers[wire.COMMIT])
+        frames = self._in_order(shipped)
         await self._apply([(t, first + i, f) for i, (t, f) in enumerate(frames)], commit)
         m.freshness.heard(echo, commit, m.published)
 

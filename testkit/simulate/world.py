@@ -15,13 +15,18 @@ import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from stream_server.replication.shipping import COMMIT_LINGER, MAX_ANSWER, Refusal, Shipper
+from stream_server.replication.wire import Shipped
 from testkit.history import History, Seen
 from testkit.simulate.clock import VirtualLoop
 from testkit.simulate.lease import LeaseServer
 from testkit.simulate.links import Network, Reply
 from testkit.simulate.members import Member, owned_task
 
-FETCH_TIMEOUT = 3.0  # seconds a standby's fetch waits (the follower's 15 s, scaled)
+PEER_TIMEOUT = 3.0  # seconds a standby's request waits (the follower's 15 s, scaled)
+# One round of a stream, as the standby hears it: the primary's term, the frames, the
+# commit point announced and the echo.
+Round = tuple[int, list[Shipped], int, int]
 NAMES = ("ds-0", "ds-1", "ds-2")
 
 
@@ -100,26 +105,22 @@ class World:
 
         return self.net.request(src, dst, arrive)
 
-    async def fetch(
+    async def stream_round(
         self, member: Member, primary: str, params: tuple[int, int, int, int], stamp: int
-    ) -> tuple[int, dict[str, str], bytes, int]:
-        """A standby's request for the frames after its position, which acknowledges that
-        position: answered by the primary's shipper (``Shipper.fetch``), with the echo
-        of ``stamp`` as a stream's message carries it (``sender.py``): only while the
-        primary is ``echoing``. (A fetch answer renews a standby's freshness whenever
-        the primary is ``vouching``, settled or not; the stream, the mode every
-        current version uses, is what is simulated.)"""
+    ) -> Round | Refusal:
+        """One round of a standby's stream (``sender.py``) as one request and its answer
+        over the simulated network: the position it names is its acknowledgement,
+        and the answer is what the primary's shipper would push next, with the echo
+        of ``stamp`` (``_round``)."""
         name = member.name
 
         async def serve(target: Member) -> object:
-            a = await target.shipper.fetch(name, *params)
-            echo = stamp if target.shipper.echoing else 0
-            return a.status, a.headers, a.body, echo
+            return await _round(target.shipper, name, params, stamp)
 
         answer = await asyncio.wait_for(
-            self.request(name, primary.removeprefix("sim://"), serve), FETCH_TIMEOUT
+            self.request(name, primary.removeprefix("sim://"), serve), PEER_TIMEOUT
         )
-        assert isinstance(answer, tuple)
+        assert isinstance(answer, (tuple, Refusal))
         return answer
 
     async def recopy(self, member: Member, primary: str) -> None:
@@ -130,7 +131,7 @@ class World:
 
         try:
             frames = await asyncio.wait_for(
-                self.request(member.name, primary.removeprefix("sim://"), serve), FETCH_TIMEOUT
+                self.request(member.name, primary.removeprefix("sim://"), serve), PEER_TIMEOUT
             )
         except TimeoutError:
             return
@@ -146,3 +147,40 @@ class World:
 
 async def _answer(work: Coroutine[Any, Any, object], reply: Reply) -> None:
     reply(await work)
+
+
+async def _round(
+    shipper: Shipper, name: str, params: tuple[int, int, int, int], stamp: int
+) -> Round | Refusal:
+    """What a primary's stream sends a standby at ``params`` (term, durable term and
+    lsn, commit point known), as ``Sender`` sends it: refused as a stream request is
+    (``Shipper.refusal``), else the position counted (``Shipper.note``) and the
+    frames after it, up to ``MAX_ANSWER`` bytes, with the commit point announced and
+    the echo only while the primary is ``echoing``. With no frame to send it waits,
+    as a stream does, for one: a heartbeat's time at most, and ``COMMIT_LINGER``
+    once the commit point has moved (sent alone then)."""
+    term, after_term, after_lsn, known = params
+    refused = shipper.refusal(term, after_term, after_lsn)
+    if refused is not None:
+        return refused
+    shipper.note(name, after_term, after_lsn)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(1.0, shipper.silent_after / 2)
+    while shipper.lsn <= after_lsn and shipper.roles.is_primary and not shipper.stopping:
+        if (announced := shipper.announced()) > known:
+            deadline = min(deadline, loop.time() + COMMIT_LINGER)
+            known = announced
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        await shipper.changed.wait(left)
+    frames: list[Shipped] = []
+    size = 0
+    for shipped in shipper.ring.since(shipper.ring.first_after(after_lsn)):
+        if frames and size + len(shipped[2]) > MAX_ANSWER:
+            break
+        frames.append(shipped)
+        size += len(shipped[2])
+    shipper.shipped += len(frames)
+    echo = stamp if shipper.echoing else 0
+    return shipper.roles.state.term, frames, shipper.announced(), echo

@@ -1,9 +1,9 @@
-"""A standby's fetch is given up once the Lease names another primary or term.
+"""A standby's stream request is given up once the Lease names another primary or term.
 
-A fetch to a primary that is paused or cut off never gets its answer; the standby
-would wait out ``FETCH_TIMEOUT`` (15 s) before following the primary the Lease now
+A request to a primary that is paused or cut off never gets its answer; the standby
+would wait out ``STREAM_TIMEOUT`` (15 s) before following the primary the Lease now
 names, and a new primary needs its standbys in sync before it acknowledges anything
-(a stream's own watch ends its read in a retry period). ``unless_stale`` gives the
+(an open stream's own watch ends its read in a retry period). ``unless_stale`` gives the
 request up as soon as it is no longer wanted, and only then.
 """
 
@@ -50,8 +50,8 @@ async def test_an_answer_that_came_is_taken_even_when_stale_by_then():
 async def test_a_stream_to_a_silent_primary_is_given_up_when_the_lease_moves(monkeypatch):
     """A primary whose packets are dropped accepts nothing, or (here) answers nothing:
     the stream's opening is given up once the Lease names another primary, not after
-    FETCH_TIMEOUT, so the standby follows the new primary in time to join it."""
-    monkeypatch.setattr(follower_module, "FETCH_TIMEOUT", 3600.0)
+    STREAM_TIMEOUT, so the standby follows the new primary in time to join it."""
+    monkeypatch.setattr(follower_module, "STREAM_TIMEOUT", 3600.0)
     held: list[asyncio.StreamWriter] = []
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -1,4 +1,4 @@
-"""The replica set's peer token (``--replication-token-file``): fetch, snapshot and
+"""The replica set's peer token (``--replication-token-file``): stream, snapshot and
 switchover need it as a bearer token, followers send it, ``GET /replication`` stays
 open. Real server processes on the emulated Lease API (the conftest's sets)."""
 
@@ -31,18 +31,20 @@ def bearer(secret: str) -> dict[str, str]:
 def peer_requests(primary: ServerProcess, standby: str) -> dict[str, httpx.Request]:
     """One request to each guarded endpoint; each changes nothing unless it is let in."""
     st = status(primary)
-    pos = st["followers"][standby]  # the standby's own position: its next fetch anyway
+    pos = st["followers"][standby]  # the standby's own position
     return {
-        "fetch": httpx.Request(
+        # A term past the primary's: let in, it is refused (409) and opens no stream.
+        "stream": httpx.Request(
             "GET",
-            f"{primary.url}/replication/fetch",
+            f"{primary.url}/replication/stream",
             params={
                 "name": standby,
-                "term": st["term"],
+                "term": st["term"] + 1,
                 "after_term": pos["term"],
                 "after_lsn": pos["lsn"],
                 "committed": 0,
             },
+            headers={"Connection": "upgrade", "Upgrade": "pyds-replication/2"},
         ),
         "snapshot": httpx.Request("GET", f"{primary.url}/replication/snapshot"),
         "switchover": httpx.Request(
@@ -74,13 +76,6 @@ def test_peer_endpoints_need_the_token_and_followers_send_it(start_set, tmp_path
     assert httpx.get(f"{primary.url}/replication", timeout=5).status_code == 200  # open
     before = status(primary)
     refused = peer_requests(primary, standby)
-    fetch = refused["fetch"]
-    # A stream asks the same of the primary; let in, it is what the standbys use.
-    refused["stream"] = httpx.Request(
-        "GET",
-        fetch.url.copy_with(path="/replication/stream"),
-        headers={"Connection": "upgrade", "Upgrade": "pyds-replication/1"},
-    )
     for what, request in refused.items():
         for headers in ({}, bearer("wrong"), bearer(secret + "x"), {"Authorization": secret}):
             r = send(request, headers)
@@ -95,8 +90,8 @@ def test_peer_endpoints_need_the_token_and_followers_send_it(start_set, tmp_path
     let_in = {
         what: send(req, bearer(secret)) for what, req in peer_requests(primary, standby).items()
     }
-    assert let_in["fetch"].status_code == 200, let_in["fetch"].text
-    assert let_in["fetch"].headers["replication-term"] == str(before["term"])
+    assert let_in["stream"].status_code == 409, let_in["stream"].text
+    assert let_in["stream"].json()["error"] == "wrong term"
     assert let_in["snapshot"].status_code == 200, let_in["snapshot"].text
     with tarfile.open(fileobj=io.BytesIO(let_in["snapshot"].content)) as tar:
         assert "meta" in tar.getnames()

@@ -85,8 +85,8 @@ async def test_requests_share_one_kept_alive_connection(peer):
     client = PeerClient(timeout=5)
     try:
         for i in range(3):
-            r = await client.get(f"{ps.url}/replication/fetch", params={"a": i, "b": "x y"})
-            assert (r.status, r.body) == (200, f"{i} /replication/fetch?a={i}&b=x+y".encode())
+            r = await client.get(f"{ps.url}/replication/peer", params={"a": i, "b": "x y"})
+            assert (r.status, r.body) == (200, f"{i} /replication/peer?a={i}&b=x+y".encode())
             assert r.headers["content-length"] == str(len(r.body))
     finally:
         await client.aclose()

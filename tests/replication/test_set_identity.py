@@ -102,7 +102,7 @@ def lease_set_id(api: Cluster, name: str) -> str:
 
 def never_joins(api: Cluster, lease: str, servers: list[ServerProcess], name: str) -> None:
     """``name`` stays out of the set for several seconds: not in the Lease's in-sync
-    set, and never heard from by the primary (no fetch, no stream)."""
+    set, and never heard from by the primary (no stream)."""
     primary = primary_with_standbys(servers, 1)
     deadline = time.monotonic() + 6
     while time.monotonic() < deadline:

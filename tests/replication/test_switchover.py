@@ -156,7 +156,7 @@ def test_switchover_to_a_standby_out_of_sync_or_unknown_is_refused_and_changes_n
     assert r.json()["error"]["code"] == "NOT_IN_SYNC"
     stopped: list[str] = []
     try:
-        # Paused standbys stop fetching and leave the in-sync set (by CAS) within a second.
+        # Paused standbys stop acknowledging and leave the in-sync set (by CAS) within a second.
         rs.kill(standbys[0], signal.SIGSTOP)
         stopped.append(standbys[0])
         wait_for(
@@ -251,7 +251,7 @@ def test_a_switchover_whose_target_does_not_catch_up_is_undone(rs):
             )
         )
         writer.start()
-        # The write is durable on the primary and waits for the paused target's fetch.
+        # The write is durable on the primary and waits for the paused target's acknowledgement.
         wait_for(
             lambda: rs.status(primary)["durable"]["lsn"] > lsn,  # type: ignore[index]
             timeout=10,

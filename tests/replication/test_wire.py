@@ -3,24 +3,7 @@ decodes, whole or arriving in pieces. In-process, no peers."""
 
 from __future__ import annotations
 
-import pytest
-
 from stream_server.replication import wire
-
-FRAMES = [(3, 7, b"frame seven"), (3, 8, b""), (4, 9, b"x" * 1000)]
-
-
-def test_a_fetch_body_gives_back_its_frames() -> None:
-    assert list(wire.fetched_frames(wire.fetch_body(FRAMES))) == FRAMES
-    assert wire.fetch_body([]) == b""
-    assert list(wire.fetched_frames(b"")) == []
-
-
-@pytest.mark.parametrize("cut", [1, wire.FRAME_HEAD.size - 1, wire.FRAME_HEAD.size + 3])
-def test_a_fetch_body_cut_short_is_refused(cut: int) -> None:
-    body = wire.fetch_body(FRAMES[:1])
-    with pytest.raises(ValueError, match="ends inside"):
-        list(wire.fetched_frames(body[:cut]))
 
 
 def test_stream_messages_are_taken_whole_as_they_arrive() -> None:

@@ -27,7 +27,7 @@ only; the engine knows it as a ``ReplicaRole`` (engine.py) and never imports it.
 - Frames received from the primary go through the engine's public frame path
   (``Engine.append_frames``, ``Engine.commit_frames``): segment files, the WAL
   (the frame as it came, same lsn), fdatasync, LMDB, then the same publish step
-  as a batch of the primary's own; the frames of one fetch answer as one group
+  as a batch of the primary's own; the frames of one stream read as one group
   (one write per stream, one WAL write and flush, one LMDB transaction). It is
   two halves: ``write_frames`` makes the frames durable (the WAL flushed: the
   standby's durable position moves, and it may tell the primary),
@@ -326,7 +326,7 @@ Applied = tuple[int, Position, list[walmod.Entry]]  # lsn, position, metadata ch
 
 @dataclass(slots=True)
 class Written:
-    """Frames of one fetch answer durable in the WAL, their metadata not yet in LMDB
+    """Frames of one group received durable in the WAL, their metadata not yet in LMDB
     (``write_frames``; ``commit_frames`` finishes them, and keeps in ``prior`` the
     tails each frame replaced: ``engine/prior_tails.py``)."""
 

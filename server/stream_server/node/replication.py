@@ -1,8 +1,8 @@
 """A replica set's endpoints and series (docs/replication.md) as a Part.
 
-``/replication/fetch`` and ``/replication/stream`` are answered ahead of Starlette:
-every replicated write waits for them (``replication/fetch_endpoint.py``). The
-snapshot and switchover are peer endpoints, behind the set's token when it has one.
+``/replication/stream`` is answered ahead of Starlette: its connection is handed
+over to the primary's sender (``replication/stream_endpoint.py``). The snapshot
+and switchover are peer endpoints, behind the set's token when it has one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute, Route
 from stream_server.node.admin import peer_denied
 from stream_server.node.part import Asgi, Part
 from stream_server.protocol.http import Receive, Scope, Send
-from stream_server.replication import fetch_endpoint
+from stream_server.replication import stream_endpoint
 from stream_server.replication.collector import ReplicationCollector
 from stream_server.replication.service import Replication
 
@@ -37,13 +37,13 @@ class ReplicationPart(Part):
         ]
 
     def ahead(self) -> dict[str, Asgi]:
-        return dict.fromkeys(fetch_endpoint.PATHS, self.fetch)
+        return dict.fromkeys(stream_endpoint.PATHS, self.stream)
 
     def collectors(self) -> list[Collector]:
         return [ReplicationCollector(self.replication)]
 
-    async def fetch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await fetch_endpoint.serve(self.replication, scope, send, recovered=self.recovered())
+    async def stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await stream_endpoint.serve(self.replication, scope, send, recovered=self.recovered())
 
     async def status(self, request: Request) -> JSONResponse:
         """This replica's role, term, primary and positions (docs/replication.md)."""

@@ -1,26 +1,26 @@
-"""A standby's follow-and-apply loop (PostgreSQL's walreceiver; Kafka's replica
-fetcher with a primary that has no streams).
+"""A standby's follow-and-apply loop (PostgreSQL's walreceiver).
 
 While this replica is a standby of a known primary, it asks the primary for the
-frames after its durable position, over a stream (``sender.py``) or, from a
-primary that answers 404 to that, by fetches. It writes the frames it
-received through the engine's commit path (one flush for all of them), and
-makes the ones at or below the announced commit point visible to its readers
-(``mirror``). It then reports its new position (the stream's ``ACK``, or the
-next fetch): that is its acknowledgement. It is sent once the frames are
+frames after its durable position over a stream (``sender.py``). It writes the
+frames it received through the engine's commit path (one flush for all of
+them), and makes the ones at or below the announced commit point visible to
+its readers (``mirror``). It then reports its new position (the stream's
+``ACK``): that is its acknowledgement. It is sent once the frames are
 durable (``engine.replica.write_frames``: segments, WAL, fdatasync), while
 their LMDB commit (``commit_frames``) runs, both on the standby's writer
 thread (``applier.py``); ``applying`` keeps the next frames, a
 promotion and a re-copy behind that commit.
 
-Every answer that renews this replica's read freshness (``freshness.py``)
-answers a stamp of its clock: a fetch's is when it was sent, and the stream's
-acknowledgements carry one, which the primary echoes. The acknowledgements go
-in answer to every message, the heartbeats included, so an idle stream renews
-freshness once a heartbeat. A primary that refuses ``pyds-replication/2``
-(426: a version before the echo; 404: before streams) is followed by fetches.
+This replica's read freshness (``freshness.py``) is renewed only by the
+stream's echo: each acknowledgement carries a stamp of its clock, which the
+primary echoes only while it vouches for its commit point and has settled
+what it took over (``Shipper.echoing``). The acknowledgements go in answer to
+every message, the heartbeats included, so an idle stream renews freshness
+once a heartbeat. A primary that refuses our stream version (426) is of
+another version than ours: a rolling update must update the standbys first
+(docs/compatibility.md), so this replica says so (``problem``) and asks again.
 
-An answer or a stream from a term older than the highest term seen is
+A stream from a term older than the highest term seen is
 refused: it comes from a deposed primary. A 409 says why the primary will not serve us (wrong
 term: the role loop will catch up; diverged or too far behind: this replica
 must be re-copied, shown in ``/replication`` as ``problem``).
@@ -37,12 +37,11 @@ from typing import TypeVar
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks
 from stream_server.replication import rules, wire
-from stream_server.replication.applier import Applier, Job, Sent
+from stream_server.replication.applier import Applier, Job
 from stream_server.replication.freshness import Freshness
 from stream_server.replication.mirror import Mirror
 from stream_server.replication.peer_http import (
     READ_SIZE,
-    PeerClient,
     PeerError,
     PeerResponse,
     PeerStream,
@@ -58,7 +57,9 @@ log = logging.getLogger("stream_server.replication")
 RECOPY = ("diverged", "too far behind: re-copy")
 T = TypeVar("T")
 
-FETCH_TIMEOUT = 15.0  # seconds: a fetch is answered within a second when the primary is alive
+# Seconds: a stream's request is answered, and a message comes, within a second
+# when the primary is alive.
+STREAM_TIMEOUT = 15.0
 
 
 class Follower:
@@ -92,14 +93,11 @@ class Follower:
         self.commit = 0  # the primary's last announced commit point
         self.received: rules.Position = (0, 0)  # the last frame received (maybe not durable)
         self.problem: str | None = None
-        self.fetched_at = 0.0  # our clock at the last good answer (lag in seconds)
+        self.heard_at = 0.0  # our clock at the last message (lag in seconds)
         self._watching: asyncio.TimerHandle | None = None  # a stream's watchdog (_watch)
-        # A primary without streams (an older version), and its term: fetch from it.
-        self.fetch_only: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._finishing: asyncio.Task[None] | None = None  # the last answer's LMDB commit
-        self._sent = Sent()  # the writer thread's: our acknowledgement went out
-        # The peer token's header (``peer_token.py``), sent on every fetch; none without.
+        # The peer token's header (``peer_token.py``), sent on every request; none without.
         self.auth = auth
         # The client context for an https primary (``peer_tls.py``), at each connection.
         self.tls = tls
@@ -124,29 +122,22 @@ class Follower:
         await self.applier.stop()  # the job under way ends first
 
     async def _run(self) -> None:
-        http = PeerClient(timeout=FETCH_TIMEOUT, tls=self.tls)
-        try:
-            while True:
-                state = self.roles.state
-                if not self.following or self.roles.is_primary or not state.primary_url:
-                    await self._news()
-                    continue
-                if self.join is not None and await self.join() is not None:
-                    await self._news()  # another set's data, or single-node data: never
-                    continue
-                try:
-                    if self.fetch_only == (state.primary_url, state.term):
-                        await self._fetch_once(http, state.primary_url, state.term)
-                    else:
-                        await self._stream(state.primary_url, state.term)
-                except (PeerError, ValueError) as exc:
-                    self.problem = f"following {state.primary_url} failed: {exc!r}"
-                    await asyncio.sleep(self.retry_period)
-                except Exception:
-                    log.exception("follower round failed")
-                    await asyncio.sleep(self.retry_period)
-        finally:
-            await http.aclose()
+        while True:
+            state = self.roles.state
+            if not self.following or self.roles.is_primary or not state.primary_url:
+                await self._news()
+                continue
+            if self.join is not None and await self.join() is not None:
+                await self._news()  # another set's data, or single-node data: never
+                continue
+            try:
+                await self._stream(state.primary_url, state.term)
+            except (PeerError, ValueError) as exc:
+                self.problem = f"following {state.primary_url} failed: {exc!r}"
+                await asyncio.sleep(self.retry_period)
+            except Exception:
+                log.exception("follower round failed")
+                await asyncio.sleep(self.retry_period)
 
     def _acknowledged(self) -> rules.Position:
         """The position our next acknowledgement names (``rules.acknowledged``)."""
@@ -171,7 +162,7 @@ class Follower:
         if r is None:
             return
         loop = asyncio.get_running_loop()
-        self.fetched_at = loop.time()
+        self.heard_at = loop.time()
         self._watching = loop.call_later(self.retry_period, self._watch, r.writer, primary, term)
         try:
             if not self._answer_term(int(r.headers[wire.TERM]), term):
@@ -187,7 +178,7 @@ class Follower:
                     if self._stale(primary, term):
                         return  # ended by _watch: we follow someone else now, or no one
                     raise
-                self.fetched_at = loop.time()
+                self.heard_at = loop.time()
                 self.problem = None
                 job = await self._apply(self._in_order(frames), commit)
                 self.freshness.heard(echo, commit, self.mirror.published)
@@ -204,7 +195,7 @@ class Follower:
     async def _open(self, primary: str, term: int) -> PeerStream | None:
         """The stream from ``primary``; None when it refused (handled here), and once the
         Lease names another primary or term: a primary cut off from us (its packets
-        dropped) would otherwise hold us for FETCH_TIMEOUT, while a new primary waits
+        dropped) would otherwise hold us for STREAM_TIMEOUT, while a new primary waits
         for us to join it, and may give the Lease up for want of us."""
         r = await unless_stale(
             open_stream(
@@ -212,7 +203,7 @@ class Follower:
                 self._params(term),
                 self.auth(),
                 wire.UPGRADE,
-                within=FETCH_TIMEOUT,
+                within=STREAM_TIMEOUT,
                 tls=self.tls,
             ),
             lambda: self._stale(primary, term),
@@ -220,14 +211,26 @@ class Follower:
         )
         if not isinstance(r, PeerResponse):
             return r
-        if r.status in (404, 426):
-            # A primary of a version before streams (404) or before the stream's
-            # echo (426, naming only pyds-replication/1): a rolling update.
-            log.info("the primary at %s has no streams of our version: fetching", primary)
-            self.fetch_only = (primary, term)  # a later term asks again
+        if r.status == 426:
+            await self._other_version(r, primary)
         else:
             await self._refused(r, primary, term)
         return None
+
+    async def _other_version(self, r: PeerResponse, primary: str) -> None:
+        """The primary speaks none of our stream versions: a primary updated before
+        its standbys, or one left of a release that no longer bridges to ours. Said
+        in ``problem`` and the log (once), and asked again each retry period: the
+        rollout that updates this replica, or the primary, ends it."""
+        offered = r.headers.get("upgrade") or "no stream version"
+        reason = (
+            f"the primary at {primary} speaks {offered}, not {wire.UPGRADE}: "
+            "update the standbys first (docs/compatibility.md)"
+        )
+        if self.problem != reason:
+            log.warning("%s", reason)
+        self.problem = reason
+        await self._news()
 
     def _stale(self, primary: str, term: int) -> bool:
         """Whether a stream from ``primary`` in ``term`` is no longer ours to follow."""
@@ -238,42 +241,14 @@ class Follower:
         """End a stream that is no longer ours to follow, or whose primary fell
         silent (it sends at least every second); else look again later."""
         loop = asyncio.get_running_loop()
-        if self._stale(primary, term) or loop.time() - self.fetched_at > FETCH_TIMEOUT:
+        if self._stale(primary, term) or loop.time() - self.heard_at > STREAM_TIMEOUT:
             writer.close()  # the read under way ends
             return
         self._watching = loop.call_later(self.retry_period, self._watch, writer, primary, term)
 
-    async def _fetch_once(self, http: PeerClient, primary: str, term: int) -> None:
-        stamp = self.freshness.stamp()  # its answer is current as of this or later
-        request = http.get(
-            f"{primary}{wire.FETCH_PATH}",
-            params=self._params(term),
-            headers=self.auth(),
-            on_sent=self._sent.set,
-        )
-        # A paused or cut-off primary never answers: without this, a fetch to it would
-        # hold us FETCH_TIMEOUT after the Lease named another (a stream's _watch ends it).
-        r = await unless_stale(request, lambda: self._stale(primary, term), self.retry_period)
-        if r is None:
-            return
-        if r.status != 200:
-            await self._refused(r, primary, term)
-            return
-        if not self._answer_term(int(r.headers[wire.TERM]), term):
-            await self._news()
-            return
-        self.problem = None
-        self.fetched_at = asyncio.get_running_loop().time()
-        frames = self._in_order(list(wire.fetched_frames(r.body)))
-        commit = int(r.headers[wire.COMMIT])
-        job = await self._apply(frames, commit)
-        self.freshness.heard(stamp, commit, self.mirror.published)
-        if job is not None:
-            self._sent = job.sent  # set when our next fetch, the acknowledgement, is sent
-
     async def _refused(self, r: PeerResponse, primary: str, term: int) -> None:
-        """A fetch or stream the primary did not serve: 409 says why (wrong term, or
-        we must be re-copied); any other status is an error."""
+        """A stream the primary did not serve: 409 says why (wrong term, or we must be
+        re-copied); any other status is an error."""
         if r.status != 409:
             raise PeerError(f"the primary answered {r.status}: {r.body[:200]!r}")
         answer = r.json()
@@ -351,7 +326,7 @@ class Follower:
 
     async def _finish(self, job: Job, frames: list[tuple[int, bytes]]) -> None:
         """LMDB and the tails for frames already durable, then what readers here see.
-        Holds ``applying`` (taken by ``_fetch_once``) until done."""
+        Holds ``applying`` (taken by ``_apply``) until done."""
         try:
             applied = await job.committed
             written = job.written.result()

@@ -7,12 +7,13 @@ than ``replication_read_staleness`` seconds ago (docs/replication.md,
 machines:
 
 - it stamps what it sends its primary with its own clock (``clock.now_ns``):
-  each acknowledgement on the stream carries the stamp, and a fetch's stamp
-  is the moment it was sent;
+  each acknowledgement on the stream carries the stamp;
 - the primary echoes, in every stream message it sends, the newest stamp it
-  has received on that stream, and answers a fetch after receiving it; it
-  does either only while it may acknowledge writes (renewed within the renew
-  deadline, so no other primary can exist): a deposed primary echoes 0;
+  has received on that stream, only while it may acknowledge writes (renewed
+  within the renew deadline, so no other primary can exist) and has settled
+  what it took over (``Shipper.echoing``): otherwise it echoes 0, which
+  renews nothing (``heard``). The echo is the only thing that renews a
+  standby's freshness;
 - a message that echoes stamp ``t`` and carries commit point ``c`` was built
   after the primary received ``t``, by the one replica that could
   acknowledge anything at that moment, so every write acknowledged before
@@ -79,7 +80,7 @@ class Freshness:
         return self.commit < self.unconfirmed
 
     def stamp(self) -> int:
-        """The stamp to send now (an acknowledgement's, a fetch's)."""
+        """The stamp to send now (an acknowledgement's)."""
         return self.clock()
 
     def heard(self, stamp: int, commit: int, visible: int) -> None:

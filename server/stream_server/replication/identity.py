@@ -23,7 +23,7 @@ error), follows nobody, is never eligible to lead, and so never acknowledges
 anything: its data is left as it is. Data that was acknowledged is never wiped
 because of an identity mismatch; moving the directory away is a human's call.
 
-The primary checks the set id a follower sends with every stream, fetch and
+The primary checks the set id a follower sends with every stream and
 snapshot request (``set``): another set's follower gets 409 ``other set``; one
 with no set id (a version from before set ids) at (0, 0), while the primary's
 own position is not, is told to re-copy (``refusal``).

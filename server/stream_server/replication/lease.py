@@ -59,13 +59,12 @@ WATCH_SECONDS = 300  # a watch's length; the API server ends it, and it is opene
 
 
 class _QuietPolling(logging.Filter):
-    """Drop httpx's INFO line for each Lease round, each fetch (several a second, all
-    alike) and each look at a pod; failures are logged by the role loop, the follower
-    and the pod marker themselves."""
+    """Drop httpx's INFO line for each Lease round and each look at a pod (all
+    alike); failures are logged by the role loop and the pod marker themselves."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = str(record.args)
-        return not any(p in text for p in ("/leases/", "/replication/fetch", "/pods/"))
+        return not any(p in text for p in ("/leases/", "/pods/"))
 
 
 _quiet = _QuietPolling()

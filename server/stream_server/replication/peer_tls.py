@@ -1,6 +1,6 @@
 """TLS to the other replicas: one client context for every connection to a peer.
 
-With https replica URLs a standby's stream and fetches, and its snapshot
+With https replica URLs a standby's stream, and its snapshot
 download (a re-copy), check the primary's certificate. A set's certificates
 usually come from a private CA (cert-manager's CA issuer; a public CA cannot
 name ``pod.name-headless.namespace.svc``), which the system store does not

@@ -1,12 +1,11 @@
 """The replica set's shared secret: who may follow, copy the data or hand over.
 
-``/replication/stream`` and ``/replication/fetch`` carry every write,
-``/replication/snapshot`` is a copy of all data and ``/replication/switchover``
-moves the primary: none of them may be open to whoever reaches the pod. With
-``--replication-token-file`` every replica reads one secret (the operator's
-``<name>-replication`` Secret, mounted), asks for it as
-``Authorization: Bearer <secret>`` on those endpoints and sends it with its
-own stream, fetch and snapshot requests. ``GET /replication`` stays open: probes,
+``/replication/stream`` carries every write, ``/replication/snapshot`` is a
+copy of all data and ``/replication/switchover`` moves the primary: none of
+them may be open to whoever reaches the pod. With ``--replication-token-file``
+every replica reads one secret (the operator's ``<name>-replication`` Secret,
+mounted), asks for it as ``Authorization: Bearer <secret>`` on those endpoints
+and sends it with its own stream and snapshot requests. ``GET /replication`` stays open: probes,
 the operator's status and humans read it, and it holds no data.
 
 The file is read again when it changes, as the client token file is

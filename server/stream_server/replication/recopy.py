@@ -28,7 +28,7 @@ from stream_server.replication.follower import Follower
 from stream_server.replication.identity import SetIdentity
 from stream_server.replication.role_switch import RoleSwitch
 from stream_server.replication.roles import RoleLoop
-from stream_server.replication.shipping import FetchAnswer
+from stream_server.replication.shipping import Refusal
 from stream_server.streams.store import StreamStore
 
 log = logging.getLogger("stream_server.replication")
@@ -43,7 +43,7 @@ class Recopy:
         modes: RoleSwitch,
         follower: Follower,
         identity: SetIdentity,
-        refusal: Callable[[str], FetchAnswer | None],
+        refusal: Callable[[str], Refusal | None],
         tls: Callable[[], ssl.SSLContext],
         auth: Callable[[], dict[str, str]],
     ) -> None:
@@ -61,7 +61,7 @@ class Recopy:
         # (``workers/processes.py``), which would otherwise be left to its new image.
         self.before_restart: Callable[[], Awaitable[None]] | None = None
 
-    async def serve(self, set_id: str = "") -> Path | FetchAnswer | None:
+    async def serve(self, set_id: str = "") -> Path | Refusal | None:
         """A consistent copy of our data for a standby that must re-copy (a tar file
         the caller removes once sent); a 409 for another set's replica; None unless
         we are the primary."""

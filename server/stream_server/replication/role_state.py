@@ -164,7 +164,7 @@ class RoleBase:
         return record
 
     def _positions(self, record: LeaseRecord) -> dict[str, Position]:
-        """The Lease's positions with the standbys' as last fetched and ours now (what a
+        """The Lease's positions with the standbys' as last acknowledged and ours now (what a
         cold start chooses by), written with every change a primary makes."""
         return {**record.positions, **self.reported(), self.config.name: self.position()}
 

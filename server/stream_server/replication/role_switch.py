@@ -93,7 +93,7 @@ class RoleSwitch:
 
     async def _to_primary(self) -> None:
         self.follower.following = False
-        async with self.follower.applying:  # the last fetched frames are written
+        async with self.follower.applying:  # the last frames received are written
             pass
         # Everything this replica holds becomes its history under the new term.
         self.mirror.publish(self.store.engine.lsn)

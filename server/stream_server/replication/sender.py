@@ -1,14 +1,12 @@
 """The primary's side of a replication stream: frames pushed to one standby as
 they become durable here, its acknowledgements read as they come.
 
-A fetch (``shipping.py``) costs the primary a request per acknowledgement:
-parsed, answered through uvicorn's request cycle and a task of its own, and
-woken again when the next frame comes. Under a sequential load every batch
-is acknowledged alone, so the primary pays that whole request cycle, holding
-the GIL, for every write (docs/performance.md, "The write path's round trip,
-third round"). A standby that asks for a stream instead (``GET
-/replication/stream`` with ``Upgrade: pyds-replication/2``, the same
-parameters and checks as a fetch) gets ``101 Switching Protocols``, and the
+A request per acknowledgement (the fetch this replaced) cost the primary a
+request cycle through uvicorn and a task of its own for every write under a
+sequential load, holding the GIL (docs/performance.md, "The write path's round
+trip, third round"). A standby asks for a stream instead (``GET
+/replication/stream`` with ``Upgrade: pyds-replication/2``,
+``stream_endpoint.py``), gets ``101 Switching Protocols``, and the
 connection becomes two byte streams, as PostgreSQL's streaming replication
 keeps one connection per standby open in both directions:
 
@@ -16,11 +14,11 @@ keeps one connection per standby open in both directions:
   point as of sending, the echo, the frame's length, then the frame), or
   with lsn 0 and no frame: the commit point alone, sent when it moved and no
   frame carried it and nothing was sent for ``COMMIT_LINGER`` (under load the
-  next frame carries it, as a fetch answer does), and as a heartbeat;
+  next frame carries it), and as a heartbeat;
 - standby to primary, one ``ACK`` per group of frames made durable, and one
   per commit-only message: its durable position (term, lsn), the commit
-  point it knows and a stamp of its clock. The position is exactly what a
-  fetch's parameters say, and it is counted the same way (``Shipper.note``).
+  point it knows and a stamp of its clock. The position is counted as the
+  request's own was (``Shipper.note``).
 
 The echo is the newest stamp received on this stream before the message was
 built, and 0 unless this replica's commit point covers every acknowledged
@@ -35,8 +33,9 @@ Frames are pushed from the moment they are added to the ring, with no task
 and no wake-up in between. Sending stops while more than ``MAX_ANSWER``
 bytes are unacknowledged, so a standby that stops reading holds at most
 that much here. The stream belongs to one term: the primary closes it when
-it steps down or hands over, and an acknowledgement that a fetch would
-refuse (its position diverged from ours) closes it too; the standby then
+it steps down or hands over, and an acknowledgement that a request would be
+refused for (``Shipper.refusal``: its position diverged from ours) closes it
+too; the standby then
 asks again and hears why.
 """
 

@@ -16,9 +16,9 @@ it by ``recopy.py``.
 Reads are answered only while this replica knows it is current within
 ``replication_read_staleness`` (``read_fence.py``, the protocol layer's read gate).
 
-With ``--replication-token-file`` the peer endpoints (fetch, snapshot,
+With ``--replication-token-file`` the peer endpoints (stream, snapshot,
 switchover) need the set's shared secret, and this replica sends it on its own
-fetches and snapshot requests (``peer_token.py``). Every connection to a peer
+stream and snapshot requests (``peer_token.py``). Every connection to a peer
 (the follower's, the snapshot download) checks an https peer's certificate
 with one client context (``peer_tls.py``: ``--replication-ca-file``, and the
 client certificate of ``--replication-cert-file``).
@@ -54,7 +54,7 @@ from stream_server.replication.settings import (
     quorum,
     replica_name,
 )
-from stream_server.replication.shipping import FetchAnswer, Shipper
+from stream_server.replication.shipping import Refusal, Shipper
 from stream_server.replication.switchover import Switchover, SwitchoverResponse, parse_request
 from stream_server.replication.term_question import TermQuestion
 from stream_server.replication.write_fence import WriteFence
@@ -110,7 +110,7 @@ class Replication:
         )
         # One client context for every connection to a peer (``peer_tls.py``).
         self.peer_tls = PeerTls(settings)
-        # Each follower's origin, as its fetches give it: a switchover names it primary.
+        # Each follower's origin, as its stream requests give it: a switchover names it primary.
         self.peer_urls: dict[str, str] = {}
         self.term_question = TermQuestion(self.roles, self.peer_urls, self.peer_tls.context)
         self.shipper = Shipper(
@@ -291,9 +291,7 @@ class Replication:
     def degraded(self) -> bool:
         return self.roles.is_primary and not self.writes.in_sync_enough
 
-    def set_refusal(
-        self, set_id: str, position: identity.Position | None = None
-    ) -> FetchAnswer | None:
+    def set_refusal(self, set_id: str, position: identity.Position | None = None) -> Refusal | None:
         """A 409 for a follower of another set, or for one with no set id at (0, 0)
         while we hold a history (``identity.refusal``), or None."""
         body = identity.refusal(
@@ -303,32 +301,17 @@ class Replication:
             return None
         if body["error"] == identity.OTHER_SET:
             log.warning("refused a follower of set %s: this is set %s", set_id, body["set"])
-        return FetchAnswer(409, {"content-type": "application/json"}, json.dumps(body).encode())
+        return Refusal(409, {"content-type": "application/json"}, json.dumps(body).encode())
 
     def _admit(
         self, name: str, url: str, set_id: str, position: identity.Position
-    ) -> FetchAnswer | None:
-        """What a stream and a fetch check first: the follower's set (a 409 for another
+    ) -> Refusal | None:
+        """What a stream request checks first: the follower's set (a 409 for another
         set's), then its origin is remembered (a switchover names it primary)."""
         refused = self.set_refusal(set_id, position)
         if refused is None and url.startswith(("http://", "https://")):
             self.peer_urls[name] = url.rstrip("/")
         return refused
-
-    async def fetch(
-        self,
-        name: str,
-        term: int,
-        after_term: int,
-        after_lsn: int,
-        committed: int,
-        url: str = "",
-        set_id: str = "",
-    ) -> FetchAnswer:
-        refused = self._admit(name, url, set_id, (after_term, after_lsn))
-        if refused is not None:
-            return refused
-        return await self.shipper.fetch(name, term, after_term, after_lsn, committed)
 
     def stream(
         self,
@@ -339,7 +322,7 @@ class Replication:
         committed: int,
         url: str = "",
         set_id: str = "",
-    ) -> FetchAnswer | Sender:
+    ) -> Refusal | Sender:
         """A standby's stream (``sender.py``), or why it cannot follow us (a 409)."""
         refused = self._admit(name, url, set_id, (after_term, after_lsn)) or self.shipper.refusal(
             term, after_term, after_lsn

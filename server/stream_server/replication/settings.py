@@ -84,8 +84,7 @@ def check_pod(s: ReplicationSettings) -> None:
 
 
 def heartbeat(s: ReplicationSettings) -> float:
-    """Seconds between the primary's commit-only messages on an idle stream (and the
-    longest an idle fetch waits): often enough that a standby is never silent for
+    """Seconds between the primary's commit-only messages on an idle stream: often enough that a standby is never silent for
     half the renew deadline, the in-sync set's limit."""
     return min(HEARTBEAT_MAX, s.lease_renew_deadline / 4)
 

@@ -1,13 +1,10 @@
-"""The primary's side of log shipping: the recent frames, the fetch answer, the
+"""The primary's side of log shipping: the recent frames, the refusals, the
 in-sync set and the ack gate.
 
 A standby follows by a stream (``sender.py``: frames pushed, its durable
-position sent back as each is flushed) or, from a primary without streams,
-by fetches, as Kafka followers do: each ``GET /replication/fetch`` names
-the follower's durable position, which is also its acknowledgement of every
-frame up to it, and returns the frames after it (waiting a little when there
-are none) with the primary's commit point. Both count a position the same
-way (``note``). The commit point is the highest
+position sent back as each is flushed); the position is also its
+acknowledgement of every frame up to it, as a Kafka follower's fetch
+position is, and is counted here (``note``). The commit point is the highest
 lsn durable here and on every in-sync standby; the ack gate lets a batch's
 waiters hear of it only once the commit point reaches it and the in-sync set
 with the primary is at least ``min_in_sync`` replicas.
@@ -32,15 +29,14 @@ other can elect one of themselves and go on.
 
 Frames are kept in memory (``ring_bytes``, oldest dropped first): a follower
 further behind is told to re-copy (docs/replication.md, first version). A
-fetch finds its first frame by bisection, so its cost does not grow with the
-frames held.
+stream finds its first frame by bisection, so its cost does not grow with
+the frames held.
 
-A fetch answers at once when there are frames after the follower's position.
-When only the commit point moved, it waits up to ``COMMIT_LINGER`` for frames
-to carry the new commit point along: under load the next batch comes within
-that time, and a standby then makes one request per batch (its
-acknowledgement and its wait for the next batch) instead of two. The cost is
-that an idle standby's readers see the last write up to that much later.
+When only the commit point moved, a stream waits up to ``COMMIT_LINGER`` for
+a frame to carry it along before sending it alone: under load the next batch
+comes within that time, and the standby then answers one message per batch
+instead of two. The cost is that an idle standby's readers see the last
+write up to that much later.
 """
 
 from __future__ import annotations
@@ -55,15 +51,15 @@ from typing import Protocol
 
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
-from stream_server.replication import boottime, rules, wire
+from stream_server.replication import boottime, rules
 from stream_server.replication.frame_ring import RING_BYTES, FrameRing
 from stream_server.replication.roles import RoleLoop
 from stream_server.replication.signal import Signal
 
 log = logging.getLogger("stream_server.replication")
 
-MAX_ANSWER = 4 * 1024 * 1024  # bytes of frames per fetch answer (at least one frame)
-COMMIT_LINGER = 0.025  # seconds a fetch with no frames to send waits for some (module doc)
+MAX_ANSWER = 4 * 1024 * 1024  # bytes of frames a stream sends unacknowledged (one at least)
+COMMIT_LINGER = 0.025  # seconds a commit point waits for a frame to carry it (module doc)
 
 
 class StandbyStream(Protocol):
@@ -82,7 +78,9 @@ class StandbyStream(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class FetchAnswer:
+class Refusal:
+    """Why a standby may not follow or copy us: an HTTP answer, as the endpoint sends it."""
+
     status: int
     headers: dict[str, str]
     body: bytes
@@ -113,10 +111,11 @@ class Shipper:
         self.lag_max = max(self.silent_after, 0.8 * wait)
         self.ring = FrameRing()
         self.ring_bytes = ring_bytes
-        self.acked: dict[str, tuple[int, int]] = {}  # name -> (term, lsn) of its last fetch
-        self.seen: dict[str, float] = {}  # name -> our clock at its last fetch
+        self.acked: dict[str, tuple[int, int]] = {}  # name -> (term, lsn) it last acknowledged
+        self.seen: dict[str, float] = {}  # name -> our clock when it last spoke
         self.caught_up_at: dict[str, float] = {}  # name -> when it last held all we did
-        self._asked: dict[str, tuple[int, float]] = {}  # name -> (our lsn, clock) at its fetch
+        # name -> (our lsn, our clock) when it last gave its position
+        self._asked: dict[str, tuple[int, float]] = {}
         self.committed = 0
         self.shipped = 0  # frames sent, for metrics
         self.stopping = False
@@ -156,7 +155,7 @@ class Shipper:
                 await self._task
 
     def became_primary(self, term: int, *, unsettled: bool = False, known: int = 0) -> None:
-        """A new term: every follower's position is learnt again from its fetches.
+        """A new term: every follower's position is learnt again from its stream.
         ``unsettled``: we hold frames past ``known``, the last commit point we heard of,
         while another replica could still be elected without them (``settled``)."""
         self._term = term
@@ -309,14 +308,14 @@ class Shipper:
             await self.changed.wait(1.0)
 
     def handed_over(self) -> None:
-        """The Lease went to another replica (a switchover): answer the standbys'
-        waiting fetches now and end their streams, so that each hears the new term."""
+        """The Lease went to another replica (a switchover): wake whoever waits on us
+        now and end the standbys' streams, so that each hears the new term."""
         self._notify()
         self.close_streams()
 
-    # ------------------------------------------------------------- fetches
+    # ------------------------------------------------------------- standbys
 
-    def refusal(self, term: int, after_term: int, after_lsn: int) -> FetchAnswer | None:
+    def refusal(self, term: int, after_term: int, after_lsn: int) -> Refusal | None:
         """Why a standby at this position cannot follow us by frames (409), or None."""
         state = self.roles.state
         if not self.roles.is_primary or term != state.term:
@@ -334,7 +333,7 @@ class Shipper:
         return None
 
     def note(self, name: str, after_term: int, after_lsn: int) -> None:
-        """A standby's durable position, from a fetch or a stream's acknowledgement:
+        """A standby's durable position, from its stream request or acknowledgement:
         what it holds, when it last spoke, whether it keeps up, and whether it joins
         the in-sync set."""
         mine = self.lsn
@@ -343,8 +342,8 @@ class Shipper:
         self.acked[name] = (after_term, after_lsn)
         self.seen[name] = now
         # Kafka's rule for replica.lag.time.max.ms: caught up now if it holds all we
-        # do, else caught up as of its previous fetch if it holds all we had then (a
-        # standby that keeps pace under load is never "behind" for long).
+        # do, else caught up as of its previous acknowledgement if it holds all we had
+        # then (a standby that keeps pace under load is never "behind" for long).
         asked = self._asked.get(name)
         if after_lsn >= mine:
             self.caught_up_at[name] = now
@@ -394,45 +393,6 @@ class Shipper:
         for sender in list(self.senders):
             sender.close()
 
-    async def fetch(
-        self, name: str, term: int, after_term: int, after_lsn: int, known_commit: int
-    ) -> FetchAnswer:
-        refused = self.refusal(term, after_term, after_lsn)
-        if refused is not None:
-            return refused
-        self.note(name, after_term, after_lsn)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(1.0, self.silent_after / 2)
-        while self.lsn <= after_lsn and self.roles.is_primary and not self.stopping:
-            if (announced := self.announced()) > known_commit:  # news, but no frames: linger
-                deadline = min(deadline, loop.time() + COMMIT_LINGER)
-                known_commit = announced
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            await self.changed.wait(left)
-        state = self.roles.state
-        if not self.vouching:
-            # The answer makes the standby's reads current as of its request
-            # (freshness.py): only a primary that may acknowledge gives one.
-            return _json(503, {"error": "not acknowledging", "term": state.term})
-        frames: list[wire.Shipped] = []
-        size = 0
-        for shipped in self.ring.since(self.ring.first_after(after_lsn)):
-            if frames and size + len(shipped[2]) > MAX_ANSWER:
-                break
-            frames.append(shipped)
-            size += len(shipped[2])
-        self.shipped += len(frames)
-        headers = {
-            wire.TERM: str(state.term),
-            wire.COMMIT: str(self.announced()),
-            wire.LSN: str(self.lsn),
-            "content-type": "application/octet-stream",
-            "cache-control": "no-store",
-        }
-        return FetchAnswer(200, headers, wire.fetch_body(frames))
-
     async def _join(self, name: str) -> None:
         try:
             names = sorted({*self.roles.state.in_sync, name})
@@ -452,7 +412,7 @@ class Shipper:
             now = boottime.now()
             in_sync = self.roles.state.in_sync
             silent = [n for n in in_sync if now - self.seen.get(n, 0.0) > self.silent_after]
-            # Kafka's replica.lag.time.max.ms: a standby that fetches but does not keep up
+            # Kafka's replica.lag.time.max.ms: a standby that acknowledges but does not keep up
             # (its disk full, its storage failed closed) would hold every write until the
             # replication wait refuses it; it leaves the set well before that.
             behind = [
@@ -464,7 +424,7 @@ class Shipper:
                 keep = [n for n in in_sync if n not in silent and n not in behind]
                 if await self.roles.change_in_sync(keep, self._eligible_after(keep)):
                     log.warning(
-                        "removed %s from the in-sync set: no fetch for %.1fs; %s: behind for %.1fs",
+                        "removed %s from the in-sync set: silent for %.1fs; %s: behind for %.1fs",
                         silent,
                         self.silent_after,
                         behind,
@@ -496,7 +456,7 @@ class Shipper:
         if self._gave_up or not state.eligible:
             return
         if any(now - seen <= self.silent_after for seen in self.seen.values()):
-            # A standby fetches from us and is catching up (after a re-copy, say): we
+            # A standby follows us and is catching up (after a re-copy, say): we
             # are not cut off from it. A new primary that gave up then would hand the
             # Lease to one that is, and back, while the standby chases both.
             self._short_since = None
@@ -515,5 +475,5 @@ class Shipper:
         return dict(self.acked)
 
 
-def _json(status: int, body: dict[str, object]) -> FetchAnswer:
-    return FetchAnswer(status, {"content-type": "application/json"}, json.dumps(body).encode())
+def _json(status: int, body: dict[str, object]) -> Refusal:
+    return Refusal(status, {"content-type": "application/json"}, json.dumps(body).encode())

@@ -4,7 +4,7 @@ current waiter, and each wait also ends by itself after its bound.
 ``asyncio.wait_for(event.wait(), t)`` takes three turns of the event loop to
 wake its waiter (the event's future, the task ``wait_for`` wraps around
 ``event.wait()``, then its release of the outer waiter), and a replicated
-write waits twice: a standby's fetch for the frame, then the write for the
+write waited twice: a standby's fetch for the frame, then the write for the
 standbys' acknowledgements. A future per waiter wakes it in one turn
 (docs/performance.md, "The write path's round trip, second round").
 """

@@ -18,8 +18,8 @@ standby to replay all of it, then promote it):
    drain again: from here this replica writes nothing at all, whatever was
    still on its way (a request admitted just before the hold) fails with 503
    and nothing written.
-4. **Catch up**: wait until the target's fetch position (its durable
-   position, as its fetches acknowledge it) equals our last written lsn.
+4. **Catch up**: wait until the target's position (its durable
+   position, as its stream acknowledges it) equals our last written lsn.
 5. **Hand over**: one CAS on the Lease names the target holder under
    ``term + 1`` with its URL (``RoleLoop.hand_over``) and demotes us. The held
    writes are then answered 503 with ``Stream-Primary: <target>``. The
@@ -35,7 +35,7 @@ never write under a term the Lease has given to someone else.
 Safety: every write acknowledged before the CAS is at or below our last
 written lsn, which the target holds durably (step 4); after the fence we
 write nothing, so nothing can be acknowledged that the target lacks; and the
-term bump fences any late fetch answer of ours as in a failover.
+term bump fences any late stream message of ours as in a failover.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Switchover:
         self.pipeline = pipeline
         self.hooks = hooks
         self.lsn = lsn  # the engine's last written lsn
-        self.peer_urls = peer_urls  # each follower's origin, as its fetches give it
+        self.peer_urls = peer_urls  # each follower's origin, as its stream requests give it
         self.primary_mode = primary_mode
         self.stop_work = stop_work
         self.start_work = start_work
@@ -171,8 +171,8 @@ class Switchover:
             await self._resume()
             raise
         paused = loop.time() - started
-        # Answer the standbys' waiting fetches now, and end their streams, under the new
-        # term: the target then reads the Lease at once instead of after its retry period.
+        # End the standbys' streams now, under the new term: the target then reads the
+        # Lease at once instead of after its retry period.
         self.shipper.handed_over()
         self.switching = False  # we are a standby now: held writes are refused with the new primary
         roles.notify()
@@ -228,7 +228,7 @@ class Switchover:
                 409, "NOT_IN_SYNC", f"{to} is not in the in-sync set {in_sync} (or not a replica)"
             )
         if to not in self.peer_urls:
-            return refused(409, "NOT_IN_SYNC", f"{to} has not fetched from this primary yet")
+            return refused(409, "NOT_IN_SYNC", f"{to} has not followed this primary yet")
         return to
 
     async def _settle(self, target: str) -> LeaseRecord:

@@ -28,7 +28,7 @@ class TermQuestion:
     def __init__(
         self, roles: RoleLoop, peer_urls: Mapping[str, str], tls: Callable[[], ssl.SSLContext]
     ) -> None:
-        """``peer_urls``: each follower's origin by name, as its fetches gave it."""
+        """``peer_urls``: each follower's origin by name, as its stream requests gave it."""
         self.roles = roles
         self.peer_urls = peer_urls
         self.tls = tls

@@ -1,25 +1,20 @@
 """The replication wire format: what a primary and a standby both encode or decode.
 
-Both ends of a replica set's connection (the primary's ``shipping.py``,
-``sender.py`` and ``fetch_endpoint.py``; the standby's ``follower.py``) read
-the same bytes, and a rolling update has a new primary talk to an old standby
-or the reverse, so every layout lives here once, next to the versions that
-name it. Pure: no I/O, no state.
+Both ends of a replica set's connection (the primary's ``sender.py`` and
+``stream_endpoint.py``; the standby's ``follower.py``) read the same bytes,
+and a rolling update has a new primary talk to an old standby or the
+reverse, so every layout lives here once, next to the versions that name it.
+Pure: no I/O, no state.
 
-Two ways to follow, both over HTTP/1.1:
-
-- **Fetch** (``GET /replication/fetch``, a standby of a primary without
-  streams): the query names the follower's durable position (``FETCH_PARAMS``);
-  the answer's body is frames, each as ``FRAME_HEAD`` (term, lsn, length)
-  then the WAL frame as the primary wrote it, and its headers carry the
-  primary's term, commit point and last lsn (``TERM``, ``COMMIT``, ``LSN``).
-- **Stream** (``GET /replication/stream`` upgraded to ``UPGRADE``): the primary
-  pushes messages (``MESSAGE``: frame term, lsn (0: no frame), commit point,
-  echo, frame length, then the frame) and the standby answers each with its
-  durable position (``ACK``: term, lsn, commit point it knows, its clock's
-  stamp). A primary that does not speak the version asked answers 426, its
-  ``Upgrade`` header naming the versions it does (``VERSIONS``): how the next
-  change of these layouts is bridged (docs/compatibility.md).
+A standby follows over HTTP/1.1: ``GET /replication/stream`` (its query names
+the follower's durable position, ``NUMBERS``) upgraded to ``UPGRADE``, whose
+``101`` names the primary's term (``TERM``). The primary then pushes messages
+(``MESSAGE``: frame term, lsn (0: no frame), commit point, echo, frame
+length, then the frame) and the standby answers each with its durable
+position (``ACK``: term, lsn, commit point it knows, its clock's stamp). A
+primary that does not speak the version asked answers 426, its ``Upgrade``
+header naming the versions it does (``VERSIONS``): how the next change of
+these layouts is bridged (docs/compatibility.md).
 
 The frames themselves are the format package's (``stream_format.wal``).
 """
@@ -27,22 +22,16 @@ The frames themselves are the format package's (``stream_format.wal``).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
 
-FETCH_PATH = "/replication/fetch"
 STREAM_PATH = "/replication/stream"
-# The query parameters a fetch and a stream request share: integers, then strings.
+# A stream request's integer query parameters (its strings: name, url, set).
 NUMBERS = ("term", "after_term", "after_lsn", "committed")
 
 UPGRADE = "pyds-replication/2"
 VERSIONS = {UPGRADE: 2}  # the stream versions a primary serves, by their Upgrade token
 
-# Answer headers (lower case, as both ends compare them).
-TERM = "replication-term"  # the primary's term (fetch answers and a stream's 101)
-COMMIT = "replication-commit"  # its commit point (fetch answers)
-LSN = "replication-lsn"  # its last durable lsn (fetch answers)
+TERM = "replication-term"  # a stream's 101 names the primary's term (lower case)
 
-FRAME_HEAD = struct.Struct("<QQI")  # fetch answer: term, lsn, frame length; then the frame
 # Primary to standby: frame term, lsn (0: no frame), commit point, echo, frame length.
 MESSAGE = struct.Struct("<QQQQI")
 # Standby to primary: the term and lsn of its durable position, the commit point it
@@ -50,29 +39,6 @@ MESSAGE = struct.Struct("<QQQQI")
 ACK = struct.Struct("<QQQQ")
 
 Shipped = tuple[int, int, bytes]  # a frame as shipped: term, lsn, the frame
-
-
-def fetch_body(frames: Iterable[Shipped]) -> bytes:
-    """A fetch answer's body: each frame after its ``FRAME_HEAD``."""
-    parts: list[bytes] = []
-    for term, lsn, frame in frames:
-        parts += [FRAME_HEAD.pack(term, lsn, len(frame)), frame]
-    return b"".join(parts)
-
-
-def fetched_frames(body: bytes) -> Iterator[Shipped]:
-    """A fetch answer's frames, in order (``fetch_body``'s inverse). ValueError for a
-    body that ends inside a frame."""
-    off = 0
-    while off < len(body):
-        if off + FRAME_HEAD.size > len(body):
-            raise ValueError("a fetch answer ends inside a frame's head")
-        term, lsn, n = FRAME_HEAD.unpack_from(body, off)
-        start = off + FRAME_HEAD.size
-        if start + n > len(body):
-            raise ValueError(f"a fetch answer ends inside frame {lsn}")
-        yield term, lsn, body[start : start + n]
-        off = start + n
 
 
 def message(term: int, lsn: int, commit: int, echo: int, frame: bytes = b"") -> bytes:

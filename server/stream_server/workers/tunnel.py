@@ -4,8 +4,8 @@ A standby asks a replica's port for its stream (``GET /replication/stream`` with
 ``Upgrade``, ``replication/sender.py``): answered ``101 Switching Protocols``, the
 connection then carries frames one way and acknowledgements the other. The relay
 (``proxy.py``) cannot pass that on: httpx has no upgrades, and a relay drops the
-hop-by-hop headers that ask for one, so the writer answered 426 and the standby fell
-back to fetches, a request per acknowledgement. So a worker opens a connection of
+hop-by-hop headers that ask for one, so the writer would answer 426, and a standby
+has no other way to follow. So a worker opens a connection of
 its own to the writer's HTTP socket, sends the request's head as it came, and when
 the writer switches protocols, switches the client's connection too
 (``http_limits.upgrade``) and splices the two, byte for byte (which headers go

@@ -1,9 +1,10 @@
 """Which follower positions the primary serves, from its term history (KIP-101):
 a follower holding frames the primary never had is told it diverged, one
-behind the frames the primary still holds is told to re-copy, and a fetch
-under another term is refused; a primary past its renew deadline answers none
-(its commit point would make the follower's reads current: Reads, in
-docs/replication.md)."""
+behind the frames the primary still holds is told to re-copy, and a stream
+under another term is refused (``Shipper.refusal``). A primary past its renew
+deadline, or not yet primary in the Lease's term, still serves, but vouches
+for nothing: its stream echoes no stamp, so no standby's reads become current
+by it (Reads, in docs/replication.md; the echo itself: ``test_freshness.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 from stream_server.engine.replica import ReplicaHooks
 from stream_server.replication.lease import LeaseClient
 from stream_server.replication.roles import RoleConfig, RoleLoop
-from stream_server.replication.shipping import Shipper
+from stream_server.replication.shipping import Refusal, Shipper
 
 
 def primary_at(
@@ -34,52 +35,55 @@ def primary_at(
     return shipper
 
 
-async def test_a_follower_on_the_history_is_served() -> None:
+def error(refused: Refusal | None) -> dict[str, object]:
+    assert refused is not None and refused.status == 409
+    body: dict[str, object] = json.loads(refused.body)
+    return body
+
+
+def test_a_follower_on_the_history_is_served() -> None:
     shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
-    answer = await shipper.fetch("s", 3, 1, 41, 0)  # the last frame of term 1 is 41
-    assert answer.status == 200
-    assert answer.headers["replication-lsn"] == "60"
+    assert shipper.refusal(3, 1, 41) is None  # the last frame of term 1 is 41
+    assert shipper.vouching and shipper.echoing
 
 
-async def test_a_primary_past_its_renew_deadline_answers_no_fetch() -> None:
+def test_a_primary_past_its_renew_deadline_vouches_for_nothing() -> None:
     now = [0.0]
     shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30, now=now)
     now[0] = 0.4
-    answer = await shipper.fetch("s", 3, 3, 60, 60)
-    assert answer.status == 503 and json.loads(answer.body)["error"] == "not acknowledging"
+    assert shipper.refusal(3, 3, 60) is None
+    assert not shipper.vouching and not shipper.echoing
 
 
-async def test_a_primary_that_has_not_taken_up_its_term_answers_no_fetch() -> None:
+def test_a_primary_that_has_not_taken_up_its_term_vouches_for_nothing() -> None:
     # Elected (the role loop's state), but the service has not yet made it primary: its
     # commit point is not yet everything it holds, so it cannot vouch for a standby.
     shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
     shipper.roles.state.term = 4
-    assert not shipper.vouching
-    answer = await shipper.fetch("s", 4, 3, 60, 60)
-    assert answer.status == 503
+    assert shipper.refusal(4, 3, 60) is None
+    assert not shipper.vouching and not shipper.echoing
 
 
-async def test_frames_of_a_term_past_its_end_here_diverged() -> None:
+def test_frames_of_a_term_past_its_end_here_diverged() -> None:
     shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
-    answer = await shipper.fetch("s", 3, 1, 45, 0)  # a deposed term-1 primary wrote 42..45
-    assert answer.status == 409
-    assert json.loads(answer.body) == {"error": "diverged", "term": 3, "truncate_to": 41}
+    # A deposed term-1 primary wrote 42..45.
+    assert error(shipper.refusal(3, 1, 45)) == {"error": "diverged", "term": 3, "truncate_to": 41}
 
 
-async def test_a_term_the_primary_never_saw_diverged() -> None:
+def test_a_term_the_primary_never_saw_diverged() -> None:
     shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
-    answer = await shipper.fetch("s", 3, 2, 44, 0)
-    assert answer.status == 409 and json.loads(answer.body)["error"] == "diverged"
+    assert error(shipper.refusal(3, 2, 44))["error"] == "diverged"
 
 
-async def test_a_follower_behind_the_frames_held_must_recopy() -> None:
+def test_a_follower_behind_the_frames_held_must_recopy() -> None:
     shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
-    answer = await shipper.fetch("s", 3, 1, 10, 0)
-    assert answer.status == 409
-    assert json.loads(answer.body)["error"] == "too far behind: re-copy"
+    assert error(shipper.refusal(3, 1, 10)) == {"error": "too far behind: re-copy", "term": 3}
 
 
-async def test_a_fetch_under_another_term_is_refused() -> None:
+def test_a_stream_under_another_term_is_refused() -> None:
     shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
-    answer = await shipper.fetch("s", 2, 1, 41, 0)
-    assert answer.status == 409 and json.loads(answer.body)["error"] == "wrong term"
+    assert error(shipper.refusal(2, 1, 41)) == {
+        "error": "wrong term",
+        "term": 3,
+        "primary": shipper.roles.state.primary_url,
+    }

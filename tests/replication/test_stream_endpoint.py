@@ -1,6 +1,6 @@
-"""``/replication/fetch`` is answered ahead of Starlette (``replication/fetch_endpoint.py``),
+"""``/replication/stream`` is answered ahead of Starlette (``replication/stream_endpoint.py``),
 and keeps what Starlette's route did: the peer token first, 400 for bad parameters,
-503 during recovery, 405 for other methods. The real app object, called as uvicorn
+503 during recovery, 405 for other methods; the fetch it replaced is gone. The real app object, called as uvicorn
 calls it; its Starlette part is replaced by one that fails the test if reached."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def app(tmp_path: Path) -> tuple[StreamServerApp, str]:
     (tmp_path / "token").write_text(token)
     settings = Settings(
         data_dir=tmp_path / "data",
-        replication_lease="default/fetch-endpoint",
+        replication_lease="default/stream-endpoint",
         replica_name="r0",
         replica_url="http://127.0.0.1:1",
         kube_api="http://127.0.0.1:1",
@@ -46,7 +46,7 @@ async def call(
     method: str,
     query: str,
     headers: list[tuple[bytes, bytes]],
-    path: str = "/replication/fetch",
+    path: str = "/replication/stream",
 ) -> tuple[int, dict[bytes, bytes], bytes]:
     scope: dict[str, Any] = {
         "type": "http",
@@ -71,7 +71,7 @@ async def call(
 QUERY = "name=r1&term=1&after_term=0&after_lsn=0&committed=0"
 
 
-async def test_a_fetch_without_the_token_is_refused_ahead_of_starlette(app):
+async def test_a_stream_request_without_the_token_is_refused_ahead_of_starlette(app):
     a, token = app
     for headers in (
         [],
@@ -92,7 +92,7 @@ async def test_with_the_token_bad_parameters_and_recovery_are_answered_there_too
     assert status == 400 and b"integers" in body
     status, _, _ = await call(a, "GET", "term=1", auth)
     assert status == 400
-    # Not recovered (the lifespan never ran here): a valid fetch gets 503, not frames.
+    # Not recovered (the lifespan never ran here): a valid request gets 503, not frames.
     status, _, body = await call(a, "GET", QUERY, auth)
     assert (status, body) == (503, b"recovery not finished\n")
     status, hs, _ = await call(a, "POST", QUERY, auth)
@@ -102,6 +102,8 @@ async def test_with_the_token_bad_parameters_and_recovery_are_answered_there_too
 async def test_other_replication_paths_still_go_through_starlette(app):
     a, token = app
     auth = [(b"authorization", f"Bearer {token}".encode())]
-    for path in ("/replication", "/replication/snapshot", "/replication/fetch/"):
+    # The removed fetch's path included: Starlette's, so a 404.
+    paths = ("/replication", "/replication/snapshot", "/replication/fetch", "/replication/stream/")
+    for path in paths:
         with pytest.raises(Reached):
             await call(a, "GET", "", auth, path=path)

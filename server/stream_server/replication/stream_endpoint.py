@@ -1,25 +1,19 @@
-"""``/replication/fetch`` and ``/replication/stream`` as bare ASGI handlers,
-ahead of Starlette.
+"""``/replication/stream`` as a bare ASGI handler, ahead of Starlette.
 
-Every write of a replica set waits for a standby's fetch to come back with its
-acknowledgement, and under load each standby fetches once per batch. Through
-Starlette each fetch paid its middleware stack, router, ``Request`` and
-``Response`` objects as much CPU again as the fetch itself
-(docs/performance.md, "Replication"); here it is a header scan, a query
-parse and two ``send`` calls. The app sends every request for this path
-here, whatever its method.
+A stream is asked for once per connection, not once per write as the fetch it
+replaced was (docs/performance.md, "Replication"); it is answered here
+because its answer is mostly not a response but the hand-over of the
+connection to ``sender.Sender`` once the ``101`` is written
+(``scope["extensions"]["stream_server.upgrade"]``, ``http_limits.py``). The
+app sends every request for this path here, whatever its method.
 
 What Starlette did stays: the peer token is checked first, before anything
 is parsed or looked up (401 with the same JSON error and
-``WWW-Authenticate``), bad parameters get 400, a fetch during recovery 503,
-and a method other than GET 405.
-
-A stream request (``sender.py``) has the same parameters and checks, and a
-fetch's 409 when the standby cannot follow; otherwise the connection is
-taken from the HTTP server (``scope["extensions"]["stream_server.upgrade"]``,
-``http_limits.py``) once the ``101`` is written. One that does not ask to
-upgrade to a version this primary speaks (``wire.VERSIONS``) gets 426 Upgrade
-Required, naming them.
+``WWW-Authenticate``), bad parameters get 400, a request during recovery
+503, and a method other than GET 405. A standby that cannot follow gets the
+409 of ``Shipper.refusal`` or of its set id (``identity.py``). One that does
+not ask to upgrade to a version this primary speaks (``wire.VERSIONS``) gets
+426 Upgrade Required, naming them.
 """
 
 from __future__ import annotations
@@ -31,20 +25,13 @@ from urllib.parse import parse_qsl
 
 from stream_server.protocol.http import Headers, Send, respond, text_headers
 from stream_server.replication.peer_token import CHALLENGE, REFUSED
-from stream_server.replication.shipping import FetchAnswer
-from stream_server.replication.wire import (
-    FETCH_PATH,
-    NUMBERS,
-    STREAM_PATH,
-    TERM,
-    VERSIONS,
-)
+from stream_server.replication.shipping import Refusal
+from stream_server.replication.wire import NUMBERS, STREAM_PATH, TERM, VERSIONS
 
 if TYPE_CHECKING:
     from stream_server.replication.service import Replication
 
-PATH = FETCH_PATH
-PATHS = (FETCH_PATH, STREAM_PATH)
+PATHS = (STREAM_PATH,)
 UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()
 OFFERED = ", ".join(VERSIONS).encode()
 UNAUTHORIZED_HEADERS = [
@@ -56,7 +43,7 @@ UNAUTHORIZED_HEADERS = [
 async def serve(
     replication: Replication, scope: MutableMapping[str, Any], send: Send, *, recovered: bool
 ) -> None:
-    """Answer one request for one of ``PATHS`` (``recovered``: the store's recovery
+    """Answer one request for ``STREAM_PATH`` (``recovered``: the store's recovery
     finished)."""
     if scope["method"] != "GET":
         await _answer(send, 405, [(b"allow", b"GET")], b"only GET\n")
@@ -82,27 +69,21 @@ async def serve(
         return
     url = q.get("url", "")
     set_id = q.get("set", "")  # the follower's replica set (identity.py); none before set ids
-    if scope["path"] == STREAM_PATH:
-        asked = upgrade.decode("latin-1").strip().lower()
-        take_over = scope.get("extensions", {}).get("stream_server.upgrade")
-        if take_over is None or asked not in VERSIONS:
-            await _upgrade_required(send)
-            return
-        stream = replication.stream(
-            name, term, after_term, after_lsn, committed, url=url, set_id=set_id
-        )
-        if not isinstance(stream, FetchAnswer):
-            headers = [(b"upgrade", asked.encode()), (TERM.encode(), b"%d" % stream.term)]
-            if not take_over(stream, headers):  # no "connection: upgrade"
-                await _upgrade_required(send)
-            return
-        answer = stream
-    else:
-        answer = await replication.fetch(
-            name, term, after_term, after_lsn, committed, url=url, set_id=set_id
-        )
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()]
-    await _answer(send, answer.status, headers, answer.body)
+    asked = upgrade.decode("latin-1").strip().lower()
+    take_over = scope.get("extensions", {}).get("stream_server.upgrade")
+    if take_over is None or asked not in VERSIONS:
+        await _upgrade_required(send)
+        return
+    stream = replication.stream(
+        name, term, after_term, after_lsn, committed, url=url, set_id=set_id
+    )
+    if isinstance(stream, Refusal):
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in stream.headers.items()]
+        await _answer(send, stream.status, headers, stream.body)
+        return
+    headers = [(b"upgrade", asked.encode()), (TERM.encode(), b"%d" % stream.term)]
+    if not take_over(stream, headers):  # no "connection: upgrade"
+        await _upgrade_required(send)
 
 
 def _peer_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bytes]:
