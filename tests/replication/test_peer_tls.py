@@ -27,7 +27,7 @@ import pytest
 from stream_server import cli
 from stream_server.config import Settings, add_arguments, settings_from
 from stream_server.replication import peer_tls
-from stream_server.replication.peer_http import PeerClient, PeerError
+from stream_server.replication.peer_http import PeerError, PeerResponse, open_stream
 from stream_server.replication.peer_tls import PeerTls
 from testkit.pki import PrivateCA
 from testkit.replica_set_processes import RESTARTED, until
@@ -198,11 +198,14 @@ def mutual_tls_server(pki: Pki) -> Iterator[int]:
 
 
 async def get(port: int, tls: PeerTls | None) -> int:
-    client = PeerClient(timeout=10) if tls is None else PeerClient(timeout=10, tls=tls.context)
-    try:
-        return (await client.get(f"https://127.0.0.1:{port}/")).status
-    finally:
-        await client.aclose()
+    """The status a standby's stream request gets from the peer (which upgrades nothing)."""
+    url = f"https://127.0.0.1:{port}/"
+    if tls is None:
+        r = await open_stream(url, {}, {}, "pyds-replication/2", within=10)
+    else:
+        r = await open_stream(url, {}, {}, "pyds-replication/2", within=10, tls=tls.context)
+    assert isinstance(r, PeerResponse)
+    return r.status
 
 
 async def test_the_client_certificate_is_presented_to_a_peer_that_requires_one(pki):
