@@ -7,9 +7,9 @@ borrowed from the class, and what a standby acknowledges is
 ``rules.acknowledged``. What differs is the transport (one request over the
 simulated network, ``World.stream_round``: a stream's next messages as the
 answer to its acknowledgement, echoing its stamp as a stream's message does)
-and the writer: the frames are written, and the acknowledgement waits for their flush only while ``rules.acknowledged``
-says the flushed position is what may be acknowledged (always, unless a
-mutant says otherwise).
+and the writer: the frames are written, and the acknowledgement waits for
+their flush only while ``rules.acknowledged`` says the flushed position is
+what may be acknowledged (always, unless a mutant says otherwise).
 """
 
 from __future__ import annotations
