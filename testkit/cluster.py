@@ -185,10 +185,6 @@ class Cluster:
             }
         ).raise_for_status()
 
-    def install_servicemonitor_crd(self, schema: dict[str, Any] | None = None) -> None:
-        """The Prometheus Operator's ServiceMonitor CRD (``install_custom_crd``)."""
-        self.install_custom_crd("ServiceMonitor", schema)
-
     def install_podmonitor_crd(self, schema: dict[str, Any] | None = None) -> None:
         """The Prometheus Operator's PodMonitor CRD, validating against its published
         schema (tests/operator/crds/podmonitors.json) unless another is given."""

@@ -48,8 +48,6 @@ _TYPED = {
 }
 _CUSTOM = {
     "DurableStream": (GROUP, VERSION, PLURAL),
-    # Rendered by older operators only: pruned (monitoring.py renders a PodMonitor).
-    "ServiceMonitor": ("monitoring.coreos.com", "v1", "servicemonitors"),
     "PodMonitor": ("monitoring.coreos.com", "v1", "podmonitors"),
     "Certificate": ("cert-manager.io", "v1", "certificates"),
     "ScheduledSparkApplication": ("sparkoperator.k8s.io", "v1beta2", "scheduledsparkapplications"),
@@ -269,7 +267,6 @@ RENDERED_KINDS = (
     "Service",
     "PodDisruptionBudget",
     "StatefulSet",
-    "ServiceMonitor",
     "PodMonitor",
     "Certificate",
     "ServiceAccount",

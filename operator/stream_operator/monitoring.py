@@ -5,10 +5,7 @@ ServiceMonitor on the client Service reached the primary only (the Service selec
 it), so a standby's disk-full, storage-failed and recovery alerts never fired, and
 nothing was scraped while a failover was under way.
 
-``spec.metrics.podMonitor`` (enabled, interval, labels, tlsConfig) asks for it;
-``spec.metrics.serviceMonitor`` is its deprecated alias: enabled, it now renders the
-PodMonitor (its interval, labels and tlsConfig apply where podMonitor sets none), and
-the ServiceMonitor an older operator made is pruned as no longer rendered.
+``spec.metrics.podMonitor`` (enabled, interval, labels, tlsConfig) asks for it.
 
 The series keep ``job="durable-streams"`` (``jobLabel`` names the pods'
 ``app.kubernetes.io/name`` label), which the dashboard and the alerts select on, and
@@ -19,6 +16,7 @@ Prometheus Operator labels a pod's target.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from stream_operator.spec import MonitorSpec, SpecInput, with_defaults
@@ -28,16 +26,9 @@ JOB_LABEL = "app.kubernetes.io/name"  # its value on every server pod: durable-s
 
 
 def podmonitor_settings(spec: SpecInput) -> MonitorSpec:
-    """``metrics.podMonitor`` with the deprecated ``metrics.serviceMonitor`` under it:
-    enabled if either is; each other field from podMonitor, else serviceMonitor."""
-    metrics = with_defaults(spec).metrics
-    pod, old = metrics.pod_monitor, metrics.service_monitor
-    return MonitorSpec(
-        enabled=pod.enabled or old.enabled,
-        interval=pod.interval or old.interval or DEFAULT_INTERVAL,
-        labels=pod.labels or old.labels,
-        tls_config=pod.tls_config or old.tls_config,
-    )
+    """``metrics.podMonitor``, its interval ``DEFAULT_INTERVAL`` when left out."""
+    pod = with_defaults(spec).metrics.pod_monitor
+    return replace(pod, interval=pod.interval or DEFAULT_INTERVAL)
 
 
 def podmonitor_tls(name: str, namespace: str, spec: SpecInput) -> dict[str, Any]:

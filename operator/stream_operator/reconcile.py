@@ -266,7 +266,7 @@ def _ensure_replication_secret(ac: client.ApiClient, ds: dict[str, Any]) -> None
 
 
 def _prune_rendered(ac: client.ApiClient, ds: dict[str, Any], objs: list[dict[str, Any]]) -> None:
-    """Delete what this DurableStream owns but no longer renders (a disabled ServiceMonitor)."""
+    """Delete what this DurableStream owns but no longer renders (a disabled PodMonitor)."""
     meta = ds["metadata"]
     selector = {
         "app.kubernetes.io/instance": meta["name"],

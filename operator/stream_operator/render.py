@@ -634,8 +634,7 @@ def desired_objects(
     """Every object a DurableStream owns, in the order they should be applied.
 
     ``podmonitor_crd``/``certificate_crd``: whether the Prometheus Operator's PodMonitor
-    and cert-manager's Certificate are served (no ServiceMonitor is rendered any more:
-    monitoring.py).
+    and cert-manager's Certificate are served.
     """
     s = with_certificate(name, spec)
     objs = [render_configmap(name, namespace, uid, s)]

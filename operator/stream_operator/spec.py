@@ -73,12 +73,8 @@ DEFAULTS: dict[str, Any] = {
         "retryPeriodSeconds": 2,
     },
     "service": {"type": "ClusterIP", "port": 4437},
-    # podMonitor's interval has no default: left out, the deprecated serviceMonitor's
-    # applies (monitoring.podmonitor_settings).
-    "metrics": {
-        "podMonitor": {"enabled": False},
-        "serviceMonitor": {"enabled": False, "interval": "30s"},
-    },
+    # podMonitor's interval has no default here: left out, monitoring.DEFAULT_INTERVAL.
+    "metrics": {"podMonitor": {"enabled": False}},
     # Probe timings and shutdown (CloudNativePG's startDelay/stopDelay): recovery of a
     # large data directory may need more than five minutes, a slow disk more than 30 s
     # to finish its last batch and checkpoint.
@@ -189,7 +185,7 @@ class ServiceSpec:
 
 @dataclass(frozen=True)
 class MonitorSpec:
-    """``spec.metrics.podMonitor`` or its deprecated alias ``serviceMonitor``."""
+    """``spec.metrics.podMonitor``."""
 
     enabled: bool
     interval: str | None
@@ -199,10 +195,9 @@ class MonitorSpec:
 
 @dataclass(frozen=True)
 class MetricsSpec:
-    """``spec.metrics`` (monitoring.podmonitor_settings merges the two)."""
+    """``spec.metrics``."""
 
     pod_monitor: MonitorSpec
-    service_monitor: MonitorSpec
 
 
 @dataclass(frozen=True)
@@ -478,10 +473,7 @@ def _monitor(raw: Mapping[str, Any] | None) -> MonitorSpec:
 
 
 def _metrics(raw: Mapping[str, Any]) -> MetricsSpec:
-    return MetricsSpec(
-        pod_monitor=_monitor(raw.get("podMonitor")),
-        service_monitor=_monitor(raw.get("serviceMonitor")),
-    )
+    return MetricsSpec(pod_monitor=_monitor(raw.get("podMonitor")))
 
 
 def _lifecycle(raw: Mapping[str, Any]) -> LifecycleSpec:

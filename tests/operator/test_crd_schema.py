@@ -74,7 +74,7 @@ def subschema(schema: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
 EVERY_PARENT: dict[str, Any] = {
     "server": {"authTokensSecret": {"name": "tokens"}, "rateLimit": {"requestsPerSecond": 5}},
     "certificates": {"issuerRef": {"name": "ca"}},
-    "metrics": {"podMonitor": {}, "serviceMonitor": {}},
+    "metrics": {"podMonitor": {}},
     "analytics": {},
 }
 

@@ -22,7 +22,6 @@ from testkit.kube import durable_stream
 from testkit.leases import replica_lease
 from testkit.operator_rbac import operated_cluster
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
-from testkit.servicemonitors import older_servicemonitor
 
 pytestmark = pytest.mark.slow
 
@@ -66,25 +65,16 @@ def selected(c: Cluster, match: dict[str, str]) -> list[str]:
     )
 
 
-def test_an_older_servicemonitor_gives_way_to_a_podmonitor_over_every_pod(kube: Cluster):
-    """Before: the ServiceMonitor selected the client Service, which selects the primary:
-    one pod of three scraped. Now the deprecated setting renders a PodMonitor that selects
-    all three, and the ServiceMonitor an older operator made is deleted."""
-    kube.install_servicemonitor_crd()
+def test_a_podmonitor_selects_every_pod_where_the_client_service_selects_the_primary(
+    kube: Cluster,
+):
+    """A monitor of the client Service (what a ServiceMonitor was) scrapes one pod of
+    three, the primary; the PodMonitor selects all three."""
     kube.install_podmonitor_crd()
-    spec = {"replicas": 3, "metrics": {"serviceMonitor": {"enabled": True, "interval": "10s"}}}
-    created = kube.create(durable_stream("events", spec))
-    created.raise_for_status()
-    kube.create(older_servicemonitor(created.json(), NS)).raise_for_status()
+    spec = {"replicas": 3, "metrics": {"podMonitor": {"enabled": True, "interval": "10s"}}}
+    kube.create(durable_stream("events", spec)).raise_for_status()
     pods_of_a_replica_set(kube, "events", 3)
     monitor = wait_for(lambda: kube.get("PodMonitor", NS, "events"), message="the PodMonitor")
-    wait_for(lambda: kube.get("ServiceMonitor", NS, "events") is None, message="pruned")
-    deleted = [
-        e["message"]
-        for e in kube.list("Event", NS)
-        if e["reason"] == "Deleted" and e["involvedObject"]["name"] == "events"
-    ]
-    assert deleted == ["deleted ServiceMonitor events: no longer rendered"]
     owner = kube.get(KIND, NS, "events")["metadata"]["uid"]
     assert [r["uid"] for r in monitor["metadata"]["ownerReferences"]] == [owner]
     assert monitor["spec"]["podMetricsEndpoints"][0]["interval"] == "10s"
@@ -94,7 +84,7 @@ def test_an_older_servicemonitor_gives_way_to_a_podmonitor_over_every_pod(kube: 
         message="role labels",
     )
     client = kube.get("Service", NS, "events")["spec"]["selector"]
-    assert selected(kube, client) == ["events-0"]  # all the ServiceMonitor reached
+    assert selected(kube, client) == ["events-0"]  # all a ServiceMonitor reached
     assert selected(kube, monitor["spec"]["selector"]["matchLabels"]) == [
         "events-0",
         "events-1",

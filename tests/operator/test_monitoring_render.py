@@ -1,7 +1,7 @@
 """Issue 25: every pod scraped (a PodMonitor), and the server's certificate from cert-manager.
 
-Pure rendering, no cluster: what ``spec.metrics.podMonitor`` (and its deprecated alias
-``serviceMonitor``) and ``spec.certificates.issuerRef`` become, checked against the
+Pure rendering, no cluster: what ``spec.metrics.podMonitor`` and
+``spec.certificates.issuerRef`` become, checked against the
 published CRD schemas of the Prometheus Operator and cert-manager
 (tests/operator/crds/README.md) and against the DurableStream CRD's own rules.
 """
@@ -75,9 +75,6 @@ def test_a_podmonitor_only_when_asked_and_its_crd_exists():
     assert "PodMonitor" not in kinds(on, podmonitor_crd=False)
     assert "PodMonitor" not in kinds({}, podmonitor_crd=True)
     assert "PodMonitor" in kinds(on, podmonitor_crd=True)
-    # No ServiceMonitor is rendered any more, whatever is asked.
-    old = {"metrics": {"serviceMonitor": {"enabled": True}}}
-    assert "ServiceMonitor" not in kinds(old, podmonitor_crd=True)
 
 
 def test_the_podmonitor_selects_every_server_pod_primary_and_standbys():
@@ -100,19 +97,6 @@ def test_the_podmonitor_selects_every_server_pod_primary_and_standbys():
     assert pm["spec"]["jobLabel"] == "app.kubernetes.io/name"
     assert pod_labels["app.kubernetes.io/name"] == "durable-streams"  # job="durable-streams"
     jsonschema.validate(pm, published(PODMONITOR_CRD_SCHEMA))
-
-
-def test_servicemonitor_settings_are_the_deprecated_alias():
-    old = {"enabled": True, "interval": "15s", "labels": {"release": "prom"}}
-    pm = only({"metrics": {"serviceMonitor": old}}, "PodMonitor", podmonitor_crd=True)
-    assert pm["spec"]["podMetricsEndpoints"][0]["interval"] == "15s"
-    assert pm["metadata"]["labels"]["release"] == "prom"
-    # podMonitor's own settings win where given.
-    both = {"serviceMonitor": old, "podMonitor": {"interval": "5s", "labels": {"team": "a"}}}
-    crd_validates({"metrics": both})
-    pm = only({"metrics": both}, "PodMonitor", podmonitor_crd=True)
-    assert pm["spec"]["podMetricsEndpoints"][0]["interval"] == "5s"
-    assert pm["metadata"]["labels"]["team"] == "a" and "release" not in pm["metadata"]["labels"]
 
 
 def test_podmonitor_tls_checks_a_name_every_pods_certificate_carries():

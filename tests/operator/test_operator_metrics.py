@@ -81,7 +81,7 @@ def test_reconciles_timestamps_and_conditions_from_a_real_run(scrape):
             status = statefulset_status(sts, 1, 1, 1, "r1", "r1")
             c.patch("StatefulSet", NS, "good", {"status": status}, status=True)
             wait_for(lambda: status_of(c, "good").get("phase") == "Ready", message="Ready")
-            bad = {"metrics": {"serviceMonitor": {"enabled": True}}}
+            bad = {"metrics": {"podMonitor": {"enabled": True}}}
             c.create(durable_stream("bad", bad)).raise_for_status()
             wait_for(
                 lambda: any(
@@ -177,8 +177,8 @@ def test_healthz_asks_the_callback():
         server.server_close()
 
 
-def servicemonitor(spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """The monitor ``spec.metrics.serviceMonitor`` (the deprecated alias) renders now."""
+def podmonitor(spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """The PodMonitor ``spec.metrics.podMonitor`` renders."""
     objs = desired_objects("ev", "ns", UID, spec, podmonitor_crd=True, **extra)
     return next(o for o in objs if o["kind"] == "PodMonitor")
 
@@ -190,23 +190,23 @@ def crd_validates(spec: dict[str, Any]) -> None:
     jsonschema.validate({**obj, "spec": spec}, schema)
 
 
-def test_servicemonitor_labels_from_the_operator_and_the_spec():
-    spec = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"team": "streams"}}}}
+def test_podmonitor_labels_from_the_operator_and_the_spec():
+    spec = {"metrics": {"podMonitor": {"enabled": True, "labels": {"team": "streams"}}}}
     crd_validates(spec)
-    sm = servicemonitor(spec, monitor_labels={"release": "prom", "team": "ops"})
-    labels = sm["metadata"]["labels"]
+    pm = podmonitor(spec, monitor_labels={"release": "prom", "team": "ops"})
+    labels = pm["metadata"]["labels"]
     assert labels["release"] == "prom" and labels["team"] == "streams"  # the spec wins
     assert labels["app.kubernetes.io/managed-by"] == "durable-streams-operator"
     # The labels the operator prunes by cannot be overridden.
-    spec["metrics"]["serviceMonitor"]["labels"] = {"app.kubernetes.io/instance": "x"}
-    assert servicemonitor(spec)["metadata"]["labels"]["app.kubernetes.io/instance"] == "ev"
+    spec["metrics"]["podMonitor"]["labels"] = {"app.kubernetes.io/instance": "x"}
+    assert podmonitor(spec)["metadata"]["labels"]["app.kubernetes.io/instance"] == "ev"
 
 
-def test_servicemonitor_checks_the_servers_certificate():
+def test_podmonitor_checks_the_servers_certificate():
     """Before: ``insecureSkipVerify: true`` whenever the server spoke TLS."""
     tls = {"server": {"tlsSecretName": "ev-tls"}}
-    sm = servicemonitor({**tls, "metrics": {"serviceMonitor": {"enabled": True}}})
-    endpoint = sm["spec"]["podMetricsEndpoints"][0]
+    pm = podmonitor({**tls, "metrics": {"podMonitor": {"enabled": True}}})
+    endpoint = pm["spec"]["podMetricsEndpoints"][0]
     assert endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"] == {
         "ca": {"secret": {"name": "ev-tls", "key": "ca.crt"}},
@@ -216,17 +216,17 @@ def test_servicemonitor_checks_the_servers_certificate():
         "ca": {"configMap": {"name": "root-ca", "key": "ca.pem"}},
         "serverName": "streams.example",
     }
-    spec = {**tls, "metrics": {"serviceMonitor": {"enabled": True, "tlsConfig": own}}}
+    spec = {**tls, "metrics": {"podMonitor": {"enabled": True, "tlsConfig": own}}}
     crd_validates(spec)
-    assert servicemonitor(spec)["spec"]["podMetricsEndpoints"][0]["tlsConfig"] == own
+    assert podmonitor(spec)["spec"]["podMetricsEndpoints"][0]["tlsConfig"] == own
     insecure = {"enabled": True, "tlsConfig": {"insecureSkipVerify": True}}
-    spec = {**tls, "metrics": {"serviceMonitor": insecure}}
+    spec = {**tls, "metrics": {"podMonitor": insecure}}
     crd_validates(spec)
-    assert servicemonitor(spec)["spec"]["podMetricsEndpoints"][0]["tlsConfig"] == {
+    assert podmonitor(spec)["spec"]["podMetricsEndpoints"][0]["tlsConfig"] == {
         "insecureSkipVerify": True
     }
     # Plain HTTP: no tlsConfig at all.
-    plain = servicemonitor({"metrics": {"serviceMonitor": {"enabled": True}}})
+    plain = podmonitor({"metrics": {"podMonitor": {"enabled": True}}})
     assert "tlsConfig" not in plain["spec"]["podMetricsEndpoints"][0]
     # One CA source, not two.
     both = {
@@ -234,4 +234,4 @@ def test_servicemonitor_checks_the_servers_certificate():
         "configMap": {"name": "b", "key": "ca.crt"},
     }
     with pytest.raises(jsonschema.ValidationError):
-        crd_validates({"metrics": {"serviceMonitor": {"tlsConfig": {"ca": both}}}})
+        crd_validates({"metrics": {"podMonitor": {"tlsConfig": {"ca": both}}}})

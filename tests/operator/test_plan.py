@@ -215,14 +215,14 @@ def owned(kind: str, name: str, uid: str = "me", controller: bool = True, **meta
 def test_stale_objects_are_owned_and_no_longer_rendered():
     live = [
         owned("Service", "x"),
-        owned("ServiceMonitor", "x"),
-        owned("ServiceMonitor", "other-owner", uid="someone-else"),
-        owned("ServiceMonitor", "not-controller", controller=False),
+        owned("PodMonitor", "x"),
+        owned("PodMonitor", "other-owner", uid="someone-else"),
+        owned("PodMonitor", "not-controller", controller=False),
         owned("ConfigMap", "going", deletionTimestamp="2026-01-01T00:00:00Z"),
         {"kind": "ConfigMap", "metadata": {"name": "hand-made"}},
     ]
-    assert stale_objects(live, [("Service", "x")], "me") == [("ServiceMonitor", "x")]
-    assert stale_objects(live, [("Service", "x"), ("ServiceMonitor", "x")], "me") == []
+    assert stale_objects(live, [("Service", "x")], "me") == [("PodMonitor", "x")]
+    assert stale_objects(live, [("Service", "x"), ("PodMonitor", "x")], "me") == []
 
 
 def test_short_claims_count_request_and_capacity_of_the_serving_ordinals():

@@ -26,7 +26,6 @@ from testkit.kube import Call, durable_stream
 from testkit.leases import replica_lease
 from testkit.operator import running_operator
 from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefulset_status
-from testkit.servicemonitors import older_servicemonitor
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "durable-streams"
@@ -115,7 +114,6 @@ def become_a_replica_set_and_back(c: Cluster, namespace: str) -> None:
 
 def everything_the_operator_does(c: Cluster, namespace: str) -> None:
     """Create with every optional part, grow, turn parts off (prune), delete (PVCs go)."""
-    c.install_servicemonitor_crd()
     c.install_podmonitor_crd()
     c.install_certificate_crd()
     c.install_spark_operator_crd()
@@ -129,12 +127,9 @@ def everything_the_operator_does(c: Cluster, namespace: str) -> None:
             "schedule": "* * * * * *",
         },
     }
-    created = c.create(durable_stream("events", spec, namespace))
-    created.raise_for_status()
-    c.create(older_servicemonitor(created.json(), namespace)).raise_for_status()
+    c.create(durable_stream("events", spec, namespace)).raise_for_status()
     wait_for(lambda: c.get("StatefulSet", namespace, "events"), message="the StatefulSet")
     wait_for(lambda: c.get("Certificate", namespace, "events-tls"), message="the Certificate")
-    wait_for(lambda: c.get("ServiceMonitor", namespace, "events") is None, message="pruned")
     play_statefulset_controller(c, namespace, "events")
     wait_for(lambda: phase(c, namespace, "events") == "Ready", message="Ready")
     wait_for(lambda: c.list("ScheduledSparkApplication", namespace), message="a Spark job")
