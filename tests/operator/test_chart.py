@@ -196,18 +196,19 @@ def test_crd_analytics_schema_is_the_spark_renderers():
     assert analytics == ANALYTICS_SCHEMA
 
 
-def test_the_resync_interval_reaches_the_operator(helm):
-    """operator.resyncIntervalSeconds becomes the DS_OPERATOR_RESYNC_INTERVAL it reads."""
-    for sets, want in [((), "60"), (("operator.resyncIntervalSeconds=15",), "15")]:
-        deployment = next(d for d in template(helm, *sets) if d["kind"] == "Deployment")
-        env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-        assert {"name": "DS_OPERATOR_RESYNC_INTERVAL", "value": want} in env
-    proc = subprocess.run(
-        [helm, "template", "rel", str(CHART), "--set", "operator.resyncIntervalSeconds=0"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode != 0 and "resyncIntervalSeconds" in proc.stderr
+def test_the_values_of_development_builds_are_refused(helm):
+    """operator.serviceMonitorLabels and operator.resyncIntervalSeconds (now
+    podMonitorLabels and tuning.resyncIntervalSeconds) are refused by name, not ignored."""
+    for value, name in [
+        ("operator.serviceMonitorLabels.release=prom", "serviceMonitorLabels"),
+        ("operator.resyncIntervalSeconds=15", "resyncIntervalSeconds"),
+    ]:
+        proc = subprocess.run(
+            [helm, "template", "rel", str(CHART), "--set", value],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode != 0 and name in proc.stderr
 
 
 def test_the_unpinned_image_setting_reaches_the_operator(helm):
@@ -393,7 +394,7 @@ def test_operator_metrics_leader_election_and_monitoring_labels(helm):
         f"alerts.labels.{release}",
         "operator.metrics.serviceMonitor.enabled=true",
         f"operator.metrics.serviceMonitor.labels.{release}",
-        f"operator.serviceMonitorLabels.{release}",
+        f"operator.podMonitorLabels.{release}",
         "operator.podMonitorLabels.team=streams",
         "operator.replicas=2",
     )
@@ -402,7 +403,7 @@ def test_operator_metrics_leader_election_and_monitoring_labels(helm):
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
-    # The PodMonitors' labels, the deprecated serviceMonitorLabels merged under them.
+    # The PodMonitors' labels.
     assert json.loads(env["DS_OPERATOR_PODMONITOR_LABELS"]) == {
         "release": "kube-prometheus",
         "team": "streams",

@@ -65,17 +65,12 @@ def test_each_value_reaches_the_operator(helm: str):
     assert s == want
 
 
-def test_the_older_resync_value_still_wins_when_set(helm: str):
-    """operator.resyncIntervalSeconds (before tuning): an upgrade keeps what it set."""
-    env = operator_env(helm, "operator.resyncIntervalSeconds=15")
-    assert env["DS_OPERATOR_RESYNC_INTERVAL"] == "15"
-
-
 @pytest.mark.parametrize(
     "bad",
     [
         "operator.tuning.apiTimeoutSeconds=0",
         "operator.tuning.statusIntervalSeconds=-1",
+        "operator.tuning.resyncIntervalSeconds=0",
         "operator.tuning.periodicWorkers=0",
         "operator.tuning.periodicWorkers=1.5",
         "operator.tuning.stallSeconds=0",
