@@ -15,7 +15,6 @@ from testkit.cluster import Cluster
 TERM = "streams.pyds.dev/term"
 IN_SYNC = "streams.pyds.dev/in-sync"
 TERM_BEGAN = "streams.pyds.dev/term-began"
-KEEPS = "streams.pyds.dev/keeps-metadata"  # a server that keeps the operator's reference
 
 
 def replica_lease(
@@ -28,7 +27,7 @@ def replica_lease(
 ) -> dict[str, Any]:
     """The Lease of the replica set ``name``: held by ``holder`` in ``term``, with the
     standbys ``in_sync``; ``began``: how the term began, when the test says."""
-    notes = {TERM: str(term), IN_SYNC: json.dumps(list(in_sync)), KEEPS: "true"}
+    notes = {TERM: str(term), IN_SYNC: json.dumps(list(in_sync))}
     if began:
         notes[TERM_BEGAN] = began
     return {

@@ -10,12 +10,6 @@ write the Lease otherwise), and the garbage collector deletes the Lease with its
 The servers write every metadata field they do not own back as they read it
 (``stream_server.replication.lease``), so their renewals keep the reference.
 
-Only a Lease that a server of this version wrote last (it says so,
-``streams.pyds.dev/keeps-metadata``), in a set whose pods all run the StatefulSet's
-current template, gets the reference: an older server rebuilds the Lease without it,
-and under the admission plugin below its renewal would be refused for changing owner
-references, which could leave the set without a primary in the middle of an upgrade.
-
 The patch names the resourceVersion it read: a server's write in between makes it a
 409, and the next round tries again on the Lease as it is then. The reference blocks
 its owner's deletion as every rendered object's does: under the
@@ -32,14 +26,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, leadership
+from stream_operator import leadership
 from stream_operator.apply import MERGE_PATCH
 from stream_operator.render import lease_name, owner_reference
-from stream_operator.replica_cluster import rolled_out
 
 log = logging.getLogger(__name__)
-
-KEEPS = f"{GROUP}/keeps-metadata"  # the servers' mark (stream_server.replication.lease)
 
 
 def lease_reference(ds: dict[str, Any]) -> dict[str, Any]:
@@ -55,8 +46,6 @@ def adoption(lease: dict[str, Any] | None, ds: dict[str, Any]) -> dict[str, Any]
     if lease is None:
         return None
     meta = lease.get("metadata") or {}
-    if (meta.get("annotations") or {}).get(KEEPS) != "true":
-        return None  # written last by an older server, which would drop it
     refs = list(meta.get("ownerReferences") or [])
     if any(ref.get("uid") == ds["metadata"]["uid"] for ref in refs):
         return None
@@ -69,16 +58,12 @@ def adoption(lease: dict[str, Any] | None, ds: dict[str, Any]) -> dict[str, Any]
 
 
 def adopt_lease(
-    ac: client.ApiClient,
-    ds: dict[str, Any],
-    lease: dict[str, Any] | None,
-    sts: dict[str, Any] | None,
+    ac: client.ApiClient, ds: dict[str, Any], lease: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """Add the owner reference to the replica set's Lease if it lacks it, once every pod
-    runs the StatefulSet's current template; the Lease as it is now (as read when
-    nothing was written, None when it is gone)."""
+    """Add the owner reference to the replica set's Lease if it lacks it; the Lease as it
+    is now (as read when nothing was written, None when it is gone)."""
     patch = adoption(lease, ds)
-    if patch is None or not rolled_out(sts) or not leadership.may_act():
+    if patch is None or not leadership.may_act():
         return lease
     namespace, name = ds["metadata"]["namespace"], ds["metadata"]["name"]
     try:

@@ -104,7 +104,7 @@ def _replica_set_step(
     (none while a lifecycle annotation holds it); the Lease and pods as they are after.
     The Lease gets its owner reference to the DurableStream here (``lease_owner``)."""
     namespace, name = ds["metadata"]["namespace"], ds["metadata"]["name"]
-    lease = lease_owner.adopt_lease(ac, ds, read_lease(ac, namespace, lease_name(name)), sts)
+    lease = lease_owner.adopt_lease(ac, ds, read_lease(ac, namespace, lease_name(name)))
     pods = replica_set.label_roles(ac, namespace, pods, lease)
     step = None if lifecycle.holds_rollout(ds, pods) else replica_set.roll(ac, ds, sts, pods, lease)
     if step is not None and step.switchover is not None:

@@ -25,9 +25,8 @@ from stream_server.replication.lease import LeaseClient
 from testkit import rbac
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
-from testkit.leases import KEEPS, replica_lease
+from testkit.leases import replica_lease
 from testkit.operator_rbac import cluster_wide_rbac
-from testkit.pod_objects import statefulset_status
 
 NS = "default"
 
@@ -64,24 +63,6 @@ def lease_writes(c: Cluster, start: int) -> list[str]:
     ]
 
 
-def rolled(c: Cluster, name: str, *, current: bool = True) -> dict[str, Any]:
-    """The StatefulSet (a bare one made if the operator has not rendered it) with the
-    status its controller reports once every pod runs its current template and is
-    ready (``current=False``: one pod still of an older one)."""
-    sts = c.get("StatefulSet", NS, name)
-    if sts is None:
-        bare = {"metadata": {"name": name, "namespace": NS}, "spec": {"replicas": 3}}
-        sts = c.create({"apiVersion": "apps/v1", "kind": "StatefulSet", **bare}).json()
-    want = sts["spec"]["replicas"]
-    rev = f"{name}-{sts['metadata']['generation']}"
-    updated = want if current else want - 1
-    status = statefulset_status(sts, want, want, updated, rev if current else f"{name}-0", rev)
-    c.patch("StatefulSet", NS, name, {"status": status}, status=True).raise_for_status()
-    got = c.get("StatefulSet", NS, name)
-    assert got is not None
-    return got
-
-
 def renew(c: Cluster, name: str) -> None:
     """One renewal as the holder writes it: the server's own client, read then replace."""
 
@@ -106,10 +87,6 @@ def test_the_lease_gets_its_owner_once_and_goes_with_the_durable_stream(kube: Cl
     assert kube.get("Lease", NS, "events-leader") is None  # no server yet: nothing to own
 
     kube.create(replica_lease("events", NS, "events-0", 1, ["events-1"])).raise_for_status()
-    rolled(kube, "events", current=False)  # a rolling update under way: not yet
-    status_round.refresh(ac, "events", NS, rounds())
-    assert refs(kube, "events") == []
-    rolled(kube, "events")
     status_round.refresh(ac, "events", NS, rounds())
     assert refs(kube, "events") == [lease_owner.lease_reference(ds)]
     (ref,) = refs(kube, "events")
@@ -137,14 +114,13 @@ def test_other_owners_are_kept_and_a_race_or_a_missing_lease_waits(kube: Cluster
     lease = replica_lease("events", NS, "events-0")
     lease["metadata"]["ownerReferences"] = [theirs]
     read = kube.create(lease).json()
-    sts = rolled(kube, "events")
 
     # A server wrote the Lease after the round read it: 409, left for the next round.
     kube.patch("Lease", NS, "events-leader", {"spec": {"renewTime": "2030-01-01T00:00:00Z"}})
-    assert lease_owner.adopt_lease(ac, ds, read, sts) == read
+    assert lease_owner.adopt_lease(ac, ds, read) == read
     assert refs(kube, "events") == [theirs]
 
-    adopted = lease_owner.adopt_lease(ac, ds, kube.get("Lease", NS, "events-leader"), sts)
+    adopted = lease_owner.adopt_lease(ac, ds, kube.get("Lease", NS, "events-leader"))
     assert adopted is not None
     assert refs(kube, "events") == [theirs, lease_owner.lease_reference(ds)]
     assert adopted["metadata"]["ownerReferences"] == refs(kube, "events")
@@ -154,8 +130,8 @@ def test_other_owners_are_kept_and_a_race_or_a_missing_lease_waits(kube: Cluster
     assert stale is not None
     stale["metadata"]["ownerReferences"] = []
     kube.delete("Lease", NS, "events-leader").raise_for_status()
-    assert lease_owner.adopt_lease(ac, ds, stale, sts) is None
-    assert lease_owner.adopt_lease(ac, ds, None, sts) is None
+    assert lease_owner.adopt_lease(ac, ds, stale) is None
+    assert lease_owner.adopt_lease(ac, ds, None) is None
 
 
 def test_the_installed_rbac_grants_the_adoption(kube: Cluster):
@@ -165,9 +141,8 @@ def test_the_installed_rbac_grants_the_adoption(kube: Cluster):
     ac = api_client(kube)
     ds = kube.create(durable_stream("events", {"replicas": 3})).json()
     lease = kube.create(replica_lease("events", NS, "events-0")).json()
-    sts = rolled(kube, "events")
     start = len(kube.api.requests)
-    lease_owner.adopt_lease(ac, ds, lease, sts)
+    lease_owner.adopt_lease(ac, ds, lease)
     calls = kube.api.requests[start:]
     asked = {(call.verb, call.resource) for call in calls}
     assert asked == {
@@ -177,15 +152,3 @@ def test_the_installed_rbac_grants_the_adoption(kube: Cluster):
     }
     granted = rbac.grants(cluster_wide_rbac(), "durable-streams", "durable-streams")
     assert rbac.denied(calls, granted) == []
-
-
-def test_a_lease_an_older_server_wrote_last_is_left_alone(kube: Cluster):
-    """An older server rebuilds the Lease without the reference, and under the admission
-    plugin its renewal would be refused for changing owner references: only a Lease
-    whose last writer keeps metadata (``keeps-metadata``) gets one."""
-    ds = kube.create(durable_stream("events", {"replicas": 3})).json()
-    lease = replica_lease("events", NS, "events-0")
-    del lease["metadata"]["annotations"][KEEPS]
-    assert lease_owner.adoption(lease, ds) is None
-    lease["metadata"]["annotations"][KEEPS] = "true"
-    assert lease_owner.adoption(lease, ds) is not None
