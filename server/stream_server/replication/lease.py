@@ -47,10 +47,6 @@ SET_ID = PREFIX + "set-id"
 # OwnerReferencesPermissionEnforcement admission plugin would ask ``delete`` on the
 # Lease of it, which the servers' Role does not grant.
 KEPT = ("ownerReferences", "labels", "finalizers")
-# Written with every replace: the writer keeps KEPT. The operator adds its owner
-# reference only to a Lease a server of this kind wrote last (an older server would
-# drop the reference, and under that admission plugin have its renewal refused).
-KEEPS = PREFIX + "keeps-metadata"
 
 # The kubelet's mount of the pod's token and CA (read through kube_auth, as they rotate).
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -144,7 +140,6 @@ class LeaseRecord:
                 PRIMARY_URL: self.primary_url,
                 IN_SYNC: json.dumps(self.in_sync),
                 POSITIONS: json.dumps({k: list(v) for k, v in sorted(self.positions.items())}),
-                KEEPS: "true",
             },
         }
         if self.began:
