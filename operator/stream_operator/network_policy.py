@@ -6,7 +6,7 @@ without ``networkPolicyPeers``: application teams reach a stream server from the
 namespaces (and through ingress controllers), and an operator upgrade that brings the
 policy must not cut them off. Once ``spec.networkPolicy.clients`` (NetworkPolicyPeers)
 names who may connect, the port takes only them and what the set itself needs:
-- the replica set's peers (the same pod selector), for fetch, snapshot and switchover;
+- the replica set's peers (the same pod selector), for the stream, snapshot and switchover;
 - the operator's pod (its namespace, ``OperatorSettings.namespace``, and its name label): status,
   switchover and backup calls;
 - metrics scrapers: ``spec.networkPolicy.metricsFrom`` (default pods named

@@ -182,7 +182,7 @@ def replication_env(name: str, namespace: str, spec: SpecInput) -> dict[str, str
         "DS_LEASE_DURATION": str(rep.lease_duration_seconds),
         "DS_LEASE_RENEW_DEADLINE": str(rep.renew_deadline_seconds),
         "DS_LEASE_RETRY_PERIOD": str(rep.retry_period_seconds),
-        # Peers (fetch, snapshot) and the operator (switchover) show this Bearer token.
+        # Peers (the stream, snapshot) and the operator (switchover) show this Bearer token.
         "DS_REPLICATION_TOKEN_FILE": f"{REPLICATION_TOKEN_DIR}/token",
         # Only pod 0 starts a new set from empty storage; a pod holding data always may,
         # so a single server scaled up keeps its data (pod 0 leads, the others copy).
