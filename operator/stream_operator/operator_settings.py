@@ -128,7 +128,6 @@ PARSED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DS_OPERATOR_LEADER_ELECTION": ("leader_election", _boolean),
     "DS_OPERATOR_UNPINNED_SERVER_IMAGE": ("unpinned_server_image", _policy),
     "DS_OPERATOR_SERVER_FIXED_UID": ("server_fixed_uid", _boolean),
-    "DS_OPERATOR_SERVICEMONITOR_LABELS": ("monitor_labels", _labels),  # the older name
     "DS_OPERATOR_PODMONITOR_LABELS": ("monitor_labels", _labels),
     "DS_OPERATOR_PEER_TOKEN_ROTATION": ("peer_token_rotation", _seconds),
     "DS_OPERATOR_NETWORK_POLICIES": ("network_policies", _boolean),

@@ -35,8 +35,9 @@ def test_the_defaults_and_given_values():
     assert (s.periodic_workers, s.stall_seconds, s.metrics_port) == (8, 120.0, 0)
     assert (s.leader_election, s.unpinned_server_image) == (False, "hold")
     assert s.monitor_labels == {"release": "prometheus"}
-    # The older name of the labels, read when the new one is not given.
-    assert parse({"DS_OPERATOR_SERVICEMONITOR_LABELS": '{"a": "b"}'}).monitor_labels == {"a": "b"}
+    # The older name of the labels is gone with the ServiceMonitor alias: refused.
+    with pytest.raises(SettingError, match="unknown setting DS_OPERATOR_SERVICEMONITOR_LABELS"):
+        parse({"DS_OPERATOR_SERVICEMONITOR_LABELS": '{"a": "b"}'})
     assert parse({"DS_OPERATOR_PODMONITOR_LABELS": ""}).monitor_labels == {}
 
 
