@@ -3,9 +3,9 @@ and the store's events fanned out to the Parts that listen (``Listeners``).
 
 The topology decides the engine's replica hooks and the pipeline's ack gate (a
 replica set's, a follower's read-only hooks, none); the Parts built before the store
-add their own (the archive's floor and gate). The pipeline takes its batch hook
-when it is built, before the Parts that need the store exist: ``Listeners`` is
-that hook, and is told its Parts once they all are.
+add their own (the archive's floor and gate). The store is built before the Parts
+that need it exist: ``Listeners`` is its events object, filled in once they all are
+(the store looks each event up when it happens).
 
 The events run inside the commit pipeline's completion, where an exception would
 strand every request of the batch: a Part whose listener may fail catches it itself.
@@ -34,26 +34,16 @@ class Listeners:
     """The store's ``StoreEvents``: one object, given to the store before the Parts are
     known and filled in by ``bind`` once they are. An event no Part listens to stays
     None (the store then does nothing for it) and one that a single Part hears calls
-    that Part's hook straight: the append path pays for no fan-out it does not need.
-    The batch hook is the exception: the pipeline keeps it from the start, so it
-    stays a call that goes through the bound hooks."""
+    that Part's hook straight: the append path pays for no fan-out it does not need."""
 
     def __init__(self) -> None:
-        self._batch: tuple[Callable[..., None], ...] = ()
-        self._events = StoreEvents(on_batch=self._on_batch)
-
-    def _on_batch(self, *args: Any) -> None:
-        for hook in self._batch:
-            hook(*args)
+        self._events = StoreEvents()
 
     def bind(self, parts: Iterable[Part]) -> None:
         events = [e for part in parts if (e := part.listener()) is not None]
         for name in EVENTS:
             hooks = tuple(h for e in events if (h := getattr(e, name)) is not None)
-            if name == "on_batch":
-                self._batch = hooks
-            else:
-                setattr(self._events, name, _one_call(hooks))
+            setattr(self._events, name, _one_call(hooks))
 
     def events(self) -> StoreEvents:
         return self._events

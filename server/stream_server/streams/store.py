@@ -133,7 +133,7 @@ class StreamStore:
         # stream on the loop (outside ``RecoveryReport.seconds``).
         self.load_seconds = 0.0
         self.pipeline = CommitPipeline(
-            self.engine, on_failure=self._on_failure, on_batch=self.events.on_batch, gate=gate
+            self.engine, on_failure=self._on_failure, on_batch=self._on_batch, gate=gate
         )
         self.reader = Reader(self.engine, self.table, self.limits.read_threads)
         self.json = JsonSplitter(self.settings.max_json_messages)
@@ -582,6 +582,12 @@ class StreamStore:
 
         fut.add_done_callback(settled)
         return done
+
+    def _on_batch(self, stats: BatchStats, requests: int) -> None:
+        """A batch committed: the listener is looked up now, as ``_on_failure``'s is, since
+        a node fills the events in after the store and its pipeline are built."""
+        if self.events.on_batch:
+            self.events.on_batch(stats, requests)
 
     def _on_failure(self, error: StorageError) -> None:
         """A batch failed: forget every queued change, as if it had never been asked."""
