@@ -87,7 +87,6 @@ class _Connection:
     def __init__(
         self, origin: Origin, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        self.origin = origin
         host = f"[{origin[1]}]" if ":" in origin[1] else origin[1]  # an IPv6 address
         default = 443 if origin[0] == "https" else 80
         self.host = host if origin[2] == default else f"{host}:{origin[2]}"
