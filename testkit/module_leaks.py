@@ -20,7 +20,7 @@ import pytest
 PACKAGES = ("stream_operator", "stream_server")
 
 
-def _functions() -> dict[tuple[str, str], object]:
+def functions() -> dict[tuple[str, str], object]:
     """Every function a loaded product module defines, by (module, name)."""
     found: dict[tuple[str, str], object] = {}
     for module_name, module in list(sys.modules.items()):
@@ -32,15 +32,20 @@ def _functions() -> dict[tuple[str, str], object]:
     return found
 
 
-@pytest.fixture(autouse=True)
-def _product_functions_put_back() -> Iterator[None]:
-    before = _functions()
-    yield
-    changed = sorted(
+def replaced(before: dict[tuple[str, str], object]) -> list[str]:
+    """The functions of ``before`` (a ``functions()``) no longer in their module."""
+    return sorted(
         f"{module}.{name}"
         for (module, name), function in before.items()
         if getattr(sys.modules.get(module), name, function) is not function
     )
+
+
+@pytest.fixture(autouse=True)
+def _product_functions_put_back() -> Iterator[None]:
+    before = functions()
+    yield
+    changed = replaced(before)
     if changed:
         pytest.fail(
             f"the test left product functions replaced: {', '.join(changed)} "
