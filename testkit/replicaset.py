@@ -1,4 +1,5 @@
 """A replica set on one machine: the emulated Kubernetes API and N stream servers.
+Kept whole although long: the command line and the Python API drive one state file.
 
 This is how a user tries failover on a laptop and how the replication tests
 run (docs/replication.md, "Trying it on a laptop")::

@@ -1,5 +1,8 @@
 """Idempotent apply: create what is missing, patch what differs, leave the rest alone.
 
+One module over 400 lines, kept whole: the kinds it knows, the write of one object
+and the pruning of what is no longer rendered are one procedure over one table.
+
 An object is written only when the live one no longer holds what the
 operator renders (``plan.drifted_fields``, which compares as the API server
 stores: canonical quantities, defaults and injected sidecars are not drift),

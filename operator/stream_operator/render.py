@@ -2,6 +2,9 @@
 
 Pure functions of (name, namespace, uid, spec): no API calls, so every
 object the operator would apply is unit-tested without a cluster.
+
+Kept whole although long: the objects of one DurableStream side by side, so that the
+names, labels and selectors that must agree between them are read in one place.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The DurableStream spec, parsed once into typed frozen views, and the changes the
-operator refuses.
+operator refuses. Kept whole although long: the views, their defaults and the
+refusals name the same fields, and one file keeps them in step.
 
 ``with_defaults`` fills every default in (``DEFAULTS``, and the defaults inside
 optional objects below it) and parses the result into ``DurableStreamSpec``, as kopf's

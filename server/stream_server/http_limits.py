@@ -1,4 +1,6 @@
 """The connection-level limits: what one TCP connection may cost the server.
+Kept whole although long: every limit is a hook of the one uvicorn protocol
+subclass below, and they share its per-connection state.
 
 The app's own limits (body size, readers, rate) only apply once a request has
 reached it; a hostile client can do harm before that, or without ever sending

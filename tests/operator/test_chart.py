@@ -1,4 +1,7 @@
-"""The chart and the plain manifests, checked with real helm and the official schemas."""
+"""The chart and the plain manifests, checked with real helm and the official schemas.
+
+One module although long: every check of what helm renders from the one chart, over
+the same helm binary and schema helpers."""
 
 from __future__ import annotations
 

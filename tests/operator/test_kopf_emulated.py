@@ -1,4 +1,6 @@
 """The real kopf operator against an emulated API server (testkit.kube).
+Long: the reconcile scenarios over one cluster fixture; a split by concern
+(rendering, storage, status) is open.
 
 Each test starts an API server and the operator, acts the way a user would
 (create, patch, delete DurableStreams through the API), plays the StatefulSet

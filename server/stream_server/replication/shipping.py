@@ -1,5 +1,6 @@
 """The primary's side of log shipping: the recent frames, the refusals, the
-in-sync set and the ack gate.
+in-sync set and the ack gate. Kept whole although long: they are one object's
+state (``Shipper``), changed together on one event loop.
 
 A standby follows by a stream (``sender.py``: frames pushed, its durable
 position sent back as each is flushed); the position is also its
