@@ -34,7 +34,7 @@ LONG_BECAUSE: dict[str, str] = {
         "the server's metrics declared one after the other, each a name, a help text and "
         "its labels: a table written as code"
     ),
-    "server/stream_server/replication/service.py::Replication.__init__": (
+    "server/stream_server/replication/replica_set.py::Replication.__init__": (
         "the replica's parts joined by constructors in the order their references run, "
         "before anything opens or starts: split, that order would be spread over functions"
     ),

@@ -43,7 +43,7 @@ from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.protocol.live import ReaderSlots
 from stream_server.ratelimit import RateLimiter
-from stream_server.replication.write_fence import Refusal
+from stream_server.replication.fences.write_fence import Refusal
 
 log = logging.getLogger("stream_server")
 

@@ -82,7 +82,7 @@ MAX_PARSED_URL_BYTES = 0xFFFF
 LINGER_SECONDS = 2.0
 # SO_LINGER on with a zero timeout: close() resets the connection.
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)
-# Upgrades the app may take a connection over for (``replication/sender.py``).
+# Upgrades the app may take a connection over for (``replication/primary/sender.py``).
 UPGRADES = (b"pyds-replication/2",)
 # Refused connections are logged at most this often, with a count.
 CAP_LOG_INTERVAL = 5.0

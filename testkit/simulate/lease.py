@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 
-from stream_server.replication.lease import LeaseConflict, LeaseRecord, LeaseUnavailable
+from stream_server.replication.lease.kube_lease import LeaseConflict, LeaseRecord, LeaseUnavailable
 from testkit.simulate.links import Network, Reply
 
 API = "api"

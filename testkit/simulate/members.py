@@ -2,7 +2,7 @@
 with its Lease writes), shipper (``Shipper``), read freshness (``Freshness``),
 read fence and write fence, on simulated storage, over the simulated network.
 
-What is the simulation's own is the glue the real ``service.py`` and
+What is the simulation's own is the glue the real ``replication/replica_set.py`` and
 ``role_switch.py`` hold (primary or standby mode as the role loop's state
 changes, with the same steps in the same order), the follow loop of a standby
 (``standby.py``), and how a write or a read reaches the member. A crash cancels
@@ -20,11 +20,11 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stream_server.replication.freshness import Freshness
-from stream_server.replication.read_fence import ReadFence
-from stream_server.replication.roles import RoleConfig, RoleLoop
-from stream_server.replication.shipping import Shipper
-from stream_server.replication.write_fence import WriteFence
+from stream_server.replication.fences.read_fence import ReadFence
+from stream_server.replication.fences.write_fence import WriteFence
+from stream_server.replication.lease.roles import RoleConfig, RoleLoop
+from stream_server.replication.primary.shipping import Shipper
+from stream_server.replication.standby.freshness import Freshness
 from testkit.history import message
 from testkit.simulate.lease import SimLeaseClient
 from testkit.simulate.standby import Standby
@@ -99,7 +99,7 @@ class Member:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """A process start on what the storage holds (``service.py``'s wiring)."""
+        """A process start on what the storage holds (``replica_set.py``'s wiring)."""
         s, w = self.settings, self.world
         self.incarnation += 1
         self.up = True

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from stream_server.replication import rules
-from stream_server.replication.freshness import NS, Freshness
-from stream_server.replication.lease import LeaseRecord
-from stream_server.replication.lease_writes import LeaseWrites
+from stream_server.replication.lease.kube_lease import LeaseRecord
+from stream_server.replication.lease.lease_writes import LeaseWrites
+from stream_server.replication.standby.freshness import NS, Freshness
 
 
 def _commit_one_short(held: int, members: Iterable[int]) -> int:

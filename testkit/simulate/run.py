@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from stream_server.replication import boottime
+from stream_server.replication.lease import boottime
 from testkit.simulate import mutants, oracle
 from testkit.simulate.clock import VirtualLoop
 from testkit.simulate.members import Settings
@@ -70,7 +70,7 @@ async def _scenario(world: World) -> None:
 
 def run_seed(seed: int, mutant: str | None = None, *, reorder: bool = True) -> Result:
     """Play ``seed`` (with ``mutant``'s broken rule, if named) and judge it; ``reorder``:
-    a member's Lease answers may overtake each other, as the real client's do (lease.py).
+    a member's Lease answers may overtake each other, as the real client's do (replication/lease/kube_lease.py).
     Seeds found with answers in order replay with ``reorder=False``."""
     loop = VirtualLoop()
     world = World(seed, loop, reorder=reorder)

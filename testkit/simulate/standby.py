@@ -19,8 +19,8 @@ import json
 from typing import TYPE_CHECKING
 
 from stream_server.replication import rules
-from stream_server.replication.follower import RECOPY, Follower, unless_stale
-from stream_server.replication.shipping import Refusal
+from stream_server.replication.primary.shipping import Refusal
+from stream_server.replication.standby.receiver import RECOPY, Follower, unless_stale
 from testkit.simulate.storage import Storage
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from stream_server.replication.shipping import COMMIT_LINGER, MAX_ANSWER, Refusal, Shipper
-from stream_server.replication.wire import Shipped
+from stream_server.replication.peers.wire import Shipped
+from stream_server.replication.primary.shipping import COMMIT_LINGER, MAX_ANSWER, Refusal, Shipper
 from testkit.history import History, Seen
 from testkit.simulate.clock import VirtualLoop
 from testkit.simulate.lease import LeaseServer

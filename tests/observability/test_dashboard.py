@@ -14,7 +14,7 @@ from typing import Any, cast
 from stream_server.archive.collector import ArchiveCollector
 from stream_server.archive.progress import ArchiveProgress
 from stream_server.metrics import Metrics
-from stream_server.replication.collector import ReplicationCollector
+from stream_server.replication.replica_metrics import ReplicationCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 OBS = ROOT / "observability"

@@ -3,7 +3,7 @@
 The Lease is a dependent of its DurableStream (``lease_owner``), so the garbage
 collector deleted it with the StatefulSet, while the pods were still terminating. A
 server still running then found its Lease gone and created it again, with no owner (it
-had no Lease left to copy the reference from, ``stream_server.replication.lease_writes``):
+had no Lease left to copy the reference from, ``stream_server.replication.lease.lease_writes``):
 that Lease outlived the DurableStream, and a DurableStream made again under the same
 name on new, empty volumes (``pvcRetention: Delete``) found a Lease naming the old set's
 id and terms. The deletion handler now deletes the StatefulSet, waits for the pods to
@@ -30,7 +30,7 @@ from kubernetes import client
 from stream_operator import GROUP, KIND, events, handlers, reconcile, status_round
 from stream_operator.api_client import use_api_client
 from stream_operator.periodic import Periodic
-from stream_server.replication.lease import LeaseClient, LeaseRecord, micro_time
+from stream_server.replication.lease.kube_lease import LeaseClient, LeaseRecord, micro_time
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.leases import replica_lease

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from stream_operator import KIND, events, lease_owner, reconcile, status_round
 from stream_operator.periodic import Periodic
-from stream_server.replication.lease import LeaseClient
+from stream_server.replication.lease.kube_lease import LeaseClient
 from testkit import rbac
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

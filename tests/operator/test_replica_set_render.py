@@ -214,7 +214,7 @@ def test_the_pods_rights_are_their_lease_and_their_pods_by_name_and_nothing_clus
             "verbs": ["get", "update", "watch"],
         },
         # Their own set's pods, every ordinal a set can have: the holder labels them and
-        # sets their in-sync condition (stream_server.replication.pod_labels).
+        # sets their in-sync condition (stream_server.replication.lease.pod_labels).
         {
             "apiGroups": [""],
             "resources": ["pods"],

@@ -14,7 +14,7 @@ import pytest
 
 from stream_operator import KIND
 from stream_operator import token_rotation as rot
-from stream_server.replication.peer_token import PeerToken
+from stream_server.replication.peers.peer_token import PeerToken
 from testkit import wait_for
 from testkit.cluster import cluster
 from testkit.kube import durable_stream

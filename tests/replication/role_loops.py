@@ -4,8 +4,8 @@ role-loop tests share (a replica, a Lease as a previous primary left it)."""
 from __future__ import annotations
 
 from stream_server.replication.identity import SetIdentity
-from stream_server.replication.lease import LeaseClient, LeaseRecord
-from stream_server.replication.roles import RoleConfig, RoleLoop
+from stream_server.replication.lease.kube_lease import LeaseClient, LeaseRecord
+from stream_server.replication.lease.roles import RoleConfig, RoleLoop
 from testkit.cluster import Cluster
 
 DURATION = 15.0

@@ -1,4 +1,4 @@
-"""The standby's writer thread (``replication/applier.py``) on real engines and files:
+"""The standby's writer thread (``replication/standby/applier.py``) on real engines and files:
 each answer's frames durable before its commit, the commit held until the
 acknowledgement has gone out (or ``SENT_WAIT``), answers applied in order, a failed
 engine reported without a commit, and ``stop`` letting the job under way finish."""
@@ -12,8 +12,8 @@ import pytest
 
 from stream_format.records import KIND_BYTES
 from stream_server.engine.errors import StorageFailed
-from stream_server.replication import applier as applier_module
-from stream_server.replication.applier import Applier
+from stream_server.replication.standby import applier as applier_module
+from stream_server.replication.standby.applier import Applier
 from testkit.engines import crash
 from testkit.replica_engines import primary_frames, standby
 

@@ -13,8 +13,8 @@ import asyncio
 from types import SimpleNamespace
 
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.replication import follower as follower_module
-from stream_server.replication.follower import Follower, unless_stale
+from stream_server.replication.standby import receiver as follower_module
+from stream_server.replication.standby.receiver import Follower, unless_stale
 
 
 async def test_a_request_no_longer_wanted_is_given_up_and_cancelled():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from stream_format import wal
 from stream_server.engine.frames import coalesced as _coalesced
-from stream_server.replication.frame_ring import FrameRing
+from stream_server.replication.primary.frame_ring import FrameRing
 
 
 def filled(count: int, keep_bytes: int) -> FrameRing:

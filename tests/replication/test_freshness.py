@@ -17,12 +17,12 @@ import pytest
 
 from stream_server.app import StreamServerApp
 from stream_server.config import Settings
-from stream_server.replication.follower import _messages
-from stream_server.replication.frame_ring import FrameRing
-from stream_server.replication.freshness import Freshness
-from stream_server.replication.roles import RoleConfig, RoleLoop
-from stream_server.replication.sender import Sender
-from stream_server.replication.wire import ACK, MESSAGE
+from stream_server.replication.lease.roles import RoleConfig, RoleLoop
+from stream_server.replication.peers.wire import ACK, MESSAGE
+from stream_server.replication.primary.frame_ring import FrameRing
+from stream_server.replication.primary.sender import Sender
+from stream_server.replication.standby.freshness import Freshness
+from stream_server.replication.standby.receiver import _messages
 
 S = 1_000_000_000  # ns
 

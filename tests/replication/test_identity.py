@@ -15,8 +15,8 @@ from stream_server.engine.data_dir import prepare, remove_set_id, write_set_id
 from stream_server.engine.ops import CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks, stamp_base
 from stream_server.replication.identity import WAITING, SetIdentity, refusal
-from stream_server.replication.lease import LeaseClient, LeaseRecord
-from stream_server.replication.roles import RoleLoop
+from stream_server.replication.lease.kube_lease import LeaseClient, LeaseRecord
+from stream_server.replication.lease.roles import RoleLoop
 from testkit.cluster import Cluster
 from testkit.fsio_recorder import Recorder
 from tests.replication import role_loops

@@ -23,9 +23,9 @@ import httpx
 import pytest
 from aiohttp.test_utils import RawTestServer
 
-from stream_server.replication import kube_auth, lease
-from stream_server.replication.lease import LeaseClient, LeaseUnavailable, api_client
-from stream_server.replication.pod_labels import PodClient
+from stream_server.replication.lease import kube_auth, kube_lease
+from stream_server.replication.lease.kube_lease import LeaseClient, LeaseUnavailable, api_client
+from stream_server.replication.lease.pod_labels import PodClient
 from testkit.kube import ApiServer
 from testkit.pki import PrivateCA
 
@@ -66,7 +66,7 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         try:
             monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
             monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
-            monkeypatch.setattr(lease, "SERVICE_ACCOUNT", account)
+            monkeypatch.setattr(kube_lease, "SERVICE_ACCOUNT", account)
             yield InCluster(api, account, ca)
         finally:
             await server.close()
@@ -156,7 +156,7 @@ async def test_the_api_url_brackets_an_ipv6_service_host(
     account.mkdir()
     shutil.copy(PrivateCA(tmp_path / "pki").cert, account / "ca.crt")
     (account / "token").write_text("t\n")
-    monkeypatch.setattr(lease, "SERVICE_ACCOUNT", account)
+    monkeypatch.setattr(kube_lease, "SERVICE_ACCOUNT", account)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     base, http = api_client()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from stream_operator.render import owner_reference
-from stream_server.replication.lease import TERM, LeaseRecord
+from stream_server.replication.lease.kube_lease import TERM, LeaseRecord
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream
 from tests.replication.role_loops import DURATION, Clock, replica

@@ -17,16 +17,16 @@ from types import SimpleNamespace
 import pytest
 
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.replication.freshness import Freshness
-from stream_server.replication.lease import (
+from stream_server.replication.fences.read_fence import ReadFence
+from stream_server.replication.lease.kube_lease import (
     LeaseClient,
     LeaseConflict,
     LeaseRecord,
     LeaseUnavailable,
 )
-from stream_server.replication.read_fence import ReadFence
-from stream_server.replication.roles import RoleLoop
-from stream_server.replication.shipping import Shipper
+from stream_server.replication.lease.roles import RoleLoop
+from stream_server.replication.primary.shipping import Shipper
+from stream_server.replication.standby.freshness import Freshness
 from testkit import wait_until
 from tests.replication.role_loops import DURATION, Clock, replica, seed
 

@@ -1,4 +1,4 @@
-"""A standby's request for its stream (``replication/peer_http.py``) against real sockets:
+"""A standby's request for its stream (``replication/peers/peer_http.py``) against real sockets:
 the stream after a ``101`` with the bytes that came with it, any other answer read
 whole (chunked too) and its connection closed, a header with a line break refused
 unsent, and a peer that drops the connection, never answers or cannot be reached."""
@@ -10,7 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from stream_server.replication.peer_http import PeerError, PeerResponse, PeerStream, open_stream
+from stream_server.replication.peers.peer_http import (
+    PeerError,
+    PeerResponse,
+    PeerStream,
+    open_stream,
+)
 
 pytestmark = pytest.mark.processes
 

@@ -26,9 +26,9 @@ import pytest
 
 from stream_server import cli
 from stream_server.config import Settings, add_arguments, settings_from
-from stream_server.replication import peer_tls
-from stream_server.replication.peer_http import PeerError, PeerResponse, open_stream
-from stream_server.replication.peer_tls import PeerTls
+from stream_server.replication.peers import peer_tls
+from stream_server.replication.peers.peer_http import PeerError, PeerResponse, open_stream
+from stream_server.replication.peers.peer_tls import PeerTls
 from testkit.pki import PrivateCA
 from testkit.replica_set_processes import RESTARTED, until
 from testkit.server_process import ServerProcess

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from stream_operator.render import lease_name, render_role, render_role_binding
-from stream_server.replication.lease import LeaseRecord
-from stream_server.replication.pod_labels import (
+from stream_server.replication.lease.kube_lease import LeaseRecord
+from stream_server.replication.lease.pod_labels import (
     IN_SYNC_GATE,
     ROLE,
     PodClient,
@@ -20,7 +20,7 @@ from stream_server.replication.pod_labels import (
     set_members,
     wanted_marks,
 )
-from stream_server.replication.roles import RoleLoop
+from stream_server.replication.lease.roles import RoleLoop
 from testkit import rbac
 from testkit.cluster import Cluster
 from tests.replication.role_loops import Clock, replica

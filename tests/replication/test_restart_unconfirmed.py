@@ -23,7 +23,7 @@ from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import commit_frames, write_frames
-from stream_server.replication import wire
+from stream_server.replication.peers import wire
 from testkit import wait_until
 from testkit.asgi import InProcessServer, in_process
 from testkit.cluster import Cluster

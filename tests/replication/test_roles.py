@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from stream_server.replication.lease import LeaseClient, LeaseConflict, LeaseRecord
+from stream_server.replication.lease.kube_lease import LeaseClient, LeaseConflict, LeaseRecord
 from tests.replication.role_loops import DURATION, Clock, replica, seed
 
 

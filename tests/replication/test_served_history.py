@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.replication.lease import LeaseClient
-from stream_server.replication.roles import RoleConfig, RoleLoop
-from stream_server.replication.shipping import Refusal, Shipper
+from stream_server.replication.lease.kube_lease import LeaseClient
+from stream_server.replication.lease.roles import RoleConfig, RoleLoop
+from stream_server.replication.primary.shipping import Refusal, Shipper
 
 
 def primary_at(

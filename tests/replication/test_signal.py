@@ -1,4 +1,4 @@
-"""The write path's wake-up (``replication/signal.py``): a notify wakes every waiter
+"""The write path's wake-up (``replication/primary/signal.py``): a notify wakes every waiter
 of the moment and none that comes later; a wait ends by itself at its timeout; a
 waiter that times out or is cancelled is not kept."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from stream_server.replication.signal import Signal
+from stream_server.replication.primary.signal import Signal
 
 
 async def test_notify_wakes_every_current_waiter_and_not_a_later_one():

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from stream_server.engine.snapshot import extract
-from stream_server.replication.snapshot import install
+from stream_server.replication.standby.snapshot_install import install
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from stream_server.declared.network import LimitsSettings
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks, commit_frames, write_frames
-from stream_server.replication.mirror import Mirror
+from stream_server.replication.standby.mirror import Mirror
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
 from testkit.replica_engines import primary_frames

@@ -1,4 +1,4 @@
-"""A standby's stream (``replication/sender.py``), spoken byte by byte against a real
+"""A standby's stream (``replication/primary/sender.py``), spoken byte by byte against a real
 primary: the upgrade and its refusals, frames pushed as they become durable, a
 write acknowledged only once the stream acknowledged its frame, the commit point
 sent alone when no frame carries it, the standby's clock stamps echoed back;

@@ -1,9 +1,9 @@
-"""The replication wire format (``replication/wire.py``): what one end encodes the other
+"""The replication wire format (``replication/peers/wire.py``): what one end encodes the other
 decodes, whole or arriving in pieces. In-process, no peers."""
 
 from __future__ import annotations
 
-from stream_server.replication import wire
+from stream_server.replication.peers import wire
 
 
 def test_stream_messages_are_taken_whole_as_they_arrive() -> None:

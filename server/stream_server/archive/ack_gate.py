@@ -2,7 +2,7 @@
 
 The commit pipeline holds each durable batch at its ack gate (engine/pipeline.py)
 until the gate lets it through. On a single node the archive's gate is the whole
-gate; in a replica set it comes after the set's own (replication/shipping.py):
+gate; in a replica set it comes after the set's own (replication/primary/shipping.py):
 a batch is acknowledged once the in-sync standbys *and* the archive hold it.
 The archiver uploads at once in this mode and wakes the gate from its thread
 each time the archived lsn moves (``progressed``).
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from stream_server.archive.progress import ArchiveProgress
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import AckGate
-from stream_server.replication.signal import Signal
+from stream_server.replication.primary.signal import Signal
 
 WAIT_SECONDS = 30.0  # a batch's waiters hear 503 after this long at the gate
 

@@ -1,6 +1,6 @@
 """Archive series for ``/metrics`` (``durable_streams_archive_*``), read from the archiver's
 progress (or a replica cluster's follower's status) at scrape time, as the replication
-series are (replication/collector.py)."""
+series are (replication/replica_metrics.py)."""
 
 from __future__ import annotations
 

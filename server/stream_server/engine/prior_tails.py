@@ -1,7 +1,7 @@
 """The tails a standby's frames replace, kept as it applies them.
 
 A standby writes every frame it receives to LMDB at once, but its readers see a
-frame only once the primary's commit point covers it (``replication/mirror.py``):
+frame only once the primary's commit point covers it (``replication/standby/mirror.py``):
 until then a stream's tail in the engine (and in LMDB) is ahead of what its
 readers may see. A stream the stream layer loads meanwhile (the first read after
 a restart, or one the hot set had dropped) would be loaded with that tail, and

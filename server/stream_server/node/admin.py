@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from stream_server.replication import peer_token
+from stream_server.replication.peers import peer_token
 
 
 def peer_denied(allowed: Callable[[str | None], bool] | None, request: Request) -> Response | None:

@@ -26,7 +26,7 @@ from stream_server.archive import backup, catalog
 from stream_server.archive.object_store import ArchiveError, ObjectStore
 from stream_server.node.archive import ArchivePart
 from stream_server.node.context import Node, ServicePart
-from stream_server.replication.peer_token import CHALLENGE, REFUSED, PeerToken
+from stream_server.replication.peers.peer_token import CHALLENGE, REFUSED, PeerToken
 
 log = logging.getLogger("stream_server.archive")
 

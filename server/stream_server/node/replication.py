@@ -20,8 +20,8 @@ from stream_server.node.admin import peer_denied
 from stream_server.node.part import Asgi, Part
 from stream_server.protocol.http import Receive, Scope, Send
 from stream_server.replication import stream_endpoint
-from stream_server.replication.collector import ReplicationCollector
-from stream_server.replication.service import Replication
+from stream_server.replication.replica_metrics import ReplicationCollector
+from stream_server.replication.replica_set import Replication
 
 
 class ReplicationPart(Part):

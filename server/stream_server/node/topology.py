@@ -23,9 +23,9 @@ from stream_server.node.part import Part
 from stream_server.node.replication import ReplicationPart
 from stream_server.node.store import StoreFactory
 from stream_server.protocol.context import ReadGate
+from stream_server.replication.fences.write_fence import Refusal
 from stream_server.replication.identity import leave
-from stream_server.replication.service import PrimaryWork, Replication
-from stream_server.replication.write_fence import Refusal
+from stream_server.replication.replica_set import PrimaryWork, Replication
 from stream_server.streams.store import StreamStore
 
 Ready = Callable[[], Awaitable[bool]]

@@ -23,12 +23,12 @@ import httpx
 
 from stream_server.engine.snapshot import build
 from stream_server.fencing import restart_process
-from stream_server.replication import snapshot
-from stream_server.replication.follower import Follower
 from stream_server.replication.identity import SetIdentity
+from stream_server.replication.lease.roles import RoleLoop
+from stream_server.replication.primary.shipping import Refusal
 from stream_server.replication.role_switch import RoleSwitch
-from stream_server.replication.roles import RoleLoop
-from stream_server.replication.shipping import Refusal
+from stream_server.replication.standby import snapshot_install
+from stream_server.replication.standby.receiver import Follower
 from stream_server.streams.store import StreamStore
 
 log = logging.getLogger("stream_server.replication")
@@ -100,7 +100,7 @@ class Recopy:
             await self.before_restart()
         await self.roles.stop()
         await self.store.stop()
-        await asyncio.to_thread(snapshot.install, root, tar)
+        await asyncio.to_thread(snapshot_install.install, root, tar)
         log.warning("re-copy installed: restarting to recover from it")
         restart_process()
 

@@ -22,11 +22,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from stream_server.engine.replica import ReplicaHooks, stamp_base
-from stream_server.replication.follower import Follower
 from stream_server.replication.identity import SetIdentity
-from stream_server.replication.mirror import Mirror
-from stream_server.replication.roles import RoleLoop
-from stream_server.replication.shipping import Shipper
+from stream_server.replication.lease.roles import RoleLoop
+from stream_server.replication.primary.shipping import Shipper
+from stream_server.replication.standby.mirror import Mirror
+from stream_server.replication.standby.receiver import Follower
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
 

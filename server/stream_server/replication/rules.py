@@ -1,6 +1,6 @@
 """The replica set's safety rules that are plain arithmetic, as pure functions.
 
-The shipper (``shipping.py``) and the follower (``follower.py``) call these,
+The shipper (``shipping.py``) and the follower (``standby/receiver.py``) call these,
 and so does the deterministic simulation of a replica set (``testkit/simulate``),
 which drives the real primary, standby and Lease logic over a virtual clock:
 kept apart from the async classes, each rule is the same code in the server and

@@ -11,8 +11,8 @@ import re
 import socket
 
 from stream_server.declared.groups import ReplicationSettings
-from stream_server.replication import peer_tls
-from stream_server.replication.peer_token import read_secret
+from stream_server.replication.peers import peer_tls
+from stream_server.replication.peers.peer_token import read_secret
 
 __all__ = ["ReplicationSettings", "check_settings", "heartbeat", "quorum", "replica_name"]
 

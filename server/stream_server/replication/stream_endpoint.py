@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from stream_server.protocol.http import Headers, Send, respond, text_headers
-from stream_server.replication.peer_token import CHALLENGE, REFUSED
-from stream_server.replication.shipping import Refusal
-from stream_server.replication.wire import NUMBERS, STREAM_PATH, TERM, VERSIONS
+from stream_server.replication.peers.peer_token import CHALLENGE, REFUSED
+from stream_server.replication.peers.wire import NUMBERS, STREAM_PATH, TERM, VERSIONS
+from stream_server.replication.primary.shipping import Refusal
 
 if TYPE_CHECKING:
-    from stream_server.replication.service import Replication
+    from stream_server.replication.replica_set import Replication
 
 PATHS = (STREAM_PATH,)
 UNAUTHORIZED = json.dumps(REFUSED, separators=(",", ":")).encode()

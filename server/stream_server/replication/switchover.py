@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 
 from stream_server.engine.pipeline import CommitPipeline
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.replication.lease import LeaseConflict, LeaseRecord, LeaseUnavailable
-from stream_server.replication.roles import RoleLoop
-from stream_server.replication.shipping import Shipper
+from stream_server.replication.lease.kube_lease import LeaseConflict, LeaseRecord, LeaseUnavailable
+from stream_server.replication.lease.roles import RoleLoop
+from stream_server.replication.primary.shipping import Shipper
 
 log = logging.getLogger("stream_server.replication")
 

@@ -1,7 +1,7 @@
 """What replication may change in the stream layer, and nothing more.
 
 A standby's stream layer is not changed by requests but by the primary's
-frames (``replication/mirror.py`` reads their metadata changes), and a replica
+frames (``replication/standby/mirror.py`` reads their metadata changes), and a replica
 that stops being primary drops what it had queued. Those are the only ways
 replication changes streams, so they are named here, on the stream layer's
 side, instead of replication editing the store's table, its expiry index and
@@ -31,7 +31,7 @@ class ReplicatedStreams:
         """Stream id -> the tail its readers may see, for streams whose tail in the engine
         is ahead of it (a standby's frames past the commit point; None: a stream such a
         frame created, not to be seen). A stream loaded meanwhile takes this tail
-        (``StreamStore.held``); the mirror keeps it (``replication/mirror.py``)."""
+        (``StreamStore.held``); the mirror keeps it (``replication/standby/mirror.py``)."""
         return self._store.held
 
     @property

@@ -30,7 +30,7 @@ from stream_server.engine import BatchStats
 from stream_server.protocol.live import ReaderSlots
 from stream_server.protocol.refusals import Decided
 from stream_server.ratelimit import RateLimiter
-from stream_server.replication.write_fence import Refusal
+from stream_server.replication.fences.write_fence import Refusal
 from stream_server.streams.errors import NotFound, StreamError
 from stream_server.streams.forks import chain
 from stream_server.streams.model import Stream

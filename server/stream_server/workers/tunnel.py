@@ -1,7 +1,7 @@
 """A replication stream through a worker: the client's connection spliced to the writer's.
 
 A standby asks a replica's port for its stream (``GET /replication/stream`` with an
-``Upgrade``, ``replication/sender.py``): answered ``101 Switching Protocols``, the
+``Upgrade``, ``replication/primary/sender.py``): answered ``101 Switching Protocols``, the
 connection then carries frames one way and acknowledgements the other. The relay
 (``proxy.py``) cannot pass that on: httpx has no upgrades, and a relay drops the
 hop-by-hop headers that ask for one, so the writer would answer 426, and a standby

@@ -1,4 +1,4 @@
-"""A standby's request for its stream (``follower.py``): httptools over asyncio streams.
+"""A standby's request for its stream (``standby/receiver.py``): httptools over asyncio streams.
 
 ``open_stream`` asks a peer to switch a new connection to another protocol
 (``Upgrade``, answered ``101 Switching Protocols``) and returns the

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 import httpx
 
-from stream_server.replication.roles import RoleLoop
+from stream_server.replication.lease.roles import RoleLoop
 
 log = logging.getLogger("stream_server.replication")
 

@@ -1,7 +1,7 @@
 """The replication wire format: what a primary and a standby both encode or decode.
 
 Both ends of a replica set's connection (the primary's ``sender.py`` and
-``stream_endpoint.py``; the standby's ``follower.py``) read the same bytes,
+``stream_endpoint.py``; the standby's ``standby/receiver.py``) read the same bytes,
 and a rolling update has a new primary talk to an old standby or the
 reverse, so every layout lives here once, next to the versions that name it.
 Pure: no I/O, no state.

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from stream_server.replication import boottime
-from stream_server.replication.lease import (
+from stream_server.replication.lease import boottime
+from stream_server.replication.lease.kube_lease import (
     LeaseClient,
     LeaseRecord,
     LeaseUnavailable,

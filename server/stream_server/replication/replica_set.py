@@ -36,28 +36,28 @@ from typing import Protocol
 from stream_format.layout import Layout
 from stream_server.engine.replica import AckGate, ReplicaHooks
 from stream_server.replication import identity
-from stream_server.replication.follower import Follower
-from stream_server.replication.freshness import Freshness
-from stream_server.replication.lease import LeaseClient
-from stream_server.replication.mirror import Mirror
-from stream_server.replication.peer_tls import PeerTls
-from stream_server.replication.peer_token import PeerToken
-from stream_server.replication.pod_labels import PodClient, PodMarker
-from stream_server.replication.read_fence import ReadFence
+from stream_server.replication.fences.read_fence import ReadFence
+from stream_server.replication.fences.write_fence import WriteFence
+from stream_server.replication.lease.kube_lease import LeaseClient
+from stream_server.replication.lease.pod_labels import PodClient, PodMarker
+from stream_server.replication.lease.roles import RoleConfig, RoleLoop
+from stream_server.replication.lease.term_question import TermQuestion
+from stream_server.replication.peers.peer_tls import PeerTls
+from stream_server.replication.peers.peer_token import PeerToken
+from stream_server.replication.primary.sender import Sender
+from stream_server.replication.primary.shipping import Refusal, Shipper
 from stream_server.replication.recopy import Recopy
 from stream_server.replication.role_switch import PrimaryWork, RoleSwitch
-from stream_server.replication.roles import RoleConfig, RoleLoop
-from stream_server.replication.sender import Sender
 from stream_server.replication.settings import (
     ReplicationSettings,
     heartbeat,
     quorum,
     replica_name,
 )
-from stream_server.replication.shipping import Refusal, Shipper
+from stream_server.replication.standby.freshness import Freshness
+from stream_server.replication.standby.mirror import Mirror
+from stream_server.replication.standby.receiver import Follower
 from stream_server.replication.switchover import Switchover, SwitchoverResponse, parse_request
-from stream_server.replication.term_question import TermQuestion
-from stream_server.replication.write_fence import WriteFence
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
 

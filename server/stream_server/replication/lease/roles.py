@@ -40,9 +40,9 @@ import asyncio
 import contextlib
 import logging
 
-from stream_server.replication.lease import LeaseUnavailable
-from stream_server.replication.lease_writes import LeaseWrites
-from stream_server.replication.role_state import Role, RoleConfig, RoleState
+from stream_server.replication.lease.kube_lease import LeaseUnavailable
+from stream_server.replication.lease.lease_writes import LeaseWrites
+from stream_server.replication.lease.role_state import Role, RoleConfig, RoleState
 
 __all__ = ["Role", "RoleConfig", "RoleLoop", "RoleState"]
 

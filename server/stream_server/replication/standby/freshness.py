@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from stream_server.replication.boottime import now_ns
+from stream_server.replication.lease.boottime import now_ns
 
 # Stamps heard whose commit point is not visible yet: in flight while frames are
 # applied, a few per round trip. Past this many, newer ones are not kept (that

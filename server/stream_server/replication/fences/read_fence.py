@@ -21,8 +21,8 @@ import json
 from collections.abc import Callable
 from typing import Protocol
 
-from stream_server.replication.freshness import Freshness
-from stream_server.replication.roles import RoleLoop
+from stream_server.replication.lease.roles import RoleLoop
+from stream_server.replication.standby.freshness import Freshness
 
 RETRY_AFTER = 1  # seconds: a failover or an ISR change is a lease round away
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from stream_server.replication import kube_auth
+from stream_server.replication.lease import kube_auth
 
 PREFIX = "streams.pyds.dev/"
 TERM = PREFIX + "term"

@@ -36,11 +36,10 @@ from typing import TypeVar
 
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.replication import rules, wire
-from stream_server.replication.applier import Applier, Job
-from stream_server.replication.freshness import Freshness
-from stream_server.replication.mirror import Mirror
-from stream_server.replication.peer_http import (
+from stream_server.replication import rules
+from stream_server.replication.lease.roles import RoleLoop
+from stream_server.replication.peers import wire
+from stream_server.replication.peers.peer_http import (
     READ_SIZE,
     PeerError,
     PeerResponse,
@@ -49,8 +48,10 @@ from stream_server.replication.peer_http import (
     open_stream,
     system_tls,
 )
-from stream_server.replication.roles import RoleLoop
-from stream_server.replication.shipping import Shipper
+from stream_server.replication.primary.shipping import Shipper
+from stream_server.replication.standby.applier import Applier, Job
+from stream_server.replication.standby.freshness import Freshness
+from stream_server.replication.standby.mirror import Mirror
 
 log = logging.getLogger("stream_server.replication")
 

@@ -17,13 +17,13 @@ import asyncio
 import logging
 from dataclasses import replace
 
-from stream_server.replication.lease import (
+from stream_server.replication.lease.kube_lease import (
     LeaseConflict,
     LeaseRecord,
     LeaseUnavailable,
     micro_time,
 )
-from stream_server.replication.role_state import RoleBase
+from stream_server.replication.lease.role_state import RoleBase
 
 log = logging.getLogger("stream_server.replication")
 

@@ -52,10 +52,11 @@ from typing import Protocol
 
 from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
-from stream_server.replication import boottime, rules
-from stream_server.replication.frame_ring import RING_BYTES, FrameRing
-from stream_server.replication.roles import RoleLoop
-from stream_server.replication.signal import Signal
+from stream_server.replication import rules
+from stream_server.replication.lease import boottime
+from stream_server.replication.lease.roles import RoleLoop
+from stream_server.replication.primary.frame_ring import RING_BYTES, FrameRing
+from stream_server.replication.primary.signal import Signal
 
 log = logging.getLogger("stream_server.replication")
 
@@ -377,7 +378,7 @@ class Shipper:
 
     def stream_lost(self, name: str, term: int) -> None:
         """A standby's stream of our current term ended while we are primary: perhaps
-        it follows a newer primary. ``on_stream_lost`` asks it (``service.py``), so
+        it follows a newer primary. ``on_stream_lost`` asks it (``replica_set.py``), so
         that a primary whose clock runs slow, cut off from the API, learns it was
         deposed from its standbys instead of at a deadline its clock stretches."""
         if (

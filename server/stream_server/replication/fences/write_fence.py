@@ -17,9 +17,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from stream_server.replication.read_fence import RETRY_AFTER
+from stream_server.replication.fences.read_fence import RETRY_AFTER
+from stream_server.replication.lease.roles import RoleLoop
 from stream_server.replication.role_switch import RoleSwitch
-from stream_server.replication.roles import RoleLoop
 from stream_server.replication.switchover import Switchover
 
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from stream_server.replication import boottime
+from stream_server.replication.lease import boottime
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from stream_server.replication.service import Replication
+    from stream_server.replication.replica_set import Replication
 
 PREFIX = "durable_streams_replication"
 

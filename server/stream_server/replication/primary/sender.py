@@ -46,8 +46,8 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from stream_server.replication.shipping import COMMIT_LINGER, MAX_ANSWER, Shipper
-from stream_server.replication.wire import MESSAGE, take_acks
+from stream_server.replication.peers.wire import MESSAGE, take_acks
+from stream_server.replication.primary.shipping import COMMIT_LINGER, MAX_ANSWER, Shipper
 
 
 class Sender(asyncio.Protocol):

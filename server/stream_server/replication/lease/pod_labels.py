@@ -40,8 +40,8 @@ from typing import Any
 
 import httpx
 
-from stream_server.replication.lease import PREFIX, LeaseRecord, api_client, micro_time
-from stream_server.replication.roles import RoleLoop
+from stream_server.replication.lease.kube_lease import PREFIX, LeaseRecord, api_client, micro_time
+from stream_server.replication.lease.roles import RoleLoop
 
 log = logging.getLogger("stream_server.replication")
 
