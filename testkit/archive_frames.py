@@ -40,8 +40,8 @@ from stream_format.archive import (
 )
 from stream_format.meta import DB_INLINE
 from stream_format.records import FILE_HEADER_SIZE, CorruptRecord, iter_records
-from stream_server.archive import archive_end
 from stream_server.archive.object_store import ObjectStore
+from stream_server.archive.upload import archive_end
 from stream_server.declared.groups import ArchiveSettings
 from testkit.archive_store import S3Store
 from testkit.servers import env_with

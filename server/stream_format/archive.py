@@ -117,6 +117,23 @@ def backup_id_time(backup_id: str) -> float:
     return datetime.strptime(stamp, _BACKUP_TIME).replace(tzinfo=UTC).timestamp()
 
 
+def rfc3339(seconds: float) -> str:
+    """The archive's way to write a time (manifests, listings): UTC, milliseconds, ``Z``."""
+    return (
+        datetime.fromtimestamp(seconds, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def parse_time(text: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time (``Z`` or an offset; ValueError)."""
+    when = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone (end it with Z or +HH:MM)")
+    return when.timestamp()
+
+
 def backup_prefix(backup_id: str) -> str:
     return f"{BACKUPS_PREFIX}{backup_id}/"
 
@@ -244,6 +261,16 @@ def decode_history(name: str, data: bytes) -> History:
     if not history or history[-1][0] != term:
         raise ArchiveDamaged(f"archive object {name}: the history does not end with term {term}")
     return history
+
+
+def term_of(history: History, lsn: int) -> int:
+    """The term that wrote ``lsn`` along ``history`` (the last term begun at or
+    before it)."""
+    term = history[0][0]
+    for t, first in history:
+        if first <= lsn:
+            term = t
+    return term
 
 
 def history_ranges(history: History, last_lsn: int) -> list[tuple[int, int, int]]:

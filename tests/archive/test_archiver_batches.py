@@ -1,4 +1,4 @@
-"""Which frames make the next frames object (archive/uploads.py), in-process."""
+"""Which frames make the next frames object (archive/upload/uploads.py), in-process."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 from stream_format.archive import ArchivedFrame
 from stream_format.wal import encode_frame
-from stream_server.archive.uploads import Batch
-from stream_server.archive.wal_source import Read
+from stream_server.archive.upload.uploads import Batch
+from stream_server.archive.upload.wal_source import Read
 from stream_server.declared.groups import ArchiveSettings
 
 HISTORY = [(1, 1), (2, 6)]  # term 2 began at lsn 6

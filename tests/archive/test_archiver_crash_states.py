@@ -11,7 +11,7 @@ from pathlib import Path
 
 from stream_format.layout import Layout
 from stream_format.records import KIND_BYTES
-from stream_server.archive.wal_source import WalSource
+from stream_server.archive.upload.wal_source import WalSource
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append
 from testkit import summary

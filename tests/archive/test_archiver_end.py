@@ -1,5 +1,5 @@
 """Where the archive ends along a term history, and a put that finds its name taken
-(archive/archive_end.py), against a real SeaweedFS, in-process."""
+(archive/upload/archive_end.py), against a real SeaweedFS, in-process."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from stream_format.archive import ArchivedFrame, encode_frames_object, wal_name
 from stream_format.wal import encode_frame
-from stream_server.archive import archive_end
 from stream_server.archive.object_store import ObjectStore
+from stream_server.archive.upload import archive_end
 from testkit.archive_store import S3Store, object_store
 
 pytestmark = pytest.mark.processes

@@ -1,5 +1,5 @@
 """The engine's WAL kept for the archive (engine/wal_keep.py) and the frame source
-that reads it (archive/wal_source.py), in-process on a real data directory."""
+that reads it (archive/upload/wal_source.py), in-process on a real data directory."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from stream_format import wal as walmod
 from stream_format.records import KIND_BYTES
-from stream_server.archive.wal_source import WalSource
+from stream_server.archive.upload.wal_source import WalSource
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append
 from stream_server.engine.wal_keep import spool_dir, spooled_files

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from stream_format.records import KIND_BYTES
-from stream_server.archive import archive_end
-from stream_server.archive.archiver import Archiver
 from stream_server.archive.object_store import ObjectStore
-from stream_server.archive.wal_source import WalSource
+from stream_server.archive.upload import archive_end
+from stream_server.archive.upload.archiver import Archiver
+from stream_server.archive.upload.wal_source import WalSource
 from stream_server.declared.groups import ArchiveSettings
 from stream_server.engine import Engine
 from stream_server.engine.ops import Append

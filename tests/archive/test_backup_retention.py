@@ -12,7 +12,7 @@ import pytest
 
 from stream_format.archive import backup_id as make_backup_id
 from stream_format.archive import part_name, wal_name
-from stream_server.archive.catalog import kept, manifests, term_objects
+from stream_server.archive.backup.catalog import kept, manifests, term_objects
 from testkit.archive_frames import copy_objects, copy_wal, run_command, store_for, upload_wal_frames
 from testkit.archive_store import S3Store
 from testkit.server_process import ServerProcess

@@ -24,9 +24,9 @@ from stream_format.archive import (
     encode_manifest,
     manifest_name,
     part_name,
+    rfc3339,
     wal_name,
 )
-from stream_server.archive.catalog import rfc3339
 from stream_server.archive.object_store import ObjectStore
 from testkit.archive_frames import run_command, store_for
 from testkit.archive_store import S3Store

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stream_server.archive.catalog import rfc3339
+from stream_format.archive import rfc3339
 from testkit import wait_for
 from testkit.archive_follow import POLL, append, archived, archiving_source, create, follower, read
 from testkit.archive_frames import run_command

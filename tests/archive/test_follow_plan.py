@@ -1,4 +1,4 @@
-"""Which archived frames a replica cluster's server takes next (``archive/follow_plan.py``)
+"""Which archived frames a replica cluster's server takes next (``archive/follow/follow_plan.py``)
 and the term it writes under once promoted (``archive/follow_position.py``): pure."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stream_format.archive import ArchivedFrame, wal_name
-from stream_server.archive.follow_plan import (
+from stream_server.archive.follow.follow_plan import (
     Diverged,
     Next,
     check_taken,

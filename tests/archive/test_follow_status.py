@@ -14,8 +14,8 @@ import pytest
 
 from stream_format.archive import wal_name
 from stream_format.layout import Layout
-from stream_server.archive import archive_end
-from stream_server.archive.follow_bootstrap import is_empty
+from stream_server.archive.follow.follow_bootstrap import is_empty
+from stream_server.archive.upload import archive_end
 from stream_server.engine import Engine
 from stream_server.engine.data_dir import prepare
 from testkit import wait_for

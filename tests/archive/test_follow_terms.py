@@ -21,7 +21,7 @@ import pytest
 from stream_format import wal as walmod
 from stream_format.archive import ArchivedFrame
 from stream_format.meta import DB_INFO
-from stream_server.archive import archive_end
+from stream_server.archive.upload import archive_end
 from testkit import wait_for
 from testkit.archive_follow import append, caught_up, create, follower, read, source
 from testkit.archive_frames import wal_frames

@@ -22,10 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stream_format.archive import ArchivedFrame, encode_history, history_name
+from stream_format.archive import ArchivedFrame, encode_history, history_name, parse_time
 from stream_format.layout import LOCK_FILE
 from stream_format.meta import DB_INFO
-from stream_server.archive.catalog import parse_time
 from stream_server.engine import dir_lock
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.replica import KEY_LEFT, KEY_POSITION

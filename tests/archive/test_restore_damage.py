@@ -1,7 +1,7 @@
 """A damaged or missing archive object stops a restore with an error naming it, and leaves
 ``--data-dir`` as it was (absent, or empty) with nothing half-restored beside it.
 
-The backup here is taken in-process (``archive.backup.take`` on the engine of a
+The backup here is taken in-process (``archive.backup.base_backup.take`` on the engine of a
 stopped server's directory) with small parts, so that it has several; the server
 then writes on, and its WAL frames go to the archive as frames objects of a few
 frames each. Each test damages a copy of that archive.
@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from stream_format.archive import manifest_name
-from stream_server.archive import backup
+from stream_server.archive.backup import base_backup
 from stream_server.engine.engine import Engine
 from testkit.archive_frames import (
     copy_objects,
@@ -69,7 +69,7 @@ def archive(archive_store: S3Store, tmp_path_factory: pytest.TempPathFactory) ->
         engine = Engine(srv.data_dir)
         engine.open()
         try:
-            manifest = backup.take(engine, store, node="test", part_bytes=PART_BYTES)
+            manifest = base_backup.take(engine, store, node="test", part_bytes=PART_BYTES)
         finally:
             engine.close()
         srv = ServerProcess(srv.data_dir, env=env).start()

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from stream_server.archive.collector import ArchiveCollector
+from stream_server.archive.archive_metrics import ArchiveCollector
 from stream_server.archive.progress import ArchiveProgress
 from stream_server.metrics import Metrics
 from stream_server.replication.replica_metrics import ReplicationCollector

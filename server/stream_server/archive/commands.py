@@ -64,9 +64,9 @@ def add_commands(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here: ``parser()`` builds every command's flags without boto3.
     from stream_format.layout import FormatError
+    from stream_server.archive.backup.restore import RestoreFailed
+    from stream_server.archive.backup.restore_args import BadArgument
     from stream_server.archive.object_store import ArchiveError
-    from stream_server.archive.restore import RestoreFailed
-    from stream_server.archive.restore_args import BadArgument
     from stream_server.engine.dir_lock import DataDirInUse
 
     try:
@@ -86,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _archive_command(args: argparse.Namespace) -> dict[str, Any]:
     # Imported here: boto3 is the server extra's (the CLI says so when it is missing).
-    from stream_server.archive import catalog
+    from stream_server.archive.backup import catalog
+    from stream_server.archive.backup.restore_args import BadArgument
     from stream_server.archive.object_store import ObjectStore as Store
-    from stream_server.archive.restore_args import BadArgument
 
     try:
         settings = settings_from(args)
@@ -108,7 +108,7 @@ def _archive_command(args: argparse.Namespace) -> dict[str, Any]:
 
 def _duration(flag: str, text: str) -> float:
     """Seconds of ``30m``, ``24h``, ``7d`` (``--backup-retention``'s durations) or ``0s``."""
-    from stream_server.archive.restore_args import BadArgument
+    from stream_server.archive.backup.restore_args import BadArgument
 
     if text.strip() in ("0", "0s"):
         return 0.0
@@ -122,8 +122,9 @@ def _duration(flag: str, text: str) -> float:
 
 
 def _restore(args: argparse.Namespace, store: ObjectStore, data_dir: Path) -> dict[str, Any]:
-    from stream_server.archive import progress, restore_args
-    from stream_server.archive.restore import restore
+    from stream_server.archive import progress
+    from stream_server.archive.backup import restore_args
+    from stream_server.archive.backup.restore import restore
 
     if args.data_dir is None and "DS_DATA_DIR" not in os.environ:
         raise restore_args.BadArgument(

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from stream_server.archive.catalog import rfc3339
+from stream_format.archive import rfc3339
 
 KINDS = ("unavailable", "denied", "damaged")
 

@@ -1,5 +1,5 @@
 """A consistent copy of a data directory, as a tar: what a standby re-copies from its
-primary (``replication/recopy.py``) and what a base backup uploads (``archive/backup.py``).
+primary (``replication/recopy.py``) and what a base backup uploads (``archive/backup/base_backup.py``).
 
 The tar holds the version file, the set id file when there is one (so the copy
 belongs to the primary's set, docs/replication.md "A set's identity"), an LMDB

@@ -22,13 +22,13 @@ from starlette.routing import BaseRoute
 
 from stream_format.archive import SINGLE_NODE_HISTORY, History
 from stream_format.layout import Layout
-from stream_server.archive.ack_gate import ArchiveGate, BothGates
-from stream_server.archive.archive_end import with_term
-from stream_server.archive.archiver import Archiver
-from stream_server.archive.collector import ArchiveCollector
+from stream_server.archive.archive_metrics import ArchiveCollector
 from stream_server.archive.follow_position import single_node_term
 from stream_server.archive.object_store import ObjectStore
 from stream_server.archive.progress import OFF_DOCUMENT
+from stream_server.archive.upload.ack_gate import ArchiveGate, BothGates
+from stream_server.archive.upload.archive_end import with_term
+from stream_server.archive.upload.archiver import Archiver
 from stream_server.engine.replica import AckGate
 from stream_server.node.admin import status_route
 from stream_server.node.context import Node, ServicePart

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from stream_format.archive import ArchiveDamaged
-from stream_server.archive import backup, catalog
+from stream_server.archive.backup import base_backup, catalog
 from stream_server.archive.object_store import ArchiveError, ObjectStore
 from stream_server.node.archive import ArchivePart
 from stream_server.node.context import Node, ServicePart
@@ -90,7 +90,7 @@ class BackupsPart(ServicePart):
 
     def _take(self) -> Response:
         try:
-            manifest = backup.take(self.engine, self.store(), node=self.name)
+            manifest = base_backup.take(self.engine, self.store(), node=self.name)
         except (ArchiveError, ArchiveDamaged) as exc:
             log.error("base backup failed: %s", exc)
             return JSONResponse({"error": f"base backup failed: {exc}"}, status_code=503)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute
 
-from stream_server.archive.follower import ArchiveFollower
+from stream_server.archive.follow.replica_cluster import ArchiveFollower
 from stream_server.node.admin import status_route
 from stream_server.node.part import Part
 

@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar
 
+from stream_server.archive.follow.replica_cluster import ArchiveFollower
 from stream_server.archive.follow_position import promote
-from stream_server.archive.follower import ArchiveFollower
 from stream_server.config import Settings
 from stream_server.engine.replica import ReplicaHooks
 from stream_server.node.follower import FollowerPart

@@ -5,7 +5,7 @@ primary whose unacknowledged tail diverged from the new history).
 The primary's copy is the tar ``engine/snapshot.py`` builds (the version file, the
 set id file, an LMDB copy whose ``replica_position`` says which batch it ends at,
 and each stream's segment file up to the tail that copy records); base backups
-upload the same tar (``archive/backup.py``).
+upload the same tar (``archive/backup/base_backup.py``).
 
 The standby stops its store, replaces its data directory's contents with the
 copy (extracted beside them first, then swapped in by renames), and execs

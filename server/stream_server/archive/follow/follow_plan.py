@@ -1,6 +1,6 @@
 """Which archived frames a follower takes next, along the source's term histories.
 
-Pure: the follower (``follower.py``) lists and downloads; this decides. The
+Pure: the follower (``replica_cluster.py``) lists and downloads; this decides. The
 source's newest term history (``history/<term>.json``, PostgreSQL's timeline
 history) says, for each term, from which lsn its frames are the source's
 history: frames of an older term at or past the next term's first lsn were

@@ -28,11 +28,12 @@ from stream_format.archive import (
     encode_manifest,
     manifest_name,
     part_name,
+    rfc3339,
+    term_of,
 )
 from stream_format.layout import DataFormat
 from stream_format.records import crc32
-from stream_server.archive.archive_end import term_of
-from stream_server.archive.catalog import rfc3339, summary
+from stream_server.archive.backup.catalog import summary
 from stream_server.archive.follow_position import single_node_term
 from stream_server.archive.object_store import ArchiveError, ObjectStore
 from stream_server.engine.engine import Engine

@@ -2,7 +2,7 @@
 base backup in the archive it follows, before the engine opens it.
 
 ``restore_newest`` is the one place that restores, with the restore command's own
-code (``archive/restore.py``: every part and file checked, the frames after the
+code (``archive/backup/restore.py``: every part and file checked, the frames after the
 backup replayed by the engine's recovery). An archive with no backup yet is
 followed from lsn 1 (a young one: no retention has pruned its first frames).
 
@@ -20,10 +20,10 @@ from pathlib import Path
 
 from stream_format.archive import History
 from stream_format.layout import Layout
-from stream_server.archive import catalog
-from stream_server.archive.follow_plan import restored_history
+from stream_server.archive.backup import catalog
+from stream_server.archive.backup.restore import Target, restore
+from stream_server.archive.follow.follow_plan import restored_history
 from stream_server.archive.object_store import ObjectStore
-from stream_server.archive.restore import Target, restore
 
 log = logging.getLogger("stream_server.archive")
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from stream_format.archive import (
@@ -41,30 +40,16 @@ from stream_format.archive import (
     decode_history,
     decode_manifest,
     manifest_name,
+    parse_time,
     parse_wal_name,
+    rfc3339,
 )
 from stream_format.archive import HEADER_SIZE as OBJECT_HEADER_SIZE
-from stream_server.archive import coverage
+from stream_server.archive.backup import coverage
 from stream_server.archive.object_store import ArchiveMissing, ObjectStore
 from stream_server.declared.checks import parse_backup_retention
 
 log = logging.getLogger("stream_server.archive")
-
-
-def rfc3339(seconds: float) -> str:
-    return (
-        datetime.fromtimestamp(seconds, UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
-
-
-def parse_time(text: str) -> float:
-    """Seconds since the epoch of an RFC 3339 time (``Z`` or an offset; ValueError)."""
-    when = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
-    if when.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone (end it with Z or +HH:MM)")
-    return when.timestamp()
 
 
 # ------------------------------------------------------------------ backups

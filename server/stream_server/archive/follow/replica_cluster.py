@@ -39,9 +39,9 @@ from stream_format.archive import (
     decode_frames_object,
     decode_history,
 )
-from stream_server.archive.collector import FollowerCollector
-from stream_server.archive.follow_bootstrap import Restored, bootstrap
-from stream_server.archive.follow_plan import (
+from stream_server.archive.archive_metrics import FollowerCollector
+from stream_server.archive.follow.follow_bootstrap import Restored, bootstrap
+from stream_server.archive.follow.follow_plan import (
     Diverged,
     check_taken,
     frames_wanted,

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import time
 
-from stream_format.archive import History
-from stream_server.archive.archive_end import term_of
-from stream_server.archive.wal_source import Read
+from stream_format.archive import History, term_of
+from stream_server.archive.upload.wal_source import Read
 from stream_server.declared.groups import ArchiveSettings
 
 IDLE_POLL = 1.0  # seconds between looks at the WAL with nothing pending (woken per batch)

@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stream_server.archive import catalog, coverage
+from stream_format.archive import parse_time, rfc3339
+from stream_server.archive.backup import catalog, coverage
+from stream_server.archive.backup.restore import IGNORED, RestoreFailed, Target, choose
 from stream_server.archive.object_store import ObjectStore
-from stream_server.archive.restore import IGNORED, RestoreFailed, Target, choose
 
 log = logging.getLogger("stream_server.archive")
 
@@ -51,13 +52,13 @@ def target(lsn: int | None, when: str | None, now: float | None = None) -> Targe
             "2026-11-26T05:44:18.5+01:00)"
         )
     try:
-        seconds = catalog.parse_time(text)
+        seconds = parse_time(text)
     except ValueError as exc:
         raise BadArgument(f"--target-time {when!r}: {exc}") from None
     now = time.time() if now is None else now
     if seconds > now:
         raise BadArgument(
-            f"--target-time {when} is in the future (now is {catalog.rfc3339(now)}): the "
+            f"--target-time {when} is in the future (now is {rfc3339(now)}): the "
             "archive cannot hold frames after now; leave it out for the latest point"
         )
     return Target(time=seconds)
@@ -110,9 +111,9 @@ def _asked(found: catalog.Backups, backup_id: str, goal: Target) -> dict[str, An
             f"--target-lsn {goal.lsn} is before backup {backup_id}'s consistent point, lsn "
             f"{manifest['end_lsn']}: choose an older backup"
         )
-    if goal.time is not None and goal.time < catalog.parse_time(str(manifest["time"])):
+    if goal.time is not None and goal.time < parse_time(str(manifest["time"])):
         raise RestoreFailed(
-            f"--target-time {catalog.rfc3339(goal.time)} is before backup {backup_id}'s "
+            f"--target-time {rfc3339(goal.time)} is before backup {backup_id}'s "
             f"consistent point ({manifest['time']}): choose an older backup"
         )
     return manifest
@@ -156,7 +157,7 @@ def _flag(goal: Target) -> str:
     if goal.lsn is not None:
         return f"--target-lsn {goal.lsn}: "
     if goal.time is not None:
-        return f"--target-time {catalog.rfc3339(goal.time)}: "
+        return f"--target-time {rfc3339(goal.time)}: "
     return ""
 
 
@@ -174,8 +175,8 @@ def _check_reach(
     if piece is not None and reached > int(manifest["start_lsn"]):
         last_time = coverage.frame_time_us(store, piece, reached) / 1e6
     else:
-        last_time = catalog.parse_time(str(manifest["time"]))
-    at = f"lsn {reached} ({catalog.rfc3339(last_time)})"
+        last_time = parse_time(str(manifest["time"]))
+    at = f"lsn {reached} ({rfc3339(last_time)})"
     if goal.lsn is not None:
         if goal.lsn <= reached:
             return
@@ -193,11 +194,11 @@ def _check_reach(
             return  # the restore stops at a frame committed after the target
         if gap is not None:
             raise RestoreFailed(
-                f"--target-time {catalog.rfc3339(goal.time)}: {gap.describe()}, and the "
+                f"--target-time {rfc3339(goal.time)}: {gap.describe()}, and the "
                 f"frames before it, up to {at}, are all before the target"
             )
         raise RestoreFailed(
-            f"--target-time {catalog.rfc3339(goal.time)} is after the archive's newest frame, "
+            f"--target-time {rfc3339(goal.time)} is after the archive's newest frame, "
             f"{at}: the archive cannot tell what was written after it; leave the target out "
             "for the latest point"
         )

@@ -31,13 +31,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stream_format.archive import ArchiveDamaged, History
+from stream_format.archive import ArchiveDamaged, History, term_of
 from stream_format.layout import Layout
-from stream_server.archive import archive_end, catalog
+from stream_server.archive.backup import catalog
 from stream_server.archive.object_store import ArchiveDenied, ArchiveError, ObjectStore
 from stream_server.archive.progress import ArchiveProgress
-from stream_server.archive.uploads import Batch
-from stream_server.archive.wal_source import WalSource
+from stream_server.archive.upload import archive_end
+from stream_server.archive.upload.uploads import Batch
+from stream_server.archive.upload.wal_source import WalSource
 from stream_server.declared.groups import ArchiveSettings
 from stream_server.engine import fsio
 from stream_server.engine.wal_keep import spool_dir
@@ -207,7 +208,7 @@ class Archiver:
             )
         base = self.base()
         if lsn < base:  # a promoted directory's frames up to base are in the followed archive
-            lsn, term = base, archive_end.term_of(history, base)
+            lsn, term = base, term_of(history, base)
         self._archived(lsn, term, reset=True)
         return _Run(WalSource(self.layout, lsn), Batch(self.settings), stop)  # from the end
 

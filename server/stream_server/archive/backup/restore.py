@@ -46,10 +46,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from stream_format import wal as walmod
-from stream_format.archive import decode_frames_object, history_ranges
+from stream_format.archive import decode_frames_object, history_ranges, parse_time, rfc3339
 from stream_format.layout import LOCK_FILE, VERSION_FILE, Layout
 from stream_format.meta import DB_INFO
-from stream_server.archive import backup_fetch, catalog, progress
+from stream_server.archive import progress
+from stream_server.archive.backup import backup_fetch, catalog
 from stream_server.archive.object_store import ObjectStore
 from stream_server.engine import dir_lock, fsio
 from stream_server.engine.engine import Engine
@@ -77,7 +78,7 @@ class Target:
         if self.lsn is not None:
             return f"lsn {self.lsn}"
         if self.time is not None:
-            return catalog.rfc3339(self.time)
+            return rfc3339(self.time)
         return "the latest point"
 
 
@@ -118,7 +119,7 @@ def restore(
         "target": target.describe(),
         "term": reached.term,
         "lsn": reached.lsn,
-        "time": None if reached.time_us is None else catalog.rfc3339(reached.time_us / 1e6),
+        "time": None if reached.time_us is None else rfc3339(reached.time_us / 1e6),
         "frames": reached.frames,
         "bytes": total,
         "seconds": round(seconds, 3),
@@ -193,7 +194,7 @@ def choose(backups: list[dict[str, Any]], backup_id: str | None, target: Target)
         m
         for m in backups
         if (target.lsn is None or int(m["end_lsn"]) <= target.lsn)
-        and (target.time is None or catalog.parse_time(str(m["time"])) <= target.time)
+        and (target.time is None or parse_time(str(m["time"])) <= target.time)
     ]
     if not backups:
         raise RestoreFailed("the archive holds no finished backup to restore from")

@@ -33,16 +33,6 @@ from stream_server.archive.object_store import ObjectStore
 NO_END = (1 << 63) - 1
 
 
-def term_of(history: History, lsn: int) -> int:
-    """The term that wrote ``lsn`` along ``history`` (the last term begun at or
-    before it)."""
-    term = history[0][0]
-    for t, first in history:
-        if first <= lsn:
-            term = t
-    return term
-
-
 def with_term(history: History, term: int | None, lsn: int) -> History:
     """A primary's history with its own term in it from the start: a new primary's
     term enters its replica history with its first frame (``ReplicaHooks.stamp``), at
