@@ -30,14 +30,14 @@ from starlette.routing import BaseRoute, Route
 from stream_server.background_recovery import RETRY_AFTER, BackgroundRecovery
 from stream_server.config import Settings
 from stream_server.metrics import Metrics
-from stream_server.node.archive import ArchivePart
+from stream_server.node.archive_part import ArchivePart
 from stream_server.node.backups import BackupsPart
-from stream_server.node.context import ServicePart
-from stream_server.node.metrics import MetricsPart
+from stream_server.node.metrics_part import MetricsPart
 from stream_server.node.part import Part
-from stream_server.node.store import Listeners, StoreFactory
+from stream_server.node.service_part import ServicePart
+from stream_server.node.store_factory import Listeners, StoreFactory
 from stream_server.node.streams import WRITE_METHODS, token_auth
-from stream_server.node.subscriptions import SubscriptionsPart
+from stream_server.node.subscriptions_part import SubscriptionsPart
 from stream_server.node.topology import Topology
 from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers

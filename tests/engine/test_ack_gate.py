@@ -12,10 +12,10 @@ from collections.abc import Callable
 from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine
-from stream_server.engine.errors import StorageError
 from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.pipeline import CommitPipeline
 from stream_server.engine.replica import NotReplicated
+from stream_server.engine.storage_errors import StorageError
 
 
 class HoldingGate:

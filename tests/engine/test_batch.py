@@ -10,8 +10,8 @@ from stream_format import wal
 from stream_format.meta import DB_INDEX, DB_STREAMS, DB_TAILS, StreamMeta
 from stream_format.records import KIND_BYTES
 from stream_server.engine.batch import INDEX_GRANULARITY, Tail, build
-from stream_server.engine.errors import from_lmdb_error, from_os_error
 from stream_server.engine.ops import Append, CreateLog, DropLog, PutStream
+from stream_server.engine.storage_errors import from_lmdb_error, from_os_error
 
 
 def test_the_frame_carries_exactly_the_changes_lmdb_applies(tmp_path):

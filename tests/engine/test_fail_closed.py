@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stream_server.engine.errors import StorageFailed
 from stream_server.engine.fail_closed import FailClosed
+from stream_server.engine.storage_errors import StorageFailed
 
 
 def test_a_fresh_state_lets_writes_through():

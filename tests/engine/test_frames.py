@@ -15,7 +15,6 @@ from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine
 from stream_server.engine.batch import Batch
-from stream_server.engine.errors import StorageFailed
 from stream_server.engine.ops import (
     Append,
     CreateLog,
@@ -26,6 +25,7 @@ from stream_server.engine.ops import (
     PutProducer,
     PutStream,
 )
+from stream_server.engine.storage_errors import StorageFailed
 
 
 class Catch:

@@ -14,11 +14,11 @@ from stream_format.layout import Layout
 from stream_format.meta import StreamMeta
 from stream_format.records import FILE_HEADER_SIZE, KIND_BYTES, KIND_JSON
 from stream_server.engine.batch import Tail
-from stream_server.engine.errors import DamagedStream, HeadDropped
 from stream_server.engine.log_reads import LogReads
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.ops import DropHead, PutKeyedValue
 from stream_server.engine.segments import Segments
+from stream_server.engine.storage_errors import DamagedStream, HeadDropped
 from testkit.engines import file_and_inline
 
 RECORD = 10_000  # bytes per record: a few file system blocks each

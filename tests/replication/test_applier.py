@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from stream_format.records import KIND_BYTES
-from stream_server.engine.errors import StorageFailed
+from stream_server.engine.storage_errors import StorageFailed
 from stream_server.replication.standby import applier as applier_module
 from stream_server.replication.standby.applier import Applier
 from testkit.engines import crash

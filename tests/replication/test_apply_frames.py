@@ -11,9 +11,9 @@ import pytest
 from stream_format.meta import StreamMeta
 from stream_format.records import KIND_BYTES
 from stream_server.engine import Engine
-from stream_server.engine.errors import StorageFailed
 from stream_server.engine.ops import Append, CreateLog, PutStream
 from stream_server.engine.replica import ReplicaHooks, commit_frames, write_frames
+from stream_server.engine.storage_errors import StorageFailed
 from testkit.engines import crash
 from testkit.replica_engines import primary_frames, standby
 

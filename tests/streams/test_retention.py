@@ -10,10 +10,10 @@ import pytest
 
 from stream_server.config import Settings
 from stream_server.streams.errors import OffsetGone
-from stream_server.streams.options import StoreLimits
 from stream_server.streams.requests import ForkRequest
 from stream_server.streams.retention import Policy, match, parse_policies, parse_policy
 from stream_server.streams.store import AppendRequest, CreateRequest, StreamStore
+from stream_server.streams.store_options import StoreLimits
 
 BIN = "application/octet-stream"
 JSON = "application/json"

@@ -9,10 +9,10 @@ import pytest
 
 from stream_server.streams.store import AppendRequest, CreateRequest, StreamStore
 from stream_server.subscriptions import tokens
-from stream_server.subscriptions.errors import SubscriptionError
 from stream_server.subscriptions.glob import Pattern, PatternError
 from stream_server.subscriptions.manager import Ack, SubscriptionManager
-from stream_server.subscriptions.model import Subscription, Tombstone, from_value
+from stream_server.subscriptions.state import Subscription, Tombstone, from_value
+from stream_server.subscriptions.subscription_errors import SubscriptionError
 
 JSON = "application/json"
 

@@ -7,9 +7,14 @@ from stream_format.meta import StreamMeta
 from stream_server.engine.batch import BatchStats, Tail
 from stream_server.engine.data_dir import LayoutError
 from stream_server.engine.engine import Engine
-from stream_server.engine.errors import DamagedStream, HeadDropped, StorageError, StorageFailed
 from stream_server.engine.pipeline import CommitPipeline
 from stream_server.engine.recovery import LoadedState, RecoveryProgress, RecoveryReport
+from stream_server.engine.storage_errors import (
+    DamagedStream,
+    HeadDropped,
+    StorageError,
+    StorageFailed,
+)
 
 __all__ = [
     "BatchStats",

@@ -58,7 +58,6 @@ from stream_server.engine.checkpoints import (
     Triggers,
 )
 from stream_server.engine.data_dir import prepare, retire_wal, wal_headerless
-from stream_server.engine.errors import from_lmdb_error, from_os_error
 from stream_server.engine.fail_closed import FailClosed
 from stream_server.engine.frames import (
     AppendedFrames,
@@ -79,6 +78,7 @@ from stream_server.engine.recovery import (
     RecoveryReport,
 )
 from stream_server.engine.segments import INLINE_MAX, Segments, inline_changes
+from stream_server.engine.storage_errors import from_lmdb_error, from_os_error
 from stream_server.engine.wal_writer import WalWriter
 
 __all__ = [

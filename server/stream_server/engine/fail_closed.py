@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from stream_server.engine.errors import StorageFailed
+from stream_server.engine.storage_errors import StorageFailed
 
 log = logging.getLogger("stream_server.engine")
 

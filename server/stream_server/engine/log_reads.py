@@ -48,9 +48,9 @@ from stream_format.records import (
     record_size,
 )
 from stream_server.engine.batch import Tail
-from stream_server.engine.errors import DamagedStream, HeadDropped
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.segments import Segments
+from stream_server.engine.storage_errors import DamagedStream, HeadDropped
 
 HINT_REACH = 4096  # units a read hint may be behind the start and still be used
 

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 
 from stream_server.engine.engine import BatchStats, Engine
-from stream_server.engine.errors import StorageError, StorageFailed
 from stream_server.engine.ops import Op
 from stream_server.engine.replica import AckGate
+from stream_server.engine.storage_errors import StorageError, StorageFailed
 
 log = logging.getLogger("stream_server.engine")
 

@@ -59,9 +59,9 @@ from stream_format.meta import (
 from stream_server.engine.batch import Batch
 from stream_server.engine.data_dir import remove_set_id
 from stream_server.engine.engine import Engine
-from stream_server.engine.errors import StorageError
 from stream_server.engine.frames import AppendedFrames
 from stream_server.engine.prior_tails import Prior, prior_tails
+from stream_server.engine.storage_errors import StorageError
 
 log = logging.getLogger("stream_server.engine")
 

@@ -24,8 +24,8 @@ from starlette.routing import BaseRoute, Route
 from stream_format.archive import ArchiveDamaged
 from stream_server.archive.backup import base_backup, catalog
 from stream_server.archive.object_store import ArchiveError, ObjectStore
-from stream_server.node.archive import ArchivePart
-from stream_server.node.context import Node, ServicePart
+from stream_server.node.archive_part import ArchivePart
+from stream_server.node.service_part import Node, ServicePart
 from stream_server.replication.peers.peer_token import CHALLENGE, REFUSED, PeerToken
 
 log = logging.getLogger("stream_server.archive")

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute
 from stream_server.engine.replica import AckGate
 from stream_server.replication.fences.write_fence import Refusal
 from stream_server.replication.replica_set import PrimaryWork
-from stream_server.streams.options import StoreEvents
+from stream_server.streams.store_options import StoreEvents
 
 # An ASGI callable, for the paths a Part answers ahead of Starlette.
 Asgi = Callable[[Any, Any, Any], Awaitable[None]]

@@ -18,10 +18,10 @@ from stream_server.archive.follow.replica_cluster import ArchiveFollower
 from stream_server.archive.follow_position import promote
 from stream_server.config import Settings
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.node.follower import FollowerPart
+from stream_server.node.archive_follower_part import FollowerPart
 from stream_server.node.part import Part
 from stream_server.node.replication import ReplicationPart
-from stream_server.node.store import StoreFactory
+from stream_server.node.store_factory import StoreFactory
 from stream_server.protocol.context import ReadGate
 from stream_server.replication.fences.write_fence import Refusal
 from stream_server.replication.identity import leave

@@ -8,7 +8,7 @@ replica set's member its read gate (503 while it cannot show that it is current:
 ``ReadGate``, docs/replication.md, "Reads"), then one handler per method. The reserved ``__ds`` paths go first, on their raw form, to
 ``subscriptions`` (which does its own admission). Each handler is a plain function over a
 ``Context`` in a module of its own (``create``: PUT, ``append``: POST,
-``reads``: GET and HEAD, ``live_reads``: long-poll and SSE), and every
+``catch_up``: GET and HEAD, ``live_reads``: long-poll and SSE), and every
 refusal they raise becomes a response in one place (``refusals``).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from stream_server.declared.network import ProtocolSettings
-from stream_server.protocol import admission, append, create, reads, subscriptions
+from stream_server.protocol import admission, append, catch_up, create, subscriptions
 from stream_server.protocol.context import Context, raw_path
 from stream_server.protocol.headers import ALLOW
 from stream_server.protocol.http import (
@@ -128,8 +128,8 @@ Handler = Callable[[Context, Scope, Receive, Send, str, dict[str, str], str], Aw
 # One handler per method, each in the module of its operation; the arguments are
 # the same for all (what a handler does not need it ignores).
 METHODS: dict[str, Handler] = {
-    "GET": reads.get,
-    "HEAD": reads.head,
+    "GET": catch_up.get,
+    "HEAD": catch_up.head,
     "POST": append.post,
     "PUT": create.put,
     "DELETE": delete,

@@ -47,11 +47,11 @@ from stream_server.protocol.http import (
 from stream_server.protocol.refusals import error_response
 from stream_server.streams.errors import StreamError
 from stream_server.subscriptions import pullwake
-from stream_server.subscriptions.errors import SubscriptionError, invalid
 from stream_server.subscriptions.manager import SubscriptionManager
-from stream_server.subscriptions.model import Subscription
 from stream_server.subscriptions.service import Subscriptions
 from stream_server.subscriptions.spec import check_id, check_new_id
+from stream_server.subscriptions.state import Subscription
+from stream_server.subscriptions.subscription_errors import SubscriptionError, invalid
 from stream_server.subscriptions.urls import WebhookUrlRejected, check_webhook_url_resolving
 
 MAX_CONTROL_BODY = 1024 * 1024

@@ -69,7 +69,6 @@ from stream_server.streams.interface import ProtocolStore, SubscriptionStore
 from stream_server.streams.jsonmode import JsonSplitter
 from stream_server.streams.keyed_values import check_space, keyed_value_op
 from stream_server.streams.model import JSON_TYPE, Stream, media_type
-from stream_server.streams.options import StoreEvents, StoreLimits
 from stream_server.streams.path_rules import MAX_PATH_BYTES
 from stream_server.streams.pending import AllStreams, StreamTable
 from stream_server.streams.producers import check_producer
@@ -83,6 +82,7 @@ from stream_server.streams.requests import (
     ReadResult,
 )
 from stream_server.streams.retention import Retention, earliest
+from stream_server.streams.store_options import StoreEvents, StoreLimits
 from stream_server.streams.waiting import LiveReaders
 
 log = logging.getLogger("stream_server.streams")

@@ -30,10 +30,10 @@ from collections.abc import Callable
 
 from stream_server.subscriptions import pullwake, tokens
 from stream_server.subscriptions.manager import Ack, SubscriptionManager
-from stream_server.subscriptions.model import Subscription, Wake
 from stream_server.subscriptions.retry import next_delay
 from stream_server.subscriptions.signing import WebhookKeys
 from stream_server.subscriptions.spec import WEBHOOK
+from stream_server.subscriptions.state import Subscription, Wake
 from stream_server.subscriptions.webhook_sender import Delivery, WebhookSender
 
 log = logging.getLogger("stream_server.subscriptions")

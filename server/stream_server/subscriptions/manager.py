@@ -1,6 +1,6 @@
 """The subscription manager: every subscription's state, and every change to it.
 
-Design. All state lives on the event loop in plain objects (``model.py``)
+Design. All state lives on the event loop in plain objects (``state.py``)
 and changes synchronously, so a check and the change it guards never
 interleave with another request; each change is then written as the
 subscription's whole value (``saved.py``) before the request that caused
@@ -41,13 +41,6 @@ from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.interface import SubscriptionStore
 from stream_server.streams.model import Stream
 from stream_server.subscriptions import tokens
-from stream_server.subscriptions.errors import SubscriptionError, fenced, invalid, not_found
-from stream_server.subscriptions.model import (
-    Subscription,
-    Tombstone,
-    Wake,
-    from_value,
-)
 from stream_server.subscriptions.saved import SavedSubscriptions
 from stream_server.subscriptions.spec import (
     PULL_WAKE,
@@ -57,6 +50,18 @@ from stream_server.subscriptions.spec import (
     parse_config,
     stream_list,
     stream_path,
+)
+from stream_server.subscriptions.state import (
+    Subscription,
+    Tombstone,
+    Wake,
+    from_value,
+)
+from stream_server.subscriptions.subscription_errors import (
+    SubscriptionError,
+    fenced,
+    invalid,
+    not_found,
 )
 
 log = logging.getLogger("stream_server.subscriptions")

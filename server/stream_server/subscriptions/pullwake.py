@@ -23,10 +23,10 @@ from typing import Any
 from stream_server.streams.errors import StreamError
 from stream_server.streams.requests import AppendRequest
 from stream_server.subscriptions import tokens
-from stream_server.subscriptions.errors import SubscriptionError, invalid
 from stream_server.subscriptions.manager import SubscriptionManager
-from stream_server.subscriptions.model import Subscription
 from stream_server.subscriptions.spec import PULL_WAKE
+from stream_server.subscriptions.state import Subscription
+from stream_server.subscriptions.subscription_errors import SubscriptionError, invalid
 
 log = logging.getLogger("stream_server.subscriptions")
 

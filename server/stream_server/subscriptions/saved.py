@@ -19,7 +19,7 @@ SPACE = "subscriptions"
 
 
 class SavedSubscriptions:
-    """Each subscription's value (``model.py``) under its id, in the store or in memory."""
+    """Each subscription's value (``state.py``) under its id, in the store or in memory."""
 
     def __init__(self, store: SubscriptionStore | None) -> None:
         self.durable = store is not None

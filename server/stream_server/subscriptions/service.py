@@ -26,10 +26,10 @@ from stream_server.metrics import Metrics
 from stream_server.streams.clock import WALL_CLOCK, Clock
 from stream_server.streams.interface import SubscriptionStore
 from stream_server.subscriptions.delivery import DeliveryLoop
-from stream_server.subscriptions.errors import SubscriptionError
 from stream_server.subscriptions.manager import SubscriptionManager
-from stream_server.subscriptions.model import Subscription
 from stream_server.subscriptions.signing import KEYRING_DIR, WebhookKeys
+from stream_server.subscriptions.state import Subscription
+from stream_server.subscriptions.subscription_errors import SubscriptionError
 from stream_server.subscriptions.urls import WebhookAllowList
 from stream_server.subscriptions.webhook_sender import WebhookSender
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream_server.streams.path_rules import MAX_PATH_BYTES, path_problem
-from stream_server.subscriptions.errors import invalid
 from stream_server.subscriptions.glob import Pattern, PatternError
+from stream_server.subscriptions.subscription_errors import invalid
 
 WEBHOOK = "webhook"
 PULL_WAKE = "pull-wake"

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from stream_format.layout import Layout
 from stream_server.engine.batch import Tail
-from stream_server.engine.errors import HeadDropped
 from stream_server.engine.log_reads import LogReads
 from stream_server.engine.metadata import Metadata
 from stream_server.engine.segments import Segments
+from stream_server.engine.storage_errors import HeadDropped
 from stream_server.streams.errors import Damaged, OffsetGone
 from stream_server.streams.reads import Got, stitched
 from stream_server.streams.requests import ReadResult

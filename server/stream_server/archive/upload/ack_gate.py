@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Callable
 
 from stream_server.archive.progress import ArchiveProgress
-from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import AckGate
+from stream_server.engine.storage_errors import StorageError
 from stream_server.replication.primary.signal import Signal
 
 WAIT_SECONDS = 30.0  # a batch's waiters hear 503 after this long at the gate

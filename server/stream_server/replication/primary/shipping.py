@@ -50,8 +50,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from stream_server.engine.errors import StorageError
 from stream_server.engine.replica import NotReplicated, ReplicaHooks
+from stream_server.engine.storage_errors import StorageError
 from stream_server.replication import rules
 from stream_server.replication.lease import boottime
 from stream_server.replication.lease.roles import RoleLoop

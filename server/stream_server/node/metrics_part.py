@@ -13,9 +13,9 @@ from starlette.routing import BaseRoute, Route
 
 from stream_server.engine import StorageError
 from stream_server.metrics import Metrics
-from stream_server.node.context import Node, ServicePart
+from stream_server.node.service_part import Node, ServicePart
 from stream_server.streams.model import Stream
-from stream_server.streams.options import StoreEvents
+from stream_server.streams.store_options import StoreEvents
 
 
 class MetricsPart(ServicePart):

@@ -10,9 +10,9 @@ import logging
 from functools import partial
 from typing import Any
 
-from stream_server.node.context import Node, ServicePart
+from stream_server.node.service_part import Node, ServicePart
 from stream_server.replication.replica_set import PrimaryWork
-from stream_server.streams.options import StoreEvents
+from stream_server.streams.store_options import StoreEvents
 from stream_server.subscriptions.service import Subscriptions
 
 log = logging.getLogger("stream_server")
@@ -37,7 +37,7 @@ class SubscriptionsPart(ServicePart):
             )
 
     def listener(self) -> StoreEvents:
-        """The manager's hooks, each logged and skipped if it fails (``node/store.py``)."""
+        """The manager's hooks, each logged and skipped if it fails (``node/store_factory.py``)."""
 
         def tell(name: str, *args: Any) -> None:
             try:

@@ -31,11 +31,11 @@ from stream_server.archive.upload.archive_end import with_term
 from stream_server.archive.upload.archiver import Archiver
 from stream_server.engine.replica import AckGate
 from stream_server.node.admin import status_route
-from stream_server.node.context import Node, ServicePart
 from stream_server.node.part import Part
+from stream_server.node.service_part import Node, ServicePart
 from stream_server.replication.fences.write_fence import Refusal
 from stream_server.replication.replica_set import PrimaryWork
-from stream_server.streams.options import StoreEvents
+from stream_server.streams.store_options import StoreEvents
 
 DRAIN_SECONDS = 5.0  # a clean shutdown waits this long for the last upload
 RETRY_AFTER = 5  # seconds a write refused at the pending bound is told to wait

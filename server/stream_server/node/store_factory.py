@@ -23,9 +23,9 @@ from stream_server.engine import Engine
 from stream_server.engine.replica import AckGate, ReplicaHooks
 from stream_server.faults import hook_from_env
 from stream_server.node.part import Part
-from stream_server.streams.options import StoreEvents, StoreLimits
 from stream_server.streams.retention import parse_policies
 from stream_server.streams.store import StreamStore
+from stream_server.streams.store_options import StoreEvents, StoreLimits
 
 EVENTS = [f.name for f in fields(StoreEvents)]
 
