@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from stream_operator import events, operator_settings, reconcile, status_round
+from stream_operator import events, reconcile, status_round
+from stream_operator.configuration import operator_settings
 from stream_operator.periodic import Periodic
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from stream_operator.api.spec import DEFAULTS, with_defaults
 from stream_operator.render import server_env
-from stream_operator.spec import DEFAULTS, with_defaults
 from stream_server.config import (
     NOT_SETTINGS,
     Settings,

@@ -18,7 +18,8 @@ import threading
 
 import kopf
 
-from stream_operator import api_client, leadership, operator_metrics, operator_settings
+from stream_operator import api_client, leadership, operator_metrics
+from stream_operator.configuration import operator_settings
 
 
 def _positive(raw: str) -> int:

@@ -49,9 +49,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stream_operator import GROUP, VERSION, operator_settings
-from stream_operator.spec import SpecInput
-from stream_operator.spec import with_defaults as parse_spec
+from stream_operator import GROUP, VERSION
+from stream_operator.api.spec import SpecInput
+from stream_operator.api.spec import with_defaults as parse_spec
+from stream_operator.configuration import operator_settings
 
 SPARK_GROUP = "sparkoperator.k8s.io"
 SPARK_VERSION_API = "v1beta2"

@@ -21,8 +21,8 @@ import json
 import shlex
 from typing import Any
 
-from stream_operator.archive_spec import ObjectStore
-from stream_operator.spec import DurableStreamSpec
+from stream_operator.api.archive_spec import ObjectStore
+from stream_operator.api.spec import DurableStreamSpec
 
 ARCHIVE_CA_DIR = "/etc/durable-streams/archive-ca"
 RECOVERY_CA_DIR = "/etc/durable-streams/recovery-ca"

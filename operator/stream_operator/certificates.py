@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_operator.spec import (
+from stream_operator.api.conditions import condition
+from stream_operator.api.spec import (
     CERT_MANAGER_GROUP,
     DurableStreamSpec,
     IssuerRef,
@@ -23,7 +24,6 @@ from stream_operator.spec import (
     spec_of,
     with_defaults,
 )
-from stream_operator.status import condition
 
 
 def issuer_ref(spec: SpecInput) -> IssuerRef | None:

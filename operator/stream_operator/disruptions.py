@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_operator.spec import SpecInput, with_defaults
+from stream_operator.api.spec import SpecInput, with_defaults
 
 CONDITION = "Drainable"
 

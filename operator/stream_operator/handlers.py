@@ -34,14 +34,14 @@ from stream_operator import (
     backups,
     leadership,
     operator_metrics,
-    operator_settings,
     server_image,
 )
+from stream_operator.api.spec import with_defaults
 from stream_operator.api_client import api
+from stream_operator.configuration import operator_settings
 from stream_operator.lifecycle_deletion import finish
 from stream_operator.periodic import Periodic
 from stream_operator.reconcile import converge as _converge
-from stream_operator.spec import with_defaults
 from stream_operator.status_round import refresh
 
 

@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stream_operator import GROUP
-from stream_operator.spec import spec_of
-from stream_operator.status import condition
+from stream_operator.api.conditions import condition
+from stream_operator.api.spec import spec_of
 
 RECONCILE = f"{GROUP}/reconcile"
 HIBERNATION = f"{GROUP}/hibernation"

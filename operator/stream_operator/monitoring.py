@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from stream_operator.spec import MonitorSpec, SpecInput, with_defaults
+from stream_operator.api.spec import MonitorSpec, SpecInput, with_defaults
 
 DEFAULT_INTERVAL = "30s"
 JOB_LABEL = "app.kubernetes.io/name"  # its value on every server pod: durable-streams

@@ -43,8 +43,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from stream_operator import operator_settings
-from stream_operator.spec import DurableStreamSpec
+from stream_operator.api.spec import DurableStreamSpec
+from stream_operator.configuration import operator_settings
 
 OPERATOR_LABEL = {"app.kubernetes.io/name": "durable-streams-operator"}
 PROMETHEUS = [

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from stream_operator import quantities
+from stream_operator.api import quantities
 
 # The lists of named items, by the field that names an item (their patchMergeKey in the
 # built-in types): the API server and admission webhooks add items to them (a sidecar,

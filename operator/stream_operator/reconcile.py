@@ -31,10 +31,7 @@ from stream_operator import (
     leadership,
     lifecycle,
     lifecycle_actions,
-    names,
     operator_metrics,
-    operator_settings,
-    quantities,
     replica_cluster,
     replica_cluster_actions,
     scaling,
@@ -43,6 +40,8 @@ from stream_operator import (
     status_round,
     token_rotation,
 )
+from stream_operator.api import names, quantities
+from stream_operator.api.spec import DurableStreamSpec, refused_change, spec_of
 from stream_operator.apply import (
     RENDERED_KINDS,
     crd_exists,
@@ -58,6 +57,7 @@ from stream_operator.apply import (
     storage_class,
 )
 from stream_operator.certificates import refused_certificates
+from stream_operator.configuration import operator_settings
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
 from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
@@ -68,7 +68,6 @@ from stream_operator.render import (
     render_replication_secret,
     replication_secret_name,
 )
-from stream_operator.spec import DurableStreamSpec, refused_change, spec_of
 from stream_operator.status import Outcome
 from stream_operator.switchover_call import TOKEN_KEY, new_token
 

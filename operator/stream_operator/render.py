@@ -22,14 +22,11 @@ from stream_operator import (
     archive_render,
     disruptions,
     network_policy,
-    operator_settings,
-    pod_template,
     webhook_ca,
 )
-from stream_operator.certificates import certificate_name, render_certificate, with_certificate
-from stream_operator.monitoring import podmonitor_settings, render_podmonitor
-from stream_operator.server_settings import settings_env
-from stream_operator.spec import (
+from stream_operator.api import pod_template
+from stream_operator.api.server_settings import settings_env
+from stream_operator.api.spec import (
     MAX_REPLICAS,
     DurableStreamSpec,
     LifecycleSpec,
@@ -38,6 +35,9 @@ from stream_operator.spec import (
     hashed,
     with_defaults,
 )
+from stream_operator.certificates import certificate_name, render_certificate, with_certificate
+from stream_operator.configuration import operator_settings
+from stream_operator.monitoring import podmonitor_settings, render_podmonitor
 
 DATA_DIR = "/data"
 CONTAINER_PORT = 4437

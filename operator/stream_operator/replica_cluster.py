@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream_operator import GROUP
-from stream_operator.spec import DurableStreamSpec
-from stream_operator.status import condition
+from stream_operator.api.conditions import condition
+from stream_operator.api.spec import DurableStreamSpec
 
 CONDITION = "ReplicaCluster"
 ROLE = f"{GROUP}/archive-role"  # on the StatefulSet: what its pods were rendered as

@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 
 from stream_operator import events
+from stream_operator.api.spec import DurableStreamSpec
 from stream_operator.apply import delete_pvcs, instance_pods, instance_pvcs, read
 from stream_operator.replica_cluster import (
     CONDITION,
@@ -31,7 +32,6 @@ from stream_operator.replica_cluster import (
     step_events,
     wanted,
 )
-from stream_operator.spec import DurableStreamSpec
 
 
 def recorded_role(ac: client.ApiClient, sts: dict[str, Any] | None) -> str | None:

@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import events, leadership
+from stream_operator.api.spec import DurableStreamSpec, spec_of
 from stream_operator.apply import (
     delete_pod,
     label_pod,
@@ -36,7 +37,6 @@ from stream_operator.rollout import (
     plan_rollout,
     requested_switchover,
 )
-from stream_operator.spec import DurableStreamSpec, spec_of
 from stream_operator.switchover_call import TOKEN_KEY, request_switchover
 from stream_operator.token_rotation import sent_token
 

@@ -27,8 +27,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import GROUP, operator_settings
-from stream_operator.spec import operator_image
+from stream_operator import GROUP
+from stream_operator.api.spec import operator_image
+from stream_operator.configuration import operator_settings
 
 POLICY_ENV = "DS_OPERATOR_UNPINNED_SERVER_IMAGE"
 ROLL = "roll"

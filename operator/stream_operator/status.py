@@ -25,13 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import quantities
+from stream_operator.api import quantities
+from stream_operator.api.conditions import condition
+from stream_operator.api.spec import DurableStreamSpec, SpecInput, with_defaults
 from stream_operator.disruptions import drain_condition
 from stream_operator.plan import short_claims
 from stream_operator.pod_states import PodTrouble, pod_trouble
 from stream_operator.replica_roles import failing_over, lease_view, replica_states
 from stream_operator.rollout import Step
-from stream_operator.spec import DurableStreamSpec, SpecInput, with_defaults
 
 
 def _now() -> str:
@@ -56,15 +57,6 @@ class Outcome:
     @property
     def applied(self) -> bool:
         return self.reason == APPLIED
-
-
-def condition(ctype: str, ok: bool, reason: str, message: str) -> dict[str, str]:
-    return {
-        "type": ctype,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-    }
 
 
 def analytics_condition(

@@ -33,6 +33,7 @@ from stream_operator import (
     scaling_actions,
     server_image,
 )
+from stream_operator.api.spec import DurableStreamSpec, spec_of
 from stream_operator.apply import (
     crd_exists,
     instance_pods,
@@ -47,7 +48,6 @@ from stream_operator.periodic import Periodic
 from stream_operator.render import endpoint, lease_name
 from stream_operator.replica_roles import lease_view
 from stream_operator.rollout import Step
-from stream_operator.spec import DurableStreamSpec, spec_of
 from stream_operator.status import Outcome, compute_status, same_status
 
 

@@ -27,8 +27,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, events, operator_settings
+from stream_operator import GROUP, events
 from stream_operator.apply import read
+from stream_operator.configuration import operator_settings
 from stream_operator.render import replication_secret_name
 from stream_operator.switchover_call import new_token
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_operator.spec import ServerSpec
+from stream_operator.api.spec import ServerSpec
 
 DIR = "/etc/durable-streams/webhook-ca"
 FILE = "ca.crt"

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from stream_operator.spec import with_defaults
+from stream_operator.api.spec import with_defaults
 from testkit import wait_for
 from testkit.containers import PODMAN_NEEDED
 from testkit.images import SERVER_UID, report

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stream_operator.spec import with_defaults
+from stream_operator.api.spec import with_defaults
 from testkit import needs
 from testkit.containers import PODMAN_NEEDED
 from testkit.images import SERVER_UID, SPARK_UID, report

@@ -58,7 +58,8 @@ def test_a_request_the_api_server_never_answers_fails_by_itself(
 ):
     """The handlers' client, and the leader election's (whose renewals must end before
     the renew deadline)."""
-    from stream_operator import api_client, operator_settings
+    from stream_operator import api_client
+    from stream_operator.configuration import operator_settings
 
     short = dataclasses.replace(operator_settings.current(), api_timeout=0.5)
     monkeypatch.setattr(operator_settings, "_current", short)

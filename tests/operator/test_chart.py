@@ -564,8 +564,8 @@ def test_crd_retention_schema_refuses_what_the_server_would():
 def test_crd_server_settings_take_the_free_settings_by_flag_name():
     """Issue 42: spec.server.settings takes any value YAML gives (the operator checks it
     against the server's declaration) under the names the operator leaves free, which the
-    CEL rule lists: kept equal to stream_operator.server_settings.FREE."""
-    from stream_operator.server_settings import FREE
+    CEL rule lists: kept equal to stream_operator.api.server_settings.FREE."""
+    from stream_operator.api.server_settings import FREE
     from testkit.crd_cel import evaluate
 
     settings = crd_schema()["properties"]["spec"]["properties"]["server"]["properties"]["settings"]

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from stream_operator.operator_settings import PARSED, OperatorSettings, parse
+from stream_operator.configuration.operator_settings import PARSED, OperatorSettings, parse
 from testkit.helm_chart import helm_binary, helm_template, operator_env
 
 pytestmark = pytest.mark.processes  # helm

@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
+from stream_operator.api.spec import with_defaults
 from stream_operator.certificates import (
     certificates_condition,
     dns_names,
@@ -31,7 +32,6 @@ from stream_operator.render import (
     replication_env,
     selector,
 )
-from stream_operator.spec import with_defaults
 from testkit.kube import (
     CERTIFICATE_CRD_SCHEMA,
     CRD_FILE,

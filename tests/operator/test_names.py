@@ -19,7 +19,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from stream_operator import KIND, events, names, reconcile
+from stream_operator import KIND, events, reconcile
+from stream_operator.api import names
 from stream_operator.periodic import Periodic
 from stream_operator.render import desired_objects
 from testkit import crd_schema

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from stream_operator.operator_settings import OperatorSettings, SettingError, parse
+from stream_operator.configuration.operator_settings import OperatorSettings, SettingError, parse
 
 pytestmark = pytest.mark.processes  # one test starts the operator's command
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stream_operator.api.quantities import as_bytes as quantity_bytes
 from stream_operator.plan import (
     Expansion,
     drifted_fields,
@@ -12,7 +13,6 @@ from stream_operator.plan import (
     smaller_pvcs,
     stale_objects,
 )
-from stream_operator.quantities import as_bytes as quantity_bytes
 
 
 def test_drift_is_a_rendered_field_missing_or_changed():

@@ -10,14 +10,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from stream_operator import operator_settings
+from stream_operator.api.spec import refused_change
+from stream_operator.configuration import operator_settings
 from stream_operator.render import (
     CONFIG_HASH,
     desired_objects,
     render_statefulset,
     selector,
 )
-from stream_operator.spec import refused_change
 
 UID = "1234-uid"
 K8S_VERSION = "1.31"

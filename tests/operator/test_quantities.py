@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from stream_operator import quantities
+from stream_operator.api import quantities
 
 
 @pytest.mark.parametrize(

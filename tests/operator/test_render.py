@@ -12,7 +12,8 @@ import yaml
 
 from stream_operator import GROUP, spark_manifests
 from stream_operator import analytics as spark
-from stream_operator.quantities import as_bytes as quantity_bytes
+from stream_operator.api.quantities import as_bytes as quantity_bytes
+from stream_operator.api.spec import StorageSpec, refused_change, with_defaults
 from stream_operator.render import (
     CONFIG_HASH,
     config_hash,
@@ -22,7 +23,6 @@ from stream_operator.render import (
     render_statefulset,
     server_env,
 )
-from stream_operator.spec import StorageSpec, refused_change, with_defaults
 
 UID = "1234-uid"
 

@@ -19,6 +19,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from stream_operator.api.spec import min_in_sync, refused_change
 from stream_operator.render import (
     CONTAINER_PORT,
     FENCE_ENV,
@@ -36,7 +37,6 @@ from stream_operator.replica_roles import (
     relabel_order,
     wanted_roles,
 )
-from stream_operator.spec import min_in_sync, refused_change
 from stream_operator.status import compute_status
 from stream_server.config import settings_from
 from testkit.pki import PrivateCA

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from stream_operator import KIND
+from stream_operator.api.spec import SERVER_IMAGE_ENV
 from stream_operator.server_image import IN_USE, POLICY_ENV, UPDATE_NOW
-from stream_operator.spec import SERVER_IMAGE_ENV
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

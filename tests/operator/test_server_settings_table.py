@@ -1,4 +1,4 @@
-"""The operator's table of server settings (``stream_operator.server_settings``) against
+"""The operator's table of server settings (``stream_operator.api.server_settings``) against
 the server's own declaration: every declared setting is reachable from the spec (the
 ``server.settings`` map, a typed field, or the operator's own value), and the map
 accepts and refuses exactly what the server's parser and checks do.
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from stream_operator import server_settings
+from stream_operator.api import server_settings
+from stream_operator.api.server_settings import FREE, OWNED, SPEC_FIELDS, refused_settings
+from stream_operator.api.spec import refused_change
 from stream_operator.render import render_configmap
-from stream_operator.server_settings import FREE, OWNED, SPEC_FIELDS, refused_settings
-from stream_operator.spec import refused_change
 from stream_server.config import checks
 from stream_server.config.declaration import described
 from stream_server.config.flags import SettingError, parse_value

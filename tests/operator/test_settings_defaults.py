@@ -1,7 +1,7 @@
 """The operator's defaults for the server's settings, and the CRD's, are the server's own.
 
 The operator may not import the server (pyproject's import contracts), so its
-defaults (``stream_operator.spec``) and the CRD's ``default:`` values are written out a
+defaults (``stream_operator.api.spec``) and the CRD's ``default:`` values are written out a
 second and a third time; a drift between them and ``stream_server.config.Settings``
 would be silent in production: a DurableStream left at its defaults would run a server
 that differs from one started by hand. This test imports both sides and checks every
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_operator import spec
+from stream_operator.api import spec
+from stream_operator.api.spec import with_defaults
 from stream_operator.render import replication_env, server_env
-from stream_operator.spec import with_defaults
 from stream_server.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

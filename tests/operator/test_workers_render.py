@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from stream_operator.api.spec import refused_change, with_defaults
 from stream_operator.render import (
     CONFIG_HASH,
     config_hash,
@@ -19,7 +20,6 @@ from stream_operator.render import (
     render_statefulset,
     server_env,
 )
-from stream_operator.spec import refused_change, with_defaults
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.pod_objects import container_env

@@ -17,9 +17,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, VERSION
+from stream_operator.api.spec import spec_of
 from stream_operator.kubectl_plugin import PluginError
 from stream_operator.kubectl_plugin.commands import TIMEOUT, _failed, read_stream
-from stream_operator.spec import spec_of
 
 BACKUP_PLURAL = "durablestreambackups"
 CLUSTER_LABEL = f"{GROUP}/cluster"

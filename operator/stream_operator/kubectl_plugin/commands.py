@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, KIND, PLURAL, VERSION
+from stream_operator.api.spec import spec_of
 from stream_operator.certificates import serves_tls
 from stream_operator.kubectl_plugin import (
     FENCED,
@@ -29,7 +30,6 @@ from stream_operator.kubectl_plugin import (
     report,
 )
 from stream_operator.render import CONTAINER_PORT, selector
-from stream_operator.spec import spec_of
 
 MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = 15  # seconds, each API request

@@ -29,6 +29,7 @@ from typing import TextIO
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from stream_operator.api.spec import spec_of
 from stream_operator.kubectl_plugin import PluginError
 from stream_operator.kubectl_plugin.commands import (
     TIMEOUT,
@@ -38,7 +39,6 @@ from stream_operator.kubectl_plugin.commands import (
     read_stream,
 )
 from stream_operator.lifecycle import RESTARTED_AT
-from stream_operator.spec import spec_of
 
 
 def pod_of(ds_name: str, pods: list[str], given: str) -> str:

@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import GROUP, archive_spec, pod_template, quantities, server_settings
-from stream_operator.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec, SecretKey
+from stream_operator import GROUP
+from stream_operator.api import archive_spec, pod_template, quantities, server_settings
+from stream_operator.api.archive_spec import BackupSpec, RecoverySpec, ReplicaSpec, SecretKey
 
 # The server image for a spec that names none: the operator's own setting, which the
 # chart sets from its version, so that upgrading the operator upgrades every server

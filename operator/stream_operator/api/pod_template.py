@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stream_operator import GROUP, operator_settings
+from stream_operator import GROUP
+from stream_operator.configuration import operator_settings
 
 UID = 10001  # the server image's user (images/durable-streams-server.Containerfile)
 HOSTNAME = "kubernetes.io/hostname"

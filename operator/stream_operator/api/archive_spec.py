@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator import cron
+from stream_operator.api import cron
 
 DESTINATION = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
 # The server's --backup-retention: a duration (keep younger backups, and always the
