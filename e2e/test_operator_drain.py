@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from stream_operator import KIND, replica_set
-from stream_operator.render import lease_name
+from stream_operator.specs.render import lease_name
 from testkit import summary
 from testkit.cluster import Cluster
 from testkit.drain import Drained, drain_pod

@@ -29,7 +29,7 @@ import pytest
 
 from stream_operator import KIND, replica_set
 from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED
-from stream_operator.render import lease_name, replication_secret_name
+from stream_operator.specs.render import lease_name, replication_secret_name
 from testkit.cluster import Cluster
 from testkit.history import History, check
 from testkit.kube import durable_stream

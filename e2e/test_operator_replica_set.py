@@ -49,8 +49,8 @@ import httpx
 import pytest
 
 from stream_operator import KIND, replica_set
-from stream_operator.render import lease_name
 from stream_operator.rollout import SWITCHOVER_TO
+from stream_operator.specs.render import lease_name
 from testkit import images
 from testkit.cluster import Cluster
 from testkit.history import History, check

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stream_operator.render import lease_name, replicas_name
+from stream_operator.specs.render import lease_name, replicas_name
 from testkit import summary, wait_for
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream

@@ -42,7 +42,7 @@ LONG_BECAUSE: dict[str, str] = {
         "the hot loop of every catch-up read, inline per record with no object per record; "
         "a call per record would cost what the loop avoids"
     ),
-    "operator/stream_operator/render.py::render_statefulset": (
+    "operator/stream_operator/specs/render.py::render_statefulset": (
         "the StatefulSet as one literal object with its volumes and mounts beside it, so the "
         "rendering reads as the manifest it produces"
     ),
@@ -50,7 +50,7 @@ LONG_BECAUSE: dict[str, str] = {
         "one decision over the live StatefulSet, pods, claims and Lease: each branch is a "
         "state of a scale to or from one replica, read in the order they occur"
     ),
-    "operator/stream_operator/spark_manifests.py::snapshot_objects": (
+    "operator/stream_operator/specs/spark_manifests.py::snapshot_objects": (
         "the example manifests of a snapshot-based Spark job, written out as the objects "
         "a user applies"
     ),

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from stream_operator.api.spec import DEFAULTS, with_defaults
-from stream_operator.render import server_env
+from stream_operator.specs.render import server_env
 from stream_server.config import (
     NOT_SETTINGS,
     Settings,
@@ -134,7 +134,7 @@ def test_the_crd_defaults_are_the_operators_defaults():
         assert crd_side.get(path) == value, (path, crd_side.get(path), value)
     extra = {p: v for p, v in crd_side.items() if p not in operator_side}
     # Defaults inside optional objects: certificates.issuerRef's kind and group are the
-    # operator's too, applied where it reads them (stream_operator.certificates.issuer_ref).
+    # operator's too, applied where it reads them (stream_operator.specs.certificates.issuer_ref).
     assert all(p[0] in ("analytics", "server", "certificates") for p in extra), extra
 
 

@@ -15,11 +15,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, PLURAL, VERSION, builtin_ca, events
+from stream_operator import GROUP, PLURAL, VERSION, events
 from stream_operator.api.spec import PLAIN_HTTP, DurableStreamSpec, SpecInput, with_defaults
 from stream_operator.apply import MERGE_PATCH, read
-from stream_operator.certificates import builtin_secret, dns_names, plain_http_kept
-from stream_operator.render import labels, owner_reference
+from stream_operator.specs import builtin_ca
+from stream_operator.specs.certificates import builtin_secret, dns_names, plain_http_kept
+from stream_operator.specs.render import labels, owner_reference
 
 
 def ca_secret_name(name: str) -> str:

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from stream_operator import leadership
 from stream_operator.apply import MERGE_PATCH
-from stream_operator.render import lease_name, owner_reference
+from stream_operator.specs.render import lease_name, owner_reference
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,11 @@ from stream_operator.lifecycle import (
     replicas_anyway,
     was_paused,
 )
-from stream_operator.render import FENCE_LIST_KEY, fence_configmap_name, render_fence_configmap
+from stream_operator.specs.render import (
+    FENCE_LIST_KEY,
+    fence_configmap_name,
+    render_fence_configmap,
+)
 from stream_operator.status import same_status
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from stream_operator.apply import delete, delete_pvcs, instance_pods
-from stream_operator.render import lease_name
+from stream_operator.specs.render import lease_name
 
 
 def finish(ac: client.ApiClient, namespace: str, name: str) -> tuple[str, list[str]]:

@@ -56,12 +56,12 @@ from stream_operator.apply import (
     remove_annotation,
     storage_class,
 )
-from stream_operator.certificates import refused_certificates
 from stream_operator.configuration import operator_settings
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
 from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
-from stream_operator.render import (
+from stream_operator.specs.certificates import refused_certificates
+from stream_operator.specs.render import (
     MANAGED_BY,
     desired_objects,
     fence_configmap_name,

@@ -26,8 +26,6 @@ from stream_operator.apply import (
     remove_annotation,
     set_pod_condition,
 )
-from stream_operator.certificates import with_certificate
-from stream_operator.render import IN_SYNC, ROLE, pod_url, replication_secret_name
 from stream_operator.replica_roles import in_sync_changes, lease_view, relabel_order, wanted_roles
 from stream_operator.rollout import (
     SWITCHOVER_TO,
@@ -37,6 +35,8 @@ from stream_operator.rollout import (
     plan_rollout,
     requested_switchover,
 )
+from stream_operator.specs.certificates import with_certificate
+from stream_operator.specs.render import IN_SYNC, ROLE, pod_url, replication_secret_name
 from stream_operator.switchover_call import TOKEN_KEY, request_switchover
 from stream_operator.token_rotation import sent_token
 

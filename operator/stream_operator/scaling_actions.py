@@ -13,8 +13,8 @@ from stream_operator import events, leadership, scaling
 from stream_operator.api.spec import DurableStreamSpec
 from stream_operator.apply import delete, instance_pods, instance_pvcs, read_lease
 from stream_operator.periodic import Periodic
-from stream_operator.render import lease_name
 from stream_operator.replica_roles import lease_view, refused_scale_down
+from stream_operator.specs.render import lease_name
 
 
 def _live_replicas(sts: dict[str, Any]) -> int:

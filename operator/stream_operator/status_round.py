@@ -42,12 +42,12 @@ from stream_operator.apply import (
     read_lease,
     write_status,
 )
-from stream_operator.certificates import certificates_condition
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
-from stream_operator.render import endpoint, lease_name
 from stream_operator.replica_roles import lease_view
 from stream_operator.rollout import Step
+from stream_operator.specs.certificates import certificates_condition
+from stream_operator.specs.render import endpoint, lease_name
 from stream_operator.status import Outcome, compute_status, same_status
 
 

@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from stream_operator import GROUP, events
 from stream_operator.apply import read
 from stream_operator.configuration import operator_settings
-from stream_operator.render import replication_secret_name
+from stream_operator.specs.render import replication_secret_name
 from stream_operator.switchover_call import new_token
 
 TOKEN_KEY = "token"

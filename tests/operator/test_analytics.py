@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from stream_operator import KIND
-from stream_operator import analytics as k8s
-from stream_operator import spark_manifests as manifests
+from stream_operator.specs import analytics as k8s
+from stream_operator.specs import spark_manifests as manifests
 from testkit import needs, wait_for
 from testkit.kube import durable_stream
 
@@ -140,7 +140,7 @@ def test_scheduled_applications_per_replica_and_job():
 
 def test_coscheduling_matches_the_operators_statefulset():
     """The affinity selects the server pod the operator renders; the claim is its PVC."""
-    render = needs.module("stream_operator.render", install="the operator extra: make deps")
+    render = needs.module("stream_operator.specs.render", install="the operator extra: make deps")
     sts = render.render_statefulset("events", "prod", "uid-1", {"replicas": 2})
     pod_labels = sts["spec"]["template"]["metadata"]["labels"]
     claim_template = sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
@@ -243,7 +243,7 @@ def test_manifests_are_generated_and_valid():
     for name, objects in files.items():
         text = (out / name).read_text()
         assert text == manifests.render_file(objects), (
-            f"{name} is stale: python -m stream_operator.spark_manifests manifests/spark"
+            f"{name} is stale: python -m stream_operator.specs.spark_manifests manifests/spark"
         )
         for obj in yaml.safe_load_all(text):
             check(obj)
@@ -278,7 +278,7 @@ def matches(selector: dict[str, Any], pod_labels: dict[str, str]) -> bool:
 
 def server_pod_selectors(name: str, spec: dict) -> dict[str, dict]:
     """Every selector over pods among the objects the operator renders for the servers."""
-    render = needs.module("stream_operator.render", install="the operator extra: make deps")
+    render = needs.module("stream_operator.specs.render", install="the operator extra: make deps")
     out = {}
     for obj in render.desired_objects(name, "prod", "uid-1", spec, podmonitor_crd=True):
         kind, spec_ = obj["kind"], obj.get("spec") or {}
@@ -313,7 +313,7 @@ def test_spark_pods_are_outside_the_servers_selectors():
     spec = {**manifests.EXAMPLE_SPEC, "replicas": 2}
     selectors = server_pod_selectors("events", spec)
     assert {"PodDisruptionBudget events", "Service events", "StatefulSet events"} <= set(selectors)
-    render = needs.module("stream_operator.render", install="the operator extra: make deps")
+    render = needs.module("stream_operator.specs.render", install="the operator extra: make deps")
     server_pod = render.render_statefulset("events", "prod", "uid-1", spec)["spec"]["template"]
     # The check can fail: it sees the servers, as labelled at run time (a replica set's
     # pods also carry the role the operator gives them from the Lease; Spark pods never).

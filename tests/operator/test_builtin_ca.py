@@ -19,8 +19,8 @@ from cryptography import x509
 from cryptography.x509 import DNSName
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from stream_operator import builtin_ca as ca
-from stream_operator.certificates import dns_names
+from stream_operator.specs import builtin_ca as ca
+from stream_operator.specs.certificates import dns_names
 
 NOW = datetime.datetime.now(datetime.UTC)
 NAMES = dns_names("events", "ns", 3)

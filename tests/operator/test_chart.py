@@ -191,8 +191,8 @@ def test_crd_schema_defaults_ranges_and_immutability():
 
 
 def test_crd_analytics_schema_is_the_spark_renderers():
-    """spec.analytics in the CRD is exactly what stream_operator.analytics renders from."""
-    from stream_operator.analytics import ANALYTICS_SCHEMA
+    """spec.analytics in the CRD is exactly what stream_operator.specs.analytics renders from."""
+    from stream_operator.specs.analytics import ANALYTICS_SCHEMA
 
     analytics = dict(crd_schema()["properties"]["spec"]["properties"]["analytics"])
     analytics.pop("description")

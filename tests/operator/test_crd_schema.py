@@ -34,9 +34,9 @@ import jsonschema
 import pytest
 import yaml
 
-from stream_operator import render
 from stream_operator.api import spec
 from stream_operator.api.spec import with_defaults
+from stream_operator.specs import render
 from testkit import crd_schema
 from testkit.cluster import Cluster, cluster
 from testkit.kube import BACKUP_CRD_FILE, CRD_FILE, durable_stream

@@ -11,8 +11,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from stream_operator.disruptions import budget, drain_condition, keeps_writable
-from stream_operator.render import render_pdb
+from stream_operator.specs.disruptions import budget, drain_condition, keeps_writable
+from stream_operator.specs.render import render_pdb
 from stream_operator.status import compute_status
 from testkit.disruption import budget_status
 

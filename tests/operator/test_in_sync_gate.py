@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from stream_operator.render import IN_SYNC
 from stream_operator.replica_roles import LeaseView, in_sync_changes
+from stream_operator.specs.render import IN_SYNC
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.operator import running_operator

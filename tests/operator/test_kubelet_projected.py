@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_operator import render
 from stream_operator.lifecycle import POD_FENCED
-from stream_operator.render import render_fence_configmap, render_statefulset
+from stream_operator.specs import render
+from stream_operator.specs.render import render_fence_configmap, render_statefulset
 from stream_server import fencing
 from testkit.cluster import Cluster, cluster
 from testkit.pod_objects import refresh_downward

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stream_operator.render import desired_objects
+from stream_operator.specs.render import desired_objects
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kubelet import Kubelet

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from stream_operator import KIND
-from stream_operator.render import render_role
+from stream_operator.specs.render import render_role
 from testkit import free_port, rbac, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import Call, durable_stream

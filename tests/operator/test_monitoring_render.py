@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 from stream_operator.api.spec import with_defaults
-from stream_operator.certificates import (
+from stream_operator.specs.certificates import (
     certificates_condition,
     dns_names,
     refused_certificates,
     with_certificate,
 )
-from stream_operator.render import (
+from stream_operator.specs.render import (
     config_hash,
     desired_objects,
     endpoint,

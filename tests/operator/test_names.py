@@ -22,7 +22,7 @@ from kubernetes import client
 from stream_operator import KIND, events, reconcile
 from stream_operator.api import names
 from stream_operator.periodic import Periodic
-from stream_operator.render import desired_objects
+from stream_operator.specs.render import desired_objects
 from testkit import crd_schema
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

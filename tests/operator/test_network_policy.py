@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from stream_operator.configuration import operator_settings
-from stream_operator.render import CONTAINER_PORT, desired_objects, selector
+from stream_operator.specs.render import CONTAINER_PORT, desired_objects, selector
 from testkit.helm_chart import helm_binary, rendered
 
 UID = "uid-1"

@@ -18,7 +18,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_operator import KIND, operator_metrics
-from stream_operator.render import desired_objects
+from stream_operator.specs.render import desired_objects
 from testkit import free_port, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import CRD_FILE, durable_stream, openapi_as_jsonschema

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from stream_operator.render import desired_objects, owner_reference
+from stream_operator.specs.render import desired_objects, owner_reference
 from testkit import rbac
 from testkit.cluster import Cluster, cluster
 from testkit.kube import Call, durable_stream

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stream_operator.api.spec import PLAIN_HTTP, spec_of, with_defaults
-from stream_operator.certificates import plain_http_kept, serves_tls
+from stream_operator.specs.certificates import plain_http_kept, serves_tls
 
 
 def ds(spec: dict[str, Any], **annotations: str) -> dict[str, Any]:

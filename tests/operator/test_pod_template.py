@@ -12,7 +12,7 @@ import pytest
 
 from stream_operator.api.spec import refused_change
 from stream_operator.configuration import operator_settings
-from stream_operator.render import (
+from stream_operator.specs.render import (
     CONFIG_HASH,
     desired_objects,
     render_statefulset,
@@ -176,7 +176,7 @@ def test_where_the_platform_assigns_the_uid_the_default_names_none(settings):
 def test_the_analytics_pods_leave_the_uid_to_the_platform_too(settings):
     """spec.analytics' Spark driver and executors run in the same namespace, under the
     same SCC: a fixed UID there is refused as the servers' was."""
-    from stream_operator import analytics, spark_manifests
+    from stream_operator.specs import analytics, spark_manifests
 
     spec = {**spark_manifests.EXAMPLE_SPEC, "replicas": 3}
     fixed = analytics.render_pod_template("ev", 0, spec, "stats")["spec"]["securityContext"]

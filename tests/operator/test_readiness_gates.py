@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from stream_operator.render import render_configmap, render_statefulset
+from stream_operator.specs.render import render_configmap, render_statefulset
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_operator import GROUP, spark_manifests
-from stream_operator import analytics as spark
+from stream_operator import GROUP
 from stream_operator.api.quantities import as_bytes as quantity_bytes
 from stream_operator.api.spec import StorageSpec, refused_change, with_defaults
-from stream_operator.render import (
+from stream_operator.specs import analytics as spark
+from stream_operator.specs import spark_manifests
+from stream_operator.specs.render import (
     CONFIG_HASH,
     config_hash,
     desired_objects,

@@ -20,7 +20,13 @@ import kubernetes_validate
 import pytest
 
 from stream_operator.api.spec import min_in_sync, refused_change
-from stream_operator.render import (
+from stream_operator.replica_roles import (
+    lease_view,
+    refused_scale_down,
+    relabel_order,
+    wanted_roles,
+)
+from stream_operator.specs.render import (
     CONTAINER_PORT,
     FENCE_ENV,
     desired_objects,
@@ -30,12 +36,6 @@ from stream_operator.render import (
     render_role,
     render_service,
     render_statefulset,
-)
-from stream_operator.replica_roles import (
-    lease_view,
-    refused_scale_down,
-    relabel_order,
-    wanted_roles,
 )
 from stream_operator.status import compute_status
 from stream_server.config import settings_from

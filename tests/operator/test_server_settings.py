@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stream_operator.render import render_configmap
+from stream_operator.specs.render import render_configmap
 
 pytestmark = pytest.mark.processes
 

@@ -15,7 +15,7 @@ import pytest
 from stream_operator.api import server_settings
 from stream_operator.api.server_settings import FREE, OWNED, SPEC_FIELDS, refused_settings
 from stream_operator.api.spec import refused_change
-from stream_operator.render import render_configmap
+from stream_operator.specs.render import render_configmap
 from stream_server.config import checks
 from stream_server.config.declaration import described
 from stream_server.config.flags import SettingError, parse_value
@@ -101,7 +101,7 @@ def test_a_setting_the_server_would_refuse_is_refused_with_what_to_do(settings, 
 
 
 def test_settings_change_the_config_hash():
-    from stream_operator.render import config_hash
+    from stream_operator.specs.render import config_hash
 
     assert config_hash({}) != config_hash({"server": {"settings": {"max-streams": 10}}})
 
@@ -109,7 +109,7 @@ def test_settings_change_the_config_hash():
 def test_the_webhook_ca_is_a_secrets_key_mounted_for_the_server():
     """--webhook-ca-file, reachable through server.subscriptions.webhookCA: a receiver
     with a private CA's certificate (cert-manager's) failed every TLS handshake."""
-    from stream_operator.render import render_statefulset
+    from stream_operator.specs.render import render_statefulset
 
     spec = {"server": {"subscriptions": {"webhookCA": {"name": "hooks-ca", "key": "ca.pem"}}}}
     data = render_configmap("events", "default", "uid", spec)["data"]

@@ -19,7 +19,7 @@ import yaml
 
 from stream_operator.api import spec
 from stream_operator.api.spec import with_defaults
-from stream_operator.render import replication_env, server_env
+from stream_operator.specs.render import replication_env, server_env
 from stream_server.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

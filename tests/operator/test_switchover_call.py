@@ -11,7 +11,7 @@ import pytest
 from primary_stand_in import StandIn, primary_stand_in
 
 from stream_operator import KIND
-from stream_operator.render import render_replication_secret
+from stream_operator.specs.render import render_replication_secret
 from stream_operator.switchover_call import new_token, request_switchover
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

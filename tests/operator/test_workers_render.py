@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from stream_operator.api.spec import refused_change, with_defaults
-from stream_operator.render import (
+from stream_operator.specs.render import (
     CONFIG_HASH,
     config_hash,
     render_configmap,

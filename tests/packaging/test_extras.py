@@ -104,7 +104,7 @@ def test_the_operator_extra_alone_imports_and_renders(tmp_path, wheel):
         env,
         "import json, sys\n"
         "import stream_operator.handlers\n"
-        "from stream_operator.render import desired_objects\n"
+        "from stream_operator.specs.render import desired_objects\n"
         "from stream_operator.api.spec import with_defaults\n"
         "objs = desired_objects('events', 'default', 'uid-1', with_defaults({'replicas': 2}))\n"
         "heavy = [m for m in ('starlette', 'uvicorn', 'lmdb', 'pyspark', 'stream_server',"

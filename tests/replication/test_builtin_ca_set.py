@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stream_operator import builtin_ca
-from stream_operator.certificates import dns_names
+from stream_operator.specs import builtin_ca
+from stream_operator.specs.certificates import dns_names
 from testkit.replica_set_processes import until
 from testkit.server_process import ServerProcess
 

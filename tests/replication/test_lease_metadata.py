@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_operator.render import owner_reference
+from stream_operator.specs.render import owner_reference
 from stream_server.replication.lease.kube_lease import TERM, LeaseRecord
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream

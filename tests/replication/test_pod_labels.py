@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_operator.render import lease_name, render_role, render_role_binding
+from stream_operator.specs.render import lease_name, render_role, render_role_binding
 from stream_server.replication.lease.kube_lease import LeaseRecord
 from stream_server.replication.lease.pod_labels import (
     IN_SYNC_GATE,

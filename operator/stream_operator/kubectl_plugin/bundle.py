@@ -32,7 +32,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import KIND
-from stream_operator.certificates import serves_tls
 from stream_operator.kubectl_plugin import PluginError
 from stream_operator.kubectl_plugin.commands import (
     TIMEOUT,
@@ -42,7 +41,8 @@ from stream_operator.kubectl_plugin.commands import (
     read_stream,
 )
 from stream_operator.kubectl_plugin.logs import read_log
-from stream_operator.render import CONTAINER_PORT, lease_name
+from stream_operator.specs.certificates import serves_tls
+from stream_operator.specs.render import CONTAINER_PORT, lease_name
 
 # The chart's labels on the operator's Deployment (charts/durable-streams, ds.labels).
 OPERATOR_SELECTOR = "app.kubernetes.io/name=durable-streams-operator"

@@ -20,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, KIND, PLURAL, VERSION
 from stream_operator.api.spec import spec_of
-from stream_operator.certificates import serves_tls
 from stream_operator.kubectl_plugin import (
     FENCED,
     HIBERNATION,
@@ -29,7 +28,8 @@ from stream_operator.kubectl_plugin import (
     fencing,
     report,
 )
-from stream_operator.render import CONTAINER_PORT, selector
+from stream_operator.specs.certificates import serves_tls
+from stream_operator.specs.render import CONTAINER_PORT, selector
 
 MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = 15  # seconds, each API request

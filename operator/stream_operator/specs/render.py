@@ -15,15 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stream_operator import (
-    GROUP,
-    KIND,
-    VERSION,
-    archive_render,
-    disruptions,
-    network_policy,
-    webhook_ca,
-)
+from stream_operator import GROUP, KIND, VERSION
 from stream_operator.api import pod_template
 from stream_operator.api.server_settings import settings_env
 from stream_operator.api.spec import (
@@ -35,9 +27,14 @@ from stream_operator.api.spec import (
     hashed,
     with_defaults,
 )
-from stream_operator.certificates import certificate_name, render_certificate, with_certificate
 from stream_operator.configuration import operator_settings
-from stream_operator.monitoring import podmonitor_settings, render_podmonitor
+from stream_operator.specs import archive_render, disruptions, network_policy, webhook_ca
+from stream_operator.specs.certificates import (
+    certificate_name,
+    render_certificate,
+    with_certificate,
+)
+from stream_operator.specs.monitoring import podmonitor_settings, render_podmonitor
 
 DATA_DIR = "/data"
 CONTAINER_PORT = 4437
@@ -615,7 +612,7 @@ def render_replication_secret(name: str, namespace: str, uid: str, token: str) -
 def render_pdb(name: str, namespace: str, uid: str, spec: SpecInput) -> dict[str, Any]:
     """One pod at a time whenever the set stays writable with one pod away, counting Ready
     (in sync) pods, the primary among them; none where every write needs every pod; pods
-    that are not Ready may always go (stream_operator.disruptions says why)."""
+    that are not Ready may always go (stream_operator.specs.disruptions says why)."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
