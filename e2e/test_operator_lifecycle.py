@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from stream_operator import KIND, replica_set
-from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED
+from stream_operator.decisions.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED
 from stream_operator.specs.render import lease_name, replication_secret_name
 from testkit.cluster import Cluster
 from testkit.history import History, check

@@ -49,7 +49,7 @@ import httpx
 import pytest
 
 from stream_operator import KIND, replica_set
-from stream_operator.rollout import SWITCHOVER_TO
+from stream_operator.decisions.rollout import SWITCHOVER_TO
 from stream_operator.specs.render import lease_name
 from testkit import images
 from testkit.cluster import Cluster

@@ -46,7 +46,7 @@ LONG_BECAUSE: dict[str, str] = {
         "the StatefulSet as one literal object with its volumes and mounts beside it, so the "
         "rendering reads as the manifest it produces"
     ),
-    "operator/stream_operator/scaling.py::plan_scaling": (
+    "operator/stream_operator/decisions/scaling.py::plan_scaling": (
         "one decision over the live StatefulSet, pods, claims and Lease: each branch is a "
         "state of a scale to or from one replica, read in the order they occur"
     ),

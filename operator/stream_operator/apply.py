@@ -27,7 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, PLURAL, VERSION
-from stream_operator.plan import drifted_fields
+from stream_operator.decisions.plan import drifted_fields
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
 FIELD_MANAGER = "durable-streams-operator"

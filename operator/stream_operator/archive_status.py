@@ -29,7 +29,7 @@ from stream_operator.api.conditions import condition
 from stream_operator.api.spec import DurableStreamSpec
 from stream_operator.archive_pods import access, primary_pod
 from stream_operator.backups import create_backup, render_backup
-from stream_operator.replica_roles import LeaseView
+from stream_operator.decisions.replica_roles import LeaseView
 
 CONDITION = "ContinuousArchiving"
 _KINDS = {

@@ -27,18 +27,11 @@ from typing import Any
 
 import kopf
 
-from stream_operator import (
-    GROUP,
-    PLURAL,
-    VERSION,
-    backups,
-    leadership,
-    operator_metrics,
-    server_image,
-)
+from stream_operator import GROUP, PLURAL, VERSION, backups, leadership, operator_metrics
 from stream_operator.api.spec import with_defaults
 from stream_operator.api_client import api
 from stream_operator.configuration import operator_settings
+from stream_operator.decisions import server_image
 from stream_operator.lifecycle_deletion import finish
 from stream_operator.periodic import Periodic
 from stream_operator.reconcile import converge as _converge
@@ -163,7 +156,7 @@ def _round(namespace: str, name: str, resync: bool) -> None:
         if resync:
             converge(name, namespace, log)
         elif refresh(api(), name, namespace, _periodic):
-            converge(name, namespace, logging.getLogger("stream_operator.lifecycle"))
+            converge(name, namespace, logging.getLogger("stream_operator.decisions.lifecycle"))
     except kopf.TemporaryError as exc:
         log.warning("%s/%s: %s (next try in the next round)", namespace, name, exc)
 

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from stream_operator import events, leadership
 from stream_operator.apply import annotate_pod, apply, read, scale_statefulset, write_status
-from stream_operator.lifecycle import (
+from stream_operator.decisions.lifecycle import (
     FENCED_INSTANCES,
     PAUSED_MESSAGE,
     POD_FENCED,
@@ -26,12 +26,12 @@ from stream_operator.lifecycle import (
     replicas_anyway,
     was_paused,
 )
+from stream_operator.decisions.status import same_status
 from stream_operator.specs.render import (
     FENCE_LIST_KEY,
     fence_configmap_name,
     render_fence_configmap,
 )
-from stream_operator.status import same_status
 
 
 def hold(ac: client.ApiClient, ds: dict[str, Any]) -> None:

@@ -29,14 +29,10 @@ from stream_operator import (
     builtin_tls,
     events,
     leadership,
-    lifecycle,
     lifecycle_actions,
     operator_metrics,
-    replica_cluster,
     replica_cluster_actions,
-    scaling,
     scaling_actions,
-    server_image,
     status_round,
     token_rotation,
 )
@@ -57,9 +53,11 @@ from stream_operator.apply import (
     storage_class,
 )
 from stream_operator.configuration import operator_settings
+from stream_operator.decisions import lifecycle, replica_cluster, scaling, server_image
+from stream_operator.decisions.plan import plan_expansion, smaller_pvcs, stale_objects
+from stream_operator.decisions.status import Outcome
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
-from stream_operator.plan import plan_expansion, smaller_pvcs, stale_objects
 from stream_operator.specs.certificates import refused_certificates
 from stream_operator.specs.render import (
     MANAGED_BY,
@@ -68,7 +66,6 @@ from stream_operator.specs.render import (
     render_replication_secret,
     replication_secret_name,
 )
-from stream_operator.status import Outcome
 from stream_operator.switchover_call import TOKEN_KEY, new_token
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"

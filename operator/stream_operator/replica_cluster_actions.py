@@ -18,7 +18,7 @@ from kubernetes import client
 from stream_operator import events
 from stream_operator.api.spec import DurableStreamSpec
 from stream_operator.apply import delete_pvcs, instance_pods, instance_pvcs, read
-from stream_operator.replica_cluster import (
+from stream_operator.decisions.replica_cluster import (
     CONDITION,
     FOLLOWER,
     ROLE,

@@ -26,8 +26,13 @@ from stream_operator.apply import (
     remove_annotation,
     set_pod_condition,
 )
-from stream_operator.replica_roles import in_sync_changes, lease_view, relabel_order, wanted_roles
-from stream_operator.rollout import (
+from stream_operator.decisions.replica_roles import (
+    in_sync_changes,
+    lease_view,
+    relabel_order,
+    wanted_roles,
+)
+from stream_operator.decisions.rollout import (
     SWITCHOVER_TO,
     WAITING_FOR_SWITCHOVER,
     Step,

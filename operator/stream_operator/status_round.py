@@ -23,15 +23,12 @@ from stream_operator import (
     events,
     leadership,
     lease_owner,
-    lifecycle,
     lifecycle_actions,
     operator_metrics,
     replica_cluster_actions,
     replica_set,
     round_reads,
-    scaling,
     scaling_actions,
-    server_image,
 )
 from stream_operator.api.spec import DurableStreamSpec, spec_of
 from stream_operator.apply import (
@@ -42,13 +39,14 @@ from stream_operator.apply import (
     read_lease,
     write_status,
 )
+from stream_operator.decisions import lifecycle, scaling, server_image
+from stream_operator.decisions.replica_roles import lease_view
+from stream_operator.decisions.rollout import Step
+from stream_operator.decisions.status import Outcome, compute_status, same_status
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
-from stream_operator.replica_roles import lease_view
-from stream_operator.rollout import Step
 from stream_operator.specs.certificates import certificates_condition
 from stream_operator.specs.render import endpoint, lease_name
-from stream_operator.status import Outcome, compute_status, same_status
 
 
 def observed(

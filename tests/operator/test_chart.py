@@ -217,7 +217,7 @@ def test_the_values_of_development_builds_are_refused(helm):
 def test_the_unpinned_image_setting_reaches_the_operator(helm):
     """Issue 25: operator.unpinnedServerImage becomes the DS_OPERATOR_UNPINNED_SERVER_IMAGE
     the operator reads (server_image.POLICY_ENV); only roll and hold pass the schema."""
-    from stream_operator.server_image import POLICY_ENV
+    from stream_operator.decisions.server_image import POLICY_ENV
 
     for sets, want in [((), "roll"), (("operator.unpinnedServerImage=hold",), "hold")]:
         deployment = next(d for d in template(helm, *sets) if d["kind"] == "Deployment")

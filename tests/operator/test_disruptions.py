@@ -11,9 +11,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from stream_operator.decisions.status import compute_status
 from stream_operator.specs.disruptions import budget, drain_condition, keeps_writable
 from stream_operator.specs.render import render_pdb
-from stream_operator.status import compute_status
 from testkit.disruption import budget_status
 
 K8S_VERSION = "1.31"  # as tests/operator/test_chart.py

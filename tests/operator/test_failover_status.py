@@ -7,10 +7,15 @@ import datetime
 import json
 from typing import Any
 
-from stream_operator.analytics_source import choose_source
-from stream_operator.replica_roles import LEASE_EXPIRED, PRIMARY_LOST, failing_over, lease_view
-from stream_operator.rollout import UPDATING_STANDBYS, Step
-from stream_operator.status import compute_status
+from stream_operator.decisions.analytics_source import choose_source
+from stream_operator.decisions.replica_roles import (
+    LEASE_EXPIRED,
+    PRIMARY_LOST,
+    failing_over,
+    lease_view,
+)
+from stream_operator.decisions.rollout import UPDATING_STANDBYS, Step
+from stream_operator.decisions.status import compute_status
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.UTC)
 THREE = {"replicas": 3}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stream_operator.replica_roles import LeaseView, in_sync_changes
+from stream_operator.decisions.replica_roles import LeaseView, in_sync_changes
 from stream_operator.specs.render import IN_SYNC
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster

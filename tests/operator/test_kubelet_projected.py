@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_operator.lifecycle import POD_FENCED
+from stream_operator.decisions.lifecycle import POD_FENCED
 from stream_operator.specs import render
 from stream_operator.specs.render import render_fence_configmap, render_statefulset
 from stream_server import fencing

@@ -1,4 +1,4 @@
-"""The lifecycle annotations' pure decisions (stream_operator/lifecycle.py) and the kubelet
+"""The lifecycle annotations' pure decisions (stream_operator/decisions/lifecycle.py) and the kubelet
 stand-in's downwardAPI volumes, which carry a pod's fence to its server."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stream_operator.lifecycle import (
+from stream_operator.decisions.lifecycle import (
     FENCED_INSTANCES,
     HIBERNATION,
     POD_FENCED,

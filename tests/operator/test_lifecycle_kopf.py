@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from stream_operator import KIND
-from stream_operator.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED, RECONCILE
+from stream_operator.decisions.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED, RECONCILE
 from stream_server.fencing import parse_annotations
 from testkit import rbac, wait_for
 from testkit.cluster import Cluster, cluster

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 from silent_peer import Silent
 
 from stream_operator import KIND, operator_metrics
-from stream_operator.rollout import SWITCHOVER_TO
+from stream_operator.decisions.rollout import SWITCHOVER_TO
 from testkit import free_port, wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

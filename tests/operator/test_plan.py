@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stream_operator.api.quantities import as_bytes as quantity_bytes
-from stream_operator.plan import (
+from stream_operator.decisions.plan import (
     Expansion,
     drifted_fields,
     plan_expansion,

@@ -1,4 +1,4 @@
-"""Promotion and demotion as pure decisions (stream_operator.replica_cluster): what the
+"""Promotion and demotion as pure decisions (stream_operator.decisions.replica_cluster): what the
 pods are rendered as, whether the set is held at 0 pods, whether its claims go, the
 ReplicaCluster condition and the Event of each step; and the kubectl plugin's patches."""
 
@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stream_operator.kubectl_plugin import PluginError
-from stream_operator.kubectl_plugin.replica import demotion_patch, promotion_patch
-from stream_operator.replica_cluster import (
+from stream_operator.decisions.replica_cluster import (
     DEMOTING,
     DEMOTION_REFUSED,
     FOLLOWER,
@@ -25,6 +23,8 @@ from stream_operator.replica_cluster import (
     rolled_out,
     step_events,
 )
+from stream_operator.kubectl_plugin import PluginError
+from stream_operator.kubectl_plugin.replica import demotion_patch, promotion_patch
 
 FOLLOW = Wanted(enabled=True, source="s3://b/events", own="s3://b/dr")
 WRITE = Wanted(enabled=False, source="s3://b/events", own="s3://b/dr")

@@ -20,12 +20,13 @@ import kubernetes_validate
 import pytest
 
 from stream_operator.api.spec import min_in_sync, refused_change
-from stream_operator.replica_roles import (
+from stream_operator.decisions.replica_roles import (
     lease_view,
     refused_scale_down,
     relabel_order,
     wanted_roles,
 )
+from stream_operator.decisions.status import compute_status
 from stream_operator.specs.render import (
     CONTAINER_PORT,
     FENCE_ENV,
@@ -37,7 +38,6 @@ from stream_operator.specs.render import (
     render_service,
     render_statefulset,
 )
-from stream_operator.status import compute_status
 from stream_server.config import settings_from
 from testkit.pki import PrivateCA
 

@@ -23,7 +23,7 @@ import pytest
 from primary_stand_in import StandIn, primary_stand_in
 
 from stream_operator import KIND
-from stream_operator.rollout import SWITCHOVER_TO
+from stream_operator.decisions.rollout import SWITCHOVER_TO
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stream_operator.replica_roles import lease_view
-from stream_operator.rollout import (
+from stream_operator.decisions.replica_roles import lease_view
+from stream_operator.decisions.rollout import (
     REVISION_LABEL,
     STABLE,
     STARTING_SET,

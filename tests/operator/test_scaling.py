@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stream_operator.scaling import (
+from stream_operator.decisions.scaling import (
     ScalePlan,
     cleaned_message,
     plan_scaling,

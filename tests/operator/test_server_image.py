@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import json
 
-from stream_operator.server_image import HOLD, IN_USE, ROLL, Choice, choose, in_use, record
+from stream_operator.decisions.server_image import (
+    HOLD,
+    IN_USE,
+    ROLL,
+    Choice,
+    choose,
+    in_use,
+    record,
+)
 
 
 def sts(image: str, annotation: str | None = None) -> dict:

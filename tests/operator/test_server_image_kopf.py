@@ -10,7 +10,7 @@ import pytest
 
 from stream_operator import KIND
 from stream_operator.api.spec import SERVER_IMAGE_ENV
-from stream_operator.server_image import IN_USE, POLICY_ENV, UPDATE_NOW
+from stream_operator.decisions.server_image import IN_USE, POLICY_ENV, UPDATE_NOW
 from testkit import wait_for
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

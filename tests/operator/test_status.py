@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 
-from stream_operator.status import Outcome, analytics_condition, compute_status, same_status
+from stream_operator.decisions.status import (
+    Outcome,
+    analytics_condition,
+    compute_status,
+    same_status,
+)
 
 
 def healthy_lease(replicas: int) -> dict:

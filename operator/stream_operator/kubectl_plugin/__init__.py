@@ -16,7 +16,7 @@ list, pure), ``commands`` (the API reads and writes of each subcommand), ``resta
 """
 
 from stream_operator import GROUP
-from stream_operator.rollout import SWITCHOVER_TO
+from stream_operator.decisions.rollout import SWITCHOVER_TO
 
 # The annotations users write on a DurableStream (docs/kubernetes.md); the operator
 # acts on them.

@@ -17,10 +17,10 @@ from typing import Any, TextIO
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from stream_operator.decisions.rollout import SERVER_CONTAINER
 from stream_operator.kubectl_plugin import PluginError
 from stream_operator.kubectl_plugin.commands import TIMEOUT, _failed, _pods, read_stream
 from stream_operator.kubectl_plugin.restart import pod_of
-from stream_operator.rollout import SERVER_CONTAINER
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 

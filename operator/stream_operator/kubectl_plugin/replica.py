@@ -1,6 +1,6 @@
 """``kubectl dstream promote NAME`` and ``kubectl dstream demote NAME --to OTHER``: the
 one spec change each, as a user would make it with ``kubectl patch`` (the operator
-carries it out: stream_operator.replica_cluster, docs/kubernetes.md "Backups and
+carries it out: stream_operator.decisions.replica_cluster, docs/kubernetes.md "Backups and
 recovery"). A merge patch of ``spec.replica`` against the resourceVersion read, so a
 change made in between is not overwritten; the patches themselves are pure.
 """

@@ -3,10 +3,10 @@
 A rolling restart is asked for as ``kubectl cnpg restart`` asks it of a Cluster: the
 DurableStream gets ``kubectl.kubernetes.io/restartedAt`` (the annotation ``kubectl
 rollout restart`` writes on a pod template), and the operator copies it into its
-StatefulSet's template (``stream_operator.lifecycle.restarted``). A new template is a new
+StatefulSet's template (``stream_operator.decisions.lifecycle.restarted``). A new template is a new
 revision, which the operator rolls as it rolls any other: one server replaced at a time
 by the StatefulSet controller, and a replica set's pods by the operator itself, the
-standbys first and the primary last, after a switchover (``stream_operator.rollout``).
+standbys first and the primary last, after a switchover (``stream_operator.decisions.rollout``).
 ``kubectl rollout restart`` of the StatefulSet would not do: a replica set's StatefulSet
 is ``OnDelete`` (nothing would restart), and the operator's next apply would take the
 edit out again.
@@ -30,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator.api.spec import spec_of
+from stream_operator.decisions.lifecycle import RESTARTED_AT
 from stream_operator.kubectl_plugin import PluginError
 from stream_operator.kubectl_plugin.commands import (
     TIMEOUT,
@@ -38,7 +39,6 @@ from stream_operator.kubectl_plugin.commands import (
     members,
     read_stream,
 )
-from stream_operator.lifecycle import RESTARTED_AT
 
 
 def pod_of(ds_name: str, pods: list[str], given: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from stream_operator.replica_roles import LeaseView
+from stream_operator.decisions.replica_roles import LeaseView
 
 
 @dataclass(frozen=True)

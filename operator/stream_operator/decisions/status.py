@@ -28,10 +28,10 @@ from typing import Any
 from stream_operator.api import quantities
 from stream_operator.api.conditions import condition
 from stream_operator.api.spec import DurableStreamSpec, SpecInput, with_defaults
-from stream_operator.plan import short_claims
-from stream_operator.pod_states import PodTrouble, pod_trouble
-from stream_operator.replica_roles import failing_over, lease_view, replica_states
-from stream_operator.rollout import Step
+from stream_operator.decisions.plan import short_claims
+from stream_operator.decisions.pod_states import PodTrouble, pod_trouble
+from stream_operator.decisions.replica_roles import failing_over, lease_view, replica_states
+from stream_operator.decisions.rollout import Step
 from stream_operator.specs.disruptions import drain_condition
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream_operator import GROUP
-from stream_operator.replica_roles import LeaseView, pod_name, pod_ready
+from stream_operator.decisions.replica_roles import LeaseView, pod_name, pod_ready
 
 REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on its pods
 # A switchover asked for by hand (CloudNativePG's ``kubectl cnpg promote``): the pod to

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stream_operator.rollout import REPLICA_NAME_ENV, SERVER_CONTAINER
+from stream_operator.decisions.rollout import REPLICA_NAME_ENV, SERVER_CONTAINER
 
 REVISION_LABEL = "controller-revision-hash"
 WAITING = "WaitingForScaleDownCleanup"  # the Progressing reason while a scale-up waits
