@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from stream_operator import events, reconcile, status_round
+from stream_operator import reconcile, status_round
 from stream_operator.configuration import operator_settings
+from stream_operator.kube import events
 from stream_operator.periodic import Periodic
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream

@@ -60,8 +60,8 @@ def running_operator(cluster: Cluster, namespaces: Sequence[str] = ()) -> Iterat
     (it would list ``/api/v1/namespaces``, which kmock cannot parse, and which the
     chart's Roles do not grant): the namespaces are taken as named.
     """
-    from stream_operator import api_client
     from stream_operator.configuration import operator_settings
+    from stream_operator.kube import api_client
 
     operator_settings.load()  # as the operator's main does: the environment as it is now
     registry = _registry()

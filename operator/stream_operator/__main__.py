@@ -18,8 +18,9 @@ import threading
 
 import kopf
 
-from stream_operator import api_client, leadership, operator_metrics
+from stream_operator import operator_metrics
 from stream_operator.configuration import operator_settings
+from stream_operator.kube import api_client, leadership
 
 
 def _positive(raw: str) -> int:

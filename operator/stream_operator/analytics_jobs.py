@@ -15,12 +15,12 @@ from typing import Any
 
 from kubernetes import client
 
-from stream_operator import events
 from stream_operator.api.spec import DurableStreamSpec
-from stream_operator.apply import crd_exists, list_labelled, prune, read_lease
 from stream_operator.decisions.analytics_source import choose_source
 from stream_operator.decisions.replica_roles import lease_view
 from stream_operator.decisions.status import analytics_condition
+from stream_operator.kube import events
+from stream_operator.kube.apply import crd_exists, list_labelled, prune, read_lease
 from stream_operator.specs.analytics import AnalyticsError, render_scheduled_applications
 from stream_operator.specs.render import lease_name
 

@@ -15,9 +15,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, PLURAL, VERSION, events
+from stream_operator import GROUP, PLURAL, VERSION
 from stream_operator.api.spec import PLAIN_HTTP, DurableStreamSpec, SpecInput, with_defaults
-from stream_operator.apply import MERGE_PATCH, read
+from stream_operator.kube import events
+from stream_operator.kube.apply import MERGE_PATCH, read
 from stream_operator.specs import builtin_ca
 from stream_operator.specs.certificates import builtin_secret, dns_names, plain_http_kept
 from stream_operator.specs.render import labels, owner_reference

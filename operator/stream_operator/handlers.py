@@ -27,11 +27,12 @@ from typing import Any
 
 import kopf
 
-from stream_operator import GROUP, PLURAL, VERSION, backups, leadership, operator_metrics
+from stream_operator import GROUP, PLURAL, VERSION, backups, operator_metrics
 from stream_operator.api.spec import with_defaults
-from stream_operator.api_client import api
 from stream_operator.configuration import operator_settings
 from stream_operator.decisions import server_image
+from stream_operator.kube import leadership
+from stream_operator.kube.api_client import api
 from stream_operator.lifecycle_deletion import finish
 from stream_operator.periodic import Periodic
 from stream_operator.reconcile import converge as _converge

@@ -26,8 +26,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import leadership
-from stream_operator.apply import MERGE_PATCH
+from stream_operator.kube import leadership
+from stream_operator.kube.apply import MERGE_PATCH
 from stream_operator.specs.render import lease_name, owner_reference
 
 log = logging.getLogger(__name__)

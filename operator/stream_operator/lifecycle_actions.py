@@ -12,8 +12,6 @@ from typing import Any
 
 from kubernetes import client
 
-from stream_operator import events, leadership
-from stream_operator.apply import annotate_pod, apply, read, scale_statefulset, write_status
 from stream_operator.decisions.lifecycle import (
     FENCED_INSTANCES,
     PAUSED_MESSAGE,
@@ -27,6 +25,8 @@ from stream_operator.decisions.lifecycle import (
     was_paused,
 )
 from stream_operator.decisions.status import same_status
+from stream_operator.kube import events, leadership
+from stream_operator.kube.apply import annotate_pod, apply, read, scale_statefulset, write_status
 from stream_operator.specs.render import (
     FENCE_LIST_KEY,
     fence_configmap_name,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from stream_operator.apply import delete, delete_pvcs, instance_pods
+from stream_operator.kube.apply import delete, delete_pvcs, instance_pods
 from stream_operator.specs.render import lease_name
 
 

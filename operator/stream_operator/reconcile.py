@@ -27,8 +27,6 @@ from stream_operator import (
     KIND,
     analytics_jobs,
     builtin_tls,
-    events,
-    leadership,
     lifecycle_actions,
     operator_metrics,
     replica_cluster_actions,
@@ -38,7 +36,12 @@ from stream_operator import (
 )
 from stream_operator.api import names, quantities
 from stream_operator.api.spec import DurableStreamSpec, refused_change, spec_of
-from stream_operator.apply import (
+from stream_operator.configuration import operator_settings
+from stream_operator.decisions import lifecycle, replica_cluster, scaling, server_image
+from stream_operator.decisions.plan import plan_expansion, smaller_pvcs, stale_objects
+from stream_operator.decisions.status import Outcome
+from stream_operator.kube import events, leadership
+from stream_operator.kube.apply import (
     RENDERED_KINDS,
     crd_exists,
     create_secret,
@@ -52,10 +55,7 @@ from stream_operator.apply import (
     remove_annotation,
     storage_class,
 )
-from stream_operator.configuration import operator_settings
-from stream_operator.decisions import lifecycle, replica_cluster, scaling, server_image
-from stream_operator.decisions.plan import plan_expansion, smaller_pvcs, stale_objects
-from stream_operator.decisions.status import Outcome
+from stream_operator.kube.switchover_call import TOKEN_KEY, new_token
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
 from stream_operator.specs.certificates import refused_certificates
@@ -66,7 +66,6 @@ from stream_operator.specs.render import (
     render_replication_secret,
     replication_secret_name,
 )
-from stream_operator.switchover_call import TOKEN_KEY, new_token
 
 APPLIED_SPEC = f"{GROUP}/applied-spec"
 # API errors that retrying soon will not fix: wait for the next resync instead.

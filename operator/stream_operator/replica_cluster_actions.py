@@ -15,9 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
-from stream_operator import events
 from stream_operator.api.spec import DurableStreamSpec
-from stream_operator.apply import delete_pvcs, instance_pods, instance_pvcs, read
 from stream_operator.decisions.replica_cluster import (
     CONDITION,
     FOLLOWER,
@@ -32,6 +30,8 @@ from stream_operator.decisions.replica_cluster import (
     step_events,
     wanted,
 )
+from stream_operator.kube import events
+from stream_operator.kube.apply import delete_pvcs, instance_pods, instance_pvcs, read
 
 
 def recorded_role(ac: client.ApiClient, sts: dict[str, Any] | None) -> str | None:

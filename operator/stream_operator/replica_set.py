@@ -17,15 +17,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import events, leadership
 from stream_operator.api.spec import DurableStreamSpec, spec_of
-from stream_operator.apply import (
-    delete_pod,
-    label_pod,
-    read_secret_value,
-    remove_annotation,
-    set_pod_condition,
-)
 from stream_operator.decisions.replica_roles import (
     in_sync_changes,
     lease_view,
@@ -40,9 +32,17 @@ from stream_operator.decisions.rollout import (
     plan_rollout,
     requested_switchover,
 )
+from stream_operator.kube import events, leadership
+from stream_operator.kube.apply import (
+    delete_pod,
+    label_pod,
+    read_secret_value,
+    remove_annotation,
+    set_pod_condition,
+)
+from stream_operator.kube.switchover_call import TOKEN_KEY, request_switchover
 from stream_operator.specs.certificates import with_certificate
 from stream_operator.specs.render import IN_SYNC, ROLE, pod_url, replication_secret_name
-from stream_operator.switchover_call import TOKEN_KEY, request_switchover
 from stream_operator.token_rotation import sent_token
 
 # (name, namespace, pod, spec) -> the origin a replica set's pod answers at: its DNS name

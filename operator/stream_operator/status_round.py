@@ -20,8 +20,6 @@ from stream_operator import (
     KIND,
     analytics_jobs,
     archive_status,
-    events,
-    leadership,
     lease_owner,
     lifecycle_actions,
     operator_metrics,
@@ -31,7 +29,12 @@ from stream_operator import (
     scaling_actions,
 )
 from stream_operator.api.spec import DurableStreamSpec, spec_of
-from stream_operator.apply import (
+from stream_operator.decisions import lifecycle, scaling, server_image
+from stream_operator.decisions.replica_roles import lease_view
+from stream_operator.decisions.rollout import Step
+from stream_operator.decisions.status import Outcome, compute_status, same_status
+from stream_operator.kube import events, leadership
+from stream_operator.kube.apply import (
     crd_exists,
     instance_pods,
     instance_pvcs,
@@ -39,10 +42,6 @@ from stream_operator.apply import (
     read_lease,
     write_status,
 )
-from stream_operator.decisions import lifecycle, scaling, server_image
-from stream_operator.decisions.replica_roles import lease_view
-from stream_operator.decisions.rollout import Step
-from stream_operator.decisions.status import Outcome, compute_status, same_status
 from stream_operator.object_locks import object_lock
 from stream_operator.periodic import Periodic
 from stream_operator.specs.certificates import certificates_condition

@@ -27,11 +27,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import GROUP, events
-from stream_operator.apply import read
+from stream_operator import GROUP
 from stream_operator.configuration import operator_settings
+from stream_operator.kube import events
+from stream_operator.kube.apply import read
+from stream_operator.kube.switchover_call import new_token
 from stream_operator.specs.render import replication_secret_name
-from stream_operator.switchover_call import new_token
 
 TOKEN_KEY = "token"
 REQUEST = f"{GROUP}/rotate-peer-token"  # on the DurableStream: a new value rotates now

@@ -20,8 +20,9 @@ from kubernetes import client
 from kubernetes.config import incluster_config
 from silent_peer import Silent
 
-from stream_operator import GROUP, PLURAL, VERSION, leadership
-from stream_operator.apply import read
+from stream_operator import GROUP, PLURAL, VERSION
+from stream_operator.kube import leadership
+from stream_operator.kube.apply import read
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 
@@ -58,8 +59,8 @@ def test_a_request_the_api_server_never_answers_fails_by_itself(
 ):
     """The handlers' client, and the leader election's (whose renewals must end before
     the renew deadline)."""
-    from stream_operator import api_client
     from stream_operator.configuration import operator_settings
+    from stream_operator.kube import api_client
 
     short = dataclasses.replace(operator_settings.current(), api_timeout=0.5)
     monkeypatch.setattr(operator_settings, "_current", short)
@@ -72,7 +73,7 @@ def test_a_request_the_api_server_never_answers_fails_by_itself(
 
 
 def test_no_write_while_the_lease_is_not_held():
-    from stream_operator import api_client
+    from stream_operator.kube import api_client
 
     with cluster() as c:
         ac = api_client.new_api_client(client.Configuration(host=c.url))
@@ -136,7 +137,7 @@ def in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
     service-account directory in ``tmp_path``, against the emulated API server, which
     lets in only the token ``first``. (The emulator speaks plain HTTP: the loaded
     https URL is pointed at it, nothing else of the loading is changed.)"""
-    from stream_operator import api_client
+    from stream_operator.kube import api_client
 
     token = tmp_path / "token"
     token.write_text("first")  # no newline: the kubelet writes none
@@ -164,7 +165,7 @@ def test_the_operator_sends_the_rotated_token_from_its_next_request(
 ):
     """The kubernetes client re-reads the token once a minute: a minute of 401s after
     the old one expired (and of every handler's and the election's calls failing)."""
-    from stream_operator import api_client
+    from stream_operator.kube import api_client
 
     c, token = in_a_pod
     ac = api_client.api()
@@ -180,7 +181,7 @@ def test_the_operator_sends_the_rotated_token_from_its_next_request(
 def test_a_401_makes_the_operator_read_the_token_again_and_send_once_more(
     in_a_pod: tuple[Cluster, Path],
 ):
-    from stream_operator import api_client
+    from stream_operator.kube import api_client
 
     c, token = in_a_pod
     ac = api_client.api()
@@ -203,7 +204,7 @@ def test_a_429_is_waited_out_and_a_write_sent_once_more():
     """APF refuses before anything is done, so sending a write again is safe. urllib3
     waits out Retry-After for GET, PUT and DELETE (three times), not for POST and PATCH:
     before, the handler failed with the 429 and kopf retried it a minute later."""
-    from stream_operator import api_client
+    from stream_operator.kube import api_client
 
     with cluster() as c:
         ac = api_client.new_api_client(client.Configuration(host=c.url), leader_only=False)
@@ -230,7 +231,7 @@ def test_a_second_429_is_the_callers_failure():
     retry (kopf's backoff) takes it from there."""
     from kubernetes.client.exceptions import ApiException
 
-    from stream_operator import api_client
+    from stream_operator.kube import api_client
 
     with cluster() as c:
         ac = api_client.new_api_client(client.Configuration(host=c.url), leader_only=False)
@@ -258,6 +259,6 @@ def test_a_second_429_is_the_callers_failure():
     ],
 )
 def test_retry_after(status: int, headers: dict[str, str], wait: float | None):
-    from stream_operator import api_client
+    from stream_operator.kube import api_client
 
     assert api_client.retry_after(status, headers) == wait

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from stream_operator import KIND, events, lease_owner, reconcile, status_round
+from stream_operator import KIND, lease_owner, reconcile, status_round
+from stream_operator.kube import events
 from stream_operator.periodic import Periodic
 from stream_server.replication.lease.kube_lease import LeaseClient
 from testkit import rbac

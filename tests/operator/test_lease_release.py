@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from stream_operator import api_client, leadership
+from stream_operator.kube import api_client, leadership
 from testkit.cluster import cluster
 
 NS = "default"

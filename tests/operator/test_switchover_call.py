@@ -11,8 +11,8 @@ import pytest
 from primary_stand_in import StandIn, primary_stand_in
 
 from stream_operator import KIND
+from stream_operator.kube.switchover_call import new_token, request_switchover
 from stream_operator.specs.render import render_replication_secret
-from stream_operator.switchover_call import new_token, request_switchover
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream
 from testkit.leases import replica_lease

@@ -17,10 +17,10 @@ from typing import Any
 
 from kubernetes import client
 
-from stream_operator.api_client import api
-from stream_operator.apply import apply
+from stream_operator.kube.api_client import api
+from stream_operator.kube.apply import apply
 
-log = logging.getLogger("stream_operator.events")
+log = logging.getLogger("stream_operator.kube.events")
 
 COMPONENT = "durable-streams-operator"
 MAX_MESSAGE = 1024  # the API server refuses longer ones

@@ -32,8 +32,8 @@ from kubernetes import client, config
 from kubernetes.config import incluster_config
 from urllib3.util.retry import Retry
 
-from stream_operator import leadership
 from stream_operator.configuration import operator_settings
+from stream_operator.kube import leadership
 
 _api: client.ApiClient | None = None
 
