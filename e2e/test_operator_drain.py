@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from stream_operator import KIND, replica_set
+from stream_operator import KIND
+from stream_operator.controllers import replica_set
 from stream_operator.specs.render import lease_name
 from testkit import summary
 from testkit.cluster import Cluster

@@ -27,7 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
-from stream_operator import KIND, replica_set
+from stream_operator import KIND
+from stream_operator.controllers import replica_set
 from stream_operator.decisions.lifecycle import FENCED_INSTANCES, HIBERNATION, POD_FENCED
 from stream_operator.specs.render import lease_name, replication_secret_name
 from testkit.cluster import Cluster

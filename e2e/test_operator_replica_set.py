@@ -48,7 +48,8 @@ from typing import Any
 import httpx
 import pytest
 
-from stream_operator import KIND, replica_set
+from stream_operator import KIND
+from stream_operator.controllers import replica_set
 from stream_operator.decisions.rollout import SWITCHOVER_TO
 from stream_operator.specs.render import lease_name
 from testkit import images

@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from stream_operator import KIND, replica_set
+from stream_operator import KIND
+from stream_operator.controllers import replica_set
 from testkit import images, summary, wait_for
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream

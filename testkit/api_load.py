@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from stream_operator import reconcile, status_round
 from stream_operator.configuration import operator_settings
+from stream_operator.controllers import reconcile, status_round
+from stream_operator.controllers.periodic import Periodic
 from stream_operator.kube import events
-from stream_operator.periodic import Periodic
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream
 from testkit.leases import replica_lease

@@ -1,6 +1,6 @@
 """A replica set's Lease (``<name>-leader``) as its servers write it, for the tests that
 play the servers: the operator reads it (``stream_operator.decisions.replica_roles``) and adds its
-owner reference (``stream_operator.lease_owner``), the servers write it
+owner reference (``stream_operator.controllers.lease_owner``), the servers write it
 (``stream_server.replication.lease.kube_lease``). The annotation names are the contract between
 the two, spelled out here as a test would read them."""
 

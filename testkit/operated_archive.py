@@ -61,7 +61,7 @@ class Pods:
 def operated_with_pods() -> Iterator[tuple[Cluster, Pods]]:
     """An emulated API server with the operator running on it, its pods played by
     ``Pods`` (reached at their own URLs), and the bucket's credentials Secret."""
-    from stream_operator import replica_set  # after testkit.operator's settings
+    from stream_operator.controllers import replica_set
     from testkit.cluster import cluster
     from testkit.operator import running_operator
 

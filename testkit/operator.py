@@ -39,7 +39,7 @@ _login_registered = False
 
 def _registry() -> kopf.OperatorRegistry:
     global _login_registered
-    import stream_operator.handlers  # noqa: F401  (registers the handlers)
+    import stream_operator.controllers.handlers  # noqa: F401  (registers the handlers)
 
     registry = kopf.get_default_registry()
     if not _login_registered:
@@ -107,7 +107,7 @@ def operated_api_server(where: Path) -> Iterator[Cluster]:
     """The emulated API server as its own process (``testkit.kube_serve``) with the real
     kopf operator on it, as the end-to-end operator tests run them; pod URLs are back to
     cluster DNS names afterwards (a test may point the operator at the stand-in's pods)."""
-    from stream_operator import replica_set  # after the settings above, as in running_operator
+    from stream_operator.controllers import replica_set
 
     try:
         with api_server_process(where) as c, running_operator(c):

@@ -18,8 +18,8 @@ import threading
 
 import kopf
 
-from stream_operator import operator_metrics
 from stream_operator.configuration import operator_settings
+from stream_operator.controllers import operator_metrics
 from stream_operator.kube import api_client, leadership
 
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"durable-streams-operator: {exc}", file=sys.stderr)
         return 2
     args = parse(argv)
-    from stream_operator import handlers  # registers the handlers
+    from stream_operator.controllers import handlers
 
     kopf.configure(verbose=args.verbose)
     # The election's client logs every retry at INFO; this module says what matters.

@@ -309,7 +309,7 @@ def test_a_replica_sets_backup_is_taken_on_an_in_sync_standby(seaweed: SeaweedFS
     """Three servers electing their primary through the Lease; the backup goes to an
     in-sync standby (prefer-standby), holds every acknowledged append, and the primary
     archives."""
-    from stream_operator import replica_set
+    from stream_operator.controllers import replica_set
 
     bucket = seaweed.new_bucket()
     spec = {**REPLICA_SET, **backed_up_spec(seaweed, bucket + "/ledger")}
@@ -355,7 +355,7 @@ def test_a_replica_set_bootstrapped_from_the_bucket_serves_the_restored_streams(
 ):
     """Three pods, only the first restores (its init container; the others' exit at
     once): whichever is elected, the set serves the restored streams on every pod."""
-    from stream_operator import replica_set
+    from stream_operator.controllers import replica_set
 
     bucket = seaweed.new_bucket()
     with operated_api_server(tmp_path) as c:

@@ -11,7 +11,7 @@ import yaml
 
 from stream_operator.api import cron
 from stream_operator.api.spec import refused_change, with_defaults
-from stream_operator.archive_pods import choose_backup_pod
+from stream_operator.controllers.archive_pods import choose_backup_pod
 from stream_operator.decisions.replica_roles import LeaseView
 from stream_operator.specs.render import config_hash, desired_objects
 from testkit.kube import CRD_FILE, openapi_as_jsonschema

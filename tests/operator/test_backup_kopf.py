@@ -28,7 +28,7 @@ STORE = {"objectStore": {"destinationPath": "s3://bucket/events"}}
 
 @pytest.fixture
 def kube() -> Iterator[tuple[Cluster, ArchiveStandIn]]:
-    from stream_operator import replica_set  # after testkit.operator's settings
+    from stream_operator.controllers import replica_set
 
     with cluster() as c, archive_stand_in() as stand_in:
         replica_set.use_pod_urls(stand_in.url)
@@ -178,7 +178,7 @@ def test_archive_status_condition_and_events_follow_the_primary(kube):
 
 def test_a_backup_cut_off_by_an_operator_restart_is_failed_saying_so():
     """Found running when the operator starts: its outcome is unknown, never taken twice."""
-    from stream_operator import replica_set
+    from stream_operator.controllers import replica_set
 
     with cluster() as c, archive_stand_in() as stand_in:
         body = {

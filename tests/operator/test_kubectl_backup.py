@@ -26,7 +26,7 @@ STORE = {"objectStore": {"destinationPath": "s3://bucket/events"}}
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[tuple[Cluster, Path, ArchiveStandIn]]:
-    from stream_operator import replica_set  # after testkit.operator's settings
+    from stream_operator.controllers import replica_set
 
     with cluster() as c, archive_stand_in() as stand_in:
         replica_set.use_pod_urls(stand_in.url)

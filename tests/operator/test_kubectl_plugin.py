@@ -78,7 +78,7 @@ def kube(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
 def with_primary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Cluster, Path, StandIn]]:
-    from stream_operator import replica_set
+    from stream_operator.controllers import replica_set
 
     # Status rounds (where a switchover is made), not whole reconciles, every second.
     monkeypatch.setenv("DS_OPERATOR_RESYNC_INTERVAL", "30")  # read as the operator starts
@@ -317,7 +317,7 @@ def test_live_status_and_a_switchover_with_real_servers_and_only_the_documented_
     through the Lease: ``--live`` reads each one's ``GET /replication`` through the API
     server's pod proxy, a switchover is made by the real primary, and every request the
     plugin made is granted by the ClusterRole the docs give, which grants nothing else."""
-    from stream_operator import replica_set
+    from stream_operator.controllers import replica_set
 
     with (
         cluster() as c,

@@ -27,10 +27,11 @@ import kopf
 import pytest
 from kubernetes import client
 
-from stream_operator import GROUP, KIND, handlers, reconcile, status_round
+from stream_operator import GROUP, KIND
+from stream_operator.controllers import handlers, reconcile, status_round
+from stream_operator.controllers.periodic import Periodic
 from stream_operator.kube import events
 from stream_operator.kube.api_client import use_api_client
-from stream_operator.periodic import Periodic
 from stream_server.replication.lease.kube_lease import LeaseClient, LeaseRecord, micro_time
 from testkit.cluster import Cluster, cluster
 from testkit.kube import durable_stream

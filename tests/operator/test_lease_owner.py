@@ -4,7 +4,7 @@ The servers create ``<name>-leader``; nothing deleted it with the DurableStream,
 DurableStream made again under the same name (after ``pvcRetention: Delete``: empty
 volumes) found the old set's Lease, its set id and terms, and might never elect. The
 operator's round now adds an owner reference to the Lease once it exists
-(``stream_operator.lease_owner``), the servers' renewals keep it
+(``stream_operator.controllers.lease_owner``), the servers' renewals keep it
 (``tests/replication/test_lease_metadata.py``), and the garbage collector (the
 emulator's, background propagation) deletes the Lease with its owner.
 """
@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from stream_operator import KIND, lease_owner, reconcile, status_round
+from stream_operator import KIND
+from stream_operator.controllers import lease_owner, reconcile, status_round
+from stream_operator.controllers.periodic import Periodic
 from stream_operator.kube import events
-from stream_operator.periodic import Periodic
 from stream_server.replication.lease.kube_lease import LeaseClient
 from testkit import rbac
 from testkit.cluster import Cluster, cluster

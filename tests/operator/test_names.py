@@ -19,10 +19,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from stream_operator import KIND, reconcile
+from stream_operator import KIND
 from stream_operator.api import names
+from stream_operator.controllers import reconcile
+from stream_operator.controllers.periodic import Periodic
 from stream_operator.kube import events
-from stream_operator.periodic import Periodic
 from stream_operator.specs.render import desired_objects
 from testkit import crd_schema
 from testkit.cluster import Cluster, cluster

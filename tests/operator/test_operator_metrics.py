@@ -17,7 +17,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from stream_operator import KIND, operator_metrics
+from stream_operator import KIND
+from stream_operator.controllers import operator_metrics
 from stream_operator.specs.render import desired_objects
 from testkit import free_port, wait_for
 from testkit.cluster import Cluster, cluster

@@ -1,4 +1,4 @@
-"""Issue 25: the operator's periodic scheduler (stream_operator.periodic) on real threads.
+"""Issue 25: the operator's periodic scheduler (stream_operator.controllers.periodic) on real threads.
 
 One object whose round hangs holds one worker: the others keep their rounds coming;
 the hung object is never taken by a second worker; a worker on one object for longer
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stream_operator.periodic import Periodic
+from stream_operator.controllers.periodic import Periodic
 from testkit import wait_for
 
 WHO = contextvars.ContextVar("who", default="nobody")

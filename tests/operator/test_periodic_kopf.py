@@ -25,7 +25,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from silent_peer import Silent
 
-from stream_operator import KIND, operator_metrics
+from stream_operator import KIND
+from stream_operator.controllers import operator_metrics
 from stream_operator.decisions.rollout import SWITCHOVER_TO
 from testkit import free_port, wait_for
 from testkit.cluster import Cluster, cluster
@@ -44,7 +45,7 @@ PATIENCE = 90.0
 
 @pytest.fixture
 def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cluster, Silent]]:
-    from stream_operator import replica_set
+    from stream_operator.controllers import replica_set
 
     # Status refreshes only (a whole reconcile's many requests would slow the rounds), and
     # a round counts as stuck after 4 s (read as the operator starts). An ordinary round
@@ -130,7 +131,7 @@ def test_a_hung_round_of_one_object_does_not_hold_up_anothers_status(
 def test_healthz_fails_while_a_round_is_stuck_and_answers_again_after(
     kube: tuple[Cluster, Silent],
 ):
-    from stream_operator import handlers
+    from stream_operator.controllers import handlers
 
     c, silent = kube
     port = free_port()

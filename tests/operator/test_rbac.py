@@ -177,7 +177,7 @@ def everything_the_operator_does(c: Cluster, namespace: str) -> None:
 )
 def test_rbac_grants_exactly_what_the_operator_uses(watched: tuple[str, ...], sets: tuple):
     docs = chart_rbac(*sets)
-    from stream_operator import replica_set  # after testkit.operator's settings
+    from stream_operator.controllers import replica_set
 
     nobody = f"http://127.0.0.1:{free_port()}"  # the pods' servers: nothing listens
     replica_set.use_pod_urls(lambda *_: nobody)

@@ -153,7 +153,7 @@ class OnDeleteController:
 
 @pytest.fixture
 def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cluster, StandIn]]:
-    from stream_operator import replica_set
+    from stream_operator.controllers import replica_set
 
     # Every round a status refresh (where the rollout steps), not a whole reconcile: the
     # rollout takes one step a round, and a reconcile's many requests slow the rounds.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from stream_operator import KIND
-from stream_operator import token_rotation as rot
+from stream_operator.controllers import token_rotation as rot
 from stream_server.replication.peers.peer_token import PeerToken
 from testkit import wait_for
 from testkit.cluster import cluster

@@ -103,7 +103,7 @@ def test_the_operator_extra_alone_imports_and_renders(tmp_path, wheel):
     got = run_python(
         env,
         "import json, sys\n"
-        "import stream_operator.handlers\n"
+        "import stream_operator.controllers.handlers\n"
         "from stream_operator.specs.render import desired_objects\n"
         "from stream_operator.api.spec import with_defaults\n"
         "objs = desired_objects('events', 'default', 'uid-1', with_defaults({'replicas': 2}))\n"

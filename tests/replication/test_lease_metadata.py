@@ -1,7 +1,7 @@
 """Issue 42: the servers' Lease writes keep the metadata they do not own.
 
 The operator adds an owner reference to the DurableStream to the Lease
-(``stream_operator.lease_owner``), so that the garbage collector deletes the Lease
+(``stream_operator.controllers.lease_owner``), so that the garbage collector deletes the Lease
 with it. Every server write is a PUT of an object the server builds; it used to
 carry only the server's own annotations, so the first renewal dropped the
 reference, and, under the OwnerReferencesPermissionEnforcement admission plugin,

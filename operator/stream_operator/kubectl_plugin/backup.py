@@ -1,9 +1,9 @@
 """``kubectl dstream backup NAME``: a DurableStreamBackup made now, and its outcome.
 
 The plugin creates the object (as ``kubectl cnpg backup`` does) and the operator takes
-the backup (stream_operator.backups, docs/kubernetes.md "Backups and recovery"); the
+the backup (stream_operator.controllers.backups, docs/kubernetes.md "Backups and recovery"); the
 plugin waits for the backup's ``completed`` or ``failed`` and prints it. The object is
-written here, not with stream_operator.backups: the plugin installs without kopf.
+written here, not with stream_operator.controllers.backups: the plugin installs without kopf.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from stream_operator.specs.render import CONTAINER_PORT, selector
 MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = 15  # seconds, each API request
 # The Events the operator records for a switchover asked for with SWITCHOVER_TO
-# (stream_operator.replica_set): made, failed, or refused without any call.
+# (stream_operator.controllers.replica_set): made, failed, or refused without any call.
 SWITCHOVER_EVENTS = ("Switchover", "SwitchoverFailed", "SwitchoverRequest")
 
 

@@ -36,7 +36,7 @@ EXPECTED = {
     "ReconcilePaused": "False",
     "ContinuousArchiving": "True",
 }
-# The Events that record a change of primary (stream_operator.replica_set).
+# The Events that record a change of primary (stream_operator.controllers.replica_set).
 PRIMARY_EVENTS = ("PrimaryChanged", "Switchover")
 # The annotations a user sets (docs/kubernetes.md), as the report names them.
 USER_ANNOTATIONS = {

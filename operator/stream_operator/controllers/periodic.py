@@ -32,7 +32,7 @@ Key = tuple[str, str]  # (namespace, name)
 # ``resync`` seconds old or older, else the round is a status refresh.
 Work = Callable[[str, str, bool], None]
 
-log = logging.getLogger("stream_operator.periodic")
+log = logging.getLogger("stream_operator.controllers.periodic")
 
 
 @dataclass

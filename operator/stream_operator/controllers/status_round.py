@@ -16,8 +16,9 @@ from typing import Any
 
 from kubernetes import client
 
-from stream_operator import (
-    KIND,
+from stream_operator import KIND
+from stream_operator.api.spec import DurableStreamSpec, spec_of
+from stream_operator.controllers import (
     analytics_jobs,
     archive_status,
     lease_owner,
@@ -28,7 +29,8 @@ from stream_operator import (
     round_reads,
     scaling_actions,
 )
-from stream_operator.api.spec import DurableStreamSpec, spec_of
+from stream_operator.controllers.object_locks import object_lock
+from stream_operator.controllers.periodic import Periodic
 from stream_operator.decisions import lifecycle, scaling, server_image
 from stream_operator.decisions.replica_roles import lease_view
 from stream_operator.decisions.rollout import Step
@@ -42,8 +44,6 @@ from stream_operator.kube.apply import (
     read_lease,
     write_status,
 )
-from stream_operator.object_locks import object_lock
-from stream_operator.periodic import Periodic
 from stream_operator.specs.certificates import certificates_condition
 from stream_operator.specs.render import endpoint, lease_name
 

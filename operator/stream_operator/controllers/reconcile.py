@@ -22,9 +22,11 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from stream_operator import (
-    GROUP,
-    KIND,
+from stream_operator import GROUP, KIND
+from stream_operator.api import names, quantities
+from stream_operator.api.spec import DurableStreamSpec, refused_change, spec_of
+from stream_operator.configuration import operator_settings
+from stream_operator.controllers import (
     analytics_jobs,
     builtin_tls,
     lifecycle_actions,
@@ -34,9 +36,8 @@ from stream_operator import (
     status_round,
     token_rotation,
 )
-from stream_operator.api import names, quantities
-from stream_operator.api.spec import DurableStreamSpec, refused_change, spec_of
-from stream_operator.configuration import operator_settings
+from stream_operator.controllers.object_locks import object_lock
+from stream_operator.controllers.periodic import Periodic
 from stream_operator.decisions import lifecycle, replica_cluster, scaling, server_image
 from stream_operator.decisions.plan import plan_expansion, smaller_pvcs, stale_objects
 from stream_operator.decisions.status import Outcome
@@ -56,8 +57,6 @@ from stream_operator.kube.apply import (
     storage_class,
 )
 from stream_operator.kube.switchover_call import TOKEN_KEY, new_token
-from stream_operator.object_locks import object_lock
-from stream_operator.periodic import Periodic
 from stream_operator.specs.certificates import refused_certificates
 from stream_operator.specs.render import (
     MANAGED_BY,

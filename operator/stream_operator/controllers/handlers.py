@@ -27,16 +27,17 @@ from typing import Any
 
 import kopf
 
-from stream_operator import GROUP, PLURAL, VERSION, backups, operator_metrics
+from stream_operator import GROUP, PLURAL, VERSION
 from stream_operator.api.spec import with_defaults
 from stream_operator.configuration import operator_settings
+from stream_operator.controllers import backups, operator_metrics
+from stream_operator.controllers.lifecycle_deletion import finish
+from stream_operator.controllers.periodic import Periodic
+from stream_operator.controllers.reconcile import converge as _converge
+from stream_operator.controllers.status_round import refresh
 from stream_operator.decisions import server_image
 from stream_operator.kube import leadership
 from stream_operator.kube.api_client import api
-from stream_operator.lifecycle_deletion import finish
-from stream_operator.periodic import Periodic
-from stream_operator.reconcile import converge as _converge
-from stream_operator.status_round import refresh
 
 
 @kopf.on.startup()
@@ -152,7 +153,7 @@ def _round(namespace: str, name: str, resync: bool) -> None:
     """One object's periodic round: a whole reconcile when ``resync`` says it is due (or
     the status round finds a lifecycle annotation only an apply carries out), else a
     status round; an error that the next round may not see is logged, not raised."""
-    log = logging.getLogger("stream_operator.periodic")
+    log = logging.getLogger("stream_operator.controllers.periodic")
     try:
         if resync:
             converge(name, namespace, log)

@@ -27,7 +27,7 @@ from kubernetes import client
 
 from stream_operator import GROUP, KIND, VERSION
 from stream_operator.api.spec import spec_of
-from stream_operator.archive_pods import access, choose_backup_pod
+from stream_operator.controllers.archive_pods import access, choose_backup_pod
 from stream_operator.decisions.replica_roles import lease_view
 from stream_operator.kube import archive_call, events
 from stream_operator.kube.apply import MERGE_PATCH, instance_pods, read, read_lease, write_status

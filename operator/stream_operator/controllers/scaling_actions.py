@@ -10,11 +10,11 @@ from typing import Any
 from kubernetes import client
 
 from stream_operator.api.spec import DurableStreamSpec
+from stream_operator.controllers.periodic import Periodic
 from stream_operator.decisions import scaling
 from stream_operator.decisions.replica_roles import lease_view, refused_scale_down
 from stream_operator.kube import events, leadership
 from stream_operator.kube.apply import delete, instance_pods, instance_pvcs, read_lease
-from stream_operator.periodic import Periodic
 from stream_operator.specs.render import lease_name
 
 

@@ -18,14 +18,14 @@ from typing import Any
 
 from kubernetes import client
 
-from stream_operator import replica_set
 from stream_operator.api.spec import DurableStreamSpec
+from stream_operator.controllers import replica_set
+from stream_operator.controllers.token_rotation import sent_token
 from stream_operator.decisions.replica_roles import LeaseView, pod_name, pod_ready
 from stream_operator.kube.apply import read_secret_value
 from stream_operator.kube.switchover_call import TOKEN_KEY
 from stream_operator.specs.certificates import with_certificate
 from stream_operator.specs.render import replication_secret_name
-from stream_operator.token_rotation import sent_token
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from kubernetes import client
 from stream_operator.api import cron
 from stream_operator.api.conditions import condition
 from stream_operator.api.spec import DurableStreamSpec
-from stream_operator.archive_pods import access, primary_pod
-from stream_operator.backups import create_backup, render_backup
+from stream_operator.controllers.archive_pods import access, primary_pod
+from stream_operator.controllers.backups import create_backup, render_backup
 from stream_operator.decisions.replica_roles import LeaseView
 from stream_operator.kube import archive_call, events
 

@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator.api.spec import DurableStreamSpec, spec_of
+from stream_operator.controllers.token_rotation import sent_token
 from stream_operator.decisions.replica_roles import (
     in_sync_changes,
     lease_view,
@@ -43,7 +44,6 @@ from stream_operator.kube.apply import (
 from stream_operator.kube.switchover_call import TOKEN_KEY, request_switchover
 from stream_operator.specs.certificates import with_certificate
 from stream_operator.specs.render import IN_SYNC, ROLE, pod_url, replication_secret_name
-from stream_operator.token_rotation import sent_token
 
 # (name, namespace, pod, spec) -> the origin a replica set's pod answers at: its DNS name
 # through the headless Service in a cluster; tests point it at a real local server.
