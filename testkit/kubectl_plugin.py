@@ -1,6 +1,6 @@
 """Running ``kubectl dstream`` as a user runs it, against the emulated API server: a
 kubeconfig as kubectl writes one, and the plugin's console entry (``cli.main``, what
-``python -m stream_operator.kubectl_plugin`` calls) with ``KUBECONFIG`` naming it
+``python -m stream_operator.plugin`` calls) with ``KUBECONFIG`` naming it
 (tests/operator/test_kubectl_plugin.py, test_kubectl_backup.py, ...).
 
 ``plugin`` calls the entry in the test's process, its output captured; ``plugin_process``
@@ -76,7 +76,7 @@ _one_at_a_time = threading.Lock()  # the environment and sys.stdout are the proc
 def plugin(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``kubectl dstream ARGS`` in this process: the entry's exit status, what it wrote
     to stdout and to stderr (argparse's usage errors exit, with status 2, as they would)."""
-    from stream_operator.kubectl_plugin.cli import main
+    from stream_operator.plugin.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with (
@@ -96,7 +96,7 @@ def plugin(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def plugin_process(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``kubectl dstream ARGS``: the plugin's console entry in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "stream_operator.kubectl_plugin", *args],
+        [sys.executable, "-m", "stream_operator.plugin", *args],
         env=environment(config),
         capture_output=True,
         text=True,

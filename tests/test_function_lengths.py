@@ -54,10 +54,10 @@ LONG_BECAUSE: dict[str, str] = {
         "the example manifests of a snapshot-based Spark job, written out as the objects "
         "a user applies"
     ),
-    "operator/stream_operator/kubectl_plugin/report.py::build": (
+    "operator/stream_operator/plugin/report.py::build": (
         "the status report as one literal dictionary, field by field as the plugin prints it"
     ),
-    "operator/stream_operator/kubectl_plugin/cli.py::parser": (
+    "operator/stream_operator/plugin/cli.py::parser": (
         "the plugin's whole command line, one subcommand after the other, as --help shows it"
     ),
     "testkit/prometheus_operator.py::scrape_configs": (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stream_operator.kubectl_plugin import PluginError, fencing
+from stream_operator.plugin import PluginError, fencing
 
 
 def test_the_fenced_list_follows_cloudnativepgs_rules():

@@ -169,7 +169,7 @@ def test_kubectl_finds_the_plugin_on_the_path_and_passes_its_flags(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "kubectl-dstream"  # what pip's console script is, in a test's tree
-    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m stream_operator.kubectl_plugin "$@"\n')
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m stream_operator.plugin "$@"\n')
     script.chmod(0o755)
     env = environment(config)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"

@@ -244,7 +244,7 @@ def test_report_writes_a_zip_with_a_manifest_and_no_secret(
 
 
 def test_the_support_bundle_names_secrets_from_the_pod_template():
-    from stream_operator.kubectl_plugin.bundle import secret_names
+    from stream_operator.plugin.bundle import secret_names
 
     sts = {
         "spec": {

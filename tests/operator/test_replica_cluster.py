@@ -23,8 +23,8 @@ from stream_operator.decisions.replica_cluster import (
     rolled_out,
     step_events,
 )
-from stream_operator.kubectl_plugin import PluginError
-from stream_operator.kubectl_plugin.replica import demotion_patch, promotion_patch
+from stream_operator.plugin import PluginError
+from stream_operator.plugin.replica import demotion_patch, promotion_patch
 
 FOLLOW = Wanted(enabled=True, source="s3://b/events", own="s3://b/dr")
 WRITE = Wanted(enabled=False, source="s3://b/events", own="s3://b/dr")

@@ -14,7 +14,7 @@ from typing import Any
 
 import urllib3
 
-from stream_operator.kubectl_plugin import (
+from stream_operator.plugin import (
     PluginError,
     backup,
     bundle,
@@ -23,7 +23,7 @@ from stream_operator.kubectl_plugin import (
     replica,
     restart,
 )
-from stream_operator.kubectl_plugin.connect import connect
+from stream_operator.plugin.connect import connect
 
 
 def _connection_flags(parser: argparse.ArgumentParser, default: object) -> None:

@@ -31,8 +31,8 @@ from kubernetes.client.exceptions import ApiException
 
 from stream_operator.api.spec import spec_of
 from stream_operator.decisions.lifecycle import RESTARTED_AT
-from stream_operator.kubectl_plugin import PluginError
-from stream_operator.kubectl_plugin.commands import (
+from stream_operator.plugin import PluginError
+from stream_operator.plugin.commands import (
     TIMEOUT,
     _annotate,
     _failed,

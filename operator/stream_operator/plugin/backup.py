@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, VERSION
 from stream_operator.api.spec import spec_of
-from stream_operator.kubectl_plugin import PluginError
-from stream_operator.kubectl_plugin.commands import TIMEOUT, _failed, read_stream
+from stream_operator.plugin import PluginError
+from stream_operator.plugin.commands import TIMEOUT, _failed, read_stream
 
 BACKUP_PLURAL = "durablestreambackups"
 CLUSTER_LABEL = f"{GROUP}/cluster"

@@ -19,7 +19,7 @@ from typing import Any
 from stream_operator.api.spec import spec_of
 from stream_operator.decisions.replica_roles import lease_view, pod_name, pod_ready
 from stream_operator.decisions.rollout import SWITCHOVER_TO
-from stream_operator.kubectl_plugin import FENCE_ALL, FENCED, HIBERNATION, RECONCILE
+from stream_operator.plugin import FENCE_ALL, FENCED, HIBERNATION, RECONCILE
 
 # Each condition's status when all is well; one of another type is always shown.
 EXPECTED = {

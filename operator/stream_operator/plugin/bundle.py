@@ -32,15 +32,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import KIND
-from stream_operator.kubectl_plugin import PluginError
-from stream_operator.kubectl_plugin.commands import (
+from stream_operator.plugin import PluginError
+from stream_operator.plugin.commands import (
     TIMEOUT,
     _events,
     _json,
     _pods,
     read_stream,
 )
-from stream_operator.kubectl_plugin.logs import read_log
+from stream_operator.plugin.logs import read_log
 from stream_operator.specs.certificates import serves_tls
 from stream_operator.specs.render import CONTAINER_PORT, lease_name
 

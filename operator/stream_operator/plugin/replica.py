@@ -14,8 +14,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, PLURAL, VERSION
-from stream_operator.kubectl_plugin import PluginError
-from stream_operator.kubectl_plugin.commands import MERGE_PATCH, TIMEOUT, _failed, read_stream
+from stream_operator.plugin import PluginError
+from stream_operator.plugin.commands import MERGE_PATCH, TIMEOUT, _failed, read_stream
 
 REFUSE, REBUILD = "Refuse", "Rebuild"
 

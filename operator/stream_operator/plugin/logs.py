@@ -18,9 +18,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stream_operator.decisions.rollout import SERVER_CONTAINER
-from stream_operator.kubectl_plugin import PluginError
-from stream_operator.kubectl_plugin.commands import TIMEOUT, _failed, _pods, read_stream
-from stream_operator.kubectl_plugin.restart import pod_of
+from stream_operator.plugin import PluginError
+from stream_operator.plugin.commands import TIMEOUT, _failed, _pods, read_stream
+from stream_operator.plugin.restart import pod_of
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 

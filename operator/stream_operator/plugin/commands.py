@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, KIND, PLURAL, VERSION
 from stream_operator.api.spec import spec_of
-from stream_operator.kubectl_plugin import (
+from stream_operator.plugin import (
     FENCED,
     HIBERNATION,
     SWITCHOVER_TO,

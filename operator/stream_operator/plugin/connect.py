@@ -15,7 +15,7 @@ from pathlib import Path
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from stream_operator.kubectl_plugin import PluginError
+from stream_operator.plugin import PluginError
 
 # What the API server's audit log and the RBAC tests see (kubectl sends its own name too).
 USER_AGENT = "kubectl-dstream"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from stream_operator.kubectl_plugin import FENCE_ALL, PluginError
+from stream_operator.plugin import FENCE_ALL, PluginError
 
 
 def fenced_list(raw: str | None) -> list[str]:
