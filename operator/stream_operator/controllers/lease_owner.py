@@ -8,7 +8,7 @@ empty volumes do not hold, and might never elect. Once the Lease exists, each ro
 adds an owner reference to the DurableStream (not as controller: the operator does not
 write the Lease otherwise), and the garbage collector deletes the Lease with its owner.
 The servers write every metadata field they do not own back as they read it
-(``stream_server.replication.lease``), so their renewals keep the reference.
+(``stream_server.replication.lease.kube_lease``), so their renewals keep the reference.
 
 The patch names the resourceVersion it read: a server's write in between makes it a
 409, and the next round tries again on the Lease as it is then. The reference blocks

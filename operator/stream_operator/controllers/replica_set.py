@@ -195,7 +195,7 @@ def label_roles(
 
     Demotions are written before the promotion, so the primary Service never selects two
     pods. The Lease holder labels the pods itself as it takes the Lease
-    (stream_server.replication.pod_labels); this is the backstop, within one status
+    (stream_server.replication.lease.pod_labels); this is the backstop, within one status
     interval, for a server that could not (an older image, the API unreachable for it).
     The in-sync readiness gate's conditions are set the same way (``mark_in_sync``).
     """

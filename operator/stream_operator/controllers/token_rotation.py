@@ -3,7 +3,7 @@
 DurableStream's ``streams.pyds.dev/rotate-peer-token`` annotation takes a new value.
 
 The kubelet updates each pod's copy of the Secret at its own moment, and the servers
-re-read the file when it changes (stream_server/replication/peer_token.py: one token a
+re-read the file when it changes (stream_server/replication/peers/peer_token.py: one token a
 line, the first sent, every one accepted). So a rotation is three writes, each
 ``PROPAGATION`` after the last, and no two neighbouring versions refuse each other:
 

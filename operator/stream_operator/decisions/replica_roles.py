@@ -16,7 +16,7 @@ from typing import Any
 
 from stream_operator import GROUP
 
-# The annotations the servers write on their Lease (stream_server.replication.lease).
+# The annotations the servers write on their Lease (stream_server.replication.lease.kube_lease).
 TERM = f"{GROUP}/term"
 IN_SYNC = f"{GROUP}/in-sync"
 POSITIONS = f"{GROUP}/positions"

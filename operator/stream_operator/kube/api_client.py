@@ -7,7 +7,7 @@ every client made from the default configuration (a deep copy keeps the function
 re-reads the token only once a minute, whatever happened, and a 401 is the caller's
 failure. Here the token is re-read when its file changed (a ``stat`` per request), and a
 401 makes it be read again and the request sent once more, as the server's Lease client
-does (``stream_server.replication.kube_auth``). The CA file is read again by urllib3 for
+does (``stream_server.replication.lease.kube_auth``). The CA file is read again by urllib3 for
 each new connection. kopf's own connection (its ``login_via_client`` login) is not this
 client: on a 401 kopf logs in again, which reads the files again, and retries.
 

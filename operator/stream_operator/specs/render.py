@@ -49,7 +49,7 @@ ROLE = f"{GROUP}/role"
 PRIMARY = "primary"
 STANDBY = "standby"
 # A replica set's pods are Ready only while in sync: a readiness gate whose condition the
-# Lease holder sets on each pod (stream_server.replication.pod_labels; the operator too,
+# Lease holder sets on each pod (stream_server.replication.lease.pod_labels; the operator too,
 # replica_set.mark_in_sync), so the -replicas Service and the disruption budget count
 # only the pods that hold every acknowledged write.
 IN_SYNC = f"{GROUP}/in-sync"

@@ -63,7 +63,7 @@ def _one_call(hooks: tuple[Callable[..., None], ...]) -> Callable[..., None] | N
 
 class StoreFactory:
     """Builds the store on its engine; a topology passes its ``replica`` hooks and its
-    ``gate`` (``replication.service.StoreFactory``)."""
+    ``gate`` (``replication.replica_set.StoreFactory``)."""
 
     def __init__(self, settings: Settings, events: StoreEvents, parts: Sequence[Part]) -> None:
         self.settings = settings
