@@ -30,9 +30,11 @@ PYTEST := TEST_REQUIRE_ALL=1 $(PY) -m pytest -rfEs
 ## Two workers, each taking whole files (module fixtures and a file's shared paths stay
 ## together): most tests wait on servers and processes, so this nearly halves the time.
 ## The 25 slowest tests are listed at the end: the suite must stay under 25 minutes in CI.
+## The process tests of a replica set that the simulation covers (`simulated`: each names
+## the faults and mutants that cover it, testkit/simulated_tier.py) run in test-long.
 TEST_WORKERS ?= 2
 test: deps
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not simulated"
 
 ## The fast tier (under a minute): the protocol, streams, subscriptions and retention
 ## in-process (testkit/asgi.py) on the real engine, and every other test that starts no
@@ -55,7 +57,8 @@ simulate: $(VENV)/.all
 ## every crash state of the explorer's workloads with 12 random mixes per crash point,
 ## 10 primaries of a replica set killed one after the other under load, and each replica-set
 ## fault of tests/replication/test_faults_*.py (partitions, pauses, lost Lease answers, a slow
-## clock, a full disk, kill -9 of two) repeated 5 times under load; then the archive tests
+## clock, a full disk, kill -9 of two) repeated 5 times under load, and the other tests marked
+## `simulated` (test_failover.py ran whole just before); then the archive tests
 ## against Ceph's RADOS Gateway (ARCHIVE_STORE=ceph; its packages are installed for this only).
 test-long: deps
 	CRASH_ROUNDS=50 FUZZ_EXAMPLES=5000 CRASH_STATES=1000000 CRASH_MIXED=12 FAILOVER_ROUNDS=10 \
@@ -63,6 +66,7 @@ test-long: deps
 		$(PYTEST) e2e/test_crash.py e2e/test_faults.py e2e/test_http_fuzz.py \
 		tests/engine/test_crash_states.py tests/replication/test_failover.py \
 		tests/replication/test_faults_*.py
+	$(PYTEST) -m simulated --ignore=tests/replication/test_failover.py
 	ARCHIVE_STORE=ceph $(PYTEST) tests/archive
 	$(PY) -m testkit.simulate --seeds 5000 --seed 1000
 test-long: LONG_DEPS := 1

@@ -21,6 +21,8 @@ from testkit.server_process import ServerProcess
 # testkit.archive_store: `archive_store`, a real S3-compatible store per module (SeaweedFS, or
 # Ceph RGW with ARCHIVE_STORE=ceph), and `seaweed` (testkit.seaweedfs).
 # testkit.module_leaks fails a test that leaves a product function replaced.
+# testkit.simulated_tier: the ``simulated`` marker names what the simulation covers a
+# process test with (make test leaves such tests to make test-long).
 # The servers tests start are one process unless a test asks for workers (``--workers N``
 # or its own DS_WORKERS): the default, one per CPU, would make what a test runs depend on
 # the machine. The default itself: e2e/test_workers.py.
@@ -33,6 +35,7 @@ pytest_plugins = [
     "testkit.seaweedfs",
     "testkit.archive_store",
     "testkit.module_leaks",
+    "testkit.simulated_tier",
 ]
 
 

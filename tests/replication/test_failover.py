@@ -78,6 +78,7 @@ def replica_set(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Repl
 # -- the tests ------------------------------------------------------------------------------
 
 
+@pytest.mark.simulated("crash-primary", "commit-one-short", "ack-before-flush")
 def test_kill9_of_the_primary_under_load_loses_nothing_acknowledged(replica_set, tmp_path):
     _kill9_of_the_primary_under_load(replica_set, tmp_path)
 
@@ -175,6 +176,7 @@ def test_too_few_standbys_in_sync_gets_503_not_an_acknowledgement(replica_set, t
     verdict(history, converged(rs, streams), tmp_path)
 
 
+@pytest.mark.simulated("crash")
 def test_kill9_of_a_standby_under_load_then_it_catches_up(replica_set, tmp_path):
     rs = replica_set
     streams = [f"standby/{i}" for i in range(STREAMS)]
@@ -191,6 +193,7 @@ def test_kill9_of_a_standby_under_load_then_it_catches_up(replica_set, tmp_path)
     verdict(history, converged(rs, streams), tmp_path)
 
 
+@pytest.mark.simulated("crash-all", "ack-before-flush")
 def test_all_killed_and_restarted_together_keeps_every_acknowledged_append(replica_set, tmp_path):
     rs = replica_set
     streams = [f"coldstart/{i}" for i in range(STREAMS)]

@@ -156,6 +156,7 @@ def _content(srv) -> bytes | None:
         return None
 
 
+@pytest.mark.simulated("crash-primary", "commit-one-short")
 def test_failover_after_kill_keeps_every_acknowledged_write(start_set) -> None:
     servers = start_set("failover", timings=FAILOVER)
     first = primary_with_standbys(servers, 2)
