@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
-import botocore.config
 import botocore.exceptions
 
 from stream_format.archive import ArchiveLocation
@@ -64,7 +62,15 @@ class ObjectStore:
     def __init__(
         self, settings: ArchiveSettings, *, connect_timeout: float = 5.0, read_timeout: float = 30.0
     ) -> None:
-        """The store the ``--archive-*`` settings name; the credentials are boto3's to find."""
+        """The store the ``--archive-*`` settings name; the credentials are boto3's to find.
+
+        boto3 is imported here, not with the module: every server imports this module
+        (the archive's Parts name its types), and boto3 with botocore's session and
+        config is about a fifth of a server's start, which a server without an archive
+        need not pay."""
+        import boto3
+        import botocore.config
+
         self.location = ArchiveLocation.parse(settings.archive_url)
         session = boto3.session.Session()
         self._client: Any = session.client(
