@@ -2,7 +2,8 @@
 minute, by verb and resource, and its CPU, for N converged DurableStreams of one
 replica and of three, in a steady state (testkit.api_load says how they are counted).
 
-    python e2e/api_load_figures.py 100
+    python e2e/api_load_figures.py 100             # the operator as it runs
+    python e2e/api_load_figures.py 100 --no-cache  # without its watch-fed cache (before)
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from testkit.cluster import cluster  # noqa: E402
 
 
 def main() -> None:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    args = [a for a in sys.argv[1:] if a != "--no-cache"]
+    count = int(args[0]) if args else 100
     logging.disable(logging.WARNING)
     for replicas in (1, 3):
         with cluster() as c:
-            print(table(measure(c, count, replicas)), flush=True)
+            figures = measure(c, count, replicas, cached="--no-cache" not in sys.argv)
+            print(table(figures), flush=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ status as its controller reports it) and, for a replica set, the servers' Lease.
 are counted, not timed: requests per minute are a round's requests times the rounds a
 minute holds at the operator's default intervals. The CPU figure is the thread time the
 operator's calls took (the emulator runs in another thread).
+
+With ``cached`` (the operator as it runs), the operator's watch-fed cache
+(``object_cache``) is installed on a client of its own (``CACHE_AGENT``): its lists and
+watches are counted apart (``Figures.cache``, once, not per round), and the rounds are
+measured once it holds what the API server holds (``caught_up``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from kubernetes import client
 from stream_operator.configuration import operator_settings
 from stream_operator.controllers import reconcile, status_round
 from stream_operator.controllers.periodic import Periodic
-from stream_operator.kube import events
+from stream_operator.kube import events, object_cache
+from testkit import wait_for
 from testkit.cluster import Cluster
 from testkit.kube import durable_stream
 from testkit.leases import replica_lease
@@ -36,6 +42,7 @@ from testkit.pod_objects import claim_volumes, pod_object, pod_status, statefuls
 
 NS = "load"
 OPERATOR_AGENT = "OpenAPI-Generator"  # the handlers' client (the plugin's is kubectl-dstream)
+CACHE_AGENT = "api-load object-cache"  # the watch-fed cache's client
 Tally = Counter[tuple[str, str]]  # (verb, resource) -> requests
 
 
@@ -47,6 +54,7 @@ class Figures:
     resync: Tally  # one whole reconcile of every DurableStream
     status_cpu: float  # seconds of the operator's thread, one status round of all
     resync_cpu: float
+    cache: Tally  # the watch-fed cache's requests, from its start (None: not installed)
 
     def per_minute(self) -> Tally:
         tuning = operator_settings.OperatorSettings()
@@ -65,12 +73,47 @@ class Figures:
         )
 
 
-def _tally(c: Cluster, start: int) -> Tally:
+def _tally(c: Cluster, start: int, agent: str = OPERATOR_AGENT) -> Tally:
     return Counter(
         (call.verb, call.resource)
         for call in c.api.requests[start:]
-        if call.agent.startswith(OPERATOR_AGENT)
+        if call.agent.startswith(agent)
     )
+
+
+@contextmanager
+def watch_cache(c: Cluster) -> Iterator[object_cache.ObjectCache]:
+    """The operator's watch-fed cache against ``c``, as ``handlers.configure`` installs
+    it, on a client whose requests ``CACHE_AGENT`` tells apart; uninstalled after."""
+    ac = api_client(c)
+    ac.user_agent = CACHE_AGENT
+    cache = object_cache.install(ac)
+    try:
+        yield cache
+    finally:
+        object_cache.uninstall()
+
+
+def caught_up(c: Cluster, cache: object_cache.ObjectCache, namespace: str = NS) -> bool:
+    """Whether the cache holds, of each watched kind, what the API server holds now."""
+    if not cache.synced(namespace):
+        return False
+    for kind in object_cache.KINDS:
+        selector = "" if kind == "Lease" else object_cache.OWN_LABEL
+        live = {
+            o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+            for o in c.list(kind, namespace, selector)
+        }
+        if cache.watched(kind, namespace).versions() != live:
+            return False
+    return True
+
+
+def settle(c: Cluster, cache: object_cache.ObjectCache | None) -> None:
+    """Wait until the cache (if any) caught up with the rounds' and the test's writes."""
+    if cache is not None:
+        cache.watched("Pod", NS)  # watched from now (a status round would start it)
+        wait_for(lambda: caught_up(c, cache), message="the object cache never caught up")
 
 
 @contextmanager
@@ -129,17 +172,37 @@ def one_round(c: Cluster, names: list[str], *, resync: bool) -> tuple[Tally, flo
     return _tally(c, start), time.thread_time() - cpu
 
 
-def measure(c: Cluster, count: int, replicas: int, settle: int = 2) -> Figures:
-    """The figures once ``settle`` rounds of each kind have run (the first rounds after a
-    create write the status, the Lease's owner reference, the role labels)."""
-    with without_events():
+def measure(
+    c: Cluster, count: int, replicas: int, settling: int = 2, *, cached: bool = True
+) -> Figures:
+    """The figures once ``settling`` rounds of each kind have run (the first rounds after
+    a create write the status, the Lease's owner reference, the role labels), with the
+    operator's watch-fed cache or (``cached=False``) without it, as before it was."""
+    with without_events(), watch_cache(c) if cached else _no_cache() as cache:
+        start = len(c.api.requests)
         names = converged(c, count, replicas)
-        for _ in range(settle):
+        for _ in range(settling):
             one_round(c, names, resync=True)
             one_round(c, names, resync=False)
+        settle(c, cache)
         resync, resync_cpu = one_round(c, names, resync=True)
+        settle(c, cache)
         status, status_cpu = one_round(c, names, resync=False)
-    return Figures(count, replicas, status, resync, status_cpu, resync_cpu)
+        watches = _tally(c, start, CACHE_AGENT)
+    return Figures(count, replicas, status, resync, status_cpu, resync_cpu, watches)
+
+
+@contextmanager
+def _no_cache() -> Iterator[None]:
+    yield None
+
+
+def _verbs(tally: Tally) -> str:
+    """``list 4, watch 4`` (the cache's requests by verb), or ``off``."""
+    by_verb: Counter[str] = Counter()
+    for (verb, _), n in tally.items():
+        by_verb[verb] += n
+    return ", ".join(f"{verb} {n}" for verb, n in sorted(by_verb.items())) or "off"
 
 
 def table(figures: Figures) -> str:
@@ -149,6 +212,8 @@ def table(figures: Figures) -> str:
         f"{figures.count} DurableStreams x {figures.replicas} replica(s): "
         f"{sum(minute.values())} requests/min, "
         f"CPU {figures.cpu_per_minute():.1f} s/min of the operator's thread",
+        f"  watch cache: {_verbs(figures.cache)} (once, then a watch request per "
+        f"kind every {object_cache.WATCH_SECONDS} s)",
         f"  {'VERB':<7} {'RESOURCE':<28} {'STATUS ROUND':>12} {'RESYNC':>7} {'PER MIN':>8}",
     ]
     for verb, resource in sorted(minute, key=lambda k: -minute[k]):

@@ -6,7 +6,9 @@ event handler keeps track of: a status round (``status_round``) every
 ``DS_OPERATOR_STATUS_INTERVAL`` seconds, a whole reconcile every
 ``DS_OPERATOR_RESYNC_INTERVAL`` (``operator_settings``); and a delete
 handler, only for ``pvcRetention: Delete``, that deletes the claims once the pods are
-gone, and the Lease before them (``lifecycle_deletion``).
+gone, and the Lease before them (``lifecycle_deletion``). The status rounds read the
+operator's StatefulSets, pods, claims and Leases from watches (``kube.object_cache``),
+started here and stopped at cleanup.
 
 Not kopf timers: kopf puts its finalizer on every object that has a timer, and a
 finalizer nobody removes (the operator uninstalled) makes ``kubectl delete`` hang. So an
@@ -36,8 +38,8 @@ from stream_operator.controllers.periodic import Periodic
 from stream_operator.controllers.reconcile import converge as _converge
 from stream_operator.controllers.status_round import refresh
 from stream_operator.decisions import server_image
-from stream_operator.kube import leadership
-from stream_operator.kube.api_client import api
+from stream_operator.kube import leadership, object_cache
+from stream_operator.kube.api_client import api, new_api_client
 
 
 @kopf.on.startup()
@@ -66,6 +68,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # named, and the DurableStream CRD must exist when the operator starts.
     settings.scanning.disabled = not settings.peering.clusterwide
     operator_metrics.restart()
+    # What a status round reads of the operator's own objects, watched (object_cache): on
+    # a client of its own, whose watches hold connections for minutes.
+    watcher = new_api_client(api().configuration)
+    watcher.user_agent = f"{api().user_agent} object-cache"
+    object_cache.install(watcher)
     # The status every status_interval, a whole reconcile every resync_interval (drift: a
     # deleted Service, a hand-scaled StatefulSet, a StorageClass that now allows growth);
     # a worker on one object for stall_seconds is stuck (every call of a round has a
@@ -107,6 +114,7 @@ def alive() -> bool:
 @kopf.on.cleanup()
 def stop_periodic(**_: Any) -> None:
     _periodic.stop()
+    object_cache.uninstall()
 
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]  # what kopf hands its handlers

@@ -35,7 +35,7 @@ from stream_operator.decisions import lifecycle, scaling, server_image
 from stream_operator.decisions.replica_roles import lease_view
 from stream_operator.decisions.rollout import Step
 from stream_operator.decisions.status import Outcome, compute_status, same_status
-from stream_operator.kube import events, leadership
+from stream_operator.kube import events, leadership, object_cache
 from stream_operator.kube.apply import (
     crd_exists,
     instance_pods,
@@ -105,8 +105,9 @@ def _replica_set_step(
     pods = replica_set.label_roles(ac, namespace, pods, lease)
     step = None if lifecycle.holds_rollout(ds, pods) else replica_set.roll(ac, ds, sts, pods, lease)
     if step is not None and step.switchover is not None:
-        # The Lease names the new primary: label it and report it in this round.
-        lease = read_lease(ac, namespace, lease_name(name))
+        # The Lease names the new primary: label it and report it in this round (read
+        # from the API server: the switchover wrote it through the old primary).
+        lease = read_lease(round_reads.fresh(ac), namespace, lease_name(name))
         pods = replica_set.label_roles(ac, namespace, pods, lease)
     return lease, pods, step
 
@@ -137,12 +138,13 @@ def write(ac: client.ApiClient, ds: dict[str, Any], new: dict[str, Any]) -> None
 
 
 def refresh(ac: client.ApiClient, name: str, namespace: str, rounds: Periodic) -> bool:
-    """One status round; True when the object must converge instead. Its claims are
-    listed once (``round_reads``), its fence ConfigMap read only when the fence list
-    changed (``lifecycle_actions``)."""
+    """One status round; True when the object must converge instead. Its StatefulSet,
+    pods, claims and Lease come from the watch-fed cache once it answers, until the round
+    writes (``round_reads``, ``object_cache``); before that its claims are listed once;
+    its fence ConfigMap is read only when the fence list changed (``lifecycle_actions``)."""
     if not leadership.may_act():
         return False
-    ac = round_reads.for_round(ac)
+    ac = round_reads.for_round(ac, object_cache.current())
     trusted = lifecycle_actions.STATUS_ROUND.set(True)
     try:
         return _refresh(ac, name, namespace, rounds)

@@ -28,6 +28,8 @@ from kubernetes.client.exceptions import ApiException
 
 from stream_operator import GROUP, PLURAL, VERSION
 from stream_operator.decisions.plan import drifted_fields
+from stream_operator.kube import object_cache
+from stream_operator.kube.object_cache import UNKNOWN
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
 FIELD_MANAGER = "durable-streams-operator"
@@ -86,6 +88,11 @@ def _body(obj: dict[str, Any]) -> Any:
 def read(
     api_client: client.ApiClient, kind: str, namespace: str, name: str
 ) -> dict[str, Any] | None:
+    """The object, or None; a status round's StatefulSet and Lease from the watch-fed
+    cache once it answers (``object_cache``)."""
+    cache = object_cache.reads_of(api_client)
+    if cache is not None and (cached := cache.get(kind, namespace, name)) is not UNKNOWN:
+        return cast("dict[str, Any] | None", cached)
     try:
         if kind in _CUSTOM:
             group, version, plural = _CUSTOM[kind]
@@ -153,19 +160,27 @@ def _patch(
 
 def _ordinal_items(
     api_client: client.ApiClient,
+    kind: str,
     list_namespaced: Callable[..., Any],
     namespace: str,
     prefix: str,
     labels: dict[str, str],
 ) -> list[dict[str, Any]]:
-    """The items named ``<prefix><ordinal>`` that carry all of ``labels``, as plain dicts.
+    """The items named ``<prefix><ordinal>`` that carry all of ``labels``, as plain dicts
+    (a status round's from the watch-fed cache once it answers, ``object_cache``).
 
     Filters again after the label selector: not every API server (or emulator) honours
     label selectors."""
-    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    cache = object_cache.reads_of(api_client)
+    cached = cache.items(kind, namespace, labels) if cache is not None else UNKNOWN
+    if isinstance(cached, list):
+        raws = cached
+    else:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        items = list_namespaced(namespace, label_selector=selector).items
+        raws = [_plain(api_client, item) for item in items]
     out = []
-    for item in list_namespaced(namespace, label_selector=selector).items:
-        raw = _plain(api_client, item)
+    for raw in raws:
         item_name = raw["metadata"]["name"]
         have = raw["metadata"].get("labels") or {}
         if (
@@ -182,6 +197,7 @@ def instance_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> li
     core = client.CoreV1Api(api_client)
     return _ordinal_items(
         api_client,
+        "PersistentVolumeClaim",
         core.list_namespaced_persistent_volume_claim,
         namespace,
         f"data-{name}-",
@@ -195,7 +211,9 @@ def instance_pods(api_client: client.ApiClient, namespace: str, name: str) -> li
     The name label keeps out Spark pods of the same instance."""
     core = client.CoreV1Api(api_client)
     labels = {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": "durable-streams"}
-    return _ordinal_items(api_client, core.list_namespaced_pod, namespace, f"{name}-", labels)
+    return _ordinal_items(
+        api_client, "Pod", core.list_namespaced_pod, namespace, f"{name}-", labels
+    )
 
 
 def grow_pvc(api_client: client.ApiClient, namespace: str, name: str, size: str) -> None:
