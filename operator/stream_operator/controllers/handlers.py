@@ -154,6 +154,8 @@ def track(type: str, name: str, namespace: str | None, **_: Any) -> None:
         operator_metrics.forget(namespace, name)
     else:
         operator_metrics.seen(namespace, name)
+        if (cache := object_cache.current()) is not None:
+            cache.watch(namespace)  # what its status rounds read (object_cache)
         _periodic.track(namespace, name)
 
 

@@ -13,9 +13,10 @@ the label of everything ``specs.render`` makes and of the claims of its Stateful
 the Leases are the servers' and carry no label of ours, so every Lease of the namespace
 is watched (RBAC: list and watch on Leases in the watched namespaces).
 
-A namespace is watched from the first time a status round asks for it (namespaced or
-cluster-wide, only the namespaces holding DurableStreams are watched), and its first
-rounds read the API directly until its list answered. Answers: ``UNKNOWN`` when a kind
+A namespace is watched from the first DurableStream the operator sees in it (or the
+first status round that asks; namespaced or cluster-wide, only the namespaces holding
+DurableStreams are watched), and its rounds read the API directly until its lists
+answered. Answers: ``UNKNOWN`` when a kind
 in a namespace has not been listed yet, or its watch failed other than by 410 (the
 round then reads the API, as before); otherwise what the last event said, a copy the
 caller may change. Who reads from here is the status round only (``round_reads``):
@@ -134,23 +135,31 @@ class Watched:
         failures = 0
         while not self._stop.is_set():
             try:
-                self._follow(self._relist())
+                version = self._relist()
+                failures = 0
+                self._follow(version)
             except ApiException as exc:
                 if exc.status == 410:  # the version left the window: list again
                     continue
                 if self._stop.is_set():
                     return
                 failures += 1
-                log.warning("watching %s in %s: %s", self.kind, self.namespace, exc.reason)
+                self._failed(failures, exc.reason)
             except Exception as exc:
                 if self._stop.is_set():
                     return  # stopped: its connection closed under it
                 failures += 1
-                log.warning("watching %s in %s: %r", self.kind, self.namespace, exc)
+                self._failed(failures, repr(exc))
             else:
                 continue
             self._synced = False  # the round reads the API until the next list answers
             self._stop.wait(min(RETRY_SECONDS[0] * 2 ** min(failures, 5), RETRY_SECONDS[1]))
+
+    def _failed(self, failures: int, why: object) -> None:
+        """Logged as a warning the first time in a row (no RBAC for it, say), then at
+        debug level: the round reads the API meanwhile, and every retry would repeat it."""
+        level = logging.WARNING if failures == 1 else logging.DEBUG
+        log.log(level, "watching %s in %s: %s (reading the API)", self.kind, self.namespace, why)
 
     def _relist(self) -> str:
         """List, replace what was held (so nothing deleted unseen stays), return the
@@ -213,15 +222,21 @@ class ObjectCache:
         self._lock = threading.Lock()
         self._watched: dict[tuple[str, str], Watched] = {}
 
-    def watched(self, kind: str, namespace: str) -> Watched:
-        """``kind`` in ``namespace``, watched from now on (every kind of it at once)."""
+    def watch(self, namespace: str) -> None:
+        """Every kind in ``namespace`` watched from now on (once; the operator asks when
+        it first sees a DurableStream there)."""
         with self._lock:
-            if (kind, namespace) not in self._watched:
-                for each in KINDS:
-                    w = Watched(self._ac, each, namespace, self._stop)
-                    self._watched[(each, namespace)] = w
-                    w.start()
-            return self._watched[(kind, namespace)]
+            if self._stop.is_set() or ("Pod", namespace) in self._watched:
+                return
+            for kind in KINDS:
+                w = Watched(self._ac, kind, namespace, self._stop)
+                self._watched[(kind, namespace)] = w
+                w.start()
+
+    def watched(self, kind: str, namespace: str) -> Watched:
+        """``kind`` in ``namespace``, watched from now on if it was not yet."""
+        self.watch(namespace)
+        return self._watched[(kind, namespace)]
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | _Unknown | None:
         if kind not in KINDS or self._stop.is_set():
