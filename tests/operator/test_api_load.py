@@ -152,3 +152,19 @@ def test_a_status_round_reads_the_api_while_the_cache_cannot_answer(kube: Cluste
         object_cache.uninstall()
     assert ready_reason(kube, "s000") == "CrashLoopBackOff"
     assert all(tally[request] == 1 for request in WATCHED), tally
+
+
+def test_a_round_reads_the_api_while_a_rollout_is_under_way(kube: Cluster):
+    """The StatefulSet's pods on two revisions: the round's steps (which pod to delete
+    next) are decided from the API server's answers, not the watch's."""
+    with watch_cache(kube) as cache:
+        names = converged(kube, 1, 1)
+        status_round(kube, names, cache)
+        sts = kube.get("StatefulSet", NS, "s000")
+        assert sts is not None
+        rev = sts["status"]["currentRevision"]
+        rolling = statefulset_status(sts, 1, 1, 0, rev, f"{rev}-next")
+        kube.patch("StatefulSet", NS, "s000", {"status": rolling}, status=True).raise_for_status()
+        tally = status_round(kube, names, cache)
+    assert tally[("list", "pods")] == 1
+    assert tally[("get", "statefulsets")] == 0  # what told the round to read the API

@@ -164,8 +164,24 @@ def _refresh(ac: client.ApiClient, name: str, namespace: str, rounds: Periodic) 
         if lifecycle.wants_converge(ds, sts):
             return True
         spec = spec_of(ds)
+        if sts is not None and not _at_rest(sts, spec):
+            ac = round_reads.fresh(ac)
         write(ac, ds, observed(ac, ds, spec, sts, None, _analytics(ac, ds, spec), rounds))
     return False
+
+
+def _at_rest(sts: dict[str, Any], spec: DurableStreamSpec) -> bool:
+    """Whether no rollout or scale is under way: the controller saw the newest template,
+    every pod is on one revision, and the spec, the StatefulSet and its pods agree on how
+    many. Otherwise the round's steps (a pod deleted, a claim kept or dropped) are
+    decided from the API server's answers, not from what the watch last said."""
+    status = sts.get("status") or {}
+    wanted = (sts.get("spec") or {}).get("replicas")
+    return (
+        (status.get("observedGeneration") or 0) >= (sts["metadata"].get("generation") or 0)
+        and status.get("updateRevision") == status.get("currentRevision")
+        and status.get("replicas") == wanted == spec.replicas
+    )
 
 
 def _analytics(
