@@ -16,10 +16,9 @@ is watched (RBAC: list and watch on Leases in the watched namespaces).
 A namespace is watched from the first DurableStream the operator sees in it (or the
 first status round that asks; namespaced or cluster-wide, only the namespaces holding
 DurableStreams are watched), and its rounds read the API directly until its lists
-answered. Answers: ``UNKNOWN`` when a kind
-in a namespace has not been listed yet, or its watch failed other than by 410 (the
-round then reads the API, as before); otherwise what the last event said, a copy the
-caller may change. Who reads from here is the status round only (``round_reads``):
+answered. Answers: ``UNKNOWN`` when a kind in a namespace has not been listed yet, or
+its watch failed other than by 410 (the round then reads the API, as before);
+otherwise what the last event said, a copy the caller may change. Who reads from here is the status round only (``round_reads``):
 whole reconciles, writes and the reads just after one read the API itself.
 
 Why not kopf's indexes: an index is fed by kopf's own watch, but kopf restarts a watch
