@@ -30,6 +30,8 @@ PYTEST := TEST_REQUIRE_ALL=1 $(PY) -m pytest -rfEs
 ## Two workers, each taking whole files (module fixtures and a file's shared paths stay
 ## together): most tests wait on servers and processes, so this nearly halves the time.
 ## The 25 slowest tests are listed at the end: the suite must stay under 25 minutes in CI.
+## It is bound by the two cores' CPU: `-p testkit.cpu_timeline` records each test's CPU,
+## `python e2e/cpu_by_process.py -- CMD` a command's by kind of process.
 ## The process tests of a replica set that the simulation covers (`simulated`: each names
 ## the faults and mutants that cover it, testkit/simulated_tier.py) run in test-long.
 TEST_WORKERS ?= 2
