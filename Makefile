@@ -38,7 +38,7 @@ TEST_WORKERS ?= 2
 test: deps
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not simulated"
 
-## The fast tier (under a minute): the protocol, streams, subscriptions and retention
+## The fast tier (about two minutes on two cores, 1,330 tests): the protocol, streams, subscriptions and retention
 ## in-process (testkit/asgi.py) on the real engine, and every other test that starts no
 ## process (a test that does fails unless marked `processes`: testkit/tiers.py), but
 ## for the `slow` ones (crash-state explorers, the operator run by kopf). `make test`
