@@ -171,25 +171,23 @@ def _ordinal_items(
 
     Filters again after the label selector: not every API server (or emulator) honours
     label selectors."""
-    cache = object_cache.reads_of(api_client)
-    cached = cache.items(kind, namespace, labels) if cache is not None else UNKNOWN
-    if isinstance(cached, list):
-        raws = cached
-    else:
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
-        items = list_namespaced(namespace, label_selector=selector).items
-        raws = [_plain(api_client, item) for item in items]
-    out = []
-    for raw in raws:
+
+    def wanted(raw: dict[str, Any]) -> bool:
         item_name = raw["metadata"]["name"]
         have = raw["metadata"].get("labels") or {}
-        if (
+        return (
             item_name.startswith(prefix)
             and item_name[len(prefix) :].isdigit()
             and all(have.get(k) == v for k, v in labels.items())
-        ):
-            out.append(raw)
-    return out
+        )
+
+    cache = object_cache.reads_of(api_client)
+    cached = cache.items(kind, namespace, wanted) if cache is not None else UNKNOWN
+    if isinstance(cached, list):
+        return cached
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    items = list_namespaced(namespace, label_selector=selector).items
+    return [raw for raw in (_plain(api_client, item) for item in items) if wanted(raw)]
 
 
 def instance_pvcs(api_client: client.ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:

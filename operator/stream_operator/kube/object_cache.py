@@ -79,11 +79,6 @@ def _lister(kind: str) -> tuple[Callable[[client.ApiClient], Callable[..., Any]]
 KINDS = ("StatefulSet", "Pod", "PersistentVolumeClaim", "Lease")
 
 
-def _labelled(obj: dict[str, Any], labels: dict[str, str]) -> bool:
-    have = obj["metadata"].get("labels") or {}
-    return all(have.get(k) == v for k, v in labels.items())
-
-
 class Watched:
     """One kind in one namespace, listed and then watched on a thread of its own."""
 
@@ -117,12 +112,13 @@ class Watched:
             found = self._items.get(name)
         return copy.deepcopy(found)
 
-    def items(self, labels: dict[str, str]) -> list[dict[str, Any]] | _Unknown:
-        """The held objects that carry every one of ``labels`` (copies)."""
+    def items(self, wanted: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]] | _Unknown:
+        """Copies of the held objects ``wanted`` picks (the caller's own test of a list
+        from the API server, which may ignore a label selector): only those are copied."""
         with self._lock:
             if not self._synced:
                 return UNKNOWN
-            held = [o for o in self._items.values() if _labelled(o, labels)]
+            held = [o for o in self._items.values() if wanted(o)]
         return copy.deepcopy(held)
 
     def versions(self) -> dict[str, str]:
@@ -243,11 +239,11 @@ class ObjectCache:
         return self.watched(kind, namespace).get(name)
 
     def items(
-        self, kind: str, namespace: str, labels: dict[str, str]
+        self, kind: str, namespace: str, wanted: Callable[[dict[str, Any]], bool]
     ) -> list[dict[str, Any]] | _Unknown:
         if kind not in KINDS or self._stop.is_set():
             return UNKNOWN
-        return self.watched(kind, namespace).items(labels)
+        return self.watched(kind, namespace).items(wanted)
 
     def synced(self, namespace: str) -> bool:
         return all(self.watched(kind, namespace).synced for kind in KINDS)
