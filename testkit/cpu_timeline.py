@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 _started: dict[str, tuple[float, float, float]] = {}
-_on = [True]  # False in an xdist controller
+_recording = True  # False in an xdist controller (pytest_configure)
 
 
 def _cpu() -> tuple[float, float]:
@@ -43,11 +43,12 @@ def runs_tests(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _on[0] = runs_tests(config)
+    global _recording
+    _recording = runs_tests(config)
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:
-    if _on[0]:
+    if _recording:
         _started[nodeid] = (time.time(), *_cpu())
 
 
