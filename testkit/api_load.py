@@ -25,7 +25,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from kubernetes import client
@@ -54,7 +54,7 @@ class Figures:
     resync: Tally  # one whole reconcile of every DurableStream
     status_cpu: float  # seconds of the operator's thread, one status round of all
     resync_cpu: float
-    cache: Tally  # the watch-fed cache's requests, from its start (None: not installed)
+    cache: Tally  # the watch-fed cache's requests, from its start (empty: not installed)
 
     def per_minute(self) -> Tally:
         tuning = operator_settings.OperatorSettings()
@@ -178,7 +178,7 @@ def measure(
     """The figures once ``settling`` rounds of each kind have run (the first rounds after
     a create write the status, the Lease's owner reference, the role labels), with the
     operator's watch-fed cache or (``cached=False``) without it, as before it was."""
-    with without_events(), watch_cache(c) if cached else _no_cache() as cache:
+    with without_events(), watch_cache(c) if cached else nullcontext() as cache:
         start = len(c.api.requests)
         names = converged(c, count, replicas)
         for _ in range(settling):
@@ -190,11 +190,6 @@ def measure(
         status, status_cpu = one_round(c, names, resync=False)
         watches = _tally(c, start, CACHE_AGENT)
     return Figures(count, replicas, status, resync, status_cpu, resync_cpu, watches)
-
-
-@contextmanager
-def _no_cache() -> Iterator[None]:
-    yield None
 
 
 def _verbs(tally: Tally) -> str:
