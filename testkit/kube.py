@@ -1,5 +1,9 @@
 """A Kubernetes API server for tests: kmock's emulator, made to behave like the real one.
 
+One module over 400 lines, kept whole: the emulator's routing of a request, in the
+order kube-apiserver applies its stages; each stage that stands alone is a module of
+its own (owner_refs, crd_schema, crd_cel, managed_fields, canonical, pod_proxy...).
+
 kmock keeps objects in memory and serves list, watch, create, patch and
 delete over real HTTP, but stamps nothing and validates nothing. The
 operator's correctness depends on exactly those details, so ``ApiServer``

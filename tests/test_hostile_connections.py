@@ -1,5 +1,8 @@
 """Hostile connection shapes against real servers: what one connection may cost.
 
+One module over 400 lines, kept whole: every hostile connection shape against the
+same server fixture and the same bounds (deadlines, memory, connection cap).
+
 Each test plays a client that never finishes something (a head, a body, a
 read) or holds many connections, and checks that the server bounds the cost
 (``stream_server.http_limits``, ``read_body``): memory stays flat, the

@@ -1,5 +1,8 @@
 """Spark on Kubernetes: rendered objects and manifests against the published CRD schemas.
 
+One module over 400 lines, kept whole: every check of the Spark objects against the
+same published CRD schemas, over the same render fixtures.
+
 No cluster and no Spark here: SparkApplication, ScheduledSparkApplication and
 VolumeSnapshot objects are validated with jsonschema against the Spark
 Operator's and the CSI snapshotter's own CRD schemas (tests/operator/crds/),

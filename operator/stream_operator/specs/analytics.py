@@ -1,5 +1,9 @@
 """Spark on Kubernetes for a DurableStream: what ``spec.analytics`` becomes, as plain dicts.
 
+One module over 400 lines, kept whole: every object ``spec.analytics`` becomes is
+rendered from the same few settings (image, volume, schedule, snapshot), and the
+renderers share them.
+
 Pure functions, like the operator's render module, so the operator can call
 them and tests can check them without a cluster:
 

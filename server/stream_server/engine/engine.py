@@ -1,5 +1,9 @@
 """The storage engine: durable batches, positional reads, checkpoints and recovery.
 
+One module over 400 lines, kept whole: the engine's one object, its batch path and
+its recovery; what can stand alone (the log reader, the metadata writer, the
+checkpointer, the WAL) already lives in modules of its own.
+
 Path of one batch (called from the single writer thread):
 
 1. build it (``batch.build``): the records for each segment file and one list

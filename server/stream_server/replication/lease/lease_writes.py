@@ -1,5 +1,8 @@
 """Every write this replica makes to the Lease, each a compare-and-swap.
 
+One module just over 400 lines, kept whole: every write is the same compare-and-swap
+with the same read-back, and they are read together to see that no two can both win.
+
 Create, renew, acquire, take a hand-over, hand over, release, give up for
 want of a quorum, change the in-sync and eligible sets, and settle a write
 whose answer was lost: each is one CAS on the Lease's resourceVersion, so two
