@@ -10,8 +10,10 @@ import pytest
 
 from stream_server.app import StreamServerApp
 from stream_server.config import Settings
+from stream_server.node.archive_follower_node import ArchiveFollowerNode
 from stream_server.node.archive_part import ArchivePart
-from stream_server.node.topology import ArchiveFollowerNode, ReplicaSetMember, SingleNode
+from stream_server.node.replica_set_member import ReplicaSetMember
+from stream_server.node.topology import SingleNode
 
 ARCHIVE = {"archive_url": "s3://bucket/prefix", "archive_endpoint": "http://127.0.0.1:1"}
 SET = {

@@ -33,17 +33,17 @@ from stream_server.metrics import Metrics
 from stream_server.node.archive_part import ArchivePart
 from stream_server.node.backups import BackupsPart
 from stream_server.node.metrics_part import MetricsPart
+from stream_server.node.modes import topology_of
 from stream_server.node.part import Part
 from stream_server.node.service_part import ServicePart
 from stream_server.node.store_factory import Listeners, StoreFactory
 from stream_server.node.streams import WRITE_METHODS, token_auth
 from stream_server.node.subscriptions_part import SubscriptionsPart
-from stream_server.node.topology import Topology
 from stream_server.protocol.handlers import Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, respond, text_headers
 from stream_server.protocol.live import ReaderSlots
+from stream_server.protocol.refusal import Refusal
 from stream_server.ratelimit import RateLimiter
-from stream_server.replication.fences.write_fence import Refusal
 
 log = logging.getLogger("stream_server")
 
@@ -63,7 +63,7 @@ P = TypeVar("P", bound=Part)
 class StreamServerApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.kind = Topology.of(settings)
+        self.kind = topology_of(settings)
         self.metrics = Metrics() if settings.metrics else None
         self._built: dict[type[Part], Part] = {}
         self._build(shapes_store=True)

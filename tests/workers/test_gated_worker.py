@@ -10,7 +10,7 @@ import asyncio
 
 from stream_server.node.part import Part
 from stream_server.protocol import http as http_helpers
-from stream_server.replication.fences.write_fence import Refusal
+from stream_server.protocol.refusal import Refusal
 
 CT = {"Content-Type": "application/octet-stream"}
 STANDBY = Refusal(

@@ -33,8 +33,8 @@ from stream_server.engine.replica import AckGate
 from stream_server.node.admin import status_route
 from stream_server.node.part import Part
 from stream_server.node.service_part import Node, ServicePart
-from stream_server.replication.fences.write_fence import Refusal
-from stream_server.replication.replica_set import PrimaryWork
+from stream_server.protocol.refusal import Refusal
+from stream_server.replication.primary_work import PrimaryWork
 from stream_server.streams.store_options import StoreEvents
 
 DRAIN_SECONDS = 5.0  # a clean shutdown waits this long for the last upload

@@ -15,8 +15,8 @@ from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute
 
 from stream_server.engine.replica import AckGate
-from stream_server.replication.fences.write_fence import Refusal
-from stream_server.replication.replica_set import PrimaryWork
+from stream_server.protocol.refusal import Refusal
+from stream_server.replication.primary_work import PrimaryWork
 from stream_server.streams.store_options import StoreEvents
 
 # An ASGI callable, for the paths a Part answers ahead of Starlette.

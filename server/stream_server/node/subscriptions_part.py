@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any
 
 from stream_server.node.service_part import Node, ServicePart
-from stream_server.replication.replica_set import PrimaryWork
+from stream_server.replication.primary_work import PrimaryWork
 from stream_server.streams.store_options import StoreEvents
 from stream_server.subscriptions.service import Subscriptions
 

@@ -10,23 +10,23 @@ come from ``parts``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from stream_server.archive.follow.replica_cluster import ArchiveFollower
 from stream_server.archive.follow_position import promote
 from stream_server.config import Settings
 from stream_server.engine.replica import ReplicaHooks
-from stream_server.node.archive_follower_part import FollowerPart
 from stream_server.node.part import Part
-from stream_server.node.replication import ReplicationPart
 from stream_server.node.store_factory import StoreFactory
 from stream_server.protocol.context import ReadGate
-from stream_server.replication.fences.write_fence import Refusal
+from stream_server.protocol.refusal import Refusal
 from stream_server.replication.identity import leave
-from stream_server.replication.replica_set import PrimaryWork, Replication
+from stream_server.replication.primary_work import PrimaryWork
 from stream_server.streams.store import StreamStore
+
+if TYPE_CHECKING:
+    from stream_server.archive.follow.replica_cluster import ArchiveFollower
+    from stream_server.replication.replica_set import Replication
 
 Ready = Callable[[], Awaitable[bool]]
 
@@ -53,15 +53,6 @@ class Topology:
     def __init__(self, settings: Settings, build: StoreFactory) -> None:
         self.settings = settings
         self.store: StreamStore = build()
-
-    @staticmethod
-    def of(settings: Settings) -> type[Topology]:
-        """The mode the settings ask for."""
-        if settings.replication_lease:
-            return ReplicaSetMember
-        if settings.archive_follow:
-            return ArchiveFollowerNode
-        return SingleNode
 
     def parts(self, recovered: Callable[[], bool]) -> Sequence[Part]:
         """The Parts this mode brings (``recovered``: whether recovery has finished)."""
@@ -108,82 +99,3 @@ class SingleNode(Topology):
             leave(engine)
 
         return single_node
-
-
-class ReplicaSetMember(Topology):
-    """A replica set's member (docs/replication.md): the set's hooks and ack gate, its
-    write fence and read gate, and the primary work run only while primary."""
-
-    primary_only = True
-    gated = True
-    replication: Replication
-
-    def __init__(self, settings: Settings, build: StoreFactory) -> None:
-        self.settings = settings
-        self.replication = r = Replication(settings, build)
-        self.store = r.store
-        self.read_gate = r.read_fence
-        self.peer_allowed = r.peer_allowed
-        self.term_hooks = r.hooks
-        self.refuses_writes = True
-
-    def parts(self, recovered: Callable[[], bool]) -> Sequence[Part]:
-        return [ReplicationPart(self.replication, recovered)]
-
-    async def write_refusal(self) -> Refusal | None:
-        return await self.replication.writes.refusal()
-
-    def writes_open(self) -> bool:
-        return self.replication.writes.open
-
-    def start(self, recovered: Ready, primary_work: list[PrimaryWork]) -> None:
-        """Only once recovered: its durable position is known, and it can serve."""
-        self.replication.start(ready=recovered, primary_work=primary_work)
-
-    async def stop(self) -> None:
-        await self.replication.stop()
-
-    async def hand_over(self) -> None:
-        """A primary that begins to stop hands the Lease to a standby first
-        (``Replication.hand_over_before_stopping``)."""
-        await self.replication.hand_over_before_stopping()
-
-
-class ArchiveFollowerNode(Topology):
-    """A replica cluster's server (--archive-follow, docs/replica-clusters.md): it applies
-    another cluster's archive on a standby's engine hooks and refuses every write."""
-
-    primary_only = True
-    gated = True
-    archives = False
-    refuses_writes = True
-    follower: ArchiveFollower
-
-    def __init__(self, settings: Settings, build: StoreFactory) -> None:
-        self.settings = settings
-        hooks = ReplicaHooks()
-        self.store = build(hooks)
-        self.follower = ArchiveFollower.from_settings(settings, self.store, hooks)
-
-    def parts(self, recovered: Callable[[], bool]) -> Sequence[Part]:
-        return [FollowerPart(self.follower)]
-
-    async def write_refusal(self) -> Refusal | None:
-        return self.follower.refusal()
-
-    def writes_open(self) -> bool:
-        return False
-
-    def opened(self) -> Callable[[], None] | None:
-        """It finds where it resumes."""
-        return self.follower.opened
-
-    async def before_open(self) -> None:
-        """An empty directory gets the newest base backup, off the loop."""
-        await asyncio.to_thread(self.follower.bootstrap)
-
-    def start(self, recovered: Ready, primary_work: list[PrimaryWork]) -> None:
-        self.follower.start(ready=recovered)
-
-    async def stop(self) -> None:
-        await self.follower.stop()

@@ -46,8 +46,9 @@ from stream_server.replication.peers.peer_tls import PeerTls
 from stream_server.replication.peers.peer_token import PeerToken
 from stream_server.replication.primary.sender import Sender
 from stream_server.replication.primary.shipping import Refusal, Shipper
+from stream_server.replication.primary_work import PrimaryWork
 from stream_server.replication.recopy import Recopy
-from stream_server.replication.role_switch import PrimaryWork, RoleSwitch
+from stream_server.replication.role_switch import RoleSwitch
 from stream_server.replication.settings import (
     ReplicationSettings,
     heartbeat,

@@ -18,28 +18,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from stream_server.engine.replica import ReplicaHooks, stamp_base
 from stream_server.replication.identity import SetIdentity
 from stream_server.replication.lease.roles import RoleLoop
 from stream_server.replication.primary.shipping import Shipper
+from stream_server.replication.primary_work import PrimaryWork
 from stream_server.replication.standby.mirror import Mirror
 from stream_server.replication.standby.receiver import Follower
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore
 
 log = logging.getLogger("stream_server.replication")
-
-
-@dataclass(frozen=True, slots=True)
-class PrimaryWork:
-    """Work that writes of its own accord: started on promotion, stopped on demotion."""
-
-    name: str
-    start: Callable[[], Awaitable[None]]
-    stop: Callable[[], Awaitable[None]]
 
 
 class RoleSwitch:

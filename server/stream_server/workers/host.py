@@ -28,9 +28,9 @@ from stream_format.meta import StreamMeta, TailValue
 from stream_format.records import Producer
 from stream_server.engine import BatchStats
 from stream_server.protocol.live import ReaderSlots
+from stream_server.protocol.refusal import Refusal
 from stream_server.protocol.refusals import Decided
 from stream_server.ratelimit import RateLimiter
-from stream_server.replication.fences.write_fence import Refusal
 from stream_server.streams.errors import NotFound, StreamError
 from stream_server.streams.forks import chain
 from stream_server.streams.model import Stream

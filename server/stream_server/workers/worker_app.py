@@ -21,8 +21,8 @@ from pathlib import Path
 
 from stream_format.layout import Layout
 from stream_server.config import Settings
+from stream_server.node.modes import topology_of
 from stream_server.node.streams import WRITE_METHODS, token_auth
-from stream_server.node.topology import Topology
 from stream_server.protocol.context import raw_path
 from stream_server.protocol.handlers import READS, Context, StreamRoutes
 from stream_server.protocol.http import Receive, Scope, Send, query_params
@@ -65,7 +65,7 @@ class WorkerApp:
         self.base_raw = settings.base_path.encode()
         # A replica set's member, a replica cluster's server: the writer's gates decide
         # what is served here (``_here``).
-        self.gated = Topology.of(settings).gated
+        self.gated = topology_of(settings).gated
         self.on_fatal: Callable[[], None] | None = None  # the server stops (serving.py)
 
     def _writer_lost(self) -> None:

@@ -58,7 +58,7 @@ from stream_server.archive.object_store import ArchiveError, ObjectStore
 from stream_server.config import Settings
 from stream_server.engine.engine import Engine
 from stream_server.engine.replica import ReplicaHooks, commit_frames, write_frames
-from stream_server.replication.fences.write_fence import Refusal
+from stream_server.protocol.refusal import Refusal
 from stream_server.replication.standby.mirror import Mirror
 from stream_server.streams.replicated import ReplicatedStreams
 from stream_server.streams.store import StreamStore

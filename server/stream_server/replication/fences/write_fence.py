@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 from typing import Protocol
 
+from stream_server.protocol.refusal import Refusal
 from stream_server.replication.fences.read_fence import RETRY_AFTER
 from stream_server.replication.lease.roles import RoleLoop
 from stream_server.replication.role_switch import RoleSwitch
@@ -26,13 +26,6 @@ from stream_server.replication.switchover import Switchover
 class WriteSettings(Protocol):
     replication_wait: float
     replication_durability: str
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
 
 
 class WriteFence:
