@@ -41,7 +41,9 @@ class ProfiledServer(Server):
 
     def command(self) -> list[str]:
         python, *rest = super().command()  # python -m stream_server serve ...
-        return [python, "-m", "cProfile", "-o", str(self.out), *rest]
+        # One process that serves: with worker processes (one per CPU by default)
+        # the requests would be answered outside the profile.
+        return [python, "-m", "cProfile", "-o", str(self.out), *rest, "--workers", "1"]
 
     def stop(self) -> None:
         # SIGINT: uvicorn stops, the interpreter unwinds and cProfile writes its file
@@ -82,6 +84,8 @@ def calls_per_append(
     (start-up, imports, creates and shutdown cancel out)."""
     idle_calls, idle_answered = profiled_run(source, workdir, kind, 0, archive)
     calls, answered = profiled_run(source, workdir, kind, seconds, archive)
+    if answered <= idle_answered:
+        raise SystemExit(f"{kind}: no append was answered in the profiled process")
     return (calls - idle_calls) / (answered - idle_answered)
 
 
