@@ -184,6 +184,25 @@ async def test_the_sweeper_expires_what_has_passed_by_the_store_s_clock(clocked)
         await store.create(CreateRequest("f", None, fork=ForkRequest("ttl", None)))
 
 
+async def test_a_store_that_paused_its_own_writes_deletes_nothing_until_resumed(clocked):
+    """A standby's store: an expired stream reads as gone, but neither the read nor the
+    sweeper deletes it (the primary's delete is to come as a frame); once primary, the
+    sweeper does."""
+    store, clock = clocked
+    await store.create(CreateRequest("t", BIN, b"x", ttl=60))
+    store.pause_own_writes()
+    clock.advance(61)
+    with pytest.raises(NotFound):
+        store.get("t")
+    store.sweep()
+    await store.expiry.drained()
+    assert "t" in store.streams and not store.streams["t"].pending.meta.soft_deleted
+    store.resume_own_writes()
+    store.sweep()
+    await store.expiry.drained()
+    assert "t" not in store.streams
+
+
 async def test_a_failed_batch_changes_nothing(store, monkeypatch):
     await store.create(CreateRequest("f", BIN, b"keep"))
     await append(store, "f", b"1", producer=Producer("w", 0, 0))

@@ -62,8 +62,7 @@ class RoleSwitch:
         # What the app runs only while this replica is primary (given to ``run``).
         self.work: list[PrimaryWork] = []
         # Paused before the store starts them: a standby until the Lease says otherwise.
-        store.expiry.pause()
-        store.retention.pause()
+        store.pause_own_writes()
 
     async def run(self, work: list[PrimaryWork]) -> None:
         """Standby first, then whichever mode the role loop's state names, switched
@@ -118,8 +117,7 @@ class RoleSwitch:
         )
 
     async def start_primary_work(self) -> None:
-        self.store.expiry.resume()
-        self.store.retention.resume()
+        self.store.resume_own_writes()
         for work in self.work:
             try:
                 await work.start()
@@ -127,8 +125,7 @@ class RoleSwitch:
                 log.exception("could not start %s as primary", work.name)
 
     async def stop_primary_work(self) -> None:
-        self.store.expiry.pause()
-        self.store.retention.pause()
+        self.store.pause_own_writes()
         for work in reversed(self.work):
             try:
                 await work.stop()

@@ -622,6 +622,19 @@ class StreamStore:
         """Expire every stream whose TTL or Expires-At has passed."""
         return self.expiry.sweep()
 
+    def pause_own_writes(self) -> None:
+        """Delete and drop nothing of its own accord: no TTL expiry (by the sweeper or
+        on a read) and no retention drop. A standby's or a follower's store: the
+        primary's deletions and drops reach it as frames. Before ``start``, the
+        sweepers never start."""
+        self.expiry.pause()
+        self.retention.pause()
+
+    def resume_own_writes(self) -> None:
+        """Expire and drop again (this replica became primary)."""
+        self.expiry.resume()
+        self.retention.resume()
+
 
 def _forward(reply: AppendReply, i: int, done: asyncio.Future[AppendResult]) -> None:
     """A settled append's outcome to ``reply`` (``append_many``)."""

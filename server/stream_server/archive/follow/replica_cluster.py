@@ -89,8 +89,7 @@ class ArchiveFollower:
         self.mirror = mirror
         self.poll_seconds = poll_seconds
         # Work that writes of its own accord never runs here (as on a standby).
-        store.expiry.pause()
-        store.retention.pause()
+        store.pause_own_writes()
         self.followed = Followed(self.url)
         self.restored: Restored | None = None  # a base backup restored at start
         self.history: History = []  # the newest term's, as the archive has it
