@@ -296,10 +296,9 @@ def test_every_setting_is_declared_once_with_its_group_help_and_checks():
             assert d.about.checks, f"{d.name}: a number without a range"
 
 
-# Classes that still restate a group: the replica's view of its peers' TLS settings and
-# uvicorn's protocol class (``protocol_class`` binds the limits as class attributes,
-# with the connection cap it derives). Next to go.
-STILL_NARROWED = {"TlsSettings", "LimitedHttpToolsProtocol"}
+# Classes that still restate a group: uvicorn's protocol class (``protocol_class`` binds
+# the limits as class attributes, with the connection cap it derives).
+STILL_NARROWED = {"LimitedHttpToolsProtocol"}
 
 
 def _group_classes() -> list[type]:

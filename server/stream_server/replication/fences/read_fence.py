@@ -19,23 +19,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from typing import Protocol
 
+from stream_server.declared.groups import ReplicationSettings
 from stream_server.replication.lease.roles import RoleLoop
 from stream_server.replication.standby.freshness import Freshness
 
 RETRY_AFTER = 1  # seconds: a failover or an ISR change is a lease round away
 
 
-class ReadSettings(Protocol):
-    replication_read_staleness: float
-    replica_url: str
-
-
 class ReadFence:
     def __init__(
         self,
-        settings: ReadSettings,
+        settings: ReplicationSettings,
         roles: RoleLoop,
         freshness: Freshness,
         primary: Callable[[], bool],

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Protocol
 
+from stream_server.declared.groups import ReplicationSettings
 from stream_server.protocol.refusal import Refusal
 from stream_server.replication.fences.read_fence import RETRY_AFTER
 from stream_server.replication.lease.roles import RoleLoop
@@ -23,15 +23,10 @@ from stream_server.replication.role_switch import RoleSwitch
 from stream_server.replication.switchover import Switchover
 
 
-class WriteSettings(Protocol):
-    replication_wait: float
-    replication_durability: str
-
-
 class WriteFence:
     def __init__(
         self,
-        settings: WriteSettings,
+        settings: ReplicationSettings,
         roles: RoleLoop,
         quorum: int,
         modes: RoleSwitch,

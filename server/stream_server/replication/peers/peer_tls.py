@@ -30,23 +30,17 @@ from __future__ import annotations
 import logging
 import ssl
 from pathlib import Path
-from typing import Protocol
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
+from stream_server.declared.groups import ReplicationSettings
 from stream_server.rotation import Reloaded
 
 log = logging.getLogger("stream_server.replication")
 
 RECHECK = 1.0  # seconds between two looks at the files' signature
-
-
-class TlsSettings(Protocol):
-    replication_ca_file: str
-    replication_cert_file: str
-    replication_key_file: str
 
 
 def _flag(name: str) -> str:
@@ -86,7 +80,7 @@ def _no_password() -> bytes:
     raise ValueError("replication-key-file is encrypted; give the key unencrypted")
 
 
-def check(s: TlsSettings) -> None:
+def check(s: ReplicationSettings) -> None:
     """ValueError naming the setting that is wrong (called at start, with the others)."""
     if bool(s.replication_cert_file) != bool(s.replication_key_file):
         given, missing = (
@@ -99,7 +93,7 @@ def check(s: TlsSettings) -> None:
         build(s)
 
 
-def build(s: TlsSettings) -> ssl.SSLContext:
+def build(s: ReplicationSettings) -> ssl.SSLContext:
     """The client context for peers, from the settings' files; ValueError naming the
     setting whose file does not load."""
     if s.replication_ca_file:
@@ -124,7 +118,7 @@ def build(s: TlsSettings) -> ssl.SSLContext:
 class PeerTls:
     """The peers' client context, built again when its files change."""
 
-    def __init__(self, s: TlsSettings) -> None:
+    def __init__(self, s: ReplicationSettings) -> None:
         self.settings = s
         paths = (s.replication_ca_file, s.replication_cert_file, s.replication_key_file)
         self._context = Reloaded(
