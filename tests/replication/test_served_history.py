@@ -72,7 +72,7 @@ def test_frames_of_a_term_past_its_end_here_diverged() -> None:
 
 def test_a_term_the_primary_never_saw_diverged() -> None:
     shipper = primary_at(60, [(1, 1), (3, 42)], ring_from=30)
-    assert error(shipper.refusal(3, 2, 44))["error"] == "diverged"
+    assert error(shipper.refusal(3, 2, 44)) == {"error": "diverged", "term": 3, "truncate_to": None}
 
 
 def test_a_follower_behind_the_frames_held_must_recopy() -> None:

@@ -327,8 +327,10 @@ class Shipper:
         mine = self.lsn
         end = self.hooks.term_end(after_term, mine)
         if after_lsn and (after_lsn > mine or end is None or after_lsn > end):
-            # Frames we never had: written by a deposed primary, never acknowledged.
-            return _json(409, {"error": "diverged", "term": state.term, "truncate_to": end or 0})
+            # Frames we never had: written by a deposed primary, never acknowledged. Where
+            # its history and ours part (null: its term was never ours, so nowhere we
+            # can name); for people reading it, the standby re-copies either way.
+            return _json(409, {"error": "diverged", "term": state.term, "truncate_to": end})
         first = self.ring[0][1] if self.ring else mine + 1
         if after_lsn < mine and first > after_lsn + 1:
             return _json(409, {"error": "too far behind: re-copy", "term": state.term})
