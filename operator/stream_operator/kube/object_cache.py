@@ -7,7 +7,10 @@ the operator's API load (docs/kubernetes.md, "API load"). Here each of those kin
 listed once per namespace and then watched from the list's resourceVersion (client-go's
 informer: a watch resumed where it ended, with bookmarks so that a quiet watch resumes
 from a recent version; a 410 Gone (the version left the API server's window) lists
-again and replaces what was held, so nothing deleted in the gap stays). Only the
+again and replaces what was held, so nothing deleted in the gap stays; until that list
+answers, it answers from what it held, as an informer serves its store through a
+relist: a status round may report the state before the gap one interval late, and
+nothing that writes reads from here). Only the
 operator's labelled objects are selected (``app.kubernetes.io/name=durable-streams``,
 the label of everything ``specs.render`` makes and of the claims of its StatefulSets);
 the Leases are the servers' and carry no label of ours, so every Lease of the namespace
