@@ -103,10 +103,10 @@ import jsonpatch
 import jsonpointer
 import kmock
 from kmock._internal import dicts, enums, rendering
-from kubernetes.utils import parse_quantity
 
 from testkit import (
     canonical,
+    crd_cel,
     crd_schema,
     disruption,
     flow_control,
@@ -225,7 +225,7 @@ def _verb(request: rendering.Request) -> str | None:
 
 def _pvc_request(obj: dict[str, Any]) -> int | None:
     raw = (((obj.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
-    return None if raw is None else int(parse_quantity(raw))
+    return None if raw is None else int(crd_cel.parse_quantity(raw))
 
 
 def _apply_manager(request: rendering.Request) -> str:
