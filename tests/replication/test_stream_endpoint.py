@@ -1,4 +1,4 @@
-"""``/replication/stream`` is answered ahead of Starlette (``replication/primary/stream_endpoint.py``),
+"""``/replication/stream`` is answered ahead of Starlette (``replication/stream_endpoint.py``),
 and keeps what Starlette's route did: the peer token first, 400 for bad parameters,
 503 during recovery, 405 for other methods; the fetch it replaced is gone. The real app object, called as uvicorn
 calls it; its Starlette part is replaced by one that fails the test if reached."""

@@ -1,7 +1,7 @@
 """A replica set's endpoints and series (docs/replication.md) as a Part.
 
 ``/replication/stream`` is answered ahead of Starlette: its connection is handed
-over to the primary's sender (``replication/primary/stream_endpoint.py``). The snapshot
+over to the primary's sender (``replication/stream_endpoint.py``). The snapshot
 and switchover are peer endpoints, behind the set's token when it has one.
 """
 
@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute, Route
 from stream_server.node.admin import peer_denied
 from stream_server.node.part import Asgi, Part
 from stream_server.protocol.http import Receive, Scope, Send
-from stream_server.replication.primary import stream_endpoint
+from stream_server.replication import stream_endpoint
 from stream_server.replication.replica_metrics import ReplicationCollector
 from stream_server.replication.replica_set import Replication
 
