@@ -23,6 +23,14 @@ Why a script around ``podman build`` rather than three bare build commands:
   sources, this script, its base image's id); an image whose label matches
   is reused, so the tests can ask for the images every session at little
   cost.
+- **The dependencies are a layer of their own.** A change to the sources
+  (the common case: every commit) rebuilds only the layer that installs the
+  project's wheel; the layer below it, the dependencies (pyspark, pyarrow,
+  boto3...: nearly all of an image's bytes and of its build's CPU), is keyed
+  on the project's requirements and the base (``DEPS``), and the dependency
+  wheels on the host are kept for as long as those requirements hold, so
+  only the project's own wheel is built again. ``--no-cache`` builds all of
+  them afresh.
 
 Prints one line per image (reused or built, seconds, size); ``--json``
 prints the same as JSON on stdout for a caller (tests/images/conftest.py).
@@ -67,6 +75,8 @@ DEBIAN_PACKAGES = ("python3", "python3-venv", "tini", "passwd")
 DEBIAN_BASE = f"localhost/durable-streams-base:{DEBIAN_SUITE}-python"
 # Files in the images' build context besides the wheels.
 CONTEXT_FILES = ("spark-entrypoint.sh",)
+WHEEL_PREFIX = "durable_streams_py"  # the project's own wheel, built again every build
+WHEELS_FOR = "wheels-for"  # the requirements digest the dependency wheels were built for
 SKIP_PARTS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 
 
@@ -239,26 +249,54 @@ def inputs_digest(name: str, base_id: str) -> str:
     return digest_of(*parts)
 
 
-def build_wheels(extras: list[str]) -> None:
-    """The project and its dependencies as wheels in the build context, from a clean copy."""
-    src = WORK / "src"
-    for stale in (src, CONTEXT):
-        shutil.rmtree(stale, ignore_errors=True)
+def requirements_digest() -> str:
+    """What decides the dependency wheels and the images' dependency layers: the project's
+    requirements (every extra an image installs) and the host's Python, which builds them."""
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    extras = project.get("optional-dependencies", {})
+    wanted = {
+        "python": list(sys.version_info[:2]),
+        "requires-python": project.get("requires-python"),
+        "dependencies": project.get("dependencies", []),
+        "extras": {extra: extras.get(extra, []) for extra in sorted(set(IMAGES.values()))},
+    }
+    return digest_of(json.dumps(wanted, sort_keys=True))
+
+
+def build_wheels(*, fresh: bool) -> None:
+    """The project's wheel, from a clean copy of its sources, and its dependencies' wheels
+    (every image's extra) in the build context.
+
+    The dependency wheels stay from one build to the next while ``requirements_digest``
+    holds (``WHEELS_FOR`` records it), so that a change to the sources builds one small
+    wheel; ``fresh`` (or new requirements) builds them all again."""
+    src, wheels = WORK / "src", CONTEXT / "wheels"
+    stamp = CONTEXT / WHEELS_FOR
+    requirements = requirements_digest()
+    fresh = fresh or not stamp.exists() or stamp.read_text() != requirements
+    shutil.rmtree(src, ignore_errors=True)
+    if fresh:
+        shutil.rmtree(CONTEXT, ignore_errors=True)
+    for old in wheels.glob(f"{WHEEL_PREFIX}-*.whl"):
+        old.unlink()
     src.mkdir(parents=True)
     for path in source_files():
         target = src / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
-    (CONTEXT / "wheels").mkdir(parents=True)
+    wheels.mkdir(parents=True, exist_ok=True)
     for name in CONTEXT_FILES:
         shutil.copy2(IMAGES_DIR / name, CONTEXT / name)
-    log(f"building wheels for [{','.join(extras)}] on the host")
+    extras = ",".join(sorted(set(IMAGES.values())))
+    log(f"building {f'wheels for [{extras}]' if fresh else 'the project wheel'} on the host")
     started = time.monotonic()
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-qq", "--disable-pip-version-check",
-         "--wheel-dir", str(CONTEXT / "wheels"), f"{src}[{','.join(extras)}]"],
+         *([] if fresh else ["--no-deps"]), "--wheel-dir", str(wheels), f"{src}[{extras}]"],
         check=True,
     )  # fmt: skip
+    stamp.write_text(requirements)
     log(f"wheels built in {time.monotonic() - started:.0f} s")
 
 
@@ -277,12 +315,14 @@ class Result:
 
 
 class Plan(NamedTuple):
-    """One image to have: its name, reference, base and the digest of its inputs."""
+    """One image to have: its name, reference, base, the digest of its inputs and that of
+    its dependency layer's (the requirements and the base)."""
 
     name: str
     ref: str
     base: str
     digest: str
+    deps: str
 
 
 def build_image(engine: Engine, plan: Plan, *, no_cache: bool) -> None:
@@ -292,6 +332,7 @@ def build_image(engine: Engine, plan: Plan, *, no_cache: bool) -> None:
         "--file", str(IMAGES_DIR / f"{plan.name}.Containerfile"),
         "--build-arg", f"BASE={plan.base}",
         "--build-arg", f"VERSION={project_version()}",
+        "--build-arg", f"DEPS={plan.deps}",
         "--build-arg", f"INPUTS={plan.digest}",
         "--label", f"{INPUTS_LABEL}={plan.digest}",
         "--tag", plan.ref,
@@ -309,8 +350,9 @@ def build(
     base_record = engine.inspect(base)
     if base_record is None:
         raise SystemExit(f"build_images: base image {base} not found")
+    deps = digest_of(requirements_digest(), base_record["Id"])
     plans = [
-        Plan(name, f"{name}:{version}", base, inputs_digest(name, base_record["Id"]))
+        Plan(name, f"{name}:{version}", base, inputs_digest(name, base_record["Id"]), deps)
         for name in names
     ]
 
@@ -319,7 +361,7 @@ def build(
 
     stale = {plan.name for plan in plans if force or not current(plan)}
     if stale:
-        build_wheels(sorted({IMAGES[name] for name in stale}))
+        build_wheels(fresh=no_cache)
     results = []
     for plan in plans:
         started = time.monotonic()
