@@ -47,18 +47,22 @@ class LagSampler(Sampler):
         self.bytes.append(float(st.get("lag_bytes", 0.0)))
 
 
-def archive_status(port: int) -> dict[str, object]:
-    answer = httpx.get(f"http://127.0.0.1:{port}/_archive/status", timeout=5)
+def archive_status(http: httpx.Client, port: int) -> dict[str, object]:
+    answer = http.get(f"http://127.0.0.1:{port}/_archive/status")
     answer.raise_for_status()
     doc: dict[str, object] = answer.json()
     return doc
 
 
-def caught_up(port: int, timeout: float = 120) -> float:
-    """Seconds until the archive holds every frame the server has made durable."""
+def caught_up(http: httpx.Client, port: int, timeout: float = 120) -> float:
+    """Seconds until the archive holds every frame the server has made durable.
+
+    One client for all the polls: a new one each time (``httpx.get``) loads the CA
+    bundle for its TLS context, 60 ms of CPU per poll, most of the harness's CPU while
+    the archive catches up."""
     started = time.monotonic()
     while True:
-        st = archive_status(port)
+        st = archive_status(http, port)
         durable, archived = st.get("durable_lsn"), st.get("archived_lsn")
         if isinstance(durable, int) and isinstance(archived, int) and archived >= durable:
             return time.monotonic() - started
@@ -81,13 +85,14 @@ def measure(srv: Server, prof: Profile, archived: bool) -> ArchiveResult:
             a = appends(srv, prof, streams=64, threads=64)
     else:
         a = appends(srv, prof, streams=64, threads=64)
-    catch_up = caught_up(srv.port) if archived else None
-    s = sequential(srv, prof)
-    archived_all = None
-    if archived:
-        caught_up(srv.port)
-        st = archive_status(srv.port)
-        archived_all = st.get("archived_lsn") == st.get("durable_lsn")
+    with httpx.Client(timeout=5) as http:
+        catch_up = caught_up(http, srv.port) if archived else None
+        s = sequential(srv, prof)
+        archived_all = None
+        if archived:
+            caught_up(http, srv.port)
+            st = archive_status(http, srv.port)
+            archived_all = st.get("archived_lsn") == st.get("durable_lsn")
     return ArchiveResult(
         appends_per_s=a.appends_per_s,
         p50_ms=a.p50_ms,
