@@ -17,9 +17,10 @@ the before/after of a change in one run, on the same machine and disk.
 Everything runs on this machine in one go. Each workload starts a fresh
 server in its own temporary data directory on a free port (ours, then the
 reference), waits until it is ready, prepares its streams, measures, and
-stops it. Both servers run with the same long-poll timeout (20 s) and keep
-their durability: they fdatasync before acknowledging, nothing here turns
-that off. Load comes from wrk (appends, with the Lua scripts next to this
+stops it; with --quick, a smoke, the workloads before the restart share one
+server per column (``SHARED_QUICK``). Both servers run with the same
+long-poll timeout (20 s) and keep their durability: they fdatasync before
+acknowledging, nothing here turns that off. Load comes from wrk (appends, with the Lua scripts next to this
 file) and, where wrk cannot do the job (chained catch-up reads, long-poll
 wake latency, 1,000 idle readers, restart), from raw blocking or epoll
 sockets in this process: the leanest client Python has.
@@ -101,13 +102,20 @@ from bench.servers import (
     missing,
 )
 from bench.workers import build_workers_rows, describe_model, model, run_workers
-from bench.workloads import CEILING_WORKLOAD, KEYS, WORKLOADS, ceiling_appends
+from bench.workloads import CEILING_WORKLOAD, KEYS, WORKLOADS, Workload, ceiling_appends
 
 REPLICATED = "replicated"  # a workload of its own: the replica set against single-node ours
 ARCHIVED = "archived"  # ours with the object-store archive on against off
 WORKERS = "workers"  # ours with --workers N against --workers 1
 SIDE_BY_SIDE = (REPLICATED, ARCHIVED, WORKERS)  # workloads that compare ours with ours
 ALL_KEYS = [*KEYS, *SIDE_BY_SIDE]
+# With --quick, a smoke, these run one after the other on one server per column instead
+# of a fresh one each: each uses streams of its own, and a start of ours costs more CPU
+# than most of them. The restart (it stops its server and times the start on its own
+# data) and the many-streams workload keep a fresh server.
+SHARED_QUICK = frozenset(
+    ("appends_64x64", "appends_64x1", "sequential", "catchup_bin", "catchup_json", "live", "idle")
+)
 
 
 @dataclass
@@ -118,6 +126,50 @@ class Figures:
     archived: dict[str, Result] = field(default_factory=dict)  # "off", "on"
     workers: dict[str, WorkersResult] = field(default_factory=dict)  # "single", "workers"
     errors: dict[str, str] = field(default_factory=dict)  # "workload/server" -> the error
+
+
+def one_run(
+    w: Workload,
+    kind: str,
+    prof: Profile,
+    workdir: Path,
+    baseline: Path | None,
+    shared: dict[str, Server],
+    runs_by: dict[str, list[Result]],
+    errors: dict[str, str],
+) -> None:
+    """Workload ``w`` once on column ``kind``: on a fresh server, or with --quick, when
+    ``w`` is one of SHARED_QUICK, on that column's server in ``shared`` (started by the
+    first of them; a failure stops it, so the next starts afresh)."""
+    share = prof.quick and w.key in SHARED_QUICK
+    found = shared.pop(kind, None) if share else None
+    if found is not None:
+        srv = found
+    elif kind == "reference" and baseline is not None:
+        srv = Server("baseline", workdir, source=baseline)
+    else:
+        srv = Server(kind, workdir)
+    log(f"{w.key}: {srv.kind}")
+    keep = False
+    try:
+        disk = disk_syncs_per_s(workdir, 0.25)  # the disk varies over time
+        if found is None:
+            srv.start()
+        elif not srv.running:
+            raise RuntimeError(f"{srv.kind} exited after the workload before: {srv.log_tail()}")
+        res = w.run(srv, prof)
+        res.disk_fdatasync_per_s = disk
+        runs_by.setdefault(kind, []).append(res)
+        log(f"{w.key}: {srv.kind}: {short(res)}")
+        keep = share
+    except Exception as exc:
+        errors[f"{w.key}/{kind}"] = f"{type(exc).__name__}: {exc}"
+        log(f"{w.key}: {srv.kind} FAILED: {exc}")
+    finally:
+        if keep:
+            shared[kind] = srv  # for the next of SHARED_QUICK
+        else:
+            srv.cleanup()
 
 
 def run(
@@ -151,32 +203,20 @@ def run(
                 srv.cleanup()
         out.ceiling = merge(runs) if runs else None
     columns = [k for k in ("ours", "reference") if k in servers or (k == "reference" and baseline)]
-    for w in WORKLOADS:
-        if only and w.key not in only:
-            continue
-        runs_by: dict[str, list[Result]] = {}
-        for _ in range(repeat):
-            for kind in columns:
-                if f"{w.key}/{kind}" in out.errors:
-                    continue
-                if kind == "reference" and baseline is not None:
-                    srv = Server("baseline", workdir, source=baseline)
-                else:
-                    srv = Server(kind, workdir)
-                log(f"{w.key}: {srv.kind}")
-                try:
-                    disk = disk_syncs_per_s(workdir, 0.25)  # the disk varies over time
-                    srv.start()
-                    res = w.run(srv, prof)
-                    res.disk_fdatasync_per_s = disk
-                    runs_by.setdefault(kind, []).append(res)
-                    log(f"{w.key}: {srv.kind}: {short(res)}")
-                except Exception as exc:
-                    out.errors[f"{w.key}/{kind}"] = f"{type(exc).__name__}: {exc}"
-                    log(f"{w.key}: {srv.kind} FAILED: {exc}")
-                finally:
-                    srv.cleanup()
-        out.workloads[w.key] = {kind: merge(r) for kind, r in runs_by.items()}
+    shared: dict[str, Server] = {}  # --quick: the server each column's SHARED_QUICK run on
+    try:
+        for w in WORKLOADS:
+            if only and w.key not in only:
+                continue
+            runs_by: dict[str, list[Result]] = {}
+            for _ in range(repeat):
+                for kind in columns:
+                    if f"{w.key}/{kind}" not in out.errors:
+                        one_run(w, kind, prof, workdir, baseline, shared, runs_by, out.errors)
+            out.workloads[w.key] = {kind: merge(r) for kind, r in runs_by.items()}
+    finally:
+        for srv in shared.values():
+            srv.cleanup()
     if "ours" in servers and (not only or REPLICATED in only):
         sides, errors = run_replicated(prof, workdir, repeat)
         out.replicated = dict(sides)
