@@ -16,7 +16,10 @@ pickles the answers), each once the last is answered: every batch is one frame, 
 the count does not depend on how threads happened to interleave (the workers workload
 prints the requests per batch of its 64 x 64 run: about as many). Two runs of
 different lengths are counted; their difference per append is the steady cost,
-without the start's. Counted at two batch sizes (``--split``: 32 and 128), ``a + b/n``
+without the start's. Both are one process: callgrind's count of the first frames is
+dumped (and zeroed) when they are answered, and the rest's when they are, so the
+second dump is the difference, and valgrind runs the start (its imports, the store's
+opening: most of its CPU) once. Counted at two batch sizes (``--split``: 32 and 128), ``a + b/n``
 splits what an append costs (``a``) from what a batch of ``n`` costs (``b``). Up to
 64 appends a frame, each goes to a stream of its own, so a batch's cost is also its
 streams'.
@@ -77,13 +80,14 @@ class Counted:
 # ------------------------------------------------------------------ the feed
 
 
-def feed(frames: int, per_frame: int) -> None:
-    """Run in the counted process: ``frames`` frames of ``per_frame`` appends through a
-    link handler."""
-    asyncio.run(_feed(frames, per_frame))
+def feed(phases: list[int], per_frame: int) -> None:
+    """Run in the counted process: frames of ``per_frame`` appends through a link
+    handler, ``phases[-1]`` in all, saying "done" (and waiting for a line) after the
+    ``phases[i]``-th of each."""
+    asyncio.run(_feed(phases, per_frame))
 
 
-async def _feed(frames: int, per_frame: int) -> None:
+async def _feed(phases: list[int], per_frame: int) -> None:
     from stream_server.server import GC_THRESHOLDS  # where --baseline's older ones have it
     from stream_server.workers.host import HostLink
     from stream_server.workers.link import HEADER, PROTOCOL
@@ -115,6 +119,7 @@ async def _feed(frames: int, per_frame: int) -> None:
             # The worker's frames, made before the count: pickling them is its work.
             rid = 0
             sent: list[bytes] = []
+            frames = phases[-1]
             for _ in range(frames):
                 messages = []
                 for _ in range(per_frame):
@@ -138,8 +143,9 @@ async def _feed(frames: int, per_frame: int) -> None:
                 while len(replies) < n:  # a frame's appends are answered in one frame
                     answered.clear()
                     await answered.wait()
-            print("done", flush=True)
-            sys.stdin.readline()
+                if n in phases:
+                    print("done", flush=True)
+                    sys.stdin.readline()
             answers = [a for reply in replies for a in pickle.loads(reply)]
             refused = [(rid, value) for rid, ok, value in answers if not ok]
             if refused or len(answers) != frames * per_frame:
@@ -169,65 +175,67 @@ def count(
     per_frame: int = PER_FRAME,
     lengths: tuple[int, int] = (SHORT, LONG),
 ) -> Counted:
-    """Both runs under callgrind, at once (one core each), each counted from when its
-    store is ready, and their difference; ``source``: the ``server/`` folder to count
-    instead of this checkout's; ``lengths``: the appends of each run."""
+    """The two lengths of run under callgrind, as one run dumped at each (the module's
+    docstring), counted from when its store is ready, and their difference; ``source``:
+    the ``server/`` folder to count instead of this checkout's; ``lengths``: the appends
+    of each."""
     short_frames, long_frames = (n // per_frame for n in lengths)
-    runs = {frames: workdir / f"run-{frames}" for frames in (short_frames, long_frames)}
-    procs: list[tuple[subprocess.Popen[str], int]] = []
-    for frames, where in runs.items():
-        where.mkdir(parents=True)
-        cmd = [
-            "valgrind",
-            "--tool=callgrind",
-            "--separate-threads=yes",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={where}/cg.%p",
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--feed",
-            str(frames),
-            "--per-frame",
-            str(per_frame),
-        ]
-        env = env_with(pythonpath=source)
-        with (where / "stderr").open("w") as err:
-            proc = subprocess.Popen(
-                cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
-            )
-        procs.append((proc, frames))
+    if not 0 < short_frames < long_frames:
+        raise ValueError(
+            f"two lengths of run, the first shorter, of {per_frame} or more: {lengths}"
+        )
+    where = workdir / "run"
+    where.mkdir(parents=True)
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--separate-threads=yes",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={where}/cg.%p",
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--feed",
+        f"{short_frames},{long_frames}",
+        "--per-frame",
+        str(per_frame),
+    ]
+    with (where / "stderr").open("w") as err:
+        proc = subprocess.Popen(
+            cmd,
+            env=env_with(pythonpath=source),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    assert proc.stdin is not None and proc.stdout is not None
     try:
-        for proc, frames in procs:
-            assert proc.stdin is not None and proc.stdout is not None
-            if proc.stdout.readline().strip() != "ready":
-                proc.wait()
-                raise RuntimeError(f"the feed of {frames} frames failed: {_failure(runs[frames])}")
-            _callgrind(proc.pid, "-i", "on")
-        for proc, _ in procs:
-            assert proc.stdin is not None
+        _expect(proc, "ready", where)
+        _callgrind(proc.pid, "-i", "on")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        for _ in range(2):  # the short run's count, then the rest's
+            _expect(proc, "done", where)
+            _callgrind(proc.pid, "-d")  # dumped and zeroed: see thread_totals
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        for proc, frames in procs:
-            assert proc.stdin is not None and proc.stdout is not None
-            if proc.stdout.readline().strip() != "done":
-                proc.wait()
-                raise RuntimeError(f"the feed of {frames} frames failed: {_failure(runs[frames])}")
-            _callgrind(proc.pid, "-d")  # the count up to here, dumped: see thread_totals
-            proc.stdin.write("check\n")
-            proc.stdin.close()
-        for proc, frames in procs:
-            if proc.wait() != 0:
-                raise RuntimeError(f"the feed of {frames} frames failed: {_failure(runs[frames])}")
+        proc.stdin.close()
+        if proc.wait() != 0:
+            raise RuntimeError(f"the feed failed: {_failure(where)}")
     finally:
-        for proc, _ in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    short, long = thread_totals(runs[short_frames]), thread_totals(runs[long_frames])
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rest = thread_totals(where, dump=2)
     appends = (long_frames - short_frames) * per_frame
-    loop = (long[1] - short[1]) / appends
-    others = sum(long.values()) - sum(short.values()) - (long[1] - short[1])
-    return Counted(loop, others / appends)
+    return Counted(rest[1] / appends, (sum(rest.values()) - rest[1]) / appends)
+
+
+def _expect(proc: subprocess.Popen[str], line: str, where: Path) -> None:
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != line:
+        proc.wait()
+        raise RuntimeError(f"the feed failed before {line!r}: {_failure(where)}")
 
 
 def _callgrind(pid: int, *command: str) -> None:
@@ -240,12 +248,13 @@ def _failure(where: Path) -> str:
     return (where / "stderr").read_text(errors="replace")[-2000:]
 
 
-def thread_totals(where: Path) -> dict[int, int]:
+def thread_totals(where: Path, dump: int = 1) -> dict[int, int]:
     """Instructions of each thread of the run in ``where`` (thread 1: the main one), as
-    the dump taken at "done" has them (``cg.<pid>.1-<thread>``): what followed it (the
-    answers read and checked, the stop) is not the writer's work."""
+    its ``dump``-th dump has them (``cg.<pid>.<dump>-<thread>``: what the run did since
+    the dump before): what followed the last (the answers read and checked, the stop)
+    is not the writer's work."""
     totals: dict[int, int] = {}
-    for path in where.glob("cg.*.1-*"):
+    for path in where.glob(f"cg.*.{dump}-*"):
         m = THREAD_FILE.search(path.name)
         thread = int(m.group(1)) if m else 1
         for line in path.read_text(errors="replace").splitlines():
@@ -311,10 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         help=f"count this checkout at {SPLIT[0]} and {SPLIT[1]} a batch and print each "
         "thread's cost per append and per batch",
     )
-    parser.add_argument("--feed", type=int, metavar="FRAMES", help=argparse.SUPPRESS)
+    parser.add_argument("--feed", metavar="FRAMES,FRAMES", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.feed is not None:
-        feed(args.feed, args.per_frame)
+        feed([int(n) for n in args.feed.split(",")], args.per_frame)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is missing (make deps installs it)", file=sys.stderr)
@@ -327,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         print(split(small, large))
         return 0
     with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
-        log("counting this checkout's writer (two runs under callgrind, about a minute)")
+        log("counting this checkout's writer (under callgrind, about a minute)")
         ours = count(None, Path(tmp) / "ours", args.per_frame)
         base = None
         with baseline_checkout(args.baseline, Path(tmp)) as source:
