@@ -36,6 +36,7 @@ pytest_plugins = [
     "testkit.archive_store",
     "testkit.module_leaks",
     "testkit.simulated_tier",
+    "testkit.shared_tls",
 ]
 
 
