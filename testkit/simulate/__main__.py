@@ -1,11 +1,13 @@
-"""``python -m testkit.simulate --seeds N [--seed S] [--mutant NAME] [--list-mutants]``.
+"""``python -m testkit.simulate --seeds N [--seed S] [--mutant NAME] [--without FAULT]
+[--list-mutants]``.
 
 Runs seeds S, S+1, ... S+N-1 (S defaults to 0), prints one line per seed that
 shows a violation (the seed, the mutant, the first violation), then one line
 with the count of seeds and violations (``--trace`` prints each seed's events
 and their digest, to read what a failing seed did). With a mutant, violations are what is
 wanted: the last line says whether it was caught, and the exit status is 0
-only then. Healthy, the exit status is 0 only with no violation.
+only then. Healthy, the exit status is 0 only with no violation. ``--without``
+(repeatable) leaves a kind of fault out, to see which faults a mutant needs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 
 from testkit.simulate.mutants import MUTANTS
 from testkit.simulate.run import run_seed
+from testkit.simulate.workload import FAULTS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,6 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="a member's Lease answers come in the order of its requests (one connection)",
     )
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        choices=list(FAULTS),
+        metavar="FAULT",
+        help="never throw this kind of fault (repeatable): " + ", ".join(FAULTS),
+    )
     parser.add_argument("--list-mutants", action="store_true", help="list the mutants")
     args = parser.parse_args(argv)
     if args.list_mutants:
@@ -42,7 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     failing = violations = runs = 0
     for seed in range(args.seed, args.seed + args.seeds):
-        result = run_seed(seed, args.mutant, reorder=not args.in_order_lease_answers)
+        result = run_seed(
+            seed, args.mutant, reorder=not args.in_order_lease_answers, without=args.without
+        )
         runs += 1
         if args.trace:
             print("\n".join(result.trace), f"digest {result.digest}", sep="\n")

@@ -16,11 +16,13 @@ import asyncio
 import random
 from collections.abc import Callable
 
+from testkit.simulate.clock import VirtualLoop
+
 Reply = Callable[[object], None]
 
 
 class Network:
-    def __init__(self, rng: random.Random, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, rng: random.Random, loop: VirtualLoop) -> None:
         self.rng = rng
         self.loop = loop
         self.loss = 0.0  # the fraction of messages dropped now
@@ -54,9 +56,10 @@ class Network:
         return self.rng.uniform(0.0005, 0.008)
 
     def send(self, src: str, dst: str, deliver: Callable[[], None]) -> None:
-        """Deliver (call ``deliver``) after a delay, unless the message is lost."""
+        """Deliver (call ``deliver``) after a delay, unless the message is lost: in true
+        time, the sender's clock and pauses aside (``VirtualLoop.call_true``)."""
         self.sent += 1
-        now = self.loop.time()
+        now = self.loop.now
         loss, until = self._flaky.get((src, dst), (0.0, 0.0))
         lost = self.rng.random() < max(self.loss, loss if until > now else 0.0)
         delay = self.delay()
@@ -66,7 +69,7 @@ class Network:
         if (src, dst) in self.ordered:
             delay = max(delay, self._last.get((src, dst), 0.0) - now)
             self._last[(src, dst)] = now + delay
-        self.loop.call_later(delay, deliver)
+        self.loop.call_true(delay, deliver)
 
     def request(
         self, src: str, dst: str, arrive: Callable[[Reply], None]

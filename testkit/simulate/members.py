@@ -8,7 +8,11 @@ changes, with the same steps in the same order), the follow loop of a standby
 (``standby.py``), and how a write or a read reaches the member. A crash cancels
 every task of the member at once and drops what its storage had not flushed;
 a restart builds every object anew from what the storage kept, as a process
-start does.
+start does. Each member runs on its own machine (``clock.Host``): its clock,
+which every deadline of its code reads and which may drift, and its process,
+which a pause stops (SIGSTOP) and resumes (SIGCONT) with everything as it was.
+A crash of a paused member (kill -9 of a stopped process) resumes it first, so
+that its tasks unwind.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from stream_server.replication.lease.roles import RoleConfig, RoleLoop
 from stream_server.replication.primary.shipping import Shipper
 from stream_server.replication.standby.freshness import Freshness
 from testkit.history import message
+from testkit.simulate.clock import PROCESS, START, Host, Process
 from testkit.simulate.lease import SimLeaseClient
 from testkit.simulate.standby import Standby
 from testkit.simulate.storage import Hooks, Storage
@@ -63,23 +68,19 @@ def url(name: str) -> str:
     return f"sim://{name}"
 
 
-# The member whose code is running: every task is created in its creator's context, so
-# each task the server's code starts (the role loop's, the shipper's joins, a wait_for's)
-# belongs to the member that started it, and its crash cancels it (``owned_task``).
-_OWNER: contextvars.ContextVar[Member | None] = contextvars.ContextVar("member", default=None)
-
-
 def owned_task(
     loop: asyncio.AbstractEventLoop,
     coro: Coroutine[Any, Any, Any],
     context: contextvars.Context | None = None,
 ) -> asyncio.Task[Any]:
-    """The loop's task factory: a task, recorded with the member that created it."""
+    """The loop's task factory: a task, recorded with the process whose code created it.
+    Every task is created in its creator's context, so each task the server's code
+    starts (the role loop's, the shipper's joins, a wait_for's) belongs to the process
+    that started it, and dies with it (``Process.kill``)."""
     task = asyncio.Task(coro, loop=loop, context=context)
-    owner = _OWNER.get() if context is None else context.get(_OWNER)
-    if owner is not None:
-        owner.tasks = [t for t in owner.tasks if not t.done()]
-        owner.tasks.append(task)
+    process = PROCESS.get() if context is None else context.get(PROCESS)
+    if process is not None:
+        process.adopt(task)
     return task
 
 
@@ -89,9 +90,11 @@ class Member:
         self.world = world
         self.settings = Settings(replica_url=url(name))
         self.storage = Storage()
+        # A machine's clock reading has nothing to do with another's: each starts apart.
+        self.host = Host(world.loop, START + world.rng.uniform(0.0, 1000.0))
+        self.process = Process(self.host)  # none started yet
         self.up = False
         self.incarnation = 0
-        self.tasks: list[asyncio.Task[Any]] = []
         self.primary = False  # primary mode (``RoleSwitch.primary``)
         self.term = 0  # the term this member writes under (``ReplicaHooks.term``)
         self.published = 0  # the last lsn readers here may see
@@ -103,13 +106,14 @@ class Member:
         s, w = self.settings, self.world
         self.incarnation += 1
         self.up = True
+        self.process = Process(self.host)
         self.roles = RoleLoop(
             SimLeaseClient(w.lease, w.net, self.name, w.reorder),  # type: ignore[arg-type]
             RoleConfig(
                 self.name, url(self.name), s.lease_duration, s.renew_deadline, s.retry_period
             ),
             position=lambda: self.storage.durable,
-            clock=w.loop.time,
+            clock=self.host.now,
             reported=lambda: self.shipper.positions(),
             term_floor=lambda: self.storage.term_floor,
         )
@@ -124,7 +128,7 @@ class Member:
         )
         for frame in self.storage.frames[: self.storage.flushed]:
             self.shipper.add(*frame)  # recovery hands the WAL's frames to the shipper
-        self.freshness = Freshness(s.replication_read_staleness, clock=w.loop.now_ns)
+        self.freshness = Freshness(s.replication_read_staleness, clock=self.host.now_ns)
         self.read_fence = ReadFence(
             s, self.roles, self.freshness, lambda: self.primary, lambda: self.shipper.settled
         )
@@ -135,28 +139,45 @@ class Member:
         self.gated: list[asyncio.Task[bool]] = []  # batches at the ack gate
         self.standby = Standby(self)
         self._context = contextvars.copy_context()
-        self._context.run(_OWNER.set, self)
+        self._context.run(PROCESS.set, self.process)
         self._context.run(self.roles.start)
         self._context.run(self.shipper.start)
         self.spawn(self._switch())
         self.spawn(self.standby.run())
 
     def stop(self, *, crash: bool) -> None:
-        """Every task ends now; a crash also loses what was not flushed."""
+        """The process dies (``Process.kill``), paused or not; a crash also loses what the
+        storage had not flushed."""
         if not self.up:
             return
         self.up = False
-        tasks, self.tasks = self.tasks, []
-        for task in tasks:
-            task.cancel()
+        self.world.abandoned.update(self.process.kill())
         if crash:
             self.storage.crash()
         self.world.trace(f"{'crash' if crash else 'stop'} {self.name} at {self.storage.durable}")
 
+    def pause(self, seconds: float) -> None:
+        """SIGSTOP now, SIGCONT ``seconds`` of true time later, unless it crashed meanwhile."""
+        process = self.process
+        if not self.up or process.paused:
+            return
+        process.pause()
+        self.world.trace(f"pause {self.name} for {seconds:.3f} s")
+
+        def resume() -> None:
+            if process.paused:  # else it died, or the faults healed, meanwhile
+                process.resume()
+                self.world.trace(f"resume {self.name}")
+
+        self.world.loop.call_true(seconds, resume)
+
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """A task of this incarnation, whoever asks (a request arriving runs in its
-        sender's context): cancelled by its crash, as every task it starts."""
-        return self.world.loop.create_task(self.world.guard(coro), context=self._context)
+        """A task of this process, whoever asks (a request arriving runs in no process's
+        context), that dies with it; what it raises is a failure of the run, as
+        ``World.guard`` makes it for the simulation's own tasks."""
+        task = self.world.loop.create_task(coro, context=self._context)
+        task.add_done_callback(self.world.failed, context=contextvars.Context())
+        return task
 
     # -------------------------------------------------- primary or standby
 
@@ -237,7 +258,7 @@ class Member:
 
     def read(self) -> bytes | None:
         """A catch-up read of the whole stream if the read fence lets it be answered as up
-        to date, else None (a 503)."""
+        to date, else None (a 503). Whether a primary answered: ``self.primary``."""
         if self.primary:  # batches are published once the gate passed them
             self.published = max(self.published, min(self.shipper.committed, self.storage.lsn))
         if self.read_fence.fresh_for() <= 0:

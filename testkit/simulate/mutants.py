@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from stream_server.replication import rules
 from stream_server.replication.lease.kube_lease import LeaseRecord
 from stream_server.replication.lease.lease_writes import LeaseWrites
+from stream_server.replication.lease.role_state import RoleBase
 from stream_server.replication.standby.freshness import NS, Freshness
 
 
@@ -39,6 +40,30 @@ def _fresh_past_bound(self: Freshness) -> float:
     if not self.current_at:
         return 0.0
     return max(0.0, (self.current_at + 4 * self._bound_ns - self.clock()) / NS)
+
+
+def _span_of_the_lease(lease_duration: float, renew_deadline: float) -> float:
+    """A primary acknowledges and answers reads for the whole lease after a renewal, as
+    if every clock ran at its rate: no margin for drift (only drift catches it)."""
+    return lease_duration
+
+
+def _primary_fresh_unclocked(self: RoleBase) -> float:
+    """A primary's reads are current while it is primary: its renew deadline is left to
+    its watchdog and rounds, not read off its clock at each read, so a primary that
+    slept past it answers the reads that waited for it before the watchdog wakes (only
+    a pause catches it)."""
+    return self.deadline if self.is_primary else 0.0
+
+
+_heard = Freshness.heard
+
+
+def _heard_on_arrival(self: Freshness, stamp: int, commit: int, visible: int) -> None:
+    """A standby is current as of when an echo reaches it, not as of the stamp echoed: an
+    answer that waited through a pause makes it current again on waking (only a pause
+    catches it, but for a slow message now and then)."""
+    _heard(self, self.clock() if stamp else 0, commit, visible)
 
 
 @dataclass(frozen=True)
@@ -80,6 +105,27 @@ MUTANTS = {
             Freshness,
             "fresh_for",
             _fresh_past_bound,
+        ),
+        Mutant(
+            "clock-margin",
+            "a primary acknowledges and reads for the whole lease, no margin for clock drift",
+            rules,
+            "acknowledge_span",
+            _span_of_the_lease,
+        ),
+        Mutant(
+            "wake-unchecked",
+            "a primary answers reads as current without reading its clock against its deadline",
+            RoleBase,
+            "acknowledge_for",
+            property(_primary_fresh_unclocked),
+        ),
+        Mutant(
+            "fresh-on-arrival",
+            "a standby is current as of when its primary's echo arrives, not the stamp echoed",
+            Freshness,
+            "heard",
+            _heard_on_arrival,
         ),
     )
 }

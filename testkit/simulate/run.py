@@ -3,7 +3,8 @@ the faults healed, a quiet spell, then the oracle.
 
 The replication modules' loggers are silenced for the run (a fault-heavy run
 logs thousands of warnings); the process clock the shipper reads
-(``boottime.now``) is the virtual one while it lasts.
+(``boottime.now``) is the virtual one while it lasts: the clock of the member
+whose code reads it (``VirtualLoop.time``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from stream_server.replication.lease import boottime
@@ -54,11 +55,11 @@ def _virtual(loop: VirtualLoop) -> Iterator[None]:
         quiet.setLevel(level)
 
 
-async def _scenario(world: World) -> None:
+async def _scenario(world: World, without: Iterable[str]) -> None:
     start = world.loop.time()
     for member in world.members.values():
         member.start()
-    faults = Faults(world)
+    faults = Faults(world, without)
     clients = [Client(world, f"c{i}") for i in range(CLIENTS)]
     until = start + FAULTS_FOR
     tasks = [asyncio.ensure_future(world.guard(c.run(until + CLIENTS_FOR))) for c in clients]
@@ -68,10 +69,13 @@ async def _scenario(world: World) -> None:
     await asyncio.gather(*tasks)
 
 
-def run_seed(seed: int, mutant: str | None = None, *, reorder: bool = True) -> Result:
+def run_seed(
+    seed: int, mutant: str | None = None, *, reorder: bool = True, without: Iterable[str] = ()
+) -> Result:
     """Play ``seed`` (with ``mutant``'s broken rule, if named) and judge it; ``reorder``:
     a member's Lease answers may overtake each other, as the real client's do (replication/lease/kube_lease.py).
-    Seeds found with answers in order replay with ``reorder=False``."""
+    Seeds found with answers in order replay with ``reorder=False``. ``without``: fault
+    kinds left out (``workload.FAULTS``), to see which ones a mutant needs."""
     loop = VirtualLoop()
     world = World(seed, loop, reorder=reorder)
     # A task of the server's own code that dies of an exception nobody awaits (a shipper's
@@ -79,18 +83,21 @@ def run_seed(seed: int, mutant: str | None = None, *, reorder: bool = True) -> R
     loop.set_exception_handler(lambda _, context: world.errors.append(str(context)))
     with mutants.applied(mutant), _virtual(loop):
         try:
-            loop.run_until_complete(_scenario(world))
+            loop.run_until_complete(_scenario(world, without))
         finally:
-            _end(loop)
+            _end(loop, world)
         gc.collect()  # a dead task reports its unretrieved exception when it is collected
         found = oracle.violations(world, Settings().replication_read_staleness)
     acked = sum(1 for op in world.history.ops if op.kind == "append" and op.outcome == "ok")
     return Result(seed, mutant, found, world.digest(), world.events, acked)
 
 
-def _end(loop: VirtualLoop) -> None:
-    """Cancel what still runs (every member's tasks) and let it unwind, then close."""
-    pending = asyncio.all_tasks(loop)
+def _end(loop: VirtualLoop, world: World) -> None:
+    """Every member's process dies, the rest (the clients, the faults) is cancelled and
+    unwinds, then the loop closes."""
+    for member in world.members.values():
+        world.abandoned.update(member.process.kill())
+    pending = asyncio.all_tasks(loop) - world.abandoned
     for task in pending:
         task.cancel()
     if pending:

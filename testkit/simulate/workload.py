@@ -1,5 +1,6 @@
 """What happens to the simulated replica set: clients that append and read, and the
-faults (crashes and restarts, partitions, lost messages) thrown at it.
+faults (crashes and restarts, partitions, lost messages, paused processes, clocks
+that drift) thrown at it.
 
 Clients are Jepsen's processes: one operation at a time, each recorded in the
 history when invoked and when its answer came (virtual times), ``info`` when
@@ -7,19 +8,29 @@ none came. A writer sends to the member it last heard was primary (a refusal
 names it), else to any. Faults come at random intervals while the run's fault
 phase lasts; then every cut heals, every member is started, and the set has
 a quiet spell to converge before the oracle judges the history.
+
+A pause is SIGSTOP then SIGCONT (``Member.pause``): shorter than the staleness
+bound, between it and the lease, or longer than the lease. A clock drifts within
+the bound the Lease assumes (docs/replication.md, "The assumption": the rates of
+two clocks differ by less than ``lease_duration / lease_renew_deadline``): every
+rate is within ``SLOWEST`` and ``FASTEST``, whose ratio is just under it. A drift
+past it is not a fault the set promises to survive, and is not thrown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Iterable
 
 from testkit.history import Outcome
 from testkit.simulate.lease import API
+from testkit.simulate.members import Settings
 from testkit.simulate.world import NAMES, World
 
 CLIENT_TIMEOUT = 4.0  # seconds: past the write fence's wait, a flush and two slow messages
 CLIENTS = 3
+PRIMARY = "answered by a primary"  # a read's detail: the oracle holds it to no staleness
 READ_RATIO = 0.3
 # Each fault and how often it comes, relative to the others.
 FAULTS = {
@@ -33,7 +44,21 @@ FAULTS = {
     "flaky-api-primary": 2,  # 30 to 70 % of the primary's Lease calls or answers lost
     "split": 2,  # the members and the API split into two sides
     "loss": 1,  # 5 to 30 % of all messages for a while
+    "pause": 2,  # any member's process stopped (SIGSTOP) for a while, then resumed
+    "pause-primary": 2,
+    "clock-drift": 2,  # a member's clock runs at another rate from now on, within the bound
+    "clock-drift-primary": 1,  # the bound's worst case: the primary's slowest, the others fastest
 }
+_SETTINGS = Settings()
+# The rates a clock may run at: the ratio of any two just under the one the Lease assumes.
+_RATIO = 0.98 * _SETTINGS.lease_duration / _SETTINGS.renew_deadline
+SLOWEST, FASTEST = _RATIO**-0.5, _RATIO**0.5
+# Seconds a pause lasts: within the staleness bound, past it within the lease, past the lease.
+_PAUSES = (
+    (0.05, _SETTINGS.replication_read_staleness),
+    (_SETTINGS.replication_read_staleness, _SETTINGS.lease_duration),
+    (_SETTINGS.lease_duration, 3 * _SETTINGS.lease_duration),
+)
 
 
 class Client:
@@ -88,12 +113,13 @@ class Client:
         op.invoked = sent = w.loop.time()
 
         async def serve(member: object) -> object:
-            return member.read()  # type: ignore[attr-defined]
+            return member.read(), member.primary  # type: ignore[attr-defined]
 
-        value = await self._ask(server, serve)
+        answer = await self._ask(server, serve)
+        value, primary = answer if isinstance(answer, tuple) else (None, False)
         if isinstance(value, bytes):
             op.fresh_at = sent  # answered up to date: as of when the request was sent
-            w.history.complete(op, "ok", value=value)
+            w.history.complete(op, "ok", detail=PRIMARY if primary else "", value=value)
         else:
             w.history.complete(op, "fail", detail="503 or no answer")
         op.completed = w.loop.time()
@@ -108,12 +134,17 @@ class Faults:
     needs (a primary cut from the API just as a standby falls silent, say) come up
     in some seeds far more often than one fixed mix would make them."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, without: Iterable[str] = ()) -> None:
+        """``without``: kinds never thrown (to see what a mutant needs to be caught)."""
         self.world = world
         rng = world.rng
-        self.weights = {kind: w * rng.choice((0, 1, 1, 3)) for kind, w in FAULTS.items()}
+        left_out = set(without)
+        if unknown := left_out - set(FAULTS):
+            raise ValueError(f"no fault {sorted(unknown)}; the faults are {', '.join(FAULTS)}")
+        kinds = {kind: w for kind, w in FAULTS.items() if kind not in left_out}
+        self.weights = {kind: w * rng.choice((0, 1, 1, 3)) for kind, w in kinds.items()}
         if not any(self.weights.values()):
-            self.weights = dict(FAULTS)
+            self.weights = kinds
         self.mean_gap = rng.choice((0.7, 1.0, 2.0))  # seconds between two faults
 
     async def run(self, until: float) -> None:
@@ -140,8 +171,7 @@ class Faults:
         self._crash(self.world.rng.choice(NAMES))
 
     def crash_primary(self, now: float) -> None:
-        primaries = [n for n in NAMES if self.world.members[n].primary]
-        self._crash(primaries[0] if primaries else self.world.rng.choice(NAMES))
+        self._crash(self._primary())
 
     def crash_all(self, now: float) -> None:
         """A power cut. The primary's machine comes back last, past a Lease duration
@@ -203,9 +233,48 @@ class Faults:
         net.loss = self.world.rng.uniform(0.05, 0.3)
         self.world.loop.call_later(self._down_for(), setattr, net, "loss", 0.0)
 
+    def _primary(self) -> str:
+        primaries = [n for n in NAMES if self.world.members[n].primary]
+        return primaries[0] if primaries else self.world.rng.choice(NAMES)
+
+    def pause(self, now: float) -> None:
+        self._pause(self.world.rng.choice(NAMES))
+
+    def pause_primary(self, now: float) -> None:
+        """The primary stops: a new one is elected if it outlasts the lease, and it
+        wakes to the requests that waited for it, its timers all due at once."""
+        self._pause(self._primary())
+
+    def _pause(self, name: str) -> None:
+        low, high = self.world.rng.choice(_PAUSES)
+        self.world.members[name].pause(self.world.rng.uniform(low, high))
+
+    def clock_drift(self, now: float) -> None:
+        rng = self.world.rng
+        name = rng.choice(NAMES)
+        self._drift(name, rng.choice((SLOWEST, FASTEST, rng.uniform(SLOWEST, FASTEST))))
+
+    def clock_drift_primary(self, now: float) -> None:
+        """The primary's renew deadline as long and the others' lease as short as the
+        bound allows: the margin between them is all that keeps it from acknowledging
+        or answering reads once another may have taken over."""
+        primary = self._primary()
+        for name in NAMES:
+            self._drift(name, SLOWEST if name == primary else FASTEST)
+
+    def _drift(self, name: str, rate: float) -> None:
+        self.world.members[name].host.set_rate(rate)
+        self.world.trace(f"clock of {name} at {rate:.3f} x")
+
     def heal(self) -> None:
-        """Every cut healed and every member started: the run's quiet spell begins."""
+        """Every cut healed, every pause ended and every member started: the run's quiet
+        spell begins (the clocks keep their rates: within the bound, they are no fault
+        to heal)."""
         self.world.net.heal()
         for name in NAMES:
+            member = self.world.members[name]
+            if member.process.paused:
+                member.process.resume()
+                self.world.trace(f"resume {name}")
             self._restart(name)
         self.world.trace("healed")

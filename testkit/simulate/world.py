@@ -43,10 +43,11 @@ class World:
         self.events: list[str] = []
         self.errors: list[str] = []  # exceptions the simulation's own tasks raised
         self.broken: list[str] = []  # invariants seen broken while the run went on
+        self.abandoned: set[asyncio.Task[Any]] = set()  # of processes that died: never done
         self.members = {name: Member(name, self) for name in NAMES}
 
     def trace(self, event: str) -> None:
-        self.events.append(f"{self.loop.time():.6f} {event}")
+        self.events.append(f"{self.loop.now:.6f} {event}")  # true time, whoever traces
 
     def digest(self) -> str:
         return hashlib.sha256("\n".join(self.events).encode()).hexdigest()[:16]
@@ -68,9 +69,14 @@ class World:
             self.errors.append(traceback.format_exc(limit=6))
             return None
 
+    def failed(self, task: asyncio.Task[Any]) -> None:
+        """A member's task ended: what it raised is a failure of the run (``guard``)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.errors.append("".join(traceback.format_exception(exc, limit=6)))
+
     def seen_primary(self, name: str, term: int, lsn: int) -> None:
         """A member took up primary mode: the history's monitor sees it at once."""
-        now = self.loop.time()
+        now = self.loop.now
         self.history.seen.append(Seen(name, now, now, "primary", term))
         self.trace(f"primary {name} term {term} lsn {lsn}")
 
@@ -101,7 +107,7 @@ class World:
 
         def arrive(reply: Reply) -> None:
             if target.up:
-                target.spawn(_answer(serve(target), reply))
+                target.spawn(_answer(serve, target, reply))
 
         return self.net.request(src, dst, arrive)
 
@@ -145,8 +151,10 @@ class World:
         member.start()
 
 
-async def _answer(work: Coroutine[Any, Any, object], reply: Reply) -> None:
-    reply(await work)
+async def _answer(
+    serve: Callable[[Member], Coroutine[Any, Any, object]], target: Member, reply: Reply
+) -> None:
+    reply(await serve(target))
 
 
 async def _round(

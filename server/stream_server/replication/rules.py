@@ -31,3 +31,16 @@ def acknowledged(durable: Position, received: Position) -> Position:
     primary acknowledged."""
     del received
     return durable
+
+
+def acknowledge_span(lease_duration: float, renew_deadline: float) -> float:
+    """How long after sending its last successful renewal a primary may acknowledge and
+    answer reads, by its own clock: the renew deadline, never the whole lease. The
+    others may take the Lease over once it has gone unchanged for ``lease_duration``
+    by *their* clocks, which need not run at its rate: the gap between the two is the
+    margin for clocks whose rates differ by less than ``lease_duration /
+    renew_deadline`` (docs/replication.md, "The assumption"). A primary that counted
+    the whole lease on a slow clock would still answer as primary after another was
+    elected."""
+    del lease_duration
+    return renew_deadline

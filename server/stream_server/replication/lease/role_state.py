@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from stream_server.replication import rules
 from stream_server.replication.lease import boottime
 from stream_server.replication.lease.kube_lease import (
     LeaseClient,
@@ -109,14 +110,19 @@ class RoleBase:
         """Primary, and renewed within the renew deadline *now*: checked before every
         acknowledgement, so that a primary paused past its deadline (SIGSTOP, a long
         GC) acknowledges nothing when it wakes, before its next round even runs."""
-        return self.is_primary and self.clock() - self._renewed_at < self.config.renew_deadline
+        return self.is_primary and self.clock() - self._renewed_at < self.deadline
 
     @property
     def acknowledge_for(self) -> float:
         """Seconds ``may_acknowledge`` stays true without another renewal (0: false)."""
         if not self.is_primary:
             return 0.0
-        return max(0.0, self.config.renew_deadline - (self.clock() - self._renewed_at))
+        return max(0.0, self.deadline - (self.clock() - self._renewed_at))
+
+    @property
+    def deadline(self) -> float:
+        """Seconds after sending a renewal that a primary may acknowledge (``rules.py``)."""
+        return rules.acknowledge_span(self.config.lease_duration, self.config.renew_deadline)
 
     def _observe(self, record: LeaseRecord, now: float) -> None:
         if record.version != self._seen_version:
@@ -170,7 +176,7 @@ class RoleBase:
 
     async def _check_deadline(self) -> None:
         """A primary that has not renewed for the renew deadline stops acknowledging."""
-        if self.is_primary and self.clock() - self._renewed_at >= self.config.renew_deadline:
+        if self.is_primary and self.clock() - self._renewed_at >= self.deadline:
             log.error(
                 "no Lease renewal for %.1fs: stepping down to standby", self.config.renew_deadline
             )

@@ -92,7 +92,7 @@ class RoleLoop(LeaseWrites):
             changed = self.state.changed
             left = self.config.retry_period
             if self.is_primary:
-                left = self._renewed_at + self.config.renew_deadline - self.clock()
+                left = self._renewed_at + self.deadline - self.clock()
                 if left <= 0:
                     await self._check_deadline()
                     continue
