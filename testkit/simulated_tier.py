@@ -10,8 +10,14 @@ simulation's workload (``testkit.simulate.workload.FAULTS``) and mutants it must
 (healthy seeds and every mutant). A marker with no name, or with a name that is neither,
 stops the run at collection, so the map cannot go stale when the simulation changes.
 
-What the simulation does not model keeps its process tests in ``make test``: pauses,
-worker processes, the HTTP sender and recopy, clocks, full disks, switchover, TLS.
+The simulation models crashes, partitions and lost or slow messages, process pauses
+(SIGSTOP then SIGCONT: ``pause``, ``pause-primary``) and clocks that drift within the
+bound the Lease assumes (``clock-drift``, ``clock-drift-primary``). What it does not model
+keeps its process tests in ``make test``: clocks past that bound (a deposed primary whose
+clock runs slower learns of its successor from the Lease watch or from a standby's
+``GET /replication``, neither simulated: tests/replication/test_faults_clock.py), a
+machine's suspend (CLOCK_MONOTONIC stopping), ``preferred`` durability, worker processes,
+the HTTP sender and recopy, full disks, switchover, TLS.
 """
 
 from __future__ import annotations

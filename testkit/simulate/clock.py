@@ -39,6 +39,7 @@ is true time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections.abc import Callable
 from typing import Any
@@ -139,10 +140,9 @@ class Process:
         tasks, self.tasks = [t for t in self.tasks if not t.done()], []
         for task in tasks:
             task._log_destroy_pending = False  # type: ignore[attr-defined]  # abandoned, on purpose
-            try:
+            # A coroutine that awaits in a finally block raises here: it is dead anyway.
+            with contextlib.suppress(RuntimeError):
                 task.get_coro().close()  # type: ignore[union-attr]
-            except RuntimeError:  # a coroutine that awaits in a finally block: dead anyway
-                pass
         return tasks
 
 
@@ -219,10 +219,12 @@ class VirtualLoop(asyncio.BaseEventLoop):
         call.handle = handle
         return handle
 
-    def call_true(self, delay: float, callback: Callable[[], object]) -> asyncio.TimerHandle:
-        """``callback`` after ``delay`` seconds of true time, in no process's context: a
-        message in flight, which no pause, death or clock holds back."""
-        return super().call_at(self.now + delay, callback, context=contextvars.Context())
+    def call_true(
+        self, delay: float, callback: Callable[..., object], *args: Any
+    ) -> asyncio.TimerHandle:
+        """``callback(*args)`` after ``delay`` seconds of true time, in no process's
+        context: a message in flight, which no pause, death or clock holds back."""
+        return super().call_at(self.now + delay, callback, *args, context=contextvars.Context())
 
     def again(self, call: _Call) -> None:
         """Run ``call`` as soon as may be (a held callback, or a timer not yet due)."""

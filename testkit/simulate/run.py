@@ -20,7 +20,7 @@ from stream_server.replication.lease import boottime
 from testkit.simulate import mutants, oracle
 from testkit.simulate.clock import VirtualLoop
 from testkit.simulate.members import Settings
-from testkit.simulate.workload import CLIENTS, Client, Faults
+from testkit.simulate.workload import CLIENTS, READERS, Client, Faults
 from testkit.simulate.world import World
 
 FAULTS_FOR = 20.0  # seconds of virtual time with faults
@@ -61,6 +61,7 @@ async def _scenario(world: World, without: Iterable[str]) -> None:
         member.start()
     faults = Faults(world, without)
     clients = [Client(world, f"c{i}") for i in range(CLIENTS)]
+    clients += [Client(world, f"r{i}", read_ratio=1.0) for i in range(READERS)]
     until = start + FAULTS_FOR
     tasks = [asyncio.ensure_future(world.guard(c.run(until + CLIENTS_FOR))) for c in clients]
     await faults.run(until)

@@ -5,7 +5,7 @@ that drift) thrown at it.
 Clients are Jepsen's processes: one operation at a time, each recorded in the
 history when invoked and when its answer came (virtual times), ``info`` when
 none came. A writer sends to the member it last heard was primary (a refusal
-names it), else to any. Faults come at random intervals while the run's fault
+or an acknowledgement names it), else to any. Faults come at random intervals while the run's fault
 phase lasts; then every cut heals, every member is started, and the set has
 a quiet spell to converge before the oracle judges the history.
 
@@ -30,6 +30,9 @@ from testkit.simulate.world import NAMES, World
 
 CLIENT_TIMEOUT = 4.0  # seconds: past the write fence's wait, a flush and two slow messages
 CLIENTS = 3
+# Clients that only read, at any member: while every writer waits on a primary that can no
+# longer acknowledge (a replication wait), reads still come, as a real set's readers do.
+READERS = 1
 PRIMARY = "answered by a primary"  # a read's detail: the oracle holds it to no staleness
 READ_RATIO = 0.3
 # Each fault and how often it comes, relative to the others.
@@ -47,7 +50,7 @@ FAULTS = {
     "pause": 2,  # any member's process stopped (SIGSTOP) for a while, then resumed
     "pause-primary": 2,
     "clock-drift": 2,  # a member's clock runs at another rate from now on, within the bound
-    "clock-drift-primary": 1,  # the bound's worst case: the primary's slowest, the others fastest
+    "clock-drift-primary": 2,  # the bound's worst case: the primary's slowest, the others fastest
 }
 _SETTINGS = Settings()
 # The rates a clock may run at: the ratio of any two just under the one the Lease assumes.
@@ -62,9 +65,10 @@ _PAUSES = (
 
 
 class Client:
-    def __init__(self, world: World, name: str) -> None:
+    def __init__(self, world: World, name: str, read_ratio: float = READ_RATIO) -> None:
         self.world = world
         self.name = name
+        self.read_ratio = read_ratio
         self.primary = ""  # where this client last heard the primary is
         self.counter = itertools.count()
 
@@ -72,7 +76,7 @@ class Client:
         rng = self.world.rng
         while self.world.loop.time() < until:
             await asyncio.sleep(rng.uniform(0.005, 0.08))
-            if rng.random() < READ_RATIO:
+            if rng.random() < self.read_ratio:
                 await self._read(rng.choice(NAMES))
             else:
                 await self._append(self.primary or rng.choice(NAMES))
@@ -100,7 +104,10 @@ class Client:
         outcome: Outcome = "info"
         if isinstance(answer, tuple):
             (outcome, op.term), hint = answer
-            self.primary = hint.removeprefix("sim://") if hint else ""
+            # A write left unacknowledged says its server may not be the primary any more,
+            # whatever it believes: the next goes anywhere (a deposed primary that still
+            # thinks it leads would otherwise keep every client to itself).
+            self.primary = hint.removeprefix("sim://") if hint and outcome != "info" else ""
         else:
             self.primary = ""
         w.history.complete(op, outcome, detail=f"term {op.term}")

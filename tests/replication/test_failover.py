@@ -244,6 +244,7 @@ def test_a_standby_behind_at_a_cold_start_catches_up_by_frames_not_a_recopy(repl
     assert recopies_of(rs, lagger) == recopies
 
 
+@pytest.mark.simulated("pause-primary", "wake-unchecked")
 def test_a_paused_primary_acknowledges_nothing_more_and_rejoins(replica_set, tmp_path):
     """SIGSTOP past the Lease while writes go on at a new primary, then SIGCONT."""
     rs = replica_set

@@ -38,6 +38,7 @@ PAUSE = float(FAST["lease_duration"]) + BOUND + 3.0
 CLIENT_TIMEOUT = 2.0  # seconds
 
 
+@pytest.mark.simulated("pause-primary", "pause", "wake-unchecked", "fresh-on-arrival")
 @pytest.mark.parametrize("who", ["primary", "standby"])
 def test_a_server_paused_longer_than_the_lease_neither_acknowledges_nor_reads_stale(tmp_path, who):
     with loopback_set(tmp_path) as (rs, _):

@@ -14,7 +14,9 @@ import pytest
 
 from testkit.simulate import run_seed
 from testkit.simulate.__main__ import main
+from testkit.simulate.members import Settings
 from testkit.simulate.mutants import MUTANTS
+from testkit.simulate.workload import FASTEST, SLOWEST
 
 HEALTHY_SEEDS = 20
 MUTANT_SEEDS = 200
@@ -31,8 +33,32 @@ def test_healthy_seeds_show_no_violation():
     results = [run_seed(seed) for seed in range(HEALTHY_SEEDS)]
     failing = {r.seed: r.violations for r in results if r.violations}
     assert not failing, failing
-    # The runs did something worth checking: writes acknowledged through the faults.
+    # The runs did something worth checking: writes acknowledged through the faults,
+    # among them pauses that ended and clocks that drifted.
     assert all(r.acknowledged > 0 for r in results)
+    events = [e.split(" ", 2)[1] for r in results for e in r.trace]
+    assert {"pause", "resume", "clock"} <= set(events)
+
+
+def test_a_paused_member_is_held_and_resumed_and_a_drifted_clock_stays_in_the_bound():
+    """What the new faults did in a few seeds, read off their traces: every pause ends
+    (resumed, or the member crashed meanwhile), and every rate is within the bound
+    the Lease assumes (lease_duration / renew_deadline between any two)."""
+    ratio = Settings().lease_duration / Settings().renew_deadline
+    pauses = rates = 0
+    for seed in range(HEALTHY_SEEDS // 2):
+        events = [e.split(" ", 1)[1] for e in run_seed(seed).trace]
+        for i, event in enumerate(events):
+            if m := re.fullmatch(r"pause (\S+) for [\d.]+ s", event):
+                pauses += 1
+                after = events[i + 1 :]
+                ended = (f"crash {m[1]} ", f"stop {m[1]} ")  # killed while paused
+                assert any(e == f"resume {m[1]}" or e.startswith(ended) for e in after), m[0]
+            elif m := re.fullmatch(r"clock of \S+ at ([\d.]+) x", event):
+                rates += 1
+                assert SLOWEST <= float(m[1]) <= FASTEST
+    assert pauses and rates
+    assert ratio > FASTEST / SLOWEST
 
 
 @pytest.mark.parametrize("seed", REGRESSIONS)
@@ -92,8 +118,20 @@ def test_the_command_line_lists_the_mutants_and_refuses_an_unknown_one(capsys):
     listed = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == list(MUTANTS)
     assert {"commit-one-short", "ack-before-flush", "lease-unread", "stale-read"} <= set(listed)
+    assert {"clock-margin", "wake-unchecked", "fresh-on-arrival"} <= set(listed)
     with pytest.raises(SystemExit) as exit_:
         main(["--seeds", "1", "--mutant", "no-such-rule"])
     assert exit_.value.code == 2
     with pytest.raises(SystemExit):
         main(["--seeds", "0"])
+
+
+def test_faults_can_be_left_out_by_name_and_an_unknown_one_is_refused(capsys):
+    """``--without``: what a mutant needs to be caught (the pause mutants, pauses)."""
+    kept = run_seed(4, without=["pause", "pause-primary", "clock-drift", "clock-drift-primary"])
+    assert not any(e.split(" ", 2)[1] in ("pause", "clock") for e in kept.trace)
+    with pytest.raises(ValueError, match="no fault"):
+        run_seed(4, without=["full-disk"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["--seeds", "1", "--without", "full-disk"])
+    assert exit_.value.code == 2

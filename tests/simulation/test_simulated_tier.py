@@ -11,10 +11,11 @@ from testkit.simulated_tier import uncovered
 
 def test_faults_and_mutants_of_the_simulation_cover_a_test():
     assert uncovered(["crash-primary", "commit-one-short"]) == []
+    assert uncovered(["pause-primary", "clock-drift", "wake-unchecked", "clock-margin"]) == []
 
 
 def test_a_name_the_simulation_does_not_know_or_no_name_covers_nothing():
-    assert uncovered(["crash-primary", "pause"]) == ["'pause'"]
+    assert uncovered(["crash-primary", "full-disk"]) == ["'full-disk'"]
     assert uncovered([]) == ["(nothing)"]
 
 
@@ -31,5 +32,5 @@ class _Item:
 
 def test_collection_stops_at_a_marker_that_names_no_cover(pytestconfig):
     simulated_tier.pytest_collection_modifyitems(pytestconfig, [_Item("crash")])  # type: ignore[list-item]
-    with pytest.raises(pytest.UsageError, match=r"test_y: .*'clock-drift'.*faults: .*crash"):
-        simulated_tier.pytest_collection_modifyitems(pytestconfig, [_Item("clock-drift")])  # type: ignore[list-item]
+    with pytest.raises(pytest.UsageError, match=r"test_y: .*'full-disk'.*faults: .*crash"):
+        simulated_tier.pytest_collection_modifyitems(pytestconfig, [_Item("full-disk")])  # type: ignore[list-item]
