@@ -36,8 +36,13 @@ def _copy(record: LeaseRecord) -> LeaseRecord:
 
 
 class LeaseServer:
-    def __init__(self, trace: Callable[[str], None] = lambda _: None) -> None:
+    def __init__(
+        self,
+        trace: Callable[[str], None] = lambda _: None,
+        written: Callable[[LeaseRecord], None] = lambda _: None,
+    ) -> None:
         self.trace = trace
+        self.written = written  # told of each write as it lands (``World.lease_written``)
         self.record: LeaseRecord | None = None
         self._version = 0
         # Every write that landed: (version, term, holder, in_sync, eligible), for the trace
@@ -60,6 +65,7 @@ class LeaseServer:
             f"lease {op} v{r.version} term {r.term} holder {r.holder or '-'} in-sync "
             f"{r.in_sync} eligible {r.eligible}"
         )
+        self.written(r)
         return _copy(r)
 
 

@@ -15,7 +15,8 @@ acknowledge: no other can have acknowledged anything; a deposed primary that
 still answers, because its clock ran slow or it slept through its renew
 deadline, is caught here well inside B); at every
 acknowledgement, every replica the Lease makes electable holds the write
-durably (``World.acknowledged``); one holder per term in every Lease write, one member acknowledging writes per term, the logs
+durably (``World.acknowledged``); when a Lease write names a new term's holder,
+no other member may still acknowledge by its own clock (``World.lease_written``); one holder per term in every Lease write, one member acknowledging writes per term, the logs
 agreeing wherever two hold a frame of the same term and lsn, and a primary at
 the end (the set recovers once the faults stop).
 """
@@ -39,7 +40,7 @@ def final_stream(world: World) -> bytes | None:
 
 def violations(world: World, bound: float) -> list[str]:
     found = [f"internal error: {e.strip().splitlines()[-1]}" for e in world.errors]
-    found += [f"electable without an acknowledged write: {b}" for b in world.broken[:1]]
+    found += [f"broken while running: {b}" for b in world.broken[:1]]
     final = final_stream(world)
     if final is None:
         found.append("no primary after the faults healed")

@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from stream_server.replication.lease.kube_lease import LeaseRecord
 from stream_server.replication.peers.wire import Shipped
 from stream_server.replication.primary.shipping import COMMIT_LINGER, MAX_ANSWER, Refusal, Shipper
 from testkit.history import History, Seen
@@ -38,12 +39,13 @@ class World:
         loop.set_task_factory(owned_task)
         self.rng = random.Random(seed)
         self.net = Network(self.rng, loop)
-        self.lease = LeaseServer(self.trace)
+        self.lease = LeaseServer(self.trace, self.lease_written)
         self.history = History()
         self.events: list[str] = []
         self.errors: list[str] = []  # exceptions the simulation's own tasks raised
         self.broken: list[str] = []  # invariants seen broken while the run went on
         self.abandoned: set[asyncio.Task[Any]] = set()  # of processes that died: never done
+        self._lease_term = 0  # the highest term a Lease write has named
         self.members = {name: Member(name, self) for name in NAMES}
 
     def trace(self, event: str) -> None:
@@ -79,6 +81,24 @@ class World:
         now = self.loop.now
         self.history.seen.append(Seen(name, now, now, "primary", term))
         self.trace(f"primary {name} term {term} lsn {lsn}")
+
+    def lease_written(self, record: LeaseRecord) -> None:
+        """A Lease write landed. One that names a holder under a new term must find no
+        other member still allowed to acknowledge by its own clock: the leader-lease
+        argument (roles.py: a primary stops ``lease_duration - lease_renew_deadline``
+        before anyone may take over, for clocks whose rates differ by less than their
+        ratio). The set's fencing by term keeps writes safe without it, so a breach
+        would otherwise show only as a stale read that happened to come in time."""
+        if not record.holder or record.term <= self._lease_term or len(self.broken) >= 10:
+            return
+        self._lease_term = record.term
+        for member in self.members.values():
+            if member.name != record.holder and member.up and member.roles.may_acknowledge:
+                self.broken.append(
+                    f"{record.holder} took the Lease under term {record.term} while "
+                    f"{member.name} (term {member.roles.state.term}) could still acknowledge "
+                    f"for {member.roles.acknowledge_for:.3f} s by its clock"
+                )
 
     def acknowledged(self, member: Member, lsn: int) -> None:
         """``member`` acknowledges its frame ``lsn``: the design's promise (shipping.py) is
