@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from testkit.simulate import run_seed
+from testkit.simulate import Result, run_seed
 from testkit.simulate.__main__ import main
 from testkit.simulate.members import Settings
 from testkit.simulate.mutants import MUTANTS
@@ -29,8 +29,14 @@ REGRESSIONS = (311, 375)  # found with the Lease's answers in order
 REORDERED_REGRESSIONS = (33,)  # found with them overtaking each other
 
 
-def test_healthy_seeds_show_no_violation():
-    results = [run_seed(seed) for seed in range(HEALTHY_SEEDS)]
+@pytest.fixture(scope="module")
+def healthy() -> list[Result]:
+    """The healthy seeds' runs, made once for the tests that read them."""
+    return [run_seed(seed) for seed in range(HEALTHY_SEEDS)]
+
+
+def test_healthy_seeds_show_no_violation(healthy):
+    results = healthy
     failing = {r.seed: r.violations for r in results if r.violations}
     assert not failing, failing
     # The runs did something worth checking: writes acknowledged through the faults,
@@ -40,14 +46,14 @@ def test_healthy_seeds_show_no_violation():
     assert {"pause", "resume", "clock"} <= set(events)
 
 
-def test_a_paused_member_is_held_and_resumed_and_a_drifted_clock_stays_in_the_bound():
+def test_a_paused_member_is_held_and_resumed_and_a_drifted_clock_stays_in_the_bound(healthy):
     """What the new faults did in a few seeds, read off their traces: every pause ends
     (resumed, or the member crashed meanwhile), and every rate is within the bound
     the Lease assumes (lease_duration / renew_deadline between any two)."""
     ratio = Settings().lease_duration / Settings().renew_deadline
     pauses = rates = 0
-    for seed in range(HEALTHY_SEEDS // 2):
-        events = [e.split(" ", 1)[1] for e in run_seed(seed).trace]
+    for result in healthy:
+        events = [e.split(" ", 1)[1] for e in result.trace]
         for i, event in enumerate(events):
             if m := re.fullmatch(r"pause (\S+) for [\d.]+ s", event):
                 pauses += 1
