@@ -33,14 +33,16 @@ BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/build/pycache
 PYTEST := $(BYTECODE) TEST_REQUIRE_ALL=1 $(PY) -m pytest -rfEs
 
 ## Install everything the tests need, then run the whole suite: nothing skipped for want of a package.
-## Two workers, each taking whole files (module fixtures and a file's shared paths stay
-## together): most tests wait on servers and processes, so this nearly halves the time.
+## Three workers, each taking whole files (module fixtures and a file's shared paths stay
+## together). The suite is bound by the CPU of two cores, yet with two workers the machine
+## was idle a quarter of the time, both waiting (leases, servers starting, the image
+## build's downloads); a third fills it: 22:32 against 27:41 (docs/performance.md).
 ## The 25 slowest tests are listed at the end: the suite must stay under 25 minutes in CI.
 ## It is bound by the two cores' CPU: `-p testkit.cpu_timeline` records each test's CPU,
 ## `python e2e/cpu_by_process.py -- CMD` a command's by kind of process.
 ## The process tests of a replica set that the simulation covers (`simulated`: each names
 ## the faults and mutants that cover it, testkit/simulated_tier.py) run in test-long.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: deps
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not simulated"
 
