@@ -84,12 +84,12 @@ def alive(sock: socket.socket) -> bool:
             return False
 
 
-def healthy(url: str, within: float) -> bool:
-    """/healthz answers 200 from a new connection, tried until ``within`` seconds pass."""
+def healthy(url: str, within: float, probe: str = "/healthz") -> bool:
+    """``probe`` answers 200 from a new connection, tried until ``within`` seconds pass."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{probe}", timeout=2).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass
@@ -326,7 +326,8 @@ def server_with_file_limit(data_dir, limit: int, *args: str):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        assert healthy(url, 30), "the server did not start"
+        # Ready, not only alive: a write before recovery has finished gets 503.
+        assert healthy(url, 30, "/readyz"), "the server did not start"
         yield url, proc
     finally:
         proc.terminate()
@@ -341,7 +342,7 @@ def server_with_file_limit(data_dir, limit: int, *args: str):
 def test_half_open_requests_under_a_low_file_limit(tmp_path):
     header_timeout = ("--header-timeout", "1", "--keep-alive-timeout", "1")
     with server_with_file_limit(tmp_path / "data", 256, *header_timeout) as (url, proc):
-        httpx.put(f"{url}/v1/stream/fd", headers=CT, content=b"x")
+        assert httpx.put(f"{url}/v1/stream/fd", headers=CT, content=b"x").status_code == 201
         port = int(url.rsplit(":", 1)[1])
         socks = []
         try:
