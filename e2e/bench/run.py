@@ -1,5 +1,9 @@
 """Side-by-side benchmark: our server, the Node reference server, the HTTP ceiling.
 
+One module over 400 lines on purpose: it is the command line and the one loop that
+runs every workload on every column; the workloads, servers and report are modules
+of their own (workloads.py, servers.py, report.py).
+
     python e2e/bench/run.py                      # full profile (20 to 25 minutes)
     python e2e/bench/run.py --quick              # smoke profile (about 40 s)
     python e2e/bench/run.py --only live,idle --servers ours,reference
