@@ -1,8 +1,8 @@
 """Build the project's three container images: durable-streams-server, -operator, -spark.
 
 One script over 400 lines on purpose: the base, the inputs' digests, the wheels and the
-builds are steps of one build that a user runs as one command, and the image tests
-import it whole.
+builds are steps of one build that a user runs as one command, as the image tests
+run it (testkit/images.py).
 
     python scripts/build_images.py                 # all three, podman (runc), base chosen below
     python scripts/build_images.py --engine docker --base public
